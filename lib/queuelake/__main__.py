@@ -1,0 +1,3 @@
+from queuelake.cli import main
+
+raise SystemExit(main())

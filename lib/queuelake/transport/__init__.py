@@ -1,0 +1,1 @@
+"""Everything queuelake does to a queue database: addresses, header codec, dialect SQL, drivers."""

@@ -1,0 +1,229 @@
+"""Queue addresses of the two NServiceBus SQL transports, and identifier quoting.
+
+Addresses come from config and from database rows (SubscriptionRouting.QueueAddress), so they are
+untrusted: every identifier that reaches SQL goes through ``quote_identifier`` of its dialect, and
+names a server would truncate or refuse are rejected here with a message that names them.
+
+SQL Server canonical form: ``Table@[schema]@[catalog]``. The table part runs to the first ``@`` and
+is literal; schema and catalog are bracketed (``]]`` escapes ``]``) and may hold ``@``.
+PostgreSQL canonical form: ``"schema"."table"``, split at the first dot outside quotes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from queuelake.errors import AddressError
+
+POSTGRES_MAX_TABLE_BYTES = 55  # the transport appends suffixes for index names (63-byte limit)
+POSTGRES_MAX_NAME_BYTES = 63
+SQLSERVER_MAX_NAME_CHARS = 128
+
+
+@dataclass(frozen=True, order=True)
+class QueueAddress:
+    """A queue table. ``schema``/``catalog`` None mean "the configured default"."""
+
+    table: str
+    schema: str | None = None
+    catalog: str | None = None
+
+    def with_defaults(self, schema: str | None, catalog: str | None = None) -> QueueAddress:
+        return QueueAddress(self.table, self.schema or schema, self.catalog or catalog)
+
+
+# --- SQL Server ---------------------------------------------------------------------------------
+
+
+def _read_bracketed(text: str, start: int, what: str, address: str) -> tuple[str, int]:
+    """Read ``[name]`` starting at ``text[start] == '['``; return name and the index after it."""
+    out = []
+    i = start + 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "]":
+            if i + 1 < len(text) and text[i + 1] == "]":
+                out.append("]")
+                i += 2
+                continue
+            return "".join(out), i + 1
+        out.append(ch)
+        i += 1
+    raise AddressError(f"address {address!r}: unterminated [ in the {what} part")
+
+
+def _read_part(text: str, start: int, what: str, address: str) -> tuple[str, int]:
+    if start < len(text) and text[start] == "[":
+        name, end = _read_bracketed(text, start, what, address)
+        if end < len(text) and text[end] != "@":
+            raise AddressError(f"address {address!r}: unexpected text after the {what} part")
+        return name, end
+    end = text.find("@", start)
+    end = len(text) if end < 0 else end
+    return text[start:end], end
+
+
+def parse_sqlserver(address: str) -> QueueAddress:
+    if not isinstance(address, str) or not address:
+        raise AddressError("queue address is empty")
+    at = address.find("@")
+    if at < 0:
+        return _checked_sqlserver(QueueAddress(address), address)
+    table = address[:at]
+    schema, end = _read_part(address, at + 1, "schema", address)
+    catalog = ""
+    if end < len(address):  # address[end] == "@"
+        catalog, end = _read_part(address, end + 1, "catalog", address)
+        if end < len(address):
+            raise AddressError(f"address {address!r}: too many @-separated parts")
+    return _checked_sqlserver(QueueAddress(table, schema or None, catalog or None), address)
+
+
+def _checked_sqlserver(addr: QueueAddress, original: str) -> QueueAddress:
+    if not addr.table:
+        raise AddressError(f"address {original!r}: the table name is empty")
+    for what, name in (("table", addr.table), ("schema", addr.schema), ("catalog", addr.catalog)):
+        if name is None:
+            continue
+        if len(name) > SQLSERVER_MAX_NAME_CHARS:
+            raise AddressError(
+                f"address {original[:80]!r}: {what} name is {len(name)} characters; "
+                f"SQL Server allows {SQLSERVER_MAX_NAME_CHARS}"
+            )
+        if "\x00" in name:
+            raise AddressError(f"address {original[:80]!r}: {what} name contains a NUL character")
+    return addr
+
+
+def _bracket(name: str) -> str:
+    return "[" + name.replace("]", "]]") + "]"
+
+
+def format_sqlserver(addr: QueueAddress) -> str:
+    if "@" in addr.table:
+        raise AddressError(f"table name {addr.table!r} contains @, which SQL Server addresses cannot hold")
+    text = addr.table
+    if addr.schema or addr.catalog:
+        text += "@" + (_bracket(addr.schema) if addr.schema else "")
+    if addr.catalog:
+        text += "@" + _bracket(addr.catalog)
+    return text
+
+
+def quote_sqlserver(name: str) -> str:
+    """``[name]`` with ``]`` doubled: the only escaping T-SQL needs inside brackets."""
+    if "\x00" in name:
+        raise AddressError(f"identifier {name[:80]!r} contains a NUL character")
+    return _bracket(name)
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+
+
+def _pg_split(address: str) -> list[str]:
+    parts: list[str] = []
+    buf: list[str] = []
+    i, quoted, was_quoted = 0, False, False
+    while i < len(address):
+        ch = address[i]
+        if quoted:
+            if ch == '"':
+                if i + 1 < len(address) and address[i + 1] == '"':
+                    buf.append('"')
+                    i += 2
+                    continue
+                quoted = False
+            else:
+                buf.append(ch)
+        elif ch == '"':
+            if buf and not was_quoted:
+                raise AddressError(f"address {address!r}: a quote in the middle of a name")
+            quoted, was_quoted = True, True
+        elif ch == "." and len(parts) == 0:
+            parts.append("".join(buf))
+            buf, was_quoted = [], False
+        else:
+            if was_quoted and not quoted:
+                raise AddressError(f"address {address!r}: text after a closing quote")
+            buf.append(ch)
+        i += 1
+    if quoted:
+        raise AddressError(f"address {address!r}: unterminated quote")
+    parts.append("".join(buf))
+    return parts
+
+
+def parse_postgresql(address: str) -> QueueAddress:
+    if not isinstance(address, str) or not address:
+        raise AddressError("queue address is empty")
+    parts = _pg_split(address)
+    if len(parts) == 1:
+        addr = QueueAddress(parts[0])
+    else:
+        if not parts[0]:
+            raise AddressError(f"address {address!r}: the schema name is empty")
+        addr = QueueAddress(parts[1], parts[0])
+    return checked_postgresql(addr, address)
+
+
+def checked_postgresql(addr: QueueAddress, original: str | None = None) -> QueueAddress:
+    shown = (original or addr.table)[:80]
+    if not addr.table:
+        raise AddressError(f"address {shown!r}: the table name is empty")
+    if addr.catalog:
+        raise AddressError(f"address {shown!r}: PostgreSQL addresses have no catalog part")
+    size = len(addr.table.encode("utf-8"))
+    if size > POSTGRES_MAX_TABLE_BYTES:
+        raise AddressError(
+            f"address {shown!r}: table name is {size} UTF-8 bytes; the PostgreSQL transport allows "
+            f"{POSTGRES_MAX_TABLE_BYTES}"
+        )
+    if addr.schema is not None and len(addr.schema.encode("utf-8")) > POSTGRES_MAX_NAME_BYTES:
+        raise AddressError(f"address {shown!r}: schema name is longer than {POSTGRES_MAX_NAME_BYTES} bytes")
+    for what, name in (("table", addr.table), ("schema", addr.schema)):
+        if name is not None and "\x00" in name:
+            raise AddressError(f"address {shown!r}: {what} name contains a NUL character")
+    return addr
+
+
+def quote_postgresql(name: str) -> str:
+    """``"name"`` with ``"`` doubled. Names are case-sensitive, as the transport creates them."""
+    if "\x00" in name:
+        raise AddressError(f"identifier {name[:80]!r} contains a NUL character")
+    if len(name.encode("utf-8")) > POSTGRES_MAX_NAME_BYTES:
+        raise AddressError(f"identifier {name[:80]!r} is longer than {POSTGRES_MAX_NAME_BYTES} bytes")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def format_postgresql(addr: QueueAddress) -> str:
+    table = '"' + addr.table.replace('"', '""') + '"'
+    if addr.schema is None:
+        return table
+    return '"' + addr.schema.replace('"', '""') + '".' + table
+
+
+# --- dialect-neutral entry points -----------------------------------------------------------------
+
+
+def parse(address: str, dialect: str) -> QueueAddress:
+    if dialect == "sqlserver":
+        return parse_sqlserver(address)
+    if dialect == "postgresql":
+        return parse_postgresql(address)
+    raise AddressError(f"unknown dialect {dialect!r}")
+
+
+def format_address(addr: QueueAddress, dialect: str) -> str:
+    return format_sqlserver(addr) if dialect == "sqlserver" else format_postgresql(addr)
+
+
+def quote_identifier(name: str, dialect: str) -> str:
+    return quote_sqlserver(name) if dialect == "sqlserver" else quote_postgresql(name)
+
+
+def qualified_name(addr: QueueAddress, dialect: str) -> str:
+    """The quoted two- or three-part name a statement uses for this table."""
+    parts = [addr.catalog, addr.schema, addr.table] if dialect == "sqlserver" else [addr.schema, addr.table]
+    if dialect == "sqlserver" and addr.catalog is None:
+        parts = parts[1:]
+    return ".".join(quote_identifier(p, dialect) for p in parts if p is not None)

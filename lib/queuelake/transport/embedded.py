@@ -1,0 +1,44 @@
+"""A throwaway PostgreSQL for the demo and the tests (the ``pgserver`` package ships the binaries)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+
+def start_embedded(data_dir: str | Path | None = None) -> Any:
+    """Start (or reuse) a pgserver instance; it stops when this process exits."""
+    import pgserver
+
+    path = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="queuelake-pg-"))
+    return pgserver.get_server(path, cleanup_mode="stop")
+
+
+def odbc_from_uri(uri: str, driver: str = "PostgreSQL Unicode") -> str:
+    """The psqlodbc connection string equivalent to a libpq URI (socket directory or host)."""
+    parts = urlsplit(uri)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    host = query.get("host") or parts.hostname or "localhost"
+    port = query.get("port") or (str(parts.port) if parts.port else "5432")
+    database = unquote(parts.path.lstrip("/")) or "postgres"
+    user = unquote(parts.username or "postgres")
+    password = unquote(parts.password or "")
+    fields = {
+        "Driver": "{" + driver + "}",
+        "Servername": host,
+        "Port": port,
+        "Database": database,
+        "Uid": user,
+        "Pwd": password,
+        # bytea as binary, not as escaped text; text as wide strings
+        "ByteaAsLongVarBinary": "1",
+    }
+    return ";".join(f"{k}={v}" for k, v in fields.items()) + ";"
+
+
+def with_database(uri: str, database: str) -> str:
+    """The same server URI pointing at another database."""
+    parts = urlsplit(uri)
+    return parts._replace(path="/" + database).geturl()

@@ -1,0 +1,173 @@
+"""The NServiceBus Headers column: a flat JSON object of string to string (or null).
+
+Decoding is strict where NServiceBus is strict (an object of strings) and lenient where writers in
+the wild differ (``\\/`` escapes, surrogate pairs, empty or NULL meaning "no headers"). Anything we
+cannot decode raises ``HeaderError`` with a reason; the drain quarantines that row with its raw text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Mapping
+
+import orjson
+
+from queuelake.errors import HeaderError
+
+MESSAGE_ID = "NServiceBus.MessageId"
+MESSAGE_INTENT = "NServiceBus.MessageIntent"
+ENCLOSED_MESSAGE_TYPES = "NServiceBus.EnclosedMessageTypes"
+CONTENT_TYPE = "NServiceBus.ContentType"
+CONVERSATION_ID = "NServiceBus.ConversationId"
+CORRELATION_ID = "NServiceBus.CorrelationId"
+REPLY_TO_ADDRESS = "NServiceBus.ReplyToAddress"
+ORIGINATING_ENDPOINT = "NServiceBus.OriginatingEndpoint"
+ORIGINATING_MACHINE = "NServiceBus.OriginatingMachine"
+TIME_SENT = "NServiceBus.TimeSent"
+VERSION = "NServiceBus.Version"
+PROCESSING_STARTED = "NServiceBus.ProcessingStarted"
+PROCESSING_ENDED = "NServiceBus.ProcessingEnded"
+PROCESSING_ENDPOINT = "NServiceBus.ProcessingEndpoint"
+FAILED_QUEUE = "NServiceBus.FailedQ"
+EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.ExceptionType"
+EXCEPTION_MESSAGE = "NServiceBus.ExceptionInfo.Message"
+TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
+DELIVER_AT = "NServiceBus.DeliverAt"
+TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
+FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
+
+INTENTS = {name.lower(): name for name in ("Send", "Publish", "Subscribe", "Unsubscribe", "Reply")}
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"
+
+
+def parse_time(value: str, header: str = "time") -> dt.datetime:
+    """Parse ``2024-05-01 13:45:10:123456 Z`` (colon before the microseconds) as aware UTC."""
+    try:
+        parsed = dt.datetime.strptime(value, TIME_FORMAT)
+    except (ValueError, TypeError):
+        raise HeaderError(f"header {header}: {value!r} is not a time in the form 'yyyy-MM-dd HH:mm:ss:ffffff Z'") from None
+    return parsed.replace(tzinfo=dt.timezone.utc)
+
+
+def format_time(value: dt.datetime) -> str:
+    """The 28-character wire form NServiceBus writes and reads."""
+    if value.tzinfo is None:
+        raise ValueError("format_time needs a timezone-aware datetime")
+    return value.astimezone(dt.timezone.utc).strftime(TIME_FORMAT)
+
+
+def decode_map(raw: str | bytes | None) -> dict[str, str | None]:
+    """Decode a Headers value to a dict. Empty or NULL is no headers, as the transport reads it."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}
+        try:
+            data = raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HeaderError("headers are not valid UTF-8 (lone surrogate)") from None
+    else:
+        data = bytes(raw)
+        if not data.strip():
+            return {}
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "utf-8" in str(exc).lower() or "surrogate" in str(exc).lower():
+            raise HeaderError(f"headers are not valid UTF-8: {exc}") from None
+        raise HeaderError(f"headers are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise HeaderError(f"headers are JSON {type(value).__name__}, not an object")
+    for key, item in value.items():
+        if item is not None and not isinstance(item, str):
+            raise HeaderError(f"header {key!r} has a {type(item).__name__} value; header values must be strings")
+    return value
+
+
+@dataclass
+class DecodedHeaders:
+    """A Headers map plus the typed fields the journal keeps as columns."""
+
+    headers: dict[str, str | None]
+    message_id: str | None = None
+    message_intent: str | None = None
+    enclosed_message_types: list[str] | None = None
+    message_type: str | None = None
+    content_type: str | None = None
+    conversation_id: str | None = None
+    correlation_id: str | None = None
+    reply_to_address: str | None = None
+    originating_endpoint: str | None = None
+    originating_machine: str | None = None
+    time_sent: dt.datetime | None = None
+    processing_started: dt.datetime | None = None
+    processing_ended: dt.datetime | None = None
+    processing_endpoint: str | None = None
+    failed_queue: str | None = None
+    exception_type: str | None = None
+    exception_message: str | None = None
+    time_of_failure: dt.datetime | None = None
+
+
+def full_type_name(assembly_qualified: str) -> str:
+    """``Ns.Type, Assembly, Version=...`` -> ``Ns.Type`` (the subscription Topic form)."""
+    return assembly_qualified.split(",", 1)[0].strip()
+
+
+def split_types(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [t.strip() for t in value.split(";") if t.strip()]
+
+
+def normalize_intent(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        return INTENTS[value.strip().lower()]
+    except KeyError:
+        raise HeaderError(f"header {MESSAGE_INTENT}: unknown intent {value!r}") from None
+
+
+def _time(headers: Mapping[str, str | None], name: str) -> dt.datetime | None:
+    value = headers.get(name)
+    return None if value is None or value == "" else parse_time(value, name)
+
+
+def decode(raw: str | bytes | None, row_id: str | None = None) -> DecodedHeaders:
+    """Decode a Headers value into the map and typed fields; raise HeaderError with the reason."""
+    headers = decode_map(raw)
+    get = headers.get
+    types = split_types(get(ENCLOSED_MESSAGE_TYPES))
+    return DecodedHeaders(
+        headers=headers,
+        message_id=get(MESSAGE_ID) or row_id,
+        message_intent=normalize_intent(get(MESSAGE_INTENT)),
+        enclosed_message_types=types,
+        message_type=full_type_name(types[0]) if types else None,
+        content_type=get(CONTENT_TYPE),
+        conversation_id=get(CONVERSATION_ID),
+        correlation_id=get(CORRELATION_ID),
+        reply_to_address=get(REPLY_TO_ADDRESS),
+        originating_endpoint=get(ORIGINATING_ENDPOINT),
+        originating_machine=get(ORIGINATING_MACHINE),
+        time_sent=_time(headers, TIME_SENT),
+        processing_started=_time(headers, PROCESSING_STARTED),
+        processing_ended=_time(headers, PROCESSING_ENDED),
+        processing_endpoint=get(PROCESSING_ENDPOINT),
+        failed_queue=get(FAILED_QUEUE),
+        exception_type=get(EXCEPTION_TYPE),
+        exception_message=get(EXCEPTION_MESSAGE),
+        time_of_failure=_time(headers, TIME_OF_FAILURE),
+    )
+
+
+def encode(headers: Mapping[str, str | None]) -> str:
+    """Compact JSON text that NServiceBus's header deserializer reads."""
+    for key, value in headers.items():
+        if not isinstance(key, str) or (value is not None and not isinstance(value, str)):
+            raise HeaderError(f"header {key!r}: names and values must be strings")
+    return orjson.dumps(dict(headers)).decode("utf-8")

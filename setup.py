@@ -1,0 +1,48 @@
+"""Packaging for queuelake.
+
+The SQL scripts live in the top-level ``sql/`` folder so that DBAs can review them; they are mapped
+into the wheel as the ``queuelake._sql`` package so a Databricks ``python_wheel_task`` finds them too.
+"""
+
+from setuptools import setup
+
+setup(
+    name="queuelake",
+    version="0.1.0",
+    description="Bridge NServiceBus SQL Server / PostgreSQL transport queues and a Delta lakehouse",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    package_dir={"": "lib", "queuelake._sql": "sql"},
+    packages=[
+        "queuelake",
+        "queuelake.transport",
+        "queuelake.lake",
+        "queuelake.pipeline",
+        "queuelake.quality",
+        "queuelake.examples",
+        "queuelake._sql",
+    ],
+    package_data={"queuelake._sql": ["*/*.sql", "*.sql"]},
+    install_requires=[
+        "pyspark>=4.0.1,<4.2",
+        "delta-spark>=4.0",
+        "deltalake>=1.0",
+        "pyarrow>=15",
+        "pyodbc>=5",
+        "psycopg[binary]>=3.1",
+        "orjson>=3.9",
+        "great-expectations>=1.0",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=8",
+            "hypothesis>=6",
+            "sqlglot>=25",
+            "pgserver>=0.1",
+            "ruff>=0.5",
+        ],
+    },
+    entry_points={"console_scripts": ["queuelake=queuelake.cli:main"]},
+)
