@@ -1,0 +1,166 @@
+"""Connections to the queue database through psycopg or pyodbc, behind one small wrapper.
+
+The wrapper exists for three reasons: statements come from ``sql/`` rendered in the driver's
+parameter style; driver errors become ``TransportError`` naming the table, with the connection
+string (a secret) scrubbed; and the pyodbc path is the same code for SQL Server and PostgreSQL
+(psqlodbc), so the SQL Server plumbing is exercised for real in our tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any, Mapping
+
+from queuelake.config import TransportConfig
+from queuelake.errors import TransportError
+from queuelake.transport import sqlfiles
+from queuelake.transport.sqlfiles import Statement
+
+_SECRET_FIELDS = re.compile(r"(?i)\b(pwd|password)\s*=\s*(\{[^}]*\}|[^;\s]*)")
+_URI_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Remove the connection string and any password-looking field from a message."""
+    if secret:
+        text = text.replace(secret, "<connection string>")
+        for match in _SECRET_FIELDS.finditer(secret):
+            value = match.group(2).strip("{}")
+            if value:
+                text = text.replace(value, "***")
+        for match in _URI_PASSWORD.finditer(secret):
+            if match.group(2):
+                text = text.replace(match.group(2), "***")
+    text = _SECRET_FIELDS.sub(lambda m: m.group(1) + "=***", text)
+    return _URI_PASSWORD.sub(lambda m: m.group(1) + "***" + m.group(3), text)
+
+
+class Connection:
+    """One database connection in manual-commit mode."""
+
+    def __init__(self, raw: Any, config: TransportConfig) -> None:
+        self.raw = raw
+        self.dialect = config.dialect
+        self.driver = config.driver
+        self._secret = config.connection
+        self.paramstyle = "format" if self.driver == "psycopg" else "qmark"
+
+    # -- statements -----------------------------------------------------------------------------
+
+    def statements(self, name: str, identifiers: Mapping[str, str] | None = None) -> list[Statement]:
+        return _render_cached(self.dialect, name, tuple(sorted((identifiers or {}).items())), self.paramstyle)
+
+    def run(
+        self,
+        name: str,
+        identifiers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        what: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Run every statement of a SQL file; return the rows of the last one that returns rows."""
+        rows: list[tuple[Any, ...]] = []
+        for stmt in self.statements(name, identifiers):
+            cur = self.execute(stmt, params or {}, what=what)
+            if cur.description is not None:
+                rows = [tuple(r) for r in cur.fetchall()]
+        return rows
+
+    def execute(self, stmt: Statement, params: Mapping[str, Any], what: str | None = None) -> Any:
+        cur = self.raw.cursor()
+        try:
+            cur.execute(stmt.sql, stmt.args(params))
+        except Exception as exc:  # driver-specific classes; re-raised as ours with context
+            raise self.error(exc, stmt.name, what) from None
+        return cur
+
+    def executemany(self, stmt: Statement, rows: Sequence[Mapping[str, Any]], what: str | None = None) -> None:
+        cur = self.raw.cursor()
+        if self.driver == "pyodbc":
+            cur.fast_executemany = self.dialect == "sqlserver"
+        try:
+            cur.executemany(stmt.sql, [stmt.args(r) for r in rows])
+        except Exception as exc:
+            raise self.error(exc, stmt.name, what) from None
+
+    def error(self, exc: BaseException, statement: str, what: str | None) -> TransportError:
+        message = redact(_first_line(exc), self._secret)
+        target = f" on {what}" if what else ""
+        if _is_missing_table(message):
+            return TransportError(f"table{target} does not exist ({statement}): {message}")
+        return TransportError(f"{statement}{target} failed: {message}")
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        self.raw.commit()
+
+    def rollback(self) -> None:
+        with contextlib.suppress(Exception):
+            self.raw.rollback()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        try:
+            yield self
+        except BaseException:
+            self.rollback()
+            raise
+        else:
+            self.commit()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.raw.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            self.rollback()
+        self.close()
+
+
+@functools.lru_cache(maxsize=4096)
+def _render_cached(dialect: str, name: str, identifiers: tuple[tuple[str, str], ...], style: str) -> list[Statement]:
+    return sqlfiles.render(dialect, name, dict(identifiers), style)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(line.strip() for line in text.splitlines()[:3])
+
+
+def _is_missing_table(message: str) -> bool:
+    lowered = message.lower()
+    return ("relation" in lowered and "does not exist" in lowered) or "invalid object name" in lowered
+
+
+def connect(config: TransportConfig, application_name: str = "queuelake") -> Connection:
+    """Open a connection; errors name the driver and never print the connection string."""
+    if not config.connection:
+        raise TransportError("transport.connection is empty: set it (e.g. ${QUEUELAKE_CONNECTION}) in the config")
+    try:
+        if config.driver == "psycopg":
+            import psycopg
+
+            raw = psycopg.connect(config.connection, autocommit=False, application_name=application_name)
+            # bytea and text arrive as bytes/str with no per-row Python adaptation beyond the default
+        else:
+            import pyodbc
+
+            raw = pyodbc.connect(config.connection, autocommit=False)
+            if config.dialect == "postgresql":
+                # psqlodbc: read text as UTF-8 (wide) and write str parameters as UTF-8
+                raw.setdecoding(pyodbc.SQL_CHAR, encoding="utf-8")
+                raw.setdecoding(pyodbc.SQL_WCHAR, encoding="utf-8")
+                raw.setencoding(encoding="utf-8")
+    except Exception as exc:
+        raise TransportError(
+            f"cannot connect to the {config.dialect} queue database with {config.driver}: "
+            f"{redact(_first_line(exc), config.connection)}"
+        ) from None
+    return Connection(raw, config)

@@ -1,0 +1,167 @@
+"""Queue operations: batched receive, peek, purge of expired rows, bulk send, delayed store.
+
+Transactions belong to the caller: the drain holds a receive open until its Delta commit lands, and
+publish commits a batch's inserts with its ledger row. Functions here never commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from queuelake.transport.db import Connection
+from queuelake.transport.tables import TableRef
+
+SEND_CHUNK = 1000  # rows per executemany: bounds the parameter array pyodbc holds in memory
+
+
+@dataclass(frozen=True)
+class ReceivedRow:
+    id: str
+    seq: int
+    expired: bool
+    expires: dt.datetime | None  # aware UTC
+    headers: str | None
+    body: bytes | None
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    headers: str  # encoded JSON
+    body: bytes | None
+    id: str | None = None  # a fresh uuid4 when None
+    ttbr_ms: int | None = None
+
+
+def _uuid_text(value: Any) -> str:
+    return str(value) if isinstance(value, uuid.UUID) else str(uuid.UUID(str(value)))
+
+
+def _utc(value: Any) -> dt.datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc)
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "t", "true")
+    return bool(value)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return bytes(value).decode("utf-8", errors="surrogateescape")
+
+
+def to_received(row: Sequence[Any]) -> ReceivedRow:
+    rid, seq, expired, expires, headers, body = row
+    return ReceivedRow(
+        _uuid_text(rid),
+        int(seq),
+        _bool(expired),
+        _utc(expires),
+        _text(headers),
+        None if body is None else bytes(body),
+    )
+
+
+def receive_batch(conn: Connection, queue: TableRef, batch_size: int) -> list[ReceivedRow]:
+    """Delete and return up to batch_size of the oldest unlocked rows, sorted by seq."""
+    rows = conn.run("receive_batch", queue.identifiers(), {"batch_size": batch_size}, what=queue.canonical)
+    return sorted((to_received(r) for r in rows), key=lambda r: r.seq)
+
+
+def receive_one(conn: Connection, queue: TableRef) -> ReceivedRow | None:
+    rows = conn.run("receive_one", queue.identifiers(), {}, what=queue.canonical)
+    return to_received(rows[0]) if rows else None
+
+
+def peek(conn: Connection, queue: TableRef) -> int:
+    rows = conn.run("peek", queue.identifiers(), {}, what=queue.canonical)
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+
+def oldest_headers(conn: Connection, queue: TableRef) -> str | None:
+    rows = conn.run("oldest", queue.identifiers(), {}, what=queue.canonical)
+    return _text(rows[0][0]) if rows else None
+
+
+def purge_expired_batch(conn: Connection, queue: TableRef, batch_size: int = 10000) -> int:
+    """Delete one batch of expired rows; returns how many went."""
+    total = 0
+    for stmt in conn.statements("purge_expired", queue.identifiers()):
+        cur = conn.execute(stmt, {"batch_size": batch_size}, what=queue.canonical)
+        total += max(cur.rowcount, 0)
+    return total
+
+
+def db_utc_now(conn: Connection) -> dt.datetime:
+    rows = conn.run("db_now")
+    value = _utc(rows[0][0])
+    assert value is not None
+    return value
+
+
+def has_recoverable(conn: Connection, queue: TableRef) -> bool:
+    if conn.dialect != "sqlserver":
+        return False
+    rows = conn.run("has_recoverable", queue.identifiers(), queue.params(), what=queue.canonical)
+    return bool(rows and rows[0][0])
+
+
+def send(conn: Connection, queue: TableRef, messages: Iterable[OutgoingMessage]) -> int:
+    """Insert messages in bulk. Expires is computed from TTBR by the database clock."""
+    batch = list(messages)
+    if not batch:
+        return 0
+    if conn.driver == "psycopg" and conn.dialect == "postgresql":
+        return _copy_postgresql(conn, queue, batch)
+    name = "send_recoverable" if has_recoverable(conn, queue) else "send"
+    (stmt,) = conn.statements(name, queue.identifiers())
+    for start in range(0, len(batch), SEND_CHUNK):
+        chunk = batch[start : start + SEND_CHUNK]
+        conn.executemany(
+            stmt,
+            [
+                {"id": m.id or str(uuid.uuid4()), "ttbr_ms": m.ttbr_ms, "headers": m.headers, "body": m.body}
+                for m in chunk
+            ],
+            what=queue.canonical,
+        )
+    return len(batch)
+
+
+def _copy_postgresql(conn: Connection, queue: TableRef, batch: list[OutgoingMessage]) -> int:
+    """COPY is the fastest PostgreSQL load. now() is fixed inside a transaction, so Expires computed
+    here from the transaction's now() equals what the INSERT statement would have written."""
+    now = None
+    if any(m.ttbr_ms is not None for m in batch):
+        now = db_utc_now(conn).replace(tzinfo=None)
+    cur = conn.raw.cursor()
+    sql = f"COPY {queue.qualified} (id, expires, headers, body) FROM STDIN"
+    try:
+        with cur.copy(sql) as copy:
+            for m in batch:
+                expires = None if m.ttbr_ms is None else now + dt.timedelta(milliseconds=m.ttbr_ms)  # type: ignore[operator]
+                copy.write_row((m.id or str(uuid.uuid4()), expires, m.headers, m.body))
+    except Exception as exc:
+        raise conn.error(exc, "send (COPY)", queue.canonical) from None
+    return len(batch)
+
+
+def store_delayed(conn: Connection, delayed: TableRef, messages: Iterable[tuple[str, bytes | None, int]]) -> int:
+    """Insert (headers, body, delay_ms) rows into an endpoint's delayed table."""
+    (stmt,) = conn.statements("store_delayed", delayed.identifiers())
+    rows = [{"id": str(uuid.uuid4()), "headers": h, "body": b, "delay_ms": d} for h, b, d in messages]
+    for start in range(0, len(rows), SEND_CHUNK):
+        conn.executemany(stmt, rows[start : start + SEND_CHUNK], what=delayed.canonical)
+    return len(rows)

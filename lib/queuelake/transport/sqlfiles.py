@@ -1,0 +1,108 @@
+"""Load the reviewable SQL files of ``sql/<dialect>/`` and render them for a driver.
+
+Files use two kinds of placeholders:
+- ``{name}`` for identifiers. Only values produced by ``address.quote_identifier`` /
+  ``qualified_name`` are ever substituted, so no string from config or a table reaches SQL unquoted.
+- ``:name`` for values, turned into the driver's parameter style (``?`` or ``%s``) in order.
+PostgreSQL files may hold several statements, one per ``;`` at a line end; a T-SQL file is one batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+_IDENT = re.compile(r"\{([a-z_]+)\}")
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_COMMENT = re.compile(r"^\s*--.*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One rendered statement: SQL text in the driver's paramstyle and the parameter names in order."""
+
+    name: str
+    sql: str
+    params: tuple[str, ...]
+
+    def args(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        try:
+            return tuple(values[p] for p in self.params)
+        except KeyError as exc:
+            raise KeyError(f"SQL {self.name}: no value for parameter {exc.args[0]!r}") from None
+
+
+def sql_root() -> Path:
+    """The ``sql/`` folder: the source checkout's, else the one packaged in the wheel."""
+    checkout = Path(__file__).resolve().parents[3] / "sql"
+    if (checkout / "postgresql").is_dir():
+        return checkout
+    return Path(str(resources.files("queuelake._sql")))
+
+
+@functools.lru_cache(maxsize=None)
+def read_sql(dialect: str, name: str) -> str:
+    path = sql_root() / dialect / f"{name}.sql"
+    return path.read_text(encoding="utf-8")
+
+
+def split_statements(text: str, dialect: str) -> list[str]:
+    body = _COMMENT.sub("", text).strip()
+    if dialect != "postgresql":
+        return [body]
+    parts = re.split(r";\s*\n", body + "\n")
+    return [p.strip().rstrip(";") for p in parts if p.strip()]
+
+
+def render(
+    dialect: str,
+    name: str,
+    identifiers: Mapping[str, str] | None = None,
+    paramstyle: str = "qmark",
+) -> list[Statement]:
+    """Render ``sql/<dialect>/<name>.sql``. paramstyle: ``qmark`` (?), ``format`` (%s), ``named`` (@name)."""
+    identifiers = identifiers or {}
+    statements = []
+    for text in split_statements(read_sql(dialect, name), dialect):
+
+        def ident(match: re.Match[str]) -> str:
+            key = match.group(1)
+            if key not in identifiers:
+                raise KeyError(f"SQL {dialect}/{name}: no identifier for {{{key}}}")
+            return identifiers[key]
+
+        # Identifiers first would let a quoted name containing ':x' look like a parameter, so
+        # parameters are found on the template and identifiers substituted around them.
+        params: list[str] = []
+        pieces: list[str] = []
+        pos = 0
+        for match in _PARAM.finditer(text):
+            pieces.append(_IDENT.sub(ident, text[pos : match.start()]))
+            params.append(match.group(1))
+            if paramstyle == "qmark":
+                pieces.append("?")
+            elif paramstyle == "format":
+                pieces.append("%s")
+            else:
+                pieces.append("@" + match.group(1))
+            pos = match.end()
+        pieces.append(_IDENT.sub(ident, text[pos:]))
+        sql = "".join(pieces)
+        if paramstyle == "format":
+            # a literal % in an identifier must not read as a placeholder
+            sql = _escape_percent(sql, len(params))
+        statements.append(Statement(name, sql, tuple(params)))
+    return statements
+
+
+def _escape_percent(sql: str, count: int) -> str:
+    marker = "\x00P\x00"
+    return sql.replace("%s", marker).replace("%", "%%").replace(marker, "%s")
+
+
+def sql_names(dialect: str) -> list[str]:
+    return sorted(p.stem for p in (sql_root() / dialect).glob("*.sql"))

@@ -1,0 +1,1 @@
+DELETE FROM {table} WHERE endpoint = :endpoint AND topic = :topic;

@@ -1,0 +1,1 @@
+SELECT GETUTCDATE() AS utc_now;

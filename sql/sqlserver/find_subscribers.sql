@@ -1,0 +1,1 @@
+SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = :topic;

@@ -1,0 +1,1 @@
+SELECT TOP (1) Headers FROM {queue} WITH (READPAST) ORDER BY RowVersion;

@@ -1,0 +1,1 @@
+DELETE FROM {table} WHERE Endpoint = :endpoint AND Topic = :topic;
