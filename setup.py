@@ -21,6 +21,7 @@ setup(
         "queuelake.pipeline",
         "queuelake.quality",
         "queuelake.examples",
+        "queuelake.commands",
         "queuelake._sql",
     ],
     package_data={"queuelake._sql": ["*/*.sql", "*.sql"]},

@@ -30,7 +30,8 @@ class TransportConfig:
     default_catalog: str | None = None
     subscription_table: str = "SubscriptionRouting"
     ledger_table: str = "queuelake_publish_ledger"
-    embedded: bool = False  # start a throwaway PostgreSQL (pgserver) when connection is empty
+    # data folder of a throwaway PostgreSQL (pgserver) started when connection is empty
+    embedded: str | None = None
 
     def __post_init__(self) -> None:
         if self.dialect not in ("postgresql", "sqlserver"):
@@ -41,6 +42,8 @@ class TransportConfig:
             raise ConfigError("transport.driver must be pyodbc for the sqlserver dialect")
         if self.default_schema is None:
             self.default_schema = "public" if self.dialect == "postgresql" else "dbo"
+        if self.embedded and self.dialect != "postgresql":
+            raise ConfigError("transport.embedded is a PostgreSQL server; set transport.dialect: postgresql")
         if self.default_catalog is not None and self.dialect != "sqlserver":
             raise ConfigError("transport.default_catalog applies to the sqlserver dialect only")
 

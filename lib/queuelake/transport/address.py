@@ -11,16 +11,19 @@ PostgreSQL canonical form: ``"schema"."table"``, split at the first dot outside 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from queuelake.errors import AddressError
 
 POSTGRES_MAX_TABLE_BYTES = 55  # the transport appends suffixes for index names (63-byte limit)
 POSTGRES_MAX_NAME_BYTES = 63
-SQLSERVER_MAX_NAME_CHARS = 128
+SQLSERVER_MAX_NAME_CHARS = 128  # sysname is nvarchar(128): UTF-16 code units, not code points
+DIALECTS = ("sqlserver", "postgresql")
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True)
 class QueueAddress:
     """A queue table. ``schema``/``catalog`` None mean "the configured default"."""
 
@@ -30,6 +33,28 @@ class QueueAddress:
 
     def with_defaults(self, schema: str | None, catalog: str | None = None) -> QueueAddress:
         return QueueAddress(self.table, self.schema or schema, self.catalog or catalog)
+
+    def _sort_key(self) -> tuple:
+        # None (the default) sorts before any name; a plain tuple comparison would raise TypeError.
+        return (self.table, self.schema is not None, self.schema or "", self.catalog is not None, self.catalog or "")
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, QueueAddress):
+            return NotImplemented
+        return self._sort_key() < other._sort_key()
+
+
+def _has_surrogate(name: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in name)
+
+
+def _utf16_units(name: str) -> int:
+    return len(name.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _check_dialect(dialect: str) -> None:
+    if dialect not in DIALECTS:
+        raise AddressError(f"unknown dialect {dialect!r}; expected sqlserver or postgresql")
 
 
 # --- SQL Server ---------------------------------------------------------------------------------
@@ -85,13 +110,16 @@ def _checked_sqlserver(addr: QueueAddress, original: str) -> QueueAddress:
     for what, name in (("table", addr.table), ("schema", addr.schema), ("catalog", addr.catalog)):
         if name is None:
             continue
-        if len(name) > SQLSERVER_MAX_NAME_CHARS:
-            raise AddressError(
-                f"address {original[:80]!r}: {what} name is {len(name)} characters; "
-                f"SQL Server allows {SQLSERVER_MAX_NAME_CHARS}"
-            )
         if "\x00" in name:
             raise AddressError(f"address {original[:80]!r}: {what} name contains a NUL character")
+        if _has_surrogate(name):
+            raise AddressError(f"address {original[:80]!r}: {what} name contains a lone surrogate (invalid Unicode)")
+        size = _utf16_units(name)
+        if size > SQLSERVER_MAX_NAME_CHARS:
+            raise AddressError(
+                f"address {original[:80]!r}: {what} name is {size} characters (UTF-16 code units); "
+                f"SQL Server allows {SQLSERVER_MAX_NAME_CHARS}"
+            )
     return addr
 
 
@@ -102,6 +130,7 @@ def _bracket(name: str) -> str:
 def format_sqlserver(addr: QueueAddress) -> str:
     if "@" in addr.table:
         raise AddressError(f"table name {addr.table!r} contains @, which SQL Server addresses cannot hold")
+    _checked_sqlserver(addr, addr.table)  # never write an address that parse_sqlserver would refuse
     text = addr.table
     if addr.schema or addr.catalog:
         text += "@" + (_bracket(addr.schema) if addr.schema else "")
@@ -112,9 +141,23 @@ def format_sqlserver(addr: QueueAddress) -> str:
 
 def quote_sqlserver(name: str) -> str:
     """``[name]`` with ``]`` doubled: the only escaping T-SQL needs inside brackets."""
+    _check_identifier(name)
+    size = _utf16_units(name)
+    if size > SQLSERVER_MAX_NAME_CHARS:
+        raise AddressError(
+            f"identifier {name[:80]!r} is {size} characters (UTF-16 code units); "
+            f"SQL Server allows {SQLSERVER_MAX_NAME_CHARS}"
+        )
+    return _bracket(name)
+
+
+def _check_identifier(name: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise AddressError(f"identifier {name!r} is empty or not a string")
     if "\x00" in name:
         raise AddressError(f"identifier {name[:80]!r} contains a NUL character")
-    return _bracket(name)
+    if _has_surrogate(name):
+        raise AddressError(f"identifier {name[:80]!r} contains a lone surrogate (invalid Unicode)")
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------
@@ -170,32 +213,46 @@ def checked_postgresql(addr: QueueAddress, original: str | None = None) -> Queue
     shown = (original or addr.table)[:80]
     if not addr.table:
         raise AddressError(f"address {shown!r}: the table name is empty")
-    if addr.catalog:
+    if addr.schema is not None and not addr.schema:
+        raise AddressError(f"address {shown!r}: the schema name is empty (use None for the default schema)")
+    if addr.catalog is not None:
         raise AddressError(f"address {shown!r}: PostgreSQL addresses have no catalog part")
+    for what, name in (("table", addr.table), ("schema", addr.schema)):
+        if name is None:
+            continue
+        if "\x00" in name:
+            raise AddressError(f"address {shown!r}: {what} name contains a NUL character")
+        if _has_surrogate(name):
+            raise AddressError(f"address {shown!r}: {what} name contains a lone surrogate (invalid Unicode)")
     size = len(addr.table.encode("utf-8"))
     if size > POSTGRES_MAX_TABLE_BYTES:
         raise AddressError(
             f"address {shown!r}: table name is {size} UTF-8 bytes; the PostgreSQL transport allows "
             f"{POSTGRES_MAX_TABLE_BYTES}"
         )
-    if addr.schema is not None and len(addr.schema.encode("utf-8")) > POSTGRES_MAX_NAME_BYTES:
-        raise AddressError(f"address {shown!r}: schema name is longer than {POSTGRES_MAX_NAME_BYTES} bytes")
-    for what, name in (("table", addr.table), ("schema", addr.schema)):
-        if name is not None and "\x00" in name:
-            raise AddressError(f"address {shown!r}: {what} name contains a NUL character")
+    if addr.schema is not None:
+        size = len(addr.schema.encode("utf-8"))
+        if size > POSTGRES_MAX_NAME_BYTES:
+            raise AddressError(
+                f"address {shown!r}: schema name is {size} UTF-8 bytes; PostgreSQL allows {POSTGRES_MAX_NAME_BYTES}"
+            )
     return addr
 
 
 def quote_postgresql(name: str) -> str:
     """``"name"`` with ``"`` doubled. Names are case-sensitive, as the transport creates them."""
-    if "\x00" in name:
-        raise AddressError(f"identifier {name[:80]!r} contains a NUL character")
-    if len(name.encode("utf-8")) > POSTGRES_MAX_NAME_BYTES:
-        raise AddressError(f"identifier {name[:80]!r} is longer than {POSTGRES_MAX_NAME_BYTES} bytes")
+    _check_identifier(name)
+    size = len(name.encode("utf-8"))
+    if size > POSTGRES_MAX_NAME_BYTES:
+        raise AddressError(
+            f"identifier {name[:80]!r} is {size} UTF-8 bytes; PostgreSQL allows {POSTGRES_MAX_NAME_BYTES} "
+            "(it would silently truncate a longer name)"
+        )
     return '"' + name.replace('"', '""') + '"'
 
 
 def format_postgresql(addr: QueueAddress) -> str:
+    checked_postgresql(addr)  # never write an address that parse_postgresql would refuse (or drop a catalog)
     table = '"' + addr.table.replace('"', '""') + '"'
     if addr.schema is None:
         return table
@@ -214,16 +271,30 @@ def parse(address: str, dialect: str) -> QueueAddress:
 
 
 def format_address(addr: QueueAddress, dialect: str) -> str:
+    _check_dialect(dialect)
     return format_sqlserver(addr) if dialect == "sqlserver" else format_postgresql(addr)
 
 
 def quote_identifier(name: str, dialect: str) -> str:
+    _check_dialect(dialect)
     return quote_sqlserver(name) if dialect == "sqlserver" else quote_postgresql(name)
 
 
 def qualified_name(addr: QueueAddress, dialect: str) -> str:
-    """The quoted two- or three-part name a statement uses for this table."""
-    parts = [addr.catalog, addr.schema, addr.table] if dialect == "sqlserver" else [addr.schema, addr.table]
-    if dialect == "sqlserver" and addr.catalog is None:
-        parts = parts[1:]
-    return ".".join(quote_identifier(p, dialect) for p in parts if p is not None)
+    """The quoted two- or three-part name a statement uses for this table.
+
+    A None schema or catalog is left to the server (apply ``with_defaults`` first to pin them). On SQL
+    Server a catalog without a schema is written ``[catalog]..[table]``: ``[catalog].[table]`` would
+    mean schema ``catalog``.
+    """
+    _check_dialect(dialect)
+    if dialect == "postgresql":
+        if addr.catalog is not None:
+            raise AddressError(f"address {addr.table[:80]!r}: PostgreSQL addresses have no catalog part")
+        parts = [addr.schema, addr.table] if addr.schema is not None else [addr.table]
+        return ".".join(quote_postgresql(p) for p in parts)
+    table = quote_sqlserver(addr.table)
+    schema = quote_sqlserver(addr.schema) if addr.schema is not None else None
+    if addr.catalog is not None:
+        return quote_sqlserver(addr.catalog) + "." + (schema or "") + "." + table
+    return table if schema is None else schema + "." + table

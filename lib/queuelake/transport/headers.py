@@ -8,8 +8,9 @@ cannot decode raises ``HeaderError`` with a reason; the drain quarantines that r
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import orjson
 
@@ -40,22 +41,40 @@ FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
 INTENTS = {name.lower(): name for name in ("Send", "Publish", "Subscribe", "Unsubscribe", "Reply")}
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"
+# Exactly the .NET "yyyy-MM-dd HH:mm:ss:ffffff Z" (ASCII digits, fixed widths), as ParseExact reads it.
+_TIME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}):([0-9]{6}) Z")
 
 
 def parse_time(value: str, header: str = "time") -> dt.datetime:
     """Parse ``2024-05-01 13:45:10:123456 Z`` (colon before the microseconds) as aware UTC."""
+    match = _TIME_RE.fullmatch(value) if isinstance(value, str) else None
     try:
-        parsed = dt.datetime.strptime(value, TIME_FORMAT)
-    except (ValueError, TypeError):
-        raise HeaderError(f"header {header}: {value!r} is not a time in the form 'yyyy-MM-dd HH:mm:ss:ffffff Z'") from None
-    return parsed.replace(tzinfo=dt.timezone.utc)
+        if match is None:
+            raise ValueError
+        return dt.datetime(*(int(g) for g in match.groups()), tzinfo=dt.timezone.utc)
+    except ValueError:
+        raise HeaderError(
+            f"header {header}: {value!r} is not a time in the form 'yyyy-MM-dd HH:mm:ss:ffffff Z'"
+        ) from None
 
 
 def format_time(value: dt.datetime) -> str:
     """The 28-character wire form NServiceBus writes and reads."""
-    if value.tzinfo is None:
+    if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("format_time needs a timezone-aware datetime")
-    return value.astimezone(dt.timezone.utc).strftime(TIME_FORMAT)
+    try:
+        v = value.astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise ValueError(f"format_time: {value!r} is outside the range of UTC datetimes") from None
+    # Not strftime: %Y is not zero-padded to four digits for years before 1000 on every platform.
+    return f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}:{v.microsecond:06d} Z"
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _json_type(value: object) -> str:
+    return "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def decode_map(raw: str | bytes | None) -> dict[str, str | None]:
@@ -67,23 +86,29 @@ def decode_map(raw: str | bytes | None) -> dict[str, str | None]:
             return {}
         try:
             data = raw.encode("utf-8")
-        except UnicodeEncodeError:
-            raise HeaderError("headers are not valid UTF-8 (lone surrogate)") from None
-    else:
+        except UnicodeEncodeError as exc:
+            raise HeaderError(f"headers are not valid Unicode: lone surrogate at character {exc.start}") from None
+    elif isinstance(raw, (bytes, bytearray, memoryview)):
         data = bytes(raw)
         if not data.strip():
             return {}
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise HeaderError(f"headers are not valid UTF-8: {exc.reason} at byte {exc.start}") from None
+    else:
+        raise HeaderError(f"headers are a {type(raw).__name__}, not text or bytes")
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        if "utf-8" in str(exc).lower() or "surrogate" in str(exc).lower():
-            raise HeaderError(f"headers are not valid UTF-8: {exc}") from None
+        if "surrogate" in str(exc).lower():
+            raise HeaderError(f"headers hold an escaped lone surrogate (invalid Unicode): {exc}") from None
         raise HeaderError(f"headers are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise HeaderError(f"headers are JSON {type(value).__name__}, not an object")
+        raise HeaderError(f"headers are a JSON {_json_type(value)}, not an object of strings")
     for key, item in value.items():
         if item is not None and not isinstance(item, str):
-            raise HeaderError(f"header {key!r} has a {type(item).__name__} value; header values must be strings")
+            raise HeaderError(f"header {key!r} has a JSON {_json_type(item)} value; header values must be strings")
     return value
 
 
@@ -113,8 +138,27 @@ class DecodedHeaders:
 
 
 def full_type_name(assembly_qualified: str) -> str:
-    """``Ns.Type, Assembly, Version=...`` -> ``Ns.Type`` (the subscription Topic form)."""
-    return assembly_qualified.split(",", 1)[0].strip()
+    """``Ns.Type, Assembly, Version=...`` -> ``Ns.Type`` (the subscription Topic form).
+
+    The assembly part starts at the first comma outside generic-argument brackets, so
+    ``Ns.Wrapper`1[[Ns.Inner, Asm]], Asm`` -> ``Ns.Wrapper`1[[Ns.Inner, Asm]]`` (as ``Type.FullName``).
+    A backslash escapes the next character, as in .NET type names.
+    """
+    depth = 0
+    i = 0
+    while i < len(assembly_qualified):
+        ch = assembly_qualified[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            return assembly_qualified[:i].strip()
+        i += 1
+    return assembly_qualified.strip()
 
 
 def split_types(value: str | None) -> list[str] | None:
@@ -169,5 +213,8 @@ def encode(headers: Mapping[str, str | None]) -> str:
     """Compact JSON text that NServiceBus's header deserializer reads."""
     for key, value in headers.items():
         if not isinstance(key, str) or (value is not None and not isinstance(value, str)):
-            raise HeaderError(f"header {key!r}: names and values must be strings")
-    return orjson.dumps(dict(headers)).decode("utf-8")
+            raise HeaderError(f"header {key!r}: names and values must be strings (values may be None)")
+    try:
+        return orjson.dumps(dict(headers)).decode("utf-8")
+    except orjson.JSONEncodeError as exc:  # a TypeError, e.g. for a lone surrogate
+        raise HeaderError(f"headers cannot be encoded as JSON: {exc}") from None

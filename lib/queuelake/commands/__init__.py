@@ -1,0 +1,1 @@
+"""Command implementations behind ``cli.py`` and ``jobs/*.py``: each returns a summary dict."""

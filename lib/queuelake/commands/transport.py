@@ -1,0 +1,85 @@
+"""install, status, purge-expired: commands that only touch the queue database."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from typing import Any
+
+from queuelake import config as config_mod
+from queuelake.context import connect
+from queuelake.errors import HeaderError
+from queuelake.report import log
+from queuelake.transport import headers as hdr
+from queuelake.transport import installer, queues, schema
+from queuelake.transport.tables import queue_ref
+
+
+def install_plan(cfg: config_mod.Config) -> installer.InstallPlan:
+    """Everything the deployment needs: drained queues and the Send destinations it names."""
+    return installer.plan(cfg)
+
+
+def install(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = config_mod.load(args.config)
+    plan = install_plan(cfg)
+    if args.print_sql:
+        print(installer.script(cfg.transport.dialect, plan))
+        return {"printed": [ref.canonical for _, ref in plan.steps()]}
+    with connect(cfg, "queuelake-install") as conn:
+        done = installer.install(conn, plan)
+    for name in done:
+        log.info("ensured %s", name)
+    return {"tables": done}
+
+
+def status(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = config_mod.load(args.config)
+    out: list[dict[str, Any]] = []
+    with connect(cfg, "queuelake-status") as conn:
+        now = queues.db_utc_now(conn)
+        for name in cfg.drain.queues:
+            ref = queue_ref(name, cfg.transport)
+            entry: dict[str, Any] = {"queue": ref.canonical}
+            if not schema.table_exists(conn, ref):
+                entry.update(exists=False, warnings=[f"{ref.canonical}: table does not exist"])
+                out.append(entry)
+                continue
+            entry.update(exists=True, depth=queues.peek(conn, ref), warnings=schema.warnings(conn, ref))
+            entry["oldest_age_seconds"] = _oldest_age(queues.oldest_headers(conn, ref), now)
+            conn.rollback()
+            for warning in entry["warnings"]:
+                log.warning(warning)
+            log.info("%s: depth %s", ref.canonical, entry["depth"])
+            out.append(entry)
+    return {"queues": out}
+
+
+def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
+    """Age of the oldest message by its TimeSent header; None when empty or unknown."""
+    if raw is None:
+        return None
+    try:
+        sent = hdr.decode(raw).time_sent
+    except HeaderError:
+        return None
+    return None if sent is None else round((now - sent).total_seconds(), 3)
+
+
+def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = config_mod.load(args.config)
+    purged: dict[str, int] = {}
+    with connect(cfg, "queuelake-purge") as conn:
+        for name in cfg.drain.queues:
+            ref = queue_ref(name, cfg.transport)
+            schema.require_table(conn, ref)
+            total = 0
+            while True:
+                with conn.transaction():
+                    n = queues.purge_expired_batch(conn, ref)
+                total += n
+                if n == 0:
+                    break
+                log.info("%s: purged %d expired (total %d)", ref.canonical, n, total)
+            purged[ref.canonical] = total
+    return {"purged": purged, "total": sum(purged.values())}
