@@ -107,6 +107,7 @@ def parse_sqlserver(address: str) -> QueueAddress:
 def _checked_sqlserver(addr: QueueAddress, original: str) -> QueueAddress:
     if not addr.table:
         raise AddressError(f"address {original!r}: the table name is empty")
+    _check_sqlserver_table(addr.table, original)
     for what, name in (("table", addr.table), ("schema", addr.schema), ("catalog", addr.catalog)):
         if name is None:
             continue
@@ -121,6 +122,14 @@ def _checked_sqlserver(addr: QueueAddress, original: str) -> QueueAddress:
                 f"SQL Server allows {SQLSERVER_MAX_NAME_CHARS}"
             )
     return addr
+
+
+def _check_sqlserver_table(table: str, original: str) -> None:
+    if table.startswith("#"):
+        # [#name] is a temporary table in tempdb even when bracketed (and [##name] a global one).
+        raise AddressError(
+            f"address {original[:80]!r}: table name starts with #, which SQL Server reads as a temporary table"
+        )
 
 
 def _bracket(name: str) -> str:
@@ -293,6 +302,7 @@ def qualified_name(addr: QueueAddress, dialect: str) -> str:
             raise AddressError(f"address {addr.table[:80]!r}: PostgreSQL addresses have no catalog part")
         parts = [addr.schema, addr.table] if addr.schema is not None else [addr.table]
         return ".".join(quote_postgresql(p) for p in parts)
+    _check_sqlserver_table(addr.table, addr.table)
     table = quote_sqlserver(addr.table)
     schema = quote_sqlserver(addr.schema) if addr.schema is not None else None
     if addr.catalog is not None:
