@@ -60,7 +60,9 @@ def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
     if raw is None:
         return None
     try:
-        sent = hdr.decode(raw).time_sent
+        # only TimeSent matters here: another malformed header must not hide the age
+        value = hdr.decode_map(raw).get(hdr.TIME_SENT)
+        sent = hdr.parse_time(value, hdr.TIME_SENT) if value else None
     except HeaderError:
         return None
     return None if sent is None else round((now - sent).total_seconds(), 3)

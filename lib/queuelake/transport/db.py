@@ -11,29 +11,40 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Iterator, Sequence
-from typing import Any, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import unquote
 
 from queuelake.config import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport import sqlfiles
 from queuelake.transport.sqlfiles import Statement
 
-_SECRET_FIELDS = re.compile(r"(?i)\b(pwd|password)\s*=\s*(\{[^}]*\}|[^;\s]*)")
+# pwd=/password= in ODBC ({braced}, }} escaping a brace) and libpq key=value ('quoted') strings
+_SECRET_FIELDS = re.compile(r"(?i)\b(pwd|password)\s*=\s*(\{(?:[^}]|\}\})*\}|'(?:[^'\\]|\\.)*'|[^;\s]*)")
 _URI_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
+
+
+def _field_value(raw: str) -> str:
+    if raw.startswith("{") and raw.endswith("}") and len(raw) >= 2:
+        return raw[1:-1].replace("}}", "}")
+    if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
+        return re.sub(r"\\(.)", r"\1", raw[1:-1])
+    return raw
 
 
 def redact(text: str, secret: str | None) -> str:
     """Remove the connection string and any password-looking field from a message."""
     if secret:
         text = text.replace(secret, "<connection string>")
+        values: set[str] = set()
         for match in _SECRET_FIELDS.finditer(secret):
-            value = match.group(2).strip("{}")
-            if value:
-                text = text.replace(value, "***")
+            values.update((match.group(2), _field_value(match.group(2))))
         for match in _URI_PASSWORD.finditer(secret):
-            if match.group(2):
-                text = text.replace(match.group(2), "***")
+            values.update((match.group(2), unquote(match.group(2))))
+        # longest first, so a password is not half-replaced by a shorter form of itself
+        for value in sorted((v for v in values if v), key=len, reverse=True):
+            text = text.replace(value, "***")
     text = _SECRET_FIELDS.sub(lambda m: m.group(1) + "=***", text)
     return _URI_PASSWORD.sub(lambda m: m.group(1) + "***" + m.group(3), text)
 
@@ -130,7 +141,13 @@ def _render_cached(dialect: str, name: str, identifiers: tuple[tuple[str, str], 
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    args = getattr(exc, "args", ())
+    if len(args) == 2 and all(isinstance(a, str) for a in args) and args[1].startswith("["):
+        # pyodbc: (sqlstate, message); str() would show the tuple's repr with escaped line breaks
+        text = args[1].strip()
+    else:
+        text = str(exc).strip()
+    text = text or type(exc).__name__
     return " ".join(line.strip() for line in text.splitlines()[:3])
 
 
@@ -154,10 +171,12 @@ def connect(config: TransportConfig, application_name: str = "queuelake") -> Con
 
             raw = pyodbc.connect(config.connection, autocommit=False)
             if config.dialect == "postgresql":
-                # psqlodbc: read text as UTF-8 (wide) and write str parameters as UTF-8
+                # psqlodbc: read text as UTF-8. Statements and str parameters keep pyodbc's default
+                # (UTF-16, the W entry points): with setencoding("utf-8") the statement text goes
+                # through the narrow API and psqlodbc re-encodes it, so a non-ASCII table name in
+                # the SQL ("ünï") reached the server as mojibake ("Ã¼nÃ¯").
                 raw.setdecoding(pyodbc.SQL_CHAR, encoding="utf-8")
                 raw.setdecoding(pyodbc.SQL_WCHAR, encoding="utf-8")
-                raw.setencoding(encoding="utf-8")
     except Exception as exc:
         raise TransportError(
             f"cannot connect to the {config.dialect} queue database with {config.driver}: "

@@ -26,7 +26,7 @@ def odbc_from_uri(uri: str, driver: str = "PostgreSQL Unicode") -> str:
     user = unquote(parts.username or "postgres")
     password = unquote(parts.password or "")
     fields = {
-        "Driver": "{" + driver + "}",
+        "Driver": driver,
         "Servername": host,
         "Port": port,
         "Database": database,
@@ -34,8 +34,17 @@ def odbc_from_uri(uri: str, driver: str = "PostgreSQL Unicode") -> str:
         "Pwd": password,
         # bytea as binary, not as escaped text; text as wide strings
         "ByteaAsLongVarBinary": "1",
+        # never rewrite LF as CRLF in text (psqlodbc's default on Windows): headers come back as written
+        "LFConversion": "0",
     }
-    return ";".join(f"{k}={v}" for k, v in fields.items()) + ";"
+    return ";".join(f"{k}={_odbc_value(v)}" for k, v in fields.items()) + ";"
+
+
+def _odbc_value(value: str) -> str:
+    """An ODBC attribute value: braced (``}`` doubled) when it holds ``;``, braces, ``=`` or spaces."""
+    if value and (any(ch in value for ch in ";{}= ") or value != value.strip()):
+        return "{" + value.replace("}", "}}") + "}"
+    return value
 
 
 def with_database(uri: str, database: str) -> str:

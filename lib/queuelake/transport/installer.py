@@ -31,7 +31,9 @@ class InstallPlan:
         return out
 
 
-def plan(config: Config, extra_queues: list[str] | None = None, delayed_endpoints: list[str] | None = None) -> InstallPlan:
+def plan(
+    config: Config, extra_queues: list[str] | None = None, delayed_endpoints: list[str] | None = None
+) -> InstallPlan:
     """What install creates: the drained queues, the publish destinations named in config, the
     delayed stores of endpoints that receive delayed messages, and the two bridge tables."""
     t = config.transport
@@ -54,21 +56,51 @@ def script(conn_dialect: str, install: InstallPlan) -> str:
     return "\n".join(lines)
 
 
+def _comment(text: str) -> str:
+    """Text safe inside a ``--`` comment: a line break in a table name must not end the comment."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def _literal(dialect: str, name: str, ref: TableRef) -> list[str]:
     from queuelake.transport import sqlfiles
 
-    out = [f"-- {name}: {ref.canonical}"]
+    out = [f"-- {name}: {_comment(ref.canonical)}"]
     params = ref.params()
-    for stmt in sqlfiles.render(dialect, name, ref.identifiers(), "qmark"):
-        text = stmt.sql
+    # The format style doubles every literal % and marks parameters with %s, so Python's %
+    # operator puts the literals exactly where the parameters were (a ? or %s inside a quoted
+    # identifier stays as it is).
+    for stmt in sqlfiles.render(dialect, name, ref.identifiers(), "format"):
+        literals = []
         for p in stmt.params:
-            value = params[p]
-            literal = "'" + str(value).replace("'", "''") + "'"
-            if dialect == "sqlserver":
-                literal = "N" + literal
-            text = text.replace("?", literal, 1)
+            literal = "'" + str(params[p]).replace("'", "''") + "'"
+            literals.append("N" + literal if dialect == "sqlserver" else literal)
+        text = stmt.sql % tuple(literals)
         out.append(text + ";" if dialect == "postgresql" else text + "\nGO")
     return out
+
+
+# PostgreSQL: the index each create script makes beside its table
+_INDEX_SUFFIX = {"create_queue": "_Expires", "create_delayed": "_Due"}
+
+
+def _complete(conn: Connection, name: str, ref: TableRef) -> bool:
+    """Does the table (and its index) already exist? Then a PostgreSQL install has nothing to do.
+
+    Re-running the script would be harmless but not free: CREATE INDEX IF NOT EXISTS locks the table
+    in SHARE mode before it looks for the index, so it waits for every open receive transaction and
+    queues every new receiver behind itself. Racing installers are still safe: whoever finds
+    something missing runs the script, which serialises on its advisory lock.
+    """
+    if conn.dialect != "postgresql":
+        return False  # the T-SQL scripts check sys.objects first and lock nothing that exists
+    params = ref.params()
+    if not conn.run("table_exists", ref.identifiers(), params, what=ref.canonical)[0][0]:
+        return False
+    suffix = _INDEX_SUFFIX.get(name)
+    if suffix is None:
+        return True
+    index = {"schema": params["schema"], "index_name": ref.address.table + suffix}
+    return bool(conn.run("index_exists", ref.identifiers(), index, what=ref.canonical)[0][0])
 
 
 def install(conn: Connection, install: InstallPlan) -> list[str]:
@@ -76,8 +108,14 @@ def install(conn: Connection, install: InstallPlan) -> list[str]:
     done: list[str] = []
     for name, ref in install.steps():
         with conn.transaction():
+            if _complete(conn, name, ref):
+                done.append(ref.canonical)
+                continue
             if conn.dialect == "postgresql" and name in ("create_queue", "create_delayed"):
-                conn.run("create_schema", ref.identifiers(), ref.params(), what=ref.canonical)
+                # Only when missing: CREATE SCHEMA checks the CREATE privilege on the database even
+                # when the schema exists, and racing installers serialise on the file's lock.
+                if not conn.run("schema_exists", ref.identifiers(), ref.params(), what=ref.canonical)[0][0]:
+                    conn.run("create_schema", ref.identifiers(), ref.params(), what=ref.canonical)
             conn.run(name, ref.identifiers(), ref.params(), what=ref.canonical)
         done.append(ref.canonical)
     return done

@@ -31,5 +31,7 @@ def warnings(conn: Connection, ref: TableRef) -> list[str]:
     kind = str(rows[0][0]).lower() if rows and rows[0][0] is not None else ""
     expected = "nvarchar(max)" if conn.dialect == "sqlserver" else "text"
     if kind and kind != expected:
-        out.append(f"{ref.canonical}: headers column is {kind}, expected {expected}; large or non-Latin headers may be lost")
+        out.append(
+            f"{ref.canonical}: headers column is {kind}, expected {expected}; large or non-Latin headers may be lost"
+        )
     return out

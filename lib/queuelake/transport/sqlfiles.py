@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 _IDENT = re.compile(r"\{([a-z_]+)\}")
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -44,7 +45,7 @@ def sql_root() -> Path:
     return Path(str(resources.files("queuelake._sql")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def read_sql(dialect: str, name: str) -> str:
     path = sql_root() / dialect / f"{name}.sql"
     return path.read_text(encoding="utf-8")
@@ -77,11 +78,16 @@ def render(
 
         # Identifiers first would let a quoted name containing ':x' look like a parameter, so
         # parameters are found on the template and identifiers substituted around them.
+        # In the format style every literal % (of the template or of an identifier such as
+        # "a%sb") is doubled piece by piece, so only the placeholders written here read as %s.
+        def literal(piece: str) -> str:
+            return piece.replace("%", "%%") if paramstyle == "format" else piece
+
         params: list[str] = []
         pieces: list[str] = []
         pos = 0
         for match in _PARAM.finditer(text):
-            pieces.append(_IDENT.sub(ident, text[pos : match.start()]))
+            pieces.append(literal(_IDENT.sub(ident, text[pos : match.start()])))
             params.append(match.group(1))
             if paramstyle == "qmark":
                 pieces.append("?")
@@ -90,18 +96,9 @@ def render(
             else:
                 pieces.append("@" + match.group(1))
             pos = match.end()
-        pieces.append(_IDENT.sub(ident, text[pos:]))
-        sql = "".join(pieces)
-        if paramstyle == "format":
-            # a literal % in an identifier must not read as a placeholder
-            sql = _escape_percent(sql, len(params))
-        statements.append(Statement(name, sql, tuple(params)))
+        pieces.append(literal(_IDENT.sub(ident, text[pos:])))
+        statements.append(Statement(name, "".join(pieces), tuple(params)))
     return statements
-
-
-def _escape_percent(sql: str, count: int) -> str:
-    marker = "\x00P\x00"
-    return sql.replace("%s", marker).replace("%", "%%").replace(marker, "%s")
 
 
 def sql_names(dialect: str) -> list[str]:

@@ -54,6 +54,7 @@ class TableRef:
             "table": self.address.table,
             "qualified_name": self.qualified,
             "lock_name": self.canonical + "_lock",
+            "schema_lock_name": "queuelake schema " + (self.address.schema or ""),
         }
 
     def delayed(self) -> TableRef:

@@ -1,0 +1,174 @@
+"""Shared helpers of the transport integration tests (real PostgreSQL, both drivers).
+
+Import as ``from tests.transport.helpers import ...``: the suite runs with --import-mode=importlib,
+under which ``tests`` is a package and ``conftest`` is not importable by its bare name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from queuelake.config import Config, from_dict
+from queuelake.transport import db
+from queuelake.transport.db import Connection
+from queuelake.transport.embedded import with_database
+from queuelake.transport.tables import TableRef, queue_ref
+
+from tests.conftest import connection_string
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_config(uri: str, driver: str, queues: Sequence[str] = ("Sales",), **transport: Any) -> Config:
+    data = {
+        "transport": {
+            "dialect": "postgresql",
+            "driver": driver,
+            "connection": connection_string(uri, driver),
+            **transport,
+        },
+        "drain": {"queues": list(queues)},
+    }
+    return from_dict(data, env={})
+
+
+def connect(uri: str, driver: str) -> Connection:
+    return db.connect(make_config(uri, driver).transport, "queuelake-tests")
+
+
+def ref(name: str, driver: str = "psycopg", uri: str = "postgresql://x@localhost/x") -> TableRef:
+    return queue_ref(name, make_config(uri, driver).transport)
+
+
+def new_database(server_or_db_uri: str, hint: str = "extra") -> str:
+    """Another empty database on the same server; returns its libpq URI."""
+    name = "ql_" + re.sub(r"[^a-z0-9]", "_", hint.lower())[-30:] + "_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(server_or_db_uri, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return with_database(server_or_db_uri, name)
+
+
+def sql(uri: str, query: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+    """Run one statement in autocommit through psycopg (the test's own view of the database)."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def catalog_snapshot(uri: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Everything install can create, as comparable sorted lists (user schemas only)."""
+    user = "n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')"
+    return {
+        "schemas": sql(uri, f"SELECT n.nspname FROM pg_namespace n WHERE {user} ORDER BY 1"),
+        "relations": sql(
+            uri,
+            f"SELECT n.nspname, c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"WHERE {user} ORDER BY 1, 2, 3",
+        ),
+        "columns": sql(
+            uri,
+            "SELECT table_schema, table_name, column_name, ordinal_position, data_type, character_maximum_length, "
+            "is_nullable, column_default FROM information_schema.columns "
+            "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 4",
+        ),
+        "indexes": sql(
+            uri,
+            "SELECT schemaname, tablename, indexname, indexdef FROM pg_indexes "
+            "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3",
+        ),
+        "constraints": sql(
+            uri,
+            f"SELECT n.nspname, t.relname, con.conname, con.contype, pg_get_constraintdef(con.oid) "
+            f"FROM pg_constraint con JOIN pg_class t ON t.oid = con.conrelid "
+            f"JOIN pg_namespace n ON n.oid = t.relnamespace WHERE {user} ORDER BY 1, 2, 3",
+        ),
+    }
+
+
+def columns(uri: str, schema: str, table: str) -> dict[str, tuple[str, int | None, str, str | None]]:
+    """column -> (data_type, character_maximum_length, is_nullable, column_default)."""
+    rows = sql(
+        uri,
+        "SELECT column_name, data_type, character_maximum_length, is_nullable, column_default "
+        "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+        (schema, table),
+    )
+    return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
+
+
+def primary_key(uri: str, schema: str, table: str) -> list[str]:
+    rows = sql(
+        uri,
+        "SELECT a.attname FROM pg_constraint con "
+        "JOIN pg_class t ON t.oid = con.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
+        "CROSS JOIN LATERAL unnest(con.conkey) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum "
+        "WHERE con.contype = 'p' AND n.nspname = %s AND t.relname = %s ORDER BY k.ord",
+        (schema, table),
+    )
+    return [r[0] for r in rows]
+
+
+def indexes(uri: str, schema: str, table: str) -> dict[str, str]:
+    """index name -> pg_get_indexdef."""
+    rows = sql(
+        uri, "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = %s", (schema, table)
+    )
+    return dict(rows)  # type: ignore[arg-type]
+
+
+def write_config(
+    tmp_path: Path, driver: str, queues: Iterable[str], name: str = "queuelake.yaml", **transport: Any
+) -> Path:
+    """A config file whose connection comes from ${QUEUELAKE_CONNECTION}, as a deployment's would."""
+    data = {
+        "transport": {
+            "dialect": "postgresql",
+            "driver": driver,
+            "connection": "${QUEUELAKE_CONNECTION}",
+            **transport,
+        },
+        "drain": {"queues": list(queues)},
+    }
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+class CliResult:
+    def __init__(self, code: int, stdout: str, stderr: str) -> None:
+        self.code, self.stdout, self.stderr = code, stdout, stderr
+        lines = [line for line in stdout.splitlines() if line.strip()]
+        self.summary: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, stdout={self.stdout[-2000:]!r}, stderr={self.stderr[-2000:]!r})"
+
+
+def run_cli(args: Sequence[str], connection: str | None, timeout: float = 60) -> CliResult:
+    """``python -m queuelake ARGS`` with QUEUELAKE_CONNECTION set, in a process of its own."""
+    env = dict(os.environ)
+    env.pop("QUEUELAKE_CONNECTION", None)
+    if connection is not None:
+        env["QUEUELAKE_CONNECTION"] = connection
+    env["PYTHONPATH"] = str(REPO / "lib") + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)

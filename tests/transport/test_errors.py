@@ -1,0 +1,188 @@
+"""Errors users see from the transport: they name the table, and never show the password."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote, urlsplit
+
+import psycopg
+import pytest
+from queuelake.config import TransportConfig
+from queuelake.errors import TransportError
+from queuelake.transport import db, installer, queues, schema
+from queuelake.transport.queues import OutgoingMessage
+
+from tests.conftest import connection_string
+from tests.transport.helpers import connect, make_config, ref, run_cli, write_config
+
+RIGHT_PASSWORD = "C0rrect;Horse}Battery{St@ple x"  # ODBC-hostile: ; braces @ and a space
+WRONG_PASSWORD = "Wr0ng-Pa55w0rd-Xyzzy-7731"
+
+
+def _with_login(uri: str, user: str, password: str) -> str:
+    parts = urlsplit(uri)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}").geturl()
+
+
+def _assert_secret_absent(text: str, password: str) -> None:
+    for form in {password, quote(password, safe=""), password.replace("}", "}}")}:
+        assert form not in text
+    for fragment in ("Wr0ng", "C0rrect", "Xyzzy", "Battery"):
+        assert fragment not in text
+
+
+@pytest.fixture(scope="module")
+def password_login(pg_server_uri: str, pg_uri: str) -> Iterator[tuple[str, str]]:
+    """A role that must give RIGHT_PASSWORD (the embedded server trusts everyone else)."""
+    role = "ql_pw_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_server_uri, autocommit=True) as conn:
+        try:
+            conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{RIGHT_PASSWORD}'")
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("the test server's user may not create roles")
+        hba = conn.execute("SHOW hba_file").fetchone()[0]
+        original = None
+        if os.access(hba, os.W_OK):
+            with open(hba, encoding="utf-8") as f:
+                original = f.read()
+            rules = f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n"
+            with open(hba, "w", encoding="utf-8") as f:
+                f.write(rules + original)
+            conn.execute("SELECT pg_reload_conf()")
+    try:
+        wrong = _with_login(pg_uri, role, WRONG_PASSWORD)
+        for _ in range(50):  # the reload is asynchronous
+            try:
+                psycopg.connect(wrong).close()
+            except psycopg.OperationalError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.skip("the test server accepts any password for a new role (trust authentication)")
+        yield role, _with_login(pg_uri, role, RIGHT_PASSWORD)
+    finally:
+        with psycopg.connect(pg_server_uri, autocommit=True) as conn:
+            if original is not None:
+                with open(hba, "w", encoding="utf-8") as f:
+                    f.write(original)
+                conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_the_right_password_connects(password_login: tuple[str, str], pg_driver: str) -> None:
+    """The control for the wrong-password tests: the same string with the right password works."""
+    _, uri = password_login
+    with db.connect(TransportConfig(driver=pg_driver, connection=connection_string(uri, pg_driver))) as conn:
+        assert conn.run("db_now")
+
+
+def test_wrong_password_error_hides_it(password_login: tuple[str, str], pg_driver: str) -> None:
+    role, uri = password_login
+    wrong = connection_string(uri.replace(quote(RIGHT_PASSWORD, safe=""), quote(WRONG_PASSWORD, safe="")), pg_driver)
+    assert WRONG_PASSWORD in wrong
+    with pytest.raises(TransportError) as info:
+        db.connect(TransportConfig(driver=pg_driver, connection=wrong))
+    message = str(info.value)
+    assert "password authentication failed" in message and role in message
+    assert pg_driver in message
+    _assert_secret_absent(message, WRONG_PASSWORD)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_wrong_password_cli_output_hides_it(password_login: tuple[str, str], pg_driver: str, tmp_path) -> None:
+    _, uri = password_login
+    wrong = connection_string(uri.replace(quote(RIGHT_PASSWORD, safe=""), quote(WRONG_PASSWORD, safe="")), pg_driver)
+    path = write_config(tmp_path, pg_driver, ["Sales"])
+    for command in (["status", "-c", str(path)], ["install", "-c", str(path)], ["purge-expired", "-c", str(path)]):
+        result = run_cli(command, wrong)
+        assert result.code == 1, result
+        assert result.summary["status"] == "failed"
+        assert "password authentication failed" in result.summary["error"]
+        _assert_secret_absent(result.stdout, WRONG_PASSWORD)
+        _assert_secret_absent(result.stderr, WRONG_PASSWORD)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_host_error_hides_the_password(pg_driver: str, tmp_path) -> None:
+    uri = f"postgresql://queuelake:{quote(WRONG_PASSWORD)}@127.0.0.1:{_closed_port()}/queues?connect_timeout=5"
+    connection = connection_string(uri, pg_driver)
+    with pytest.raises(TransportError) as info:
+        db.connect(TransportConfig(driver=pg_driver, connection=connection))
+    assert "cannot connect" in str(info.value)
+    _assert_secret_absent(str(info.value), WRONG_PASSWORD)
+
+    result = run_cli(["status", "-c", str(write_config(tmp_path, pg_driver, ["Sales"]))], connection)
+    assert result.code == 1 and result.summary["status"] == "failed", result
+    _assert_secret_absent(result.stdout + result.stderr, WRONG_PASSWORD)
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        f"host=127.0.0.1 port=1 password={WRONG_PASSWORD} junk",
+        f"host=127.0.0.1 port=1 password='{WRONG_PASSWORD} with spaces' dbname=x",
+        f"postgresql://queuelake:{WRONG_PASSWORD}@127.0.0.1:notaport/queues",
+        f"Driver={{No Such Driver}};Server=127.0.0.1;Pwd={{{WRONG_PASSWORD};}}}};",
+    ],
+)
+def test_malformed_connection_strings_hide_the_password(connection: str) -> None:
+    driver = "pyodbc" if connection.startswith("Driver=") else "psycopg"
+    with pytest.raises(TransportError) as info:
+        db.connect(TransportConfig(driver=driver, connection=connection))
+    _assert_secret_absent(str(info.value), WRONG_PASSWORD)
+
+
+def test_receive_from_a_missing_table_names_it(pg_uri: str, pg_driver: str) -> None:
+    missing = ref("NeverInstalled", pg_driver, pg_uri)
+    with connect(pg_uri, pg_driver) as conn:
+        for operation in (
+            lambda: queues.receive_batch(conn, missing, 10),
+            lambda: queues.receive_one(conn, missing),
+            lambda: queues.peek(conn, missing),
+            lambda: queues.purge_expired_batch(conn, missing),
+            lambda: queues.send(conn, missing, [OutgoingMessage("{}", b"x")]),
+        ):
+            with pytest.raises(TransportError) as info:
+                with conn.transaction():
+                    operation()
+            message = str(info.value)
+            assert '"public"."NeverInstalled"' in message and "does not exist" in message, message
+        # the connection is still usable after the errors
+        with conn.transaction():
+            assert queues.db_utc_now(conn) is not None
+
+
+def test_require_table_names_the_missing_table(pg_uri: str, pg_driver: str) -> None:
+    cfg = make_config(pg_uri, pg_driver, ["Present"])
+    with connect(pg_uri, pg_driver) as conn:
+        installer.install(conn, installer.plan(cfg))
+        schema.require_table(conn, installer.plan(cfg).queues[0])
+        for name, canonical in (("Absent", '"public"."Absent"'), ('"nope"."Orders"', '"nope"."Orders"')):
+            with pytest.raises(TransportError) as info:
+                schema.require_table(conn, ref(name, pg_driver, pg_uri))
+            assert canonical in str(info.value) and "queuelake install" in str(info.value)
+
+
+def test_cli_on_a_missing_table_fails_naming_it(pg_uri: str, pg_driver: str, tmp_path) -> None:
+    path = write_config(tmp_path, pg_driver, ["NotThere"])
+    result = run_cli(["purge-expired", "-c", str(path)], connection_string(pg_uri, pg_driver))
+    assert result.code == 1, result
+    assert result.summary["command"] == "purge-expired" and result.summary["status"] == "failed"
+    assert '"public"."NotThere"' in result.summary["error"]
+
+
+def test_cli_names_a_missing_environment_variable(tmp_path) -> None:
+    path = write_config(tmp_path, "psycopg", ["Sales"])
+    result = run_cli(["status", "-c", str(path)], None)
+    assert result.code == 1 and result.summary["status"] == "failed", result
+    assert "QUEUELAKE_CONNECTION" in result.summary["error"]

@@ -1,0 +1,165 @@
+"""Every SQL file renders with hostile identifiers and parses, and the quoting holds.
+
+There is no SQL Server in the test environment: the T-SQL files are checked by sqlglot's tsql
+parser (strict: any statement it would only keep as an opaque command counts as a failure). The
+PostgreSQL files run for real in the other suites and are parsed here too, with the same rule.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlglot
+from queuelake.config import from_dict
+from queuelake.transport import address as addr
+from queuelake.transport import installer, sqlfiles
+from queuelake.transport.tables import TableRef, resolve_address
+from sqlglot import exp
+
+SQLSERVER_ADDRESSES = [
+    "my.tb[e@[my.[sch@ma]@[my.c@ta]]og]",
+    "Special_]_Characters@[db@]@[n service.bus&#]",
+    "[SpecialCharacters]",
+    "Sales",
+    "wh?t %s :x 'q' -- /*@[sch]]ema]",
+]
+POSTGRES_ADDRESSES = [
+    "my.tb[e@[my.[sch@ma]@[my.c@ta]]og]",
+    '"we""ird.sch"."a%sb?c:x \'q\' -- /*"',
+    '"Line\nBreak; SELECT 1"',
+    "Sales",
+]
+FILES_WITH_TABLE = re.compile(r"\{(queue|table)\}")
+
+
+def _ref(text: str, dialect: str, default_schema: str) -> TableRef:
+    return resolve_address(addr.parse(text, dialect).with_defaults(default_schema), dialect)
+
+
+def _parse(sql: str, read: str) -> list[exp.Expression]:
+    trees = [t for t in sqlglot.parse(sql, read=read, error_level=sqlglot.ErrorLevel.RAISE) if t is not None]
+    assert trees, sql
+    opaque = [node for tree in trees for node in tree.find_all(exp.Command)]
+    assert not opaque, f"sqlglot kept these as opaque commands, not parsed statements: {opaque}"
+    return trees
+
+
+def _tables(trees: list[exp.Expression]) -> set[tuple[str, str, str]]:
+    return {(t.name, t.db, t.catalog) for tree in trees for t in tree.find_all(exp.Table)}
+
+
+def _cases(dialect: str, addresses: list[str]) -> list[tuple[str, str]]:
+    return [(name, a) for name in sqlfiles.sql_names(dialect) for a in addresses]
+
+
+def test_the_sql_folders_hold_the_expected_files() -> None:
+    core = {
+        "create_queue",
+        "create_delayed",
+        "create_subscription",
+        "create_ledger",
+        "receive_batch",
+        "receive_one",
+        "send",
+        "peek",
+        "purge_expired",
+        "subscribe",
+        "unsubscribe",
+        "find_subscribers",
+        "table_exists",
+    }
+    assert core <= set(sqlfiles.sql_names("sqlserver"))
+    assert core <= set(sqlfiles.sql_names("postgresql"))
+
+
+@pytest.mark.parametrize(("name", "address"), _cases("sqlserver", SQLSERVER_ADDRESSES))
+def test_sqlserver_file_renders_and_parses(name: str, address: str) -> None:
+    ref = _ref(address, "sqlserver", "dbo")
+    statements = sqlfiles.render("sqlserver", name, ref.identifiers(), paramstyle="named")
+    assert len(statements) == 1, "a T-SQL file is one batch"
+    (stmt,) = statements
+    trees = _parse(stmt.sql, "tsql")
+    for p in stmt.params:
+        assert "@" + p in stmt.sql
+    tables = _tables(trees)
+    a = ref.address
+    if FILES_WITH_TABLE.search(sqlfiles.read_sql("sqlserver", name)):
+        # the quoting holds: the parser finds exactly the hostile three-part name
+        assert (a.table, a.schema or "", a.catalog or "") in tables, tables
+    if "{catalog_prefix}sys." in sqlfiles.read_sql("sqlserver", name):
+        catalogs = {c for (t, db, c) in tables if db == "sys"}
+        assert catalogs == {a.catalog or ""}, catalogs
+    # each name survives a round trip through sqlglot's T-SQL generator (bracket quoting)
+    for tree in trees:
+        for table in tree.find_all(exp.Table):
+            name = exp.table_(table.name, table.db or None, table.catalog or None, quoted=True).sql(dialect="tsql")
+            again = sqlglot.parse_one(f"SELECT 1 FROM {name}", read="tsql").find(exp.Table)
+            assert again is not None and (again.name, again.db, again.catalog) == (table.name, table.db, table.catalog)
+
+
+@pytest.mark.parametrize(("name", "address"), _cases("postgresql", POSTGRES_ADDRESSES))
+def test_postgresql_file_renders_and_parses(name: str, address: str) -> None:
+    ref = _ref(address, "postgresql", "public")
+    text = sqlfiles.read_sql("postgresql", name)
+    a = ref.address
+    found: set[tuple[str, str, str]] = set()
+    for stmt in sqlfiles.render("postgresql", name, ref.identifiers(), paramstyle="named"):
+        trees = _parse(stmt.sql, "postgres")
+        found |= _tables(trees)
+    if FILES_WITH_TABLE.search(text):
+        assert (a.table, a.schema, "") in found, found
+    if "{schema}" in text:
+        schemas = {db for (_, db, _) in found}
+        assert a.schema in schemas
+
+
+def test_parameters_are_never_taken_from_identifiers() -> None:
+    """A quoted name holding ':x', '?', '%s' or '@p' adds no parameter in any style."""
+    ref = _ref("wh?t %s :x @p@[sch]]ema]", "sqlserver", "dbo")
+    for name in sqlfiles.sql_names("sqlserver"):
+        text = sqlfiles.read_sql("sqlserver", name)
+        template = sqlfiles.split_statements(text, "sqlserver")[0]
+        expected = re.findall(r"(?<![:\w]):([A-Za-z_]\w*)", template)
+        for style in ("named", "qmark", "format"):
+            (stmt,) = sqlfiles.render("sqlserver", name, ref.identifiers(), paramstyle=style)
+            assert list(stmt.params) == expected, (name, style)
+        # the format style: Python's % operator (as format-style drivers apply it) fills exactly
+        # the parameters and gives the identifiers back unchanged
+        (stmt,) = sqlfiles.render("sqlserver", name, ref.identifiers(), paramstyle="format")
+        markers = [f"<<{i}>>" for i in range(len(stmt.params))]
+        filled = stmt.sql % tuple(markers)
+        assert all(filled.count(m) == 1 for m in markers)
+        if FILES_WITH_TABLE.search(text):
+            assert ref.qualified in filled
+
+
+def test_sqlserver_install_script_parses_batch_by_batch() -> None:
+    """`install --print-sql` for SQL Server: GO-separated batches, parameters as N'...' literals."""
+    cfg = from_dict(
+        {
+            "transport": {
+                "dialect": "sqlserver",
+                "driver": "pyodbc",
+                "connection": "x",
+                "default_catalog": "n service.bus&#",
+            },
+            "drain": {"queues": ["my.tb[e@[my.[sch@ma]@[my.c@ta]]og]", "Special_]_Characters@[db@]", "it's"]},
+        },
+        env={},
+    )
+    plan = installer.plan(cfg, delayed_endpoints=["it's"])
+    text = installer.script("sqlserver", plan)
+    batches = [b for b in re.split(r"^GO$", text, flags=re.MULTILINE) if b.strip()]
+    steps = plan.steps()
+    assert len(batches) == len(steps)
+    for batch, (_, ref) in zip(batches, steps, strict=True):
+        trees = _parse(batch, "tsql")
+        a = ref.address
+        assert (a.table, a.schema or "", a.catalog or "") in _tables(trees)
+        lock = [e for t in trees for e in t.find_all(exp.Execute)]
+        assert lock, "each create holds sp_getapplock"
+        literal = lock[0].find(exp.Literal, bfs=True)
+        assert literal is not None or "N'" in batch
+        assert "N'" + (ref.canonical + "_lock").replace("'", "''") + "'" in batch
+        assert "?" not in batch.replace(ref.qualified, "")

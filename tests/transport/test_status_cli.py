@@ -1,0 +1,62 @@
+"""`queuelake status` against a real PostgreSQL, through both drivers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from queuelake.transport import headers as hdr
+from queuelake.transport import installer, queues
+from queuelake.transport.queues import OutgoingMessage
+
+from tests.conftest import connection_string
+from tests.transport.helpers import connect, make_config, run_cli, sql, write_config
+
+
+def test_status_reports_depth_age_and_schema_warnings(fresh_pg_uri: str, pg_driver: str, tmp_path) -> None:
+    installed = ["Sales", "Billing", '"legacy"."Orders"']
+    cfg = make_config(fresh_pg_uri, pg_driver, installed)
+    plan = installer.plan(cfg)
+    sales = plan.queues[0]
+    with connect(fresh_pg_uri, pg_driver) as conn:
+        installer.install(conn, plan)
+        with conn.transaction():
+            now = queues.db_utc_now(conn)
+        sent = hdr.format_time(now - dt.timedelta(hours=1))
+        oldest = hdr.encode({hdr.TIME_SENT: sent, hdr.MESSAGE_INTENT: "not-an-intent"})
+        newer = hdr.encode({hdr.TIME_SENT: hdr.format_time(now)})
+        with conn.transaction():
+            queues.send(
+                conn, sales, [OutgoingMessage(oldest, b"1"), OutgoingMessage(newer, b"2"), OutgoingMessage("", None)]
+            )
+    sql(fresh_pg_uri, 'DROP INDEX "Sales_Expires"')
+    sql(fresh_pg_uri, 'ALTER TABLE "legacy"."Orders" ALTER COLUMN headers TYPE varchar(4000)')
+    sql(fresh_pg_uri, 'ALTER TABLE "legacy"."Orders" DROP CONSTRAINT "Orders_seq_key"')
+
+    path = write_config(tmp_path, pg_driver, [*installed, "Missing"])
+    result = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver))
+    assert result.code == 0, result
+    assert result.summary["command"] == "status" and result.summary["status"] == "ok"
+    by_queue = {q["queue"]: q for q in result.summary["queues"]}
+    assert list(by_queue) == ['"public"."Sales"', '"public"."Billing"', '"legacy"."Orders"', '"public"."Missing"']
+
+    s = by_queue['"public"."Sales"']
+    assert s["exists"] is True and s["depth"] == 3
+    assert 3000 < s["oldest_age_seconds"] < 4200  # an hour by the database clock, give or take
+    assert len(s["warnings"]) == 1 and "expires" in s["warnings"][0] and '"public"."Sales"' in s["warnings"][0]
+    assert "expires" in result.stderr  # logged too
+
+    b = by_queue['"public"."Billing"']
+    assert (b["exists"], b["depth"], b["warnings"], b["oldest_age_seconds"]) == (True, 0, [], None)
+
+    legacy = by_queue['"legacy"."Orders"']
+    assert len(legacy["warnings"]) == 2, legacy
+    assert "no index on seq" in legacy["warnings"][0]
+    assert "headers column is character varying" in legacy["warnings"][1]
+
+    missing = by_queue['"public"."Missing"']
+    assert missing["exists"] is False and "does not exist" in missing["warnings"][0]
+
+    # install puts the dropped index back; status is then quiet about it
+    assert run_cli(["install", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver)).code == 0
+    again = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver))
+    assert {q["queue"]: q["warnings"] for q in again.summary["queues"]}['"public"."Sales"'] == []
