@@ -31,6 +31,7 @@ setup(
         "deltalake>=1.0",
         "pyarrow>=15",
         "pyodbc>=5",
+        "adbc-driver-postgresql>=1.0",
         "psycopg[binary]>=3.1",
         "orjson>=3.9",
         "great-expectations>=1.0",

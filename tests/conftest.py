@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-
 from queuelake.transport.embedded import odbc_from_uri, start_embedded, with_database
 
 

@@ -24,11 +24,11 @@ def resolved_transport(config: Config) -> TransportConfig:
         Path(data).mkdir(parents=True, exist_ok=True)
         _servers[data] = start_embedded(data)
     uri = _servers[data].get_uri("postgres")  # type: ignore[attr-defined]
-    connection = uri if t.driver == "psycopg" else odbc_from_uri(uri)
+    connection = odbc_from_uri(uri) if t.driver == "pyodbc" else uri
     resolved = dataclasses.replace(t, connection=connection)
     config.transport = resolved
     return resolved
 
 
-def connect(config: Config, application_name: str = "queuelake") -> Connection:
-    return db.connect(resolved_transport(config), application_name)
+def connect(config: Config, application_name: str = "queuelake", driver: str | None = None) -> Connection:
+    return db.connect(resolved_transport(config), application_name, driver)

@@ -13,7 +13,12 @@ if TYPE_CHECKING:
 
 
 class LakeEngine(Protocol):
-    """Tables live at ``<root>/<name>``. Every write is one atomic Delta commit."""
+    """Tables live at ``<root>/<name>``. Every write is one atomic Delta commit.
+
+    Implementations are thread-safe: one engine may be shared by drain workers. Calls with the same
+    (table, app_id) are serialised within a process; different app ids append concurrently. Timestamps
+    are stored tz-aware UTC (naive ones are taken as UTC), keeping tables at Delta protocol 1/2.
+    """
 
     name: str  # "delta-rs" or "delta-spark"
     root: str
@@ -23,18 +28,23 @@ class LakeEngine(Protocol):
     def exists(self, table: str) -> bool: ...
 
     def create_table(self, table: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
-        """Create if missing (idempotent); records the engine in the table properties."""
+        """Create if missing (idempotent, safe when two creators race); records the engine on the table.
+        Raises LakeError when the table exists but was created by the other engine or is partitioned
+        differently."""
 
     def append(self, table: str, data: pa.Table, app_id: str, version: int) -> bool:
         """Append Arrow data from the driver in one commit carrying the application transaction
-        (app_id, version). Returns False, writing nothing, when app_id already committed >= version.
-        Creates the table from data.schema when missing."""
+        (app_id, version). Returns False, writing nothing, when app_id already committed >= version
+        (also when a concurrent writer with the same app id won the race). Creates the table from
+        data.schema (all columns nullable) when missing. Missing nullable columns are written as null;
+        columns the table lacks raise LakeError (call add_columns first)."""
 
     def append_dataframe(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
-        """Same contract for a Spark DataFrame (executors write files, one commit on the driver)."""
+        """Same contract for a Spark DataFrame (executors write files, one commit on the driver). The
+        version is checked before the DataFrame is computed, so an already-landed batch costs nothing."""
 
     def last_version(self, table: str, app_id: str) -> int | None:
-        """The last version committed for app_id, or None."""
+        """The last version committed for app_id, or None (also when the table does not exist)."""
 
     def table_version(self, table: str) -> int | None:
         """The table's current Delta version, or None when the table does not exist."""
@@ -49,7 +59,9 @@ class LakeEngine(Protocol):
         """Add nullable columns (schema evolution); old rows read them as null."""
 
     def maintain(self, table: str, retention_hours: float = 168) -> dict[str, Any]:
-        """Compact small files and vacuum; returns figures for the JSON summary."""
+        """Compact small files and vacuum removed and orphan files older than retention_hours (orphans
+        are what a killed writer leaves; keep retention above the longest write). Returns figures for
+        the JSON summary."""
 
 
 def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngine:

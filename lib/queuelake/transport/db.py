@@ -9,6 +9,7 @@ string (a secret) scrubbed; and the pyodbc path is the same code for SQL Server 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -57,7 +58,7 @@ class Connection:
         self.dialect = config.dialect
         self.driver = config.driver
         self._secret = config.connection
-        self.paramstyle = "format" if self.driver == "psycopg" else "qmark"
+        self.paramstyle = {"psycopg": "format", "adbc": "dollar"}.get(self.driver, "qmark")
 
     # -- statements -----------------------------------------------------------------------------
 
@@ -156,12 +157,29 @@ def _is_missing_table(message: str) -> bool:
     return ("relation" in lowered and "does not exist" in lowered) or "invalid object name" in lowered
 
 
-def connect(config: TransportConfig, application_name: str = "queuelake") -> Connection:
-    """Open a connection; errors name the driver and never print the connection string."""
+def adbc_available() -> bool:
+    try:
+        import adbc_driver_postgresql.dbapi  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def connect(config: TransportConfig, application_name: str = "queuelake", driver: str | None = None) -> Connection:
+    """Open a connection; errors name the driver and never print the connection string.
+
+    ``driver="adbc"`` (PostgreSQL only) opens an ADBC connection, whose results arrive as Arrow
+    without a Python object per value: the drain's receive path."""
     if not config.connection:
         raise TransportError("transport.connection is empty: set it (e.g. ${QUEUELAKE_CONNECTION}) in the config")
+    if driver is not None and driver != config.driver:
+        config = dataclasses.replace(config, driver=driver)
     try:
-        if config.driver == "psycopg":
+        if config.driver == "adbc":
+            import adbc_driver_postgresql.dbapi as adbc
+
+            raw = adbc.connect(config.connection, autocommit=False)
+        elif config.driver == "psycopg":
             import psycopg
 
             raw = psycopg.connect(config.connection, autocommit=False, application_name=application_name)

@@ -65,7 +65,9 @@ def render(
     identifiers: Mapping[str, str] | None = None,
     paramstyle: str = "qmark",
 ) -> list[Statement]:
-    """Render ``sql/<dialect>/<name>.sql``. paramstyle: ``qmark`` (?), ``format`` (%s), ``named`` (@name)."""
+    """Render ``sql/<dialect>/<name>.sql``.
+
+    paramstyle: ``qmark`` (?), ``format`` (%s), ``dollar`` ($1), ``named`` (@name)."""
     identifiers = identifiers or {}
     statements = []
     for text in split_statements(read_sql(dialect, name), dialect):
@@ -93,6 +95,8 @@ def render(
                 pieces.append("?")
             elif paramstyle == "format":
                 pieces.append("%s")
+            elif paramstyle == "dollar":
+                pieces.append(f"${len(params)}")
             else:
                 pieces.append("@" + match.group(1))
             pos = match.end()

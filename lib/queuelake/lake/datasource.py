@@ -1,0 +1,120 @@
+"""The Spark path of the Rust engine: a Python data source whose executors write Parquet files into the
+table folder and whose ``commit()`` commits them all in ONE Delta transaction with the application
+transaction (deltalake's ``create_write_transaction``).
+
+Why a data source and not ``toArrow()`` + ``write_deltalake`` on the driver: the DataFrame may be larger
+than the driver's memory; executors stream their partitions to files with bounded memory. Facts this
+relies on (measured, design section 5): ``commit()`` runs in a Python worker next to the driver, not in
+the driver process; batches arrive as Arrow with TimestampType as ``timestamp[us, tz=UTC]`` and
+TimestampNTZType naive (we store both tz-aware UTC, keeping the table at protocol 1/2).
+
+The driver (``DeltaRsEngine.append_dataframe``) creates the table first, so ``commit()`` only appends.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+from queuelake.lake.arrow_types import conform
+from queuelake.lake.files import FileSink, WrittenFile, commit_files, delete_files
+
+FORMAT = "queuelake_deltars"
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    """Data source options are strings: the table's Arrow schema travels base64-encoded IPC."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    files: list[WrittenFile]
+
+
+@dataclass
+class _Options:
+    table_uri: str
+    table: str
+    schema: pa.Schema
+    partition_by: list[str]
+    app_id: str
+    version: int
+    write_id: str
+    engine: str
+    kill_pids: list[int]
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> _Options:
+        get = {k.lower(): v for k, v in options.items()}.get
+        missing = [k for k in ("table_uri", "table", "schema", "app_id", "version", "write_id") if not get(k)]
+        if missing:
+            raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}")
+        return cls(
+            table_uri=get("table_uri"),
+            table=get("table"),
+            schema=decode_schema(get("schema")),
+            partition_by=json.loads(get("partition_by") or "[]"),
+            app_id=get("app_id"),
+            version=int(get("version")),
+            write_id=get("write_id"),
+            engine=get("engine") or "delta-rs",
+            kill_pids=[int(p) for p in (get("test_kill_pids") or "").split(",") if p],
+        )
+
+
+class DeltaRsDataSource(DataSource):
+    """Write-only: ``df.write.format("queuelake_deltars").options(...).mode("append").save()``.
+
+    Options: table_uri, table, schema (``encode_schema``), partition_by (JSON list), app_id, version,
+    write_id (unique per call, recorded in commitInfo), engine. Use ``DeltaRsEngine.append_dataframe``
+    rather than calling this directly: it checks the transaction version and creates the table first.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def writer(self, schema, overwrite: bool) -> DeltaRsWriter:
+        if overwrite:
+            raise ValueError(f"{FORMAT} only appends")
+        return DeltaRsWriter(_Options.parse(dict(self.options)))
+
+
+class DeltaRsWriter(DataSourceArrowWriter):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        o = self.options
+        sink = FileSink(o.table_uri, o.schema, o.partition_by, prefix=f"part-{o.write_id}-{uuid.uuid4().hex[:12]}")
+        try:
+            for batch in iterator:
+                sink.write(conform(pa.Table.from_batches([batch]), o.schema, o.table))
+            return FilesWritten(sink.close())
+        except BaseException:
+            sink.abort()
+            raise
+
+    def commit(self, messages: list[FilesWritten | None]) -> None:
+        o = self.options
+        files = [f for m in messages if m is not None for f in m.files]
+        commit_files(o.table_uri, o.table, files, o.app_id, o.version, o.write_id, o.engine, o.kill_pids)
+
+    def abort(self, messages: list[FilesWritten | None]) -> None:
+        delete_files(self.options.table_uri, [f for m in messages if m is not None for f in m.files])
+
+
+def register(spark) -> None:
+    """Register the data source on this session (idempotent, cheap)."""
+    spark.dataSource.register(DeltaRsDataSource)

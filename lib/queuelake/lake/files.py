@@ -1,0 +1,375 @@
+"""Write Parquet data files into a Delta table's folder, then commit them in one transaction.
+
+This is the half of a Delta write that deltalake's ``write_deltalake`` does not expose: Spark executors
+write files (``FileSink``) and one process commits all of them (``commit_files``) with the application
+transaction. Until that commit the files are invisible (Delta readers only see files the log names), so
+a process killed in between leaves orphan files and no rows; ``maintain`` vacuums orphans later.
+
+Runs in Spark Python workers too: keep imports light and everything picklable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from queuelake.errors import LakeError
+
+WRITE_ID_KEY = "queuelake.writeId"  # commitInfo key: lets the driver tell its own commit from others
+KILL_ENV = "QUEUELAKE_TEST_KILL_BEFORE_COMMIT"  # test hook: SIGKILL right before the Delta commit
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+TARGET_FILE_BYTES = 256 * 1024 * 1024  # Arrow bytes per data file before rolling over to the next
+ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered per row group (bounded memory per open file)
+_STRING_STATS_MAX = 64  # longer strings get no min/max: a truncated max would be wrong for data skipping
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class WrittenFile:
+    """One data file written and not yet committed; ``path`` is relative to the table, not URI-encoded
+    (deltalake encodes it when it writes the log)."""
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int
+    stats: str
+
+    def add_action(self):  # -> deltalake.transaction.AddAction
+        from deltalake.transaction import AddAction
+
+        return AddAction(self.path, self.size, self.partition_values, self.modification_time, True, self.stats)
+
+
+def filesystem(table_uri: str):
+    """(pyarrow FileSystem, base path) for a table: a local absolute path or a cloud URI."""
+    from pyarrow import fs as pafs
+
+    return pafs.FileSystem.from_uri(table_uri)
+
+
+def delete_files(table_uri: str, files: Iterable[WrittenFile]) -> None:
+    """Best effort: what stays behind is only an orphan that vacuum removes."""
+    fs, base = filesystem(table_uri)
+    for f in files:
+        try:
+            fs.delete_file(f"{base}/{f.path}")
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def _stats_kind(t: pa.DataType) -> str | None:
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_timestamp(t):
+        return "ts"
+    if pa.types.is_date32(t):
+        return "date"
+    return None
+
+
+@dataclass
+class _ColumnStats:
+    """Running nullCount / min / max of one top-level column, in JSON-ready values."""
+
+    kind: str | None
+    nested: bool
+    nulls: int = 0
+    lo: Any = None
+    hi: Any = None
+
+    def update(self, column: pa.ChunkedArray | pa.Array) -> None:
+        self.nulls += column.null_count
+        if self.kind is None or column.null_count == len(column):
+            return
+        if self.kind in ("ts", "date"):
+            column = column.cast(pa.int64() if self.kind == "ts" else pa.int32())
+        bounds = pc.min_max(column)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+
+    def bounds(self) -> tuple[Any, Any] | None:
+        if self.lo is None:
+            return None
+        if self.kind == "str":
+            if len(self.lo) > _STRING_STATS_MAX or len(self.hi) > _STRING_STATS_MAX:
+                return None
+            return self.lo, self.hi
+        if self.kind == "ts":  # micros since the epoch; stats carry milliseconds: floor min, ceil max
+            lo = _EPOCH + timedelta(milliseconds=math.floor(self.lo / 1000))
+            hi = _EPOCH + timedelta(milliseconds=math.ceil(self.hi / 1000))
+            return _iso_ms(lo), _iso_ms(hi)
+        if self.kind == "date":
+            return str((_EPOCH + timedelta(days=self.lo)).date()), str((_EPOCH + timedelta(days=self.hi)).date())
+        return self.lo, self.hi
+
+
+def _iso_ms(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    return pa.types.is_nested(t)
+
+
+# ---------------------------------------------------------------- partition values
+
+
+def partition_value(value: Any) -> str | None:
+    """A partition value as the Delta log spells it (``None`` for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, bytes):
+        raise LakeError("binary partition columns are not supported")
+    return str(value)
+
+
+def partition_dir(partition_by: list[str], values: dict[str, str | None]) -> str:
+    """``col=value/...`` with values percent-encoded the way delta-rs does it, so paths are safe anywhere."""
+    return "/".join(
+        f"{quote(col, safe='')}={NULL_PARTITION if values[col] is None else quote(values[col], safe='')}"
+        for col in partition_by
+    )
+
+
+def split_partitions(data: pa.Table, partition_by: list[str]) -> Iterable[tuple[dict[str, str | None], pa.Table]]:
+    """(partition values, rows without the partition columns) for each distinct partition in ``data``."""
+    if not partition_by:
+        yield {}, data
+        return
+    keys = data.select(partition_by).group_by(partition_by).aggregate([])
+    rest = [name for name in data.column_names if name not in partition_by]
+    for row in keys.to_pylist():
+        mask = None
+        for col, value in row.items():
+            test = pc.is_null(data[col]) if value is None else pc.equal(data[col], pa.scalar(value, data[col].type))
+            mask = test if mask is None else pc.and_(mask, test)
+        yield {col: partition_value(v) for col, v in row.items()}, data.filter(mask).select(rest)
+
+
+# ---------------------------------------------------------------- the sink
+
+
+@dataclass
+class _OpenFile:
+    path: str
+    partition_values: dict[str, str | None]
+    stream: Any
+    writer: pq.ParquetWriter
+    stats: dict[str, _ColumnStats]
+    rows: int = 0
+    arrow_bytes: int = 0
+    buffer: list[pa.Table] = field(default_factory=list)
+    buffered: int = 0
+
+
+class FileSink:
+    """Writes rows to Parquet files under the table folder, rolling files and row groups by size.
+
+    Memory stays bounded: at most ``ROW_GROUP_BYTES`` of Arrow data is buffered per open file (one open
+    file per partition value seen by this task).
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        schema: pa.Schema,
+        partition_by: list[str] | None = None,
+        prefix: str | None = None,
+        target_file_bytes: int = TARGET_FILE_BYTES,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+    ) -> None:
+        self.table_uri = table_uri
+        self.fs, self.base = filesystem(table_uri)
+        self.partition_by = list(partition_by or [])
+        self.data_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
+        self.prefix = prefix or f"part-{uuid.uuid4()}"
+        self.target_file_bytes = target_file_bytes
+        self.row_group_bytes = row_group_bytes
+        self._open: dict[tuple[tuple[str, str | None], ...], _OpenFile] = {}
+        self._count = 0
+        self.written: list[WrittenFile] = []
+
+    def write(self, data: pa.Table) -> None:
+        """Rows already conformed to the table schema (partition columns included)."""
+        if data.num_rows == 0:
+            return
+        for values, rows in split_partitions(data, self.partition_by):
+            key = tuple(sorted(values.items()))
+            open_file = self._open.get(key) or self._start(values, key)
+            open_file.buffer.append(rows)
+            open_file.buffered += rows.nbytes
+            open_file.rows += rows.num_rows
+            for name, stats in open_file.stats.items():
+                stats.update(rows.column(name))
+            if open_file.buffered >= self.row_group_bytes:
+                self._flush(open_file)
+            if open_file.arrow_bytes >= self.target_file_bytes:
+                self._finish(key)
+
+    def close(self) -> list[WrittenFile]:
+        """Finish every open file; returns all files this sink wrote."""
+        for key in list(self._open):
+            self._finish(key)
+        return self.written
+
+    def abort(self) -> None:
+        """Delete what this sink wrote (best effort; leftovers are orphans for vacuum)."""
+        for open_file in self._open.values():
+            try:
+                open_file.writer.close()
+                open_file.stream.close()
+            except Exception:
+                pass
+            self.written.append(WrittenFile(open_file.path, 0, {}, 0, ""))
+        self._open.clear()
+        delete_files(self.table_uri, self.written)
+        self.written = []
+
+    def _start(self, values: dict[str, str | None], key: tuple) -> _OpenFile:
+        folder = partition_dir(self.partition_by, values)
+        name = f"{self.prefix}-{self._count:05d}.snappy.parquet"
+        self._count += 1
+        path = f"{folder}/{name}" if folder else name
+        if folder:
+            self.fs.create_dir(f"{self.base}/{folder}", recursive=True)
+        stream = self.fs.open_output_stream(f"{self.base}/{path}")
+        writer = pq.ParquetWriter(stream, self.data_schema, compression="snappy")
+        stats = {f.name: _ColumnStats(_stats_kind(f.type), _is_nested(f.type)) for f in self.data_schema}
+        open_file = _OpenFile(path, values, stream, writer, stats)
+        self._open[key] = open_file
+        return open_file
+
+    def _flush(self, open_file: _OpenFile) -> None:
+        if not open_file.buffer:
+            return
+        table = pa.concat_tables(open_file.buffer)
+        open_file.writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        open_file.arrow_bytes += open_file.buffered
+        open_file.buffer, open_file.buffered = [], 0
+
+    def _finish(self, key: tuple) -> None:
+        open_file = self._open.pop(key)
+        self._flush(open_file)
+        open_file.writer.close()
+        open_file.stream.close()
+        size = self.fs.get_file_info(f"{self.base}/{open_file.path}").size
+        self.written.append(
+            WrittenFile(
+                path=open_file.path,
+                size=int(size),
+                partition_values=open_file.partition_values,
+                modification_time=int(time.time() * 1000),
+                stats=_stats_json(open_file),
+            )
+        )
+
+
+def _stats_json(open_file: _OpenFile) -> str:
+    """Delta file statistics: numRecords, and per top-level column nullCount and (where exact) min/max."""
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for name, stats in open_file.stats.items():
+        if stats.nested:
+            continue
+        nulls[name] = stats.nulls
+        bounds = stats.bounds()
+        if bounds is not None:
+            mins[name], maxs[name] = bounds
+    return json.dumps(
+        {"numRecords": open_file.rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
+        separators=(",", ":"),
+    )
+
+
+# ---------------------------------------------------------------- commit
+
+
+def kill_before_commit(pids: Iterable[int] = ()) -> None:
+    """Test hook: with ``QUEUELAKE_TEST_KILL_BEFORE_COMMIT`` set, SIGKILL the given processes (the Spark
+    driver, when the commit runs in a Python worker) and then this one, right before committing."""
+    pids = list(pids)
+    if not os.environ.get(KILL_ENV) and not pids:
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def commit_files(
+    table_uri: str,
+    table: str,
+    files: list[WrittenFile],
+    app_id: str,
+    version: int,
+    write_id: str,
+    engine: str,
+    kill_pids: Iterable[int] = (),
+    attempts: int = 20,
+) -> bool:
+    """Commit ``files`` in one Delta transaction carrying (app_id, version).
+
+    Returns False, deleting the files, when app_id already committed ``version`` or later (a retried
+    batch, or another writer with the same app id won the race). Conflicts with other appenders are
+    retried: deltalake retries blind appends itself; a CommitFailedError here means the log moved in a
+    way it would not resolve (e.g. the same app id committed concurrently), so we reload and re-check.
+    """
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.exceptions import CommitFailedError
+
+    from queuelake.lake.marks import check_writable, engine_of
+
+    actions = [f.add_action() for f in files]
+    for attempt in range(attempts):
+        dt = DeltaTable(table_uri)
+        metadata = dt.metadata()
+        check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
+        committed = dt.transaction_version(app_id)
+        if committed is not None and committed >= version:
+            delete_files(table_uri, files)
+            return False
+        if attempt == 0:
+            kill_before_commit(kill_pids)
+        try:
+            dt.create_write_transaction(
+                actions,
+                "append",
+                dt.schema(),
+                partition_by=metadata.partition_columns,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id, version)],
+                    custom_metadata={WRITE_ID_KEY: write_id},
+                ),
+            )
+            return True
+        except CommitFailedError:
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+    raise LakeError(f"lake table {table}: could not commit ({app_id}, {version}) after {attempts} attempts")

@@ -1,0 +1,228 @@
+"""The JVM engine: Spark's own ``delta`` format (delta-spark), for clusters that ship the Delta jars
+(Databricks, spark-submit with ``--packages``). Thin on purpose: Delta Spark does the work.
+
+Needs a session with the Delta jars on the classpath and, for the SQL/DeltaTable calls,
+``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
+``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``. We never download
+jars at run time.
+
+Idempotency: Delta's ``txnAppId``/``txnVersion`` writer options skip a write whose version was already
+committed for that app id; we check first (to return False cheaply) and tag each write with
+``userMetadata`` to tell whether our commit landed. The last committed version of an app id is read
+from the log with deltalake (read-only: delta-spark has no API for it).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from queuelake.errors import LakeError
+from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
+from queuelake.lake.marks import ENGINE_PROPERTY, check_writable, description_for, engine_of
+from queuelake.lake.reading import read_arrow
+from queuelake.lake.rust import DEFAULT_RETENTION_HOURS, normalise_root, table_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class DeltaSparkEngine:
+    """LakeEngine over delta-spark; same contract and thread-safety as ``DeltaRsEngine``."""
+
+    name = "delta-spark"
+
+    def __init__(self, root: str, spark: SparkSession) -> None:
+        self.root = normalise_root(root)
+        self.spark = spark
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def path(self, table: str) -> str:
+        return table_path(self.root, table)
+
+    def exists(self, table: str) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self.spark, self.path(table))
+
+    def _lock(self, table: str, app_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault((table, app_id), threading.Lock())
+
+    def _delta(self, table: str):  # -> delta.tables.DeltaTable
+        from delta.tables import DeltaTable
+
+        if not self.exists(table):
+            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
+        return DeltaTable.forPath(self.spark, self.path(table))
+
+    def _check_writable(self, table: str) -> None:
+        detail = self._delta(table).detail().first()
+        recorded = engine_of(dict(detail["properties"] or {}), detail["description"])
+        check_writable(table, self.path(table), recorded, self.name)
+
+    def _rs_table(self, table: str, version: int | None = None):  # -> deltalake.DeltaTable | None
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(self.path(table), version=version)
+        except TableNotFoundError:
+            return None
+
+    # ------------------------------------------------------------ create / evolve
+
+    def create_table(self, table: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
+        from delta.tables import DeltaTable
+
+        partition_by = list(partition_by or [])
+        with self._lock(table, ""):
+            if not self.exists(table):
+                builder = (
+                    DeltaTable.createIfNotExists(self.spark)
+                    .location(self.path(table))
+                    .addColumns(to_spark_schema(lake_schema(schema)))
+                    .property(ENGINE_PROPERTY, self.name)
+                    .comment(description_for(self.name))
+                )
+                if partition_by:
+                    builder = builder.partitionedBy(*partition_by)
+                try:
+                    builder.execute()
+                except Exception:
+                    if not self.exists(table):  # else another process created it first: checked below
+                        raise
+        self._check_writable(table)
+        existing = self._delta(table).detail().first()["partitionColumns"]
+        if partition_by and list(existing) != partition_by:
+            raise LakeError(f"lake table {table} exists partitioned by {existing or 'nothing'}, not by {partition_by}")
+
+    def add_columns(self, table: str, fields: list[pa.Field]) -> None:
+        self._check_writable(table)
+        current = {f.name.lower() for f in self.spark.read.format("delta").load(self.path(table)).schema.fields}
+        new = [lake_field(f, nullable=True) for f in fields if f.name.lower() not in current]
+        if not new:
+            return
+        columns = ", ".join(
+            f"{_quote(f.name)} {f.dataType.simpleString()}" for f in to_spark_schema(pa.schema(new)).fields
+        )
+        self.spark.sql(f"ALTER TABLE delta.{_quote(self.path(table))} ADD COLUMNS ({columns})")
+
+    # ------------------------------------------------------------ append
+
+    def append(self, table: str, data: pa.Table, app_id: str, version: int) -> bool:
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        with self._lock(table, app_id):
+            if not self.exists(table):
+                self.create_table(table, lake_schema(data.schema, all_nullable=True))
+            if self._already(table, app_id, version):
+                return False
+            current = self.spark.read.format("delta").load(self.path(table)).schema
+            target = from_spark_schema(current, all_nullable=False)
+            return self._write(table, self.spark.createDataFrame(conform(data, target, table)), app_id, version)
+
+    def append_dataframe(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
+        with self._lock(table, app_id):
+            if not self.exists(table):
+                self.create_table(table, from_spark_schema(df.schema, all_nullable=True))
+            if self._already(table, app_id, version):
+                return False
+            return self._write(table, _utc_timestamps(df), app_id, version)
+
+    def _already(self, table: str, app_id: str, version: int) -> bool:
+        self._check_writable(table)
+        committed = self.last_version(table, app_id)
+        return committed is not None and committed >= version
+
+    def _write(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
+        write_id = uuid.uuid4().hex
+        since = self.table_version(table) or 0
+        (
+            df.write.format("delta")
+            .mode("append")
+            .option("txnAppId", app_id)
+            .option("txnVersion", version)
+            .option("userMetadata", f"queuelake.writeId={write_id}")
+            .save(self.path(table))
+        )
+        # Delta skips the write silently when another writer committed this (app_id, version) meanwhile.
+        newer = (self.table_version(table) or 0) - since
+        if newer <= 0:
+            return False
+        recent = self._delta(table).history(newer).select("userMetadata").collect()
+        return any(row["userMetadata"] == f"queuelake.writeId={write_id}" for row in recent)
+
+    # ------------------------------------------------------------ versions and reads
+
+    def last_version(self, table: str, app_id: str) -> int | None:
+        dt = self._rs_table(table)
+        return None if dt is None else dt.transaction_version(app_id)
+
+    def table_version(self, table: str) -> int | None:
+        dt = self._rs_table(table)
+        return None if dt is None else dt.version()
+
+    def read(self, table: str, version: int | None = None) -> DataFrame:
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return reader.load(self.path(table))
+
+    def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
+        dt = self._rs_table(table, version)
+        if dt is None:
+            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
+        return read_arrow(dt, columns)
+
+    # ------------------------------------------------------------ maintain
+
+    def maintain(self, table: str, retention_hours: float = DEFAULT_RETENTION_HOURS) -> dict[str, Any]:
+        self._check_writable(table)
+        delta = self._delta(table)
+        files_before = len(self._rs_table(table).file_uris())
+        metrics = delta.optimize().executeCompaction().first()["metrics"]
+        key = "spark.databricks.delta.retentionDurationCheck.enabled"
+        previous = self.spark.conf.get(key, "true")
+        if retention_hours < DEFAULT_RETENTION_HOURS:
+            self.spark.conf.set(key, "false")
+        try:
+            delta.vacuum(float(retention_hours))
+        finally:
+            self.spark.conf.set(key, previous)
+        dt = self._rs_table(table)
+        return {
+            "table": table,
+            "engine": self.name,
+            "version": dt.version(),
+            "files_before": files_before,
+            "files_after": len(dt.file_uris()),
+            "files_compacted": int(metrics["numFilesRemoved"]),
+            "files_written": int(metrics["numFilesAdded"]),
+        }
+
+
+def _utc_timestamps(df: DataFrame) -> DataFrame:
+    """TimestampNTZ columns as tz-aware timestamps, their wall clock read as UTC (keeps protocol 1/2)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType
+
+    session_tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    columns = []
+    for f in df.schema.fields:
+        if isinstance(f.dataType, TimestampNTZType):
+            shifted = F.convert_timezone(F.lit("UTC"), F.lit(session_tz), F.col(_quote(f.name)))
+            columns.append(shifted.cast("timestamp").alias(f.name))
+        else:
+            if "TimestampNTZ" in repr(f.dataType):
+                raise LakeError(f"column {f.name}: nested TimestampNTZ is not supported; use TimestampType")
+            columns.append(F.col(_quote(f.name)))
+    return df.select(*columns)

@@ -1,0 +1,309 @@
+"""The ``messages`` journal and ``runs`` table: schemas, and turning a received batch into Arrow.
+
+A batch is decoded row by row with orjson (measured ~560k rows/s) straight into Arrow columns; the
+split into landed / expired / quarantined happens here, so one batch is one Delta commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from queuelake.errors import HeaderError
+from queuelake.transport import headers as hdr
+
+MESSAGES = "messages"
+RUNS = "runs"
+
+UTC_TS = pa.timestamp("us", tz="UTC")
+_STR_MAP = pa.map_(pa.string(), pa.string())
+
+MESSAGES_SCHEMA = pa.schema(
+    [
+        pa.field("queue", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("batch_id", pa.string(), nullable=False),
+        pa.field("drained_at", UTC_TS, nullable=False),
+        pa.field("outcome", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+        pa.field("headers", _STR_MAP),
+        pa.field("body", pa.binary()),
+        pa.field("expires", UTC_TS),
+        pa.field("raw_headers", pa.string()),
+        pa.field("message_id", pa.string()),
+        pa.field("message_intent", pa.string()),
+        pa.field("enclosed_message_types", pa.list_(pa.string())),
+        pa.field("message_type", pa.string()),
+        pa.field("content_type", pa.string()),
+        pa.field("conversation_id", pa.string()),
+        pa.field("correlation_id", pa.string()),
+        pa.field("reply_to_address", pa.string()),
+        pa.field("originating_endpoint", pa.string()),
+        pa.field("originating_machine", pa.string()),
+        pa.field("time_sent", UTC_TS),
+        pa.field("processing_started", UTC_TS),
+        pa.field("processing_ended", UTC_TS),
+        pa.field("processing_endpoint", pa.string()),
+        pa.field("failed_queue", pa.string()),
+        pa.field("exception_type", pa.string()),
+        pa.field("exception_message", pa.string()),
+        pa.field("time_of_failure", UTC_TS),
+    ]
+)
+
+RUNS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("command", pa.string(), nullable=False),
+        pa.field("queue", pa.string()),
+        pa.field("started_at", UTC_TS, nullable=False),
+        pa.field("ended_at", UTC_TS, nullable=False),
+        pa.field("dequeued", pa.int64()),
+        pa.field("landed", pa.int64()),
+        pa.field("expired", pa.int64()),
+        pa.field("quarantined", pa.int64()),
+        pa.field("duplicates_skipped", pa.int64()),
+        pa.field("published", pa.int64()),
+        pa.field("fanned_out", pa.int64()),
+        pa.field("batches", pa.int64()),
+        pa.field("seconds", pa.float64()),
+        pa.field("rate", pa.float64()),
+        pa.field("backlog_left", pa.int64()),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+    ]
+)
+
+_STRING_HEADERS = {
+    "message_id": hdr.MESSAGE_ID,
+    "content_type": hdr.CONTENT_TYPE,
+    "conversation_id": hdr.CONVERSATION_ID,
+    "correlation_id": hdr.CORRELATION_ID,
+    "reply_to_address": hdr.REPLY_TO_ADDRESS,
+    "originating_endpoint": hdr.ORIGINATING_ENDPOINT,
+    "originating_machine": hdr.ORIGINATING_MACHINE,
+    "processing_endpoint": hdr.PROCESSING_ENDPOINT,
+    "failed_queue": hdr.FAILED_QUEUE,
+    "exception_type": hdr.EXCEPTION_TYPE,
+    "exception_message": hdr.EXCEPTION_MESSAGE,
+}
+_TIME_HEADERS = {
+    "time_sent": hdr.TIME_SENT,
+    "processing_started": hdr.PROCESSING_STARTED,
+    "processing_ended": hdr.PROCESSING_ENDED,
+    "time_of_failure": hdr.TIME_OF_FAILURE,
+}
+
+
+_STR_OR_NONE = {str, type(None)}
+_ISO = r"\1T\2.\3"
+_WIRE_TIME = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2}):([0-9]{6}) Z$"
+
+
+def _parse_fast(raw: str | None) -> dict[str, Any] | None:
+    """The header map when it is a flat object of strings (or empty); None sends the row to the
+    reference decoder, which gives the verdict and the reason."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or not set(map(type, data.values())) <= _STR_OR_NONE:
+        return None
+    intent = data.get(hdr.MESSAGE_INTENT)
+    if intent and intent.lower() not in hdr.INTENTS:
+        return None
+    return data
+
+
+def _reason(raw: str | None, row_id: str) -> str | None:
+    """Why ``headers.decode`` refuses this row, or None when it accepts it."""
+    try:
+        hdr.decode(raw, row_id)
+    except HeaderError as exc:
+        return str(exc)
+    return None
+
+
+_DECODED = [*_STRING_HEADERS, "message_intent", "enclosed_message_types", "message_type", *_TIME_HEADERS]
+
+
+def _type_name(first: str) -> str:
+    return hdr.full_type_name(first) if ("[" in first or "\\" in first) else first.split(",", 1)[0].strip()
+
+
+def _safe_text(raw: str | None) -> str | None:
+    """Raw header text as valid UTF-8 for the quarantine column; undecodable bytes escaped."""
+    if raw is None:
+        return None
+    return raw.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
+
+
+def _column(maps: list[dict[str, Any] | None], key: str) -> pa.Array:
+    """One header as a column. A comprehension over the parsed dicts measured ~5x faster than
+    ``pc.map_lookup`` on the map column."""
+    return pa.array([m.get(key) if m else None for m in maps], pa.string())
+
+
+def _blank_to_null(arr: pa.Array) -> pa.Array:
+    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+
+
+def _header_map(maps: list[dict[str, Any] | None]) -> pa.MapArray:
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str | None] = []
+    for m in maps:
+        if m:
+            keys.extend(m.keys())
+            values.extend(m.values())
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(values, pa.string()),
+        mask=pa.array([m is None for m in maps], pa.bool_()),
+    )
+
+
+def _invalid_rows(maps: list[dict[str, Any] | None]) -> set[int]:
+    """Rows whose intent or times the reference decoder would refuse (found vectorised)."""
+    bad: set[int] = set()
+    intent = pc.utf8_lower(pc.utf8_trim_whitespace(_blank_to_null(_column(maps, hdr.MESSAGE_INTENT))))
+    ok = pc.or_kleene(pc.is_null(intent), pc.is_in(intent, pa.array(list(hdr.INTENTS))))
+    bad.update(i for i, v in enumerate(ok.to_pylist()) if v is False)
+    for key in _TIME_HEADERS.values():
+        bad.update(_times(_column(maps, key))[1])
+    return bad
+
+
+def _times(values: pa.Array) -> tuple[pa.Array, list[int]]:
+    """Wire-form times to timestamp[us, UTC] in one vectorised pass; indexes of unparsable rows."""
+    arr = _blank_to_null(values)
+    ok = pc.match_substring_regex(arr, _WIRE_TIME)
+    bad = [i for i, v in enumerate(ok.to_pylist()) if v is False]  # null (absent) stays null
+    if bad:
+        return arr, bad
+    iso = pc.replace_substring_regex(arr, _WIRE_TIME, _ISO)
+    try:
+        return pc.cast(pc.cast(iso, pa.timestamp("us")), UTC_TS), []
+    except pa.ArrowInvalid:  # right shape, impossible date (month 13): find the rows one by one
+        out = []
+        for i, v in enumerate(arr.to_pylist()):
+            try:
+                if v is not None:
+                    hdr.parse_time(v)
+            except HeaderError:
+                out.append(i)
+        return arr, out
+
+
+_NEEDS_CLEANING = r"(^\s|\s;|;\s|\s$|;;|^;|;$|^$)"
+
+
+def _enclosed_types(values: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """EnclosedMessageTypes as a list, and the first type's full name. The common shape (no stray
+    spaces or empty parts, no generics) is split in Arrow; the rest row by row like the codec."""
+    types = pc.split_pattern(values, ";")
+    messy = pc.match_substring_regex(values, _NEEDS_CLEANING).to_pylist()
+    if any(messy):
+        py = types.to_pylist()
+        raw = values.to_pylist()
+        for i, m in enumerate(messy):
+            if m:
+                py[i] = hdr.split_types(raw[i])
+        types = pa.array(py, pa.list_(pa.string()))
+    first = pc.list_element(
+        pc.if_else(pc.greater(pc.list_value_length(types), 0), types, pa.scalar(None, types.type)), 0
+    )
+    simple = pc.utf8_trim_whitespace(pc.list_element(pc.split_pattern(first, ",", max_splits=1), 0))
+    generic = pc.or_(pc.match_substring(first, "["), pc.match_substring(first, "\\")).to_pylist()
+    if any(generic):
+        names = simple.to_pylist()
+        firsts = first.to_pylist()
+        for i, g in enumerate(generic):
+            if g:
+                names[i] = hdr.full_type_name(firsts[i])
+        simple = pa.array(names, pa.string())
+    return types, simple
+
+
+def build_batch(
+    received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime
+) -> tuple[pa.Table, dict[str, int]]:
+    """The journal rows of one received batch (``queues.RECEIVED_SCHEMA``), and counts per outcome.
+
+    Only the header text is touched in Python, once per row (orjson); the map column is built from
+    that, and every typed column is extracted from the map in Arrow. Rows the fast path cannot
+    judge go to ``headers.decode``, the reference, which names the reason."""
+    n = received.num_rows
+    raws = received["headers"].to_pylist()
+    ids = received["id"].to_pylist()
+    expired = received["expired"].to_pylist()
+    maps: list[dict[str, Any] | None] = []
+    reasons: list[str | None] = [None] * n
+    for i, (raw, is_expired) in enumerate(zip(raws, expired)):
+        if is_expired:
+            maps.append(None)
+            continue
+        data = _parse_fast(raw)
+        if data is None:
+            reason = _reason(raw, ids[i])
+            if reason is None:  # stricter than the reference: accept what it accepts
+                data = hdr.decode_map(raw)
+            reasons[i] = reason
+        maps.append(data)
+    bad = _invalid_rows(maps)
+    for i in bad:
+        reasons[i] = reasons[i] or _reason(raws[i], ids[i]) or "headers could not be decoded"
+        maps[i] = None
+    headers = _header_map(maps)
+
+    counts = {"expired": sum(expired), "quarantined": sum(r is not None for r in reasons)}
+    counts["landed"] = n - counts["expired"] - counts["quarantined"]
+    outcome = ["expired" if e else ("quarantined" if r is not None else "landed") for e, r in zip(expired, reasons)]
+    landed = pa.array([o == "landed" for o in outcome], pa.bool_())
+
+    columns: dict[str, Any] = {
+        "queue": pa.array([queue] * n, pa.string()),
+        "seq": received["seq"],
+        "id": received["id"],
+        "batch_id": pa.array([batch_id] * n, pa.string()),
+        "drained_at": pa.array([drained_at] * n, UTC_TS),
+        "outcome": pa.array(outcome, pa.string()),
+        "error": pa.array(reasons, pa.string()),
+        "headers": headers,
+        "body": received["body"],
+        "expires": received["expires"],
+        "raw_headers": pa.array(
+            [_safe_text(raw) if r is not None else None for raw, r in zip(raws, reasons)], pa.string()
+        ),
+    }
+    if counts["expired"]:
+        columns["body"] = pc.if_else(received["expired"], pa.scalar(None, pa.binary()), received["body"])
+    for name, key in _STRING_HEADERS.items():
+        columns[name] = _column(maps, key)
+    for name, key in _TIME_HEADERS.items():
+        columns[name] = _times(_column(maps, key))[0]
+    message_id = pc.coalesce(_blank_to_null(columns["message_id"]), received["id"])
+    columns["message_id"] = pc.if_else(landed, message_id, pa.scalar(None, pa.string()))
+    intent = pc.utf8_lower(pc.utf8_trim_whitespace(_blank_to_null(_column(maps, hdr.MESSAGE_INTENT))))
+    canonical = pa.array(list(hdr.INTENTS.values()), pa.string())
+    columns["message_intent"] = pc.take(canonical, pc.index_in(intent, pa.array(list(hdr.INTENTS), pa.string())))
+    types, message_type = _enclosed_types(_column(maps, hdr.ENCLOSED_MESSAGE_TYPES))
+    columns["enclosed_message_types"] = types
+    columns["message_type"] = message_type
+    arrays = [
+        pa.array(columns[f.name], f.type)
+        if not isinstance(columns[f.name], (pa.Array, pa.ChunkedArray))
+        else columns[f.name]
+        for f in MESSAGES_SCHEMA
+    ]
+    table = pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, MESSAGES_SCHEMA)], schema=MESSAGES_SCHEMA)
+    return table, counts

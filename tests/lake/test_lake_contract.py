@@ -1,0 +1,523 @@
+"""The LakeEngine contract, on real Delta tables in tmp_path with one real local Spark session.
+
+Parametrized over engines: delta-rs always; delta-spark only where the Delta JVM jars are on the
+classpath (never downloaded here). Tests about delta-rs internals (marks written by hand, the Python
+data source, orphan files) are delta-rs only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from queuelake.errors import LakeError
+from queuelake.lake.arrow_types import UTC_TIMESTAMP
+from queuelake.lake.marks import description_for
+from queuelake.lake.rust import DeltaRsEngine
+from queuelake.spark import has_delta_jvm
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = datetime(2024, 5, 1, 13, 45, 10, 123456, tzinfo=timezone.utc)
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("queue", pa.string()),
+        ("name", pa.string()),
+        ("flag", pa.bool_()),
+        ("score", pa.float64()),
+        ("body", pa.binary()),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("types", pa.list_(pa.string())),
+        ("sent", UTC_TIMESTAMP),
+    ]
+)
+
+
+def sample(n: int = 40, start: int = 0, queues: tuple[str | None, ...] = ("Sales",)) -> pa.Table:
+    """Message-like rows with every type we store, nulls sprinkled in every column."""
+    ids = list(range(start, start + n))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "queue": [queues[i % len(queues)] for i in ids],
+            "name": [None if i % 7 == 0 else f"name-{i}-é" for i in ids],
+            "flag": [None if i % 5 == 0 else i % 2 == 0 for i in ids],
+            "score": [None if i % 3 == 0 else i * 0.25 for i in ids],
+            "body": [None if i % 4 == 0 else bytes([i % 256]) * 1024 for i in ids],
+            "headers": [None if i % 6 == 0 else [("NServiceBus.MessageId", str(i)), ("empty", None)] for i in ids],
+            "types": [None if i % 8 == 0 else [f"Type{i}", None] for i in ids],
+            "sent": [None if i % 9 == 0 else BASE + timedelta(seconds=i, microseconds=i) for i in ids],
+        },
+        schema=SCHEMA,
+    )
+
+
+def same_rows(actual: pa.Table, expected: pa.Table) -> None:
+    """Equal as data: same rows (by id), same values, every column of ``expected`` present."""
+    actual = actual.select(expected.column_names).cast(expected.schema).sort_by("id")
+    assert actual.to_pylist() == expected.sort_by("id").to_pylist()
+
+
+def spark_rows(df) -> pa.Table:
+    return df.toArrow()
+
+
+ENGINES = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.deltaspark)]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest, spark, tmp_path: Path):
+    root = str(tmp_path / "lake")
+    if request.param == "delta-spark":
+        if not has_delta_jvm(spark):
+            pytest.skip("Delta JVM jars not on the classpath")
+        from queuelake.lake.jvm import DeltaSparkEngine
+
+        return DeltaSparkEngine(root, spark)
+    return DeltaRsEngine(root, spark)
+
+
+@pytest.fixture
+def rs(spark, tmp_path: Path) -> DeltaRsEngine:
+    return DeltaRsEngine(str(tmp_path / "lake"), spark)
+
+
+def protocol(engine, table: str):
+    from deltalake import DeltaTable
+
+    p = DeltaTable(engine.path(table)).protocol()
+    return p.min_reader_version, p.min_writer_version, p.reader_features, p.writer_features
+
+
+# ------------------------------------------------------------------ round trips
+
+
+def test_arrow_append_reads_back_equal(engine) -> None:
+    data = sample(60)
+    assert engine.last_version("messages", "drain-1") is None
+    assert engine.table_version("messages") is None
+    assert engine.append("messages", data, "drain-1", 1) is True
+    assert engine.last_version("messages", "drain-1") == 1
+    same_rows(engine.read_arrow("messages"), data)
+    same_rows(spark_rows(engine.read("messages")), data)
+    assert engine.read_arrow("messages", columns=["id", "sent"]).column_names == ["id", "sent"]
+    assert protocol(engine, "messages") == (1, 2, None, None)
+
+
+def test_dataframe_append_reads_back_equal(engine, spark) -> None:
+    data = sample(60)
+    assert engine.append_dataframe("out", spark.createDataFrame(data), "transform", 7) is True
+    assert engine.last_version("out", "transform") == 7
+    same_rows(engine.read_arrow("out"), data)
+    same_rows(spark_rows(engine.read("out")), data)
+    assert protocol(engine, "out") == (1, 2, None, None)
+
+
+def test_partitioned_table_both_paths(engine, spark) -> None:
+    odd = ("Sales@[dbo]@[my.c@ta]]og]", "a b/c%d=é", None)
+    engine.create_table("parts", SCHEMA, partition_by=["queue"])
+    engine.create_table("parts", SCHEMA, partition_by=["queue"])  # idempotent
+    first, second = sample(30, 0, odd), sample(30, 100, odd)
+    assert engine.append("parts", first, "a", 1)
+    assert engine.append_dataframe("parts", spark.createDataFrame(second), "b", 1)
+    both = pa.concat_tables([first, second])
+    same_rows(engine.read_arrow("parts"), both)
+    same_rows(spark_rows(engine.read("parts")), both)
+    with pytest.raises(LakeError, match="partitioned by"):
+        engine.create_table("parts", SCHEMA, partition_by=["name"])
+
+
+def test_empty_table_and_empty_batches(engine, spark) -> None:
+    engine.create_table("empty", SCHEMA)
+    assert engine.read("empty").count() == 0
+    assert engine.read_arrow("empty").num_rows == 0
+    assert engine.append("empty", SCHEMA.empty_table(), "drain", 1) is True
+    assert engine.append_dataframe("empty", spark.createDataFrame(SCHEMA.empty_table()), "xform", 3) is True
+    assert (engine.last_version("empty", "drain"), engine.last_version("empty", "xform")) == (1, 3)
+    assert engine.read("empty").count() == 0
+
+
+def test_naive_timestamps_are_stored_as_utc(engine, spark) -> None:
+    naive = pa.table({"id": [1], "at": pa.array([datetime(2024, 1, 2, 3, 4, 5, 6000)], pa.timestamp("ms"))})
+    engine.append("times", naive, "a", 1)
+    ntz = spark.sql("select 2L as id, timestamp_ntz'2024-01-02 03:04:05' as at")
+    engine.append_dataframe("times", ntz, "b", 1)
+    got = engine.read_arrow("times").sort_by("id")
+    assert got.schema.field("at").type == UTC_TIMESTAMP
+    assert got.column("at").to_pylist() == [
+        datetime(2024, 1, 2, 3, 4, 5, 6000, tzinfo=timezone.utc),
+        datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+    ]
+    assert protocol(engine, "times") == (1, 2, None, None)
+
+
+def test_unknown_columns_are_refused(engine) -> None:
+    engine.append("strict", sample(3), "a", 1)
+    with pytest.raises(LakeError, match="surprise"):
+        engine.append("strict", sample(3).append_column("surprise", pa.array([1, 2, 3])), "a", 2)
+    assert engine.last_version("strict", "a") == 1
+
+
+# ------------------------------------------------------------------ idempotency and versions
+
+
+def test_repeated_app_version_lands_once(engine, spark) -> None:
+    assert engine.append("msgs", sample(10), "drain-Sales-0", 5) is True
+    assert engine.append("msgs", sample(10), "drain-Sales-0", 5) is False
+    assert engine.append("msgs", sample(10), "drain-Sales-0", 4) is False
+    assert engine.append_dataframe("msgs", spark.createDataFrame(sample(10)), "drain-Sales-0", 5) is False
+    assert engine.append("msgs", sample(10, 10), "drain-Sales-1", 5) is True  # another app id
+    assert engine.read_arrow("msgs").num_rows == 20
+    assert engine.last_version("msgs", "drain-Sales-0") == 5
+    assert engine.last_version("msgs", "nobody") is None
+    assert engine.last_version("missing", "drain-Sales-0") is None
+
+
+def test_read_an_older_version(engine) -> None:
+    engine.append("hist", sample(10), "a", 1)
+    v1 = engine.table_version("hist")
+    engine.append("hist", sample(15, 10), "a", 2)
+    assert engine.table_version("hist") == v1 + 1
+    assert engine.read("hist", version=v1).count() == 10
+    same_rows(engine.read_arrow("hist", version=v1), sample(10))
+    assert engine.read("hist").count() == 25
+
+
+def test_concurrent_appends_from_threads_all_land(engine) -> None:
+    engine.create_table("busy", SCHEMA)
+    errors: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        try:
+            for v in range(1, 7):
+                assert engine.append("busy", sample(50, (w * 100 + v) * 50), f"drain-{w}", v)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    got = engine.read_arrow("busy", columns=["id"])
+    assert got.num_rows == 2 * 6 * 50 and len(set(got.column("id").to_pylist())) == 600
+    assert [engine.last_version("busy", f"drain-{w}") for w in range(2)] == [6, 6]
+
+
+def test_same_app_version_from_racing_threads_lands_once(engine) -> None:
+    engine.create_table("race", SCHEMA)
+    results: list[bool] = []
+    barrier = threading.Barrier(4)
+
+    def worker() -> None:
+        barrier.wait()
+        results.append(engine.append("race", sample(20), "drain-0", 1))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, False, False, True]
+    assert engine.read_arrow("race").num_rows == 20
+
+
+def test_dataframe_and_arrow_appends_run_concurrently(engine, spark) -> None:
+    engine.create_table("mixed", SCHEMA)
+    df = spark.createDataFrame(sample(500, 10_000)).repartition(3)
+    errors: list[BaseException] = []
+
+    def arrow_writer() -> None:
+        try:
+            for v in range(1, 9):
+                engine.append("mixed", sample(10, v * 10), "drain", v)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=arrow_writer)
+    thread.start()
+    assert engine.append_dataframe("mixed", df, "xform", 1)
+    thread.join()
+    assert not errors
+    assert engine.read_arrow("mixed").num_rows == 580
+
+
+def test_create_table_race_and_idempotency(engine) -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(3)
+
+    def creator() -> None:
+        try:
+            barrier.wait()
+            engine.create_table("runs", SCHEMA)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=creator) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert engine.exists("runs") and engine.table_version("runs") == 0
+
+
+# ------------------------------------------------------------------ schema evolution, maintenance
+
+
+def test_added_column_reads_null_in_old_rows(engine, spark) -> None:
+    engine.append("evolve", sample(5), "a", 1)
+    engine.add_columns("evolve", [pa.field("error", pa.string()), pa.field("expires", pa.timestamp("us"))])
+    engine.add_columns("evolve", [pa.field("error", pa.string())])  # idempotent
+    newer = sample(5, 5).append_column("error", pa.array(["boom"] * 5))
+    engine.append("evolve", newer, "a", 2)
+    got = engine.read_arrow("evolve").sort_by("id")
+    assert got.schema.field("expires").type == UTC_TIMESTAMP
+    assert got.column("error").to_pylist() == [None] * 5 + ["boom"] * 5
+    assert got.column("expires").to_pylist() == [None] * 10
+    via_spark = engine.read("evolve").orderBy("id").select("error").toArrow()
+    assert via_spark.column("error").to_pylist() == [None] * 5 + ["boom"] * 5
+    assert protocol(engine, "evolve") == (1, 2, None, None)
+
+
+def test_maintain_compacts_and_keeps_rows(engine) -> None:
+    for v in range(1, 6):
+        engine.append("small", sample(10, v * 10), "a", v)
+    figures = engine.maintain("small", retention_hours=0)
+    assert figures["files_before"] == 5 and figures["files_after"] == 1
+    assert engine.read_arrow("small").num_rows == 50
+    assert engine.last_version("small", "a") == 5
+    assert protocol(engine, "small") == (1, 2, None, None)
+
+
+# ------------------------------------------------------------------ engines and files (delta-rs)
+
+
+def _table_marked_by_spark(path: Path) -> None:
+    """A table as delta-spark leaves it: table property queuelake.engine=delta-spark."""
+    log = path / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+    actions = [
+        {"commitInfo": {"timestamp": 0, "operation": "CREATE TABLE", "engineInfo": "Apache-Spark Delta-Lake"}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": "00000000-0000-0000-0000-000000000001",
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": [],
+                "configuration": {"queuelake.engine": "delta-spark"},
+                "createdTime": 0,
+            }
+        },
+    ]
+    (log / "00000000000000000000.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+
+
+def test_engine_mismatch_is_refused(rs: DeltaRsEngine, spark) -> None:
+    from deltalake import DeltaTable
+
+    _table_marked_by_spark(Path(rs.path("by_property")))
+    marked = description_for("delta-spark")
+    DeltaTable.create(rs.path("by_description"), pa.schema([("id", pa.int64())]), description=marked)
+    rows = pa.table({"id": [1]})
+    for table in ("by_property", "by_description"):
+        for write in (
+            lambda t: rs.append(t, rows, "a", 1),
+            lambda t: rs.append_dataframe(t, spark.createDataFrame(rows), "a", 1),
+            lambda t: rs.add_columns(t, [pa.field("x", pa.string())]),
+            lambda t: rs.maintain(t),
+            lambda t: rs.create_table(t, rows.schema),
+        ):
+            with pytest.raises(LakeError) as info:
+                write(table)
+            message = str(info.value)
+            assert table in message and "delta-spark" in message and "delta-rs" in message
+    assert rs.read_arrow("by_property").num_rows == 0  # reading is fine
+
+
+@pytest.mark.deltaspark
+def test_engines_refuse_each_others_tables(spark, tmp_path: Path) -> None:
+    if not has_delta_jvm(spark):
+        pytest.skip("Delta JVM jars not on the classpath")
+    from queuelake.lake.jvm import DeltaSparkEngine
+
+    jvm, rust = DeltaSparkEngine(str(tmp_path), spark), DeltaRsEngine(str(tmp_path), spark)
+    jvm.append("j", sample(3), "a", 1)
+    rust.append("r", sample(3), "a", 1)
+    with pytest.raises(LakeError, match="delta-spark"):
+        rust.append("j", sample(3), "a", 2)
+    with pytest.raises(LakeError, match="delta-rs"):
+        jvm.append("r", sample(3), "a", 2)
+
+
+def test_same_app_version_racing_engine_instances_lands_once(rs: DeltaRsEngine, spark) -> None:
+    """Separate engine objects share no lock, as separate processes would: Delta's conflict check on the
+    application transaction decides, and the losers report False."""
+    rs.create_table("race2", SCHEMA)
+    engines = [DeltaRsEngine(rs.root, spark) for _ in range(4)]
+    results: list[bool] = []
+    barrier = threading.Barrier(len(engines))
+
+    def worker(e: DeltaRsEngine) -> None:
+        barrier.wait()
+        results.append(e.append("race2", sample(20), "drain-0", 1))
+
+    threads = [threading.Thread(target=worker, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, False, False, True]
+    assert rs.read_arrow("race2").num_rows == 20
+
+
+def test_spark_path_files_read_alike_by_deltalake_and_pyarrow(rs: DeltaRsEngine, spark) -> None:
+    from deltalake import DeltaTable, QueryBuilder
+
+    data = sample(200)
+    rs.append_dataframe("shared", spark.createDataFrame(data).repartition(2), "x", 1)
+    dt = DeltaTable(rs.path("shared"))
+    by_deltalake = pa.table(QueryBuilder().register("t", dt).execute("select * from t").read_all())
+    same_rows(by_deltalake, data)
+    by_pyarrow = ds.dataset(dt.file_uris(), format="parquet").to_table()
+    same_rows(by_pyarrow, data)
+    by_parquet = pa.concat_tables([pq.read_table(uri) for uri in dt.file_uris()])
+    same_rows(by_parquet, data)
+    stats = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    assert sum(s["num_records"] for s in stats) == 200
+    assert min(s["min.id"] for s in stats) == 0 and max(s["max.id"] for s in stats) == 199
+
+
+def test_spark_path_refuses_unknown_columns_before_running(rs: DeltaRsEngine, spark) -> None:
+    rs.append("narrow", pa.table({"id": [1]}), "a", 1)
+    with pytest.raises(LakeError, match="extra"):
+        rs.append_dataframe("narrow", spark.sql("select 2L as id, 'x' as extra"), "a", 2)
+
+
+def test_vacuum_removes_orphans(rs: DeltaRsEngine) -> None:
+    rs.append("orphans", sample(5), "a", 1)
+    orphan = Path(rs.path("orphans")) / "part-orphan.snappy.parquet"
+    pq.write_table(sample(5).drop_columns(["queue"]), orphan)
+    assert rs.read_arrow("orphans").num_rows == 5
+    figures = rs.maintain("orphans", retention_hours=0)
+    assert figures["files_vacuumed"] >= 1 and not orphan.exists()
+    assert rs.read_arrow("orphans").num_rows == 5
+
+
+# ------------------------------------------------------------------ killed processes (delta-rs)
+
+_KILLED_SPARK_WRITER = textwrap.dedent(
+    """
+    import sys
+    from queuelake.config import SparkConfig
+    from queuelake.lake.rust import DeltaRsEngine
+    from queuelake.spark import get_spark
+
+    spark = get_spark(SparkConfig(master="local[1]", conf={"spark.sql.shuffle.partitions": "1"}))
+    df = spark.sql("select id, 'Sales' as queue, cast(id as string) as name from range(1000, 1300)").repartition(2)
+    DeltaRsEngine(sys.argv[1], spark).append_dataframe("messages", df, "drain-0", 2)
+    print("committed: the kill hook did not fire", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_spark_writer_killed_before_commit_leaves_no_rows(rs: DeltaRsEngine, tmp_path: Path) -> None:
+    seed = pa.table({"id": pa.array(range(10), pa.int64()), "queue": ["Sales"] * 10, "name": ["seed"] * 10})
+    rs.append("messages", seed, "drain-0", 1)
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_SPARK_WRITER)
+    env = {**os.environ, "QUEUELAKE_TEST_KILL_BEFORE_COMMIT": "1", "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [sys.executable, str(script), rs.root],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        start_new_session=True,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr[-3000:]
+    table_dir = Path(rs.path("messages"))
+    on_disk = {p.name for p in table_dir.glob("*.parquet")}
+    from deltalake import DeltaTable
+
+    committed = {Path(u).name for u in DeltaTable(rs.path("messages")).file_uris()}
+    assert on_disk - committed, "the killed writer should have left its data files behind"
+    assert rs.read_arrow("messages").num_rows == 10
+    assert rs.read("messages").count() == 10
+    assert rs.last_version("messages", "drain-0") == 1
+    # The retried batch lands, exactly once.
+    retry = pa.table({"id": pa.array(range(1000, 1300), pa.int64()), "queue": ["Sales"] * 300, "name": ["r"] * 300})
+    assert rs.append("messages", retry, "drain-0", 2) is True
+    assert rs.read_arrow("messages").num_rows == 310
+    rs.maintain("messages", retention_hours=0)
+    assert {p.name for p in table_dir.glob("*.parquet")} == {
+        Path(u).name for u in DeltaTable(rs.path("messages")).file_uris()
+    }
+
+
+_ARROW_LOOP = textwrap.dedent(
+    """
+    import sys
+    import pyarrow as pa
+    from queuelake.lake.rust import DeltaRsEngine
+
+    engine = DeltaRsEngine(sys.argv[1])
+    v = 1
+    while True:
+        ids = pa.array(range(v * 1000, v * 1000 + 1000), pa.int64())
+        engine.append("loop", pa.table({"id": ids, "batch": pa.array([v] * 1000, pa.int64())}), "w", v)
+        print(v, flush=True)
+        v += 1
+    """
+)
+
+
+@pytest.mark.slow
+def test_arrow_writer_killed_at_random_moments_commits_whole_batches(rs: DeltaRsEngine, tmp_path: Path) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text(_ARROW_LOOP)
+    rng = random.Random(7)
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, str(script), rs.root], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        for _ in range(rng.randint(1, 4)):
+            proc.stdout.readline()
+        time.sleep(rng.uniform(0, 0.02))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        last = rs.last_version("loop", "w")
+        got = rs.read_arrow("loop")
+        batches = got.column("batch").to_pylist()
+        assert sorted(set(batches)) == list(range(1, last + 1))
+        assert got.num_rows == 1000 * last
+        # A restart resumes after the last committed version; rows of a killed batch never show.
+    assert rs.append("loop", pa.table({"id": [-1], "batch": [last + 1]}), "w", last + 1)
+
+
+# ------------------------------------------------------------------ the JVM engine's pure-Spark helper
+
+
+def test_jvm_engine_reads_ntz_wall_clock_as_utc(spark) -> None:
+    from queuelake.lake.jvm import _utc_timestamps
+
+    df = _utc_timestamps(spark.sql("select timestamp_ntz'2024-01-02 03:04:05' as at, 1 as id"))
+    assert df.schema["at"].dataType.typeName() == "timestamp"
+    assert df.toArrow().column("at").to_pylist() == [datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)]
