@@ -16,10 +16,10 @@ from pathlib import Path
 import orjson
 import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.port import open_lake
+from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
 from queuelake.transport import db, installer, queues
 from queuelake.transport import headers as hdr
@@ -59,7 +59,7 @@ def install(cfg: object) -> None:
 
 
 def journal(lake_root: Path):
-    return DeltaTable(str(lake_root / "messages")).to_pyarrow_table()
+    return read_table(str(lake_root / "messages"))
 
 
 def seed_ids(cfg: object, queue: str, count: int, seed: int = 1) -> set[str]:
@@ -137,7 +137,7 @@ def test_drain_lands_expires_and_quarantines(fresh_pg_uri: str, tmp_path: Path) 
     assert aud["processing_endpoint"] == "Billing" and aud["processing_started"] == sent
     assert aud["processing_ended"] - aud["processing_started"] == dt.timedelta(milliseconds=42)
     assert queue_depth(cfg, "Sales") == 0
-    runs = DeltaTable(str(tmp_path / "lake" / "runs")).to_pyarrow_table().to_pylist()
+    runs = read_table(str(tmp_path / "lake" / "runs")).to_pylist()
     assert {r["queue"] for r in runs} == {'"public"."Sales"', '"public"."error"', '"public"."audit"'}
     assert sum(r["dequeued"] for r in runs) == n_sales + 2
 
@@ -262,7 +262,7 @@ def test_exactly_once_under_sigkill(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert set(got) == ids
     assert pc.all(pc.equal(landed["outcome"], "landed")).as_py()
     assert queue_depth(cfg, "Sales") == 0
-    runs = DeltaTable(str(lake_root / "runs")).to_pyarrow_table()
+    runs = read_table(str(lake_root / "runs"))
     assert pc.sum(runs["duplicates_skipped"]).as_py() > 0, "no run met the Delta-committed/DB-lost window"
 
 
@@ -275,7 +275,9 @@ from queuelake.lake.port import open_lake
 from queuelake.pipeline.drain import drain
 cfg = load(sys.argv[1])
 summary = drain(cfg, open_lake(cfg.lake))
-print(json.dumps({"dequeued": summary["dequeued"], "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"status": summary["status"], "dequeued": summary["dequeued"],
+                  "errors": [q["error"] for q in summary["queues"]], "rss_kb": rss}))
 """
 
 
@@ -296,6 +298,7 @@ def _drain_rss(uri: str, tmp_path: Path, name: str, count: int) -> int:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["status"] == "ok", result
     assert result["dequeued"] == count
     return int(result["rss_kb"])
 

@@ -37,3 +37,55 @@ def drain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[s
         max_messages=args.max_messages,
         max_seconds=args.max_seconds,
     )
+
+
+def _spark(cfg: Config, spark: SparkSession | None) -> SparkSession:
+    from queuelake.spark import get_spark
+
+    return spark or get_spark(cfg.spark)
+
+
+def transform(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
+    from queuelake.pipeline.transform import transform as run_transform
+
+    cfg = config_mod.load(args.config)
+    session = _spark(cfg, spark)
+    return run_transform(cfg, session, lake_for(cfg, session))
+
+
+def publish(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
+    from queuelake.pipeline.publish import publish as run_publish
+
+    cfg = config_mod.load(args.config)
+    session = _spark(cfg, spark)
+    return run_publish(cfg, session, lake_for(cfg, session))
+
+
+def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
+    """drain, transform, publish: the scheduled job. Stops at the first failing step."""
+    from queuelake.pipeline.drain import drain as run_drain
+    from queuelake.pipeline.publish import publish as run_publish
+    from queuelake.pipeline.transform import transform as run_transform
+
+    cfg = config_mod.load(args.config)
+    session = _spark(cfg, spark)
+    lake = lake_for(cfg, session)
+    steps: dict[str, Any] = {}
+    steps["drain"] = run_drain(cfg, lake, args.queues, args.max_messages, args.max_seconds)
+    if steps["drain"]["status"] == "ok":
+        steps["transform"] = run_transform(cfg, session, lake)
+    if steps.get("transform", {}).get("status") == "ok":
+        steps["publish"] = run_publish(cfg, session, lake)
+    status = "ok" if all(s.get("status") == "ok" for s in steps.values()) and len(steps) == 3 else "failed"
+    return {"status": status, **steps}
+
+
+def maintain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
+    """Compact and vacuum every lake table under lake.root."""
+    from pathlib import Path
+
+    cfg = config_mod.load(args.config)
+    lake = lake_for(cfg, spark)
+    root = Path(cfg.lake.root)
+    tables = sorted(p.name for p in root.iterdir() if (p / "_delta_log").is_dir()) if root.is_dir() else []
+    return {"tables": {name: lake.maintain(name) for name in tables}}

@@ -125,3 +125,10 @@ def read_spark(spark: SparkSession, dt: DeltaTable) -> DataFrame:
     if not frames:
         return spark.createDataFrame([], schema)
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def read_table(table_uri: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
+    """A Delta table (or one version) as Arrow, without ``DeltaTable.to_pyarrow_table`` (see above)."""
+    from deltalake import DeltaTable
+
+    return read_arrow(DeltaTable(table_uri, version=version), columns)

@@ -1,0 +1,377 @@
+"""Publish outbound tables to queues and subscribers, exactly once.
+
+Per output table, a *round* covers the rows its commits added in Delta versions (P, V]. The round's
+rows are read in a fixed order (files sorted by path, rows in file order) and cut into batches of
+``publish.batch_size``; batch k's inserts into every destination and its ledger row
+``P-V:k/N@B`` commit in one DB transaction. A rerun (after a crash at any instant) finds the round in
+the ledger and skips the batches already there, so each row reaches each destination exactly once.
+Message ids are uuid5(pipeline, key, destination): the same copy always has the same MessageId.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from queuelake import hooks
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.errors import QueuelakeError
+from queuelake.lake import increments
+from queuelake.lake.port import LakeEngine
+from queuelake.quality import outbound as quality
+from queuelake.report import log
+from queuelake.transport import headers as hdr
+from queuelake.transport import queues, subscriptions
+from queuelake.transport.db import Connection
+from queuelake.transport.queues import OutgoingMessage
+from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+NAMESPACE = uuid.UUID("5f1d3a52-6a0e-4f3e-9d0e-7a1c0b7e2a11")  # queuelake's uuid5 namespace
+OPTIONAL = {
+    "destination": pa.string(),
+    "headers": pa.map_(pa.string(), pa.string()),
+    "ttbr_ms": pa.int64(),
+    "deliver_at": pa.timestamp("us", tz="UTC"),
+    "correlation_id": pa.string(),
+    "conversation_id": pa.string(),
+}
+
+
+def message_id(pipeline: str, key: str, destination: str) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"{pipeline}\n{key}\n{destination}"))
+
+
+def timespan(ms: int) -> str:
+    """A .NET TimeSpan string ("c" format), as NServiceBus writes TimeToBeReceived."""
+    days, rest = divmod(ms, 86_400_000)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    text = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    if days:
+        text = f"{days}.{text}"
+    if millis:
+        text += f".{millis * 10_000:07d}"
+    return text
+
+
+@dataclass(frozen=True)
+class Round:
+    after: int | None
+    upto: int
+    batch_size: int
+
+    def key(self, k: int, n: int) -> str:
+        return f"{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}"
+
+
+@dataclass
+class OutputResult:
+    output: str
+    status: str = "ok"
+    rows: int = 0
+    rejected: int = 0
+    published: int = 0
+    copies: int = 0
+    batches: int = 0
+    batches_skipped: int = 0
+    failed_batches: list[str] = field(default_factory=list)
+    error: str | None = None
+    round: str | None = None
+
+
+def _parse_round(batch_key: str) -> tuple[Round, int, int]:
+    span, _, rest = batch_key.partition(":")
+    after, _, upto = span.partition("-")
+    kn, _, size = rest.partition("@")
+    k, _, n = kn.partition("/")
+    return Round(int(after) if after else None, int(upto), int(size)), int(k), int(n)
+
+
+class Publisher:
+    def __init__(self, config: Config, lake: LakeEngine, spark: SparkSession) -> None:
+        self.config = config
+        self.lake = lake
+        self.spark = spark
+        self.endpoint = config.publish.endpoint
+        self.machine = socket.gethostname()
+        self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
+        self.subscriptions = bridge_ref(config.transport.subscription_table, config.transport)
+        self._subscribers: dict[str, list[TableRef]] = {}
+
+    # -- rounds -----------------------------------------------------------------------------------
+
+    def _next_round(self, conn: Connection, output: str, pipeline: str) -> tuple[Round, set[int]]:
+        rows = conn.run("ledger_batches", self.ledger.identifiers(), {"pipeline": pipeline, "output_table": output})
+        conn.rollback()
+        rounds: dict[Round, tuple[int, set[int]]] = {}
+        for (batch_key,) in rows:
+            rnd, k, n = _parse_round(batch_key)
+            total, done = rounds.setdefault(rnd, (n, set()))
+            done.add(k)
+        latest = max(rounds, key=lambda r: r.upto) if rounds else None
+        if latest is not None:
+            total, done = rounds[latest]
+            if len(done) < max(total, 1):
+                return latest, done  # resume an unfinished round, batch for batch
+        upto = self.lake.table_version(output)
+        if upto is None:
+            raise QueuelakeError(f"outbound table {output} does not exist in the lake")
+        after = latest.upto if latest is not None else None
+        return Round(after, upto, self.config.publish.batch_size), set()
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _validate(self, output: str, files: list[str], rnd: Round) -> tuple[set[str], int]:
+        """Reject rows failing the contract (written to ``<output>_rejected``), gate the rest."""
+        from pyspark.sql import functions as F
+
+        from queuelake.lake.arrow_types import to_spark_schema
+
+        schema = self._schema(output, rnd)
+        df = self.spark.read.schema(to_spark_schema(schema)).parquet(*files)
+        for name, kind in OPTIONAL.items():
+            if name not in df.columns:
+                df = df.withColumn(name, F.lit(None).cast(to_spark_schema(pa.schema([(name, kind)]))[0].dataType))
+        checked = quality.with_reasons(df).cache()
+        try:
+            rejected = checked.where(F.size("reasons") > 0)
+            n_rejected = rejected.count()
+            bad_keys: set[str] = set()
+            if n_rejected:
+                rejected_out = rejected.withColumn("rejected_at", F.current_timestamp()).withColumn(
+                    "round", F.lit(rnd.key(0, 0).split(":")[0])
+                )
+                self.lake.append_dataframe(f"{output}_rejected", rejected_out, f"queuelake.publish/{output}", rnd.upto)
+                bad_keys = {r["key"] for r in rejected.select("key").distinct().collect()}
+                log.warning("publish %s: %d row(s) rejected, see %s_rejected", output, n_rejected, output)
+            accepted = checked.where(F.size("reasons") == 0).drop("reasons")
+            quality.gate(accepted, output)
+        finally:
+            checked.unpersist()
+        return bad_keys, n_rejected
+
+    def _schema(self, output: str, rnd: Round) -> pa.Schema:
+        from deltalake import DeltaTable
+
+        return pa.schema(DeltaTable(self.lake.path(output), version=rnd.upto).schema().to_arrow())
+
+    def _rows(self, files: list[str], bad_keys: set[str]) -> Iterator[dict[str, Any]]:
+        """Accepted rows in the round's fixed order, one Parquet batch in memory at a time."""
+        for uri in files:
+            parquet = pq.ParquetFile(uri)
+            for record_batch in parquet.iter_batches(batch_size=5000):
+                for row in record_batch.to_pylist():
+                    key = row.get("key")
+                    if key is None or key in bad_keys:
+                        continue
+                    yield row
+
+    def _batches(self, files: list[str], bad_keys: set[str], size: int) -> Iterator[list[dict[str, Any]]]:
+        batch: list[dict[str, Any]] = []
+        for row in self._rows(files, bad_keys):
+            batch.append(row)
+            if len(batch) == size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def subscribers(self, conn: Connection, message_type: str) -> list[TableRef]:
+        if message_type not in self._subscribers:
+            topics = [hdr.full_type_name(t) for t in hdr.split_types(message_type) or []]
+            addresses = subscriptions.find_subscribers(conn, self.subscriptions, topics)
+            refs = {
+                queue_ref(a, self.config.transport).canonical: queue_ref(a, self.config.transport) for a in addresses
+            }
+            self._subscribers[message_type] = list(refs.values())
+        return self._subscribers[message_type]
+
+    def _copies(
+        self, conn: Connection, pipeline: str, row: dict[str, Any], now: dt.datetime
+    ) -> Iterator[tuple[TableRef, OutgoingMessage, int | None]]:
+        intent = row["intent"]
+        if intent == "Send":
+            targets = [queue_ref(row["destination"], self.config.transport)]
+        else:
+            targets = self.subscribers(conn, row["message_type"])
+        body = row["body"]
+        body = body.encode("utf-8") if isinstance(body, str) else body
+        user_headers = dict(row.get("headers") or [])
+        ttbr = row.get("ttbr_ms")
+        deliver_at = row.get("deliver_at")
+        delay = None
+        if deliver_at is not None:
+            deliver_at = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.timezone.utc)
+            delay = max(int((deliver_at - now).total_seconds() * 1000), 0)
+        sent = hdr.format_time(now)
+        for target in targets:
+            mid = message_id(pipeline, row["key"], target.canonical)
+            headers = {
+                **user_headers,
+                hdr.MESSAGE_ID: mid,
+                hdr.MESSAGE_INTENT: intent,
+                hdr.ENCLOSED_MESSAGE_TYPES: row["message_type"],
+                hdr.CONTENT_TYPE: user_headers.get(hdr.CONTENT_TYPE) or "application/json",
+                hdr.TIME_SENT: sent,
+                hdr.CONVERSATION_ID: row.get("conversation_id") or user_headers.get(hdr.CONVERSATION_ID) or mid,
+                hdr.CORRELATION_ID: row.get("correlation_id") or user_headers.get(hdr.CORRELATION_ID) or mid,
+                hdr.ORIGINATING_ENDPOINT: self.endpoint,
+                hdr.ORIGINATING_MACHINE: self.machine,
+                hdr.VERSION: user_headers.get(hdr.VERSION) or "9.2.0",
+            }
+            if ttbr is not None:
+                headers[hdr.TIME_TO_BE_RECEIVED] = timespan(int(ttbr))
+            if delay is not None:
+                headers[hdr.DELIVER_AT] = hdr.format_time(deliver_at)
+                headers[hdr.FORWARD_DESTINATION] = target.canonical
+            message = OutgoingMessage(orjson.dumps(headers).decode(), body, id=str(uuid.uuid4()), ttbr_ms=ttbr)
+            yield target, message, delay
+
+    def _publish_batch(
+        self, conn: Connection, pipeline: str, output: str, batch_key: str, rows: list[dict[str, Any]]
+    ) -> int:
+        """One DB transaction: every copy of every row, and the ledger row."""
+        now = queues.db_utc_now(conn)
+        direct: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
+        delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, int]]]] = {}
+        copies = 0
+        for row in rows:
+            for target, message, delay in self._copies(conn, pipeline, row, now):
+                copies += 1
+                if delay is None:
+                    direct.setdefault(target.canonical, (target, []))[1].append(message)
+                else:
+                    ref = target.delayed()
+                    delayed.setdefault(ref.canonical, (ref, []))[1].append((message.headers, message.body, delay))
+        for ref, messages in direct.values():
+            queues.send(conn, ref, messages)
+        for ref, items in delayed.values():
+            queues.store_delayed(conn, ref, items)
+        conn.run(
+            "ledger_insert",
+            self.ledger.identifiers(),
+            {
+                "pipeline": pipeline,
+                "output_table": output,
+                "batch_key": batch_key,
+                "rows_sent": len(rows),
+                "copies_sent": copies,
+            },
+            what=self.ledger.canonical,
+        )
+        hooks.checkpoint("before_publish_commit")
+        conn.commit()
+        hooks.checkpoint("after_publish_commit")
+        return copies
+
+    def publish_output(self, output: str) -> OutputResult:
+        result = OutputResult(output)
+        pipeline = f"{self.endpoint}/{output}"
+        with connect(self.config, "queuelake-publish") as conn:
+            rnd, done = self._next_round(conn, output, pipeline)
+            result.round = rnd.key(0, 0).split(":")[0]
+            if rnd.after is not None and rnd.after >= rnd.upto:
+                return result
+            files = increments.added_files(self.lake.path(output), rnd.after, rnd.upto)
+            bad_keys, result.rejected = self._validate(output, files, rnd) if files else (set(), 0)
+            total_rows = _count_accepted(files, bad_keys)
+            n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
+            if n == 0:
+                if 0 not in done:
+                    conn.run(
+                        "ledger_insert",
+                        self.ledger.identifiers(),
+                        {
+                            "pipeline": pipeline,
+                            "output_table": output,
+                            "batch_key": rnd.key(0, 0),
+                            "rows_sent": 0,
+                            "copies_sent": 0,
+                        },
+                    )
+                    conn.commit()
+                return result
+            started = time.monotonic()
+            for k, rows in enumerate(self._batches(files, bad_keys, rnd.batch_size)):
+                result.rows += len(rows)
+                if k in done:
+                    result.batches_skipped += 1
+                    continue
+                batch_key = rnd.key(k, n)
+                try:
+                    copies = self._publish_batch(conn, pipeline, output, batch_key, rows)
+                except QueuelakeError as exc:
+                    conn.rollback()
+                    result.status = "failed"
+                    result.failed_batches.append(batch_key)
+                    result.error = str(exc)
+                    log.error("publish %s batch %s failed, nothing of it was sent: %s", output, batch_key, exc)
+                    continue
+                result.batches += 1
+                result.published += len(rows)
+                result.copies += copies
+                elapsed = time.monotonic() - started
+                log.info(
+                    "publish %s batch %d/%d: %d rows, %d copies; %d rows at %.0f rows/s, %d batches left",
+                    output,
+                    k + 1,
+                    n,
+                    len(rows),
+                    copies,
+                    result.published,
+                    result.published / elapsed if elapsed else 0,
+                    n - k - 1,
+                )
+        return result
+
+
+def _count_accepted(files: list[str], bad_keys: set[str]) -> int:
+    """Rows of the round that will be sent (reads only the key column)."""
+    import pyarrow.compute as pc
+
+    total = 0
+    for uri in files:
+        keys = pq.read_table(uri, columns=["key"])["key"]
+        total += len(keys) - keys.null_count
+        if bad_keys:
+            total -= pc.sum(pc.is_in(keys, pa.array(list(bad_keys), pa.string()))).as_py() or 0
+    return total
+
+
+def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
+    publisher = Publisher(config, lake, spark)
+    results = []
+    for output in config.publish.outputs:
+        if not lake.exists(output):
+            results.append(OutputResult(output, "skipped", error=f"{output} does not exist yet"))
+            continue
+        try:
+            results.append(publisher.publish_output(output))
+        except QueuelakeError as exc:
+            log.error("publish %s failed: %s", output, exc)
+            results.append(OutputResult(output, "failed", error=str(exc)))
+    status = "failed" if any(r.status == "failed" for r in results) else "ok"
+    summary = [r.__dict__ for r in results]
+    return {
+        "status": status,
+        "published": sum(r.published for r in results),
+        "copies": sum(r.copies for r in results),
+        "rejected": sum(r.rejected for r in results),
+        "outputs": summary,
+    }

@@ -1,0 +1,1 @@
+"""Data-quality gates (great-expectations) between the lake and the queues."""

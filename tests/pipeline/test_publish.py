@@ -1,0 +1,318 @@
+"""Transform and publish against real PostgreSQL, Spark and Delta files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+from queuelake.config import from_dict
+from queuelake.examples import orders, traffic
+from queuelake.lake.port import open_lake
+from queuelake.lake.reading import read_table
+from queuelake.pipeline.drain import drain
+from queuelake.pipeline.publish import message_id, publish
+from queuelake.pipeline.transform import transform
+from queuelake.transport import db, installer, queues, subscriptions
+from queuelake.transport import headers as hdr
+from queuelake.transport.tables import bridge_ref, queue_ref
+
+OUTBOUND = pa.schema(
+    [
+        ("key", pa.string()),
+        ("message_type", pa.string()),
+        ("intent", pa.string()),
+        ("destination", pa.string()),
+        ("body", pa.binary()),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("ttbr_ms", pa.int64()),
+        ("deliver_at", pa.timestamp("us", tz="UTC")),
+        ("correlation_id", pa.string()),
+        ("conversation_id", pa.string()),
+    ]
+)
+BASE = "Lakehouse.Events.ICustomerEvent"
+CONCRETE = "Lakehouse.Events.CustomerTotalsUpdated"
+
+
+def config(uri: str, lake_root: Path, outputs: list[str], queues_: list[str], **publish: object):
+    return from_dict(
+        {
+            "transport": {"connection": uri},
+            "lake": {"root": str(lake_root), "engine": "delta-rs"},
+            "drain": {"queues": queues_, "batch_size": 500},
+            "transforms": [
+                {
+                    "name": "customer_totals",
+                    "function": "queuelake.examples.orders:customer_totals",
+                    "output": outputs[0],
+                }
+            ],
+            "publish": {"endpoint": "Lakehouse", "outputs": outputs, **publish},
+        },
+        env={},
+    )
+
+
+def setup_db(cfg, extra: list[str]) -> None:
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=extra, delayed_endpoints=["Billing"]))
+
+
+def subscribe(cfg, address: str, endpoint: str, topic: str) -> None:
+    with db.connect(cfg.transport) as conn:
+        subscriptions.subscribe(conn, bridge_ref("SubscriptionRouting", cfg.transport), address, endpoint, topic)
+        conn.commit()
+
+
+def drain_all(cfg, name: str) -> list[queues.ReceivedRow]:
+    ref = queue_ref(name, cfg.transport)
+    out: list[queues.ReceivedRow] = []
+    with db.connect(cfg.transport) as conn:
+        while True:
+            rows = queues.receive_batch(conn, ref, 10_000)
+            conn.commit()
+            if not rows:
+                return out
+            out.extend(rows)
+
+
+def write_outbound(lake, name: str, rows: list[dict], version: int = 1) -> None:
+    lake.append(name, pa.Table.from_pylist(rows, schema=OUTBOUND), f"test/{name}", version)
+
+
+def row(
+    key: str, intent: str = "Publish", destination: str | None = None, message_type: str | None = None, **kw
+) -> dict:
+    return {
+        "key": key,
+        "message_type": message_type or f"{CONCRETE}, Lakehouse.Events;{BASE}, Lakehouse.Events",
+        "intent": intent,
+        "destination": destination,
+        "body": kw.pop("body", orjson.dumps({"key": key})),
+        "headers": kw.pop("headers", None),
+        "ttbr_ms": kw.pop("ttbr_ms", None),
+        "deliver_at": kw.pop("deliver_at", None),
+        "correlation_id": None,
+        "conversation_id": None,
+    }
+
+
+def test_round_trip_drain_transform_publish(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(orders, "DISCOUNT_THRESHOLD", 500.0)
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_customer_totals"], ["Sales"])
+    setup_db(cfg, ["Billing", "Shipping", "Reporting"])
+    subscribe(cfg, "Shipping", "Shipping", BASE)
+    subscribe(cfg, '"public"."Reporting"', "Reporting", CONCRETE)
+    events = list(traffic.order_events(300, seed=9))
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), events)
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["landed"] == 300
+    t = transform(cfg, spark, lake)
+    assert t["status"] == "ok" and t["transforms"][0]["rows_in"] == 300, t
+    again = transform(cfg, spark, lake)
+    assert again["transforms"][0]["rows_out"] == 0, "a rerun must not repeat input"
+
+    expected: dict[str, dict] = {}
+    for m in events:
+        body = orjson.loads(m.body)
+        e = expected.setdefault(body["CustomerId"], {"Orders": 0, "Total": 0.0})
+        e["Orders"] += 1
+        e["Total"] += body["Total"]
+    summary = publish(cfg, spark, lake)
+    assert summary["status"] == "ok", summary
+    n_customers = len(expected)
+    n_discounts = sum(1 for e in expected.values() if round(e["Total"], 2) >= orders.DISCOUNT_THRESHOLD)
+    assert 0 < n_discounts < n_customers
+    assert summary["published"] == n_customers + n_discounts
+    assert summary["copies"] == 2 * n_customers + n_discounts
+
+    for queue in ("Shipping", "Reporting"):
+        got = drain_all(cfg, queue)
+        assert len(got) == n_customers
+        for r in got:
+            d = hdr.decode(r.headers, r.id)
+            body = orjson.loads(r.body)
+            e = expected[body["CustomerId"]]
+            assert body["Orders"] == e["Orders"] and body["Total"] == pytest.approx(e["Total"], abs=0.01)
+            assert d.message_intent == "Publish" and d.message_type == CONCRETE
+            assert d.enclosed_message_types[1].startswith(BASE)
+            assert d.content_type == "application/json" and d.originating_endpoint == "Lakehouse"
+            assert d.time_sent is not None and d.originating_machine
+            assert uuid.UUID(d.message_id).version == 5
+    billing = drain_all(cfg, "Billing")
+    assert len(billing) == n_discounts
+    for r in billing:
+        d = hdr.decode(r.headers, r.id)
+        assert d.message_intent == "Send" and d.message_type == "Billing.Messages.Commands.ApplyLoyaltyDiscount"
+        assert r.expires is not None and d.headers[hdr.TIME_TO_BE_RECEIVED] == "1.00:00:00"
+
+    rerun = publish(cfg, spark, lake)
+    assert rerun["published"] == 0 and rerun["copies"] == 0
+    assert not drain_all(cfg, "Shipping")
+
+
+def test_fan_out_and_rejects(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_test"], [])
+    subs = ["SubA", "SubB", "SubC", "SubD", "Billing"]
+    setup_db(cfg, subs)
+    for q in ("SubA", "SubB", "SubC"):
+        subscribe(cfg, q, q, BASE)
+    subscribe(cfg, "SubD", "SubD", CONCRETE)
+    subscribe(cfg, "SubA", "SubA-second-endpoint", CONCRETE)  # same address twice: one copy
+    lake = open_lake(cfg.lake, spark)
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    write_outbound(
+        lake,
+        "outbound_test",
+        [
+            row("event-1"),
+            row("cmd-1", "Send", "Billing", "Billing.Messages.Commands.Charge, Billing.Messages", ttbr_ms=60_000),
+            row("delayed-1", "Send", "Billing", "Billing.Messages.Commands.Remind, Billing.Messages", deliver_at=later),
+            row("bad-send", "Send", None),
+            row("bad-intent", "Reply"),
+            row("bad-body", body=b""),
+            row("dup"),
+            row("dup"),
+            row("bad-both", "Send", "Billing", ttbr_ms=1000, deliver_at=later),
+            row(None),
+        ],
+    )
+    summary = publish(cfg, spark, lake)
+    out = summary["outputs"][0]
+    assert out["status"] == "ok", summary
+    assert out["rejected"] == 7 and out["published"] == 3
+    copies = {q: drain_all(cfg, q) for q in subs}
+    assert [len(copies[q]) for q in ("SubA", "SubB", "SubC", "SubD")] == [1, 1, 1, 1]
+    assert len(copies["Billing"]) == 1
+    with db.connect(cfg.transport) as conn:
+        delayed = conn.raw.execute('SELECT headers, due FROM "public"."Billing.Delayed"').fetchall()
+    assert len(delayed) == 1
+    dh = orjson.loads(delayed[0][0])
+    assert dh[hdr.FORWARD_DESTINATION] == '"public"."Billing"'
+    assert abs((delayed[0][1] - later).total_seconds()) < 5
+    rejected = read_table(str(tmp_path / "lake" / "outbound_test_rejected")).to_pylist()
+    reasons = {r["key"]: r["reasons"] for r in rejected}
+    assert "destination is required for Send" in reasons["bad-send"]
+    assert "intent must be Send or Publish" in reasons["bad-intent"]
+    assert "body is empty" in reasons["bad-body"]
+    assert "key is not unique" in reasons["dup"]
+    assert any("TTBR" in r for r in reasons["bad-both"])
+    assert "key is null" in reasons[None]
+    # ids: a fresh row id per copy, a deterministic MessageId per (pipeline, key, destination)
+    ids = [hdr.decode_map(copies[q][0].headers)[hdr.MESSAGE_ID] for q in ("SubA", "SubB", "SubC", "SubD")]
+    assert len(set(ids)) == 4
+    assert ids[0] == message_id("Lakehouse/outbound_test", "event-1", '"public"."SubA"')
+
+
+def test_bad_destination_fails_batch_and_sends_none(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_bad"], [], batch_size=2)
+    setup_db(cfg, ["Good"])
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(
+        lake,
+        "outbound_bad",
+        [
+            row("a", "Send", "Good", "X.Cmd"),
+            row("b", "Send", "Missing", "X.Cmd"),  # batch 0: one good, one missing table
+            row("c", "Send", "Good", "X.Cmd"),
+            row("d", "Send", '"un"terminated', "X.Cmd"),  # batch 1: malformed address
+            row("e", "Send", "Good", "X.Cmd"),  # batch 2: fine
+        ],
+    )
+    summary = publish(cfg, spark, lake)
+    out = summary["outputs"][0]
+    assert out["status"] == "failed" and len(out["failed_batches"]) == 2
+    assert '"public"."Missing"' in out["error"] or "un" in out["error"]
+    got = drain_all(cfg, "Good")
+    assert [orjson.loads(r.body)["key"] for r in got] == ["e"], "a failed batch must send none of its rows"
+    second = publish(cfg, spark, lake)  # the failed batches stay pending; nothing is duplicated
+    assert second["outputs"][0]["status"] == "failed"
+    assert drain_all(cfg, "Good") == []
+
+
+KILL_SCRIPT = """
+import sys
+from queuelake.config import load
+from queuelake.lake.port import open_lake
+from queuelake.pipeline.publish import publish
+from queuelake.spark import get_spark
+cfg = load(sys.argv[1])
+spark = get_spark(cfg.spark)
+print(publish(cfg, spark, open_lake(cfg.lake, spark))["status"])
+"""
+
+
+@pytest.mark.slow
+def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    lake_root = tmp_path / "lake"
+    cfg = config(fresh_pg_uri, lake_root, ["outbound_big"], [], batch_size=1000)
+    setup_db(cfg, ["Target", "Sub1", "Sub2"])
+    subscribe(cfg, "Sub1", "Sub1", "Big.Event")
+    subscribe(cfg, "Sub2", "Sub2", "Big.Event")
+    lake = open_lake(cfg.lake, spark)
+    n = 50_000
+    rows = [
+        row(f"k{i}", "Send", "Target", "Big.Command") if i % 2 else row(f"k{i}", message_type="Big.Event")
+        for i in range(n)
+    ]
+    write_outbound(lake, "outbound_big", rows)
+    conf = tmp_path / "publish.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "spark": {"master": "local[1]"},
+                "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_big"], "batch_size": 1000},
+            }
+        )
+    )
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    rng = random.Random(7)
+    kills = attempts = 0
+    while kills < 20 and attempts < 60:
+        attempts += 1
+        e = dict(env)
+        if attempts % 3 == 0:
+            e["QUEUELAKE_TEST_KILL_AT"] = (
+                f"{rng.choice(['before_publish_commit', 'after_publish_commit'])}:{rng.randint(1, 3)}"
+            )
+            proc = subprocess.run(
+                [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=e, capture_output=True, timeout=600
+            )
+            kills += proc.returncode == -9
+            continue
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(rng.uniform(8.0, 14.0))  # Spark start and validation take ~8 s
+        if proc.poll() is None:
+            proc.kill()
+            kills += 1
+        proc.wait()
+    assert kills >= 20, f"only {kills} kills landed"
+    final = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
+    target = [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Target")]
+    sub1 = [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Sub1")]
+    sub2 = [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Sub2")]
+    sends = {f"k{i}" for i in range(n) if i % 2}
+    events = {f"k{i}" for i in range(n) if not i % 2}
+    for got, want in ((target, sends), (sub1, events), (sub2, events)):
+        assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates"
+        assert set(got) == want
