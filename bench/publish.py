@@ -1,0 +1,148 @@
+"""Benchmark: publish end to end against a raw COPY of the same rows into the same table, in one run.
+
+raw: the messages publish would send (same headers size, same bodies), COPY'd by psycopg into the
+queue table in chunks of the publish batch size, one transaction per chunk.
+publish: an outbound table of N Send rows in the lake, published to that queue with
+``queuelake.pipeline.publish`` (increment from the log, Spark + great-expectations validation, batches
+with their ledger rows).
+
+    python bench/publish.py [--rows 1000000] [--batch-size 5000] [--dsn URI]
+
+Prints both rates and their ratio (target >= 0.6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import psycopg
+import pyarrow as pa
+from queuelake.config import from_dict
+from queuelake.lake.port import open_lake
+from queuelake.pipeline.publish import publish
+from queuelake.report import setup_logging
+from queuelake.spark import get_spark
+from queuelake.transport import db, installer
+from queuelake.transport import headers as hdr
+from queuelake.transport.embedded import start_embedded
+from queuelake.transport.tables import queue_ref
+
+TYPE = "Billing.Messages.Commands.ApplyLoyaltyDiscount, Billing.Messages, Version=1.0.0.0"
+
+
+def body(i: int) -> bytes:
+    return orjson.dumps({"CustomerId": f"customer-{i}", "DiscountPercent": 10, "Notes": "x" * 900})
+
+
+def outbound(rows: int, chunk: int = 100_000):
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        yield pa.table(
+            {
+                "key": [f"discount:{i}" for i in range(start, start + n)],
+                "message_type": [TYPE] * n,
+                "intent": ["Send"] * n,
+                "destination": ["Bench"] * n,
+                "body": [body(i) for i in range(start, start + n)],
+            }
+        )
+
+
+def raw_copy(uri: str, qualified: str, rows: int, batch: int) -> float:
+    headers = {
+        hdr.MESSAGE_ID: "",
+        hdr.MESSAGE_INTENT: "Send",
+        hdr.ENCLOSED_MESSAGE_TYPES: TYPE,
+        hdr.CONTENT_TYPE: "application/json",
+        hdr.TIME_SENT: "2026-11-21 10:00:00:000000 Z",
+        hdr.CONVERSATION_ID: "",
+        hdr.CORRELATION_ID: "",
+        hdr.ORIGINATING_ENDPOINT: "Lakehouse",
+        hdr.ORIGINATING_MACHINE: "bench",
+        hdr.VERSION: "9.2.0",
+    }
+    t0 = time.perf_counter()
+    with psycopg.connect(uri) as conn:
+        for start in range(0, rows, batch):
+            with conn.cursor() as cur, cur.copy(f"COPY {qualified} (id, expires, headers, body) FROM STDIN") as copy:
+                for i in range(start, min(start + batch, rows)):
+                    mid = str(uuid.uuid4())
+                    h = {**headers, hdr.MESSAGE_ID: mid, hdr.CONVERSATION_ID: mid, hdr.CORRELATION_ID: mid}
+                    copy.write_row((str(uuid.uuid4()), None, orjson.dumps(h).decode(), body(i)))
+            conn.commit()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--batch-size", type=int, default=5000)
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    setup_logging(logging.INFO if args.verbose else logging.WARNING)
+    work = Path(tempfile.mkdtemp(prefix="queuelake-bench-publish-"))
+    server = None
+    uri = args.dsn
+    if uri is None:
+        server = start_embedded(work / "pg")
+        uri = server.get_uri("postgres")
+    cfg = from_dict(
+        {
+            "transport": {"connection": uri},
+            "lake": {"root": str(work / "lake"), "engine": "delta-rs"},
+            "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_bench"], "batch_size": args.batch_size},
+        },
+        env={},
+    )
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Bench"]))
+    ref = queue_ref("Bench", cfg.transport)
+    spark = get_spark(cfg.spark)
+    lake = open_lake(cfg.lake, spark)
+    for version, chunk in enumerate(outbound(args.rows), start=1):
+        lake.append("outbound_bench", chunk, "bench", version)
+
+    raw_s = raw_copy(uri, ref.qualified, args.rows, args.batch_size)
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(f"TRUNCATE {ref.qualified}")
+        c.execute(f"VACUUM ANALYZE {ref.qualified}")
+
+    t0 = time.perf_counter()
+    summary = publish(cfg, spark, lake)
+    publish_s = time.perf_counter() - t0
+    assert summary["status"] == "ok" and summary["copies"] == args.rows, summary
+    with psycopg.connect(uri) as c:
+        assert c.execute(f"SELECT count(*) FROM {ref.qualified}").fetchone()[0] == args.rows
+
+    raw_rate, pub_rate = args.rows / raw_s, args.rows / publish_s
+    print(
+        json.dumps(
+            {
+                "rows": args.rows,
+                "batch_size": args.batch_size,
+                "raw_copy_seconds": round(raw_s, 2),
+                "raw_rows_per_s": round(raw_rate),
+                "publish_seconds": round(publish_s, 2),
+                "publish_rows_per_s": round(pub_rate),
+                "ratio": round(pub_rate / raw_rate, 3),
+                "target": 0.6,
+            }
+        )
+    )
+    spark.stop()
+    if server is not None:
+        server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
