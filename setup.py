@@ -45,6 +45,25 @@ setup(
             "pgserver>=0.1",
             "ruff>=0.5",
         ],
+        # the notebooks/ (plots) and their test
+        "notebooks": ["matplotlib>=3.8"],
+        # parse-checks the DAGs in airflow/dags (tests/product/test_schedulers.py). The Spark provider stays below 6:
+        # 6.x depends on pyspark-client, which installs its own `pyspark` package over pyspark's files.
+        "airflow": [
+            "apache-airflow>=2.10,<4",
+            "apache-airflow-providers-apache-spark>=4.11,<6",
+            "apache-airflow-providers-databricks>=6.11",
+        ],
     },
-    entry_points={"console_scripts": ["queuelake=queuelake.cli:main"]},
+    entry_points={
+        "console_scripts": [
+            "queuelake=queuelake.cli:main",
+            # the jobs, also the entry points of Databricks python_wheel_task (databricks.yml)
+            "queuelake-drain=queuelake.jobs:drain",
+            "queuelake-transform=queuelake.jobs:transform",
+            "queuelake-publish=queuelake.jobs:publish",
+            "queuelake-run=queuelake.jobs:run",
+            "queuelake-maintain=queuelake.jobs:maintain",
+        ]
+    },
 )

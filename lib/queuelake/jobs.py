@@ -14,6 +14,7 @@ def run_job(command: str, argv: Sequence[str] | None = None) -> int:
     from queuelake import config as config_mod
     from queuelake.cli import main
     from queuelake.config import DEFAULT_CONFIG
+    from queuelake.errors import QueuelakeError
     from queuelake.spark import get_spark
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -22,12 +23,20 @@ def run_job(command: str, argv: Sequence[str] | None = None) -> int:
         if arg in ("-c", "--config") and i + 1 < len(args):
             path = args[i + 1]
     if command != "demo":
-        get_spark(config_mod.load(path).spark)
+        try:
+            get_spark(config_mod.load(path).spark)
+        except QueuelakeError:
+            pass  # main() reports the config error in its JSON summary
     return main([command, *args])
 
 
 def _entry(command: str) -> int:
-    return run_job(command)
+    """Console-script entry (Databricks python_wheel_task calls it and ignores return values):
+    a failure must raise, or the platform reports the run as succeeded."""
+    code = run_job(command)
+    if code:
+        raise SystemExit(code)
+    return 0
 
 
 def drain() -> int:

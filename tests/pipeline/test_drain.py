@@ -307,4 +307,5 @@ def _drain_rss(uri: str, tmp_path: Path, name: str, count: int) -> int:
 def test_memory_bounded_by_batch_not_backlog(fresh_pg_uri: str, tmp_path: Path) -> None:
     small = _drain_rss(fresh_pg_uri, tmp_path, "Small", 200_000)
     large = _drain_rss(fresh_pg_uri, tmp_path, "Large", 1_000_000)
+    print(f"peak RSS: {small} kB draining 200,000; {large} kB draining 1,000,000")
     assert abs(large - small) / small < 0.20, f"peak RSS {small} kB for 200k vs {large} kB for 1M"

@@ -27,6 +27,8 @@ CASES = [
     orjson.dumps({hdr.TIME_SENT: "2024-13-01 13:45:10:123456 Z"}).decode(),
     orjson.dumps({hdr.TIME_OF_FAILURE: "2024-05-01T13:45:10Z"}).decode(),
     orjson.dumps({hdr.MESSAGE_INTENT: "Broadcast"}).decode(),
+    orjson.dumps({hdr.ENCLOSED_MESSAGE_TYPES: "\x1fA.B, Asm;C\u3000"}).decode(),
+    orjson.dumps({hdr.ENCLOSED_MESSAGE_TYPES: "A.B\x1f, Asm"}).decode(),
     '{"NServiceBus.MessageId": 5}',
     '{"a": "\\ud83d\\ude00", "b": "x\\/y"}',
     "[1, 2]",

@@ -204,34 +204,30 @@ def _times(values: pa.Array) -> tuple[pa.Array, list[int]]:
         return arr, out
 
 
-_NEEDS_CLEANING = r"(^\s|\s;|;\s|\s$|;;|^;|;$|^$)"
+# characters Python's str.strip() removes but Arrow's utf8_trim_whitespace may not
+_EXOTIC_SPACE = (
+    r"[\t\n\x0b\x0c\r\x1c-\x1f\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]"
+)
+_NEEDS_PYTHON = r"(^ | ;|; | $|;;|^;|;$|^$|\[|\\|" + _EXOTIC_SPACE + ")"
 
 
 def _enclosed_types(values: pa.Array) -> tuple[pa.Array, pa.Array]:
     """EnclosedMessageTypes as a list, and the first type's full name. The common shape (no stray
-    spaces or empty parts, no generics) is split in Arrow; the rest row by row like the codec."""
+    spaces or empty parts, no generics) is split in Arrow; the rest row by row with the codec."""
     types = pc.split_pattern(values, ";")
-    messy = pc.match_substring_regex(values, _NEEDS_CLEANING).to_pylist()
-    if any(messy):
-        py = types.to_pylist()
-        raw = values.to_pylist()
-        for i, m in enumerate(messy):
-            if m:
-                py[i] = hdr.split_types(raw[i])
-        types = pa.array(py, pa.list_(pa.string()))
-    first = pc.list_element(
-        pc.if_else(pc.greater(pc.list_value_length(types), 0), types, pa.scalar(None, types.type)), 0
-    )
-    simple = pc.utf8_trim_whitespace(pc.list_element(pc.split_pattern(first, ",", max_splits=1), 0))
-    generic = pc.or_(pc.match_substring(first, "["), pc.match_substring(first, "\\")).to_pylist()
-    if any(generic):
-        names = simple.to_pylist()
-        firsts = first.to_pylist()
-        for i, g in enumerate(generic):
-            if g:
-                names[i] = hdr.full_type_name(firsts[i])
-        simple = pa.array(names, pa.string())
-    return types, simple
+    first = pc.list_element(types, 0)
+    names = pc.utf8_trim_whitespace(pc.list_element(pc.split_pattern(first, ",", max_splits=1), 0))
+    odd = pc.match_substring_regex(values, _NEEDS_PYTHON).to_pylist()
+    if not any(odd):
+        return types, names
+    py_types = types.to_pylist()
+    py_names = names.to_pylist()
+    raw = values.to_pylist()
+    for i, flag in enumerate(odd):
+        if flag:
+            py_types[i] = hdr.split_types(raw[i])
+            py_names[i] = hdr.full_type_name(py_types[i][0]) if py_types[i] else None
+    return pa.array(py_types, pa.list_(pa.string())), pa.array(py_names, pa.string())
 
 
 def build_batch(

@@ -1,0 +1,8 @@
+"""spark-submit entry point: ``spark-submit jobs/publish.py -c conf/prod.yaml``."""
+
+import sys
+
+from queuelake.jobs import run_job
+
+if __name__ == "__main__":
+    sys.exit(run_job("publish", sys.argv[1:]))

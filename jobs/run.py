@@ -1,0 +1,9 @@
+"""spark-submit entry point, the scheduled job (drain, transform, publish):
+``spark-submit jobs/run.py -c conf/prod.yaml [--queue Q]... [--max-messages N] [--max-seconds S]``."""
+
+import sys
+
+from queuelake.jobs import run_job
+
+if __name__ == "__main__":
+    sys.exit(run_job("run", sys.argv[1:]))

@@ -1,0 +1,283 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # Error queue
+# MAGIC
+# MAGIC The messages NServiceBus moved to the error queue after its retries gave up, as drained into the `messages`
+# MAGIC journal: the decoded `exception_type`, `exception_message`, `failed_queue` (the queue the message failed in),
+# MAGIC `processing_endpoint` and `time_of_failure` headers.
+# MAGIC
+# MAGIC * the **top exception types**, with a sample message each;
+# MAGIC * the **failing endpoints and queues**;
+# MAGIC * **failures over time**, per exception type.
+# MAGIC
+# MAGIC Parameters: the `lake_root` widget on Databricks (elsewhere `QUEUELAKE_LAKE_ROOT`, default `./lake`);
+# MAGIC `error_queue` (elsewhere `QUEUELAKE_ERROR_QUEUE`): the error queue's name, e.g. `error`; empty means every
+# MAGIC row that carries exception headers, whichever queue it was drained from; `bucket` (`auto`, `minute`,
+# MAGIC `5 minutes`, `15 minutes`, `hour`, `day`; elsewhere `QUEUELAKE_BUCKET`).
+# MAGIC When `QUEUELAKE_NOTEBOOK_OUTPUT` names a folder, plots are saved there as PNG files instead of shown.
+
+# COMMAND ----------
+
+import os
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from pyspark.sql import functions as F
+from queuelake.config import LakeConfig
+from queuelake.lake import open_lake
+
+OUTPUT = os.environ.get("QUEUELAKE_NOTEBOOK_OUTPUT")  # a folder: save the plots there instead of showing them
+if OUTPUT:
+    plt.switch_backend("Agg")
+
+# time buckets: Spark window duration, pandas frequency, seconds
+BUCKETS = {
+    "minute": ("1 minute", "1min", 60),
+    "5 minutes": ("5 minutes", "5min", 300),
+    "15 minutes": ("15 minutes", "15min", 900),
+    "hour": ("1 hour", "1h", 3600),
+    "day": ("1 day", "1D", 86400),
+}
+
+dbutils = globals().get("dbutils")  # predefined on Databricks only
+display = globals().get("display")
+
+
+def param(name, default, choices=None):
+    """A widget on Databricks; elsewhere the environment variable QUEUELAKE_<NAME>, else the default."""
+    value = os.environ.get(f"QUEUELAKE_{name.upper()}", default)
+    if dbutils is None:
+        return value
+    if choices:
+        dbutils.widgets.dropdown(name, value if value in choices else default, choices)
+    else:
+        dbutils.widgets.text(name, value)
+    return dbutils.widgets.get(name)
+
+
+LAKE_ROOT = param("lake_root", "./lake")
+BUCKET = param("bucket", "auto", ["auto", *BUCKETS])
+ERROR_QUEUE = param("error_queue", "").replace('"', "")  # queue names are compared without quotes
+
+if "spark" not in globals():
+    from queuelake.spark import get_spark
+
+    spark = get_spark()
+
+lake = open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"), spark)
+print(f"lake {LAKE_ROOT} ({lake.name})")
+
+
+def read_table(name):
+    """The lake table as a DataFrame, or None (with a note) when it is missing or empty."""
+    if not lake.exists(name):
+        print(f"note: no lake table {name!r} under {LAKE_ROOT}")
+        return None
+    df = lake.read(name)
+    if df.isEmpty():
+        print(f"note: lake table {name!r} is empty")
+        return None
+    return df
+
+
+def show_table(pdf, title):
+    print(f"\n{title}")
+    if display is not None:
+        display(pdf)
+    else:
+        print(pdf.to_string(index=False) if len(pdf) else "(no rows)")
+
+
+def save_or_show(fig, name):
+    fig.tight_layout()
+    if OUTPUT:
+        os.makedirs(OUTPUT, exist_ok=True)
+        path = os.path.join(OUTPUT, f"{name}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        print(f"saved {path}")
+    else:
+        plt.show()
+
+
+def label(queue):
+    """`"public"."Sales"` reads better as public.Sales."""
+    return str(queue).replace('"', "")
+
+
+def choose_bucket(df, column, most=120):
+    """The bucket parameter, or with `auto` the finest bucket that cuts the data's time span into at most
+    ``most`` buckets."""
+    if BUCKET != "auto":
+        return BUCKET
+    span = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()["s"] or 0
+    return next((name for name, (_, _, seconds) in BUCKETS.items() if span / seconds <= most), "day")
+
+
+def bucket_start(column, bucket):
+    """The start of the time bucket a timestamp falls in (buckets aligned to UTC midnight)."""
+    return F.window(column, BUCKETS[bucket][0])["start"].alias("bucket")
+
+
+def wide(pdf, index, columns, values, bucket=None):
+    """Long to wide for plotting: one column per series; with a bucket, every bucket of the range, empty ones 0."""
+    table = pdf.pivot_table(index=index, columns=columns, values=values, aggfunc="sum").fillna(0).sort_index()
+    if bucket and len(table):
+        every = pd.date_range(table.index.min(), table.index.max(), freq=BUCKETS[bucket][1])
+        table = table.reindex(every, fill_value=0)
+    return table
+
+
+def in_queue(name):
+    """Rows of the queue called ``name``: `error`, `public.error`, `error@[dbo]@[nsb]` all match `error`."""
+    queue = F.col("queue")
+    return (queue == name) | queue.endswith("." + name) | queue.startswith(name + "@")
+
+
+def top_n_bar(ax, pdf, column, title, n=15):
+    """A horizontal bar chart of the n largest counts, largest on top."""
+    rows = pdf.head(n).iloc[::-1]
+    ax.barh([str(v)[-60:] for v in rows[column]], rows["failures"], color="tab:red")
+    ax.set_title(title)
+    ax.set_xlabel("failed messages")
+    ax.grid(axis="x", alpha=0.3)
+
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Failed messages
+
+# COMMAND ----------
+
+failures = None
+messages = read_table("messages")
+if messages is not None:
+    messages = messages.withColumn("queue", F.regexp_replace("queue", '"', ""))
+    scope = messages.where(in_queue(ERROR_QUEUE)) if ERROR_QUEUE else messages
+    failed = (F.col("outcome") == "landed") & (F.col("exception_type").isNotNull() | F.col("failed_queue").isNotNull())
+    failures = scope.where(failed).withColumns(
+        {
+            "exception_type": F.coalesce("exception_type", F.lit("(unknown)")),
+            "failed_at": F.coalesce("time_of_failure", "drained_at"),
+        }
+    )
+    if ERROR_QUEUE:
+        without = scope.where(~failed).count()
+        if without:
+            print(f"note: {without} row(s) in {ERROR_QUEUE} carry no exception headers (expired, quarantined, ...)")
+    if failures.isEmpty():
+        where = f"queue {ERROR_QUEUE!r}" if ERROR_QUEUE else "the journal"
+        print(f"note: no failed messages (rows with exception headers) in {where}: nothing to show")
+        failures = None
+
+if failures is not None:
+    summary = (
+        failures.groupBy("queue")
+        .agg(
+            F.count("*").alias("failures"),
+            F.countDistinct("exception_type").alias("exception_types"),
+            F.countDistinct("failed_queue").alias("failed_queues"),
+            F.countDistinct("message_type").alias("message_types"),
+            F.min("failed_at").alias("first_failure"),
+            F.max("failed_at").alias("last_failure"),
+        )
+        .toPandas()
+    )
+    show_table(summary, "failed messages per error queue")
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Top exception types
+
+# COMMAND ----------
+
+if failures is not None:
+    by_type = (
+        failures.groupBy("exception_type")
+        .agg(
+            F.count("*").alias("failures"),
+            F.countDistinct("failed_queue").alias("queues"),
+            F.max("failed_at").alias("last_failure"),
+            F.mode(F.substring("exception_message", 1, 150)).alias("most_common_message"),
+        )
+        .orderBy(F.desc("failures"), "exception_type")
+        .toPandas()
+    )
+    show_table(by_type.head(20), "top exception types")
+    fig, ax = plt.subplots(figsize=(10, 0.45 * min(len(by_type), 15) + 1.5))
+    top_n_bar(ax, by_type, "exception_type", "top exception types")
+    save_or_show(fig, "error_exception_types")
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Failing endpoints and queues
+# MAGIC
+# MAGIC `processing_endpoint` is the endpoint whose handler threw; `failed_queue` is the input queue the message
+# MAGIC failed in (where ServicePulse would retry it to).
+
+# COMMAND ----------
+
+if failures is not None:
+
+    def counts(column):
+        return (
+            failures.groupBy(F.coalesce(column, F.lit("(unknown)")).alias(column))
+            .agg(F.count("*").alias("failures"))
+            .orderBy(F.desc("failures"), column)
+            .toPandas()
+        )
+
+    endpoints = counts("processing_endpoint")
+    queues = counts("failed_queue")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * min(max(len(endpoints), len(queues)), 15) + 1.8))
+    top_n_bar(left, endpoints, "processing_endpoint", "failures per processing endpoint")
+    top_n_bar(right, queues, "failed_queue", "failures per failed queue")
+    save_or_show(fig, "error_endpoints")
+
+    matrix = (
+        failures.groupBy(
+            F.coalesce("failed_queue", F.lit("(unknown)")).alias("failed_queue"),
+            "exception_type",
+            F.coalesce("message_type", F.lit("(unknown)")).alias("message_type"),
+        )
+        .agg(F.count("*").alias("failures"), F.max("failed_at").alias("last_failure"))
+        .orderBy(F.desc("failures"))
+        .limit(25)
+        .toPandas()
+    )
+    show_table(matrix, "failures per failed queue, exception type and message type (top 25)")
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Failures over time
+# MAGIC
+# MAGIC By `time_of_failure` (when the last retry gave up), else by when the row was drained.
+
+# COMMAND ----------
+
+if failures is not None:
+    bucket = choose_bucket(failures, "failed_at")
+    top_types = [r["exception_type"] for r in by_type.head(5).to_dict("records")]
+    series_col = F.when(F.col("exception_type").isin(top_types), F.col("exception_type")).otherwise(F.lit("(other)"))
+    over_time = (
+        failures.groupBy(series_col.alias("exception_type"), bucket_start("failed_at", bucket)).count().toPandas()
+    )
+    series = wide(over_time, "bucket", "exception_type", "count", bucket)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    if len(series) > 1:
+        ax.stackplot(series.index, *[series[c] for c in series.columns], labels=list(series.columns), step="post")
+    else:  # a single bucket: one stacked bar
+        bottom = 0
+        for exception_type in series.columns:
+            ax.bar(series.index, series[exception_type], bottom=bottom, width=0.02, label=exception_type)
+            bottom += series[exception_type]
+    ax.set_title(f"failures per {bucket}, by exception type")
+    ax.set_ylabel(f"failures / {bucket}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    fig.autofmt_xdate()
+    save_or_show(fig, "error_failures_over_time")

@@ -1,0 +1,292 @@
+"""The scheduler side: spark-submit entry points, the Databricks asset bundle, the Airflow DAGs.
+
+The DAGs are parsed by Airflow's own ``DagBag`` in a subprocess (Airflow configures logging and settings
+globally on import); that test is skipped unless apache-airflow and both providers are installed
+(``pip install -e '.[airflow]'``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB_COMMANDS = ["drain", "transform", "publish", "run", "maintain"]
+SECRET_REF = "{{secrets/queuelake/connection}}"
+
+
+def console_scripts() -> dict[str, str]:
+    """``name -> module:function`` from setup.py's entry_points (the wheel's metadata), read without running it."""
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "entry_points":
+            entry_points = ast.literal_eval(node.value)
+            scripts = {}
+            for spec in entry_points.get("console_scripts", []):
+                name, target = (part.strip() for part in spec.split("=", 1))
+                scripts[name] = target
+            return scripts
+    raise AssertionError("setup.py has no entry_points")
+
+
+def bundle() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "databricks.yml").read_text(encoding="utf-8"))
+
+
+def wheel_tasks(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{job_name}/{task['task_key']}", task)
+        for job_name, job in config["resources"]["jobs"].items()
+        for task in job["tasks"]
+        if "python_wheel_task" in task
+    ]
+
+
+# ---------------------------------------------------------------- spark-submit entry points
+
+
+@pytest.mark.parametrize("command", JOB_COMMANDS)
+def test_job_entry_point_calls_run_job(command: str) -> None:
+    """``jobs/<command>.py`` is a thin spark-submit entry point for its CLI command, like jobs/drain.py."""
+    path = ROOT / "jobs" / f"{command}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    calls = [
+        node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "run_job"
+    ]
+    assert len(calls) == 1, f"{path} must call run_job once"
+    assert ast.literal_eval(calls[0].args[0]) == command
+    from queuelake.cli import COMMANDS
+
+    assert command in COMMANDS
+
+
+def test_console_scripts_point_at_job_functions() -> None:
+    scripts = console_scripts()
+    assert scripts["queuelake"] == "queuelake.cli:main"
+    for command in JOB_COMMANDS:
+        target = scripts[f"queuelake-{command}"]
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+
+
+# ---------------------------------------------------------------- Databricks asset bundle
+
+
+def test_bundle_is_valid_yaml_with_targets() -> None:
+    config = bundle()
+    assert config["bundle"]["name"] == "queuelake"
+    assert {"dev", "prod"} <= set(config["targets"])
+    assert config["targets"]["dev"].get("default") is True
+    assert config["targets"]["prod"]["mode"] == "production"
+    for name, variable in config.get("variables", {}).items():
+        assert "default" in variable or all(name in t.get("variables", {}) for t in config["targets"].values())
+
+
+def test_bundle_builds_the_wheel() -> None:
+    artifacts = bundle()["artifacts"]
+    (artifact,) = artifacts.values()
+    assert artifact["type"] == "whl"
+    assert (ROOT / artifact.get("path", ".") / "setup.py").exists()
+    assert "wheel" in artifact["build"] and "dist" in artifact["build"]
+
+
+def test_bundle_wheel_tasks_use_entry_points_of_the_wheel() -> None:
+    config = bundle()
+    scripts = console_scripts()
+    tasks = wheel_tasks(config)
+    assert {task["python_wheel_task"]["entry_point"] for _, task in tasks} >= {"queuelake-run", "queuelake-maintain"}
+    for key, task in tasks:
+        wheel_task = task["python_wheel_task"]
+        assert wheel_task["package_name"] == "queuelake", key
+        assert wheel_task["entry_point"] in scripts, f"{key}: {wheel_task['entry_point']} is not a console script"
+        assert {"whl": "./dist/*.whl"} in task["libraries"], key
+        args = wheel_task["parameters"]
+        assert args[0] == "-c" and len(args) == 2, key
+
+
+def test_bundle_run_job_schedule_cluster_and_secret() -> None:
+    job = bundle()["resources"]["jobs"]["queuelake_run"]
+    assert job["max_concurrent_runs"] == 1
+    assert re.fullmatch(r"0 0/15 \* \* \* \?", job["schedule"]["quartz_cron_expression"])
+    (task,) = job["tasks"]
+    assert task["python_wheel_task"]["entry_point"] == "queuelake-run"
+    assert task["max_retries"] >= 1
+    clusters = {c["job_cluster_key"]: c["new_cluster"] for c in job["job_clusters"]}
+    cluster = clusters[task["job_cluster_key"]]
+    major = int(cluster["spark_version"].split(".")[0])
+    assert major >= 17, "Databricks Runtime 17+ is Spark 4 (Delta built in)"
+    assert cluster["spark_env_vars"]["QUEUELAKE_CONNECTION"] == SECRET_REF
+    assert "QUEUELAKE_LAKE_ROOT" in cluster["spark_env_vars"]
+
+
+def test_bundle_references_files_that_exist() -> None:
+    config = bundle()
+    variables = {name: v.get("default") for name, v in config.get("variables", {}).items()}
+    for target in config["targets"].values():
+        for name, value in (target.get("variables") or {}).items():
+            assert name in variables, f"target sets unknown variable {name}"
+            if name == "config_file":
+                assert (ROOT / value).is_file(), value
+    assert (ROOT / variables["config_file"]).is_file(), variables["config_file"]
+    for key, task in wheel_tasks(config):
+        path = task["python_wheel_task"]["parameters"][1]
+        relative = path.replace("${workspace.file_path}/", "").replace("${var.config_file}", variables["config_file"])
+        assert (ROOT / relative).is_file(), f"{key}: {path}"
+    notebooks = [
+        task["notebook_task"]["notebook_path"]
+        for job in config["resources"]["jobs"].values()
+        for task in job["tasks"]
+        if "notebook_task" in task
+    ]
+    assert notebooks
+    for path in notebooks:
+        assert (ROOT / path).is_file(), path
+        assert (ROOT / path).read_text(encoding="utf-8").startswith("# Databricks notebook source"), path
+
+
+def test_bundle_config_file_loads_with_its_environment() -> None:
+    """The config the jobs get parses with queuelake's strict loader, given the environment the cluster sets."""
+    from queuelake import config as config_mod
+
+    default = bundle()["variables"]["config_file"]["default"]
+    env = {"QUEUELAKE_CONNECTION": "postgresql://u:p@db/nsb", "QUEUELAKE_LAKE_ROOT": "/Volumes/main/queuelake/lake"}
+    loaded = config_mod.load(ROOT / default, env=env)
+    assert loaded.lake.root == env["QUEUELAKE_LAKE_ROOT"]
+    assert loaded.transport.connection == env["QUEUELAKE_CONNECTION"]
+
+
+# ---------------------------------------------------------------- Airflow
+
+AIRFLOW_DISTRIBUTIONS = [
+    "apache-airflow",
+    "apache-airflow-providers-apache-spark",
+    "apache-airflow-providers-databricks",
+]
+
+
+def _missing_airflow() -> list[str]:
+    # Distribution metadata, not find_spec: the repo's own airflow/ folder would pass for a namespace package.
+    missing = []
+    for name in AIRFLOW_DISTRIBUTIONS:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+DAGBAG_SCRIPT = r"""
+import json, sys, types
+
+try:
+    from airflow.dag_processing.dagbag import DagBag  # Airflow 3
+except ImportError:
+    from airflow.models.dagbag import DagBag  # Airflow 2
+
+bag = DagBag(dag_folder=sys.argv[1])  # examples off through AIRFLOW__CORE__LOAD_EXAMPLES
+out = {"import_errors": {str(k): str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+conn = types.SimpleNamespace(
+    queuelake_transport=types.SimpleNamespace(
+        conn_type="postgres", password="s3cret", get_uri=lambda: "postgres://ql:s3cret@db:5432/nsb"
+    )
+)
+var = types.SimpleNamespace(value=types.SimpleNamespace(queuelake_lake_root="/data/lake"))
+for dag_id, dag in bag.dags.items():
+    env = dag.get_template_env()
+    tasks = {}
+    for task in dag.tasks:
+        info = {"type": type(task).__name__, "retries": task.retries}
+        if hasattr(task, "json"):
+            info["rendered_json"] = json.loads(env.from_string(json.dumps(task.json)).render(ts="2026-01-01"))
+        if getattr(task, "env_vars", None):
+            info["rendered_env"] = {k: env.from_string(v).render(conn=conn, var=var) for k, v in task.env_vars.items()}
+        for name in ("application", "application_args", "files", "conf"):
+            if hasattr(task, name):
+                value = getattr(task, name)
+                info[name] = value if isinstance(value, (str, list, dict, type(None))) else str(value)
+        tasks[task.task_id] = info
+    out["dags"][dag_id] = {
+        "tasks": tasks,
+        "schedule": str(getattr(dag, "schedule", None) or getattr(dag, "schedule_interval", None)),
+        "max_active_runs": dag.max_active_runs,
+        "catchup": dag.catchup,
+    }
+print("DAGBAG " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    missing = _missing_airflow()
+    if missing:
+        pytest.skip(f"Airflow DAG parse check needs {', '.join(missing)}: pip install -e '.[airflow]'")
+    home = tmp_path_factory.mktemp("airflow_home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", DAGBAG_SCRIPT, str(ROOT / "airflow" / "dags")],
+        cwd=home,  # not the repo: its airflow/ folder must not shadow the package
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("DAGBAG ")]
+    assert proc.returncode == 0 and lines, f"DagBag failed (exit {proc.returncode}):\n{proc.stderr[-5000:]}"
+    return json.loads(lines[-1][len("DAGBAG ") :])
+
+
+def test_dags_import_without_errors(dagbag: dict[str, Any]) -> None:
+    assert dagbag["import_errors"] == {}
+    assert set(dagbag["dags"]) == {"queuelake_spark_submit", "queuelake_databricks"}
+    for dag_id, dag in dagbag["dags"].items():
+        assert dag["max_active_runs"] == 1, dag_id
+        assert dag["catchup"] is False, dag_id
+        assert "*/15 * * * *" in dag["schedule"], dag_id
+        assert set(dag["tasks"]) == {"run"}, dag_id
+        assert dag["tasks"]["run"]["retries"] >= 1, dag_id
+
+
+def test_spark_submit_dag(dagbag: dict[str, Any]) -> None:
+    task = dagbag["dags"]["queuelake_spark_submit"]["tasks"]["run"]
+    assert task["type"] == "SparkSubmitOperator"
+    assert task["application"].endswith("/jobs/run.py")
+    assert task["application_args"][0] == "-c"
+    assert task["conf"]["spark.pyspark.python"] == "./environment/bin/python"
+    # the secret comes from the Airflow connection at run time
+    assert task["rendered_env"] == {
+        "QUEUELAKE_CONNECTION": "postgres://ql:s3cret@db:5432/nsb",
+        "QUEUELAKE_LAKE_ROOT": "/data/lake",
+    }
+    source = (ROOT / "airflow" / "dags" / "queuelake_spark_submit.py").read_text(encoding="utf-8")
+    assert "s3cret" not in source
+
+
+def test_databricks_dag(dagbag: dict[str, Any]) -> None:
+    task = dagbag["dags"]["queuelake_databricks"]["tasks"]["run"]
+    assert task["type"] == "DatabricksSubmitRunOperator"
+    (run,) = task["rendered_json"]["tasks"]
+    wheel_task = run["python_wheel_task"]
+    assert wheel_task["package_name"] == "queuelake"
+    assert wheel_task["entry_point"] in console_scripts()
+    assert wheel_task["parameters"][0] == "-c"
+    # the Databricks secret reference survives Airflow's Jinja rendering literally
+    assert run["new_cluster"]["spark_env_vars"]["QUEUELAKE_CONNECTION"] == SECRET_REF
+    assert int(run["new_cluster"]["spark_version"].split(".")[0]) >= 17
+    assert run["libraries"][0]["whl"].endswith(".whl")
