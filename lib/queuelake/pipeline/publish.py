@@ -111,6 +111,7 @@ class Publisher:
         self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
         self.subscriptions = bridge_ref(config.transport.subscription_table, config.transport)
         self._subscribers: dict[str, list[TableRef]] = {}
+        self._destinations: dict[str, TableRef] = {}
 
     # -- rounds -----------------------------------------------------------------------------------
 
@@ -146,20 +147,23 @@ class Publisher:
         for name, kind in OPTIONAL.items():
             if name not in df.columns:
                 df = df.withColumn(name, F.lit(None).cast(to_spark_schema(pa.schema([(name, kind)]))[0].dataType))
-        checked = quality.with_reasons(df).cache()
+        full = quality.with_reasons(df)
+        checked = full.select(*quality.CHECKED).cache()  # narrow: no bodies held in memory
         try:
-            rejected = checked.where(F.size("reasons") > 0)
-            n_rejected = rejected.count()
+            n_rejected = checked.where(F.size("reasons") > 0).count()
             bad_keys: set[str] = set()
             if n_rejected:
-                rejected_out = rejected.withColumn("rejected_at", F.current_timestamp()).withColumn(
-                    "round", F.lit(rnd.key(0, 0).split(":")[0])
+                rejected_out = (
+                    full.where(F.size("reasons") > 0)
+                    .drop("body_len")
+                    .withColumn("rejected_at", F.current_timestamp())
+                    .withColumn("round", F.lit(rnd.key(0, 0).split(":")[0]))
                 )
                 self.lake.append_dataframe(f"{output}_rejected", rejected_out, f"queuelake.publish/{output}", rnd.upto)
-                bad_keys = {r["key"] for r in rejected.select("key").distinct().collect()}
+                rows = checked.where(F.size("reasons") > 0).select("key").distinct().collect()
+                bad_keys = {r["key"] for r in rows}
                 log.warning("publish %s: %d row(s) rejected, see %s_rejected", output, n_rejected, output)
-            accepted = checked.where(F.size("reasons") == 0).drop("reasons")
-            quality.gate(accepted, output)
+            quality.gate(checked.where(F.size("reasons") == 0).drop("reasons"), output)
         finally:
             checked.unpersist()
         return bad_keys, n_rejected
@@ -192,6 +196,13 @@ class Publisher:
 
     # -- sending ----------------------------------------------------------------------------------
 
+    def _destination(self, address: str) -> TableRef:
+        """Destinations repeat across rows: parse (and validate) each address once per run."""
+        ref = self._destinations.get(address)
+        if ref is None:
+            ref = self._destinations[address] = queue_ref(address, self.config.transport)
+        return ref
+
     def subscribers(self, conn: Connection, message_type: str) -> list[TableRef]:
         if message_type not in self._subscribers:
             topics = [hdr.full_type_name(t) for t in hdr.split_types(message_type) or []]
@@ -203,11 +214,11 @@ class Publisher:
         return self._subscribers[message_type]
 
     def _copies(
-        self, conn: Connection, pipeline: str, row: dict[str, Any], now: dt.datetime
+        self, conn: Connection, pipeline: str, row: dict[str, Any], now: dt.datetime, sent: str
     ) -> Iterator[tuple[TableRef, OutgoingMessage, int | None]]:
         intent = row["intent"]
         if intent == "Send":
-            targets = [queue_ref(row["destination"], self.config.transport)]
+            targets = [self._destination(row["destination"])]
         else:
             targets = self.subscribers(conn, row["message_type"])
         body = row["body"]
@@ -219,7 +230,6 @@ class Publisher:
         if deliver_at is not None:
             deliver_at = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.timezone.utc)
             delay = max(int((deliver_at - now).total_seconds() * 1000), 0)
-        sent = hdr.format_time(now)
         for target in targets:
             mid = message_id(pipeline, row["key"], target.canonical)
             headers = {
@@ -248,11 +258,12 @@ class Publisher:
     ) -> int:
         """One DB transaction: every copy of every row, and the ledger row."""
         now = queues.db_utc_now(conn)
+        sent = hdr.format_time(now)
         direct: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
         delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, int]]]] = {}
         copies = 0
         for row in rows:
-            for target, message, delay in self._copies(conn, pipeline, row, now):
+            for target, message, delay in self._copies(conn, pipeline, row, now, sent):
                 copies += 1
                 if delay is None:
                     direct.setdefault(target.canonical, (target, []))[1].append(message)
@@ -289,8 +300,13 @@ class Publisher:
             if rnd.after is not None and rnd.after >= rnd.upto:
                 return result
             files = increments.added_files(self.lake.path(output), rnd.after, rnd.upto)
+            t0 = time.monotonic()
             bad_keys, result.rejected = self._validate(output, files, rnd) if files else (set(), 0)
             total_rows = _count_accepted(files, bad_keys)
+            log.info(
+                "publish %s round %s: %d file(s), %d row(s) to send, %d rejected; validated in %.1fs",
+                output, result.round, len(files), total_rows, result.rejected, time.monotonic() - t0,
+            )
             n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
             if n == 0:
                 if 0 not in done:

@@ -6,6 +6,7 @@ to the SQL files: quoted identifiers for ``{placeholders}``, plain strings only 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +20,12 @@ class TableRef:
     address: QueueAddress
     dialect: str
 
-    @property
+    @functools.cached_property
     def canonical(self) -> str:
         """The canonical queue address, as the journal's ``queue`` column records it."""
         return addr.format_address(self.address, self.dialect)
 
-    @property
+    @functools.cached_property
     def qualified(self) -> str:
         return addr.qualified_name(self.address, self.dialect)
 
