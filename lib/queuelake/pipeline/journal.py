@@ -106,20 +106,19 @@ _WIRE_TIME = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2}):([0-9]
 
 
 def _parse_fast(raw: str | None) -> dict[str, Any] | None:
-    """The header map when it is a flat object of strings (or empty); None sends the row to the
-    reference decoder, which gives the verdict and the reason."""
-    if raw is None or not raw.strip():
+    """The header object, or {} for no headers; None sends the row to the reference decoder, which
+    gives the verdict and the reason. Value types and intents are checked later, vectorised."""
+    if not raw or raw.isspace():
         return {}
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    if type(data) is not dict or not set(map(type, data.values())) <= _STR_OR_NONE:
-        return None
-    intent = data.get(hdr.MESSAGE_INTENT)
-    if intent and intent.lower() not in hdr.INTENTS:
-        return None
-    return data
+    return data if type(data) is dict else None
+
+
+def _non_string_rows(maps: list[dict[str, Any] | None]) -> list[int]:
+    return [i for i, m in enumerate(maps) if m and not set(map(type, m.values())) <= _STR_OR_NONE]
 
 
 def _reason(raw: str | None, row_id: str) -> str | None:
@@ -156,6 +155,7 @@ def _blank_to_null(arr: pa.Array) -> pa.Array:
 
 
 def _header_map(maps: list[dict[str, Any] | None]) -> pa.MapArray:
+    """The ``headers`` column. Raises pa.ArrowTypeError/ArrowInvalid when a value is not a string."""
     offsets = [0]
     keys: list[str] = []
     values: list[str | None] = []
@@ -172,15 +172,25 @@ def _header_map(maps: list[dict[str, Any] | None]) -> pa.MapArray:
     )
 
 
-def _invalid_rows(maps: list[dict[str, Any] | None]) -> set[int]:
-    """Rows whose intent or times the reference decoder would refuse (found vectorised)."""
+def _typed_columns(maps: list[dict[str, Any] | None], ids: pa.Array) -> tuple[set[int], dict[str, Any]]:
+    """Every decoded column, and the rows whose intent or times the reference decoder would refuse."""
     bad: set[int] = set()
+    columns: dict[str, Any] = {name: _column(maps, key) for name, key in _STRING_HEADERS.items()}
     intent = pc.utf8_lower(pc.utf8_trim_whitespace(_blank_to_null(_column(maps, hdr.MESSAGE_INTENT))))
     ok = pc.or_kleene(pc.is_null(intent), pc.is_in(intent, pa.array(list(hdr.INTENTS))))
     bad.update(i for i, v in enumerate(ok.to_pylist()) if v is False)
-    for key in _TIME_HEADERS.values():
-        bad.update(_times(_column(maps, key))[1])
-    return bad
+    canonical = pa.array(list(hdr.INTENTS.values()), pa.string())
+    columns["message_intent"] = pc.take(canonical, pc.index_in(intent, pa.array(list(hdr.INTENTS), pa.string())))
+    for name, key in _TIME_HEADERS.items():
+        columns[name], unparsable = _times(_column(maps, key))
+        bad.update(unparsable)
+    present = pa.array([m is not None for m in maps], pa.bool_())
+    message_id = pc.coalesce(_blank_to_null(columns["message_id"]), ids)
+    columns["message_id"] = pc.if_else(present, message_id, pa.scalar(None, pa.string()))
+    columns["enclosed_message_types"], columns["message_type"] = _enclosed_types(
+        _column(maps, hdr.ENCLOSED_MESSAGE_TYPES)
+    )
+    return bad, columns
 
 
 def _times(values: pa.Array) -> tuple[pa.Array, list[int]]:
@@ -255,16 +265,24 @@ def build_batch(
                 data = hdr.decode_map(raw)
             reasons[i] = reason
         maps.append(data)
-    bad = _invalid_rows(maps)
-    for i in bad:
-        reasons[i] = reasons[i] or _reason(raws[i], ids[i]) or "headers could not be decoded"
-        maps[i] = None
-    headers = _header_map(maps)
+    try:
+        headers = _header_map(maps)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a non-string value somewhere: find the rows
+        for i in _non_string_rows(maps):
+            reasons[i] = _reason(raws[i], ids[i]) or "header values must be strings"
+            maps[i] = None
+        headers = _header_map(maps)
+    bad, typed = _typed_columns(maps, received["id"])
+    if bad:
+        for i in bad:
+            reasons[i] = reasons[i] or _reason(raws[i], ids[i]) or "headers could not be decoded"
+            maps[i] = None
+        headers = _header_map(maps)
+        _, typed = _typed_columns(maps, received["id"])
 
     counts = {"expired": sum(expired), "quarantined": sum(r is not None for r in reasons)}
     counts["landed"] = n - counts["expired"] - counts["quarantined"]
     outcome = ["expired" if e else ("quarantined" if r is not None else "landed") for e, r in zip(expired, reasons)]
-    landed = pa.array([o == "landed" for o in outcome], pa.bool_())
 
     columns: dict[str, Any] = {
         "queue": pa.array([queue] * n, pa.string()),
@@ -283,18 +301,7 @@ def build_batch(
     }
     if counts["expired"]:
         columns["body"] = pc.if_else(received["expired"], pa.scalar(None, pa.binary()), received["body"])
-    for name, key in _STRING_HEADERS.items():
-        columns[name] = _column(maps, key)
-    for name, key in _TIME_HEADERS.items():
-        columns[name] = _times(_column(maps, key))[0]
-    message_id = pc.coalesce(_blank_to_null(columns["message_id"]), received["id"])
-    columns["message_id"] = pc.if_else(landed, message_id, pa.scalar(None, pa.string()))
-    intent = pc.utf8_lower(pc.utf8_trim_whitespace(_blank_to_null(_column(maps, hdr.MESSAGE_INTENT))))
-    canonical = pa.array(list(hdr.INTENTS.values()), pa.string())
-    columns["message_intent"] = pc.take(canonical, pc.index_in(intent, pa.array(list(hdr.INTENTS), pa.string())))
-    types, message_type = _enclosed_types(_column(maps, hdr.ENCLOSED_MESSAGE_TYPES))
-    columns["enclosed_message_types"] = types
-    columns["message_type"] = message_type
+    columns.update(typed)
     arrays = [
         pa.array(columns[f.name], f.type)
         if not isinstance(columns[f.name], (pa.Array, pa.ChunkedArray))
