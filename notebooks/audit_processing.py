@@ -19,121 +19,28 @@
 
 # COMMAND ----------
 
-import os
-
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
-from queuelake.lake import open_lake
+from queuelake.notebook_support import (
+    BUCKETS,
+    Notebook,
+    bucket_start,
+    choose_bucket,
+    none_if_empty,
+    queue_rows,
+    trend_lines,
+    unquote_queues,
+)
 
-OUTPUT = os.environ.get("QUEUELAKE_NOTEBOOK_OUTPUT")  # a folder: save the plots there instead of showing them
-if OUTPUT:
-    plt.switch_backend("Agg")
+# dbutils, spark and display are predefined on Databricks only: handed over, the same code runs here and there
+nb = Notebook(dbutils=globals().get("dbutils"), spark=globals().get("spark"), display=globals().get("display"))
+LAKE_ROOT = nb.param("lake_root", "./lake")
+BUCKET = nb.param("bucket", "auto", ["auto", *BUCKETS])
+AUDIT_QUEUE = nb.param("audit_queue", "").replace('"', "")  # queue names are compared without quotes
 
-# time buckets: Spark window duration, pandas frequency, seconds
-BUCKETS = {
-    "minute": ("1 minute", "1min", 60),
-    "5 minutes": ("5 minutes", "5min", 300),
-    "15 minutes": ("15 minutes", "15min", 900),
-    "hour": ("1 hour", "1h", 3600),
-    "day": ("1 day", "1D", 86400),
-}
-
-dbutils = globals().get("dbutils")  # predefined on Databricks only
-display = globals().get("display")
-
-
-def param(name, default, choices=None):
-    """A widget on Databricks; elsewhere the environment variable QUEUELAKE_<NAME>, else the default."""
-    value = os.environ.get(f"QUEUELAKE_{name.upper()}", default)
-    if dbutils is None:
-        return value
-    if choices:
-        dbutils.widgets.dropdown(name, value if value in choices else default, choices)
-    else:
-        dbutils.widgets.text(name, value)
-    return dbutils.widgets.get(name)
-
-
-LAKE_ROOT = param("lake_root", "./lake")
-BUCKET = param("bucket", "auto", ["auto", *BUCKETS])
-AUDIT_QUEUE = param("audit_queue", "").replace('"', "")  # queue names are compared without quotes
-
-if "spark" not in globals():
-    from queuelake.spark import get_spark
-
-    spark = get_spark()
-
-lake = open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"), spark)
-print(f"lake {LAKE_ROOT} ({lake.name})")
-
-
-def read_table(name):
-    """The lake table as a DataFrame, or None (with a note) when it is missing or empty."""
-    if not lake.exists(name):
-        print(f"note: no lake table {name!r} under {LAKE_ROOT}")
-        return None
-    df = lake.read(name)
-    if df.isEmpty():
-        print(f"note: lake table {name!r} is empty")
-        return None
-    return df
-
-
-def show_table(pdf, title):
-    print(f"\n{title}")
-    if display is not None:
-        display(pdf)
-    else:
-        print(pdf.to_string(index=False) if len(pdf) else "(no rows)")
-
-
-def save_or_show(fig, name):
-    fig.tight_layout()
-    if OUTPUT:
-        os.makedirs(OUTPUT, exist_ok=True)
-        path = os.path.join(OUTPUT, f"{name}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        print(f"saved {path}")
-    else:
-        plt.show()
-
-
-def label(queue):
-    """`"public"."Sales"` reads better as public.Sales."""
-    return str(queue).replace('"', "")
-
-
-def choose_bucket(df, column, most=120):
-    """The bucket parameter, or with `auto` the finest bucket that cuts the data's time span into at most
-    ``most`` buckets."""
-    if BUCKET != "auto":
-        return BUCKET
-    span = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()["s"] or 0
-    return next((name for name, (_, _, seconds) in BUCKETS.items() if span / seconds <= most), "day")
-
-
-def bucket_start(column, bucket):
-    """The start of the time bucket a timestamp falls in (buckets aligned to UTC midnight)."""
-    return F.window(column, BUCKETS[bucket][0])["start"].alias("bucket")
-
-
-def wide(pdf, index, columns, values, bucket=None):
-    """Long to wide for plotting: one column per series; with a bucket, every bucket of the range, empty ones 0."""
-    table = pdf.pivot_table(index=index, columns=columns, values=values, aggfunc="sum").fillna(0).sort_index()
-    if bucket and len(table):
-        every = pd.date_range(table.index.min(), table.index.max(), freq=BUCKETS[bucket][1])
-        table = table.reindex(every, fill_value=0)
-    return table
-
-
-def in_queue(name):
-    """Rows of the queue called ``name``: `audit`, `public.audit`, `audit@[dbo]@[nsb]` all match `audit`."""
-    queue = F.col("queue")
-    return (queue == name) | queue.endswith("." + name) | queue.startswith(name + "@")
+lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 
 def percentiles(df, key):
@@ -173,7 +80,7 @@ def percentile_bars(pdf, key, title, name, n=15):
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right")
-    save_or_show(fig, name)
+    nb.save_or_show(fig, name)
 
 
 # COMMAND ----------
@@ -184,10 +91,10 @@ def percentile_bars(pdf, key, title, name, n=15):
 # COMMAND ----------
 
 audited = None
-messages = read_table("messages")
+messages = nb.read_table("messages")
 if messages is not None:
-    messages = messages.withColumn("queue", F.regexp_replace("queue", '"', ""))
-    scope = messages.where(in_queue(AUDIT_QUEUE)) if AUDIT_QUEUE else messages
+    messages = unquote_queues(messages)
+    scope = queue_rows(messages, AUDIT_QUEUE)
     candidates = scope.where(
         (F.col("outcome") == "landed")
         & F.col("processing_started").isNotNull()
@@ -203,11 +110,11 @@ if messages is not None:
     negative = candidates.where(F.col("processing_ms") < 0).count()
     if negative:
         print(f"note: {negative} audited row(s) end before they start (clock skew); left out")
-    audited = candidates.where(F.col("processing_ms") >= 0)
-    if audited.isEmpty():
-        where = f"queue {AUDIT_QUEUE!r}" if AUDIT_QUEUE else "the journal"
-        print(f"note: no audited messages (rows with ProcessingStarted/Ended headers) in {where}: nothing to show")
-        audited = None
+    audited = none_if_empty(
+        candidates.where(F.col("processing_ms") >= 0),
+        "audited messages (rows with ProcessingStarted/Ended headers)",
+        AUDIT_QUEUE,
+    )
 
 if audited is not None:
     summary = (
@@ -221,7 +128,7 @@ if audited is not None:
         )
         .toPandas()
     )
-    show_table(summary, "audited messages per queue")
+    nb.show_table(summary, "audited messages per queue")
 
 # COMMAND ----------
 
@@ -232,7 +139,7 @@ if audited is not None:
 
 if audited is not None:
     by_type = percentiles(audited, "message_type")
-    show_table(by_type.round(2), "processing and critical time per message type (ms)")
+    nb.show_table(by_type.round(2), "processing and critical time per message type (ms)")
     percentile_bars(by_type, "message_type", "processing time per message type", "audit_by_message_type")
 
 # COMMAND ----------
@@ -244,7 +151,7 @@ if audited is not None:
 
 if audited is not None:
     by_endpoint = percentiles(audited, "processing_endpoint")
-    show_table(by_endpoint.round(2), "processing and critical time per endpoint (ms)")
+    nb.show_table(by_endpoint.round(2), "processing and critical time per endpoint (ms)")
     percentile_bars(by_endpoint, "processing_endpoint", "processing time per endpoint", "audit_by_endpoint")
 
     per_pair = (
@@ -261,7 +168,7 @@ if audited is not None:
         .limit(25)
         .toPandas()
     )
-    show_table(per_pair.round(2), "per endpoint and message type (top 25 by volume)")
+    nb.show_table(per_pair.round(2), "per endpoint and message type (top 25 by volume)")
 
 # COMMAND ----------
 
@@ -279,7 +186,7 @@ if audited is not None:
     sample = sample.select(
         F.coalesce("processing_endpoint", F.lit("(unknown)")).alias("endpoint"), "processing_ms"
     ).toPandas()
-    bucket = choose_bucket(audited, "processing_ended")
+    bucket = choose_bucket(audited, "processing_ended", BUCKET)
     trend = (
         audited.groupBy(
             F.coalesce("processing_endpoint", F.lit("(unknown)")).alias("endpoint"),
@@ -298,12 +205,6 @@ if audited is not None:
     left.set_ylabel("messages")
     left.set_title("processing time distribution per endpoint")
     left.legend(fontsize="small")
-    series = trend.pivot_table(index="bucket", columns="endpoint", values="p90_ms").sort_index()
-    for endpoint in series.columns:
-        right.plot(series.index, series[endpoint], marker=".", label=endpoint)
-    right.set_title(f"p90 processing time per {bucket}")
-    right.set_ylabel("ms")
-    right.grid(alpha=0.3)
-    right.legend(fontsize="small")
+    trend_lines(right, trend, "endpoint", "p90_ms", f"p90 processing time per {bucket}", "ms")
     fig.autofmt_xdate()
-    save_or_show(fig, "audit_distribution")
+    nb.save_or_show(fig, "audit_distribution")

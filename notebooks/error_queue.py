@@ -18,120 +18,27 @@
 
 # COMMAND ----------
 
-import os
-
 import matplotlib.pyplot as plt
-import pandas as pd
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
-from queuelake.lake import open_lake
+from queuelake.notebook_support import (
+    BUCKETS,
+    Notebook,
+    bucket_start,
+    choose_bucket,
+    none_if_empty,
+    queue_rows,
+    unquote_queues,
+    wide,
+)
 
-OUTPUT = os.environ.get("QUEUELAKE_NOTEBOOK_OUTPUT")  # a folder: save the plots there instead of showing them
-if OUTPUT:
-    plt.switch_backend("Agg")
+# dbutils, spark and display are predefined on Databricks only: handed over, the same code runs here and there
+nb = Notebook(dbutils=globals().get("dbutils"), spark=globals().get("spark"), display=globals().get("display"))
+LAKE_ROOT = nb.param("lake_root", "./lake")
+BUCKET = nb.param("bucket", "auto", ["auto", *BUCKETS])
+ERROR_QUEUE = nb.param("error_queue", "").replace('"', "")  # queue names are compared without quotes
 
-# time buckets: Spark window duration, pandas frequency, seconds
-BUCKETS = {
-    "minute": ("1 minute", "1min", 60),
-    "5 minutes": ("5 minutes", "5min", 300),
-    "15 minutes": ("15 minutes", "15min", 900),
-    "hour": ("1 hour", "1h", 3600),
-    "day": ("1 day", "1D", 86400),
-}
-
-dbutils = globals().get("dbutils")  # predefined on Databricks only
-display = globals().get("display")
-
-
-def param(name, default, choices=None):
-    """A widget on Databricks; elsewhere the environment variable QUEUELAKE_<NAME>, else the default."""
-    value = os.environ.get(f"QUEUELAKE_{name.upper()}", default)
-    if dbutils is None:
-        return value
-    if choices:
-        dbutils.widgets.dropdown(name, value if value in choices else default, choices)
-    else:
-        dbutils.widgets.text(name, value)
-    return dbutils.widgets.get(name)
-
-
-LAKE_ROOT = param("lake_root", "./lake")
-BUCKET = param("bucket", "auto", ["auto", *BUCKETS])
-ERROR_QUEUE = param("error_queue", "").replace('"', "")  # queue names are compared without quotes
-
-if "spark" not in globals():
-    from queuelake.spark import get_spark
-
-    spark = get_spark()
-
-lake = open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"), spark)
-print(f"lake {LAKE_ROOT} ({lake.name})")
-
-
-def read_table(name):
-    """The lake table as a DataFrame, or None (with a note) when it is missing or empty."""
-    if not lake.exists(name):
-        print(f"note: no lake table {name!r} under {LAKE_ROOT}")
-        return None
-    df = lake.read(name)
-    if df.isEmpty():
-        print(f"note: lake table {name!r} is empty")
-        return None
-    return df
-
-
-def show_table(pdf, title):
-    print(f"\n{title}")
-    if display is not None:
-        display(pdf)
-    else:
-        print(pdf.to_string(index=False) if len(pdf) else "(no rows)")
-
-
-def save_or_show(fig, name):
-    fig.tight_layout()
-    if OUTPUT:
-        os.makedirs(OUTPUT, exist_ok=True)
-        path = os.path.join(OUTPUT, f"{name}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        print(f"saved {path}")
-    else:
-        plt.show()
-
-
-def label(queue):
-    """`"public"."Sales"` reads better as public.Sales."""
-    return str(queue).replace('"', "")
-
-
-def choose_bucket(df, column, most=120):
-    """The bucket parameter, or with `auto` the finest bucket that cuts the data's time span into at most
-    ``most`` buckets."""
-    if BUCKET != "auto":
-        return BUCKET
-    span = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()["s"] or 0
-    return next((name for name, (_, _, seconds) in BUCKETS.items() if span / seconds <= most), "day")
-
-
-def bucket_start(column, bucket):
-    """The start of the time bucket a timestamp falls in (buckets aligned to UTC midnight)."""
-    return F.window(column, BUCKETS[bucket][0])["start"].alias("bucket")
-
-
-def wide(pdf, index, columns, values, bucket=None):
-    """Long to wide for plotting: one column per series; with a bucket, every bucket of the range, empty ones 0."""
-    table = pdf.pivot_table(index=index, columns=columns, values=values, aggfunc="sum").fillna(0).sort_index()
-    if bucket and len(table):
-        every = pd.date_range(table.index.min(), table.index.max(), freq=BUCKETS[bucket][1])
-        table = table.reindex(every, fill_value=0)
-    return table
-
-
-def in_queue(name):
-    """Rows of the queue called ``name``: `error`, `public.error`, `error@[dbo]@[nsb]` all match `error`."""
-    queue = F.col("queue")
-    return (queue == name) | queue.endswith("." + name) | queue.startswith(name + "@")
+lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 
 def top_n_bar(ax, pdf, column, title, n=15):
@@ -151,10 +58,10 @@ def top_n_bar(ax, pdf, column, title, n=15):
 # COMMAND ----------
 
 failures = None
-messages = read_table("messages")
+messages = nb.read_table("messages")
 if messages is not None:
-    messages = messages.withColumn("queue", F.regexp_replace("queue", '"', ""))
-    scope = messages.where(in_queue(ERROR_QUEUE)) if ERROR_QUEUE else messages
+    messages = unquote_queues(messages)
+    scope = queue_rows(messages, ERROR_QUEUE)
     failed = (F.col("outcome") == "landed") & (F.col("exception_type").isNotNull() | F.col("failed_queue").isNotNull())
     failures = scope.where(failed).withColumns(
         {
@@ -166,10 +73,7 @@ if messages is not None:
         without = scope.where(~failed).count()
         if without:
             print(f"note: {without} row(s) in {ERROR_QUEUE} carry no exception headers (expired, quarantined, ...)")
-    if failures.isEmpty():
-        where = f"queue {ERROR_QUEUE!r}" if ERROR_QUEUE else "the journal"
-        print(f"note: no failed messages (rows with exception headers) in {where}: nothing to show")
-        failures = None
+    failures = none_if_empty(failures, "failed messages (rows with exception headers)", ERROR_QUEUE)
 
 if failures is not None:
     summary = (
@@ -184,7 +88,7 @@ if failures is not None:
         )
         .toPandas()
     )
-    show_table(summary, "failed messages per error queue")
+    nb.show_table(summary, "failed messages per error queue")
 
 # COMMAND ----------
 
@@ -205,10 +109,10 @@ if failures is not None:
         .orderBy(F.desc("failures"), "exception_type")
         .toPandas()
     )
-    show_table(by_type.head(20), "top exception types")
+    nb.show_table(by_type.head(20), "top exception types")
     fig, ax = plt.subplots(figsize=(10, 0.45 * min(len(by_type), 15) + 1.5))
     top_n_bar(ax, by_type, "exception_type", "top exception types")
-    save_or_show(fig, "error_exception_types")
+    nb.save_or_show(fig, "error_exception_types")
 
 # COMMAND ----------
 
@@ -235,7 +139,7 @@ if failures is not None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * min(max(len(endpoints), len(queues)), 15) + 1.8))
     top_n_bar(left, endpoints, "processing_endpoint", "failures per processing endpoint")
     top_n_bar(right, queues, "failed_queue", "failures per failed queue")
-    save_or_show(fig, "error_endpoints")
+    nb.save_or_show(fig, "error_endpoints")
 
     matrix = (
         failures.groupBy(
@@ -248,7 +152,7 @@ if failures is not None:
         .limit(25)
         .toPandas()
     )
-    show_table(matrix, "failures per failed queue, exception type and message type (top 25)")
+    nb.show_table(matrix, "failures per failed queue, exception type and message type (top 25)")
 
 # COMMAND ----------
 
@@ -260,7 +164,7 @@ if failures is not None:
 # COMMAND ----------
 
 if failures is not None:
-    bucket = choose_bucket(failures, "failed_at")
+    bucket = choose_bucket(failures, "failed_at", BUCKET)
     top_types = [r["exception_type"] for r in by_type.head(5).to_dict("records")]
     series_col = F.when(F.col("exception_type").isin(top_types), F.col("exception_type")).otherwise(F.lit("(other)"))
     over_time = (
@@ -280,4 +184,4 @@ if failures is not None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
     fig.autofmt_xdate()
-    save_or_show(fig, "error_failures_over_time")
+    nb.save_or_show(fig, "error_failures_over_time")

@@ -17,113 +17,18 @@
 
 # COMMAND ----------
 
-import os
-
 import matplotlib.pyplot as plt
 import pandas as pd
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
-from queuelake.lake import open_lake
+from queuelake.notebook_support import BUCKETS, Notebook, bucket_start, choose_bucket, trend_lines, unquote_queues, wide
 
-OUTPUT = os.environ.get("QUEUELAKE_NOTEBOOK_OUTPUT")  # a folder: save the plots there instead of showing them
-if OUTPUT:
-    plt.switch_backend("Agg")
+# dbutils, spark and display are predefined on Databricks only: handed over, the same code runs here and there
+nb = Notebook(dbutils=globals().get("dbutils"), spark=globals().get("spark"), display=globals().get("display"))
+LAKE_ROOT = nb.param("lake_root", "./lake")
+BUCKET = nb.param("bucket", "auto", ["auto", *BUCKETS])
 
-# time buckets: Spark window duration, pandas frequency, seconds
-BUCKETS = {
-    "minute": ("1 minute", "1min", 60),
-    "5 minutes": ("5 minutes", "5min", 300),
-    "15 minutes": ("15 minutes", "15min", 900),
-    "hour": ("1 hour", "1h", 3600),
-    "day": ("1 day", "1D", 86400),
-}
-
-dbutils = globals().get("dbutils")  # predefined on Databricks only
-display = globals().get("display")
-
-
-def param(name, default, choices=None):
-    """A widget on Databricks; elsewhere the environment variable QUEUELAKE_<NAME>, else the default."""
-    value = os.environ.get(f"QUEUELAKE_{name.upper()}", default)
-    if dbutils is None:
-        return value
-    if choices:
-        dbutils.widgets.dropdown(name, value if value in choices else default, choices)
-    else:
-        dbutils.widgets.text(name, value)
-    return dbutils.widgets.get(name)
-
-
-LAKE_ROOT = param("lake_root", "./lake")
-BUCKET = param("bucket", "auto", ["auto", *BUCKETS])
-
-if "spark" not in globals():
-    from queuelake.spark import get_spark
-
-    spark = get_spark()
-
-lake = open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"), spark)
-print(f"lake {LAKE_ROOT} ({lake.name})")
-
-
-def read_table(name):
-    """The lake table as a DataFrame, or None (with a note) when it is missing or empty."""
-    if not lake.exists(name):
-        print(f"note: no lake table {name!r} under {LAKE_ROOT}")
-        return None
-    df = lake.read(name)
-    if df.isEmpty():
-        print(f"note: lake table {name!r} is empty")
-        return None
-    return df
-
-
-def show_table(pdf, title):
-    print(f"\n{title}")
-    if display is not None:
-        display(pdf)
-    else:
-        print(pdf.to_string(index=False) if len(pdf) else "(no rows)")
-
-
-def save_or_show(fig, name):
-    fig.tight_layout()
-    if OUTPUT:
-        os.makedirs(OUTPUT, exist_ok=True)
-        path = os.path.join(OUTPUT, f"{name}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        print(f"saved {path}")
-    else:
-        plt.show()
-
-
-def label(queue):
-    """`"public"."Sales"` reads better as public.Sales."""
-    return str(queue).replace('"', "")
-
-
-def choose_bucket(df, column, most=120):
-    """The bucket parameter, or with `auto` the finest bucket that cuts the data's time span into at most
-    ``most`` buckets."""
-    if BUCKET != "auto":
-        return BUCKET
-    span = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()["s"] or 0
-    return next((name for name, (_, _, seconds) in BUCKETS.items() if span / seconds <= most), "day")
-
-
-def bucket_start(column, bucket):
-    """The start of the time bucket a timestamp falls in (buckets aligned to UTC midnight)."""
-    return F.window(column, BUCKETS[bucket][0])["start"].alias("bucket")
-
-
-def wide(pdf, index, columns, values, bucket=None):
-    """Long to wide for plotting: one column per series; with a bucket, every bucket of the range, empty ones 0."""
-    table = pdf.pivot_table(index=index, columns=columns, values=values, aggfunc="sum").fillna(0).sort_index()
-    if bucket and len(table):
-        every = pd.date_range(table.index.min(), table.index.max(), freq=BUCKETS[bucket][1])
-        table = table.reindex(every, fill_value=0)
-    return table
+lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 
 # COMMAND ----------
@@ -133,9 +38,9 @@ def wide(pdf, index, columns, values, bucket=None):
 
 # COMMAND ----------
 
-messages = read_table("messages")
+messages = nb.read_table("messages")
 if messages is not None:
-    messages = messages.withColumn("queue", F.regexp_replace("queue", '"', ""))
+    messages = unquote_queues(messages)
     per_queue = (
         messages.groupBy("queue")
         .agg(
@@ -150,7 +55,7 @@ if messages is not None:
         .orderBy(F.desc("rows"))
         .toPandas()
     )
-    show_table(per_queue, "rows per queue")
+    nb.show_table(per_queue, "rows per queue")
 
 # COMMAND ----------
 
@@ -160,7 +65,7 @@ if messages is not None:
 # COMMAND ----------
 
 if messages is not None:
-    bucket = choose_bucket(messages, "drained_at")
+    bucket = choose_bucket(messages, "drained_at", BUCKET)
     throughput = messages.groupBy("queue", bucket_start("drained_at", bucket)).count().toPandas()
     series = wide(throughput, "bucket", "queue", "count", bucket)
     fig, ax = plt.subplots(figsize=(11, 4.5))
@@ -171,10 +76,10 @@ if messages is not None:
     ax.legend(loc="upper left", fontsize="small")
     ax.grid(alpha=0.3)
     fig.autofmt_xdate()
-    save_or_show(fig, "throughput")
+    nb.save_or_show(fig, "throughput")
     peaks = series.agg(["sum", "max", "mean"]).T.reset_index()
     peaks.columns = ["queue", "messages", f"peak per {bucket}", f"mean per {bucket}"]
-    show_table(peaks.round(1), f"throughput per {bucket}")
+    nb.show_table(peaks.round(1), f"throughput per {bucket}")
 
 # COMMAND ----------
 
@@ -211,9 +116,9 @@ if lagged is not None:
         .orderBy("queue")
         .toPandas()
     )
-    show_table(lag.round(3), "lag time_sent -> drained_at (seconds)")
+    nb.show_table(lag.round(3), "lag time_sent -> drained_at (seconds)")
 
-    bucket = choose_bucket(lagged, "drained_at")
+    bucket = choose_bucket(lagged, "drained_at", BUCKET)
     over_time = (
         lagged.groupBy("queue", bucket_start("drained_at", bucket))
         .agg(F.percentile_approx("lag_s", 0.95, 10000).alias("p95_s"))
@@ -231,15 +136,9 @@ if lagged is not None:
     left.set_ylabel("seconds" + (" (log)" if spread > 50 else ""))
     left.set_title("lag percentiles per queue")
     left.legend(fontsize="small")
-    series = over_time.pivot_table(index="bucket", columns="queue", values="p95_s").sort_index()
-    for queue in series.columns:
-        right.plot(series.index, series[queue], marker=".", label=queue)
-    right.set_title(f"p95 lag per {bucket}")
-    right.set_ylabel("seconds")
-    right.grid(alpha=0.3)
-    right.legend(fontsize="small")
+    trend_lines(right, over_time, "queue", "p95_s", f"p95 lag per {bucket}", "seconds")
     fig.autofmt_xdate()
-    save_or_show(fig, "lag")
+    nb.save_or_show(fig, "lag")
 
 # COMMAND ----------
 
@@ -258,7 +157,7 @@ if messages is not None:
         print("note: no expired or quarantined rows")
     else:
         counts = bad.groupBy("queue", "outcome").count().toPandas()
-        bucket = choose_bucket(bad, "drained_at")
+        bucket = choose_bucket(bad, "drained_at", BUCKET)
         over_time = bad.groupBy("outcome", bucket_start("drained_at", bucket)).count().toPandas()
         fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
         wide(counts, "queue", "outcome", "count").plot.bar(ax=left, stacked=True, rot=30)
@@ -273,7 +172,7 @@ if messages is not None:
         right.grid(alpha=0.3)
         right.legend(fontsize="small")
         fig.autofmt_xdate()
-        save_or_show(fig, "outcomes")
+        nb.save_or_show(fig, "outcomes")
 
         reasons = (
             bad.where(F.col("outcome") == "quarantined")
@@ -283,7 +182,7 @@ if messages is not None:
             .limit(20)
             .toPandas()
         )
-        show_table(reasons, "quarantine reasons (top 20)")
+        nb.show_table(reasons, "quarantine reasons (top 20)")
 
 # COMMAND ----------
 
@@ -292,9 +191,9 @@ if messages is not None:
 
 # COMMAND ----------
 
-runs = read_table("runs")
+runs = nb.read_table("runs")
 if runs is not None:
-    runs = runs.where(F.col("queue").isNotNull()).withColumn("queue", F.regexp_replace("queue", '"', ""))
+    runs = unquote_queues(runs.where(F.col("queue").isNotNull()))
     if runs.isEmpty():
         print("note: no per-queue rows in the runs table")
         runs = None
@@ -320,9 +219,9 @@ if runs is not None:
         .limit(30)
         .toPandas()
     )
-    show_table(recent, "latest runs (30)")
+    nb.show_table(recent, "latest runs (30)")
     status = runs.groupBy("command", "status").count().orderBy("command", "status").toPandas()
-    show_table(status, "runs per command and status")
+    nb.show_table(status, "runs per command and status")
 
     per_run = runs.select("started_at", "queue", "rate", "backlog_left").orderBy("started_at").toPandas()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
@@ -337,8 +236,8 @@ if runs is not None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="upper left")
     fig.autofmt_xdate()
-    save_or_show(fig, "runs")
+    nb.save_or_show(fig, "runs")
 
     if pd.notna(per_run["backlog_left"]).any():
         latest = per_run.sort_values("started_at").groupby("queue").tail(1)[["queue", "started_at", "backlog_left"]]
-        show_table(latest, "backlog left by the latest run per queue")
+        nb.show_table(latest, "backlog left by the latest run per queue")

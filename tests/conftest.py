@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -16,14 +18,18 @@ from queuelake.transport.embedded import odbc_from_uri, start_embedded, with_dat
 
 
 @pytest.fixture(scope="session")
-def pg_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server_uri() -> Iterator[str]:
     dsn = os.environ.get("QUEUELAKE_TEST_PG_DSN")
     if dsn:
         yield dsn
         return
-    server = start_embedded(tmp_path_factory.mktemp("pgdata"))
+    # Not under pytest's tmp_path: the server runs as another OS user when we are root, and a second
+    # pytest session re-chmods pytest's tmp root to 0700, which cut a running server off its data.
+    data = tempfile.mkdtemp(prefix="queuelake-test-pg-")
+    server = start_embedded(data)
     yield server.get_uri("postgres")
     server.cleanup()
+    shutil.rmtree(data, ignore_errors=True)
 
 
 def _fresh_database(server_uri: str, hint: str) -> str:

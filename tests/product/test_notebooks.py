@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib: pip install -e '.[notebooks]'")
 
 from deltalake import write_deltalake  # noqa: E402
+from queuelake import notebook_support  # noqa: E402
 from queuelake.pipeline.journal import MESSAGES_SCHEMA, RUNS_SCHEMA  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -417,7 +418,10 @@ def test_notebook_is_databricks_source_format(name: str) -> None:
     for cell in markdown:
         assert all(line == "# MAGIC" or line.startswith("# MAGIC ") for line in cell.splitlines()), cell
     text = "\n".join(lines)
-    assert "dbutils.widgets.text(name, value)" in text and 'param("lake_root", "./lake")' in text
+    # The widgets are made by the shared support module, with the dbutils the notebook hands it.
+    support = Path(notebook_support.__file__).read_text(encoding="utf-8")
+    assert 'dbutils=globals().get("dbutils")' in text and "from queuelake.notebook_support import" in text
+    assert "dbutils.widgets.text(name, value)" in support and 'param("lake_root", "./lake")' in text
     assert "QUEUELAKE_NOTEBOOK_OUTPUT" in text and "open_lake(LakeConfig(root=LAKE_ROOT" in text
 
 

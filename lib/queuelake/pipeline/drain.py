@@ -201,6 +201,7 @@ class QueueDrain:
                         setattr(r, k, getattr(r, k) + v)
                     total = r.dequeued
                 del table, received, fresh
+                pa.default_memory_pool().release_unused()  # a worker holds one batch, not a cache of them
                 self._progress(worker, version, counts, t0, total, conn)
 
     def _commit(self, conn: Connection, app_id: str, version: int, table: pa.Table, fresh: pa.Table, name: str) -> None:
