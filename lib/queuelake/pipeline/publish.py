@@ -163,7 +163,9 @@ class Publisher:
                 rows = checked.where(F.size("reasons") > 0).select("key").distinct().collect()
                 bad_keys = {r["key"] for r in rows}
                 log.warning("publish %s: %d row(s) rejected, see %s_rejected", output, n_rejected, output)
+            t_gate = time.monotonic()
             quality.gate(checked.where(F.size("reasons") == 0).drop("reasons"), output)
+            log.info("publish %s: great-expectations gate passed in %.1fs", output, time.monotonic() - t_gate)
         finally:
             checked.unpersist()
         return bad_keys, n_rejected
