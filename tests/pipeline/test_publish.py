@@ -275,7 +275,7 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
             {
                 "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
                 "lake": {"root": str(lake_root), "engine": "delta-rs"},
-                "spark": {"master": "local[1]"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
                 "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_big"], "batch_size": 1000},
             }
         )
@@ -298,7 +298,7 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
         proc = subprocess.Popen(
             [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        time.sleep(rng.uniform(8.0, 14.0))  # Spark start and validation take ~8 s
+        time.sleep(rng.uniform(7.0, 12.0))  # Spark start and validation take ~7 s
         if proc.poll() is None:
             proc.kill()
             kills += 1
