@@ -1,0 +1,89 @@
+"""The scheduled job through its real entry point: `queuelake run`, then `queuelake maintain`,
+with a SQL transform next to a Python one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from queuelake.config import from_dict
+from queuelake.examples import traffic
+from queuelake.lake.reading import read_table
+from queuelake.transport import db, installer, queues, subscriptions
+from queuelake.transport.tables import bridge_ref, queue_ref
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(args: list[str], uri: str, cwd: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == (0 if summary["status"] == "ok" else 1)
+    return summary
+
+
+@pytest.mark.slow
+def test_run_then_maintain(fresh_pg_uri: str, tmp_path: Path) -> None:
+    lake_root = tmp_path / "lake"
+    conf = tmp_path / "job.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "auto"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+                "drain": {"queues": ["Sales"], "batch_size": 100},
+                "transforms": [
+                    {
+                        "name": "activity",
+                        "sql": str(REPO / "sql/transforms/messages_per_endpoint.sql"),
+                        "output": "outbound_activity",
+                    },
+                ],
+                "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_activity"]},
+            }
+        )
+    )
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Sales"]}}, env={})
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Monitoring"]))
+        subscriptions.subscribe(
+            conn,
+            bridge_ref("SubscriptionRouting", cfg.transport),
+            "Monitoring",
+            "Monitoring",
+            "Lakehouse.Events.EndpointActivity",
+        )
+        conn.commit()
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(250, seed=4))
+
+    first = cli(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert first["status"] == "ok", first
+    assert first["drain"]["landed"] == 250
+    assert first["transform"]["transforms"][0]["rows_out"] == 1  # one endpoint, one message type
+    assert first["publish"]["copies"] == 1
+    with db.connect(cfg.transport) as conn:
+        rows = queues.receive_batch(conn, queue_ref("Monitoring", cfg.transport), 10)
+        conn.commit()
+    body = orjson.loads(rows[0].body)
+    assert body == {**body, "Endpoint": "Sales", "MessageType": "Sales.Messages.Events.OrderPlaced", "Messages": 250}
+
+    second = cli(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)  # nothing new anywhere
+    assert second["drain"]["dequeued"] == 0 and second["publish"]["copies"] == 0
+
+    maintained = cli(["maintain", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert maintained["status"] == "ok"
+    assert {"messages", "runs", "outbound_activity"} <= set(maintained["tables"])
+    assert len(read_table(str(lake_root / "messages"))) == 250  # compaction keeps every row
