@@ -60,7 +60,6 @@ def test_the_sql_folders_hold_the_expected_files() -> None:
         "create_subscription",
         "create_ledger",
         "receive_batch",
-        "receive_one",
         "send",
         "peek",
         "purge_expired",

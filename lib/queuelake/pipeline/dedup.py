@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from queuelake.errors import TransportError
+
 Key = tuple[int, str]
 
 
@@ -36,6 +38,7 @@ class DuplicateGuard:
         self._changed = threading.Condition()
         self._in_flight: dict[str, set[Key]] = {}
         self._lost: set[Key] = set()
+        self._unknown: set[Key] = set()
         self._snapshot()
 
     def _snapshot(self) -> None:
@@ -93,6 +96,11 @@ class DuplicateGuard:
         with self._changed:
             while any(key_set & flight for w, flight in self._in_flight.items() if w != worker):
                 self._changed.wait()
+            if key_set & self._unknown:
+                raise TransportError(
+                    f"{self.queue}: rows came back whose earlier Delta commit has an unknown outcome; "
+                    "not landing or dropping them in this run (the next run decides from the journal)"
+                )
             known |= key_set & self._lost
         known &= key_set
         if not known:
@@ -105,11 +113,14 @@ class DuplicateGuard:
         with self._changed:
             self._in_flight[worker] = set(zip(received["seq"].to_pylist(), received["id"].to_pylist()))
 
-    def end(self, worker: str, delta_committed: bool, db_committed: bool) -> None:
+    def end(self, worker: str, delta_committed: bool | None, db_committed: bool) -> None:
         """Resolve a worker's batch. Delta committed but DB not: the rows will come back, so they
-        stay known as journalled for the rest of the run."""
+        stay known as journalled for the rest of the run. ``None``: nobody knows whether the Delta
+        commit landed; a claim meeting those rows must neither land nor drop them."""
         with self._changed:
             keys = self._in_flight.pop(worker, set())
-            if delta_committed and not db_committed:
+            if delta_committed is None and not db_committed:
+                self._unknown |= keys
+            elif delta_committed and not db_committed:
                 self._lost |= keys
             self._changed.notify_all()

@@ -206,7 +206,7 @@ class QueueDrain:
 
     def _commit(self, conn: Connection, app_id: str, version: int, table: pa.Table, fresh: pa.Table, name: str) -> None:
         """Delta first, then the DB delete; every way out resolves the guard."""
-        delta_done = False
+        delta_done: bool | None = False
         db_done = False
         self.guard.begin(name, fresh)
         try:
@@ -223,11 +223,16 @@ class QueueDrain:
             db_done = True
             hooks.checkpoint("after_db_commit")
         except BaseException:
-            if not delta_done and table.num_rows:
-                # the commit may have landed even though append raised: ask the log
-                delta_done = (self.lake.last_version(MESSAGES, app_id) or 0) >= version
             if not db_done:
                 conn.rollback()
+            if not delta_done and table.num_rows:
+                # the commit may have landed even though append raised: ask the log. If the log
+                # cannot answer, the outcome is unknown: this run neither lands nor drops those rows
+                # (the guard stops a claim meeting them); the next run's journal snapshot decides.
+                try:
+                    delta_done = (self.lake.last_version(MESSAGES, app_id) or 0) >= version
+                except Exception:
+                    delta_done = None
             raise
         finally:
             self.guard.end(name, delta_done, db_done)

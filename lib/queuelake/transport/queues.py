@@ -126,8 +126,9 @@ def receive_batch_arrow(conn: Connection, queue: TableRef, batch_size: int) -> p
 
 
 def receive_one(conn: Connection, queue: TableRef) -> ReceivedRow | None:
-    rows = conn.run("receive_one", queue.identifiers(), {}, what=queue.canonical)
-    return to_received(rows[0]) if rows else None
+    """One row per statement, as NServiceBus itself receives: the batched receive with a batch of 1."""
+    rows = receive_batch(conn, queue, 1)
+    return rows[0] if rows else None
 
 
 def peek(conn: Connection, queue: TableRef) -> int:
