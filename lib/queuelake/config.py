@@ -31,6 +31,8 @@ class TransportConfig:
     default_catalog: str | None = None
     subscription_table: str = "SubscriptionRouting"
     ledger_table: str = "queuelake_publish_ledger"
+    # the drain's durable claims: one row per batch between its DELETE and its Delta commit
+    claims_table: str = "queuelake_drain_claims"
     # data folder of a throwaway PostgreSQL (pgserver) started when connection is empty
     embedded: str | None = None
 
@@ -78,8 +80,18 @@ class DrainConfig:
     # auto: ADBC (Arrow straight from PostgreSQL, ~4x less CPU per row) when the dialect is
     # postgresql and adbc-driver-postgresql is installed; else the transport's driver
     receive_driver: str = "auto"
+    # after an empty receive, how long to keep retrying while other sessions still hold rows
+    # (a competing endpoint's open transaction) before reporting them as left behind
+    settle_seconds: float = 5.0
+    # bounds on the drain's own sessions, so a dead or hung drain cannot hold queue rows
+    statement_timeout_seconds: float = 300.0
+    idle_in_transaction_timeout_seconds: float = 600.0
 
     def __post_init__(self) -> None:
+        if self.settle_seconds < 0:
+            raise ConfigError("drain.settle_seconds must be 0 or more")
+        if self.statement_timeout_seconds <= 0 or self.idle_in_transaction_timeout_seconds <= 0:
+            raise ConfigError("drain.statement_timeout_seconds and idle_in_transaction_timeout_seconds must be > 0")
         if self.receive_driver not in ("auto", "adbc", "psycopg", "pyodbc"):
             raise ConfigError(
                 f"drain.receive_driver must be auto, adbc, psycopg or pyodbc, not {self.receive_driver!r}"

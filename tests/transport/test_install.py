@@ -47,6 +47,7 @@ def test_install_creates_the_transport_tables(fresh_pg_uri: str, pg_driver: str)
         '"public"."Sales.Delayed"',
         '"public"."SubscriptionRouting"',
         '"public"."queuelake_publish_ledger"',
+        '"public"."queuelake_drain_claims"',
     ]
     for schema, table in [
         ("public", "Sales"),
@@ -99,6 +100,9 @@ def test_install_creates_the_transport_tables(fresh_pg_uri: str, pg_driver: str)
         "published_at": ("timestamp without time zone", None, "NO"),
     }
     assert primary_key(fresh_pg_uri, "public", "queuelake_publish_ledger") == ["pipeline", "output_table", "batch_key"]
+    claims = columns(fresh_pg_uri, "public", "queuelake_drain_claims")
+    assert list(claims) == ["app_id", "version", "queue", "lake_table", "row_count", "staged", "claimed_at"]
+    assert primary_key(fresh_pg_uri, "public", "queuelake_drain_claims") == ["app_id", "version"]
 
 
 def test_second_install_changes_nothing(fresh_pg_uri: str, pg_driver: str) -> None:
@@ -138,6 +142,7 @@ def test_reinstall_does_not_wait_for_open_receives(fresh_pg_uri: str, pg_driver:
                 '"public"."Sales.Delayed"',
                 '"public"."SubscriptionRouting"',
                 '"public"."queuelake_publish_ledger"',
+                '"public"."queuelake_drain_claims"',
             ]
     finally:
         receiver.rollback()
@@ -158,7 +163,11 @@ def test_install_needs_no_more_privilege_than_it_uses(fresh_pg_uri: str, pg_driv
     owner, app = f"ql_owner_{suffix}", f"ql_app_{suffix}"
     db_name = urlsplit(fresh_pg_uri).path.lstrip("/")
     queues_ = ['"queues"."Sales"', '"queues"."Billing"']
-    bridge = {"subscription_table": '"queues"."SubscriptionRouting"', "ledger_table": '"queues"."ledger"'}
+    bridge = {
+        "subscription_table": '"queues"."SubscriptionRouting"',
+        "ledger_table": '"queues"."ledger"',
+        "claims_table": '"queues"."claims"',
+    }
     for statement in (
         f"CREATE ROLE {owner} LOGIN",
         f"CREATE ROLE {app} LOGIN",
@@ -180,11 +189,12 @@ def test_install_needs_no_more_privilege_than_it_uses(fresh_pg_uri: str, pg_driv
                 '"queues"."Sales.Delayed"',
                 '"queues"."SubscriptionRouting"',
                 '"queues"."ledger"',
+                '"queues"."claims"',
             ]
         owned = sql(
             fresh_pg_uri, "SELECT count(*) FROM pg_tables WHERE schemaname = 'queues' AND tableowner = %s", (owner,)
         )
-        assert owned == [(5,)]
+        assert owned == [(6,)]
     finally:
         for role in (owner, app):
             sql(fresh_pg_uri, f"DROP OWNED BY {role}")
@@ -223,6 +233,7 @@ def test_eight_concurrent_installs_all_succeed(fresh_pg_uri: str, pg_driver: str
         ("public", "Sales.Delayed"),
         ("public", "SubscriptionRouting"),
         ("public", "queuelake_publish_ledger"),
+        ("public", "queuelake_drain_claims"),
     }
     rows = sql(
         fresh_pg_uri,

@@ -72,6 +72,13 @@ def test_the_sql_folders_hold_the_expected_files() -> None:
     assert core <= set(sqlfiles.sql_names("postgresql"))
 
 
+def test_both_dialects_provide_the_same_statements() -> None:
+    """A statement missing from one dialect would fail only at run time, on that dialect's servers.
+    SQL Server alone has the optional Recoverable column (NServiceBus 7 and older)."""
+    sqlserver_only = {"has_recoverable", "send_recoverable"}
+    assert set(sqlfiles.sql_names("sqlserver")) - sqlserver_only == set(sqlfiles.sql_names("postgresql"))
+
+
 @pytest.mark.parametrize(("name", "address"), _cases("sqlserver", SQLSERVER_ADDRESSES))
 def test_sqlserver_file_renders_and_parses(name: str, address: str) -> None:
     ref = _ref(address, "sqlserver", "dbo")

@@ -10,8 +10,9 @@ from queuelake import config as config_mod
 from queuelake.context import connect
 from queuelake.errors import HeaderError
 from queuelake.report import log
+from queuelake.transport import claims, installer, queues, schema
 from queuelake.transport import headers as hdr
-from queuelake.transport import installer, queues, schema
+from queuelake.transport.db import Connection
 from queuelake.transport.tables import queue_ref
 
 
@@ -52,7 +53,26 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
                 log.warning(warning)
             log.info("%s: depth %s", ref.canonical, entry["depth"])
             out.append(entry)
-    return {"queues": out}
+        pending = _unresolved_claims(conn, cfg)
+    return {"queues": out, "unresolved_claims": pending}
+
+
+def _unresolved_claims(conn: Connection, cfg: config_mod.Config) -> list[dict[str, Any]]:
+    """Batches a killed drain left between its DB commit and its Delta commit: their rows are out of
+    the queue and staged in the lake; the next drain of the queue commits them. Old ones mean that
+    queue has not been drained since."""
+    table = claims.claims_ref(cfg.transport)
+    if not schema.table_exists(conn, table):
+        log.warning("%s does not exist: run `queuelake install` before draining", table.canonical)
+        return []
+    out = []
+    for c in claims.summary(conn, table):
+        out.append({"queue": c.queue, "claims": c.claims, "rows": c.rows, "oldest": c.oldest})
+        log.warning(
+            "%s: %d unresolved drain claim(s), %d rows; the next drain resolves them", c.queue, c.claims, c.rows
+        )
+    conn.rollback()
+    return out
 
 
 def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:

@@ -10,6 +10,7 @@ Runs in Spark Python workers too: keep imports light and everything picklable.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -52,6 +53,40 @@ class WrittenFile:
         from deltalake.transaction import AddAction
 
         return AddAction(self.path, self.size, self.partition_values, self.modification_time, True, self.stats)
+
+
+@dataclass
+class StagedFiles:
+    """Files written into a table's folder and not yet committed: what a drain claim records, so that
+    whoever resolves the claim can commit exactly these files later (paths, sizes, statistics)."""
+
+    files: list[WrittenFile]
+    write_id: str
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"write_id": self.write_id, "files": [dataclasses.asdict(f) for f in self.files]},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> StagedFiles:
+        data = json.loads(text)
+        return cls([WrittenFile(**f) for f in data["files"]], data["write_id"])
+
+    @property
+    def rows(self) -> int:
+        return sum(json.loads(f.stats).get("numRecords", 0) for f in self.files)
+
+
+def missing_files(table_uri: str, files: Iterable[WrittenFile]) -> list[str]:
+    """Staged files that are not (or no longer) there: committing them would corrupt the table."""
+    from pyarrow import fs as pafs
+
+    fs, base = filesystem(table_uri)
+    paths = [f.path for f in files]
+    infos = fs.get_file_info([f"{base}/{p}" for p in paths])
+    return [p for p, info in zip(paths, infos) if info.type == pafs.FileType.NotFound]
 
 
 def filesystem(table_uri: str):
@@ -334,13 +369,17 @@ def commit_files(
     engine: str,
     kill_pids: Iterable[int] = (),
     attempts: int = 20,
+    delete_if_committed: bool = True,
 ) -> bool:
     """Commit ``files`` in one Delta transaction carrying (app_id, version).
 
     Returns False, deleting the files, when app_id already committed ``version`` or later (a retried
-    batch, or another writer with the same app id won the race). Conflicts with other appenders are
-    retried: deltalake retries blind appends itself; a CommitFailedError here means the log moved in a
-    way it would not resolve (e.g. the same app id committed concurrently), so we reload and re-check.
+    batch, or another writer with the same app id won the race). ``delete_if_committed=False`` keeps
+    them: a drain claim's staged files may be the very files that earlier commit added.
+
+    Conflicts with other appenders are retried: deltalake retries blind appends itself; a
+    CommitFailedError here means the log moved in a way it would not resolve (e.g. the same app id
+    committed concurrently), so we reload and re-check.
     """
     from deltalake import CommitProperties, DeltaTable, Transaction
     from deltalake.exceptions import CommitFailedError
@@ -354,7 +393,8 @@ def commit_files(
         check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
         committed = dt.transaction_version(app_id)
         if committed is not None and committed >= version:
-            delete_files(table_uri, files)
+            if delete_if_committed:
+                delete_files(table_uri, files)
             return False
         if attempt == 0:
             kill_before_commit(kill_pids)

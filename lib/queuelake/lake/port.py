@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from queuelake.config import LakeConfig
+    from queuelake.lake.files import StagedFiles
 
 
 class LakeEngine(Protocol):
@@ -42,6 +43,16 @@ class LakeEngine(Protocol):
     def append_dataframe(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
         """Same contract for a Spark DataFrame (executors write files, one commit on the driver). The
         version is checked before the DataFrame is computed, so an already-landed batch costs nothing."""
+
+    def stage(self, table: str, data: pa.Table) -> StagedFiles:
+        """Write Arrow data as files into the (existing) table's folder without committing them."""
+
+    def discard_staged(self, table: str, staged: StagedFiles) -> None:
+        """Delete staged files nobody will commit (best effort; leftovers are orphans for vacuum)."""
+
+    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int) -> bool:
+        """Commit staged files in one commit with (app_id, version); False, touching nothing, when
+        app_id already committed >= version. Raises LakeError when a staged file is missing."""
 
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""
@@ -82,3 +93,19 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
     from queuelake.lake.rust import DeltaRsEngine
 
     return DeltaRsEngine(config.root, spark)
+
+
+def journal_engine(lake: LakeEngine) -> LakeEngine:
+    """The engine that writes the ``messages`` journal: always delta-rs.
+
+    Why: the drain's claim protocol stages a batch's files before the DB commit and commits exactly
+    those files to the Delta log afterwards, possibly from another process after a crash. deltalake
+    exposes that (``create_write_transaction`` with add actions and an application transaction);
+    delta-spark has no Python API for committing pre-written files. The journal stays a plain Delta
+    table at protocol 1/2, which delta-spark, Databricks and every other engine read.
+    """
+    if lake.name == "delta-rs":
+        return lake
+    from queuelake.lake.rust import DeltaRsEngine
+
+    return DeltaRsEngine(lake.root, getattr(lake, "spark", None))

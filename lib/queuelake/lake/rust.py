@@ -29,7 +29,15 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
-from queuelake.lake.files import KILL_ENV, WRITE_ID_KEY
+from queuelake.lake.files import (
+    KILL_ENV,
+    WRITE_ID_KEY,
+    FileSink,
+    StagedFiles,
+    commit_files,
+    delete_files,
+    missing_files,
+)
 from queuelake.lake.marks import check_writable, description_for, engine_of
 from queuelake.lake.reading import read_arrow, read_spark
 
@@ -251,6 +259,52 @@ class DeltaRsEngine:
                 writer = writer.option("test_kill_pids", str(os.getpid()))
             writer.save()
             return _landed(DeltaTable(self.path(table)), since, write_id)
+
+    # ------------------------------------------------------------ staged writes (the drain's claims)
+
+    def stage(self, table: str, data: pa.Table) -> StagedFiles:
+        """Write ``data`` as Parquet files into the table's folder without committing them: invisible
+        to readers until ``commit_staged``; orphans for vacuum if nobody ever commits them."""
+        dt = self._require(table)
+        self._check_writable(table, dt)
+        target = pa.schema(dt.schema().to_arrow())
+        sink = FileSink(self.path(table), target, list(dt.metadata().partition_columns))
+        try:
+            sink.write(conform(data, target, table))
+            files = sink.close()
+        except BaseException:
+            sink.abort()
+            raise
+        return StagedFiles(files, uuid.uuid4().hex)
+
+    def discard_staged(self, table: str, staged: StagedFiles) -> None:
+        """Best effort: what stays behind is an orphan that vacuum removes."""
+        delete_files(self.path(table), staged.files)
+
+    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int) -> bool:
+        """Commit staged files in one Delta commit carrying (app_id, version). False when that version
+        is already committed: the files are then left alone (they may be the ones it added)."""
+        with self._lock(table, app_id):
+            dt = self._require(table)
+            committed = dt.transaction_version(app_id)
+            if committed is not None and committed >= version:
+                return False
+            gone = missing_files(self.path(table), staged.files)
+            if gone:
+                raise LakeError(
+                    f"lake table {table}: staged files of ({app_id}, {version}) are missing ({', '.join(gone[:3])}); "
+                    "they were removed before being committed (a vacuum with a retention shorter than the claim's age?)"
+                )
+            return commit_files(
+                self.path(table),
+                table,
+                staged.files,
+                app_id,
+                version,
+                staged.write_id,
+                self.name,
+                delete_if_committed=False,
+            )
 
     # ------------------------------------------------------------ versions
 

@@ -1,10 +1,18 @@
-"""Drain queue tables into the ``messages`` journal, exactly once.
+"""Drain queue tables into the ``messages`` journal, exactly once, with durable claims.
 
-Per batch, a worker: claims rows with the batched destructive receive inside an open transaction;
-drops rows the journal already holds (see ``dedup``); decodes and splits the rest; appends them in
-one idempotent Delta commit keyed by (worker application id, batch number); only then commits the
-delete. A kill before the Delta commit rolls the delete back; a kill after it leaves rows that the
-next claim recognises. Memory: a worker holds one batch, whatever the backlog.
+Per batch, a worker:
+1. receives the batch (``DELETE ... RETURNING``, transaction left open) and builds its journal rows;
+2. stages them: Parquet files written into the journal's folder, not yet in the Delta log;
+3. inserts a claim record naming those files in the DELETE's transaction, and commits: from this
+   instant the rows are gone from the queue and their content is durable in the lake;
+4. commits the staged files to the Delta log under the worker's application transaction
+   (app id, version), then clears the claim.
+
+A kill before 3 rolls the DELETE back (the staged files become orphans for vacuum); a kill after it
+leaves a claim that the next drain of the queue resolves before it receives anything: committed
+already (the app transaction says so) means clear it, else commit its files, then clear it. No row
+the journal holds is ever receivable again, and no row leaves a queue without its content stored.
+Memory: a worker holds one batch, whatever the backlog.
 """
 
 from __future__ import annotations
@@ -19,20 +27,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from queuelake import hooks
+from queuelake import hooks, stopping
 from queuelake.config import Config
 from queuelake.context import connect
-from queuelake.errors import QueuelakeError, TransportError
-from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.dedup import DuplicateGuard
+from queuelake.errors import LakeError, QueuelakeError, TransportError
+from queuelake.lake.files import StagedFiles
+from queuelake.lake.port import LakeEngine, journal_engine
 from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, RUNS, RUNS_SCHEMA, build_batch
 from queuelake.report import log
-from queuelake.transport import db, queues, schema
+from queuelake.transport import claims, db, queues, schema
+from queuelake.transport.claims import Claim
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef, queue_ref
 
 MAX_WORKERS_PER_QUEUE = 32
 PEEK_EVERY_SECONDS = 5.0
+SETTLE_POLL_SECONDS = 0.25
 
 
 @dataclass
@@ -42,11 +52,12 @@ class QueueResult:
     landed: int = 0
     expired: int = 0
     quarantined: int = 0
-    duplicates_skipped: int = 0
+    claims_resolved: int = 0
     batches: int = 0
     seconds: float = 0.0
     rate: float = 0.0
     backlog_left: int | None = None
+    held_by_others: int = 0
     status: str = "ok"
     error: str | None = None
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
@@ -58,7 +69,7 @@ class QueueResult:
 
 
 class _Budget:
-    """Shared by a queue's workers: message and time budgets, and a stop flag on failure."""
+    """Shared by a queue's workers: message and time budgets, and a stop flag (failure or SIGTERM)."""
 
     def __init__(self, batch_size: int, max_messages: int | None, deadline: float | None) -> None:
         self.batch_size = batch_size
@@ -69,7 +80,9 @@ class _Budget:
 
     def claim(self) -> int:
         with self._lock:
-            if self.stopped or (self.deadline is not None and time.monotonic() >= self.deadline):
+            if self.stopped or stopping.requested():
+                return 0
+            if self.deadline is not None and time.monotonic() >= self.deadline:
                 return 0
             if self.remaining is None:
                 return self.batch_size
@@ -102,47 +115,68 @@ def worker_app_id(queue: str, worker: int) -> str:
 
 
 class QueueDrain:
-    """Drains one queue with N workers sharing a budget and a duplicate guard."""
+    """Drains one queue with N workers sharing a budget, under the queue's drain lock."""
 
     def __init__(self, config: Config, lake: LakeEngine, ref: TableRef, budget: _Budget) -> None:
         self.config = config
         self.lake = lake
         self.ref = ref
         self.budget = budget
+        self.claims_table = claims.claims_ref(config.transport)
         self.result = QueueResult(ref.canonical)
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self._peeked_at, self._peeked, self._peeked_total = float("-inf"), 0, 0
-        self.guard = DuplicateGuard(lake.path(MESSAGES), ref.canonical)
         self.receive_driver = receive_driver(config)
 
     def run(self) -> QueueResult:
         workers = self.config.drain.workers_per_queue
-        with connect(self.config, "queuelake-drain-lock") as lock_conn:
-            if not self._acquire(lock_conn):
-                self.result.status = "skipped"
-                self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
-                log.warning("%s", self.result.error)
-                return self.result
-            errors: list[BaseException] = []
-            threads = [
-                threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True) for w in range(workers)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            self.result.seconds = round(time.monotonic() - self._started, 3)
-            self.result.rate = round(self.result.dequeued / self.result.seconds, 1) if self.result.seconds else 0.0
-            try:
-                self.result.backlog_left = queues.peek(lock_conn, self.ref)
+        try:
+            with connect(self.config, "queuelake-drain-lock") as lock_conn:
+                if not self._acquire(lock_conn):
+                    self.result.status = "skipped"
+                    self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
+                    log.warning("%s", self.result.error)
+                    return self.result
+                schema.require_table(lock_conn, self.ref)
                 lock_conn.rollback()
-            except QueuelakeError:
-                pass
-            if errors:
-                self.result.status = "failed"
-                self.result.error = "; ".join(sorted({str(e) for e in errors}))
+                self.result.claims_resolved = self._resolve_claims(lock_conn)
+                errors: list[BaseException] = []
+                threads = [
+                    threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True) for w in range(workers)
+                ]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                self._finish(lock_conn, errors)
+        except QueuelakeError as exc:  # the lock connection or the claim resolution failed
+            self.result.status = "failed"
+            self.result.error = str(exc)
+            log.error("drain of %s failed: %s", self.ref.canonical, exc)
+        self.result.seconds = round(time.monotonic() - self._started, 3)
+        self.result.rate = round(self.result.dequeued / self.result.seconds, 1) if self.result.seconds else 0.0
         return self.result
+
+    def _finish(self, lock_conn: Connection, errors: list[BaseException]) -> None:
+        try:
+            self.result.backlog_left = queues.peek(lock_conn, self.ref)
+            lock_conn.rollback()
+        except QueuelakeError:
+            pass
+        if errors:
+            self.result.status = "failed"
+            self.result.error = "; ".join(sorted({str(e) for e in errors}))
+        elif self.result.held_by_others:
+            self.result.status = "incomplete"
+            self.result.error = (
+                f"{self.result.held_by_others} row(s) remain in {self.ref.canonical} that this run could not "
+                f"claim: other sessions held them for over {self.config.drain.settle_seconds:g}s "
+                "(a competing receiver's long transaction, or a dead drain's statement still running)"
+            )
+            log.warning("%s", self.result.error)
+        elif stopping.requested():
+            self.result.status = "interrupted"
 
     def _acquire(self, conn: Connection) -> bool:
         rows = conn.run(
@@ -150,6 +184,38 @@ class QueueDrain:
         )
         conn.commit()  # the lock is the session's, not the transaction's
         return bool(rows and rows[0][0] in (True, 1, "1", "t"))
+
+    # ------------------------------------------------------------ claims
+
+    def _resolve_claims(self, conn: Connection) -> int:
+        """Finish what killed drains of this queue left between their DB commit and claim clearing,
+        whichever worker (or worker count) they ran with. Runs under the drain lock, before any
+        worker reads its last version, so versions stay in order."""
+        pending = claims.of_queue(conn, self.claims_table, self.ref.canonical)
+        conn.rollback()
+        for claim in pending:
+            self._land(claim)
+            claims.delete(conn, self.claims_table, claim.app_id, claim.version)
+            conn.commit()
+            log.info(
+                "%s: resolved the claim of an interrupted drain (%s batch %d, %d rows)",
+                self.ref.canonical,
+                claim.app_id,
+                claim.version,
+                claim.row_count,
+            )
+        return len(pending)
+
+    def _land(self, claim: Claim) -> None:
+        committed = self.lake.last_version(claim.lake_table, claim.app_id) or 0
+        if committed >= claim.version:
+            return
+        staged = StagedFiles.from_json(claim.staged)
+        if not self.lake.commit_staged(claim.lake_table, staged, claim.app_id, claim.version):
+            if (self.lake.last_version(claim.lake_table, claim.app_id) or 0) < claim.version:
+                raise LakeError(f"{self.ref.canonical}: could not commit claimed batch {claim.app_id}:{claim.version}")
+
+    # ------------------------------------------------------------ workers
 
     def _worker_safe(self, worker: int, errors: list[BaseException]) -> None:
         try:
@@ -161,11 +227,13 @@ class QueueDrain:
 
     def _worker(self, worker: int) -> None:
         app_id = worker_app_id(self.ref.canonical, worker)
-        name = f"w{worker}"
         version = self.lake.last_version(MESSAGES, app_id) or 0
+        settle_until: float | None = None
+        drain_cfg = self.config.drain
         with connect(self.config, f"queuelake-drain-{worker}", driver=self.receive_driver) as conn:
-            schema.require_table(conn, self.ref)
-            conn.rollback()
+            queues.configure_drain_session(
+                conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
+            )
             while True:
                 want = self.budget.claim()
                 if want == 0:
@@ -173,19 +241,22 @@ class QueueDrain:
                 t0 = time.monotonic()
                 hooks.checkpoint("before_receive")
                 received = queues.receive_batch_arrow(conn, self.ref, want)
-                t_recv = time.monotonic()
                 got = received.num_rows
                 if got < want:
                     self.budget.give_back(want - got)
                 if got == 0:
                     conn.rollback()
-                    return
-                fresh, dups = self.guard.split(received, name)
+                    settle_until = self._settle(conn, settle_until)
+                    if settle_until is None:
+                        return
+                    continue
+                settle_until = None
                 version += 1
+                t_recv = time.monotonic()
                 drained_at = dt.datetime.now(dt.timezone.utc)
-                table, counts = build_batch(fresh, self.ref.canonical, f"{app_id}:{version}", drained_at)
+                table, counts = build_batch(received, self.ref.canonical, f"{app_id}:{version}", drained_at)
                 t_build = time.monotonic()
-                self._commit(conn, app_id, version, table, fresh, name)
+                self._commit(conn, app_id, version, table)
                 log.debug(
                     "timing receive %.3f build %.3f commit %.3f",
                     t_recv - t0,
@@ -195,47 +266,64 @@ class QueueDrain:
                 with self._lock:
                     r = self.result
                     r.dequeued += got
-                    r.duplicates_skipped += dups
                     r.batches += 1
                     for k, v in counts.items():
                         setattr(r, k, getattr(r, k) + v)
                     total = r.dequeued
-                del table, received, fresh
+                del table, received
                 pa.default_memory_pool().release_unused()  # a worker holds one batch, not a cache of them
                 self._progress(worker, version, counts, t0, total, conn)
 
-    def _commit(self, conn: Connection, app_id: str, version: int, table: pa.Table, fresh: pa.Table, name: str) -> None:
-        """Delta first, then the DB delete; every way out resolves the guard."""
-        delta_done: bool | None = False
-        db_done = False
-        self.guard.begin(name, fresh)
+    def _settle(self, conn: Connection, settle_until: float | None) -> float | None:
+        """After an empty receive: done when the queue is empty. Rows that other sessions hold (a
+        competitor's open transaction) get ``settle_seconds`` to be committed away or released to
+        us; rows still held then are reported, so a run never claims a clean finish it did not have.
+        Returns the settle deadline to keep polling, or None to stop."""
+        held = queues.count_rows(conn, self.ref)
+        conn.rollback()
+        if held == 0:
+            return None
+        now = time.monotonic()
+        settle_until = settle_until if settle_until is not None else now + self.config.drain.settle_seconds
+        if now >= settle_until or stopping.requested():
+            with self._lock:
+                self.result.held_by_others = max(self.result.held_by_others, held)
+            return None
+        time.sleep(SETTLE_POLL_SECONDS)
+        return settle_until
+
+    def _commit(self, conn: Connection, app_id: str, version: int, table: pa.Table) -> None:
+        """Stage, claim with the DELETE, then the Delta commit, then clear the claim."""
+        staged = self.lake.stage(MESSAGES, table)
+        claimed = False
         try:
-            hooks.checkpoint("before_delta_commit")
-            if table.num_rows:
-                if not self.lake.append(MESSAGES, table, app_id, version):
-                    raise TransportError(
-                        f"{self.ref.canonical}: batch {app_id}:{version} is already in the journal; "
-                        "another process drains this queue with the same worker id"
-                    )
-            delta_done = True
-            hooks.checkpoint("after_delta_commit")
+            hooks.checkpoint("after_stage")
+            claims.insert(
+                conn,
+                self.claims_table,
+                Claim(app_id, version, self.ref.canonical, MESSAGES, table.num_rows, staged.to_json()),
+            )
+            hooks.checkpoint("before_db_commit")
+            claimed = None  # type: ignore[assignment]  # a commit that raises may still have landed
             conn.commit()
-            db_done = True
-            hooks.checkpoint("after_db_commit")
+            claimed = True
         except BaseException:
-            if not db_done:
+            if claimed is False:
                 conn.rollback()
-            if not delta_done and table.num_rows:
-                # the commit may have landed even though append raised: ask the log. If the log
-                # cannot answer, the outcome is unknown: this run neither lands nor drops those rows
-                # (the guard stops a claim meeting them); the next run's journal snapshot decides.
-                try:
-                    delta_done = (self.lake.last_version(MESSAGES, app_id) or 0) >= version
-                except Exception:
-                    delta_done = None
+                self.lake.discard_staged(MESSAGES, staged)
+            # claimed is None: unknown. The staged files stay; if the claim landed, the next run
+            # commits them, else they are orphans for vacuum and the rows are back in the queue.
             raise
-        finally:
-            self.guard.end(name, delta_done, db_done)
+        hooks.checkpoint("after_db_commit")
+        if not self.lake.commit_staged(MESSAGES, staged, app_id, version):
+            raise TransportError(
+                f"{self.ref.canonical}: batch {app_id}:{version} is already in the journal; "
+                "another process drains this queue with the same worker id"
+            )
+        hooks.checkpoint("after_delta_commit")
+        claims.delete(conn, self.claims_table, app_id, version)
+        conn.commit()
+        hooks.checkpoint("after_claim_cleared")
 
     def _backlog(self, conn: Connection, total: int) -> int:
         """Backlog for the progress line: a real peek every few seconds, else an estimate. A peek
@@ -297,16 +385,17 @@ def drain(
     deadline = time.monotonic() + max_seconds if max_seconds else None
     run_id = str(uuid.uuid4())
     started = dt.datetime.now(dt.timezone.utc)
-    lake.create_table(MESSAGES, MESSAGES_SCHEMA)
-    drains = [QueueDrain(config, lake, r, _Budget(config.drain.batch_size, max_messages, deadline)) for r in refs]
+    journal = journal_engine(lake)
+    journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+    drains = [QueueDrain(config, journal, r, _Budget(config.drain.batch_size, max_messages, deadline)) for r in refs]
     with ThreadPoolExecutor(max_workers=len(drains), thread_name_prefix="drain") as pool:
         results = list(pool.map(lambda d: d.run(), drains))
     record_runs(lake, run_id, "drain", started, results)
-    totals = {
-        k: sum(getattr(r, k) for r in results)
-        for k in ("dequeued", "landed", "expired", "quarantined", "duplicates_skipped")
-    }
-    status = "ok" if all(r.status in ("ok", "skipped") for r in results) else "failed"
+    totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
+    totals["claims_resolved"] = sum(r.claims_resolved for r in results)
+    totals["held_by_others"] = sum(r.held_by_others for r in results)
+    statuses = {r.status for r in results} - {"ok", "skipped"}
+    status = "failed" if "failed" in statuses else next(iter(sorted(statuses)), "ok")
     return {"status": status, "run_id": run_id, **totals, "queues": [r.summary() for r in results]}
 
 
@@ -323,7 +412,6 @@ def record_runs(lake: LakeEngine, run_id: str, command: str, started: dt.datetim
             "landed": r.landed,
             "expired": r.expired,
             "quarantined": r.quarantined,
-            "duplicates_skipped": r.duplicates_skipped,
             "published": None,
             "fanned_out": None,
             "batches": r.batches,

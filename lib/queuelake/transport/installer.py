@@ -19,6 +19,7 @@ class InstallPlan:
     delayed: list[TableRef] = field(default_factory=list)
     subscription: TableRef | None = None
     ledger: TableRef | None = None
+    claims: TableRef | None = None
 
     def steps(self) -> list[tuple[str, TableRef]]:
         out: list[tuple[str, TableRef]] = []
@@ -28,6 +29,8 @@ class InstallPlan:
             out.append(("create_subscription", self.subscription))
         if self.ledger is not None:
             out.append(("create_ledger", self.ledger))
+        if self.claims is not None:
+            out.append(("create_claims", self.claims))
         return out
 
 
@@ -35,7 +38,8 @@ def plan(
     config: Config, extra_queues: list[str] | None = None, delayed_endpoints: list[str] | None = None
 ) -> InstallPlan:
     """What install creates: the drained queues, the publish destinations named in config, the
-    delayed stores of endpoints that receive delayed messages, and the two bridge tables."""
+    delayed stores of endpoints that receive delayed messages, and the bridge tables
+    (subscriptions, publish ledger, drain claims)."""
     t = config.transport
     names: list[str] = list(dict.fromkeys([*config.drain.queues, *(extra_queues or [])]))
     return InstallPlan(
@@ -43,6 +47,7 @@ def plan(
         delayed=[queue_ref(n, t).delayed() for n in (delayed_endpoints or [])],
         subscription=bridge_ref(t.subscription_table, t),
         ledger=bridge_ref(t.ledger_table, t),
+        claims=bridge_ref(t.claims_table, t),
     )
 
 

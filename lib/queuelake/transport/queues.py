@@ -211,3 +211,28 @@ def store_delayed(conn: Connection, delayed: TableRef, messages: Iterable[tuple[
     for start in range(0, len(rows), SEND_CHUNK):
         conn.executemany(stmt, rows[start : start + SEND_CHUNK], what=delayed.canonical)
     return len(rows)
+
+
+def count_rows(conn: Connection, queue: TableRef) -> int:
+    """All rows, held by other sessions or not; after an empty receive, what others hold."""
+    rows = conn.run("count_rows", queue.identifiers(), {}, what=queue.canonical)
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+
+CONNECTION_CHECK_INTERVAL = "2s"
+
+
+def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_timeout_s: float) -> None:
+    """Session settings of a drain connection (``drain_session.sql``): a drain that dies or hangs
+    mid-statement must not keep running server-side holding its batch's rows. Commits: a rolled-back
+    ``set_config`` would be undone."""
+    conn.run(
+        "drain_session",
+        {},
+        {
+            "check_interval": CONNECTION_CHECK_INTERVAL,
+            "statement_timeout": f"{int(statement_timeout_s * 1000)}ms",
+            "idle_timeout": f"{int(idle_timeout_s * 1000)}ms",
+        },
+    )
+    conn.commit()

@@ -1,0 +1,170 @@
+"""The drain's promise under SIGKILL, with live traffic and a competing receiver on the same table.
+
+Every row that leaves the queue is in the journal exactly once or was taken by the competitor, never
+both; no row the journal holds is ever receivable again; nothing stays in the queue or in a claim.
+Kills land at random instants (from outside) and at every step of the claim protocol (from inside).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from queuelake.examples import traffic
+from queuelake.transport import db, queues
+from queuelake.transport.claims import claims_ref
+from queuelake.transport.tables import queue_ref
+
+from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids, write_config
+
+# every step of the protocol: receive, staged, claimed (before/after the DB commit), inside the Delta
+# commit, after it, after the claim is cleared
+PROTOCOL_POINTS = [
+    "before_receive",
+    "after_stage",
+    "before_db_commit",
+    "after_db_commit",
+    "lake_before_commit",
+    "after_delta_commit",
+    "after_claim_cleared",
+]
+# points where a claim must be left behind for the next run to resolve
+CLAIM_LEFT = {"after_db_commit", "lake_before_commit", "after_delta_commit"}
+
+
+def claim_count(cfg: object) -> int:
+    ref = claims_ref(cfg.transport)  # type: ignore[attr-defined]
+    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
+        return conn.raw.execute(f"SELECT count(*) FROM {ref.qualified}").fetchone()[0]
+
+
+class Traffic:
+    """Live sends and a competing one-row-per-statement receiver (the transport's own receive)."""
+
+    def __init__(self, cfg: object, queue: str) -> None:
+        self.cfg, self.ref = cfg, queue_ref(queue, cfg.transport)  # type: ignore[attr-defined]
+        self.sent: list[str] = []
+        self.taken: list[str] = []
+        self.done = threading.Event()
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._guard, args=(f,)) for f in (self._send, self._compete)]
+
+    def __enter__(self) -> Traffic:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join()
+
+    def _guard(self, target) -> None:  # type: ignore[no-untyped-def]
+        try:
+            target()
+        except BaseException as exc:  # surfaced by the test
+            self.errors.append(exc)
+
+    def _send(self) -> None:
+        rng = random.Random(7)
+        with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
+            while not self.done.is_set():
+                msgs = list(traffic.order_events(20, seed=rng.randrange(1 << 30)))
+                msgs = [m.__class__(m.headers, m.body, id=str(uuid.uuid4())) for m in msgs]
+                queues.send(conn, self.ref, msgs)
+                conn.commit()
+                self.sent.extend(m.id for m in msgs)  # type: ignore[misc]
+                time.sleep(0.05)
+
+    def _compete(self) -> None:
+        with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
+            while not self.done.is_set():
+                row = queues.receive_one(conn, self.ref)
+                conn.commit()
+                if row is None:
+                    time.sleep(0.01)
+                else:
+                    self.taken.append(row.id)
+                    time.sleep(0.002)
+
+
+@pytest.mark.slow
+def test_exactly_once_under_sigkill_with_live_traffic_and_a_competitor(fresh_pg_uri: str, tmp_path: Path) -> None:
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    install(cfg)
+    seeded = seed_ids(cfg, "Sales", 40_000, seed=11)
+    conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=300)
+    rng = random.Random(2026)
+    env_base = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-messages", "2400"]
+    kills, claims_seen, attempt = 0, 0, 0
+    points_killed: set[str] = set()
+    with Traffic(cfg, "Sales") as live:
+        while kills < 56 and attempt < 120:
+            attempt += 1
+            env = dict(env_base)
+            if attempt % 2 == 0:
+                point = PROTOCOL_POINTS[(attempt // 2) % len(PROTOCOL_POINTS)]
+                if point == "lake_before_commit":  # inside the Delta commit: files staged, log not written
+                    env["QUEUELAKE_TEST_KILL_BEFORE_COMMIT"] = "1"
+                else:
+                    env["QUEUELAKE_TEST_KILL_AT"] = f"{point}:{rng.randint(1, 3)}"
+                proc = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
+                if proc.returncode == -9:
+                    kills += 1
+                    points_killed.add(point)
+                    if point in CLAIM_LEFT:
+                        claims_seen += claim_count(cfg) > 0
+            else:
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(rng.uniform(0.5, 3.0))
+                if proc.poll() is None:
+                    proc.kill()
+                    kills += 1
+                proc.wait()
+        assert not live.errors, live.errors
+        assert live.taken, "the competitor took nothing: the test proves nothing"
+    assert kills >= 50, f"only {kills} kills landed in {attempt} attempts"
+    assert points_killed == set(PROTOCOL_POINTS), f"no kill landed at {set(PROTOCOL_POINTS) - points_killed}"
+    assert claims_seen > 0, "no kill left a claim behind: the resolution path was never exercised"
+
+    final = subprocess.run(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
+        env=env_base,
+        capture_output=True,
+        timeout=900,
+        text=True,
+    )
+    assert final.returncode == 0, final.stderr[-3000:]
+    summary = json.loads(final.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "ok", summary
+
+    sent = seeded | set(live.sent)
+    assert len(live.sent) == len(set(live.sent))
+    landed = journal(lake_root)
+    got = landed["id"].to_pylist()
+    taken = live.taken
+    print(
+        f"kills {kills} ({len(points_killed)} protocol points), sent {len(sent)}, journal {len(got)}, "
+        f"competitor {len(taken)}, claims left by kills {claims_seen}"
+    )
+    assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates in the journal"
+    assert len(taken) == len(set(taken)), "the competitor received a row twice"
+    both = set(got) & set(taken)
+    assert not both, f"{len(both)} ids both in the journal and taken by the competitor"
+    assert set(got) | set(taken) == sent, (
+        f"missing {len(sent - set(got) - set(taken))}, unknown {len((set(got) | set(taken)) - sent)}"
+    )
+    assert pc.all(pc.equal(landed["outcome"], "landed")).as_py()
+    assert queue_depth(cfg, "Sales") == 0
+    assert claim_count(cfg) == 0
