@@ -245,3 +245,97 @@ def test_memory_bounded_by_batch_not_backlog(fresh_pg_uri: str, tmp_path: Path) 
     large = _drain_rss(fresh_pg_uri, tmp_path, "Large", 1_000_000)
     print(f"peak RSS: {small} kB draining 200,000; {large} kB draining 1,000,000")
     assert abs(large - small) / small < 0.20, f"peak RSS {small} kB for 200k vs {large} kB for 1M"
+
+
+# --- rows other sessions hold; the drain's own sessions ---------------------------------------------
+
+
+def test_rows_held_by_another_session_are_reported_not_a_clean_finish(fresh_pg_uri: str, tmp_path: Path) -> None:
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], batch_size=100, settle_seconds=0.5)
+    install(cfg)
+    ids = seed_ids(cfg, "Sales", 300)
+    ref = queue_ref("Sales", cfg.transport)
+    holder = db.connect(cfg.transport)
+    try:
+        held = queues.receive_batch(holder, ref, 3)  # the oldest 3 rows, deleted but not committed
+        summary = drain(cfg, open_lake(cfg.lake))
+        assert summary["status"] == "incomplete", summary
+        assert summary["held_by_others"] == 3 and summary["dequeued"] == 297
+        assert "could not claim" in summary["queues"][0]["error"]
+        runs = read_table(str(tmp_path / "lake" / "runs")).to_pylist()
+        assert runs[-1]["status"] == "incomplete" and "3 row(s)" in runs[-1]["error"]
+    finally:
+        holder.rollback()  # the competitor gives up: the rows are receivable again
+        holder.close()
+    again = drain(cfg, open_lake(cfg.lake))
+    assert again["status"] == "ok" and again["dequeued"] == 3 and again["held_by_others"] == 0
+    assert sorted(journal(tmp_path / "lake")["id"].to_pylist()) == sorted(ids)
+    assert {r.id for r in held} <= ids
+
+
+def test_drain_sessions_cannot_outlive_their_client(fresh_pg_uri: str) -> None:
+    """A killed drain's statement must not run on server-side holding its rows: the drain's sessions
+    check their client every few seconds and carry statement and idle-in-transaction timeouts."""
+    cfg = make_config(fresh_pg_uri, Path("/nonexistent"), ["Sales"])
+    for driver in ("psycopg", "adbc"):
+        with db.connect(cfg.transport, driver=driver) as conn:
+            queues.configure_drain_session(conn, 300, 600)
+            cur = conn.raw.cursor()
+            values = {}
+            for name in (
+                "client_connection_check_interval",
+                "statement_timeout",
+                "idle_in_transaction_session_timeout",
+                "enable_seqscan",
+            ):
+                cur.execute(f"SELECT current_setting('{name}')")
+                values[name] = cur.fetchall()[0][0]
+            assert values == {
+                "client_connection_check_interval": "2s",
+                "statement_timeout": "5min",
+                "idle_in_transaction_session_timeout": "10min",
+                "enable_seqscan": "off",
+            }, driver
+
+
+ZOMBIE_SCRIPT = """
+import sys, time
+from queuelake.config import from_dict
+from queuelake.transport import db, queues
+from queuelake.transport.tables import queue_ref
+cfg = from_dict({"transport": {"connection": sys.argv[1]}}, env={})
+conn = db.connect(cfg.transport)
+queues.configure_drain_session(conn, 300, 600)
+rows = queues.receive_batch(conn, queue_ref("Sales", cfg.transport), 50)  # rows locked, transaction open
+print(len(rows), flush=True)
+conn.raw.execute("SELECT pg_sleep(120)")  # a statement still running when the client dies
+"""
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_a_killed_drains_statement_stops_holding_rows(fresh_pg_uri: str, tmp_path: Path, configured: bool) -> None:
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"])
+    install(cfg)
+    seed_ids(cfg, "Sales", 50)
+    script = ZOMBIE_SCRIPT if configured else ZOMBIE_SCRIPT.replace("queues.configure_drain_session", "(lambda *a: 0)")
+    proc = subprocess.Popen([sys.executable, "-c", script, fresh_pg_uri], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "50"
+    time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    ref = queue_ref("Sales", cfg.transport)
+    deadline = time.monotonic() + 8
+    got = 0
+    with db.connect(cfg.transport) as conn:
+        while time.monotonic() < deadline and got == 0:
+            got = len(queues.receive_batch(conn, ref, 100))
+            conn.rollback()
+            time.sleep(0.2)
+        if not configured:  # the control: without the drain's session settings the rows stay held
+            assert got == 0, "the control released the rows: this test could not tell the difference"
+            conn.raw.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(120)%'"
+            )
+            conn.commit()
+            return
+    assert got == 50, "a killed drain's statement still holds its rows server-side"
