@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import random
 import subprocess
 import sys
 import threading
@@ -14,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import orjson
-import pyarrow.compute as pc
 import pytest
 from queuelake.config import from_dict
 from queuelake.examples import traffic
