@@ -1,18 +1,29 @@
 """The ``queuelake`` command line: parse arguments, call the library, print the JSON summary.
 
-Every command logs progress to stderr and prints one JSON object as the last line of stdout; it
-exits 0 on success and 1 on failure (the summary then says ``"status": "failed"`` and why).
+Every command logs progress to stderr and prints one JSON object as the last line of stdout, however
+it ends: 0 on success; 1 on failure (``"status": "failed"`` and why, never a traceback unless
+``--debug``, never the connection string); 143 when SIGTERM stopped it (``"status": "interrupted"``),
+130 on Ctrl-C. ``drain`` and ``run`` take a first SIGTERM as "stop at the next batch boundary" and a
+second as "stop now"; the other commands stop at the first.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
+import os
+import re
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from queuelake import stopping
 from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import QueuelakeError
 from queuelake.report import emit_summary, log, setup_logging
@@ -30,12 +41,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "maintain": ("queuelake.commands.pipeline:maintain", "compact and vacuum the lake tables"),
 }
 
+# commands whose first SIGTERM only asks them to stop at a batch boundary (stopping.requested())
+GRACEFUL = frozenset({"drain", "run"})
+EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGTERM = 1, 130, 128 + signal.SIGTERM
+MAX_ERROR_CHARS = 2000
+
+
+class Interrupted(BaseException):
+    """SIGTERM ends the command now. A BaseException, so no ``except Exception`` on the way swallows it."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="queuelake", description=__doc__.splitlines()[0])
+    debug_help = "log debug messages, and the traceback of a failure"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
+        # also accepted after the command; SUPPRESS keeps a global --debug from being reset
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         if name != "demo":
             p.add_argument("-c", "--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
         if name == "install":
@@ -55,22 +79,141 @@ def _resolve(target: str) -> Any:
     return getattr(importlib.import_module(module), func)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    setup_logging()
-    args = build_parser().parse_args(argv)
-    started = time.monotonic()
+@contextlib.contextmanager
+def _sigterm(command: str) -> Iterator[dict[str, bool]]:
+    """While armed, SIGTERM asks loops to stop (stopping.request()) and, unless it is the first one
+    for a graceful command, raises Interrupted in the main thread. Yields the arming switch."""
+    state = {"armed": True, "signalled": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield state  # signal handlers can only be set from the main thread
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        first = not state["signalled"]
+        state["signalled"] = True
+        stopping.request()
+        if not state["armed"]:
+            return
+        if first and command in GRACEFUL:
+            log.warning("SIGTERM: %s stops at the next batch boundary (a second SIGTERM stops it now)", command)
+            return
+        state["armed"] = False  # one Interrupted is enough; later signals only set the flag
+        raise Interrupted(f"stopped by signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
-        summary = _resolve(COMMANDS[args.command][0])(args)
-        summary = {"command": args.command, "status": summary.pop("status", "ok"), **summary}
-        code = 0 if summary["status"] == "ok" else 1
-    except QueuelakeError as exc:
-        log.error("%s failed: %s", args.command, exc)
-        summary, code = {"command": args.command, "status": "failed", "error": str(exc)}, 1
-    except KeyboardInterrupt:
-        summary, code = {"command": args.command, "status": "interrupted"}, 130
-    summary["seconds"] = round(time.monotonic() - started, 3)
-    emit_summary(summary)
+        yield state
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _secrets(args: argparse.Namespace) -> list[str]:
+    """The connection strings an error message might quote: the environment's and the config's."""
+    found = [os.environ.get("QUEUELAKE_CONNECTION") or ""]
+    path = getattr(args, "config", None)
+    if path:
+        try:
+            from queuelake import config as config_mod
+
+            found.append(config_mod.load(path).transport.connection or "")
+        except Exception:  # the config may be what failed; the environment's value still applies
+            pass
+    return [s for s in found if s]
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    from queuelake.transport.db import redact
+
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = redact(text, secret)
+    return redact(text, None)
+
+
+_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \"|\^+$|~*\^+~*$)")
+
+
+def describe(exc: BaseException) -> str:
+    """One readable line: what failed and why, without stack frames (Java or Python)."""
+    text = str(exc).strip()
+    if not isinstance(exc, QueuelakeError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    kept: list[str] = []
+    in_frame = False
+    for line in text.splitlines():
+        if not line.strip() or line.strip().startswith(("Traceback (most recent call last)", "JVM stacktrace:")):
+            continue
+        if _FRAME.match(line):
+            in_frame = line.lstrip().startswith('File "')
+            continue
+        if in_frame and line.startswith("    "):  # the source line under a Python frame
+            continue
+        in_frame = False
+        kept.append(line.strip())
+    out = " | ".join(kept) or type(exc).__name__
+    return out if len(out) <= MAX_ERROR_CHARS else out[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    try:
+        return build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, argparse printed why on stderr)
+        code = exc.code if isinstance(exc.code, int) else 2
+        if code:
+            words = [a for a in (sys.argv[1:] if argv is None else argv) if a in COMMANDS]
+            emit_summary({"command": words[0] if words else None, "status": "failed", "error": "invalid arguments"})
+        return code
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    prepare: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
+    """Run one command; ``prepare`` (the spark-submit jobs build their Spark session there) runs
+    first, with the same error handling."""
+    setup_logging()
+    parsed = _parse(argv)
+    if isinstance(parsed, int):
+        return parsed
+    args = parsed
+    if args.debug:
+        setup_logging(logging.DEBUG)
+    started = time.monotonic()
+    stopping.reset()
+    summary: dict[str, Any]
+    with _sigterm(args.command) as sigterm:
+        try:
+            if prepare is not None:
+                prepare(args)
+            result = _resolve(COMMANDS[args.command][0])(args)
+            sigterm["armed"] = False
+            summary = {"command": args.command, "status": result.pop("status", "ok"), **result}
+            if summary["status"] == "ok" and stopping.requested():
+                summary["status"] = "interrupted"  # stopped early, at a batch boundary, by SIGTERM
+            code = {"ok": 0, "interrupted": EXIT_SIGTERM}.get(summary["status"], EXIT_FAILED)
+        except Interrupted as exc:
+            sigterm["armed"] = False
+            log.warning("%s interrupted: %s", args.command, exc)
+            summary, code = {"command": args.command, "status": "interrupted", "error": str(exc)}, EXIT_SIGTERM
+        except KeyboardInterrupt:
+            sigterm["armed"] = False
+            summary, code = {"command": args.command, "status": "interrupted"}, EXIT_INTERRUPTED
+        except Exception as exc:
+            sigterm["armed"] = False
+            summary, code = _failure(args, exc), EXIT_FAILED
+        summary["seconds"] = round(time.monotonic() - started, 3)
+        emit_summary(summary)
     return code
+
+
+def _failure(args: argparse.Namespace, exc: Exception) -> dict[str, Any]:
+    secrets = _secrets(args)
+    error = _redact(describe(exc), secrets)
+    if args.debug:
+        trace = _redact("".join(traceback.format_exception(exc)), secrets)
+        log.error("%s failed: %s\n%s", args.command, error, trace.rstrip())
+    else:
+        log.error("%s failed: %s (--debug shows the traceback)", args.command, error)
+    return {"command": args.command, "status": "failed", "error": error}
 
 
 if __name__ == "__main__":

@@ -3,13 +3,56 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import threading
 from pathlib import Path
+from typing import Any
 
 from queuelake.config import Config, TransportConfig
 from queuelake.transport import db
 from queuelake.transport.db import Connection
 
+# data folder -> its pgserver handle: one server per folder and process, stopped at process exit
 _servers: dict[str, object] = {}
+# drain workers of several queues ask for the server at once; pgserver's start is not thread-safe
+# (its inter-process file lock is shared by the threads of a process), so one thread starts it.
+# Across processes, pgserver's own inter-process lock and its per-folder list of handle pids
+# make a second process reuse the running server, and the last one to exit stop it.
+_servers_lock = threading.Lock()
+
+
+def embedded_server(data_dir: str | Path) -> Any:
+    """The pgserver instance for this data folder, started once per process (thread-safe)."""
+    from queuelake.transport.embedded import start_embedded
+
+    data = str(Path(data_dir).resolve())
+    with _servers_lock:
+        server = _servers.get(data)
+        if server is None:
+            Path(data).mkdir(parents=True, exist_ok=True)
+            _forget_dead_handles(Path(data))
+            server = start_embedded(data)
+            _servers[data] = server
+        return server
+
+
+def _forget_dead_handles(data: Path) -> None:
+    """Drop the pids of processes that died without cleaning up (SIGKILL) from pgserver's list of
+    handles: with them listed, the last live process would never stop the server at exit."""
+    handles = data / ".handle_pids.json"
+    if not handles.exists():
+        return
+    try:
+        import psutil
+        from pgserver.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            pids = json.loads(handles.read_text())
+            alive = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+            if alive != pids:
+                handles.write_text(json.dumps(alive))
+    except Exception:  # best effort: pgserver's internals may change; starting still works
+        pass
 
 
 def resolved_transport(config: Config) -> TransportConfig:
@@ -17,17 +60,14 @@ def resolved_transport(config: Config) -> TransportConfig:
     t = config.transport
     if t.connection or not t.embedded:
         return t
-    from queuelake.transport.embedded import odbc_from_uri, start_embedded
+    from queuelake.transport.embedded import odbc_from_uri
 
-    data = str(Path(t.embedded).resolve())
-    if data not in _servers:
-        Path(data).mkdir(parents=True, exist_ok=True)
-        _servers[data] = start_embedded(data)
-    uri = _servers[data].get_uri("postgres")  # type: ignore[attr-defined]
+    uri = embedded_server(t.embedded).get_uri("postgres")
     connection = odbc_from_uri(uri) if t.driver == "pyodbc" else uri
-    resolved = dataclasses.replace(t, connection=connection)
-    config.transport = resolved
-    return resolved
+    with _servers_lock:
+        if config.transport is t:
+            config.transport = dataclasses.replace(t, connection=connection)
+        return config.transport
 
 
 def connect(config: Config, application_name: str = "queuelake", driver: str | None = None) -> Connection:

@@ -11,23 +11,25 @@ from collections.abc import Sequence
 
 
 def run_job(command: str, argv: Sequence[str] | None = None) -> int:
+    """Build the Spark session, then run the command; both under the CLI's handling of failures and
+    SIGTERM, so every way out prints the JSON summary and exits non-zero."""
+    import argparse
+
     from queuelake import config as config_mod
     from queuelake.cli import main
-    from queuelake.config import DEFAULT_CONFIG
     from queuelake.errors import QueuelakeError
     from queuelake.spark import get_spark
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    path = DEFAULT_CONFIG
-    for i, arg in enumerate(args):
-        if arg in ("-c", "--config") and i + 1 < len(args):
-            path = args[i + 1]
-    if command != "demo":
+    def prepare(args: argparse.Namespace) -> None:
+        if command == "demo":
+            return
         try:
-            get_spark(config_mod.load(path).spark)
+            get_spark(config_mod.load(args.config).spark)
         except QueuelakeError:
-            pass  # main() reports the config error in its JSON summary
-    return main([command, *args])
+            pass  # the command reports the config error in its JSON summary
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return main([command, *args], prepare=prepare)
 
 
 def _entry(command: str) -> int:

@@ -17,6 +17,8 @@ log = logging.getLogger("queuelake")
 
 def setup_logging(level: int = logging.INFO) -> None:
     if log.handlers:
+        if level < log.level:  # --debug after the first call
+            log.setLevel(level)
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

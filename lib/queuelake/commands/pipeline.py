@@ -62,7 +62,9 @@ def publish(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
 
 
 def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    """drain, transform, publish: the scheduled job. Stops at the first failing step."""
+    """drain, transform, publish: the scheduled job. Stops at the first failing step, and before
+    the next step once SIGTERM asked to stop (status "interrupted", the steps not run are listed)."""
+    from queuelake import stopping
     from queuelake.pipeline.drain import drain as run_drain
     from queuelake.pipeline.publish import publish as run_publish
     from queuelake.pipeline.transform import transform as run_transform
@@ -70,14 +72,23 @@ def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
     cfg = config_mod.load(args.config)
     session = _spark(cfg, spark)
     lake = lake_for(cfg, session)
+    order = {
+        "drain": lambda: run_drain(cfg, lake, args.queues, args.max_messages, args.max_seconds),
+        "transform": lambda: run_transform(cfg, session, lake),
+        "publish": lambda: run_publish(cfg, session, lake),
+    }
     steps: dict[str, Any] = {}
-    steps["drain"] = run_drain(cfg, lake, args.queues, args.max_messages, args.max_seconds)
-    if steps["drain"]["status"] == "ok":
-        steps["transform"] = run_transform(cfg, session, lake)
-    if steps.get("transform", {}).get("status") == "ok":
-        steps["publish"] = run_publish(cfg, session, lake)
-    status = "ok" if all(s.get("status") == "ok" for s in steps.values()) and len(steps) == 3 else "failed"
-    return {"status": status, **steps}
+    for name, step in order.items():
+        if stopping.requested():
+            break
+        steps[name] = step()
+        if steps[name].get("status") != "ok":
+            break
+    if any(s.get("status") != "ok" for s in steps.values()):
+        return {"status": "failed", **steps}
+    if len(steps) < len(order):
+        return {"status": "interrupted", **steps, "skipped": [n for n in order if n not in steps]}
+    return {"status": "ok", **steps}
 
 
 def maintain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:

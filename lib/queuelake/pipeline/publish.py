@@ -307,7 +307,12 @@ class Publisher:
             total_rows = _count_accepted(files, bad_keys)
             log.info(
                 "publish %s round %s: %d file(s), %d row(s) to send, %d rejected; validated in %.1fs",
-                output, result.round, len(files), total_rows, result.rejected, time.monotonic() - t0,
+                output,
+                result.round,
+                len(files),
+                total_rows,
+                result.rejected,
+                time.monotonic() - t0,
             )
             n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
             if n == 0:

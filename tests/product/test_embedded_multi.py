@@ -1,0 +1,198 @@
+"""The embedded default with several queues: one throwaway PostgreSQL per process however many drain
+threads ask for it at once, and nothing left running after the command ends, however it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+QUEUES = ["Sales", "Billing", "Shipping", "audit", "error"]
+
+
+def write_config(tmp_path: Path, engine: str = "delta-rs") -> tuple[Path, Path]:
+    data = tmp_path / "pgdata"
+    conf = tmp_path / "embedded.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"dialect": "postgresql", "driver": "psycopg", "connection": None, "embedded": str(data)},
+                "lake": {"root": str(tmp_path / "lake"), "engine": engine},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+                "drain": {"queues": QUEUES, "batch_size": 500, "workers_per_queue": 2},
+                "transforms": [
+                    {
+                        "name": "customer_totals",
+                        "function": "queuelake.examples.orders:customer_totals",
+                        "output": "outbound_customer_totals",
+                    }
+                ],
+                "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_customer_totals"]},
+            }
+        )
+    )
+    return conf, data
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "QUEUELAKE_CONNECTION"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "lib"), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def cli(args: list[str], timeout: float = 300) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, proc.stderr[-3000:]
+    return proc.returncode, json.loads(lines[-1]), proc.stderr
+
+
+def servers_of(data: Path) -> list[psutil.Process]:
+    """postgres processes whose command line names this data folder (the postmaster's -D)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(data) in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def assert_nothing_left(data: Path) -> None:
+    deadline = time.monotonic() + 10
+    while servers_of(data) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = servers_of(data)
+    assert not left, [p.cmdline() for p in left]
+
+
+def seed(data: Path, per_queue: int) -> None:
+    """Send traffic to every queue through the embedded server, as its own process (which stops it)."""
+    script = f"""
+import sys
+from queuelake.config import load
+from queuelake.context import connect
+from queuelake.examples import traffic
+from queuelake.transport.tables import queue_ref
+cfg = load(sys.argv[1])
+with connect(cfg) as conn:
+    for i, q in enumerate({QUEUES!r}):
+        traffic.seed(conn, queue_ref(q, cfg.transport), traffic.order_events({per_queue}, seed=i + 1))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(data.parent / "embedded.yaml")],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_drain_of_several_queues_starts_one_server_and_stops_it(tmp_path: Path) -> None:
+    conf, data = write_config(tmp_path)
+    code, summary, err = cli(["install", "-c", str(conf)])
+    assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
+    assert_nothing_left(data)
+    seed(data, 300)
+    assert_nothing_left(data)
+
+    code, summary, err = cli(["drain", "-c", str(conf)])
+    assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
+    assert summary["dequeued"] == 300 * len(QUEUES)
+    assert "another server might be running" not in err and "Traceback" not in err, err[-3000:]
+    assert_nothing_left(data)
+
+    # an empty rerun (the server's data folder exists now) ends the same way
+    code, summary, err = cli(["drain", "-c", str(conf)])
+    assert code == 0 and summary["status"] == "ok" and summary["dequeued"] == 0, (summary, err[-3000:])
+    assert_nothing_left(data)
+
+
+def test_two_processes_share_one_data_folder(tmp_path: Path) -> None:
+    conf, data = write_config(tmp_path)
+    assert cli(["install", "-c", str(conf)])[0] == 0
+    seed(data, 200)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(2)
+    ]
+    results = [p.communicate(timeout=300) for p in procs]
+    summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in results]
+    for p, s, (_, err) in zip(procs, summaries, results):
+        assert p.returncode == 0 and s["status"] == "ok", (s, err[-3000:])
+    # each queue drained by exactly one of them (the other skipped it: lock held) or shared, never twice
+    assert sum(s["dequeued"] for s in summaries) == 200 * len(QUEUES)
+    assert_nothing_left(data)
+
+
+def test_sigterm_stops_the_embedded_server(tmp_path: Path) -> None:
+    conf, data = write_config(tmp_path)
+    assert cli(["install", "-c", str(conf)])[0] == 0
+    seed(data, 20_000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-seconds", "60"],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 60
+    while not servers_of(data) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode in (0, 143), err[-3000:]
+    assert summary["status"] == ("ok" if proc.returncode == 0 else "interrupted"), summary
+    assert_nothing_left(data)
+
+
+def test_a_failing_command_stops_the_server(tmp_path: Path) -> None:
+    conf, data = write_config(tmp_path)
+    assert cli(["install", "-c", str(conf)])[0] == 0
+    code, summary, err = cli(["drain", "-c", str(conf), "--queue", "NoSuchQueue"])
+    assert code == 1 and summary["status"] == "failed", summary
+    assert "Traceback" not in err
+    assert_nothing_left(data)
+
+
+@pytest.mark.slow
+def test_run_with_the_embedded_default(tmp_path: Path) -> None:
+    conf, data = write_config(tmp_path, engine="auto")
+    assert cli(["install", "-c", str(conf)])[0] == 0
+    seed(data, 100)
+    code, summary, err = cli(["run", "-c", str(conf)], timeout=900)
+    assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
+    assert summary["drain"]["dequeued"] == 100 * len(QUEUES)
+    assert_nothing_left(data)

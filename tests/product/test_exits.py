@@ -1,0 +1,254 @@
+"""Every way out ends well: whatever goes wrong, a command exits non-zero, prints its JSON summary as
+the last stdout line, shows no traceback (unless --debug) and never the connection string; SIGTERM
+ends it with status "interrupted" and exit 143, and a drain stopped so loses and repeats nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from queuelake import cli, stopping
+from queuelake.lake.reading import read_table
+
+from tests.pipeline.test_drain import install, make_config, seed_ids, write_config
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET_URI = "postgresql://queuelake:s3cr3t-Pa55@db.example.invalid:5432/queues"
+
+
+def _env(connection: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "QUEUELAKE_CONNECTION"}
+    if connection is not None:
+        env["QUEUELAKE_CONNECTION"] = connection
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (extra.pop("PYTHONPATH", ""), str(REPO / "lib"), env.get("PYTHONPATH", "")) if p
+    )
+    return {**env, **extra}
+
+
+def _summary(stdout: str) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    assert lines, "no output on stdout"
+    return json.loads(lines[-1])
+
+
+def _run(args: list[str], connection: str | None, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env=_env(connection, **extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+# --- in-process: the CLI's handling, with stand-in commands -------------------------------------
+
+
+def _boom(args: Any) -> dict[str, Any]:
+    raise RuntimeError(f'cannot reach {os.environ["QUEUELAKE_CONNECTION"]}\n  File "x.py", line 1, in f\n    g()')
+
+
+def _sigterm_self(args: Any) -> dict[str, Any]:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the handler raises in the main thread before this ends
+    return {"status": "ok"}
+
+
+def _sigterm_graceful(args: Any) -> dict[str, Any]:
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(50):  # a loop that honours the flag at its next boundary
+        if stopping.requested():
+            return {"status": "ok", "batches": 1}
+        time.sleep(0.1)
+    return {"status": "ok", "batches": 50}
+
+
+def test_any_exception_is_a_clean_failure_without_the_secret(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("QUEUELAKE_CONNECTION", SECRET_URI)
+    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
+    monkeypatch.setitem(cli.COMMANDS, "status", ("queuelake_test_exits:_boom", "stand-in"))
+    code = cli.main(["status", "-c", "/nonexistent.yaml"])
+    out = capsys.readouterr()
+    summary = _summary(out.out)
+    assert code == 1 and summary["status"] == "failed" and summary["command"] == "status"
+    assert "RuntimeError: cannot reach" in summary["error"]
+    assert "s3cr3t-Pa55" not in out.out + out.err and SECRET_URI not in out.out + out.err
+    assert "File " not in summary["error"] and "Traceback" not in out.err
+
+
+def test_sigterm_interrupts_a_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
+    monkeypatch.setitem(cli.COMMANDS, "status", ("queuelake_test_exits:_sigterm_self", "stand-in"))
+    before = signal.getsignal(signal.SIGTERM)
+    started = time.monotonic()
+    code = cli.main(["status"])
+    assert time.monotonic() - started < 4
+    summary = _summary(capsys.readouterr().out)
+    assert code == 143 and summary["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
+    stopping.reset()
+
+
+def test_first_sigterm_lets_a_drain_stop_at_a_boundary(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
+    monkeypatch.setitem(cli.COMMANDS, "drain", ("queuelake_test_exits:_sigterm_graceful", "stand-in"))
+    code = cli.main(["drain"])
+    summary = _summary(capsys.readouterr().out)
+    assert code == 143 and summary["status"] == "interrupted" and summary["batches"] == 1
+    stopping.reset()
+
+
+def test_describe_drops_stack_frames() -> None:
+    class FakeJavaError(Exception):
+        pass
+
+    text = (
+        "An error occurred while calling o42.save.\n: org.apache.spark.SparkException: Job aborted.\n"
+        "\tat org.apache.spark.Foo.bar(Foo.scala:1)\n\t... 12 more\n"
+        "Traceback (most recent call last):\n  File \"/t/mod.py\", line 3, in f\n    raise ValueError('no')\n"
+        "ValueError: no"
+    )
+    out = cli.describe(FakeJavaError(text))
+    assert "Job aborted" in out and "ValueError: no" in out
+    assert "Foo.scala" not in out and "File " not in out and "raise ValueError" not in out
+
+
+# --- subprocess: real commands ------------------------------------------------------------------
+
+
+def test_lake_error_is_a_clean_failure(fresh_pg_uri: str, tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "lake"
+    not_a_dir.write_text("a file where the lake root should be")
+    conf = write_config(tmp_path / "drain.yaml", not_a_dir, ["Sales"], batch_size=100)
+    install(make_config(fresh_pg_uri, tmp_path / "unused", ["Sales"]))
+
+    proc = _run(["drain", "-c", str(conf)], fresh_pg_uri)
+    summary = _summary(proc.stdout)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert summary["status"] == "failed" and summary["command"] == "drain" and summary["error"]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert fresh_pg_uri not in proc.stdout + proc.stderr
+
+    debug = _run(["--debug", "drain", "-c", str(conf)], fresh_pg_uri)
+    assert debug.returncode == 1 and _summary(debug.stdout)["status"] == "failed"
+    assert "Traceback" in debug.stderr
+    assert fresh_pg_uri not in debug.stdout + debug.stderr
+
+
+@pytest.mark.slow
+def test_failing_transform_is_a_clean_failure(fresh_pg_uri: str, tmp_path: Path) -> None:
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "badtransform.py").write_text(
+        "import os\n\ndef explode(spark, lake):\n"
+        "    raise ValueError('transform exploded near ' + os.environ['QUEUELAKE_CONNECTION'])\n"
+    )
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    install(cfg)
+    seed_ids(cfg, "Sales", 20, seed=7)
+    conf = tmp_path / "job.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "auto"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+                "drain": {"queues": ["Sales"], "batch_size": 100},
+                "transforms": [{"name": "bad", "function": "badtransform:explode", "output": "outbound_bad"}],
+            }
+        )
+    )
+    assert _summary(_run(["drain", "-c", str(conf)], fresh_pg_uri).stdout)["status"] == "ok"
+    proc = _run(["transform", "-c", str(conf)], fresh_pg_uri, timeout=600, PYTHONPATH=str(mods))
+    summary = _summary(proc.stdout)
+    assert proc.returncode != 0 and summary["status"] == "failed", (summary, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert fresh_pg_uri not in proc.stdout + proc.stderr
+
+
+def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -> None:
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    install(cfg)
+    ids = seed_ids(cfg, "Sales", 200_000, seed=13)
+    conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=2000)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
+        env=_env(fresh_pg_uri),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 60  # the drain is under way (and its SIGTERM handler set) once the journal exists
+    while not (lake_root / "messages" / "_delta_log").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)
+    assert proc.poll() is None, "the drain ended before SIGTERM: seed more rows"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # the drain did not honour the flag: the second SIGTERM stops it now
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    summary = _summary(out)
+    assert proc.returncode == 143, err[-3000:]
+    assert summary["status"] == "interrupted" and summary["command"] == "drain", summary
+    assert "Traceback" not in err, err[-3000:]
+
+    journal_ids = read_table(str(lake_root / "messages"))["id"].to_pylist() if (lake_root / "messages").exists() else []
+    assert len(journal_ids) == len(set(journal_ids)), "duplicates in the journal"
+    import psycopg
+
+    with psycopg.connect(fresh_pg_uri) as conn:
+        left = [r[0] for r in conn.execute('SELECT id::text FROM "public"."Sales"').fetchall()]
+    assert len(left) == len(set(left))
+    assert not set(left) & set(journal_ids), "rows both in the journal and still in the queue"
+    assert set(left) | set(journal_ids) == ids and len(left) + len(journal_ids) == len(ids)
+
+
+def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from queuelake.commands import pipeline as commands
+    from queuelake.pipeline import drain, publish, transform
+
+    ran: list[str] = []
+
+    def step(name: str, stop: bool = False):
+        def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            ran.append(name)
+            if stop:
+                stopping.request()  # SIGTERM arrives during this step
+            return {"status": "ok"}
+
+        return run
+
+    monkeypatch.setattr(commands.config_mod, "load", lambda path: object())
+    monkeypatch.setattr(commands, "_spark", lambda cfg, spark: None)
+    monkeypatch.setattr(commands, "lake_for", lambda cfg, spark=None: None)
+    monkeypatch.setattr(drain, "drain", step("drain", stop=True))
+    monkeypatch.setattr(transform, "transform", step("transform"))
+    monkeypatch.setattr(publish, "publish", step("publish"))
+    args = argparse.Namespace(config="x.yaml", queues=None, max_messages=None, max_seconds=None)
+    try:
+        out = commands.run_all(args)
+    finally:
+        stopping.reset()
+    assert ran == ["drain"]
+    assert out["status"] == "interrupted" and out["skipped"] == ["transform", "publish"]
