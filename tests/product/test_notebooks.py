@@ -240,7 +240,6 @@ def runs_table(queues: list[str], count: int = 6) -> pa.Table:
                     "landed": 0 if failed else dequeued - 2,
                     "expired": 0 if failed else 1,
                     "quarantined": 0 if failed else 1,
-                    "duplicates_skipped": 0,
                     "batches": 1,
                     "seconds": seconds,
                     "rate": 0.0 if failed else dequeued / seconds,

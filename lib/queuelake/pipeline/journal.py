@@ -2,11 +2,17 @@
 
 A batch is decoded row by row with orjson (measured ~560k rows/s) straight into Arrow columns; the
 split into landed / expired / quarantined happens here, so one batch is one Delta commit.
+
+``build_batch`` is total: nothing in a row's content can make it raise (design section 3). The fast
+vectorised path refers doubtful rows to the reference decoder (``headers.decode``); should the fast
+path still fail, the batch is bisected until the rows that fail are isolated and quarantined one by
+one, with the error and the raw text.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 import orjson
@@ -15,6 +21,8 @@ import pyarrow.compute as pc
 
 from queuelake.errors import HeaderError
 from queuelake.transport import headers as hdr
+
+log = logging.getLogger("queuelake")
 
 MESSAGES = "messages"
 RUNS = "runs"
@@ -67,7 +75,6 @@ RUNS_SCHEMA = pa.schema(
         pa.field("landed", pa.int64()),
         pa.field("expired", pa.int64()),
         pa.field("quarantined", pa.int64()),
-        pa.field("duplicates_skipped", pa.int64()),
         pa.field("published", pa.int64()),
         pa.field("fanned_out", pa.int64()),
         pa.field("batches", pa.int64()),
@@ -102,7 +109,11 @@ _TIME_HEADERS = {
 
 _STR_OR_NONE = {str, type(None)}
 _ISO = r"\1T\2.\3"
-_WIRE_TIME = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2}):([0-9]{6}) Z$"
+# The wire form, year 0001 at least: Arrow parses year 0000, Python's datetime (the reference) does not.
+_WIRE_TIME = (
+    r"^((?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-[0-9]{2}-[0-9]{2}) "
+    r"([0-9]{2}:[0-9]{2}:[0-9]{2}):([0-9]{6}) Z$"
+)
 
 
 def _parse_fast(raw: str | None) -> dict[str, Any] | None:
@@ -121,13 +132,24 @@ def _non_string_rows(maps: list[dict[str, Any] | None]) -> list[int]:
     return [i for i, m in enumerate(maps) if m and not set(map(type, m.values())) <= _STR_OR_NONE]
 
 
-def _reason(raw: str | None, row_id: str) -> str | None:
+def _reason(raw: str | None, row_id: str | None) -> str | None:
     """Why ``headers.decode`` refuses this row, or None when it accepts it."""
     try:
         hdr.decode(raw, row_id)
     except HeaderError as exc:
         return str(exc)
     return None
+
+
+def _texts(column: pa.Array | pa.ChunkedArray) -> list[str | None]:
+    """A string column as Python text. Invalid UTF-8 (a driver handing over CESU-8 or WTF-8 for an
+    nvarchar holding a lone surrogate, a SQL_ASCII database) is kept with its bytes surrogate-escaped,
+    as ``queues._text`` does; the reference decoder then refuses it and ``_safe_text`` shows it."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        raw = column.cast(pa.binary()).to_pylist()
+        return [None if b is None else b.decode("utf-8", errors="surrogateescape") for b in raw]
 
 
 _DECODED = [*_STRING_HEADERS, "message_intent", "enclosed_message_types", "message_type", *_TIME_HEADERS]
@@ -138,10 +160,19 @@ def _type_name(first: str) -> str:
 
 
 def _safe_text(raw: str | None) -> str | None:
-    """Raw header text as valid UTF-8 for the quarantine column; undecodable bytes escaped."""
+    """Raw header text as valid UTF-8 for the quarantine column; undecodable bytes escaped (``\\xff``),
+    and lone surrogates that are not escaped bytes (UTF-16 text from nvarchar) as ``\\ud800``."""
     if raw is None:
         return None
-    return raw.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
+    try:
+        return raw.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
+    except UnicodeEncodeError:
+        return "".join(_escape_surrogate(c) if "\ud800" <= c <= "\udfff" else c for c in raw)
+
+
+def _escape_surrogate(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
 def _column(maps: list[dict[str, Any] | None], key: str) -> pa.Array:
@@ -174,13 +205,9 @@ def _header_map(maps: list[dict[str, Any] | None]) -> pa.MapArray:
 
 def _typed_columns(maps: list[dict[str, Any] | None], ids: pa.Array) -> tuple[set[int], dict[str, Any]]:
     """Every decoded column, and the rows whose intent or times the reference decoder would refuse."""
-    bad: set[int] = set()
     columns: dict[str, Any] = {name: _column(maps, key) for name, key in _STRING_HEADERS.items()}
-    intent = pc.utf8_lower(pc.utf8_trim_whitespace(_blank_to_null(_column(maps, hdr.MESSAGE_INTENT))))
-    ok = pc.or_kleene(pc.is_null(intent), pc.is_in(intent, pa.array(list(hdr.INTENTS))))
-    bad.update(i for i, v in enumerate(ok.to_pylist()) if v is False)
-    canonical = pa.array(list(hdr.INTENTS.values()), pa.string())
-    columns["message_intent"] = pc.take(canonical, pc.index_in(intent, pa.array(list(hdr.INTENTS), pa.string())))
+    columns["message_intent"], unknown = _intents(_column(maps, hdr.MESSAGE_INTENT))
+    bad = set(unknown)
     for name, key in _TIME_HEADERS.items():
         columns[name], unparsable = _times(_column(maps, key))
         bad.update(unparsable)
@@ -193,25 +220,57 @@ def _typed_columns(maps: list[dict[str, Any] | None], ids: pa.Array) -> tuple[se
     return bad, columns
 
 
+_CANONICAL_INTENTS = pa.array(list(hdr.INTENTS.values()), pa.string())
+_NULL_STRING = pa.scalar(None, pa.string())
+
+
+def _intents(values: pa.Array) -> tuple[pa.Array, list[int]]:
+    """MessageIntent in canonical case, and the rows whose intent the reference refuses. The exact
+    canonical names are looked up in Arrow; any other spelling goes to the codec row by row (Arrow's
+    case mapping differs from Python's for some letters, e.g. U+0130)."""
+    index = pc.index_in(values, value_set=_CANONICAL_INTENTS)
+    intent = pc.take(_CANONICAL_INTENTS, index)
+    odd = pc.and_(pc.is_valid(values), pc.is_null(index))
+    if not pc.any(odd).as_py():
+        return intent, []
+    out = intent.to_pylist()
+    raw = values.to_pylist()
+    bad = []
+    for i in pc.indices_nonzero(odd).to_pylist():
+        try:
+            out[i] = hdr.normalize_intent(raw[i])
+        except HeaderError:
+            bad.append(i)
+    return pa.array(out, pa.string()), bad
+
+
 def _times(values: pa.Array) -> tuple[pa.Array, list[int]]:
-    """Wire-form times to timestamp[us, UTC] in one vectorised pass; indexes of unparsable rows."""
+    """Wire-form times to timestamp[us, UTC] in one vectorised pass, and the indexes of the rows the
+    reference refuses (wrong shape, or right shape but impossible, e.g. 2024-02-30); those are null."""
     arr = _blank_to_null(values)
-    ok = pc.match_substring_regex(arr, _WIRE_TIME)
-    bad = [i for i, v in enumerate(ok.to_pylist()) if v is False]  # null (absent) stays null
-    if bad:
-        return arr, bad
-    iso = pc.replace_substring_regex(arr, _WIRE_TIME, _ISO)
+    wrong = pc.invert(pc.match_substring_regex(arr, _WIRE_TIME))  # null (absent) stays null
+    bad: list[int] = []
+    if pc.any(wrong).as_py():
+        bad = pc.indices_nonzero(wrong).to_pylist()
+        arr = pc.if_else(wrong, _NULL_STRING, arr)
     try:
-        return pc.cast(pc.cast(iso, pa.timestamp("us")), UTC_TS), []
-    except pa.ArrowInvalid:  # right shape, impossible date (month 13): find the rows one by one
-        out = []
+        return _cast_times(arr), bad
+    except pa.ArrowInvalid:  # right shape, impossible date: find the rows one by one
+        impossible = []
         for i, v in enumerate(arr.to_pylist()):
             try:
                 if v is not None:
                     hdr.parse_time(v)
             except HeaderError:
-                out.append(i)
-        return arr, out
+                impossible.append(i)
+        refused = set(impossible)
+        mask = pa.array([i in refused for i in range(len(arr))], pa.bool_())
+        return _cast_times(pc.if_else(mask, _NULL_STRING, arr)), sorted(bad + impossible)
+
+
+def _cast_times(arr: pa.Array) -> pa.Array:
+    iso = pc.replace_substring_regex(arr, _WIRE_TIME, _ISO)
+    return pc.cast(pc.cast(iso, pa.timestamp("us")), UTC_TS)
 
 
 # characters Python's str.strip() removes but Arrow's utf8_trim_whitespace may not
@@ -247,10 +306,97 @@ def build_batch(
 
     Only the header text is touched in Python, once per row (orjson); the map column is built from
     that, and every typed column is extracted from the map in Arrow. Rows the fast path cannot
-    judge go to ``headers.decode``, the reference, which names the reason."""
+    judge go to ``headers.decode``, the reference, which names the reason.
+
+    Never raises because of a row's content: if the vectorised build fails anyway (a bug, or an input
+    nobody foresaw), the batch is bisected, every half that builds is kept, and each single row that
+    still fails is quarantined with the error and its raw text. Rows keep their order."""
+    try:
+        return _build(received, queue, batch_id, drained_at)
+    except Exception as exc:
+        log.warning(
+            "journal: building a batch of %d rows of %s failed (%s); isolating the rows that fail",
+            received.num_rows,
+            queue,
+            _error_text(exc),
+        )
+    tables: list[pa.Table] = []
+    counts = {"expired": 0, "quarantined": 0, "landed": 0}
+    for table, part in _isolate(received, queue, batch_id, drained_at):
+        tables.append(table)
+        for outcome, count in part.items():
+            counts[outcome] += count
+    if not tables:
+        return MESSAGES_SCHEMA.empty_table(), counts
+    table = pa.concat_tables(tables)
+    try:
+        table = table.combine_chunks()
+    except Exception:  # e.g. more than 2 GiB of bodies in one binary array: chunks are fine too
+        pass
+    return table, counts
+
+
+def _error_text(exc: BaseException, limit: int = 1000) -> str:
+    """``Type: message``, cut to ``limit`` characters (Arrow quotes the offending value), as valid text."""
+    text = f"{type(exc).__name__}: {exc}"
+    if len(text) > limit:
+        text = text[:limit] + f"... ({len(text) - limit} more characters)"
+    return _safe_text(text) or type(exc).__name__
+
+
+def _isolate(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime):
+    """Build each half of a batch whose build failed; recurse into a half that fails, down to
+    single rows, which are quarantined. Yields (table, counts) in row order."""
     n = received.num_rows
-    raws = received["headers"].to_pylist()
-    ids = received["id"].to_pylist()
+    if n == 0:
+        return
+    if n == 1:
+        try:
+            yield _build(received, queue, batch_id, drained_at)
+        except Exception as exc:
+            yield _quarantine_row(received, queue, batch_id, drained_at, exc)
+        return
+    for part in (received.slice(0, n // 2), received.slice(n // 2)):
+        try:
+            yield _build(part, queue, batch_id, drained_at)
+        except Exception:
+            yield from _isolate(part, queue, batch_id, drained_at)
+
+
+def _quarantine_row(
+    received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime, exc: Exception
+) -> tuple[pa.Table, dict[str, int]]:
+    """One row the journal builder cannot handle, as a quarantined row: the reference decoder's
+    reason if it refuses the row, else the error; the raw header text, the body; no typed columns."""
+    (raw,) = _texts(received["headers"])
+    (row_id,) = _texts(received["id"])
+    try:
+        reason = _reason(raw, row_id)
+    except Exception:  # the reference failing too: the original error says more
+        reason = None
+    if not reason:
+        reason = f"journal could not be built for this row: {_error_text(exc)}"
+    columns: dict[str, Any] = {
+        "queue": pa.array([queue], pa.string()),
+        "seq": received["seq"],
+        "id": received["id"],
+        "batch_id": pa.array([batch_id], pa.string()),
+        "drained_at": pa.array([drained_at], UTC_TS),
+        "outcome": pa.array(["quarantined"], pa.string()),
+        "error": pa.array([_safe_text(reason)], pa.string()),
+        "body": received["body"],
+        "expires": received["expires"],
+        "raw_headers": pa.array([_safe_text(raw)], pa.string()),
+    }
+    arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(1, f.type) for f in MESSAGES_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=MESSAGES_SCHEMA), {"expired": 0, "quarantined": 1, "landed": 0}
+
+
+def _build(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime) -> tuple[pa.Table, dict[str, int]]:
+    """The vectorised build (see ``build_batch``); may raise on inputs it does not foresee."""
+    n = received.num_rows
+    raws = _texts(received["headers"])
+    ids = _texts(received["id"])
     expired = received["expired"].to_pylist()
     maps: list[dict[str, Any] | None] = []
     reasons: list[str | None] = [None] * n
@@ -273,12 +419,17 @@ def build_batch(
             maps[i] = None
         headers = _header_map(maps)
     bad, typed = _typed_columns(maps, received["id"])
-    if bad:
+    refused: set[int] = set()
+    while bad:  # typed columns are computed again without the refused rows, until none is left
+        if not bad.isdisjoint(refused):
+            raise RuntimeError("journal: a row refused once was flagged again")
         for i in bad:
             reasons[i] = reasons[i] or _reason(raws[i], ids[i]) or "headers could not be decoded"
             maps[i] = None
+        refused |= bad
+        bad, typed = _typed_columns(maps, received["id"])
+    if refused:
         headers = _header_map(maps)
-        _, typed = _typed_columns(maps, received["id"])
 
     counts = {"expired": sum(expired), "quarantined": sum(r is not None for r in reasons)}
     counts["landed"] = n - counts["expired"] - counts["quarantined"]
