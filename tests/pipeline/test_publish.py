@@ -217,7 +217,7 @@ def test_fan_out_and_rejects(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     assert ids[0] == message_id("Lakehouse/outbound_test", "event-1", '"public"."SubA"')
 
 
-def test_bad_destination_fails_batch_and_sends_none(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+def test_a_send_to_a_bad_destination_is_recorded_row_by_row(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_bad"], [], batch_size=2)
     setup_db(cfg, ["Good"])
     lake = open_lake(cfg.lake, spark)
@@ -234,13 +234,68 @@ def test_bad_destination_fails_batch_and_sends_none(fresh_pg_uri: str, tmp_path:
     )
     summary = publish(cfg, spark, lake)
     out = summary["outputs"][0]
-    assert out["status"] == "failed" and len(out["failed_batches"]) == 2
-    assert '"public"."Missing"' in out["error"] or "un" in out["error"]
+    assert out["status"] == "ok" and out["failed_batches"] == [], out
+    assert out["undeliverable"] == 2 and out["published"] == 5
     got = drain_all(cfg, "Good")
-    assert [orjson.loads(r.body)["key"] for r in got] == ["e"], "a failed batch must send none of its rows"
-    second = publish(cfg, spark, lake)  # the failed batches stay pending; nothing is duplicated
-    assert second["outputs"][0]["status"] == "failed"
+    assert sorted(orjson.loads(r.body)["key"] for r in got) == ["a", "c", "e"]
+    lost = {r["key"]: r for r in read_table(str(tmp_path / "lake" / "outbound_bad_undeliverable")).to_pylist()}
+    assert set(lost) == {"b", "d"}
+    assert lost["b"]["destination"] == "Missing" and "does not exist" in lost["b"]["reason"]
+    assert lost["d"]["destination"] == '"un"terminated' and lost["d"]["reason"]
+    second = publish(cfg, spark, lake)  # nothing pending, nothing duplicated
+    assert second["outputs"][0]["status"] == "ok" and second["published"] == 0
     assert drain_all(cfg, "Good") == []
+    assert read_table(str(tmp_path / "lake" / "outbound_bad_undeliverable")).num_rows == 2
+
+
+def test_hostile_subscriptions_never_block_the_valid_subscriber(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """SubscriptionRouting is written by every endpoint; queuelake does not own it. One valid
+    subscriber beside empty, malformed, hostile, over-long, non-queue and missing-table addresses:
+    the valid one gets each event exactly once, round after round; each bad one is recorded."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=3)
+    setup_db(cfg, ["Valid"])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('CREATE TABLE "public"."Tripwire" (x int)')
+        conn.raw.execute('INSERT INTO "public"."Tripwire" VALUES (1), (2), (3)')
+        conn.commit()
+    bad = {
+        "empty": "",
+        "hostile": '"public"."X"; DROP TABLE "public"."Tripwire"; --',
+        "malformed": '"un"terminated',
+        "long": "L" * 190,
+        "lookalike": "Valid ",
+        "not a queue": "Tripwire",
+        "missing": "NoSuchQueue",
+    }
+    subscribe(cfg, "Valid", "ValidEndpoint", BASE)
+    for endpoint, address in bad.items():
+        subscribe(cfg, address, f"Bad-{endpoint}", BASE)
+    lake = open_lake(cfg.lake, spark)
+    received: list[str] = []
+    for version, keys in enumerate((["e1", "e2", "e3", "e4"], ["e5"], ["e6", "e7"]), start=1):
+        write_outbound(lake, "outbound_events", [row(k) for k in keys], version=version)
+        summary = publish(cfg, spark, lake)
+        out = summary["outputs"][0]
+        assert out["status"] == "ok", out
+        assert out["undeliverable"] > 0
+        received += [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")]
+    assert sorted(received) == [f"e{i}" for i in range(1, 8)], "each event exactly once to the valid subscriber"
+    assert publish(cfg, spark, lake)["published"] == 0 and drain_all(cfg, "Valid") == []
+    lost = read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).to_pylist()
+    by_address: dict[str, set[str]] = {}
+    for r in lost:
+        assert r["reason"], r
+        by_address.setdefault(r["destination"], set()).add(r["key"])
+    # every bad address is recorded for every event; the lookalike parses to the valid queue or is refused
+    for endpoint, address in bad.items():
+        if endpoint == "lookalike" and address not in by_address:
+            continue
+        assert by_address.get(address) == {f"e{i}" for i in range(1, 8)}, endpoint
+    assert len(lost) == sum(len(v) for v in by_address.values())
+    with db.connect(cfg.transport) as conn:
+        assert conn.raw.execute('SELECT count(*) FROM "public"."Tripwire"').fetchone()[0] == 3
+        tables = conn.raw.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'X'").fetchone()[0]
+        assert tables == 0, "no DDL ran"
 
 
 KILL_SCRIPT = """

@@ -6,6 +6,12 @@ rows are read in a fixed order (files sorted by path, rows in file order) and cu
 ``P-V:k/N@B`` commit in one DB transaction. A rerun (after a crash at any instant) finds the round in
 the ledger and skips the batches already there, so each row reaches each destination exactly once.
 Message ids are uuid5(pipeline, key, destination): the same copy always has the same MessageId.
+
+Destinations come from outbound rows and from SubscriptionRouting, which every endpoint writes and
+queuelake does not own. Each is parsed and checked (a queue table with the transport's columns)
+before a batch is sent; a copy whose destination cannot be delivered is not sent but recorded in
+``<output>_undeliverable`` with its reason (idempotently, before the batch's DB commit), so one bad
+row never blocks delivery to everyone else.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.quality import outbound as quality
 from queuelake.report import log
 from queuelake.transport import headers as hdr
-from queuelake.transport import queues, subscriptions
+from queuelake.transport import queues, schema, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
@@ -48,6 +54,20 @@ OPTIONAL = {
     "correlation_id": pa.string(),
     "conversation_id": pa.string(),
 }
+
+
+UNDELIVERABLE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string()),
+        pa.field("intent", pa.string()),
+        pa.field("message_type", pa.string()),
+        pa.field("destination", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("round", pa.string()),
+        pa.field("batch_key", pa.string()),
+        pa.field("recorded_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 def message_id(pipeline: str, key: str, destination: str) -> str:
@@ -88,6 +108,8 @@ class OutputResult:
     copies: int = 0
     batches: int = 0
     batches_skipped: int = 0
+    undeliverable: int = 0
+    bad_destinations: list[str] = field(default_factory=list)
     failed_batches: list[str] = field(default_factory=list)
     error: str | None = None
     round: str | None = None
@@ -110,8 +132,9 @@ class Publisher:
         self.machine = socket.gethostname()
         self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
         self.subscriptions = bridge_ref(config.transport.subscription_table, config.transport)
-        self._subscribers: dict[str, list[TableRef]] = {}
-        self._destinations: dict[str, TableRef] = {}
+        self._subscribers: dict[str, list[str]] = {}
+        self._verdicts: dict[tuple[str | None, bool], tuple[TableRef | None, str | None]] = {}
+        self._reported: set[str] = set()
 
     # -- rounds -----------------------------------------------------------------------------------
 
@@ -198,31 +221,41 @@ class Publisher:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def _destination(self, address: str) -> TableRef:
-        """Destinations repeat across rows: parse (and validate) each address once per run."""
-        ref = self._destinations.get(address)
-        if ref is None:
-            ref = self._destinations[address] = queue_ref(address, self.config.transport)
-        return ref
+    def _target(self, conn: Connection, address: str | None, delayed: bool) -> tuple[TableRef | None, str | None]:
+        """(queue, None) for a deliverable address, else (None, reason). Checked once per run: the
+        address parses and fits the dialect's limits, and the table is there with the transport's
+        columns. Untrusted text never reaches SQL: only a parsed, quoted name does."""
+        verdict = self._verdicts.get((address, delayed))
+        if verdict is None:
+            try:
+                if address is None or not address.strip():
+                    raise QueuelakeError("queue address is empty")
+                ref = queue_ref(address, self.config.transport)
+                problem = schema.delivery_problem(conn, ref.delayed() if delayed else ref, delayed)
+                verdict = (ref, None) if problem is None else (None, problem)
+            except QueuelakeError as exc:
+                verdict = (None, str(exc))
+            self._verdicts[(address, delayed)] = verdict
+        return verdict
 
-    def subscribers(self, conn: Connection, message_type: str) -> list[TableRef]:
+    def subscribers(self, conn: Connection, message_type: str) -> list[str]:
+        """Distinct subscriber addresses (raw text) of any type in the event's hierarchy."""
         if message_type not in self._subscribers:
             topics = [hdr.full_type_name(t) for t in hdr.split_types(message_type) or []]
-            addresses = subscriptions.find_subscribers(conn, self.subscriptions, topics)
-            refs = {
-                queue_ref(a, self.config.transport).canonical: queue_ref(a, self.config.transport) for a in addresses
-            }
-            self._subscribers[message_type] = list(refs.values())
+            self._subscribers[message_type] = subscriptions.find_subscribers(conn, self.subscriptions, topics)
         return self._subscribers[message_type]
 
     def _copies(
-        self, conn: Connection, pipeline: str, row: dict[str, Any], now: dt.datetime, sent: str
+        self,
+        conn: Connection,
+        pipeline: str,
+        row: dict[str, Any],
+        now: dt.datetime,
+        sent: str,
+        undeliverable: list[tuple[str | None, str]],
     ) -> Iterator[tuple[TableRef, OutgoingMessage, int | None]]:
         intent = row["intent"]
-        if intent == "Send":
-            targets = [self._destination(row["destination"])]
-        else:
-            targets = self.subscribers(conn, row["message_type"])
+        addresses = [row["destination"]] if intent == "Send" else self.subscribers(conn, row["message_type"])
         body = row["body"]
         body = body.encode("utf-8") if isinstance(body, str) else body
         user_headers = dict(row.get("headers") or [])
@@ -232,7 +265,14 @@ class Publisher:
         if deliver_at is not None:
             deliver_at = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.timezone.utc)
             delay = max(int((deliver_at - now).total_seconds() * 1000), 0)
-        for target in targets:
+        targets: dict[str, TableRef] = {}
+        for address in addresses:
+            target, reason = self._target(conn, address, delay is not None)
+            if target is None:
+                undeliverable.append((address, reason or "undeliverable"))
+            else:
+                targets.setdefault(target.canonical, target)  # one copy per distinct queue
+        for target in targets.values():
             mid = message_id(pipeline, row["key"], target.canonical)
             headers = {
                 **user_headers,
@@ -257,21 +297,46 @@ class Publisher:
 
     def _publish_batch(
         self, conn: Connection, pipeline: str, output: str, batch_key: str, rows: list[dict[str, Any]]
-    ) -> int:
-        """One DB transaction: every copy of every row, and the ledger row."""
+    ) -> tuple[int, int]:
+        """One DB transaction: every deliverable copy of every row, and the ledger row. Copies that
+        cannot be delivered are recorded first (an idempotent lake append keyed by the batch), so a
+        rerun after a crash records them once. Returns (copies sent, copies undeliverable)."""
         now = queues.db_utc_now(conn)
         sent = hdr.format_time(now)
         direct: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
         delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, int]]]] = {}
         copies = 0
+        bad: list[dict[str, Any]] = []
         for row in rows:
-            for target, message, delay in self._copies(conn, pipeline, row, now, sent):
+            lost: list[tuple[str | None, str]] = []
+            for target, message, delay in self._copies(conn, pipeline, row, now, sent, lost):
                 copies += 1
                 if delay is None:
                     direct.setdefault(target.canonical, (target, []))[1].append(message)
                 else:
                     ref = target.delayed()
                     delayed.setdefault(ref.canonical, (ref, []))[1].append((message.headers, message.body, delay))
+            for address, reason in lost:
+                bad.append(
+                    {
+                        "key": row["key"],
+                        "intent": row["intent"],
+                        "message_type": row["message_type"],
+                        "destination": address,
+                        "reason": reason,
+                        "round": batch_key.split(":")[0],
+                        "batch_key": batch_key,
+                        "recorded_at": now,
+                    }
+                )
+                self._report(output, address, reason)
+        if bad:
+            self.lake.append(
+                f"{output}_undeliverable",
+                pa.Table.from_pylist(bad, schema=UNDELIVERABLE_SCHEMA),
+                f"queuelake.publish.undeliverable/{output}/{batch_key}",
+                1,
+            )
         for ref, messages in direct.values():
             queues.send(conn, ref, messages)
         for ref, items in delayed.values():
@@ -291,7 +356,20 @@ class Publisher:
         hooks.checkpoint("before_publish_commit")
         conn.commit()
         hooks.checkpoint("after_publish_commit")
-        return copies
+        return copies, len(bad)
+
+    def _report(self, output: str, address: str | None, reason: str) -> None:
+        """Once per bad address and run: a bad subscription row should be seen, not flood the log."""
+        if address in self._reported:
+            return
+        self._reported.add(address)  # type: ignore[arg-type]
+        log.warning(
+            "publish %s: not delivering to %r: %s (copies recorded in %s_undeliverable)",
+            output,
+            address,
+            reason,
+            output,
+        )
 
     def publish_output(self, output: str) -> OutputResult:
         result = OutputResult(output)
@@ -338,7 +416,7 @@ class Publisher:
                     continue
                 batch_key = rnd.key(k, n)
                 try:
-                    copies = self._publish_batch(conn, pipeline, output, batch_key, rows)
+                    copies, lost = self._publish_batch(conn, pipeline, output, batch_key, rows)
                 except QueuelakeError as exc:
                     conn.rollback()
                     result.status = "failed"
@@ -349,6 +427,7 @@ class Publisher:
                 result.batches += 1
                 result.published += len(rows)
                 result.copies += copies
+                result.undeliverable += lost
                 elapsed = time.monotonic() - started
                 log.info(
                     "publish %s batch %d/%d: %d rows, %d copies; %d rows at %.0f rows/s, %d batches left",
@@ -361,6 +440,7 @@ class Publisher:
                     result.published / elapsed if elapsed else 0,
                     n - k - 1,
                 )
+        result.bad_destinations = sorted(str(a) for a in self._reported)
         return result
 
 
@@ -396,5 +476,6 @@ def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, 
         "published": sum(r.published for r in results),
         "copies": sum(r.copies for r in results),
         "rejected": sum(r.rejected for r in results),
+        "undeliverable": sum(r.undeliverable for r in results),
         "outputs": summary,
     }

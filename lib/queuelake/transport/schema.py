@@ -35,3 +35,26 @@ def warnings(conn: Connection, ref: TableRef) -> list[str]:
             f"{ref.canonical}: headers column is {kind}, expected {expected}; large or non-Latin headers may be lost"
         )
     return out
+
+
+# the columns a sender writes (and the transport reads), per dialect and kind of table
+_REQUIRED_COLUMNS = {
+    ("postgresql", False): {"id", "expires", "headers", "body", "seq"},
+    ("postgresql", True): {"id", "headers", "body", "due"},
+    ("sqlserver", False): {"id", "correlationid", "replytoaddress", "expires", "headers", "body", "rowversion"},
+    ("sqlserver", True): {"headers", "body", "due", "rowversion"},
+}
+
+
+def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> str | None:
+    """Why messages cannot be inserted into this table (missing, or not a queue / delayed table), or
+    None. Reads the catalog only; never commits or rolls back (it runs inside a publish batch)."""
+    rows = conn.run("table_columns", ref.identifiers(), ref.params(), what=ref.canonical)
+    have = {str(r[0]).lower() for r in rows}
+    kind = "delayed-delivery table" if delayed else "queue table"
+    if not have:
+        return f"{kind} {ref.canonical} does not exist"
+    missing = _REQUIRED_COLUMNS[(conn.dialect, delayed)] - have
+    if missing:
+        return f"{ref.canonical} is not a {kind}: no column(s) {', '.join(sorted(missing))}"
+    return None
