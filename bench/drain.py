@@ -1,66 +1,149 @@
-"""Benchmark: the drain end to end against the raw limit, in one run, on the same rows.
+"""Benchmark: the drain end to end against the raw limit, in one run, on a fresh and a churned table.
 
-raw limit: a plain batched ``DELETE ... RETURNING`` (SKIP LOCKED, k rows per statement, binary
-protocol, rows fetched and dropped) with as many connections as the drain has workers.
-drain: ``queuelake drain`` of the same rows (re-seeded identically) into a fresh lake.
+Two table states, each built twice from identical rows (``traffic.order_events``, seed 42), once
+for the raw limit and once for the drain:
+- fresh: a new queue table, seeded, ``VACUUM ANALYZE``d;
+- churned: the table of issue 10. Seeded with --dead other rows, all deleted, ``ANALYZE``d (so
+  ``reltuples = 0`` while the pages remain; checked), then seeded with the rows: the planner believes
+  the table empty and the --dead deleted rows sit, unvacuumed, at the head of the seq index.
+Autovacuum is off on the bench table, so both consumers meet exactly the same state.
 
-    python bench/drain.py [--messages 1000000] [--batch-size 10000] [--workers 2] [--dsn URI]
+raw limit: the receive's own statement (sql/postgresql/receive_batch.sql, the batched
+``DELETE ... RETURNING`` with SKIP LOCKED), k = --batch-size rows per statement, binary protocol,
+rows fetched and discarded, one commit per statement, on as many psycopg connections as the drain
+has workers, nothing else (no session settings).
+drain: ``queuelake.pipeline.drain.drain`` (delta-rs engine) of the same rows into a fresh temp lake.
+If the drain logs ``timing <step> <seconds> ...`` lines at DEBUG, each step's share of the summed
+worker time is printed too.
 
-Without --dsn it starts an embedded PostgreSQL. Prints both rates and their ratio (target >= 0.6).
+    python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--dsn URI]
+
+Without --dsn (or QUEUELAKE_BENCH_PG_DSN) it starts an embedded PostgreSQL (pgserver). With one,
+it drops and recreates the table ``public."queuelake_bench_drain"`` there. Prints msg/s of both
+consumers and the ratio drain/raw for each table (target >= 0.6), and ends with one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from queuelake.config import from_dict
+from queuelake.config import Config, from_dict
 from queuelake.examples import traffic
 from queuelake.lake.port import open_lake
-from queuelake.pipeline.drain import drain
-from queuelake.report import setup_logging
-from queuelake.transport import db, installer
+from queuelake.pipeline.drain import drain, receive_driver
+from queuelake.report import log, setup_logging
+from queuelake.transport import db, installer, sqlfiles
 from queuelake.transport.embedded import start_embedded
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.tables import TableRef, queue_ref
+
+QUEUE = "queuelake_bench_drain"
+TARGET = 0.6
 
 
-def seed(cfg, count: int) -> float:
-    ref = queue_ref("Bench", cfg.transport)
+class StepTimes(logging.Handler):
+    """Sums the drain's DEBUG ``timing <step> <seconds> <step> <seconds> ...`` lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.batches = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if not message.startswith("timing "):
+            return
+        words = message.split()[1:]
+        for name, value in zip(words[0::2], words[1::2]):
+            try:
+                self.seconds[name] += float(value)
+            except ValueError:
+                continue
+        self.batches += 1
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.batches = 0
+
+    def figures(self) -> dict[str, Any]:
+        total = sum(self.seconds.values())
+        return {
+            "batches": self.batches,
+            "steps": {
+                name: {"worker_seconds": round(s, 3), "share": round(s / total, 3) if total else None}
+                for name, s in self.seconds.items()
+            },
+        }
+
+
+def rel_stats(uri: str, ref: TableRef) -> tuple[float, int]:
+    with psycopg.connect(uri, autocommit=True) as c:
+        row = c.execute(
+            "SELECT reltuples, relpages FROM pg_class WHERE oid = %s::regclass", (ref.qualified,)
+        ).fetchone()
+    return float(row[0]), int(row[1])
+
+
+def build(cfg: Config, uri: str, ref: TableRef, rows: int, churned: bool, dead: int) -> float:
+    """(Re)create the bench table in the wanted state; seconds spent."""
     t0 = time.perf_counter()
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(f"DROP TABLE IF EXISTS {ref.qualified}")
     with db.connect(cfg.transport) as conn:
-        traffic.seed(conn, ref, traffic.order_events(count, seed=42), chunk=50_000)
-    with psycopg.connect(cfg.transport.connection, autocommit=True) as c:
-        c.execute(f"VACUUM ANALYZE {ref.qualified}")
+        installer.install(conn, installer.plan(cfg))
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(f"ALTER TABLE {ref.qualified} SET (autovacuum_enabled = false)")
+    if churned:
+        with db.connect(cfg.transport) as conn:
+            traffic.seed(conn, ref, traffic.order_events(dead, seed=41), chunk=50_000)
+        with psycopg.connect(uri, autocommit=True) as c:
+            c.execute(f"DELETE FROM {ref.qualified}")
+            c.execute(f"ANALYZE {ref.qualified}")
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, ref, traffic.order_events(rows, seed=42), chunk=50_000)
+    if churned:
+        reltuples, relpages = rel_stats(uri, ref)
+        if not (reltuples == 0 and relpages > 0):
+            raise SystemExit(f"churned table is not churned: reltuples={reltuples}, relpages={relpages}")
+    else:
+        with psycopg.connect(uri, autocommit=True) as c:
+            c.execute(f"VACUUM ANALYZE {ref.qualified}")
+    # flush the seeding's dirty pages now, not during the measurement (needs superuser or pg_checkpoint)
+    with psycopg.connect(uri, autocommit=True) as c, contextlib.suppress(psycopg.Error):
+        c.execute("CHECKPOINT")
     return time.perf_counter() - t0
 
 
-def raw_drain(uri: str, qualified: str, batch: int, connections: int) -> tuple[int, float]:
-    sql = (
-        f"DELETE FROM {qualified} AS q USING (SELECT seq FROM {qualified} ORDER BY seq LIMIT {batch} "
-        f"FOR UPDATE SKIP LOCKED) AS c WHERE q.seq = c.seq "
-        "RETURNING q.id, q.seq, (q.expires IS NOT NULL AND q.expires <= (now() AT TIME ZONE 'UTC')), "
-        "q.expires, q.headers, q.body"
-    )
+def raw_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
+    (stmt,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), "format")
     counts = [0] * connections
+    errors: list[BaseException] = []
 
     def run(i: int) -> None:
-        with psycopg.connect(uri) as conn:
-            while True:
-                with conn.cursor(binary=True) as cur:
-                    cur.execute(sql)
-                    rows = cur.fetchall()
-                conn.commit()
-                if not rows:
-                    return
-                counts[i] += len(rows)
+        try:
+            with psycopg.connect(uri) as conn:
+                while True:
+                    with conn.cursor(binary=True) as cur:
+                        cur.execute(stmt.sql, stmt.args({"batch_size": batch}))
+                        rows = cur.fetchall()
+                    conn.commit()
+                    if not rows:
+                        return
+                    counts[i] += len(rows)
+        except BaseException as exc:
+            errors.append(exc)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=run, args=(i,)) for i in range(connections)]
@@ -68,64 +151,117 @@ def raw_drain(uri: str, qualified: str, batch: int, connections: int) -> tuple[i
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
     return sum(counts), time.perf_counter() - t0
+
+
+def full_drain(cfg: Config, steps: StepTimes) -> tuple[int, float, dict[str, Any]]:
+    shutil.rmtree(cfg.lake.root, ignore_errors=True)
+    steps.reset()
+    t0 = time.perf_counter()
+    summary = drain(cfg, open_lake(cfg.lake), queue_names=[QUEUE])
+    seconds = time.perf_counter() - t0
+    if summary["status"] != "ok":
+        raise SystemExit(f"drain failed: {summary}")
+    shutil.rmtree(cfg.lake.root, ignore_errors=True)
+    return summary["dequeued"], seconds, steps.figures()
+
+
+def measure(cfg: Config, uri: str, ref: TableRef, args: argparse.Namespace, churned: bool, steps: StepTimes) -> dict:
+    label = "churned" if churned else "fresh"
+    seed_s = build(cfg, uri, ref, args.rows, churned, args.dead)
+    print(f"[{label}] table built in {seed_s:.1f}s", file=sys.stderr)
+    raw_n, raw_s = raw_drain(uri, ref, args.batch_size, args.workers)
+    if raw_n != args.rows:
+        raise SystemExit(f"[{label}] raw received {raw_n} of {args.rows}")
+
+    build(cfg, uri, ref, args.rows, churned, args.dead)
+    drain_n, drain_s, timing = full_drain(cfg, steps)
+    if drain_n != args.rows:
+        raise SystemExit(f"[{label}] drain dequeued {drain_n} of {args.rows}")
+
+    raw_rate, drain_rate = raw_n / raw_s, drain_n / drain_s
+    out = {
+        "raw_seconds": round(raw_s, 2),
+        "raw_msgs_per_s": round(raw_rate),
+        "drain_seconds": round(drain_s, 2),
+        "drain_msgs_per_s": round(drain_rate),
+        "ratio": round(drain_rate / raw_rate, 3),
+        **timing,
+    }
+    print(
+        f"[{label}] raw {raw_rate:,.0f} msg/s ({raw_s:.2f}s), drain {drain_rate:,.0f} msg/s ({drain_s:.2f}s), "
+        f"ratio drain/raw {out['ratio']:.3f}",
+        file=sys.stderr,
+    )
+    if timing["batches"]:
+        shares = ", ".join(
+            f"{name} {v['share']:.0%} ({v['worker_seconds']:.2f}s)" for name, v in timing["steps"].items()
+        )
+        print(f"[{label}] drain steps over {timing['batches']} batches: {shares}", file=sys.stderr)
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batch-size", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--dsn", default=None)
-    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--dead", type=int, default=None, help="rows deleted before the refill (default: --rows)")
+    parser.add_argument("--dsn", default=os.environ.get("QUEUELAKE_BENCH_PG_DSN"))
+    parser.add_argument("--verbose", action="store_true", help="the drain's INFO lines on stderr")
     args = parser.parse_args()
+    args.dead = args.rows if args.dead is None else args.dead
+
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
+    for handler in log.handlers:  # the console keeps its level; the logger passes DEBUG to ours
+        handler.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    steps = StepTimes()
+    log.addHandler(steps)
+    log.setLevel(logging.DEBUG)
+
     work = Path(tempfile.mkdtemp(prefix="queuelake-bench-"))
     server = None
     uri = args.dsn
     if uri is None:
         server = start_embedded(work / "pg")
         uri = server.get_uri("postgres")
-    cfg = from_dict(
-        {
-            "transport": {"connection": uri},
-            "lake": {"root": str(work / "lake"), "engine": "delta-rs"},
-            "drain": {"queues": ["Bench"], "batch_size": args.batch_size, "workers_per_queue": args.workers},
-        },
-        env={},
-    )
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
-    ref = queue_ref("Bench", cfg.transport)
-
-    seed_s = seed(cfg, args.messages)
-    print(f"seeded {args.messages:,} messages in {seed_s:.1f}s", file=sys.stderr)
-    raw_n, raw_s = raw_drain(uri, ref.qualified, args.batch_size, args.workers)
-    assert raw_n == args.messages, raw_n
-
-    seed(cfg, args.messages)
-    t0 = time.perf_counter()
-    summary = drain(cfg, open_lake(cfg.lake))
-    drain_s = time.perf_counter() - t0
-    assert summary["dequeued"] == args.messages, summary
-
-    raw_rate = raw_n / raw_s
-    drain_rate = summary["dequeued"] / drain_s
-    result = {
-        "messages": args.messages,
-        "batch_size": args.batch_size,
-        "connections": args.workers,
-        "raw_seconds": round(raw_s, 2),
-        "raw_msgs_per_s": round(raw_rate),
-        "drain_seconds": round(drain_s, 2),
-        "drain_msgs_per_s": round(drain_rate),
-        "ratio": round(drain_rate / raw_rate, 3),
-        "target": 0.6,
-    }
+    try:
+        cfg = from_dict(
+            {
+                "transport": {"connection": uri},
+                "lake": {"root": str(work / "lake"), "engine": "delta-rs"},
+                "drain": {"queues": [QUEUE], "batch_size": args.batch_size, "workers_per_queue": args.workers},
+            },
+            env={},
+        )
+        ref = queue_ref(QUEUE, cfg.transport)
+        with psycopg.connect(uri, autocommit=True) as c:
+            version = c.execute("SHOW server_version").fetchone()[0]
+        result: dict[str, Any] = {
+            "rows": args.rows,
+            "batch_size": args.batch_size,
+            "workers": args.workers,
+            "dead_rows_churned": args.dead,
+            "receive_driver": receive_driver(cfg),
+            "server_version": version,
+            "embedded": server is not None,
+        }
+        # warm-up, not measured: the first drain of a process pays one-time costs (imports, the lake
+        # table's creation, first Delta commit) that are not a property of either table
+        build(cfg, uri, ref, min(args.rows, args.batch_size), False, 0)
+        full_drain(cfg, steps)
+        for churned in (False, True):
+            result["churned" if churned else "fresh"] = measure(cfg, uri, ref, args, churned, steps)
+        result["target"] = TARGET
+        with psycopg.connect(uri, autocommit=True) as c:
+            c.execute(f"DROP TABLE IF EXISTS {ref.qualified}")
+    finally:
+        if server is not None:
+            server.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))
-    shutil.rmtree(work / "lake", ignore_errors=True)
-    if server is not None:
-        server.cleanup()
     return 0
 
 
