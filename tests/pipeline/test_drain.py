@@ -337,3 +337,56 @@ def test_a_killed_drains_statement_stops_holding_rows(fresh_pg_uri: str, tmp_pat
             conn.commit()
             return
     assert got == 50, "a killed drain's statement still holds its rows server-side"
+
+
+def _claims(cfg: object) -> int:
+    from queuelake.transport.claims import claims_ref
+
+    ref = claims_ref(cfg.transport)  # type: ignore[attr-defined]
+    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
+        return conn.raw.execute(f"SELECT count(*) FROM {ref.qualified}").fetchone()[0]
+
+
+def test_claims_of_workers_that_no_longer_run_are_resolved(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Killed after its DB commit with 3 workers; the next run has 1 worker and still lands every
+    claimed batch, exactly once, before it receives anything."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    install(cfg)
+    ids = seed_ids(cfg, "Sales", 3000)
+    conf = write_config(tmp_path / "three.yaml", lake_root, ["Sales"], batch_size=200, workers=3)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:4"}
+    proc = subprocess.run([sys.executable, "-m", "queuelake", "drain", "-c", str(conf)], env=env, capture_output=True)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    left = _claims(cfg)
+    assert left >= 1, "the kill left no claim: nothing to resolve"
+    one = write_config(tmp_path / "one.yaml", lake_root, ["Sales"], batch_size=200, workers=1)
+    env.pop("QUEUELAKE_TEST_KILL_AT")
+    final = subprocess.run(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(one)], env=env, capture_output=True, text=True
+    )
+    assert final.returncode == 0, final.stderr[-2000:]
+    summary = json.loads(final.stdout.strip().splitlines()[-1])
+    assert summary["claims_resolved"] == left
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == len(set(got)) and set(got) == ids
+    assert _claims(cfg) == 0 and queue_depth(cfg, "Sales") == 0
+
+
+def test_a_claim_whose_staged_files_vanished_fails_loudly(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Committing a missing file would corrupt the journal: the claim stays, the run fails naming it."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    install(cfg)
+    seed_ids(cfg, "Sales", 400)
+    conf = write_config(tmp_path / "d.yaml", lake_root, ["Sales"], batch_size=200, workers=1)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:1"}
+    proc = subprocess.run([sys.executable, "-m", "queuelake", "drain", "-c", str(conf)], env=env, capture_output=True)
+    assert proc.returncode == -9 and _claims(cfg) == 1
+    for parquet in (lake_root / "messages").glob("*.parquet"):
+        parquet.unlink()  # e.g. a vacuum with too short a retention
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "failed"
+    assert "missing" in summary["queues"][0]["error"]
+    assert _claims(cfg) == 1, "the claim must stay for an operator to see"
+    assert queue_depth(cfg, "Sales") == 200, "nothing else was received while the claim is unresolved"

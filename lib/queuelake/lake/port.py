@@ -50,9 +50,10 @@ class LakeEngine(Protocol):
     def discard_staged(self, table: str, staged: StagedFiles) -> None:
         """Delete staged files nobody will commit (best effort; leftovers are orphans for vacuum)."""
 
-    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int) -> bool:
+    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
         """Commit staged files in one commit with (app_id, version); False, touching nothing, when
-        app_id already committed >= version. Raises LakeError when a staged file is missing."""
+        app_id already committed >= version. With ``verify``, raises LakeError when a staged file is
+        missing (resolving a claim another process left)."""
 
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""

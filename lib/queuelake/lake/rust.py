@@ -75,6 +75,7 @@ class DeltaRsEngine:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._registered: set[int] = set()
+        self._stage_targets: dict[str, tuple[pa.Schema, list[str]]] = {}
 
     # ------------------------------------------------------------ basics
 
@@ -265,10 +266,8 @@ class DeltaRsEngine:
     def stage(self, table: str, data: pa.Table) -> StagedFiles:
         """Write ``data`` as Parquet files into the table's folder without committing them: invisible
         to readers until ``commit_staged``; orphans for vacuum if nobody ever commits them."""
-        dt = self._require(table)
-        self._check_writable(table, dt)
-        target = pa.schema(dt.schema().to_arrow())
-        sink = FileSink(self.path(table), target, list(dt.metadata().partition_columns))
+        target, partition_by = self._stage_target(table)
+        sink = FileSink(self.path(table), target, partition_by)
         try:
             sink.write(conform(data, target, table))
             files = sink.close()
@@ -277,24 +276,37 @@ class DeltaRsEngine:
             raise
         return StagedFiles(files, uuid.uuid4().hex)
 
+    def _stage_target(self, table: str) -> tuple[pa.Schema, list[str]]:
+        """The table's schema and partitioning, read once per engine (a drain run): staging every
+        batch must not replay the log. A column added meanwhile reads as null in these files."""
+        with self._locks_guard:
+            cached = self._stage_targets.get(table)
+        if cached is None:
+            dt = self._require(table)
+            self._check_writable(table, dt)
+            cached = (pa.schema(dt.schema().to_arrow()), list(dt.metadata().partition_columns))
+            with self._locks_guard:
+                self._stage_targets[table] = cached
+        return cached
+
     def discard_staged(self, table: str, staged: StagedFiles) -> None:
         """Best effort: what stays behind is an orphan that vacuum removes."""
         delete_files(self.path(table), staged.files)
 
-    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int) -> bool:
+    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
         """Commit staged files in one Delta commit carrying (app_id, version). False when that version
-        is already committed: the files are then left alone (they may be the ones it added)."""
+        is already committed: the files are then left alone (they may be the ones it added).
+        ``verify`` first checks that every file is still there (files staged by another process, long
+        ago): committing a missing file would corrupt the table."""
         with self._lock(table, app_id):
-            dt = self._require(table)
-            committed = dt.transaction_version(app_id)
-            if committed is not None and committed >= version:
-                return False
-            gone = missing_files(self.path(table), staged.files)
-            if gone:
-                raise LakeError(
-                    f"lake table {table}: staged files of ({app_id}, {version}) are missing ({', '.join(gone[:3])}); "
-                    "they were removed before being committed (a vacuum with a retention shorter than the claim's age?)"
-                )
+            if verify:
+                gone = missing_files(self.path(table), staged.files)
+                if gone:
+                    raise LakeError(
+                        f"lake table {table}: staged files of ({app_id}, {version}) are missing "
+                        f"({', '.join(gone[:3])}); they were removed before being committed (a vacuum "
+                        "with a retention shorter than the claim's age?)"
+                    )
             return commit_files(
                 self.path(table),
                 table,

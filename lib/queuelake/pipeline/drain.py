@@ -211,7 +211,7 @@ class QueueDrain:
         if committed >= claim.version:
             return
         staged = StagedFiles.from_json(claim.staged)
-        if not self.lake.commit_staged(claim.lake_table, staged, claim.app_id, claim.version):
+        if not self.lake.commit_staged(claim.lake_table, staged, claim.app_id, claim.version, verify=True):
             if (self.lake.last_version(claim.lake_table, claim.app_id) or 0) < claim.version:
                 raise LakeError(f"{self.ref.canonical}: could not commit claimed batch {claim.app_id}:{claim.version}")
 
