@@ -2,7 +2,8 @@
 
 Every command logs progress to stderr and prints one JSON object as the last line of stdout, however
 it ends: 0 on success; 1 on failure (``"status": "failed"`` and why, never a traceback unless
-``--debug``, never the connection string); 143 when SIGTERM stopped it (``"status": "interrupted"``),
+``--debug``, never the connection string) and on a drain that left rows other sessions held
+(``"status": "incomplete"``); 143 when SIGTERM stopped it (``"status": "interrupted"``),
 130 on Ctrl-C. ``drain`` and ``run`` take a first SIGTERM as "stop at the next batch boundary" and a
 second as "stop now"; the other commands stop at the first.
 """

@@ -63,7 +63,9 @@ def publish(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
 
 def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
     """drain, transform, publish: the scheduled job. Stops at the first failing step, and before
-    the next step once SIGTERM asked to stop (status "interrupted", the steps not run are listed)."""
+    the next step once SIGTERM asked to stop (status "interrupted", the steps not run are listed).
+    A drain that ended "incomplete" (rows held by other sessions) does not stop the later steps, but
+    the run reports "incomplete"."""
     from queuelake import stopping
     from queuelake.pipeline.drain import drain as run_drain
     from queuelake.pipeline.publish import publish as run_publish
@@ -82,10 +84,14 @@ def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
         if stopping.requested():
             break
         steps[name] = step()
-        if steps[name].get("status") != "ok":
+        # an incomplete drain (rows other sessions held) journalled everything it took: go on
+        if steps[name].get("status") not in ("ok", "incomplete"):
             break
-    if any(s.get("status") != "ok" for s in steps.values()):
+    statuses = {s.get("status") for s in steps.values()}
+    if statuses - {"ok", "incomplete"}:
         return {"status": "failed", **steps}
+    if "incomplete" in statuses and len(steps) == len(order):
+        return {"status": "incomplete", **steps}
     if len(steps) < len(order):
         return {"status": "interrupted", **steps, "skipped": [n for n in order if n not in steps]}
     return {"status": "ok", **steps}
