@@ -60,3 +60,24 @@ def test_status_reports_depth_age_and_schema_warnings(fresh_pg_uri: str, pg_driv
     assert run_cli(["install", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver)).code == 0
     again = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver))
     assert {q["queue"]: q["warnings"] for q in again.summary["queues"]}['"public"."Sales"'] == []
+
+
+def test_status_lists_unresolved_drain_claims(fresh_pg_uri: str, pg_driver: str, tmp_path) -> None:
+    from queuelake.transport import claims
+
+    cfg = make_config(fresh_pg_uri, pg_driver, ["Sales"])
+    with connect(fresh_pg_uri, pg_driver) as conn:
+        installer.install(conn, installer.plan(cfg))
+        table = claims.claims_ref(cfg.transport)
+        with conn.transaction():
+            for version in (1, 2):
+                claims.insert(
+                    conn, table, claims.Claim("queuelake.drain/x/0", version, '"public"."Sales"', "messages", 10, "{}")
+                )
+    path = write_config(tmp_path, pg_driver, ["Sales"])
+    result = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver))
+    assert result.code == 0, result
+    (pending,) = result.summary["unresolved_claims"]
+    assert pending["queue"] == '"public"."Sales"' and pending["claims"] == 2 and pending["rows"] == 20
+    assert pending["oldest"] is not None
+    assert "unresolved drain claim" in result.stderr
