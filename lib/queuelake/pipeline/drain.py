@@ -256,12 +256,15 @@ class QueueDrain:
                 drained_at = dt.datetime.now(dt.timezone.utc)
                 table, counts = build_batch(received, self.ref.canonical, f"{app_id}:{version}", drained_at)
                 t_build = time.monotonic()
-                self._commit(conn, app_id, version, table)
+                stage, claim, delta, clear = self._commit(conn, app_id, version, table)
                 log.debug(
-                    "timing receive %.3f build %.3f commit %.3f",
+                    "timing receive %.3f build %.3f stage %.3f claim %.3f delta %.3f clear %.3f",
                     t_recv - t0,
                     t_build - t_recv,
-                    time.monotonic() - t_build,
+                    stage,
+                    claim,
+                    delta,
+                    clear,
                 )
                 with self._lock:
                     r = self.result
@@ -292,9 +295,14 @@ class QueueDrain:
         time.sleep(SETTLE_POLL_SECONDS)
         return settle_until
 
-    def _commit(self, conn: Connection, app_id: str, version: int, table: pa.Table) -> None:
-        """Stage, claim with the DELETE, then the Delta commit, then clear the claim."""
+    def _commit(
+        self, conn: Connection, app_id: str, version: int, table: pa.Table
+    ) -> tuple[float, float, float, float]:
+        """Stage, claim with the DELETE, then the Delta commit, then clear the claim. Returns each
+        step's seconds, for the bench's per-step shares."""
+        t0 = time.monotonic()
         staged = self.lake.stage(MESSAGES, table)
+        t_stage = time.monotonic()
         claimed = False
         try:
             hooks.checkpoint("after_stage")
@@ -315,15 +323,19 @@ class QueueDrain:
             # commits them, else they are orphans for vacuum and the rows are back in the queue.
             raise
         hooks.checkpoint("after_db_commit")
+        t_claim = time.monotonic()
         if not self.lake.commit_staged(MESSAGES, staged, app_id, version):
             raise TransportError(
                 f"{self.ref.canonical}: batch {app_id}:{version} is already in the journal; "
                 "another process drains this queue with the same worker id"
             )
         hooks.checkpoint("after_delta_commit")
+        t_delta = time.monotonic()
         claims.delete(conn, self.claims_table, app_id, version)
         conn.commit()
         hooks.checkpoint("after_claim_cleared")
+        t_clear = time.monotonic()
+        return t_stage - t0, t_claim - t_stage, t_delta - t_claim, t_clear - t_delta
 
     def _backlog(self, conn: Connection, total: int) -> int:
         """Backlog for the progress line: a real peek every few seconds, else an estimate. A peek

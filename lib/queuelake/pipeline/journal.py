@@ -15,6 +15,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -175,10 +176,24 @@ def _escape_surrogate(c: str) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
-def _column(maps: list[dict[str, Any] | None], key: str) -> pa.Array:
-    """One header as a column. A comprehension over the parsed dicts measured ~5x faster than
-    ``pc.map_lookup`` on the map column."""
-    return pa.array([m.get(key) if m else None for m in maps], pa.string())
+def _lookup(headers: pa.MapArray, names: list[str]) -> dict[str, pa.Array]:
+    """Several headers as columns, straight from the map column's flattened entries (the map is
+    built here, from offset 0, null rows without entries): one
+    ``index_in`` over all keys, then a scatter per header. No Python object per row (the per-row
+    dict comprehension it replaces was a third of the build's time)."""
+    n = len(headers)
+    which = pc.index_in(headers.keys, value_set=pa.array(names, pa.string()))
+    which_np = which.fill_null(-1).to_numpy(zero_copy_only=False)
+    # the row of each entry (pc.list_parent_indices aborts on a MapArray in pyarrow 26)
+    offsets = headers.offsets.to_numpy(zero_copy_only=False)
+    parents = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    out: dict[str, pa.Array] = {}
+    for j, name in enumerate(names):
+        entries = np.flatnonzero(which_np == j)
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[parents[entries]] = entries  # keys are unique within a row (they come from dicts)
+        out[name] = pc.take(headers.items, pa.array(pos, mask=pos < 0)).cast(pa.string())
+    return out
 
 
 def _blank_to_null(arr: pa.Array) -> pa.Array:
@@ -203,20 +218,27 @@ def _header_map(maps: list[dict[str, Any] | None]) -> pa.MapArray:
     )
 
 
-def _typed_columns(maps: list[dict[str, Any] | None], ids: pa.Array) -> tuple[set[int], dict[str, Any]]:
+_LOOKED_UP = [
+    *_STRING_HEADERS.values(),
+    hdr.MESSAGE_INTENT,
+    *_TIME_HEADERS.values(),
+    hdr.ENCLOSED_MESSAGE_TYPES,
+]
+
+
+def _typed_columns(headers: pa.MapArray, ids: pa.Array) -> tuple[set[int], dict[str, Any]]:
     """Every decoded column, and the rows whose intent or times the reference decoder would refuse."""
-    columns: dict[str, Any] = {name: _column(maps, key) for name, key in _STRING_HEADERS.items()}
-    columns["message_intent"], unknown = _intents(_column(maps, hdr.MESSAGE_INTENT))
+    found = _lookup(headers, _LOOKED_UP)
+    columns: dict[str, Any] = {name: found[key] for name, key in _STRING_HEADERS.items()}
+    columns["message_intent"], unknown = _intents(found[hdr.MESSAGE_INTENT])
     bad = set(unknown)
     for name, key in _TIME_HEADERS.items():
-        columns[name], unparsable = _times(_column(maps, key))
+        columns[name], unparsable = _times(found[key])
         bad.update(unparsable)
-    present = pa.array([m is not None for m in maps], pa.bool_())
+    present = pc.is_valid(headers)
     message_id = pc.coalesce(_blank_to_null(columns["message_id"]), ids)
     columns["message_id"] = pc.if_else(present, message_id, pa.scalar(None, pa.string()))
-    columns["enclosed_message_types"], columns["message_type"] = _enclosed_types(
-        _column(maps, hdr.ENCLOSED_MESSAGE_TYPES)
-    )
+    columns["enclosed_message_types"], columns["message_type"] = _enclosed_types(found[hdr.ENCLOSED_MESSAGE_TYPES])
     return bad, columns
 
 
@@ -418,7 +440,7 @@ def _build(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetim
             reasons[i] = _reason(raws[i], ids[i]) or "header values must be strings"
             maps[i] = None
         headers = _header_map(maps)
-    bad, typed = _typed_columns(maps, received["id"])
+    bad, typed = _typed_columns(headers, received["id"])
     refused: set[int] = set()
     while bad:  # typed columns are computed again without the refused rows, until none is left
         if not bad.isdisjoint(refused):
@@ -427,9 +449,8 @@ def _build(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetim
             reasons[i] = reasons[i] or _reason(raws[i], ids[i]) or "headers could not be decoded"
             maps[i] = None
         refused |= bad
-        bad, typed = _typed_columns(maps, received["id"])
-    if refused:
         headers = _header_map(maps)
+        bad, typed = _typed_columns(headers, received["id"])
 
     counts = {"expired": sum(expired), "quarantined": sum(r is not None for r in reasons)}
     counts["landed"] = n - counts["expired"] - counts["quarantined"]
