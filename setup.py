@@ -45,6 +45,10 @@ setup(
             "pgserver>=0.1",
             "ruff>=0.5",
         ],
+        # the embedded default (transport.embedded, conf/local.yaml, `queuelake demo`): a throwaway
+        # PostgreSQL whose binaries this package ships. Kept out of install_requires so that deployments
+        # (a Databricks wheel) do not carry PostgreSQL; dev lists it too, so `.[dev]` alone runs the tests.
+        "embedded": ["pgserver>=0.1"],
         # the notebooks/ (plots) and their test
         "notebooks": ["matplotlib>=3.8"],
         # parse-checks the DAGs in airflow/dags (tests/product/test_schedulers.py). The Spark provider stays below 6:

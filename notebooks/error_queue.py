@@ -8,7 +8,8 @@
 # MAGIC
 # MAGIC * the **top exception types**, with a sample message each;
 # MAGIC * the **failing endpoints and queues**;
-# MAGIC * **failures over time**, per exception type.
+# MAGIC * **failures over time**, per exception type;
+# MAGIC * **retry one exception group**: back to the queues the messages failed in, with `queuelake replay`.
 # MAGIC
 # MAGIC Parameters: the `lake_root` widget on Databricks (elsewhere `QUEUELAKE_LAKE_ROOT`, default `./lake`);
 # MAGIC `error_queue` (elsewhere `QUEUELAKE_ERROR_QUEUE`): the error queue's name, e.g. `error`; empty means every
@@ -185,3 +186,52 @@ if failures is not None:
     ax.legend(fontsize="small", loc="upper left")
     fig.autofmt_xdate()
     nb.save_or_show(fig, "error_failures_over_time")
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Retry one exception group
+# MAGIC
+# MAGIC Sends the group's failed messages back to the queues they failed in (`NServiceBus.FailedQ`), as a ServicePulse
+# MAGIC retry does, exactly once (see the README, *Replay and retry*). This cell only reads the lake unless
+# MAGIC `RETRY_CONFIG` names the deployment's config file (the queue database); then it dry-runs the retry, and sends it
+# MAGIC once `RETRY_DRY_RUN` is set to `False`. `RETRY_EXCEPTION_TYPE` picks the group (default: the top one above).
+# MAGIC To resume an interrupted retry, set `RETRY_ID` to the `replay_id` it printed.
+
+# COMMAND ----------
+
+import os  # noqa: E402
+
+RETRY_EXCEPTION_TYPE = os.environ.get("QUEUELAKE_RETRY_EXCEPTION_TYPE", "")  # e.g. "System.TimeoutException"
+RETRY_CONFIG = os.environ.get("QUEUELAKE_RETRY_CONFIG", "")  # e.g. "conf/prod.yaml"; empty: nothing is sent
+RETRY_DRY_RUN = True
+RETRY_MAX_RATE = None  # messages per second, e.g. 200, so that the endpoints are not flooded
+RETRY_ID = None
+
+
+def spark_sql_string(text):
+    """A Spark SQL string literal: quotes and backslashes escaped."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+if failures is not None:
+    group = RETRY_EXCEPTION_TYPE or by_type["exception_type"].iloc[0]
+    predicate = f"exception_type = {spark_sql_string(group)}"
+    per_queue = (
+        failures.where(F.col("exception_type") == group)
+        .groupBy(F.coalesce("failed_queue", F.lit("(no FailedQ: cannot be retried)")).alias("failed_queue"))
+        .agg(F.count("*").alias("messages"), F.max("failed_at").alias("last_failure"))
+        .orderBy(F.desc("messages"))
+        .toPandas()
+    )
+    nb.show_table(per_queue, f"retry group {group!r}: messages per queue they failed in")
+    print(f'\nfrom a shell: queuelake replay -c <config> --where "{predicate}" --dry-run   (then without --dry-run)')
+    if RETRY_CONFIG:
+        from queuelake import config as queuelake_config
+        from queuelake.lake import open_lake
+        from queuelake.pipeline.replay import ReplayOptions, replay
+
+        retry_cfg = queuelake_config.load(RETRY_CONFIG)
+        options = ReplayOptions(predicate, dry_run=RETRY_DRY_RUN, max_rate=RETRY_MAX_RATE, replay_id=RETRY_ID)
+        summary = replay(retry_cfg, nb.spark, open_lake(retry_cfg.lake, nb.spark), options)
+        print(summary)

@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("queuelake.commands.pipeline:run_all", "drain, transform, publish"),
     "purge-expired": ("queuelake.commands.transport:purge_expired", "purge expired rows in batches"),
     "maintain": ("queuelake.commands.pipeline:maintain", "compact and vacuum the lake tables"),
+    "replay": ("queuelake.commands.replay:replay", "send journal rows back to queues: retry or replay, exactly once"),
 }
 
 # commands whose first SIGTERM only asks them to stop at a batch boundary (stopping.requested())
@@ -69,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--queue", action="append", dest="queues", help="drain only this queue (repeatable)")
             p.add_argument("--max-messages", type=int, default=None)
             p.add_argument("--max-seconds", type=float, default=None)
+        if name == "replay":
+            p.add_argument("--where", required=True, help="Spark SQL predicate over messages (one boolean expression)")
+            p.add_argument("--to", default=None, help="send every selected message to this queue (default: its own)")
+            p.add_argument("--dry-run", action="store_true", help="count per destination and type; write nothing")
+            p.add_argument("--limit", type=int, default=None, help="at most N messages (the first by queue, seq)")
+            p.add_argument("--max-rate", type=float, default=None, help="at most N messages per second")
+            p.add_argument("--replay-id", default=None, help="resume this replay (default: a new id, printed)")
+            p.add_argument("--batch-size", type=int, default=5000, help="messages per DB transaction (default 5000)")
+            p.add_argument("--ack-queue", default=None, help="set ServiceControl.Retry.AcknowledgementQueue on retries")
         if name == "demo":
             p.add_argument("--workdir", default=".", help="where ./lake and the demo database go")
             p.add_argument("--messages", type=int, default=2000, help="messages to seed per business queue")

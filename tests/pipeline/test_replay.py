@@ -1,0 +1,448 @@
+"""Replay and retry from the journal against real PostgreSQL, Spark and Delta files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import orjson
+import pytest
+from queuelake import cli
+from queuelake.config import from_dict
+from queuelake.errors import QueuelakeError
+from queuelake.examples import traffic
+from queuelake.lake.port import open_lake
+from queuelake.lake.reading import read_table
+from queuelake.pipeline.drain import drain
+from queuelake.pipeline.replay import (
+    ReplayOptions,
+    check_predicate,
+    replay,
+    retry_headers,
+    timespan_ms,
+    unique_message_id,
+)
+from queuelake.transport import db, installer, queues
+from queuelake.transport import headers as hdr
+from queuelake.transport.queues import OutgoingMessage
+from queuelake.transport.tables import queue_ref
+
+TIMEOUT = "System.TimeoutException"
+DECLINED = "Billing.CardDeclinedException"
+WHEN = dt.datetime(2026, 11, 2, 8, 30, tzinfo=dt.timezone.utc)
+STRIPPED = {
+    "NServiceBus.FailedQ",
+    "NServiceBus.TimeOfFailure",
+    "NServiceBus.ExceptionInfo.ExceptionType",
+    "NServiceBus.ExceptionInfo.Message",
+    "NServiceBus.ExceptionInfo.Source",
+    "NServiceBus.ExceptionInfo.StackTrace",
+    "NServiceBus.Retries",
+    "NServiceBus.Retries.Timestamp",
+    "ServiceControl.EditOf",
+}
+
+
+def make_config(uri: str, lake_root: Path, queues_: list[str]):
+    return from_dict(
+        {
+            "transport": {"connection": uri},
+            "lake": {"root": str(lake_root), "engine": "delta-rs"},
+            "drain": {"queues": queues_, "batch_size": 500},
+        },
+        env={},
+    )
+
+
+def install(cfg, extra: list[str]) -> None:
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=extra))
+
+
+def send(cfg, queue: str, messages: list[OutgoingMessage]) -> None:
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref(queue, cfg.transport), messages)
+
+
+def drain_all(cfg, name: str) -> list[queues.ReceivedRow]:
+    ref = queue_ref(name, cfg.transport)
+    out: list[queues.ReceivedRow] = []
+    with db.connect(cfg.transport) as conn:
+        while True:
+            rows = queues.receive_batch(conn, ref, 10_000)
+            conn.commit()
+            if not rows:
+                return out
+            out.extend(rows)
+
+
+def failed(message: OutgoingMessage, queue: str, exception: str, **extra: str) -> OutgoingMessage:
+    copy = traffic.failed_copy(message, queue, exception, "it broke", WHEN)
+    if not extra:
+        return copy
+    headers = hdr.decode_map(copy.headers)
+    headers.update(extra)
+    headers = {k: v for k, v in headers.items() if v != "<drop>"}
+    return OutgoingMessage(hdr.encode(headers), copy.body, id=copy.id)
+
+
+def sql(cfg, query: str) -> list[tuple]:
+    with db.connect(cfg.transport) as conn:
+        return conn.raw.execute(query).fetchall()
+
+
+def run(cfg, spark, where: str, **kw) -> dict:
+    return replay(cfg, spark, open_lake(cfg.lake, spark), ReplayOptions(predicate=where, **kw))
+
+
+def lake_snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+# --- headers, ids, predicates (no database) -------------------------------------------------------
+
+
+def test_unique_message_id_matches_servicecontrol() -> None:
+    """The value in ServiceControl's own approval file (HeaderFilterTests.RemovesHeaders.approved.txt),
+    a retried message's ServiceControl.Retry.UniqueMessageId = DeterministicGuid.MakeId(MessageId,
+    ProcessingEndpoint)."""
+    headers = {
+        hdr.MESSAGE_ID: "caf68027-acce-4260-8442-ac6500e46afc",
+        hdr.PROCESSING_ENDPOINT: "SeasNve.Market.Crm.PowerSupplySalesOrderManager.1.0",
+    }
+    assert unique_message_id(headers) == "a5f6da09-5f3f-5394-c09c-dffbe99c357a"
+    # a retry that failed again keeps the id it was given
+    assert unique_message_id({**headers, "ServiceControl.Retry.UniqueMessageId": "kept"}) == "kept"
+    # no ProcessingEndpoint: the queue part of FailedQ
+    by_queue = {hdr.MESSAGE_ID: "m", hdr.FAILED_QUEUE: "Sales@[dbo]@[nsb]"}
+    assert unique_message_id(by_queue) == unique_message_id({hdr.MESSAGE_ID: "m", hdr.PROCESSING_ENDPOINT: "Sales"})
+
+
+def test_retry_headers_strip_what_servicecontrol_strips() -> None:
+    original = {
+        hdr.MESSAGE_ID: "m1",
+        hdr.PROCESSING_ENDPOINT: "Billing",
+        **{name: "x" for name in STRIPPED},
+        "NServiceBus.ExceptionInfo.Data.Custom": "x",
+        "ServiceControl.Retry.StagingId": "s",
+        "NServiceBus.Retriesque": "prefix match, as HeaderFilter does",
+        "Custom": "kept",
+    }
+    out = retry_headers(original, "error")
+    assert set(out) == {
+        hdr.MESSAGE_ID,
+        hdr.PROCESSING_ENDPOINT,
+        "Custom",
+        "ServiceControl.Retry.UniqueMessageId",
+        "ServiceControl.Retry.AcknowledgementQueue",
+    }
+    assert out["ServiceControl.Retry.AcknowledgementQueue"] == "error"
+    assert "ServiceControl.Retry.AcknowledgementQueue" not in retry_headers(original, None)
+
+
+def test_timespans() -> None:
+    assert timespan_ms("00:00:10") == 10_000
+    assert timespan_ms("1.00:00:00") == 86_400_000
+    assert timespan_ms("00:00:01.5000000") == 1500
+    assert timespan_ms("10675199.02:48:05.4775807") is None  # TimeSpan.MaxValue: no expiry
+    assert timespan_ms("-00:00:10") is None and timespan_ms("00:00:00") is None
+    assert timespan_ms("soon") is None and timespan_ms(None) is None
+
+
+@pytest.mark.parametrize(
+    ("predicate", "problem"),
+    [
+        ("x = 1; DROP TABLE y", "second statement"),
+        ("exception_type = 'a' ; SELECT 1", "second statement"),
+        ("seq IN (SELECT seq FROM messages)", "subquery"),
+        ("rand() < 0.5", "random"),
+        ("time_of_failure > current_timestamp - INTERVAL 1 DAY", "time-dependent"),
+        ("reflect('java.lang.System', 'exit', '0') IS NULL", "Java"),
+        ("", "required"),
+        ("exception_type = 'unterminated", "unterminated"),
+    ],
+)
+def test_what_is_not_a_predicate_is_refused(predicate: str, problem: str) -> None:
+    with pytest.raises(QueuelakeError, match=problem):
+        check_predicate(predicate)
+
+
+def test_quoted_text_is_not_code() -> None:
+    assert check_predicate("exception_message = 'a; SELECT rand()' -- ; select") == (
+        "exception_message = 'a; SELECT rand()' -- ; select"
+    )
+
+
+def test_cli_refuses_a_second_statement(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["replay", "-c", "conf/local.yaml", "--where", "x = 1; DROP TABLE y"])
+    out = capsys.readouterr()
+    summary = json.loads(out.out.strip().splitlines()[-1])
+    assert code == 1 and summary["status"] == "failed"
+    assert "single boolean expression" in summary["error"] and "second statement" in summary["error"]
+
+
+# --- against PostgreSQL, Spark and Delta -----------------------------------------------------------
+
+
+@pytest.fixture
+def failures(fresh_pg_uri: str, tmp_path: Path):
+    """An error queue holding messages failed from Billing and Shipping with two exception types, a few
+    that cannot be retried, an audit queue, all drained into the journal."""
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["error", "audit"])
+    install(cfg, ["Billing", "Shipping", "TestEndpoint"])
+    orig = list(traffic.order_events(60, seed=11))
+    errors = []
+    for i, m in enumerate(orig[:40]):
+        queue = "Billing" if i % 2 else "Shipping"
+        extra = {}
+        if i % 5 == 0:
+            extra = {"NServiceBus.Retries": "3", "NServiceBus.Retries.Timestamp": "x", "ServiceControl.EditOf": "y"}
+        if i % 4 == 0:
+            extra[hdr.TIME_TO_BE_RECEIVED] = "00:10:00"
+        errors.append(failed(m, queue, TIMEOUT if i < 30 else DECLINED, **extra))
+    unsendable = {
+        "missing table": failed(orig[40], "NoSuchQueue", TIMEOUT),
+        "malformed": failed(orig[41], '"un"terminated', TIMEOUT),
+        "no FailedQ": failed(orig[42], "Billing", TIMEOUT, **{hdr.FAILED_QUEUE: "<drop>"}),
+    }
+    audited = [traffic.audit_copy(m, "Billing", WHEN, 30) for m in orig[45:55]]
+    send(cfg, "error", errors + list(unsendable.values()))
+    send(cfg, "audit", audited)
+    lake = open_lake(cfg.lake)
+    assert drain(cfg, lake)["landed"] == len(errors) + len(unsendable) + len(audited)
+    return cfg, errors, unsendable, audited
+
+
+def test_retry_round_trip(failures, spark) -> None:
+    cfg, errors, unsendable, _ = failures
+    summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    assert summary["status"] == "ok", summary
+    rid = summary["replay_id"]
+    assert rid and summary["selected"] == 33 and summary["rows_sent"] == 30
+    assert summary["destinations"] == {'"public"."Billing"': 15, '"public"."Shipping"': 15}
+    reasons = summary["skipped_reasons"]
+    assert summary["skipped"] == 3 and len(reasons) == 3, reasons
+    assert any("NoSuchQueue" in r and "does not exist" in r for r in reasons)
+    assert any("un" in r and "not a queue address" in r for r in reasons)
+    assert any("no NServiceBus.FailedQ" in r for r in reasons)
+
+    sent = {hdr.decode_map(m.headers)[hdr.MESSAGE_ID]: m for m in errors[:30]}
+    with db.connect(cfg.transport) as conn:
+        now = queues.db_utc_now(conn)
+    for queue in ("Billing", "Shipping"):
+        got = drain_all(cfg, queue)
+        assert len(got) == 15
+        for r in got:
+            headers = hdr.decode_map(r.headers)
+            original = hdr.decode_map(sent[headers[hdr.MESSAGE_ID]].headers)
+            assert original[hdr.FAILED_QUEUE] == queue
+            assert r.body == sent[headers[hdr.MESSAGE_ID]].body  # the same bytes
+            expected = {k: v for k, v in original.items() if k not in STRIPPED}
+            expected["ServiceControl.Retry.UniqueMessageId"] = unique_message_id(original)
+            expected["queuelake.Replay.Id"] = rid
+            expected["queuelake.Replay.Kind"] = "retry"
+            assert headers.pop("queuelake.Replay.Source").startswith('"public"."error"@')
+            assert headers == expected, set(headers) ^ set(expected)
+            assert not STRIPPED & set(headers)
+            if hdr.TIME_TO_BE_RECEIVED in original:  # Expires from the TTBR, by the database clock
+                assert r.expires is not None and abs((r.expires - now).total_seconds() - 600) < 120
+            else:
+                assert r.expires is None
+
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=rid)
+    assert again["status"] == "ok" and again["rows_sent"] == 0 and again["total_sent"] == 30, again
+    assert again["batches_done_before"] == again["batches"] == 5
+    assert drain_all(cfg, "Billing") == [] and drain_all(cfg, "Shipping") == []
+
+    lake_root = Path(cfg.lake.root)
+    replays = read_table(str(lake_root / "replays")).to_pylist()
+    assert sorted((r["replay_id"], r["rows_sent"], r["status"]) for r in replays) == [(rid, 0, "ok"), (rid, 30, "ok")]
+    first = next(r for r in replays if r["rows_sent"] == 30)
+    assert first["predicate"] == f"exception_type = '{TIMEOUT}'" and first["journal_version"] is not None
+    assert dict(first["destinations"]) == {'"public"."Billing"': 15, '"public"."Shipping"': 15}
+    assert first["skipped"] == 3 and len(dict(first["skipped_reasons"])) == 3
+    skipped = read_table(str(lake_root / "replay_skipped")).to_pylist()
+    assert len(skipped) == 3 and {s["replay_id"] for s in skipped} == {rid}
+    runs = [r for r in read_table(str(lake_root / "runs")).to_pylist() if r["command"] == "replay"]
+    assert sum(r["published"] for r in runs) == 30
+
+    with pytest.raises(QueuelakeError, match="different --where"):
+        run(cfg, spark, f"exception_type = '{DECLINED}'", replay_id=rid)
+
+
+def test_dry_run_writes_nothing(failures, spark) -> None:
+    cfg, *_ = failures
+    lake_root = Path(cfg.lake.root)
+    before = lake_snapshot(lake_root)
+    ledger_before = sql(cfg, "SELECT count(*) FROM queuelake_publish_ledger")
+    summary = run(cfg, spark, "exception_type IS NOT NULL", dry_run=True)
+    assert summary["status"] == "ok" and summary["dry_run"] is True, summary
+    assert summary["destinations"] == {'"public"."Billing"': 20, '"public"."Shipping"': 20}
+    types = summary["message_types"]['"public"."Billing"']
+    assert types == {"Sales.Messages.Events.OrderPlaced": 20}
+    assert summary["skipped"] == 3
+    assert lake_snapshot(lake_root) == before, "a dry run wrote to the lake"
+    assert sql(cfg, "SELECT count(*) FROM queuelake_publish_ledger") == ledger_before
+    assert drain_all(cfg, "Billing") == [] and drain_all(cfg, "Shipping") == []
+
+
+def test_spark_refuses_what_is_not_a_boolean_over_messages(failures, spark) -> None:
+    cfg, *_ = failures
+    with pytest.raises(QueuelakeError, match="not a predicate over messages"):
+        run(cfg, spark, "no_such_column = 1", dry_run=True)
+    with pytest.raises(QueuelakeError, match="not a predicate|not a boolean"):
+        run(cfg, spark, "seq", dry_run=True)
+    with pytest.raises(QueuelakeError, match="not a predicate over messages"):
+        run(cfg, spark, "count(*) > 1", dry_run=True)
+
+
+def test_audited_messages_replayed_to_a_test_endpoint(failures, spark) -> None:
+    cfg, _, _, audited = failures
+    summary = run(cfg, spark, 'queue = \'"public"."audit"\'', to="TestEndpoint", limit=6)
+    assert summary["status"] == "ok" and summary["rows_sent"] == 6, summary
+    got = drain_all(cfg, "TestEndpoint")
+    originals = {hdr.decode_map(m.headers)[hdr.MESSAGE_ID]: m for m in audited}
+    assert len(got) == 6
+    for r in got:
+        headers = hdr.decode_map(r.headers)
+        source = originals[headers.pop("queuelake.Replay.OriginalMessageId")]
+        assert r.body == source.body
+        assert headers.pop("queuelake.Replay.Kind") == "replay"
+        assert headers.pop("queuelake.Replay.Id") == summary["replay_id"]
+        headers.pop("queuelake.Replay.Source")
+        new_id = headers.pop(hdr.MESSAGE_ID)
+        original = hdr.decode_map(source.headers)
+        assert new_id != original.pop(hdr.MESSAGE_ID)  # a replay is a new message (outbox dedup)
+        assert headers == original
+    # without --to: back to the endpoint that processed them (NServiceBus.ProcessingEndpoint)
+    rest = run(cfg, spark, "processing_started IS NOT NULL")
+    assert rest["destinations"] == {'"public"."Billing"': 10} and rest["rows_sent"] == 10
+
+
+def test_max_rate_holds(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["error"])
+    install(cfg, ["Billing"])
+    n, rate = 400, 100.0
+    send(cfg, "error", [failed(m, "Billing", TIMEOUT) for m in traffic.order_events(n, seed=5)])
+    drain(cfg, open_lake(cfg.lake))
+    seen: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        with db.connect(cfg.transport) as conn:
+            while not stop.is_set():
+                count = conn.raw.execute('SELECT count(*) FROM "public"."Billing"').fetchone()[0]
+                conn.rollback()
+                seen.append((time.monotonic(), count))
+                time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    summary = run(cfg, spark, "failed_queue = 'Billing'", max_rate=rate)
+    time.sleep(0.2)
+    stop.set()
+    watcher.join()
+    assert summary["rows_sent"] == n, summary
+    first = next((t, c) for t, c in seen if c > 0)
+    last = next((t, c) for t, c in seen if c == n)
+    observed = (last[1] - first[1]) / (last[0] - first[0])
+    assert abs(observed - rate) / rate < 0.10, (observed, first, last)
+    assert abs(summary["rate"] - rate) / rate < 0.10, summary
+
+
+KILL_SCRIPT = """
+import sys
+from queuelake.config import load
+from queuelake.lake.port import open_lake
+from queuelake.pipeline.replay import ReplayOptions, replay
+from queuelake.spark import get_spark
+cfg = load(sys.argv[1])
+spark = get_spark(cfg.spark)
+options = ReplayOptions(predicate=sys.argv[2], replay_id=sys.argv[3], batch_size=1000)
+print(replay(cfg, spark, open_lake(cfg.lake, spark), options)["status"])
+"""
+
+
+@pytest.mark.slow
+def test_exactly_once_replay_under_sigkill(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["error"])
+    install(cfg, ["Billing", "Shipping"])
+    n = 50_000
+    messages = [
+        failed(m, "Billing" if i % 2 else "Shipping", TIMEOUT) for i, m in enumerate(traffic.order_events(n, seed=3))
+    ]
+    send(cfg, "error", messages)
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == n
+    conf = tmp_path / "replay.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+            }
+        )
+    )
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    args = [sys.executable, "-c", KILL_SCRIPT, str(conf), f"exception_type = '{TIMEOUT}'", "kill-test"]
+    rng = random.Random(5)
+    kills = attempts = 0
+    while kills < 6 and attempts < 20:
+        attempts += 1
+        e = dict(env)
+        if attempts % 2 == 0:  # at the commit itself: just before it, just after it
+            point = rng.choice(["before_replay_commit", "after_replay_commit"])
+            e["QUEUELAKE_TEST_KILL_AT"] = f"{point}:{rng.randint(1, 4)}"
+            proc = subprocess.run(args, env=e, capture_output=True, timeout=600)
+            kills += proc.returncode == -9
+            continue
+        proc = subprocess.Popen(args, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(8.0, 16.0))  # Spark start and the selection take several seconds
+        if proc.poll() is None:
+            proc.kill()
+            kills += 1
+        proc.wait()
+    assert kills >= 6, f"only {kills} kills landed"
+    ledger = sql(cfg, "SELECT count(*) FROM queuelake_publish_ledger WHERE pipeline = 'replay/kill-test'")[0][0]
+    assert 1 < ledger < 51, f"the kills should have left the replay part-way: {ledger} ledger rows (plan + batches)"
+    final = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
+    want = {q: set() for q in ("Billing", "Shipping")}
+    for m in messages:
+        h = hdr.decode_map(m.headers)
+        want[h[hdr.FAILED_QUEUE]].add(h[hdr.MESSAGE_ID])
+    for queue, ids in want.items():
+        got = [hdr.decode_map(r.headers)[hdr.MESSAGE_ID] for r in drain_all(cfg, queue)]
+        assert len(got) == len(set(got)), f"{queue}: {len(got) - len(set(got))} duplicates"
+        assert set(got) == ids, f"{queue}: {len(ids - set(got))} missing"
+
+
+def test_cli_prints_the_replay_id(failures, spark) -> None:
+    cfg, *_ = failures
+    conf = Path(cfg.lake.root).parent / "cli.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": cfg.transport.connection},
+                "lake": {"root": cfg.lake.root, "engine": "delta-rs"},
+            }
+        )
+    )
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        code = cli.main(["replay", "-c", str(conf), "--where", f"exception_type = '{DECLINED}'"])
+    summary = orjson.loads(buf.getvalue().strip().splitlines()[-1])
+    assert code == 0 and summary["command"] == "replay" and summary["rows_sent"] == 10, summary
+    assert summary["replay_id"].startswith("replay-")
+    assert uuid.UUID(summary["replay_id"][-6:].rjust(32, "0"))  # a generated id ends in random hex
