@@ -68,6 +68,7 @@ setup(
             "queuelake-publish=queuelake.jobs:publish",
             "queuelake-run=queuelake.jobs:run",
             "queuelake-maintain=queuelake.jobs:maintain",
+            "queuelake-replay=queuelake.jobs:replay",
         ]
     },
 )

@@ -59,3 +59,7 @@ def run() -> int:
 
 def maintain() -> int:
     return _entry("maintain")
+
+
+def replay() -> int:
+    return _entry("replay")

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB_COMMANDS = ["drain", "transform", "publish", "run", "maintain"]
+JOB_COMMANDS = ["drain", "transform", "publish", "run", "maintain", "replay"]
 SECRET_REF = "{{secrets/queuelake/connection}}"
 
 
