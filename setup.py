@@ -4,7 +4,13 @@ The SQL scripts live in the top-level ``sql/`` folder so that DBAs can review th
 into the wheel as the ``queuelake._sql`` package so a Databricks ``python_wheel_task`` finds them too.
 """
 
+from pathlib import Path
+
 from setuptools import setup
+
+# The Spark line and its Delta release, in one place (run, not imported: nothing is installed yet).
+VERSIONS: dict = {}
+exec((Path(__file__).parent / "lib" / "queuelake" / "versions.py").read_text(encoding="utf-8"), VERSIONS)
 
 setup(
     name="queuelake",
@@ -26,8 +32,8 @@ setup(
     ],
     package_data={"queuelake._sql": ["*/*.sql", "*.sql"]},
     install_requires=[
-        "pyspark>=4.0.1,<4.2",
-        "delta-spark>=4.0",
+        VERSIONS["PYSPARK_REQUIREMENT"],
+        VERSIONS["DELTA_SPARK_REQUIREMENT"],
         "deltalake>=1.0",
         "pyarrow>=15",
         "pyodbc>=5",

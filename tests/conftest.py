@@ -1,6 +1,11 @@
 """Shared fixtures: one real PostgreSQL per session, a fresh database per module, one local Spark.
 
 Set QUEUELAKE_TEST_PG_DSN to a libpq URI to use your own server instead of the embedded one.
+
+The local Spark session gets the Delta Lake JVM jars that ``bash jvm/fetch-jars.sh`` put in
+``jvm/jars`` (or the folder / comma-separated jars in QUEUELAKE_DELTA_JARS), with the Delta SQL
+extension and catalog, so the delta-spark engine's tests run; without them those tests skip, saying
+why. QUEUELAKE_REQUIRE_DELTA_JVM=1 (CI) turns that skip into a failure. Nothing is downloaded here.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -60,11 +66,47 @@ def connection_string(uri: str, driver: str) -> str:
     return uri if driver == "psycopg" else odbc_from_uri(uri)
 
 
+REPO = Path(__file__).resolve().parents[1]
+JARS_DIR = REPO / "jvm" / "jars"
+
+
+def delta_jars() -> tuple[list[str], str]:
+    """The local Delta jars for the installed pyspark, or ([], why there are none)."""
+    import pyspark
+    from queuelake.spark import JARS_ENV, local_jars
+    from queuelake.versions import spark_line
+
+    spec = os.environ.get(JARS_ENV) or str(JARS_DIR)
+    jars = local_jars(spec)
+    delta = [j for j in jars if os.path.basename(j).startswith("delta-spark_")]
+    if not delta:
+        return [], f"Delta JVM jars not on the classpath (none in {spec}; run: bash jvm/fetch-jars.sh)"
+    line = spark_line(pyspark.__version__)
+    if not all(os.path.basename(j).startswith(f"delta-spark_{line}_") for j in delta):
+        names = ", ".join(os.path.basename(j) for j in delta)
+        return [], f"Delta JVM jars not on the classpath ({names} in {spec} are not for pyspark {pyspark.__version__})"
+    return jars, ""
+
+
+def require_delta_jvm(spark) -> None:
+    """Skip (or, with QUEUELAKE_REQUIRE_DELTA_JVM=1, fail) unless the session has the Delta JVM classes."""
+    from queuelake.spark import has_delta_jvm
+
+    if has_delta_jvm(spark):
+        return
+    reason = delta_jars()[1] or "Delta JVM jars not on the classpath"
+    if os.environ.get("QUEUELAKE_REQUIRE_DELTA_JVM", "") not in ("", "0"):
+        pytest.fail(f"QUEUELAKE_REQUIRE_DELTA_JVM is set: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from queuelake.config import SparkConfig
-    from queuelake.spark import get_spark
+    from queuelake.spark import delta_conf, get_spark
 
-    session = get_spark(SparkConfig(master="local[2]", app_name="queuelake-tests"))
+    jars, _ = delta_jars()
+    conf = delta_conf(jars) if jars else {}
+    session = get_spark(SparkConfig(master="local[2]", app_name="queuelake-tests", conf=conf))
     yield session
     session.stop()

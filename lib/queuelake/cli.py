@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "purge-expired": ("queuelake.commands.transport:purge_expired", "purge expired rows in batches"),
     "maintain": ("queuelake.commands.pipeline:maintain", "compact and vacuum the lake tables"),
     "replay": ("queuelake.commands.replay:replay", "send journal rows back to queues: retry or replay, exactly once"),
+    "spark-packages": ("queuelake.commands.spark_packages:run", "print spark-submit --packages for this pyspark"),
 }
 
 # commands whose first SIGTERM only asks them to stop at a batch boundary (stopping.requested())
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         # also accepted after the command; SUPPRESS keeps a global --debug from being reset
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
-        if name != "demo":
+        if name not in ("demo", "spark-packages"):
             p.add_argument("-c", "--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
         if name == "install":
             p.add_argument("--print-sql", action="store_true", help="print the scripts instead of running them")
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--replay-id", default=None, help="resume this replay (default: a new id, printed)")
             p.add_argument("--batch-size", type=int, default=5000, help="messages per DB transaction (default 5000)")
             p.add_argument("--ack-queue", default=None, help="set ServiceControl.Retry.AcknowledgementQueue on retries")
+        if name == "spark-packages":
+            p.add_argument("--s3", action="store_true", help="add hadoop-aws, for s3a:// lake roots")
         if name == "demo":
             p.add_argument("--workdir", default=".", help="where ./lake and the demo database go")
             p.add_argument("--messages", type=int, default=2000, help="messages to seed per business queue")

@@ -1,8 +1,10 @@
 """The LakeEngine contract, on real Delta tables in tmp_path with one real local Spark session.
 
-Parametrized over engines: delta-rs always; delta-spark only where the Delta JVM jars are on the
-classpath (never downloaded here). Tests about delta-rs internals (marks written by hand, the Python
-data source, orphan files) are delta-rs only.
+Parametrized over engines: delta-rs always; delta-spark where the Delta JVM jars are on the classpath
+(``bash jvm/fetch-jars.sh`` puts them in jvm/jars, tests/conftest.py adds them to the session; nothing
+is downloaded here), else those skip saying why. Tests about delta-rs internals (marks written by hand,
+the Python data source, orphan files) are delta-rs only. Cross-engine tests: a table written by one
+engine reads identically through the other.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import UTC_TIMESTAMP
 from queuelake.lake.marks import description_for
 from queuelake.lake.rust import DeltaRsEngine
-from queuelake.spark import has_delta_jvm
+
+from tests.conftest import require_delta_jvm
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = datetime(2024, 5, 1, 13, 45, 10, 123456, tzinfo=timezone.utc)
@@ -82,8 +85,7 @@ ENGINES = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.deltaspark)
 def engine(request: pytest.FixtureRequest, spark, tmp_path: Path):
     root = str(tmp_path / "lake")
     if request.param == "delta-spark":
-        if not has_delta_jvm(spark):
-            pytest.skip("Delta JVM jars not on the classpath")
+        require_delta_jvm(spark)
         from queuelake.lake.jvm import DeltaSparkEngine
 
         return DeltaSparkEngine(root, spark)
@@ -353,8 +355,7 @@ def test_engine_mismatch_is_refused(rs: DeltaRsEngine, spark) -> None:
 
 @pytest.mark.deltaspark
 def test_engines_refuse_each_others_tables(spark, tmp_path: Path) -> None:
-    if not has_delta_jvm(spark):
-        pytest.skip("Delta JVM jars not on the classpath")
+    require_delta_jvm(spark)
     from queuelake.lake.jvm import DeltaSparkEngine
 
     jvm, rust = DeltaSparkEngine(str(tmp_path), spark), DeltaRsEngine(str(tmp_path), spark)
@@ -366,25 +367,69 @@ def test_engines_refuse_each_others_tables(spark, tmp_path: Path) -> None:
         jvm.append("r", sample(3), "a", 2)
 
 
-def test_same_app_version_racing_engine_instances_lands_once(rs: DeltaRsEngine, spark) -> None:
+@pytest.mark.deltaspark
+@pytest.mark.parametrize("writer", ["delta-rs", "delta-spark"])
+def test_tables_written_by_one_engine_read_identically_with_the_other(spark, tmp_path: Path, writer: str) -> None:
+    """Every way of reading (Arrow through deltalake, Spark through each engine, an older version, the
+    application transactions) gives the same rows whichever engine wrote: partitioned with awkward
+    partition values, evolved, appended from Arrow and from a DataFrame."""
+    require_delta_jvm(spark)
+    from queuelake.lake.jvm import DeltaSparkEngine
+
+    jvm, rust = DeltaSparkEngine(str(tmp_path), spark), DeltaRsEngine(str(tmp_path), spark)
+    w, r = (rust, jvm) if writer == "delta-rs" else (jvm, rust)
+    odd = ("Sales@[dbo]@[my.c@ta]]og]", "a b/c%d=é", None)
+    first, second = sample(30, 0, odd), sample(30, 100, odd)
+    w.create_table("parts", SCHEMA, partition_by=["queue"])
+    assert w.append("parts", first, "drain", 1)
+    v1 = w.table_version("parts")
+    w.add_columns("parts", [pa.field("error", pa.string())])
+    second = second.append_column("error", pa.array(["boom"] * 30))
+    assert w.append_dataframe("parts", spark.createDataFrame(second).repartition(2), "xform", 4)
+    w.append("plain", sample(25), "drain", 1)
+    expected = {
+        "parts": pa.concat_tables([first.append_column("error", pa.nulls(30, pa.string())), second]),
+        "plain": sample(25),
+    }
+    for table, rows in expected.items():
+        assert r.table_version(table) == w.table_version(table)
+        for engine in (w, r):
+            same_rows(engine.read_arrow(table), rows)
+            same_rows(spark_rows(engine.read(table)), rows)
+        assert protocol(w, table) == (1, 2, None, None)
+    for engine in (w, r):
+        same_rows(spark_rows(engine.read("parts", version=v1)), first)
+        same_rows(engine.read_arrow("parts", version=v1), first)
+        assert (engine.last_version("parts", "drain"), engine.last_version("parts", "xform")) == (1, 4)
+    # Partition values as Spark's delta reader sees them: from the log, not from folder names.
+    by_queue = {row["queue"]: row["count"] for row in r.read("parts").groupBy("queue").count().collect()}
+    assert by_queue == {"Sales@[dbo]@[my.c@ta]]og]": 20, "a b/c%d=é": 20, None: 20}
+
+
+def test_same_app_version_racing_engine_instances_lands_once(engine, spark) -> None:
     """Separate engine objects share no lock, as separate processes would: Delta's conflict check on the
     application transaction decides, and the losers report False."""
-    rs.create_table("race2", SCHEMA)
-    engines = [DeltaRsEngine(rs.root, spark) for _ in range(4)]
+    engine.create_table("race2", SCHEMA)
+    engines = [type(engine)(engine.root, spark) for _ in range(4)]
     results: list[bool] = []
+    errors: list[BaseException] = []
     barrier = threading.Barrier(len(engines))
 
-    def worker(e: DeltaRsEngine) -> None:
+    def worker(e) -> None:
         barrier.wait()
-        results.append(e.append("race2", sample(20), "drain-0", 1))
+        try:
+            results.append(e.append("race2", sample(20), "drain-0", 1))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(e,)) for e in engines]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert not errors
     assert sorted(results) == [False, False, False, True]
-    assert rs.read_arrow("race2").num_rows == 20
+    assert engine.read_arrow("race2").num_rows == 20
 
 
 def test_spark_path_files_read_alike_by_deltalake_and_pyarrow(rs: DeltaRsEngine, spark) -> None:

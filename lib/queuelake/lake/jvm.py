@@ -1,5 +1,6 @@
 """The JVM engine: Spark's own ``delta`` format (delta-spark), for clusters that ship the Delta jars
-(Databricks, spark-submit with ``--packages``). Thin on purpose: Delta Spark does the work.
+(Databricks, spark-submit with ``--packages``, see ``queuelake spark-packages``; locally the jars that
+``bash jvm/fetch-jars.sh`` fetched). Thin on purpose: Delta Spark writes, compacts and vacuums.
 
 Needs a session with the Delta jars on the classpath and, for the SQL/DeltaTable calls,
 ``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
@@ -8,8 +9,9 @@ jars at run time.
 
 Idempotency: Delta's ``txnAppId``/``txnVersion`` writer options skip a write whose version was already
 committed for that app id; we check first (to return False cheaply) and tag each write with
-``userMetadata`` to tell whether our commit landed. The last committed version of an app id is read
-from the log with deltalake (read-only: delta-spark has no API for it).
+``userMetadata`` to tell whether our commit landed. Read-only metadata (the last committed version of an
+app id, which delta-spark has no API for; the table's version, marks, partition columns and history) is
+read from the log with deltalake: no Spark job per check.
 """
 
 from __future__ import annotations
@@ -49,9 +51,9 @@ class DeltaSparkEngine:
         return table_path(self.root, table)
 
     def exists(self, table: str) -> bool:
-        from delta.tables import DeltaTable
+        from deltalake import DeltaTable
 
-        return DeltaTable.isDeltaTable(self.spark, self.path(table))
+        return DeltaTable.is_deltatable(self.path(table))
 
     def _lock(self, table: str, app_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -65,8 +67,8 @@ class DeltaSparkEngine:
         return DeltaTable.forPath(self.spark, self.path(table))
 
     def _check_writable(self, table: str) -> None:
-        detail = self._delta(table).detail().first()
-        recorded = engine_of(dict(detail["properties"] or {}), detail["description"])
+        metadata = self._rs_require(table).metadata()
+        recorded = engine_of(metadata.configuration, metadata.description)
         check_writable(table, self.path(table), recorded, self.name)
 
     def _rs_table(self, table: str, version: int | None = None):  # -> deltalake.DeltaTable | None
@@ -77,6 +79,12 @@ class DeltaSparkEngine:
             return DeltaTable(self.path(table), version=version)
         except TableNotFoundError:
             return None
+
+    def _rs_require(self, table: str, version: int | None = None):  # -> deltalake.DeltaTable
+        dt = self._rs_table(table, version)
+        if dt is None:
+            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
+        return dt
 
     # ------------------------------------------------------------ create / evolve
 
@@ -101,7 +109,7 @@ class DeltaSparkEngine:
                     if not self.exists(table):  # else another process created it first: checked below
                         raise
         self._check_writable(table)
-        existing = self._delta(table).detail().first()["partitionColumns"]
+        existing = self._rs_require(table).metadata().partition_columns
         if partition_by and list(existing) != partition_by:
             raise LakeError(f"lake table {table} exists partitioned by {existing or 'nothing'}, not by {partition_by}")
 
@@ -128,7 +136,9 @@ class DeltaSparkEngine:
                 return False
             current = self.spark.read.format("delta").load(self.path(table)).schema
             target = from_spark_schema(current, all_nullable=False)
-            return self._write(table, self.spark.createDataFrame(conform(data, target, table)), app_id, version)
+            # One file per batch, as delta-rs writes it (createDataFrame slices by default parallelism).
+            df = self.spark.createDataFrame(conform(data, target, table)).coalesce(1)
+            return self._write(table, df, app_id, version)
 
     def append_dataframe(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
         with self._lock(table, app_id):
@@ -144,22 +154,30 @@ class DeltaSparkEngine:
         return committed is not None and committed >= version
 
     def _write(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
-        write_id = uuid.uuid4().hex
+        write_id = f"queuelake.writeId={uuid.uuid4().hex}"
         since = self.table_version(table) or 0
-        (
-            df.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", version)
-            .option("userMetadata", f"queuelake.writeId={write_id}")
-            .save(self.path(table))
-        )
-        # Delta skips the write silently when another writer committed this (app_id, version) meanwhile.
-        newer = (self.table_version(table) or 0) - since
+        try:
+            (
+                df.write.format("delta")
+                .mode("append")
+                .option("txnAppId", app_id)
+                .option("txnVersion", version)
+                .option("userMetadata", write_id)
+                .save(self.path(table))
+            )
+        except Exception:
+            # Another writer (another process: same-process writers share the lock) committed this
+            # (app_id, version) first; Delta's conflict check refuses ours (ConcurrentTransactionException).
+            committed = self.last_version(table, app_id)
+            if committed is not None and committed >= version:
+                return False
+            raise
+        # Delta also skips the write silently when the (app_id, version) was committed meanwhile.
+        dt = self._rs_require(table)
+        newer = dt.version() - since
         if newer <= 0:
             return False
-        recent = self._delta(table).history(newer).select("userMetadata").collect()
-        return any(row["userMetadata"] == f"queuelake.writeId={write_id}" for row in recent)
+        return any(commit.get("userMetadata") == write_id for commit in dt.history(limit=newer))
 
     # ------------------------------------------------------------ versions and reads
 
@@ -178,17 +196,14 @@ class DeltaSparkEngine:
         return reader.load(self.path(table))
 
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
-        dt = self._rs_table(table, version)
-        if dt is None:
-            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
-        return read_arrow(dt, columns)
+        return read_arrow(self._rs_require(table, version), columns)
 
     # ------------------------------------------------------------ maintain
 
     def maintain(self, table: str, retention_hours: float = DEFAULT_RETENTION_HOURS) -> dict[str, Any]:
         self._check_writable(table)
         delta = self._delta(table)
-        files_before = len(self._rs_table(table).file_uris())
+        files_before = len(self._rs_require(table).file_uris())
         metrics = delta.optimize().executeCompaction().first()["metrics"]
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
         previous = self.spark.conf.get(key, "true")
@@ -198,7 +213,7 @@ class DeltaSparkEngine:
             delta.vacuum(float(retention_hours))
         finally:
             self.spark.conf.set(key, previous)
-        dt = self._rs_table(table)
+        dt = self._rs_require(table)
         return {
             "table": table,
             "engine": self.name,

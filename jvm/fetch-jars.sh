@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Fetch the Delta Lake JVM jars for the local Spark session of the tests (and of a developer) with mvn,
+# from Maven Central, into jvm/jars (ignored by git; never committed). Nothing in queuelake downloads
+# jars at run time: tests/conftest.py puts what is here on the session's classpath (spark.jars).
+#
+#   bash jvm/fetch-jars.sh [OUTPUT_DIR]     default: jvm/jars beside this script
+#
+# Idempotent: when OUTPUT_DIR holds a complete fetch for the current pom.xml it returns at once,
+# without starting mvn. A fetch goes to a temporary folder first and replaces OUTPUT_DIR only when
+# complete, so an interrupted run never leaves half a classpath. Exits non-zero, saying why, when mvn
+# is missing or fails.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+pom="$here/pom.xml"
+out="${1:-$here/jars}"
+stamp_name=".pom.sha256"
+want="$(sha256sum "$pom" | cut -d' ' -f1)"
+
+if [[ -f "$out/$stamp_name" && "$(cat "$out/$stamp_name")" == "$want" ]] && compgen -G "$out/delta-spark_*.jar" >/dev/null; then
+  echo "fetch-jars: Delta jars up to date in $out" >&2
+  exit 0
+fi
+
+if ! command -v mvn >/dev/null 2>&1; then
+  echo "fetch-jars: mvn not found on PATH; install Maven (e.g. apt-get install maven) to fetch the Delta jars" >&2
+  exit 2
+fi
+
+tmp="$(mktemp -d "${out%/}.tmp.XXXXXX")"
+log="$tmp.log"
+trap 'rm -rf "$tmp" "$log"' EXIT
+
+echo "fetch-jars: resolving the Delta jars with mvn ($pom)" >&2
+if ! mvn -B -q --no-transfer-progress -f "$pom" dependency:copy-dependencies \
+      -DoutputDirectory="$tmp" -DincludeScope=runtime >"$log" 2>&1; then
+  echo "fetch-jars: mvn failed to resolve the Delta jars (Maven Central reachable? versions in jvm/pom.xml served?):" >&2
+  grep -E 'ERROR|Could not|Failed' "$log" | head -n 20 >&2 || tail -n 20 "$log" >&2
+  exit 1
+fi
+if ! compgen -G "$tmp/delta-spark_*.jar" >/dev/null; then
+  echo "fetch-jars: mvn succeeded but no delta-spark jar was copied to $tmp" >&2
+  exit 1
+fi
+
+echo "$want" >"$tmp/$stamp_name"
+rm -rf "$out"
+mv "$tmp" "$out"
+echo "fetch-jars: $(ls "$out"/*.jar | wc -l) jars in $out" >&2
