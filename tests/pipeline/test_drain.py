@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 from queuelake.config import from_dict
 from queuelake.examples import traffic
@@ -390,3 +391,20 @@ def test_a_claim_whose_staged_files_vanished_fails_loudly(fresh_pg_uri: str, tmp
     assert "missing" in summary["queues"][0]["error"]
     assert _claims(cfg) == 1, "the claim must stay for an operator to see"
     assert queue_depth(cfg, "Sales") == 200, "nothing else was received while the claim is unresolved"
+
+
+def test_runs_written_by_an_older_version_gain_the_new_columns(fresh_pg_uri: str, tmp_path: Path) -> None:
+    from queuelake.pipeline.journal import RUNS, RUNS_SCHEMA
+
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"])
+    install(cfg)
+    seed_ids(cfg, "Sales", 10)
+    lake = open_lake(cfg.lake)
+    old = pa.schema(
+        [f for f in RUNS_SCHEMA if f.name != "undeliverable"] + [pa.field("duplicates_skipped", pa.int64())]
+    )
+    lake.create_table(RUNS, old)
+    assert drain(cfg, lake)["status"] == "ok"
+    runs = read_table(str(tmp_path / "lake" / "runs"))
+    assert "undeliverable" in runs.column_names and "duplicates_skipped" in runs.column_names
+    assert runs.num_rows == 1 and runs["dequeued"].to_pylist() == [10]

@@ -246,6 +246,16 @@ def test_a_send_to_a_bad_destination_is_recorded_row_by_row(fresh_pg_uri: str, t
     assert second["outputs"][0]["status"] == "ok" and second["published"] == 0
     assert drain_all(cfg, "Good") == []
     assert read_table(str(tmp_path / "lake" / "outbound_bad_undeliverable")).num_rows == 2
+    runs = sorted(
+        (r for r in read_table(str(tmp_path / "lake" / "runs")).to_pylist() if r["command"] == "publish"),
+        key=lambda r: r["started_at"],
+    )
+    assert [(r["queue"], r["published"], r["fanned_out"], r["undeliverable"]) for r in runs][0] == (
+        "outbound_bad",
+        5,
+        3,
+        2,
+    )
 
 
 def test_hostile_subscriptions_never_block_the_valid_subscriber(fresh_pg_uri: str, tmp_path: Path, spark) -> None:

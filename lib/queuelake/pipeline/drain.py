@@ -33,7 +33,8 @@ from queuelake.context import connect
 from queuelake.errors import LakeError, QueuelakeError, TransportError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine, journal_engine
-from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, RUNS, RUNS_SCHEMA, build_batch
+from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
+from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import claims, db, queues, schema
 from queuelake.transport.claims import Claim
@@ -435,4 +436,4 @@ def record_runs(lake: LakeEngine, run_id: str, command: str, started: dt.datetim
         }
         for r in results
     ]
-    lake.append(RUNS, pa.Table.from_pylist(rows, schema=RUNS_SCHEMA), f"queuelake.runs/{run_id}/{command}", 1)
+    append_runs(lake, run_id, command, rows)

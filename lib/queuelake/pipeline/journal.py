@@ -78,6 +78,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("quarantined", pa.int64()),
         pa.field("published", pa.int64()),
         pa.field("fanned_out", pa.int64()),
+        pa.field("undeliverable", pa.int64()),
         pa.field("batches", pa.int64()),
         pa.field("seconds", pa.float64()),
         pa.field("rate", pa.float64()),

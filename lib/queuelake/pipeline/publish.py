@@ -459,23 +459,59 @@ def _count_accepted(files: list[str], bad_keys: set[str]) -> int:
 
 def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
     publisher = Publisher(config, lake, spark)
+    run_id = str(uuid.uuid4())
+    started = dt.datetime.now(dt.timezone.utc)
     results = []
+    seconds: list[float] = []
     for output in config.publish.outputs:
+        t0 = time.monotonic()
         if not lake.exists(output):
             results.append(OutputResult(output, "skipped", error=f"{output} does not exist yet"))
-            continue
-        try:
-            results.append(publisher.publish_output(output))
-        except QueuelakeError as exc:
-            log.error("publish %s failed: %s", output, exc)
-            results.append(OutputResult(output, "failed", error=str(exc)))
+        else:
+            try:
+                results.append(publisher.publish_output(output))
+            except QueuelakeError as exc:
+                log.error("publish %s failed: %s", output, exc)
+                results.append(OutputResult(output, "failed", error=str(exc)))
+        seconds.append(round(time.monotonic() - t0, 3))
+    _record_runs(lake, run_id, started, results, seconds)
     status = "failed" if any(r.status == "failed" for r in results) else "ok"
     summary = [r.__dict__ for r in results]
     return {
         "status": status,
+        "run_id": run_id,
         "published": sum(r.published for r in results),
         "copies": sum(r.copies for r in results),
         "rejected": sum(r.rejected for r in results),
         "undeliverable": sum(r.undeliverable for r in results),
         "outputs": summary,
     }
+
+
+def _record_runs(
+    lake: LakeEngine, run_id: str, started: dt.datetime, results: list[OutputResult], seconds: list[float]
+) -> None:
+    """One ``runs`` row per output (its name in the ``queue`` column): rows published, copies sent
+    (``fanned_out``), copies not deliverable, batches, status."""
+    from queuelake.pipeline.runs import append_runs
+
+    ended = dt.datetime.now(dt.timezone.utc)
+    rows = [
+        {
+            "run_id": run_id,
+            "command": "publish",
+            "queue": r.output,
+            "started_at": started,
+            "ended_at": ended,
+            "published": r.published,
+            "fanned_out": r.copies,
+            "undeliverable": r.undeliverable,
+            "batches": r.batches,
+            "seconds": s,
+            "rate": round(r.published / s, 1) if s else 0.0,
+            "status": r.status,
+            "error": r.error,
+        }
+        for r, s in zip(results, seconds)
+    ]
+    append_runs(lake, run_id, "publish", rows)

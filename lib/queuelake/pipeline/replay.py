@@ -48,8 +48,9 @@ from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine, journal_engine
-from queuelake.pipeline.journal import MESSAGES, RUNS, RUNS_SCHEMA
+from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.publish import NAMESPACE
+from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import headers as hdr
 from queuelake.transport import queues, schema
@@ -981,9 +982,7 @@ class Replayer:
             }
             for destination, count in (sorted(sent.items()) or [(None, 0)])
         ]
-        self.lake.append(
-            RUNS, pa.Table.from_pylist(runs, schema=RUNS_SCHEMA), f"queuelake.runs/{self.run_id}/replay", 1
-        )
+        append_runs(self.lake, self.run_id, "replay", runs)
 
 
 def _skip(
