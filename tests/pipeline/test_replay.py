@@ -368,7 +368,8 @@ from queuelake.pipeline.replay import ReplayOptions, replay
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])
 spark = get_spark(cfg.spark)
-options = ReplayOptions(predicate=sys.argv[2], replay_id=sys.argv[3], batch_size=1000)
+rate = float(sys.argv[4]) if len(sys.argv) > 4 else None
+options = ReplayOptions(predicate=sys.argv[2], replay_id=sys.argv[3], batch_size=1000, max_rate=rate)
 print(replay(cfg, spark, open_lake(cfg.lake, spark), options)["status"])
 """
 
@@ -407,8 +408,11 @@ def test_exactly_once_replay_under_sigkill(fresh_pg_uri: str, tmp_path: Path, sp
             proc = subprocess.run(args, env=e, capture_output=True, timeout=600)
             kills += proc.returncode == -9
             continue
-        proc = subprocess.Popen(args, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(8.0, 16.0))  # Spark start and the selection take several seconds
+        # paced, so that a kill at a random instant lands mid-replay however fast the machine is: Spark
+        # start and the selection take a few seconds, then at most ~1,000 messages a second go out
+        paced = [*args, "1000"]
+        proc = subprocess.Popen(paced, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(4.0, 10.0))
         if proc.poll() is None:
             proc.kill()
             kills += 1
