@@ -22,8 +22,9 @@ DEMO_DIR ?= .demo
 DEMO_ARGS ?=
 PYTEST_ARGS ?= -q
 
-DEMO_EXTRAS := embedded,notebooks
-TEST_EXTRAS := dev,notebooks,airflow
+# `spark` (pyspark, delta-spark) is an extra: the base wheel leaves Spark to the runtime (Databricks)
+DEMO_EXTRAS := spark,embedded,notebooks
+TEST_EXTRAS := spark,dev,notebooks,airflow
 
 VENV_ABS := $(abspath $(VENV))
 PY := $(VENV)/bin/python
@@ -63,24 +64,24 @@ $(PY):
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-install-demo: $(VENV)/.installed-demo ## install queuelake[embedded,notebooks] into .venv (editable)
+install-demo: $(VENV)/.installed-demo ## install queuelake[spark,embedded,notebooks] into .venv (editable)
 
-install-test: $(VENV)/.installed-test ## install queuelake[dev,notebooks,airflow] into .venv (editable)
+install-test: $(VENV)/.installed-test ## install queuelake[spark,dev,notebooks,airflow] into .venv (editable)
 
 $(VENV)/.installed-demo: $(SETUP_INPUTS) | $(PY)
 	@echo "installing queuelake[$(DEMO_EXTRAS)] into $(VENV) (the first time takes a few minutes)" >&2
 	$(PY) -m pip install -q -e '.[$(DEMO_EXTRAS)]'
-	$(PY) -c "import queuelake, pyspark, deltalake, psycopg, pgserver, matplotlib"
+	$(PY) -c "import queuelake, pyspark, delta, deltalake, psycopg, pgserver, matplotlib"
 	@touch $@
 
 $(VENV)/.installed-test: $(SETUP_INPUTS) | $(PY)
 	@echo "installing queuelake[$(TEST_EXTRAS)] into $(VENV) (the first time takes a few minutes)" >&2
 	$(PY) -m pip install -q -e '.[$(TEST_EXTRAS)]'
-	$(PY) -c "import queuelake, pyspark, deltalake, psycopg, pyodbc, adbc_driver_postgresql, matplotlib, pgserver, airflow"
+	$(PY) -c "import queuelake, pyspark, delta, deltalake, psycopg, pyodbc, adbc_driver_postgresql, matplotlib, pgserver, airflow"
 	@touch $@
 
 jars: ## fetch the Delta Lake JVM jars (jvm/fetch-jars.sh, when present)
-	@if [ -f jvm/fetch-jars.sh ]; then $(IN_VENV) bash jvm/fetch-jars.sh; fi
+	@if [ -f jvm/fetch-jars.sh ]; then $(IN_VENV) bash jvm/fetch-jars.sh --s3; fi
 
 lint: install-test ## ruff check
 	$(IN_VENV) ruff check .

@@ -11,6 +11,7 @@ from setuptools import setup
 # The Spark line and its Delta release, in one place (run, not imported: nothing is installed yet).
 VERSIONS: dict = {}
 exec((Path(__file__).parent / "lib" / "queuelake" / "versions.py").read_text(encoding="utf-8"), VERSIONS)
+SPARK = [VERSIONS["PYSPARK_REQUIREMENT"], VERSIONS["DELTA_SPARK_REQUIREMENT"]]
 
 setup(
     name="queuelake",
@@ -31,9 +32,11 @@ setup(
         "queuelake._sql",
     ],
     package_data={"queuelake._sql": ["*/*.sql", "*.sql"]},
+    # No pyspark or delta-spark here (they are the `spark` extra): a Databricks runtime brings its own
+    # Spark and Delta, and a python_wheel_task installing this wheel must leave them alone (pip would
+    # replace DBR 17.3 LTS's Spark 4.0.0 with the pinned 4.1, and reinstall it on every run). Without
+    # pyspark, the Spark commands fail with a summary naming the extra; the others work.
     install_requires=[
-        VERSIONS["PYSPARK_REQUIREMENT"],
-        VERSIONS["DELTA_SPARK_REQUIREMENT"],
         "deltalake>=1.0",
         "pyarrow>=15",
         "pyodbc>=5",
@@ -44,16 +47,21 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
+        # the pinned Spark line and its Delta (lib/queuelake/versions.py): laptops, CI, spark-submit
+        # environments packed with venv-pack. `make demo` / `make test` install it.
+        "spark": SPARK,
         "dev": [
             "pytest>=8",
             "hypothesis>=6",
             "sqlglot>=25",
             "pgserver>=0.1",
             "ruff>=0.5",
+            # a local S3 server for the object-storage lake tests (tests/lake/test_s3.py)
+            "moto[server]>=5.1",
         ],
         # the embedded default (transport.embedded, conf/local.yaml, `queuelake demo`): a throwaway
         # PostgreSQL whose binaries this package ships. Kept out of install_requires so that deployments
-        # (a Databricks wheel) do not carry PostgreSQL; dev lists it too, so `.[dev]` alone runs the tests.
+        # (a Databricks wheel) do not carry PostgreSQL; dev lists it too, so `.[spark,dev]` runs the tests.
         "embedded": ["pgserver>=0.1"],
         # the notebooks/ (plots) and their test
         "notebooks": ["matplotlib>=3.8"],

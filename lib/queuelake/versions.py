@@ -26,6 +26,11 @@ DELTA_SPARK_REQUIREMENT = f"delta-spark=={DELTA_VERSION}"
 # that ``spark-packages`` prints something that works there too. Newest known good per line.
 DELTA_FOR_SPARK: dict[str, str] = {"4.0": "4.0.1", SPARK_LINE: DELTA_VERSION}
 
+# The Hadoop inside the pinned pyspark (pyspark/jars/hadoop-client-api-<v>.jar): hadoop-aws must be this
+# exact version. jvm/pom.xml's hadoop.version (``fetch-jars.sh --s3``) names it; tests/lake/test_s3.py
+# checks both against the installed pyspark. ``spark-packages --s3`` reads the installed jar instead.
+HADOOP_VERSION = "3.4.2"
+
 
 def spark_line(pyspark_version: str) -> str:
     """``4.1.4`` -> ``4.1`` (``4.1.0.dev1`` too)."""
