@@ -24,8 +24,10 @@ Secrets never live in this file: the transport's connection string reaches the j
 variable ``QUEUELAKE_CONNECTION`` (which the config references as ``${QUEUELAKE_CONNECTION}``), rendered at
 run time from the Airflow connection ``queuelake_transport``: its URI for a ``postgres`` connection, else its
 password field holding the full connection string (e.g. an ODBC string for SQL Server). Airflow masks the
-connection's password in logs and rendered fields. The lake root comes from the Airflow Variable
-``queuelake_lake_root`` (configs reference ``${QUEUELAKE_LAKE_ROOT}``).
+connection's password in logs and rendered fields; ``spark.redaction.regex`` (``SPARK_REDACTION_REGEX``)
+makes Spark redact it too (as ``spark.yarn.appMasterEnv.QUEUELAKE_CONNECTION`` in the UI and event logs).
+The lake root comes from the Airflow Variable ``queuelake_lake_root`` (configs reference
+``${QUEUELAKE_LAKE_ROOT}``).
 
 Reruns are safe: the drain lands every dequeued row exactly once and publish is idempotent per batch, so a
 retry after a failure or a killed driver neither loses nor duplicates messages. ``max_active_runs=1`` keeps two
@@ -58,12 +60,21 @@ TRANSPORT_CONNECTION = (
 )
 LAKE_ROOT = "{{ var.value.queuelake_lake_root }}"
 
+# Spark shows its configuration in the UI (Environment tab) and writes it to event logs, redacting
+# the keys and values this pattern matches. Its default, (?i)secret|password|token|access[.]?key,
+# misses spark.yarn.appMasterEnv.QUEUELAKE_CONNECTION (how env_vars reach a YARN cluster-mode
+# driver; spark.kubernetes.driverEnv.* on Kubernetes), storage account keys and SAS signatures.
+SPARK_REDACTION_REGEX = (
+    r"(?i)secret|password|token|access[.]?key|account[._]?key|credential|connection|sig=|private[._]?key"
+)
+
 spark_conf = {
     # executors (and the driver in cluster mode) run the packed environment's Python
     "spark.pyspark.python": "./environment/bin/python",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.redaction.regex": SPARK_REDACTION_REGEX,
 }
 if DEPLOY_MODE == "client":
     spark_conf["spark.pyspark.driver.python"] = DRIVER_PYTHON

@@ -24,10 +24,10 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from queuelake import stopping
+from queuelake import __version__, stopping
 from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import QueuelakeError
-from queuelake.report import emit_summary, log, setup_logging
+from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
 
 # command -> (module:function, help). Functions take the parsed args and return the summary dict.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -57,14 +57,20 @@ class Interrupted(BaseException):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="queuelake", description=__doc__.splitlines()[0])
     debug_help = "log debug messages, and the traceback of a failure"
+    log_help = "stderr log lines as text (default) or one JSON object per line (time UTC, level, logger, message)"
+    parser.add_argument("--version", action="version", version=f"queuelake {__version__}")
     parser.add_argument("--debug", action="store_true", help=debug_help)
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=log_help)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         # also accepted after the command; SUPPRESS keeps a global --debug from being reset
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+        p.add_argument("--log-format", choices=LOG_FORMATS, default=argparse.SUPPRESS, help=log_help)
         if name not in ("demo", "spark-packages"):
-            p.add_argument("-c", "--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
+            # None: conf/local.yaml when it exists, else the built-in local config (config.load)
+            config_help = f"config file (default {DEFAULT_CONFIG}, else the built-in local embedded config)"
+            p.add_argument("-c", "--config", default=None, help=config_help)
         if name == "install":
             p.add_argument("--print-sql", action="store_true", help="print the scripts instead of running them")
         if name in ("drain", "run"):
@@ -85,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "demo":
             p.add_argument("--workdir", default=".", help="where ./lake and the demo database go")
             p.add_argument("--messages", type=int, default=2000, help="messages to seed per business queue")
+            p.add_argument("--engine", choices=("auto", "delta-rs", "delta-spark"), default="auto", help="lake engine")
     return parser
 
 
@@ -125,11 +132,15 @@ def _secrets(args: argparse.Namespace) -> list[str]:
     """The connection strings an error message might quote: the environment's and the config's."""
     found = [os.environ.get("QUEUELAKE_CONNECTION") or ""]
     path = getattr(args, "config", None)
-    if path:
+    if hasattr(args, "config"):  # None: the default config, whose connection counts too
         try:
             from queuelake import config as config_mod
 
-            found.append(config_mod.load(path).transport.connection or "")
+            loaded = config_mod.load(path)
+            found.append(loaded.transport.connection or "")
+            from queuelake.lake.storage import secret_values  # lake.storage_options' credentials
+
+            found.extend(secret_values(loaded.lake.storage_options))
         except Exception:  # the config may be what failed; the environment's value still applies
             pass
     return [s for s in found if s]
@@ -189,8 +200,7 @@ def main(
     if isinstance(parsed, int):
         return parsed
     args = parsed
-    if args.debug:
-        setup_logging(logging.DEBUG)
+    setup_logging(logging.DEBUG if args.debug else logging.INFO, args.log_format)
     started = time.monotonic()
     stopping.reset()
     summary: dict[str, Any]
@@ -215,13 +225,39 @@ def main(
             sigterm["armed"] = False
             summary, code = _failure(args, exc), EXIT_FAILED
         summary["seconds"] = round(time.monotonic() - started, 3)
-        emit_summary(summary)
+        # install --print-sql: stdout is the SQL script alone (`> install.sql` for psql), so its
+        # summary goes to stderr, the one exception to "the summary is the last stdout line"
+        sql_only = args.command == "install" and getattr(args, "print_sql", False)
+        emit_summary(summary, sys.stderr if sql_only else sys.stdout)
     return code
+
+
+# module -> the package that brings it, for the commands that need Spark: the base wheel leaves Spark to
+# the runtime (Databricks brings its own), so without it they fail naming the extra, not with an ImportError
+SPARK_MODULES = {"pyspark": "pyspark", "py4j": "pyspark", "delta": "delta-spark"}
+SPARK_EXTRA = "pip install 'queuelake[spark]'"
+
+
+def missing_spark(exc: BaseException) -> str | None:
+    """The Spark package whose absence caused ``exc`` (itself, or its cause or context), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError):
+            package = SPARK_MODULES.get((current.name or "").split(".")[0])
+            if package:
+                return package
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _failure(args: argparse.Namespace, exc: Exception) -> dict[str, Any]:
     secrets = _secrets(args)
     error = _redact(describe(exc), secrets)
+    package = missing_spark(exc)
+    if package:
+        error = f"{args.command} needs {package}, which is not installed: {SPARK_EXTRA} ({error})"
     if args.debug:
         trace = _redact("".join(traceback.format_exception(exc)), secrets)
         log.error("%s failed: %s\n%s", args.command, error, trace.rstrip())

@@ -7,6 +7,7 @@ so unknown keys and missing variables are errors that name them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -35,32 +36,59 @@ class TransportConfig:
     claims_table: str = "queuelake_drain_claims"
     # data folder of a throwaway PostgreSQL (pgserver) started when connection is empty
     embedded: str | None = None
+    # endpoints that receive delayed messages (outbound rows with deliver_at): install creates their
+    # <endpoint>.Delayed tables, which NServiceBus only creates for endpoints that enable delayed delivery
+    delayed_endpoints: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.dialect not in ("postgresql", "sqlserver"):
-            raise ConfigError(f"transport.dialect must be postgresql or sqlserver, not {self.dialect!r}")
-        if self.driver not in ("psycopg", "pyodbc", "adbc"):
-            raise ConfigError(f"transport.driver must be psycopg, pyodbc or adbc, not {self.driver!r}")
-        if self.dialect == "sqlserver" and self.driver != "pyodbc":
-            raise ConfigError("transport.driver must be pyodbc for the sqlserver dialect")
-        if self.driver == "adbc" and self.dialect != "postgresql":
-            raise ConfigError("transport.driver adbc is for the postgresql dialect")
+        from queuelake.transport.dialects import DIALECTS
+
+        rules = DIALECTS.get(self.dialect)
+        if rules is None:
+            raise ConfigError(f"transport.dialect must be {' or '.join(sorted(DIALECTS))}, not {self.dialect!r}")
+        if self.driver not in rules.drivers:
+            raise ConfigError(
+                f"transport.driver {self.driver!r} does not reach {self.dialect}: use {', '.join(rules.drivers)}"
+            )
         if self.default_schema is None:
-            self.default_schema = "public" if self.dialect == "postgresql" else "dbo"
-        if self.embedded and self.dialect != "postgresql":
-            raise ConfigError("transport.embedded is a PostgreSQL server; set transport.dialect: postgresql")
-        if self.default_catalog is not None and self.dialect != "sqlserver":
-            raise ConfigError("transport.default_catalog applies to the sqlserver dialect only")
+            self.default_schema = rules.default_schema
+        if self.embedded and not rules.embeddable:
+            raise ConfigError(f"transport.embedded starts a PostgreSQL server; it cannot be a {self.dialect} database")
+        if self.default_catalog is not None and not rules.has_catalogs:
+            raise ConfigError(f"transport.default_catalog: {self.dialect} addresses have no catalog part")
 
 
 @dataclass
 class LakeConfig:
     root: str = "./lake"
     engine: str = "auto"
+    # object storage credentials and settings in deltalake's keys (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL,
+    # ...): secrets, given as ${VAR}; never logged, redacted from errors (lake/storage.py maps them)
+    storage_options: dict[str, str] = field(default_factory=dict)
+    # metastore names: where schema is set, every lake table is also registered as
+    # <catalog>.<schema>.<table> (catalog null: the session's current catalog), so SQL users and
+    # notebooks read `queuelake.messages` rather than a path (lake/catalog.py)
+    catalog: str | None = None
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ("auto", "delta-spark", "delta-rs"):
             raise ConfigError(f"lake.engine must be auto, delta-spark or delta-rs, not {self.engine!r}")
+        if self.catalog is not None and self.schema is None:
+            raise ConfigError("lake.catalog needs lake.schema: tables are registered as <catalog>.<schema>.<table>")
+        for key in ("catalog", "schema"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"lake.{key} must be a non-empty name")
+        if "://" not in self.root and re.search(r"%[0-9A-Fa-f]{2}", self.root):
+            # deltalake reads a local path as a URI: "a%20b" would be the folder "a b"
+            raise ConfigError(
+                f"lake.root {self.root!r}: a local folder whose name holds %XX cannot be a Delta table root "
+                "(deltalake decodes it as an escaped character); rename the folder"
+            )
+        if not isinstance(self.storage_options, dict):
+            raise ConfigError("lake.storage_options must be a mapping of option name to value")
+        self.storage_options = {str(k): str(v) for k, v in self.storage_options.items() if v is not None}
 
 
 @dataclass
@@ -77,6 +105,10 @@ class DrainConfig:
     workers_per_queue: int = 2
     max_messages: int | None = None
     max_seconds: float | None = None
+    # drained queues that queuelake also sends to, on purpose: without this a queue that is both
+    # drained and a destination is a configuration error (the drain would take what was sent there
+    # away from its endpoint)
+    also_destinations: list[str] = field(default_factory=list)
     # auto: ADBC (Arrow straight from PostgreSQL, ~4x less CPU per row) when the dialect is
     # postgresql and adbc-driver-postgresql is installed; else the transport's driver
     receive_driver: str = "auto"
@@ -108,6 +140,9 @@ class TransformConfig:
     output: str
     function: str | None = None
     sql: str | None = None
+    # the queues this transform's Send rows name (its outbound `destination` values): install creates
+    # them, and a drained one is a configuration error unless drain.also_destinations lists it
+    destinations: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if (self.function is None) == (self.sql is None):
@@ -119,10 +154,21 @@ class PublishConfig:
     endpoint: str = "Lakehouse"
     outputs: list[str] = field(default_factory=list)
     batch_size: int = 5000
+    # output -> great-expectations suite: a suite JSON file path, or an inline list of
+    # {expectation_type: {kwargs}}; a failing suite blocks that output's round (quality/expectations.py)
+    expectations: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("publish.batch_size must be at least 1")
+        self.expectations = self.expectations or {}
+        if not isinstance(self.expectations, dict):
+            raise ConfigError("publish.expectations must map an output to a suite file or a list of expectations")
+        for output, suite in self.expectations.items():
+            if output not in self.outputs:
+                raise ConfigError(f"publish.expectations.{output}: not one of publish.outputs")
+            if not isinstance(suite, (str, list)) or not suite:
+                raise ConfigError(f"publish.expectations.{output}: give a suite file path or a list of expectations")
 
 
 @dataclass
@@ -194,14 +240,24 @@ def from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None, sou
     transforms = [_build(TransformConfig, t, f"{where}: transforms[{i}]") for i, t in enumerate(raw_transforms)]
     spark_conf = sections["spark"].conf
     sections["spark"].conf = {str(k): str(v) for k, v in (spark_conf or {}).items()}
-    return Config(**sections, transforms=transforms, source=source)
+    config = Config(**sections, transforms=transforms, source=source)
+    check_destinations(config)
+    return config
 
 
 def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Read a YAML config file (default ``conf/local.yaml``)."""
+    """Read a YAML config file. Without a path: ``conf/local.yaml`` when it exists, else the local
+    embedded config the package ships (``queuelake.examples.local_config``), so ``queuelake status``
+    works from any folder after ``pip install queuelake[embedded]``; an explicit path must exist."""
+    if path is None and not Path(DEFAULT_CONFIG).is_file():
+        from queuelake.examples.local_config import LOCAL_YAML, SOURCE
+
+        log = logging.getLogger("queuelake")
+        log.info("no %s here: using the built-in local config (%s); pass -c FILE to use yours", DEFAULT_CONFIG, SOURCE)
+        return from_dict(yaml.safe_load(LOCAL_YAML), env=env, source=SOURCE)
     file = Path(path or DEFAULT_CONFIG)
     if not file.is_file():
-        raise ConfigError(f"config file {file} does not exist")
+        raise ConfigError(f"config file {file} does not exist (pass the right one with -c FILE)")
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -210,3 +266,54 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
         raise ConfigError(f"{file}: the top level must be a mapping")
     config = from_dict(data or {}, env=env, source=str(file))
     return config
+
+
+def _canonical(name: str, transport: TransportConfig) -> str:
+    """A queue's canonical address, so ``Billing`` and ``"public"."Billing"`` compare equal."""
+    from queuelake.transport.tables import queue_ref
+
+    return queue_ref(name, transport).canonical
+
+
+def drained_as(config: Config, address: str) -> str | None:
+    """The ``drain.queues`` entry that drains ``address`` unless ``drain.also_destinations`` allows
+    sending there; None when sending to it is safe."""
+    t = config.transport
+    target = _canonical(address, t)
+    allowed = {_canonical(q, t) for q in config.drain.also_destinations}
+    if target in allowed:
+        return None
+    return next((q for q in config.drain.queues if _canonical(q, t) == target), None)
+
+
+def conflict_message(drained: str, destination: str, where: str) -> str:
+    """Names both places: the drain entry and what sends to the same queue."""
+    return (
+        f"drain.queues drains {drained}, which {where} sends to: the next drain would take every message sent "
+        f"there into the lake before the {drained} endpoint receives it. Drain another queue (an audit copy, "
+        f"say), send elsewhere, or, if this is intended, add {drained} to drain.also_destinations"
+    )
+
+
+def check_send_target(config: Config, address: str, where: str) -> None:
+    """Refuse to send to a drained queue (``replay --to``, a subscriber found at publish time);
+    ``where`` names the sender in the error, e.g. ``replay --to`` or ``subscription (Billing, topic)``."""
+    drained = drained_as(config, address)
+    if drained is not None:
+        raise ConfigError(f"{config.source or 'config'}: {conflict_message(drained, address, where)}")
+
+
+def check_destinations(config: Config) -> None:
+    """Validation across sections: a queue that is both drained and a destination the config names
+    (a transform's ``destinations``) is an error naming both places, unless ``drain.also_destinations``
+    says it is intended (one run published to Billing, the next drain took it all into the lake).
+    ``also_destinations`` entries must be drained queues, so a typo there cannot pass silently."""
+    where = config.source or "config"
+    t = config.transport
+    drained = {_canonical(q, t) for q in config.drain.queues}
+    stray = [q for q in config.drain.also_destinations if _canonical(q, t) not in drained]
+    if stray:
+        raise ConfigError(f"{where}: drain.also_destinations lists {', '.join(stray)}, not in drain.queues")
+    for i, transform in enumerate(config.transforms):
+        for destination in transform.destinations:
+            check_send_target(config, destination, f"transforms[{i}] ({transform.name}).destinations")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import sys
-from typing import Any
+import time
+from typing import Any, TextIO
 
 import orjson
 
@@ -33,13 +34,51 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def setup_logging(level: int = logging.INFO) -> None:
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (``time`` in UTC, ``level``, ``logger``, ``message``), for log
+    collectors that parse lines: a multi-line message (a ``--debug`` traceback) stays one record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+class _TextFormatter(logging.Formatter):
+    """The default: readable lines with UTC times (a job's log is compared with database and lake
+    times, which are all UTC)."""
+
+    converter = time.gmtime
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created)) + f",{int(record.msecs):03d}Z"
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def setup_logging(level: int = logging.INFO, fmt: str | None = None) -> None:
+    """Log to stderr at ``level``; ``fmt`` (``text`` or ``json``) replaces the formatter when given.
+    Called again (``--debug``, ``--log-format`` after parsing) it only lowers the level or swaps the
+    formatter, so one process never gets two handlers (and doubled lines)."""
+    if fmt is not None and fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
+    formatter = JsonFormatter() if fmt == "json" else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     if log.handlers:
         if level < log.level:  # --debug after the first call
             log.setLevel(level)
+        if fmt is not None:
+            for handler in log.handlers:
+                handler.setFormatter(formatter)
         return
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter)
     log.addHandler(handler)
     log.setLevel(level)
     log.propagate = False
@@ -53,7 +92,9 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-def emit_summary(summary: dict[str, Any]) -> None:
-    """Print the summary as one compact JSON line on stdout (the last line a command prints)."""
-    sys.stdout.write(orjson.dumps(summary, default=_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
-    sys.stdout.flush()
+def emit_summary(summary: dict[str, Any], stream: TextIO | None = None) -> None:
+    """Print the summary as one compact JSON line on stdout (the last line a command prints);
+    ``stream`` is for the exception, ``install --print-sql``, whose stdout is SQL only."""
+    out = sys.stdout if stream is None else stream
+    out.write(orjson.dumps(summary, default=_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    out.flush()

@@ -115,6 +115,20 @@ def test_bundle_wheel_tasks_use_entry_points_of_the_wheel() -> None:
         assert args[0] == "-c" and len(args) == 2, key
 
 
+def test_bundle_installs_only_the_base_wheel() -> None:
+    """Databricks Runtime brings Spark and Delta: every task installs the base wheel alone (a whl library
+    takes no extras, and no pyspark or delta-spark library is added), and the base wheel's requirements
+    leave Spark to the runtime (tests/product/test_packaging.py checks the built wheel's metadata)."""
+    for job_name, job in bundle()["resources"]["jobs"].items():
+        for task in job["tasks"]:
+            assert task.get("libraries") == [{"whl": "./dist/*.whl"}], f"{job_name}/{task['task_key']}"
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    (requires,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg == "install_requires"]
+    names = {re.split(r"[<>=!~\[;\s]", spec, maxsplit=1)[0].lower() for spec in ast.literal_eval(requires)}
+    assert "deltalake" in names
+    assert not names & {"pyspark", "delta-spark", "py4j"}, names
+
+
 def test_bundle_run_job_schedule_cluster_and_secret() -> None:
     job = bundle()["resources"]["jobs"]["queuelake_run"]
     assert job["max_concurrent_runs"] == 1
@@ -276,6 +290,74 @@ def test_spark_submit_dag(dagbag: dict[str, Any]) -> None:
     }
     source = (ROOT / "airflow" / "dags" / "queuelake_spark_submit.py").read_text(encoding="utf-8")
     assert "s3cret" not in source
+    # Spark redacts the connection string where it shows the env var (UI, event logs)
+    assert task["conf"]["spark.redaction.regex"] == dag_redaction_regex()
+
+
+# ---------------------------------------------------------------- Spark's redaction of secrets
+
+SPARK_DEFAULT_REDACTION = r"(?i)secret|password|token|access[.]?key"
+# keys that carry secrets when queuelake runs under spark-submit: the env var as YARN and Kubernetes get
+# it, and the storage credentials a cloud lake root needs (lake.storage_options or Hadoop settings)
+SECRET_KEYS = [
+    "spark.yarn.appMasterEnv.QUEUELAKE_CONNECTION",
+    "spark.kubernetes.driverEnv.QUEUELAKE_CONNECTION",
+    "spark.executorEnv.QUEUELAKE_CONNECTION",
+    "spark.hadoop.fs.s3a.secret.key",
+    "spark.hadoop.fs.s3a.access.key",
+    "spark.hadoop.fs.azure.account.key.lake.dfs.core.windows.net",
+    "spark.hadoop.fs.azure.sas.token.provider.type",
+    "spark.hadoop.google.cloud.auth.service.account.json.keyfile.private.key",
+    "spark.yarn.appMasterEnv.AZURE_STORAGE_ACCOUNT_KEY",
+    "spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY",
+    "spark.yarn.appMasterEnv.AZURE_CLIENT_SECRET",
+    "spark.yarn.appMasterEnv.GOOGLE_APPLICATION_CREDENTIALS",
+]
+PLAIN_KEYS = [
+    "spark.yarn.appMasterEnv.QUEUELAKE_LAKE_ROOT",
+    "spark.pyspark.python",
+    "spark.sql.session.timeZone",
+    "spark.executor.memory",
+    "spark.sql.extensions",
+]
+
+
+def dag_redaction_regex() -> str:
+    """``SPARK_REDACTION_REGEX`` of the spark-submit DAG, read without importing Airflow."""
+    tree = ast.parse((ROOT / "airflow" / "dags" / "queuelake_spark_submit.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SPARK_REDACTION_REGEX"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError("the spark-submit DAG defines no SPARK_REDACTION_REGEX")
+
+
+def readme_redaction_regex() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.findall(r"--conf 'spark\.redaction\.regex=([^']+)'", readme)
+    assert len(found) == 1, "the README's spark-submit example sets spark.redaction.regex once"
+    return found[0]
+
+
+def test_spark_default_redaction_misses_the_connection() -> None:
+    """Why the setting exists: Spark's default pattern would show the connection string."""
+    assert not re.search(SPARK_DEFAULT_REDACTION, "spark.yarn.appMasterEnv.QUEUELAKE_CONNECTION")
+
+
+@pytest.mark.parametrize("where", ["dag", "readme"])
+def test_redaction_regex_covers_connection_and_storage_secrets(where: str) -> None:
+    pattern = re.compile(dag_redaction_regex() if where == "dag" else readme_redaction_regex())
+    missed = [key for key in SECRET_KEYS if not pattern.search(key)]
+    assert missed == [], f"not redacted: {missed}"
+    # it only adds to Spark's default: everything the default redacts stays redacted
+    for key in ["spark.ssl.keyStorePassword", "spark.authenticate.secret", "spark.hadoop.fs.s3a.session.token"]:
+        assert re.search(SPARK_DEFAULT_REDACTION, key) and pattern.search(key), key
+    # and the value of a SAS URL is caught too (Spark matches values as well as keys)
+    assert pattern.search("https://lake.blob.core.windows.net/c?sv=2024-01-01&sig=abc%3D")
+    assert [key for key in PLAIN_KEYS if pattern.search(key)] == [], "plain settings stay readable"
+
+
+def test_dag_and_readme_use_the_same_redaction_regex() -> None:
+    assert dag_redaction_regex() == readme_redaction_regex()
 
 
 def test_databricks_dag(dagbag: dict[str, Any]) -> None:

@@ -148,11 +148,22 @@ def write_config(
 class CliResult:
     def __init__(self, code: int, stdout: str, stderr: str) -> None:
         self.code, self.stdout, self.stderr = code, stdout, stderr
-        lines = [line for line in stdout.splitlines() if line.strip()]
-        self.summary: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        # the summary is stdout's last line; with --print-sql stdout is only SQL and it is stderr's
+        self.summary: dict[str, Any] = _last_json(stdout) or _last_json(stderr) or {}
 
     def __repr__(self) -> str:
         return f"CliResult(code={self.code}, stdout={self.stdout[-2000:]!r}, stderr={self.stderr[-2000:]!r})"
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    try:
+        value = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def run_cli(args: Sequence[str], connection: str | None, timeout: float = 60) -> CliResult:

@@ -1,24 +1,35 @@
 """``queuelake demo``: the embedded default end to end, on a laptop, in a couple of minutes.
 
-A throwaway PostgreSQL (pgserver), local Spark and ``./lake``. It installs an NServiceBus topology
-(Sales, Billing, Shipping endpoints; audit and error queues; subscriptions), seeds traffic with
-expired, malformed and failed messages, runs drain, transform and publish, and prints a report.
+An embedded PostgreSQL (pgserver), local Spark and a lake, all in the work folder. It installs an
+NServiceBus topology (Sales, Billing, Shipping endpoints; audit and error queues; subscriptions),
+seeds traffic with expired, malformed and failed messages, runs drain, transform and publish, and
+prints a report and the next commands to try.
+
+It never deletes what it did not create: in a folder holding a ``lake``, a ``.queuelake`` database
+or a ``queuelake-demo.yaml`` that an earlier demo did not record as its own, it refuses. What it
+makes stays (the database is stopped with the process, its data folder kept), so ``queuelake status
+-c queuelake-demo.yaml``, ``drain`` and the notebooks work on it afterwards: the next command starts
+the embedded server again from that folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import shutil
-import tempfile
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from queuelake.config import Config, from_dict
+import yaml
+
+from queuelake.config import Config, from_dict, load
 from queuelake.context import connect
+from queuelake.errors import QueuelakeError
 from queuelake.examples import traffic
+from queuelake.examples.local_config import LOCAL_YAML
 from queuelake.lake.reading import read_table
 from queuelake.report import log
 from queuelake.transport import headers as hdr
@@ -28,26 +39,88 @@ from queuelake.transport.tables import bridge_ref, queue_ref
 
 DRAINED = ["Sales", "audit", "error"]
 ENDPOINTS = ["Sales", "Billing", "Shipping"]
+CONFIG_NAME = "queuelake-demo.yaml"
+# what the demo creates in its work folder, and the record that it did (so a rerun may replace them)
+LAKE, DATABASE, MARKER = "lake", ".queuelake/pgdata", ".queuelake/demo-created.json"
 
 
-def demo_config(workdir: Path, pg_dir: Path) -> Config:
-    return from_dict(
-        {
-            "transport": {"dialect": "postgresql", "driver": "psycopg", "embedded": str(pg_dir)},
-            "lake": {"root": str(workdir / "lake"), "engine": "auto"},
-            "spark": {"master": "local[2]"},
-            "drain": {"queues": DRAINED, "batch_size": 2000, "workers_per_queue": 2},
-            "transforms": [
-                {
-                    "name": "customer_totals",
-                    "function": "queuelake.examples.orders:customer_totals",
-                    "output": "outbound_customer_totals",
-                }
-            ],
-            "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_customer_totals"], "batch_size": 5000},
-        },
-        env={},
-    )
+def demo_settings(workdir: Path, engine: str = "auto") -> dict[str, Any]:
+    """The built-in local config (``queuelake.examples.local_config``) with absolute paths into the
+    work folder, so the written file works from any folder."""
+    data = yaml.safe_load(LOCAL_YAML)
+    data["transport"]["embedded"] = str(workdir / DATABASE)
+    data["lake"].update(root=str(workdir / LAKE), engine=engine)
+    data["drain"].update(queues=DRAINED, batch_size=2000)
+    from queuelake.examples.orders import APPLY_DISCOUNT, TOTALS_UPDATED
+
+    # a business expectation, as an example (README "Your own expectations"): the lake emits only the
+    # two message types agreed with the subscribers; a failure blocks the round and nothing is sent
+    agreed = [TOTALS_UPDATED, APPLY_DISCOUNT]
+    data["publish"]["expectations"] = {
+        "outbound_customer_totals": [
+            {"expect_column_values_to_be_in_set": {"column": "message_type", "value_set": agreed}},
+        ]
+    }
+    return data
+
+
+def demo_config(workdir: Path, engine: str = "auto") -> Config:
+    return from_dict(demo_settings(workdir, engine), env={})
+
+
+def prepare_workdir(workdir: Path) -> None:
+    """Refuse a folder holding a lake, database or config the demo did not create; replace only what
+    an earlier demo recorded as its own (and only when its database is not running)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker = workdir / MARKER
+    ours: set[str] = set()
+    if marker.is_file():
+        try:
+            ours = set(json.loads(marker.read_text(encoding="utf-8")).get("created", []))
+        except (ValueError, AttributeError):
+            ours = set()
+    present = [name for name in (LAKE, DATABASE, CONFIG_NAME) if (workdir / name).exists()]
+    foreign = [name for name in present if name not in ours]
+    if foreign:
+        listed = ", ".join(str(workdir / name) for name in foreign)
+        raise QueuelakeError(
+            f"demo: {listed} already exist(s) and the demo did not create them; it never deletes what it did not "
+            "create: run it in an empty folder (--workdir DIR), or move those away yourself"
+        )
+    if (workdir / DATABASE / "postmaster.pid").exists() and _running(workdir / DATABASE):
+        raise QueuelakeError(
+            f"demo: the earlier demo's database in {workdir / DATABASE} is running (a command is using it): "
+            "wait for it to finish, or run the demo in another folder (--workdir DIR)"
+        )
+    for name in present:  # an earlier demo's own: start clean so the counts match the seed
+        path = workdir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        log.info("demo: removed %s (made by an earlier demo here)", path)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"created": [LAKE, DATABASE, CONFIG_NAME]}), encoding="utf-8")
+
+
+def _running(pg_data: Path) -> bool:
+    """Is the postmaster named in the data folder's postmaster.pid alive?"""
+    try:
+        import psutil
+
+        pid = int((pg_data / "postmaster.pid").read_text(encoding="utf-8").splitlines()[0])
+        return bool(psutil.pid_exists(pid))
+    except (OSError, ValueError, IndexError, ImportError):
+        return False
+
+
+def next_commands(config_file: Path, lake_root: Path) -> list[str]:
+    """What to try on the demo's database and lake afterwards (the README's next steps)."""
+    return [
+        f"queuelake status -c {config_file}",
+        f"queuelake drain -c {config_file}",
+        f"QUEUELAKE_LAKE_ROOT={lake_root} python notebooks/journal_overview.py",
+    ]
 
 
 def seed_traffic(cfg: Config, per_queue: int) -> dict[str, Counter[str]]:
@@ -128,31 +201,42 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline.drain import drain
     from queuelake.pipeline.publish import publish
     from queuelake.pipeline.transform import transform
-    from queuelake.spark import get_spark
+    from queuelake.spark import get_spark, has_delta_jvm
 
     workdir = Path(args.workdir).resolve()
-    lake_root = workdir / "lake"
-    if lake_root.exists():
-        shutil.rmtree(lake_root)  # the demo's own lake: start clean so counts match the seed
-    pg_dir = Path(tempfile.mkdtemp(prefix="queuelake-demo-pg-"))
+    lake_root = workdir / LAKE
+    prepare_workdir(workdir)
+    config_file = workdir / CONFIG_NAME
+    settings = demo_settings(workdir, getattr(args, "engine", "auto"))
+    header = "# Written by `queuelake demo`: its embedded PostgreSQL and lake, for the commands it printed.\n"
+    config_file.write_text(header + yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
     try:
-        cfg = demo_config(workdir, pg_dir)
-        log.info("demo: starting a throwaway PostgreSQL in %s", pg_dir)
+        cfg = load(config_file, env={})
+        spark = get_spark(cfg.spark)
+        lake = lake_for(cfg, spark)  # before seeding: a missing engine fails before anything is made
+        if cfg.lake.engine == "delta-spark" and not has_delta_jvm(spark):
+            raise QueuelakeError(
+                "demo --engine delta-spark: Delta's JVM classes are not on Spark's classpath; point "
+                "QUEUELAKE_DELTA_JARS at the jars (bash jvm/fetch-jars.sh fills jvm/jars), or use --engine delta-rs"
+            )
+        log.info("demo: starting an embedded PostgreSQL in %s", workdir / DATABASE)
         install_topology(cfg)
         expected = seed_traffic(cfg, args.messages)
-        spark = get_spark(cfg.spark)
-        lake = lake_for(cfg, spark)
         drained = drain(cfg, lake)
         transformed = transform(cfg, spark, lake)
         published = publish(cfg, spark, lake)
         counts = journal_counts(lake_root)
         to_whom = delivered(cfg)
-        report = _report(counts, to_whom, lake_root, lake.name, drained, transformed, published)
+        commands = next_commands(config_file, lake_root)
+        report = _report(counts, to_whom, lake_root, lake.name, drained, transformed, published, commands)
         print(report)
         status = "ok" if all(s["status"] == "ok" for s in (drained, transformed, published)) else "failed"
         return {
             "status": status,
             "lake": str(lake_root),
+            "config": str(config_file),
+            "database": str(workdir / DATABASE),
+            "next": commands,
             "engine": lake.name,
             "expected": {q: dict(c) for q, c in expected.items()},
             "journal": counts,
@@ -162,12 +246,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from queuelake import context
 
         for server in context._servers.values():
-            server.cleanup()  # type: ignore[attr-defined]
+            server.cleanup()  # type: ignore[attr-defined]  # stops it; cleanup_mode "stop" keeps the data
         context._servers.clear()
-        shutil.rmtree(pg_dir, ignore_errors=True)
 
 
-def _report(counts, to_whom, lake_root: Path, engine: str, drained, transformed, published) -> str:
+def _report(counts, to_whom, lake_root: Path, engine: str, drained, transformed, published, commands) -> str:
     lines = ["", "queuelake demo", "=" * 60, "", "Drained into the journal (queue: outcome counts)"]
     for queue, outcomes in sorted(counts.items()):
         text = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
@@ -190,5 +273,7 @@ def _report(counts, to_whom, lake_root: Path, engine: str, drained, transformed,
     for p in sorted(lake_root.iterdir()):
         if (p / "_delta_log").is_dir():
             lines.append(f"  {p}")
-    lines += ["", "Open notebooks/journal_overview.py with QUEUELAKE_LAKE_ROOT=" + str(lake_root), ""]
+    lines += ["", "The database and the lake stay. Next, try:"]
+    lines += [f"  {command}" for command in commands]
+    lines.append("")
     return "\n".join(lines)

@@ -29,5 +29,8 @@ def replay(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[
     )
     options.check()  # a bad --where or --replay-id fails before Spark starts
     cfg = config_mod.load(args.config)
+    if args.to and not args.dry_run:
+        # a replay into a queue the next drain takes back into the lake is almost always a mistake
+        config_mod.check_send_target(cfg, args.to, "replay --to")
     session = spark or get_spark(cfg.spark)
     return run_replay(cfg, session, lake_for(cfg, session), options)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import time
 from typing import Any
 
 from queuelake import config as config_mod
@@ -25,12 +26,13 @@ def install(args: argparse.Namespace) -> dict[str, Any]:
     cfg = config_mod.load(args.config)
     plan = install_plan(cfg)
     if args.print_sql:
-        print(installer.script(cfg.transport.dialect, plan))
+        # stdout holds the script alone (the CLI puts the summary on stderr), so that
+        # `queuelake install --print-sql > install.sql` gives psql / sqlcmd a file they accept
+        print(installer.script(cfg.transport.dialect, plan), flush=True)
         return {"printed": [ref.canonical for _, ref in plan.steps()]}
     with connect(cfg, "queuelake-install") as conn:
         done = installer.install(conn, plan)
-    for name in done:
-        log.info("ensured %s", name)
+    log.info("install: %d table(s) in place (missing ones created): %s", len(done), ", ".join(done))
     return {"tables": done}
 
 
@@ -51,7 +53,7 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
             conn.rollback()
             for warning in entry["warnings"]:
                 log.warning(warning)
-            log.info("%s: depth %s", ref.canonical, entry["depth"])
+            log.info("%s: about %s message(s) waiting", ref.canonical, entry["depth"])
             out.append(entry)
         pending = _unresolved_claims(conn, cfg)
     return {"queues": out, "unresolved_claims": pending}
@@ -89,12 +91,20 @@ def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
 
 
 def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
+    """The transport's batched purge of expired rows; each queue's count goes to the ``runs`` table
+    (the rows themselves are not journalled: a drain would record them as ``expired``)."""
+    from queuelake.commands.pipeline import writing_lake
+    from queuelake.pipeline import runs
+
     cfg = config_mod.load(args.config)
+    run_id, started = runs.new_run_id(), runs.utc_now()
     purged: dict[str, int] = {}
+    rows = []
     with connect(cfg, "queuelake-purge") as conn:
         for name in cfg.drain.queues:
             ref = queue_ref(name, cfg.transport)
             schema.require_table(conn, ref)
+            t0 = time.monotonic()
             total = 0
             while True:
                 with conn.transaction():
@@ -102,6 +112,17 @@ def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
                 total += n
                 if n == 0:
                     break
-                log.info("%s: purged %d expired (total %d)", ref.canonical, n, total)
+                log.info("%s: removed %d expired message(s) (%d so far)", ref.canonical, n, total)
             purged[ref.canonical] = total
-    return {"purged": purged, "total": sum(purged.values())}
+            rows.append(
+                {
+                    "queue": ref.canonical,
+                    "started_at": started,
+                    "ended_at": runs.utc_now(),
+                    "purged": total,
+                    "seconds": round(time.monotonic() - t0, 3),
+                    "status": "ok",
+                }
+            )
+    runs.append_runs(writing_lake(cfg), run_id, "purge-expired", rows)
+    return {"run_id": run_id, "purged": purged, "total": sum(purged.values())}

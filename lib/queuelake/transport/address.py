@@ -124,6 +124,10 @@ def _checked_sqlserver(addr: QueueAddress, original: str) -> QueueAddress:
     return addr
 
 
+def checked_sqlserver(addr: QueueAddress, original: str | None = None) -> QueueAddress:
+    return _checked_sqlserver(addr, original if original is not None else addr.table)
+
+
 def _check_sqlserver_table(table: str, original: str) -> None:
     if table.startswith("#"):
         # [#name] is a temporary table in tempdb even when bracketed (and [##name] a global one).
@@ -272,21 +276,21 @@ def format_postgresql(addr: QueueAddress) -> str:
 
 
 def parse(address: str, dialect: str) -> QueueAddress:
-    if dialect == "sqlserver":
-        return parse_sqlserver(address)
-    if dialect == "postgresql":
-        return parse_postgresql(address)
-    raise AddressError(f"unknown dialect {dialect!r}")
+    from queuelake.transport.dialects import dialect as named
+
+    return named(dialect).parse(address)
 
 
 def format_address(addr: QueueAddress, dialect: str) -> str:
-    _check_dialect(dialect)
-    return format_sqlserver(addr) if dialect == "sqlserver" else format_postgresql(addr)
+    from queuelake.transport.dialects import dialect as named
+
+    return named(dialect).format(addr)
 
 
 def quote_identifier(name: str, dialect: str) -> str:
-    _check_dialect(dialect)
-    return quote_sqlserver(name) if dialect == "sqlserver" else quote_postgresql(name)
+    from queuelake.transport.dialects import dialect as named
+
+    return named(dialect).quote(name)
 
 
 def qualified_name(addr: QueueAddress, dialect: str) -> str:

@@ -19,6 +19,7 @@ from urllib.parse import unquote
 from queuelake.config import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport import sqlfiles
+from queuelake.transport.dialects import dialect as named_dialect
 from queuelake.transport.sqlfiles import Statement
 
 # pwd=/password= in ODBC ({braced}, }} escaping a brace) and libpq key=value ('quoted') strings
@@ -56,6 +57,7 @@ class Connection:
     def __init__(self, raw: Any, config: TransportConfig) -> None:
         self.raw = raw
         self.dialect = config.dialect
+        self.rules = named_dialect(config.dialect)
         self.driver = config.driver
         self._secret = config.connection
         self.paramstyle = {"psycopg": "format", "adbc": "dollar"}.get(self.driver, "qmark")
@@ -91,7 +93,7 @@ class Connection:
     def executemany(self, stmt: Statement, rows: Sequence[Mapping[str, Any]], what: str | None = None) -> None:
         cur = self.raw.cursor()
         if self.driver == "pyodbc":
-            cur.fast_executemany = self.dialect == "sqlserver"
+            cur.fast_executemany = self.rules.odbc_array_binding
         try:
             cur.executemany(stmt.sql, [stmt.args(r) for r in rows])
         except Exception as exc:
@@ -100,7 +102,7 @@ class Connection:
     def error(self, exc: BaseException, statement: str, what: str | None) -> TransportError:
         message = redact(_first_line(exc), self._secret)
         target = f" on {what}" if what else ""
-        if _is_missing_table(message):
+        if self.rules.is_missing_table(exc):
             return TransportError(f"table{target} does not exist ({statement}): {message}")
         return TransportError(f"{statement}{target} failed: {message}")
 
@@ -152,11 +154,6 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(line.strip() for line in text.splitlines()[:3])
 
 
-def _is_missing_table(message: str) -> bool:
-    lowered = message.lower()
-    return ("relation" in lowered and "does not exist" in lowered) or "invalid object name" in lowered
-
-
 def adbc_available() -> bool:
     try:
         import adbc_driver_postgresql.dbapi  # noqa: F401
@@ -188,13 +185,14 @@ def connect(config: TransportConfig, application_name: str = "queuelake", driver
             import pyodbc
 
             raw = pyodbc.connect(config.connection, autocommit=False)
-            if config.dialect == "postgresql":
+            decoding = named_dialect(config.dialect).odbc_text_decoding
+            if decoding:
                 # psqlodbc: read text as UTF-8. Statements and str parameters keep pyodbc's default
                 # (UTF-16, the W entry points): with setencoding("utf-8") the statement text goes
                 # through the narrow API and psqlodbc re-encodes it, so a non-ASCII table name in
                 # the SQL ("ünï") reached the server as mojibake ("Ã¼nÃ¯").
-                raw.setdecoding(pyodbc.SQL_CHAR, encoding="utf-8")
-                raw.setdecoding(pyodbc.SQL_WCHAR, encoding="utf-8")
+                raw.setdecoding(pyodbc.SQL_CHAR, encoding=decoding)
+                raw.setdecoding(pyodbc.SQL_WCHAR, encoding=decoding)
     except Exception as exc:
         raise TransportError(
             f"cannot connect to the {config.dialect} queue database with {config.driver}: "

@@ -37,14 +37,18 @@ class InstallPlan:
 def plan(
     config: Config, extra_queues: list[str] | None = None, delayed_endpoints: list[str] | None = None
 ) -> InstallPlan:
-    """What install creates: the drained queues, the publish destinations named in config, the
-    delayed stores of endpoints that receive delayed messages, and the bridge tables
-    (subscriptions, publish ledger, drain claims)."""
+    """What install creates: the drained queues, the Send destinations the transforms name
+    (``transforms[].destinations``), the delayed stores of ``transport.delayed_endpoints`` (endpoints
+    that receive delayed messages), and the bridge tables (subscriptions, publish ledger, drain
+    claims). ``extra_queues`` and ``delayed_endpoints`` add to what the config names (the demo's
+    topology). Each table appears once, by canonical name, however it was spelt."""
     t = config.transport
-    names: list[str] = list(dict.fromkeys([*config.drain.queues, *(extra_queues or [])]))
+    sent_to = [d for transform in config.transforms for d in transform.destinations]
+    names = [*config.drain.queues, *sent_to, *(extra_queues or [])]
+    delayed = [*t.delayed_endpoints, *(delayed_endpoints or [])]
     return InstallPlan(
-        queues=[queue_ref(n, t) for n in names],
-        delayed=[queue_ref(n, t).delayed() for n in (delayed_endpoints or [])],
+        queues=list({ref.canonical: ref for ref in (queue_ref(n, t) for n in names)}.values()),
+        delayed=list({ref.canonical: ref for ref in (queue_ref(n, t).delayed() for n in delayed)}.values()),
         subscription=bridge_ref(t.subscription_table, t),
         ledger=bridge_ref(t.ledger_table, t),
         claims=bridge_ref(t.claims_table, t),
@@ -55,7 +59,7 @@ def script(conn_dialect: str, install: InstallPlan) -> str:
     """The SQL install would run, for a DBA to review (parameters shown as literals)."""
     lines: list[str] = []
     for name, ref in install.steps():
-        if conn_dialect == "postgresql" and name in ("create_queue", "create_delayed") and ref.address.schema:
+        if ref.rules.creates_schemas and name in ("create_queue", "create_delayed") and ref.address.schema:
             lines += _literal(conn_dialect, "create_schema", ref)
         lines += _literal(conn_dialect, name, ref)
     return "\n".join(lines)
@@ -75,12 +79,8 @@ def _literal(dialect: str, name: str, ref: TableRef) -> list[str]:
     # operator puts the literals exactly where the parameters were (a ? or %s inside a quoted
     # identifier stays as it is).
     for stmt in sqlfiles.render(dialect, name, ref.identifiers(), "format"):
-        literals = []
-        for p in stmt.params:
-            literal = "'" + str(params[p]).replace("'", "''") + "'"
-            literals.append("N" + literal if dialect == "sqlserver" else literal)
-        text = stmt.sql % tuple(literals)
-        out.append(text + ";" if dialect == "postgresql" else text + "\nGO")
+        literals = tuple(ref.rules.string_literal(str(params[p])) for p in stmt.params)
+        out.append(ref.rules.end_statement(stmt.sql % literals))
     return out
 
 
@@ -96,7 +96,7 @@ def _complete(conn: Connection, name: str, ref: TableRef) -> bool:
     queues every new receiver behind itself. Racing installers are still safe: whoever finds
     something missing runs the script, which serialises on its advisory lock.
     """
-    if conn.dialect != "postgresql":
+    if not conn.rules.install_checks_first:
         return False  # the T-SQL scripts check sys.objects first and lock nothing that exists
     params = ref.params()
     if not conn.run("table_exists", ref.identifiers(), params, what=ref.canonical)[0][0]:
@@ -116,7 +116,7 @@ def install(conn: Connection, install: InstallPlan) -> list[str]:
             if _complete(conn, name, ref):
                 done.append(ref.canonical)
                 continue
-            if conn.dialect == "postgresql" and name in ("create_queue", "create_delayed"):
+            if conn.rules.creates_schemas and name in ("create_queue", "create_delayed"):
                 # Only when missing: CREATE SCHEMA checks the CREATE privilege on the database even
                 # when the schema exists, and racing installers serialise on the file's lock.
                 if not conn.run("schema_exists", ref.identifiers(), ref.params(), what=ref.canonical)[0][0]:

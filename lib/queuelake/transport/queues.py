@@ -158,7 +158,7 @@ def db_utc_now(conn: Connection) -> dt.datetime:
 
 
 def has_recoverable(conn: Connection, queue: TableRef) -> bool:
-    if conn.dialect != "sqlserver":
+    if not conn.rules.legacy_recoverable_column:
         return False
     rows = conn.run("has_recoverable", queue.identifiers(), queue.params(), what=queue.canonical)
     return bool(rows and rows[0][0])
@@ -169,7 +169,7 @@ def send(conn: Connection, queue: TableRef, messages: Iterable[OutgoingMessage])
     batch = list(messages)
     if not batch:
         return 0
-    if conn.driver == "psycopg" and conn.dialect == "postgresql":
+    if conn.driver == "psycopg":  # a PostgreSQL-only driver
         return _copy_postgresql(conn, queue, batch)
     name = "send_recoverable" if has_recoverable(conn, queue) else "send"
     (stmt,) = conn.statements(name, queue.identifiers())

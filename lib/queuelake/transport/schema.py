@@ -25,25 +25,16 @@ def warnings(conn: Connection, ref: TableRef) -> list[str]:
     if not conn.run("check_expires_index", ref.identifiers(), params, what=ref.canonical)[0][0]:
         out.append(f"{ref.canonical}: no index on the expires column; purging expired messages scans the table")
     if not conn.run("check_rowversion_index", ref.identifiers(), params, what=ref.canonical)[0][0]:
-        column = "RowVersion" if conn.dialect == "sqlserver" else "seq"
+        column = conn.rules.sequence_column
         out.append(f"{ref.canonical}: no index on {column}; every receive scans the table")
     rows = conn.run("check_headers_type", ref.identifiers(), params, what=ref.canonical)
     kind = str(rows[0][0]).lower() if rows and rows[0][0] is not None else ""
-    expected = "nvarchar(max)" if conn.dialect == "sqlserver" else "text"
+    expected = conn.rules.headers_type
     if kind and kind != expected:
         out.append(
             f"{ref.canonical}: headers column is {kind}, expected {expected}; large or non-Latin headers may be lost"
         )
     return out
-
-
-# the columns a sender writes (and the transport reads), per dialect and kind of table
-_REQUIRED_COLUMNS = {
-    ("postgresql", False): {"id", "expires", "headers", "body", "seq"},
-    ("postgresql", True): {"id", "headers", "body", "due"},
-    ("sqlserver", False): {"id", "correlationid", "replytoaddress", "expires", "headers", "body", "rowversion"},
-    ("sqlserver", True): {"headers", "body", "due", "rowversion"},
-}
 
 
 def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> str | None:
@@ -54,7 +45,7 @@ def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> 
     kind = "delayed-delivery table" if delayed else "queue table"
     if not have:
         return f"{kind} {ref.canonical} does not exist"
-    missing = _REQUIRED_COLUMNS[(conn.dialect, delayed)] - have
+    missing = (conn.rules.required_delayed_columns if delayed else conn.rules.required_columns) - have
     if missing:
         return f"{ref.canonical} is not a {kind}: no column(s) {', '.join(sorted(missing))}"
     return None

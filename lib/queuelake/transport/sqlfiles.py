@@ -53,7 +53,9 @@ def read_sql(dialect: str, name: str) -> str:
 
 def split_statements(text: str, dialect: str) -> list[str]:
     body = _COMMENT.sub("", text).strip()
-    if dialect != "postgresql":
+    from queuelake.transport.dialects import dialect as named
+
+    if not named(dialect).splits_statements:
         return [body]
     parts = re.split(r";\s*\n", body + "\n")
     return [p.strip().rstrip(";") for p in parts if p.strip()]

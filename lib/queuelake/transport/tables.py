@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelake.config import TransportConfig
-from queuelake.transport import address as addr
 from queuelake.transport.address import QueueAddress
+from queuelake.transport.dialects import Dialect
+from queuelake.transport.dialects import dialect as named_dialect
 
 
 @dataclass(frozen=True)
@@ -20,33 +21,26 @@ class TableRef:
     address: QueueAddress
     dialect: str
 
+    @property
+    def rules(self) -> Dialect:
+        """The dialect object: quoting, defaults, capabilities."""
+        return named_dialect(self.dialect)
+
     @functools.cached_property
     def canonical(self) -> str:
         """The canonical queue address, as the journal's ``queue`` column records it."""
-        return addr.format_address(self.address, self.dialect)
+        return self.rules.format(self.address)
 
     @functools.cached_property
     def qualified(self) -> str:
-        return addr.qualified_name(self.address, self.dialect)
+        return self.rules.qualified(self.address)
 
     @property
     def table(self) -> str:
         return self.address.table
 
     def identifiers(self) -> dict[str, str]:
-        q = addr.quote_identifier
-        a = self.address
-        ids = {"queue": self.qualified, "table": self.qualified}
-        if self.dialect == "postgresql":
-            ids["schema"] = q(a.schema or "public", self.dialect)
-            # index names: the transport's 55-byte table limit leaves room for these suffixes
-            ids["expires_index"] = q(a.table + "_Expires", self.dialect)
-            ids["due_index"] = q(a.table + "_Due", self.dialect)
-            ids["catalog_prefix"] = ""
-        else:
-            ids["schema"] = q(a.schema or "dbo", self.dialect)
-            ids["catalog_prefix"] = q(a.catalog, self.dialect) + "." if a.catalog else ""
-        return ids
+        return self.rules.table_identifiers(self.address)
 
     def params(self) -> dict[str, Any]:
         """Values that identify the table as data (catalog queries, lock names): always bound."""
@@ -68,17 +62,15 @@ class TableRef:
 
 
 def resolve_address(address: QueueAddress, dialect: str) -> TableRef:
-    if dialect == "postgresql":
-        addr.checked_postgresql(address)
-    else:
-        addr._checked_sqlserver(address, address.table)
+    named_dialect(dialect).check(address)
     return TableRef(address, dialect)
 
 
 def queue_ref(text: str, transport: TransportConfig) -> TableRef:
     """Parse a configured or stored address (canonical or short) and apply the defaults."""
-    parsed = addr.parse(text, transport.dialect)
-    catalog = transport.default_catalog if transport.dialect == "sqlserver" else None
+    rules = named_dialect(transport.dialect)
+    parsed = rules.parse(text)
+    catalog = transport.default_catalog if rules.has_catalogs else None
     return resolve_address(parsed.with_defaults(transport.default_schema, catalog), transport.dialect)
 
 

@@ -1,0 +1,210 @@
+"""The two SQL dialects as objects: what differs between SQL Server and PostgreSQL, in one place.
+
+Why: every difference between the transports (address syntax and quoting, the defaults, which drivers
+reach the server, how a script is split and shown to a DBA, which error codes mean "no such table",
+which statements must exist in ``sql/<dialect>/``) used to be an ``if dialect == ...`` somewhere in
+eight modules. The rest of the code asks the dialect instead, so a third dialect is one object here,
+one folder of SQL files and one address parser; ``tests/transport/test_dialects.py`` checks that each
+dialect provides exactly the statements it declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from queuelake.errors import AddressError
+from queuelake.transport import address as addr
+from queuelake.transport.address import QueueAddress
+
+# The statements (``sql/<dialect>/<name>.sql``) every dialect provides. Placeholders and result
+# columns are the same across dialects; each file's header comment says what it returns.
+STATEMENTS: frozenset[str] = frozenset(
+    {
+        # install
+        "create_schema",
+        "schema_exists",
+        "table_exists",
+        "index_exists",
+        "create_queue",
+        "create_delayed",
+        "create_subscription",
+        "create_ledger",
+        "create_claims",
+        # schema checks, status
+        "check_expires_index",
+        "check_rowversion_index",
+        "check_headers_type",
+        "table_columns",
+        "count_rows",
+        "oldest",
+        "peek",
+        "db_now",
+        # queues
+        "receive_batch",
+        "send",
+        "store_delayed",
+        "purge_expired",
+        # subscriptions
+        "find_subscribers",
+        "subscribe",
+        "unsubscribe",
+        # the publish / replay ledger
+        "ledger_batches",
+        "ledger_insert",
+        "ledger_of_pipeline",
+        # the drain's claims, lock and session
+        "claim_insert",
+        "claim_delete",
+        "claims_of_queue",
+        "claims_summary",
+        "drain_lock",
+        "drain_session",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One SQL dialect of the NServiceBus SQL transports."""
+
+    name: str
+    default_schema: str
+    drivers: tuple[str, ...]  # the drivers that reach this server, the first being the default
+    has_catalogs: bool  # addresses may name a catalog (database) beside the schema
+    embeddable: bool  # transport.embedded can start a throwaway server of this dialect
+    sequence_column: str  # the column receives order by, as a DBA knows it
+    headers_type: str  # the headers column type the transport creates (checked by `status`)
+    required_columns: frozenset[str]  # what a sender writes into a queue table (lower case)
+    required_delayed_columns: frozenset[str]  # ... into a delayed-delivery table
+    # SQLSTATEs that mean "no such table", as the drivers report them (psycopg's sqlstate, pyodbc's
+    # first argument): matched instead of error texts, which differ by server language.
+    missing_table_states: frozenset[str]
+    # statements beyond STATEMENTS, used only where a capability below says so
+    extra_statements: frozenset[str] = field(default_factory=frozenset)
+    # install creates a queue's schema first (PostgreSQL); T-SQL scripts expect the schema to exist
+    creates_schemas: bool = False
+    # install looks for the table (and index) before running a create script, because the script
+    # would lock a live table even when there is nothing to create (CREATE INDEX IF NOT EXISTS)
+    install_checks_first: bool = False
+    # queue tables may carry the legacy Recoverable column, which a send must fill
+    legacy_recoverable_column: bool = False
+    # pyodbc's fast_executemany (array binding) works with this server's ODBC driver
+    odbc_array_binding: bool = False
+    # how pyodbc must decode text from this server's ODBC driver (None: pyodbc's default)
+    odbc_text_decoding: str | None = None
+    # one script file may hold several statements, split at ';' line ends (T-SQL: one batch per file)
+    splits_statements: bool = False
+    batch_terminator: str = ";"  # what ends each statement in a script shown to a DBA
+    unicode_literal_prefix: str = ""  # N'...' on SQL Server
+    _parse: Callable[[str], QueueAddress] = field(default=addr.parse_postgresql, repr=False)
+    _format: Callable[[QueueAddress], str] = field(default=addr.format_postgresql, repr=False)
+    _check: Callable[[QueueAddress], QueueAddress] = field(default=addr.checked_postgresql, repr=False)
+    _quote: Callable[[str], str] = field(default=addr.quote_postgresql, repr=False)
+
+    # -- addresses ---------------------------------------------------------------------------------
+
+    def parse(self, address: str) -> QueueAddress:
+        """A queue address as this transport writes it (canonical or short)."""
+        return self._parse(address)
+
+    def format(self, address: QueueAddress) -> str:
+        """The canonical address, as the transport and the journal's ``queue`` column write it."""
+        return self._format(address)
+
+    def check(self, address: QueueAddress) -> QueueAddress:
+        """The address, if this server accepts it as a table name without truncating; else AddressError."""
+        return self._check(address)
+
+    def quote(self, name: str) -> str:
+        return self._quote(name)
+
+    def qualified(self, address: QueueAddress) -> str:
+        return addr.qualified_name(address, self.name)
+
+    def table_identifiers(self, address: QueueAddress) -> dict[str, str]:
+        """The quoted ``{placeholders}`` a SQL file may use for this table."""
+        ids = {"queue": self.qualified(address), "table": self.qualified(address)}
+        ids["schema"] = self.quote(address.schema or self.default_schema)
+        # index names: the PostgreSQL transport's 55-byte table limit leaves room for these suffixes
+        ids["expires_index"] = self.quote(address.table + "_Expires")
+        ids["due_index"] = self.quote(address.table + "_Due")
+        ids["catalog_prefix"] = self.quote(address.catalog) + "." if address.catalog else ""
+        return ids
+
+    # -- statements and scripts ----------------------------------------------------------------------
+
+    @property
+    def statements(self) -> frozenset[str]:
+        """Every SQL file ``sql/<name>/`` must hold (and nothing else)."""
+        return STATEMENTS | self.extra_statements
+
+    def string_literal(self, value: str) -> str:
+        """A value written into a script for a DBA to read (never used to run a statement)."""
+        return self.unicode_literal_prefix + "'" + value.replace("'", "''") + "'"
+
+    def end_statement(self, text: str) -> str:
+        return text + self.batch_terminator
+
+    # -- errors ------------------------------------------------------------------------------------
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        """Does this driver error say that a table does not exist? By SQLSTATE, not by message text."""
+        state = getattr(exc, "sqlstate", None)  # psycopg, ADBC
+        if state is None:
+            args = getattr(exc, "args", ())
+            state = args[0] if len(args) >= 2 and isinstance(args[0], str) else None  # pyodbc
+        return state in self.missing_table_states
+
+
+POSTGRESQL = Dialect(
+    name="postgresql",
+    default_schema="public",
+    drivers=("psycopg", "pyodbc", "adbc"),
+    has_catalogs=False,
+    embeddable=True,
+    sequence_column="seq",
+    headers_type="text",
+    required_columns=frozenset({"id", "expires", "headers", "body", "seq"}),
+    required_delayed_columns=frozenset({"id", "headers", "body", "due"}),
+    missing_table_states=frozenset({"42P01"}),  # undefined_table
+    creates_schemas=True,
+    install_checks_first=True,
+    splits_statements=True,
+    batch_terminator=";",
+    odbc_text_decoding="utf-8",  # psqlodbc: the pyodbc plumbing runs against PostgreSQL in tests
+)
+
+SQLSERVER = Dialect(
+    name="sqlserver",
+    default_schema="dbo",
+    drivers=("pyodbc",),
+    has_catalogs=True,
+    embeddable=False,
+    sequence_column="RowVersion",
+    headers_type="nvarchar(max)",
+    required_columns=frozenset({"id", "correlationid", "replytoaddress", "expires", "headers", "body", "rowversion"}),
+    required_delayed_columns=frozenset({"headers", "body", "due", "rowversion"}),
+    # ODBC's "base table or view not found" (error 208, "Invalid object name"); 42P01 is what psqlodbc
+    # reports for the same error when the pyodbc plumbing runs against PostgreSQL in our tests
+    missing_table_states=frozenset({"42S02", "42P01"}),
+    extra_statements=frozenset({"has_recoverable", "send_recoverable"}),
+    legacy_recoverable_column=True,
+    odbc_array_binding=True,
+    batch_terminator="\nGO",
+    unicode_literal_prefix="N",
+    _parse=addr.parse_sqlserver,
+    _format=addr.format_sqlserver,
+    _check=addr.checked_sqlserver,
+    _quote=addr.quote_sqlserver,
+)
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (POSTGRESQL, SQLSERVER)}
+
+
+def dialect(name: str) -> Dialect:
+    """The dialect called ``name`` (``transport.dialect``); AddressError names the known ones."""
+    try:
+        return DIALECTS[name]
+    except (KeyError, TypeError):
+        raise AddressError(f"unknown dialect {name!r}; expected {' or '.join(sorted(DIALECTS))}") from None

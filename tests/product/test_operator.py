@@ -1,0 +1,227 @@
+"""Operator comforts: ``--version``, ``--log-format json``, ``install --print-sql`` writing only SQL to
+stdout (psql and psycopg accept the file), and ``-c`` falling back to the config the package ships."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+from queuelake import __version__, cli
+from queuelake import config as config_mod
+from queuelake.errors import ConfigError
+from queuelake.examples.local_config import LOCAL_YAML, SOURCE
+from queuelake.report import JsonFormatter
+
+from tests.transport.helpers import catalog_snapshot
+
+REPO = Path(__file__).resolve().parents[2]
+TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}Z (DEBUG|INFO|WARNING|ERROR) queuelake: ")
+
+
+def queuelake(
+    args: Sequence[str], cwd: Path, connection: str | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "QUEUELAKE_CONNECTION"}
+    if connection is not None:
+        env["QUEUELAKE_CONNECTION"] = connection
+    env["PYTHONPATH"] = str(REPO / "lib") + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
+
+
+def last_json(text: str) -> dict:
+    return json.loads([line for line in text.splitlines() if line.strip()][-1])
+
+
+def write_config(tmp_path: Path, **extra: object) -> Path:
+    data = {
+        "transport": {
+            "dialect": "postgresql",
+            "driver": "psycopg",
+            "connection": "${QUEUELAKE_CONNECTION}",
+            "delayed_endpoints": ["Billing"],
+        },
+        "drain": {"queues": ["Sales", "audit", "error"]},
+        "transforms": [
+            {
+                "name": "customer_totals",
+                "function": "queuelake.examples.orders:customer_totals",
+                "output": "outbound_customer_totals",
+                "destinations": ["Billing"],
+            }
+        ],
+        **extra,
+    }
+    path = tmp_path / "queuelake.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- --version
+
+
+def test_version_prints_one_plain_line(tmp_path: Path) -> None:
+    """A plain ``queuelake X.Y.Z`` line, as users expect of --version; no JSON summary follows."""
+    proc = queuelake(["--version"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"queuelake {__version__}\n"
+
+
+def test_version_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [f"queuelake {__version__}"]
+
+
+# ---------------------------------------------------------------- --log-format
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+def test_log_format_json_writes_one_object_per_line(tmp_path: Path, fresh_pg_uri: str, position: str) -> None:
+    cfg = write_config(tmp_path)
+    assert queuelake(["install", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri).returncode == 0
+    args = ["status", "-c", str(cfg)]
+    args = ["--log-format", "json", *args] if position == "before" else [*args, "--log-format", "json"]
+    proc = queuelake(args, tmp_path, connection=fresh_pg_uri)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert len(records) == 3, proc.stderr  # one line per drained queue, in the operator's words
+    for record in records:
+        assert set(record) == {"time", "level", "logger", "message"}, record
+        assert record["time"].endswith("+00:00"), record  # UTC
+        assert record["logger"] == "queuelake" and record["level"] == "INFO"
+    assert [r["message"] for r in records] == [
+        f'"public"."{q}": about 0 message(s) waiting' for q in ("Sales", "audit", "error")
+    ]
+    assert not [line for line in proc.stderr.splitlines() if TEXT_LINE.match(line)], "no text lines in json mode"
+    assert last_json(proc.stdout)["status"] == "ok"
+
+
+def test_log_format_text_is_the_default(tmp_path: Path, pg_uri: str) -> None:
+    proc = queuelake(["status", "-c", str(write_config(tmp_path))], tmp_path, connection=pg_uri)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text_lines = [line for line in proc.stderr.splitlines() if TEXT_LINE.match(line)]
+    assert text_lines and not [line for line in proc.stderr.splitlines() if line.startswith('{"time"')]
+
+
+def test_log_format_json_failure_line_keeps_secrets_out(tmp_path: Path) -> None:
+    secret = "postgresql://queuelake:Sup3rSecret@127.0.0.1:1/nsb?connect_timeout=2"
+    proc = queuelake(["--log-format", "json", "status", "-c", str(write_config(tmp_path))], tmp_path, secret)
+    assert proc.returncode == 1
+    errors = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert [r["level"] for r in errors] == ["ERROR"], proc.stderr
+    assert errors[0]["message"].startswith("status failed: ")
+    assert "Sup3rSecret" not in proc.stderr and "Sup3rSecret" not in proc.stdout
+
+
+def test_json_formatter_keeps_a_multiline_message_on_one_line() -> None:
+    record = logging.LogRecord("queuelake", logging.ERROR, __file__, 1, "failed:\n%s", ("line two",), None)
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    assert json.loads(line)["message"] == "failed:\nline two"
+
+
+def test_an_unknown_log_format_is_a_usage_error(tmp_path: Path) -> None:
+    proc = queuelake(["--log-format", "xml", "status"], tmp_path)
+    assert proc.returncode == 2
+    assert last_json(proc.stdout) == {"command": "status", "status": "failed", "error": "invalid arguments"}
+
+
+# ---------------------------------------------------------------- install --print-sql
+
+
+def test_print_sql_stdout_is_a_script_psql_and_psycopg_accept(tmp_path: Path, fresh_pg_uri: str) -> None:
+    cfg = write_config(tmp_path)
+    proc = queuelake(["install", "-c", str(cfg), "--print-sql"], tmp_path, connection=fresh_pg_uri)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    script = tmp_path / "install.sql"
+    script.write_text(proc.stdout, encoding="utf-8")  # what `> install.sql` leaves
+    assert not [line for line in proc.stdout.splitlines() if line.startswith("{")], "no JSON on stdout"
+    summary = last_json(proc.stderr)  # the summary is the last line of stderr instead
+    assert summary["command"] == "install" and summary["status"] == "ok"
+    assert '"public"."Billing"' in summary["printed"] and '"public"."Billing.Delayed"' in summary["printed"]
+    assert catalog_snapshot(fresh_pg_uri)["relations"] == [], "--print-sql must not touch the database"
+
+    psql = shutil.which("psql")
+    if psql:  # the DBA's way: psql -f, stopping at the first error
+        ran = subprocess.run(
+            [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", fresh_pg_uri, "-f", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stderr
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        conn.execute(script.read_text(encoding="utf-8"))  # the script is idempotent: again, as a whole
+        names = {
+            row[0]
+            for row in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+        }
+    expected = {"Sales", "audit", "error", "Billing", "Billing.Delayed", "SubscriptionRouting"}
+    assert expected <= names
+    assert {"queuelake_publish_ledger", "queuelake_drain_claims"} <= names
+
+
+def test_install_without_print_sql_keeps_its_summary_on_stdout(tmp_path: Path, fresh_pg_uri: str) -> None:
+    proc = queuelake(["install", "-c", str(write_config(tmp_path))], tmp_path, connection=fresh_pg_uri)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = last_json(proc.stdout)
+    assert summary["status"] == "ok" and '"public"."Billing.Delayed"' in summary["tables"]
+    assert any("table(s) in place" in line for line in proc.stderr.splitlines())
+
+
+# ---------------------------------------------------------------- -c fallback
+
+
+def test_repo_local_config_is_the_shipped_one() -> None:
+    """conf/local.yaml and the built-in fallback describe the same embedded deployment."""
+    in_repo = yaml.safe_load((REPO / "conf" / "local.yaml").read_text(encoding="utf-8"))
+    assert in_repo == yaml.safe_load(LOCAL_YAML)
+
+
+def test_load_without_a_path_falls_back_to_the_built_in_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = config_mod.load(None, env={})
+    assert cfg.source == SOURCE
+    assert cfg.transport.embedded == "./.queuelake/pgdata" and cfg.lake.root == "./lake"
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "local.yaml").write_text("drain:\n  queues: [Mine]\n", encoding="utf-8")
+    assert config_mod.load(None, env={}).drain.queues == ["Mine"]  # a folder's own conf/local.yaml wins
+
+
+def test_an_explicit_missing_config_names_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"config file nope.yaml does not exist \(pass the right one with -c FILE\)"):
+        config_mod.load("nope.yaml", env={})
+    # -c conf/local.yaml said explicitly is not replaced by the built-in config either
+    with pytest.raises(ConfigError, match="conf/local.yaml does not exist"):
+        config_mod.load("conf/local.yaml", env={})
+
+
+@pytest.mark.slow
+def test_status_from_a_fresh_folder_uses_the_built_in_config(tmp_path: Path) -> None:
+    """What a user of the wheel sees: no conf/ here, and status still works (embedded PostgreSQL)."""
+    proc = queuelake(["status"], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = last_json(proc.stdout)
+    assert [q["queue"] for q in summary["queues"]] == ['"public"."Sales"', '"public"."audit"', '"public"."error"']
+    assert all(q["exists"] is False for q in summary["queues"])  # nothing installed yet
+    assert "using the built-in local config" in proc.stderr
+    assert (tmp_path / ".queuelake" / "pgdata" / "PG_VERSION").is_file()

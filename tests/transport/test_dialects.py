@@ -1,0 +1,88 @@
+"""The dialect objects: each provides exactly the statements it declares, and the rest of the code
+asks them instead of naming a dialect."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import psycopg
+import pytest
+from queuelake.errors import TransportError
+from queuelake.transport import sqlfiles
+from queuelake.transport.dialects import DIALECTS, STATEMENTS
+
+from tests.transport.helpers import connect
+
+LIB = Path(__file__).resolve().parents[2] / "lib" / "queuelake"
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+def test_each_dialect_provides_exactly_its_statements(name: str) -> None:
+    rules = DIALECTS[name]
+    provided = set(sqlfiles.sql_names(name))
+    assert provided - rules.statements == set(), f"sql/{name}/ holds statements no dialect declares"
+    assert rules.statements - provided == set(), f"sql/{name}/ lacks statements the code runs"
+
+
+def test_both_dialects_share_the_statement_set() -> None:
+    common = [rules.statements - rules.extra_statements for rules in DIALECTS.values()]
+    assert all(s == STATEMENTS for s in common)
+
+
+def _statement_literals(path: Path) -> set[str]:
+    known = set().union(*(r.statements for r in DIALECTS.values()))
+    return {name for name in re.findall(r'"([a-z_]+)"', path.read_text(encoding="utf-8")) if name in known}
+
+
+def test_statement_names_used_by_the_code_are_declared() -> None:
+    used: set[str] = set()
+    for path in (LIB / "transport").glob("*.py"):
+        used |= _statement_literals(path)
+    declared = set().union(*(r.statements for r in DIALECTS.values()))
+    assert used <= declared
+    # a dialect-specific statement is only run behind the capability that declares it
+    for rules in DIALECTS.values():
+        assert rules.extra_statements <= used
+
+
+def test_nothing_outside_transport_runs_a_sql_file_by_name() -> None:
+    offenders = {}
+    for path in LIB.rglob("*.py"):
+        if "transport" in path.relative_to(LIB).parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        calls = re.findall(r'(?:\.run|\.statements|sqlfiles\.render)\(\s*"([a-z_]+)"', text)
+        if calls:
+            offenders[str(path.relative_to(LIB))] = calls
+    assert offenders == {}
+
+
+def test_no_dialect_branches_outside_the_dialect_modules() -> None:
+    branch = re.compile(r"""dialect\s*[!=]=\s*["'](postgresql|sqlserver)["']""")
+    offenders = [
+        str(p.relative_to(LIB))
+        for p in LIB.rglob("*.py")
+        if p.name not in ("dialects.py", "address.py") and branch.search(p.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "pyodbc"])
+def test_a_missing_table_is_recognised_by_its_error_code_not_its_text(pg_uri: str, driver: str) -> None:
+    """An error whose text reads like a missing table but whose code says otherwise (a trigger's or
+    a function's RAISE) is not reported as a missing table, and a real one is, by SQLSTATE."""
+    with connect(pg_uri, driver) as conn:
+        with psycopg.connect(pg_uri, autocommit=True) as raw:
+            with pytest.raises(psycopg.Error) as fake:
+                raw.execute("""DO $$ BEGIN RAISE EXCEPTION 'relation "Orders" does not exist'; END $$""")
+            with pytest.raises(psycopg.Error) as real:
+                raw.execute('SELECT 1 FROM "NoSuchTable"')
+        assert fake.value.sqlstate == "P0001" and real.value.sqlstate == "42P01"
+        fake_error = conn.error(fake.value, "peek", "Orders")
+        real_error = conn.error(real.value, "peek", "NoSuchTable")
+        assert isinstance(fake_error, TransportError) and "peek on Orders failed" in str(fake_error)
+        assert str(real_error).startswith("table on NoSuchTable does not exist")
+        # and through the driver under test (pyodbc reports the SQLSTATE as its first argument)
+        with pytest.raises(TransportError, match="does not exist"):
+            conn.run("count_rows", {"queue": '"NoSuchTable"'}, {})
