@@ -3,8 +3,8 @@
 raw: the messages publish would send (same headers size, same bodies), COPY'd by psycopg into the
 queue table in chunks of the publish batch size, one transaction per chunk.
 publish: an outbound table of N Send rows in the lake, published to that queue with
-``queuelake.pipeline.publish`` (increment from the log, Spark + great-expectations validation, batches
-with their ledger rows).
+``queuelake.pipeline.publish`` (increment from the log, the Spark row checks of the outbound contract,
+batches with their ledger rows; no user expectations configured, so no great-expectations).
 
     python bench/publish.py [--rows 1000000] [--batch-size 5000] [--dsn URI]
 

@@ -394,7 +394,7 @@ def test_a_claim_whose_staged_files_vanished_fails_loudly(fresh_pg_uri: str, tmp
 
 
 def test_runs_written_by_an_older_version_gain_the_new_columns(fresh_pg_uri: str, tmp_path: Path) -> None:
-    from queuelake.pipeline.journal import RUNS, RUNS_SCHEMA
+    from queuelake.pipeline.runs import RUNS, RUNS_SCHEMA
 
     cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"])
     install(cfg)

@@ -218,7 +218,7 @@ def test_fan_out_and_rejects(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
 
 
 def test_a_send_to_a_bad_destination_is_recorded_row_by_row(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
-    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_bad"], [], batch_size=2)
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_bad"], ["Sales"], batch_size=2)
     setup_db(cfg, ["Good"])
     lake = open_lake(cfg.lake, spark)
     write_outbound(
@@ -230,31 +230,34 @@ def test_a_send_to_a_bad_destination_is_recorded_row_by_row(fresh_pg_uri: str, t
             row("c", "Send", "Good", "X.Cmd"),
             row("d", "Send", '"un"terminated', "X.Cmd"),  # batch 1: malformed address
             row("e", "Send", "Good", "X.Cmd"),  # batch 2: fine
+            row("f", "Send", "public.Sales", "X.Cmd"),  # batch 2: a queue this deployment drains
         ],
     )
     summary = publish(cfg, spark, lake)
     out = summary["outputs"][0]
     assert out["status"] == "ok" and out["failed_batches"] == [], out
-    assert out["undeliverable"] == 2 and out["published"] == 5
+    assert out["undeliverable"] == 3 and out["published"] == 6
     got = drain_all(cfg, "Good")
     assert sorted(orjson.loads(r.body)["key"] for r in got) == ["a", "c", "e"]
     lost = {r["key"]: r for r in read_table(str(tmp_path / "lake" / "outbound_bad_undeliverable")).to_pylist()}
-    assert set(lost) == {"b", "d"}
+    assert set(lost) == {"b", "d", "f"}
     assert lost["b"]["destination"] == "Missing" and "does not exist" in lost["b"]["reason"]
+    assert "drain.queues drains Sales" in lost["f"]["reason"] and "also_destinations" in lost["f"]["reason"]
+    assert drain_all(cfg, "Sales") == [], "nothing sent to a drained queue"
     assert lost["d"]["destination"] == '"un"terminated' and lost["d"]["reason"]
     second = publish(cfg, spark, lake)  # nothing pending, nothing duplicated
     assert second["outputs"][0]["status"] == "ok" and second["published"] == 0
     assert drain_all(cfg, "Good") == []
-    assert read_table(str(tmp_path / "lake" / "outbound_bad_undeliverable")).num_rows == 2
+    assert read_table(str(tmp_path / "lake" / "outbound_bad_undeliverable")).num_rows == 3
     runs = sorted(
         (r for r in read_table(str(tmp_path / "lake" / "runs")).to_pylist() if r["command"] == "publish"),
         key=lambda r: r["started_at"],
     )
-    assert [(r["queue"], r["published"], r["fanned_out"], r["undeliverable"]) for r in runs][0] == (
+    assert [(r["table"], r["published"], r["fanned_out"], r["undeliverable"]) for r in runs][0] == (
         "outbound_bad",
-        5,
+        6,
         3,
-        2,
+        3,
     )
 
 

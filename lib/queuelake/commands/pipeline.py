@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import TYPE_CHECKING, Any
 
 from queuelake import config as config_mod
 from queuelake.config import Config
-from queuelake.lake.port import LakeEngine, open_lake
+from queuelake.lake.port import LakeEngine, journal_engine, open_lake
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -98,11 +99,37 @@ def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
 
 
 def maintain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    """Compact and vacuum every lake table under lake.root."""
-    from pathlib import Path
+    """Compact and vacuum every lake table under lake.root. The lake port lists the tables, so an
+    object-storage root (``s3://...``) is maintained like a local folder, never silently skipped."""
+    from queuelake.pipeline import runs
 
     cfg = config_mod.load(args.config)
-    lake = lake_for(cfg, spark)
-    root = Path(cfg.lake.root)
-    tables = sorted(p.name for p in root.iterdir() if (p / "_delta_log").is_dir()) if root.is_dir() else []
-    return {"tables": {name: lake.maintain(name) for name in tables}}
+    lake = writing_lake(cfg, spark)
+    journal = journal_engine(lake)  # the tables delta-rs wrote under a delta-spark job: messages, ...
+    run_id, started = runs.new_run_id(), runs.utc_now()
+    figures: dict[str, Any] = {}
+    rows = []
+    for name in lake.tables():
+        t0 = time.monotonic()
+        figures[name] = (journal if lake.written_by(name) == journal.name else lake).maintain(name)
+        rows.append(
+            {
+                "table": name,
+                "started_at": started,
+                "ended_at": runs.utc_now(),
+                "files_compacted": figures[name].get("files_compacted"),
+                "files_vacuumed": figures[name].get("files_vacuumed"),
+                "seconds": round(time.monotonic() - t0, 3),
+                "status": "ok",
+            }
+        )
+    runs.append_runs(lake, run_id, "maintain", rows)
+    return {"run_id": run_id, "tables": figures}
+
+
+def writing_lake(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
+    """The lake for a command that writes tables other commands created (maintain, the runs rows of
+    purge-expired). The engine that wrote a table must write it again: delta-spark (and auto, which
+    may pick it, as transform does) needs a session; delta-rs does not start one."""
+    session = spark or _active_spark() or (None if cfg.lake.engine == "delta-rs" else _spark(cfg, None))
+    return lake_for(cfg, session)

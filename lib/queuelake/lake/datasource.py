@@ -26,6 +26,9 @@ from queuelake.lake.arrow_types import conform
 from queuelake.lake.files import FileSink, WrittenFile, commit_files, delete_files
 
 FORMAT = "queuelake_deltars"
+# The lake's storage options (JSON) for the executors' Python workers. The name contains "secret" so
+# that Spark redacts the value wherever it prints options (spark.redaction.regex matches it).
+SECRET_OPTIONS_KEY = "secret_storage_options"
 
 
 def encode_schema(schema: pa.Schema) -> str:
@@ -53,6 +56,7 @@ class _Options:
     write_id: str
     engine: str
     kill_pids: list[int]
+    storage_options: dict[str, str]
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> _Options:
@@ -70,6 +74,7 @@ class _Options:
             write_id=get("write_id"),
             engine=get("engine") or "delta-rs",
             kill_pids=[int(p) for p in (get("test_kill_pids") or "").split(",") if p],
+            storage_options=json.loads(get(SECRET_OPTIONS_KEY) or "{}"),
         )
 
 
@@ -77,7 +82,8 @@ class DeltaRsDataSource(DataSource):
     """Write-only: ``df.write.format("queuelake_deltars").options(...).mode("append").save()``.
 
     Options: table_uri, table, schema (``encode_schema``), partition_by (JSON list), app_id, version,
-    write_id (unique per call, recorded in commitInfo), engine. Use ``DeltaRsEngine.append_dataframe``
+    write_id (unique per call, recorded in commitInfo), engine, and ``SECRET_OPTIONS_KEY`` (the lake's
+    storage options as JSON, for object storage). Use ``DeltaRsEngine.append_dataframe``
     rather than calling this directly: it checks the transaction version and creates the table first.
     """
 
@@ -97,7 +103,13 @@ class DeltaRsWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
         o = self.options
-        sink = FileSink(o.table_uri, o.schema, o.partition_by, prefix=f"part-{o.write_id}-{uuid.uuid4().hex[:12]}")
+        sink = FileSink(
+            o.table_uri,
+            o.schema,
+            o.partition_by,
+            prefix=f"part-{o.write_id}-{uuid.uuid4().hex[:12]}",
+            storage_options=o.storage_options,
+        )
         try:
             for batch in iterator:
                 sink.write(conform(pa.Table.from_batches([batch]), o.schema, o.table))
@@ -109,10 +121,21 @@ class DeltaRsWriter(DataSourceArrowWriter):
     def commit(self, messages: list[FilesWritten | None]) -> None:
         o = self.options
         files = [f for m in messages if m is not None for f in m.files]
-        commit_files(o.table_uri, o.table, files, o.app_id, o.version, o.write_id, o.engine, o.kill_pids)
+        commit_files(
+            o.table_uri,
+            o.table,
+            files,
+            o.app_id,
+            o.version,
+            o.write_id,
+            o.engine,
+            o.kill_pids,
+            storage_options=o.storage_options,
+        )
 
     def abort(self, messages: list[FilesWritten | None]) -> None:
-        delete_files(self.options.table_uri, [f for m in messages if m is not None for f in m.files])
+        o = self.options
+        delete_files(o.table_uri, [f for m in messages if m is not None for f in m.files], o.storage_options)
 
 
 def register(spark) -> None:

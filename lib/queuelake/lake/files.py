@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -79,26 +79,29 @@ class StagedFiles:
         return sum(json.loads(f.stats).get("numRecords", 0) for f in self.files)
 
 
-def missing_files(table_uri: str, files: Iterable[WrittenFile]) -> list[str]:
+def missing_files(
+    table_uri: str, files: Iterable[WrittenFile], storage_options: dict[str, str] | None = None
+) -> list[str]:
     """Staged files that are not (or no longer) there: committing them would corrupt the table."""
     from pyarrow import fs as pafs
 
-    fs, base = filesystem(table_uri)
+    fs, base = filesystem(table_uri, storage_options)
     paths = [f.path for f in files]
     infos = fs.get_file_info([f"{base}/{p}" for p in paths])
     return [p for p, info in zip(paths, infos) if info.type == pafs.FileType.NotFound]
 
 
-def filesystem(table_uri: str):
-    """(pyarrow FileSystem, base path) for a table: a local absolute path or a cloud URI."""
-    from pyarrow import fs as pafs
+def filesystem(table_uri: str, storage_options: dict[str, str] | None = None):
+    """(pyarrow FileSystem, base path) for a table: a local absolute path or a cloud URI, with the
+    lake's storage options (given, else those registered for its root: see ``storage.py``)."""
+    from queuelake.lake.storage import filesystem as storage_filesystem
 
-    return pafs.FileSystem.from_uri(table_uri)
+    return storage_filesystem(table_uri, storage_options or None)
 
 
-def delete_files(table_uri: str, files: Iterable[WrittenFile]) -> None:
+def delete_files(table_uri: str, files: Iterable[WrittenFile], storage_options: dict[str, str] | None = None) -> None:
     """Best effort: what stays behind is only an orphan that vacuum removes."""
-    fs, base = filesystem(table_uri)
+    fs, base = filesystem(table_uri, storage_options)
     for f in files:
         try:
             fs.delete_file(f"{base}/{f.path}")
@@ -237,9 +240,11 @@ class FileSink:
         prefix: str | None = None,
         target_file_bytes: int = TARGET_FILE_BYTES,
         row_group_bytes: int = ROW_GROUP_BYTES,
+        storage_options: dict[str, str] | None = None,
     ) -> None:
         self.table_uri = table_uri
-        self.fs, self.base = filesystem(table_uri)
+        self.storage_options = storage_options
+        self.fs, self.base = filesystem(table_uri, storage_options)
         self.partition_by = list(partition_by or [])
         self.data_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         self.prefix = prefix or f"part-{uuid.uuid4()}"
@@ -282,7 +287,7 @@ class FileSink:
                 pass
             self.written.append(WrittenFile(open_file.path, 0, {}, 0, ""))
         self._open.clear()
-        delete_files(self.table_uri, self.written)
+        delete_files(self.table_uri, self.written, self.storage_options)
         self.written = []
 
     def _start(self, values: dict[str, str | None], key: tuple) -> _OpenFile:
@@ -359,6 +364,49 @@ def kill_before_commit(pids: Iterable[int] = ()) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def exactly_once(
+    table_uri: str,
+    table: str,
+    app_id: str,
+    version: int,
+    engine: str,
+    write: Callable[[Any, int], None],
+    *,
+    storage_options: dict[str, str] | None = None,
+    on_committed: Callable[[], None] | None = None,
+    attempts: int = 20,
+) -> bool:
+    """The exactly-once write loop both paths of the Rust engine share (``append`` of driver data and
+    ``commit_files`` of staged or executor-written files).
+
+    Each attempt loads the table, refuses another engine's table, and returns False (after
+    ``on_committed``) when app_id already committed ``version`` or later; otherwise it calls
+    ``write(table, attempt)``, which must make one Delta commit carrying (app_id, version). A
+    CommitFailedError means the log moved in a way deltalake would not resolve by itself (blind appends
+    it retries; the same app id committed concurrently it does not): reload and re-check, backing off.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    from queuelake.lake.marks import check_writable, engine_of
+
+    for attempt in range(attempts):
+        dt = DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
+        metadata = dt.metadata()
+        check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
+        committed = dt.transaction_version(app_id)
+        if committed is not None and committed >= version:
+            if on_committed is not None:
+                on_committed()
+            return False
+        try:
+            write(dt, attempt)
+            return True
+        except CommitFailedError:
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+    raise LakeError(f"lake table {table}: could not commit ({app_id}, {version}) after {attempts} attempts")
+
+
 def commit_files(
     table_uri: str,
     table: str,
@@ -370,46 +418,46 @@ def commit_files(
     kill_pids: Iterable[int] = (),
     attempts: int = 20,
     delete_if_committed: bool = True,
+    storage_options: dict[str, str] | None = None,
 ) -> bool:
     """Commit ``files`` in one Delta transaction carrying (app_id, version).
 
     Returns False, deleting the files, when app_id already committed ``version`` or later (a retried
     batch, or another writer with the same app id won the race). ``delete_if_committed=False`` keeps
-    them: a drain claim's staged files may be the very files that earlier commit added.
-
-    Conflicts with other appenders are retried: deltalake retries blind appends itself; a
-    CommitFailedError here means the log moved in a way it would not resolve (e.g. the same app id
-    committed concurrently), so we reload and re-check.
+    them: a drain claim's staged files may be the very files that earlier commit added. Conflicts are
+    retried by ``exactly_once``.
     """
-    from deltalake import CommitProperties, DeltaTable, Transaction
-    from deltalake.exceptions import CommitFailedError
-
-    from queuelake.lake.marks import check_writable, engine_of
+    from deltalake import CommitProperties, Transaction
 
     actions = [f.add_action() for f in files]
-    for attempt in range(attempts):
-        dt = DeltaTable(table_uri)
-        metadata = dt.metadata()
-        check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
-        committed = dt.transaction_version(app_id)
-        if committed is not None and committed >= version:
-            if delete_if_committed:
-                delete_files(table_uri, files)
-            return False
+    kill_pids = list(kill_pids)
+
+    def write(dt: Any, attempt: int) -> None:
         if attempt == 0:
             kill_before_commit(kill_pids)
-        try:
-            dt.create_write_transaction(
-                actions,
-                "append",
-                dt.schema(),
-                partition_by=metadata.partition_columns,
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id, version)],
-                    custom_metadata={WRITE_ID_KEY: write_id},
-                ),
-            )
-            return True
-        except CommitFailedError:
-            time.sleep(min(0.05 * 2**attempt, 2.0))
-    raise LakeError(f"lake table {table}: could not commit ({app_id}, {version}) after {attempts} attempts")
+        dt.create_write_transaction(
+            actions,
+            "append",
+            dt.schema(),
+            partition_by=dt.metadata().partition_columns,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id, version)],
+                custom_metadata={WRITE_ID_KEY: write_id},
+            ),
+        )
+
+    def committed() -> None:
+        if delete_if_committed:
+            delete_files(table_uri, files, storage_options)
+
+    return exactly_once(
+        table_uri,
+        table,
+        app_id,
+        version,
+        engine,
+        write,
+        storage_options=storage_options,
+        on_committed=committed,
+        attempts=attempts,
+    )

@@ -12,15 +12,11 @@ from __future__ import annotations
 import json
 from urllib.parse import unquote
 
-import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from queuelake.errors import LakeError
-
-
-def _fs(table_uri: str) -> tuple[pafs.FileSystem, str]:
-    fs, path = pafs.FileSystem.from_uri(table_uri if "://" in table_uri else "file://" + table_uri)
-    return fs, path.rstrip("/")
+from queuelake.lake.reading import local_paths
+from queuelake.lake.storage import filesystem, options_for
 
 
 def _absolute(table_uri: str, path: str) -> str:
@@ -29,18 +25,25 @@ def _absolute(table_uri: str, path: str) -> str:
     return table_uri.rstrip("/") + "/" + unquote(path)
 
 
-def snapshot_files(table_uri: str, version: int) -> list[str]:
-    """Every data file of the table as of a version, sorted (a stable order for batching)."""
-    return sorted(DeltaTable(table_uri, version=version).file_uris())
+def snapshot_files(table_uri: str, version: int, storage_options: dict[str, str] | None = None) -> list[str]:
+    """Every data file of the table as of a version, sorted (a stable order for batching).
+    ``storage_options`` default: those of the lake the table is in (registered by its engine)."""
+    options = storage_options if storage_options is not None else options_for(table_uri)
+    table = DeltaTable(table_uri, version=version, storage_options=dict(options) or None)
+    return sorted(local_paths(table.file_uris()))
 
 
-def added_files(table_uri: str, after: int | None, upto: int) -> list[str]:
-    """Data files added by versions (after, upto], sorted; ``after=None`` means the whole table."""
+def added_files(
+    table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None = None
+) -> list[str]:
+    """Data files added by versions (after, upto], sorted; ``after=None`` means the whole table.
+    ``storage_options`` default: those of the lake the table is in (registered by its engine)."""
     if after is None:
-        return snapshot_files(table_uri, upto)
+        return snapshot_files(table_uri, upto, storage_options)
     if after >= upto:
         return []
-    fs, root = _fs(table_uri)
+    fs, root = filesystem(table_uri, storage_options)
+    root = root.rstrip("/")
     added: list[str] = []
     for version in range(after + 1, upto + 1):
         log = f"{root}/_delta_log/{version:020d}.json"

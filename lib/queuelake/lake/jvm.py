@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from queuelake.errors import LakeError
+from queuelake.lake import storage
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
 from queuelake.lake.marks import ENGINE_PROPERTY, check_writable, description_for, engine_of
 from queuelake.lake.reading import read_arrow
@@ -41,9 +42,14 @@ class DeltaSparkEngine:
 
     name = "delta-spark"
 
-    def __init__(self, root: str, spark: SparkSession) -> None:
+    def __init__(self, root: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> None:
         self.root = normalise_root(root)
         self.spark = spark
+        # object storage (lake.storage_options): s3a settings on the session for Delta Spark, and the
+        # same options for the deltalake metadata reads below and for pyarrow readers of the root
+        self.storage_options = storage.normalise(storage_options)
+        storage.register(self.root, self.storage_options)
+        storage.configure_spark(spark, self.storage_options)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -53,7 +59,29 @@ class DeltaSparkEngine:
     def exists(self, table: str) -> bool:
         from deltalake import DeltaTable
 
-        return DeltaTable.is_deltatable(self.path(table))
+        try:
+            return DeltaTable.is_deltatable(self.path(table), storage_options=dict(self.storage_options) or None)
+        except OSError as exc:  # object storage unreachable or refusing: say so in one line
+            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
+
+    def tables(self) -> list[str]:
+        """The Delta tables directly under the root, by name, sorted (any storage: local, s3://, ...)."""
+        return storage.list_tables(self.root, self.storage_options)
+
+    def written_by(self, table: str) -> str | None:
+        """The engine recorded on the table at creation (None: no mark, made outside queuelake)."""
+        metadata = self._rs_require(table).metadata()
+        return engine_of(metadata.configuration, metadata.description)
+
+    def schema(self, table: str, version: int | None = None) -> pa.Schema:
+        """The table's Arrow schema (of one version), from the Delta log."""
+        return pa.schema(self._rs_require(table, version).schema().to_arrow())
+
+    def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
+        """Data files versions (after, upto] added, read from the Delta log (``increments.py``)."""
+        from queuelake.lake.increments import added_files
+
+        return added_files(self.path(table), after, upto, self.storage_options)
 
     def _lock(self, table: str, app_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -76,9 +104,11 @@ class DeltaSparkEngine:
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return DeltaTable(self.path(table), version=version)
+            return DeltaTable(self.path(table), version=version, storage_options=dict(self.storage_options) or None)
         except TableNotFoundError:
             return None
+        except OSError as exc:  # object storage unreachable or refusing: say so in one line
+            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
 
     def _rs_require(self, table: str, version: int | None = None):  # -> deltalake.DeltaTable
         dt = self._rs_table(table, version)

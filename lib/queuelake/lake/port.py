@@ -28,6 +28,20 @@ class LakeEngine(Protocol):
 
     def exists(self, table: str) -> bool: ...
 
+    def tables(self) -> list[str]:
+        """Names of the Delta tables under the root, sorted, on any storage (what ``maintain`` walks)."""
+
+    def written_by(self, table: str) -> str | None:
+        """The engine that created the table ("delta-rs", "delta-spark"), None when it has no mark;
+        only that engine writes (and maintains) it: the journal is delta-rs under either engine."""
+
+    def schema(self, table: str, version: int | None = None) -> pa.Schema:
+        """The table's Arrow schema, of its current version or of ``version``."""
+
+    def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
+        """URIs of the data files versions (after, upto] added (``after=None``: the whole table as of
+        ``upto``); what transform and publish consume incrementally (``increments.py``)."""
+
     def create_table(self, table: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
         """Create if missing (idempotent, safe when two creators race); records the engine on the table.
         Raises LakeError when the table exists but was created by the other engine or is partitioned
@@ -90,10 +104,15 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
             raise LakeError("lake.engine delta-spark needs a Spark session")
         from queuelake.lake.jvm import DeltaSparkEngine
 
-        return DeltaSparkEngine(config.root, spark)
-    from queuelake.lake.rust import DeltaRsEngine
+        lake: LakeEngine = DeltaSparkEngine(config.root, spark, config.storage_options)
+    else:
+        from queuelake.lake.rust import DeltaRsEngine
 
-    return DeltaRsEngine(config.root, spark)
+        lake = DeltaRsEngine(config.root, spark, config.storage_options)
+    # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/catalog.py)
+    from queuelake.lake.catalog import registrar_for, with_names
+
+    return with_names(lake, registrar_for(config, lake.name, spark))
 
 
 def journal_engine(lake: LakeEngine) -> LakeEngine:
@@ -107,6 +126,9 @@ def journal_engine(lake: LakeEngine) -> LakeEngine:
     """
     if lake.name == "delta-rs":
         return lake
+    from queuelake.lake.catalog import with_names
     from queuelake.lake.rust import DeltaRsEngine
 
-    return DeltaRsEngine(lake.root, getattr(lake, "spark", None))
+    journal = DeltaRsEngine(lake.root, getattr(lake, "spark", None), getattr(lake, "storage_options", None))
+    # the same metastore names as the lake it serves (lake.catalog/lake.schema)
+    return with_names(journal, getattr(lake, "registrar", None), existing=False)

@@ -14,6 +14,7 @@ import datetime as dt_
 import decimal
 import functools
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -27,17 +28,24 @@ def table_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
 
 
+def local_paths(uris: list[str]) -> list[str]:
+    """deltalake's file URIs with local ones as plain paths: for a local table it returns paths with
+    percent-encoding (``/tmp/a%20b/...``), which pyarrow and Spark take literally; object-store URIs
+    (``s3://...``) are left as they are."""
+    return [u if "://" in u else unquote(u) for u in uris]
+
+
 def files_by_partition(dt: DeltaTable) -> list[tuple[dict[str, str | None], list[str]]]:
     """The data files of the loaded version grouped by partition values ({} when unpartitioned)."""
     partition_by = list(dt.metadata().partition_columns)
     if not partition_by:
-        uris = dt.file_uris()
+        uris = local_paths(dt.file_uris())
         return [({}, uris)] if uris else []
     groups = []
     for values in dt.partitions():
         # '' selects a null partition value (deltalake's convention for file_uris filters).
         predicate = [(col, "=", "" if values.get(col) is None else values[col]) for col in partition_by]
-        uris = dt.file_uris(file_pruning_predicate=predicate)
+        uris = local_paths(dt.file_uris(file_pruning_predicate=predicate))
         if uris:
             groups.append(({col: values.get(col) for col in partition_by}, uris))
     return groups
@@ -66,11 +74,13 @@ def parse_partition_value(text: str | None, type_: pa.DataType) -> Any:
 
 
 def _filesystem_paths(uris: list[str]) -> tuple[Any, list[str]]:
-    from pyarrow import fs as pafs
+    """One filesystem for a table's files (with the lake's storage options: object storage) and the
+    files' paths inside it."""
+    from queuelake.lake.storage import filesystem as storage_filesystem
+    from queuelake.lake.storage import path_in
 
-    filesystem, first = pafs.FileSystem.from_uri(uris[0])
-    paths = [first] + [pafs.FileSystem.from_uri(u)[1] for u in uris[1:]]
-    return filesystem, paths
+    filesystem, first = storage_filesystem(uris[0])
+    return filesystem, [first] + [path_in(u) for u in uris[1:]]
 
 
 def read_arrow(dt: DeltaTable, columns: list[str] | None = None) -> pa.Table:
@@ -131,4 +141,7 @@ def read_table(table_uri: str, version: int | None = None, columns: list[str] | 
     """A Delta table (or one version) as Arrow, without ``DeltaTable.to_pyarrow_table`` (see above)."""
     from deltalake import DeltaTable
 
-    return read_arrow(DeltaTable(table_uri, version=version), columns)
+    from queuelake.lake.storage import options_for
+
+    options = options_for(table_uri) or None  # the lake's storage options, when its engine is open
+    return read_arrow(DeltaTable(table_uri, version=version, storage_options=options), columns)

@@ -21,13 +21,13 @@ import math
 import os
 import re
 import threading
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from queuelake.errors import LakeError
+from queuelake.lake import storage
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.files import (
     KILL_ENV,
@@ -36,6 +36,7 @@ from queuelake.lake.files import (
     StagedFiles,
     commit_files,
     delete_files,
+    exactly_once,
     missing_files,
 )
 from queuelake.lake.marks import check_writable, description_for, engine_of
@@ -69,9 +70,17 @@ class DeltaRsEngine:
 
     name = "delta-rs"
 
-    def __init__(self, root: str, spark: SparkSession | None = None) -> None:
+    def __init__(
+        self, root: str, spark: SparkSession | None = None, storage_options: dict[str, str] | None = None
+    ) -> None:
         self.root = normalise_root(root)
         self.spark = spark
+        # object storage credentials (lake.storage_options): on every deltalake call, registered for
+        # the root (pyarrow readers, increments) and set on the session for Spark's reads (s3a)
+        self.storage_options = storage.normalise(storage_options)
+        storage.register(self.root, self.storage_options)
+        if spark is not None:
+            storage.configure_spark(spark, self.storage_options)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._registered: set[int] = set()
@@ -85,16 +94,44 @@ class DeltaRsEngine:
     def exists(self, table: str) -> bool:
         from deltalake import DeltaTable
 
-        return DeltaTable.is_deltatable(self.path(table))
+        try:
+            return DeltaTable.is_deltatable(self.path(table), storage_options=self._options())
+        except OSError as exc:  # object storage unreachable or refusing: say so in one line
+            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
+
+    def _options(self) -> dict[str, str] | None:
+        """For deltalake's ``storage_options=`` (a fresh dict: deltalake may update the one it gets)."""
+        return dict(self.storage_options) or None
+
+    def tables(self) -> list[str]:
+        """The Delta tables directly under the root, by name, sorted (any storage: local, s3://, ...)."""
+        return storage.list_tables(self.root, self.storage_options)
+
+    def written_by(self, table: str) -> str | None:
+        """The engine recorded on the table at creation (None: no mark, made outside queuelake)."""
+        metadata = self._require(table).metadata()
+        return engine_of(metadata.configuration, metadata.description)
+
+    def schema(self, table: str, version: int | None = None) -> pa.Schema:
+        """The table's Arrow schema (of one version), from the Delta log."""
+        return pa.schema(self._require(table, version).schema().to_arrow())
+
+    def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
+        """Data files versions (after, upto] added, read from the Delta log (``increments.py``)."""
+        from queuelake.lake.increments import added_files
+
+        return added_files(self.path(table), after, upto, self.storage_options)
 
     def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return DeltaTable(self.path(table), version=version)
+            return DeltaTable(self.path(table), version=version, storage_options=self._options())
         except TableNotFoundError:
             return None
+        except OSError as exc:  # object storage unreachable or refusing: say so in one line
+            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
 
     def _require(self, table: str, version: int | None = None) -> DeltaTable:
         dt = self._load(table, version)
@@ -146,6 +183,7 @@ class DeltaRsEngine:
                     partition_by=partition_by or None,
                     name=table,
                     description=description_for(self.name),
+                    storage_options=self._options(),
                     commit_properties=CommitProperties(max_commit_retries=0),
                 )
                 return
@@ -181,37 +219,37 @@ class DeltaRsEngine:
     def append(self, table: str, data: pa.Table, app_id: str, version: int) -> bool:
         """One commit of ``data`` with (app_id, version); False, writing nothing, if already committed."""
         from deltalake import CommitProperties, Transaction, write_deltalake
-        from deltalake.exceptions import CommitFailedError
 
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
+
+        def write(dt: DeltaTable, attempt: int) -> None:
+            # Conformed on every attempt: a concurrent add_columns changes the target schema. A failed
+            # attempt's files stay behind as orphans (vacuum removes them).
+            rows = conform(data, pa.schema(dt.schema().to_arrow()), table)
+            write_deltalake(
+                dt,
+                rows,
+                mode="append",
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id, version)],
+                    custom_metadata={WRITE_ID_KEY: uuid.uuid4().hex},
+                ),
+            )
+
         with self._lock(table, app_id):
-            dt = self._load(table)
-            if dt is None:
+            if self._load(table) is None:
                 self.create_table(table, lake_schema(data.schema, all_nullable=True))
-            for attempt in range(_COMMIT_ATTEMPTS):
-                dt = self._require(table)
-                self._check_writable(table, dt)
-                committed = dt.transaction_version(app_id)
-                if committed is not None and committed >= version:
-                    return False
-                # Conformed on every attempt: a concurrent add_columns changes the target schema.
-                rows = conform(data, pa.schema(dt.schema().to_arrow()), table)
-                try:
-                    write_deltalake(
-                        dt,
-                        rows,
-                        mode="append",
-                        commit_properties=CommitProperties(
-                            app_transactions=[Transaction(app_id, version)],
-                            custom_metadata={WRITE_ID_KEY: uuid.uuid4().hex},
-                        ),
-                    )
-                    return True
-                except CommitFailedError:
-                    # Its files stay behind as orphans (vacuum removes them); reload and re-check.
-                    time.sleep(min(0.05 * 2**attempt, 2.0))
-        raise LakeError(f"lake table {table}: could not commit ({app_id}, {version}) after {_COMMIT_ATTEMPTS} tries")
+            return exactly_once(
+                self.path(table),
+                table,
+                app_id,
+                version,
+                self.name,
+                write,
+                storage_options=self.storage_options,
+                attempts=_COMMIT_ATTEMPTS,
+            )
 
     def append_dataframe(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
         """Executors write Parquet files, one commit (in ``DataSourceWriter.commit``) with (app_id, version).
@@ -222,9 +260,7 @@ class DeltaRsEngine:
         """
         import json
 
-        from deltalake import DeltaTable
-
-        from queuelake.lake.datasource import FORMAT, encode_schema, register
+        from queuelake.lake.datasource import FORMAT, SECRET_OPTIONS_KEY, encode_schema, register
 
         spark = self._spark(df)
         with self._lock(table, app_id):
@@ -256,10 +292,14 @@ class DeltaRsEngine:
                 .option("write_id", write_id)
                 .option("engine", self.name)
             )
+            if self.storage_options:
+                # executors' Python workers do not share this process's registry. The key says
+                # "secret": Spark redacts such options wherever it shows a plan (spark.redaction.regex)
+                writer = writer.option(SECRET_OPTIONS_KEY, json.dumps(self.storage_options))
             if os.environ.get(KILL_ENV):
                 writer = writer.option("test_kill_pids", str(os.getpid()))
             writer.save()
-            return _landed(DeltaTable(self.path(table)), since, write_id)
+            return _landed(self._require(table), since, write_id)
 
     # ------------------------------------------------------------ staged writes (the drain's claims)
 
@@ -267,7 +307,7 @@ class DeltaRsEngine:
         """Write ``data`` as Parquet files into the table's folder without committing them: invisible
         to readers until ``commit_staged``; orphans for vacuum if nobody ever commits them."""
         target, partition_by = self._stage_target(table)
-        sink = FileSink(self.path(table), target, partition_by)
+        sink = FileSink(self.path(table), target, partition_by, storage_options=self.storage_options)
         try:
             sink.write(conform(data, target, table))
             files = sink.close()
@@ -291,7 +331,7 @@ class DeltaRsEngine:
 
     def discard_staged(self, table: str, staged: StagedFiles) -> None:
         """Best effort: what stays behind is an orphan that vacuum removes."""
-        delete_files(self.path(table), staged.files)
+        delete_files(self.path(table), staged.files, self.storage_options)
 
     def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
         """Commit staged files in one Delta commit carrying (app_id, version). False when that version
@@ -300,7 +340,7 @@ class DeltaRsEngine:
         ago): committing a missing file would corrupt the table."""
         with self._lock(table, app_id):
             if verify:
-                gone = missing_files(self.path(table), staged.files)
+                gone = missing_files(self.path(table), staged.files, self.storage_options)
                 if gone:
                     raise LakeError(
                         f"lake table {table}: staged files of ({app_id}, {version}) are missing "
@@ -316,6 +356,7 @@ class DeltaRsEngine:
                 staged.write_id,
                 self.name,
                 delete_if_committed=False,
+                storage_options=self.storage_options,
             )
 
     # ------------------------------------------------------------ versions

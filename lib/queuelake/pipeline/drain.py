@@ -36,7 +36,7 @@ from queuelake.lake.port import LakeEngine, journal_engine
 from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
-from queuelake.transport import claims, db, queues, schema
+from queuelake.transport import claims, db, locks, queues, schema
 from queuelake.transport.claims import Claim
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef, queue_ref
@@ -180,11 +180,7 @@ class QueueDrain:
             self.result.status = "interrupted"
 
     def _acquire(self, conn: Connection) -> bool:
-        rows = conn.run(
-            "drain_lock", {}, {"lock_name": "queuelake.drain:" + self.ref.canonical}, what=self.ref.canonical
-        )
-        conn.commit()  # the lock is the session's, not the transaction's
-        return bool(rows and rows[0][0] in (True, 1, "1", "t"))
+        return locks.try_lock(conn, "queuelake.drain:" + self.ref.canonical, what=self.ref.canonical)
 
     # ------------------------------------------------------------ claims
 
@@ -199,10 +195,8 @@ class QueueDrain:
             claims.delete(conn, self.claims_table, claim.app_id, claim.version)
             conn.commit()
             log.info(
-                "%s: resolved the claim of an interrupted drain (%s batch %d, %d rows)",
+                "%s: finished the batch an interrupted drain left (%d message(s), now in the journal once)",
                 self.ref.canonical,
-                claim.app_id,
-                claim.version,
                 claim.row_count,
             )
         return len(pending)
@@ -361,12 +355,11 @@ class QueueDrain:
         seconds = time.monotonic() - t0
         backlog = self._backlog(conn, total)
         elapsed = time.monotonic() - self._started
+        log.debug("drain %s: worker %d committed its batch %d", self.ref.canonical, worker, version)
         log.info(
-            "drain %s w%d batch %d: %d rows (landed %d, expired %d, quarantined %d) in %.2fs, "
-            "run %d rows at %.0f msg/s, backlog ~%d",
+            "drain %s: %d message(s) (%d landed, %d expired, %d quarantined) in %.2fs; "
+            "%d so far at %.0f msg/s, about %d left",
             self.ref.canonical,
-            worker,
-            version,
             n,
             counts["landed"],
             counts["expired"],
@@ -424,8 +417,6 @@ def record_runs(lake: LakeEngine, run_id: str, command: str, started: dt.datetim
             "landed": r.landed,
             "expired": r.expired,
             "quarantined": r.quarantined,
-            "published": None,
-            "fanned_out": None,
             "batches": r.batches,
             "seconds": r.seconds,
             "rate": r.rate,

@@ -29,15 +29,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from queuelake import hooks
-from queuelake.config import Config
+from queuelake.config import Config, conflict_message, drained_as
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
-from queuelake.lake import increments
+from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.storage import filesystem as lake_filesystem
+from queuelake.quality import expectations
 from queuelake.quality import outbound as quality
 from queuelake.report import log
 from queuelake.transport import headers as hdr
-from queuelake.transport import queues, schema, subscriptions
+from queuelake.transport import ledger, queues, schema, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
@@ -56,18 +58,7 @@ OPTIONAL = {
 }
 
 
-UNDELIVERABLE_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.string()),
-        pa.field("intent", pa.string()),
-        pa.field("message_type", pa.string()),
-        pa.field("destination", pa.string()),
-        pa.field("reason", pa.string()),
-        pa.field("round", pa.string()),
-        pa.field("batch_key", pa.string()),
-        pa.field("recorded_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
+UNDELIVERABLE_SCHEMA: pa.Schema = tables.UNDELIVERABLE.schema
 
 
 def message_id(pipeline: str, key: str, destination: str) -> str:
@@ -113,6 +104,8 @@ class OutputResult:
     failed_batches: list[str] = field(default_factory=list)
     error: str | None = None
     round: str | None = None
+    expectations: int = 0  # user expectations evaluated on the round (0: none configured)
+    failed_expectations: list[dict[str, Any]] = field(default_factory=list)  # GX's details, when blocked
 
 
 def _parse_round(batch_key: str) -> tuple[Round, int, int]:
@@ -124,10 +117,14 @@ def _parse_round(batch_key: str) -> tuple[Round, int, int]:
 
 
 class Publisher:
-    def __init__(self, config: Config, lake: LakeEngine, spark: SparkSession) -> None:
+    def __init__(self, config: Config, lake: LakeEngine, spark: SparkSession, run_id: str | None = None) -> None:
         self.config = config
         self.lake = lake
         self.spark = spark
+        self.run_id = run_id or str(uuid.uuid4())
+        # loaded (and checked against GX's registry) before any output is touched: a typo in one
+        # suite is a config error, not a half-published run; {} and no GX import when none is set
+        self.suites = expectations.load(config)
         self.endpoint = config.publish.endpoint
         self.machine = socket.gethostname()
         self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
@@ -139,10 +136,10 @@ class Publisher:
     # -- rounds -----------------------------------------------------------------------------------
 
     def _next_round(self, conn: Connection, output: str, pipeline: str) -> tuple[Round, set[int]]:
-        rows = conn.run("ledger_batches", self.ledger.identifiers(), {"pipeline": pipeline, "output_table": output})
+        keys = ledger.batch_keys(conn, self.ledger, pipeline, output)
         conn.rollback()
         rounds: dict[Round, tuple[int, set[int]]] = {}
-        for (batch_key,) in rows:
+        for batch_key in keys:
             rnd, k, n = _parse_round(batch_key)
             total, done = rounds.setdefault(rnd, (n, set()))
             done.add(k)
@@ -159,8 +156,17 @@ class Publisher:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _validate(self, output: str, files: list[str], rnd: Round) -> tuple[set[str], int]:
-        """Reject rows failing the contract (written to ``<output>_rejected``), gate the rest."""
+    def _validate(
+        self, output: str, files: list[str], rnd: Round, resumed: bool = False
+    ) -> tuple[set[str], int, expectations.Outcome | None]:
+        """Reject rows failing the built-in contract (Spark row checks, written to
+        ``<output>_rejected``), then run the user's expectations, if any, on the accepted rows.
+
+        Returns (keys not to send, rows rejected, the suite's outcome or None). A failed suite
+        returns before anything is written for the round (not even the rejects): the round is
+        blocked and starts again, on the fixed data, at the next run. A resumed round (some batches
+        already sent) passed its suite when it started: it is not validated again, so it cannot be
+        left half sent by a suite edited in between."""
         from pyspark.sql import functions as F
 
         from queuelake.lake.arrow_types import to_spark_schema
@@ -171,37 +177,47 @@ class Publisher:
             if name not in df.columns:
                 df = df.withColumn(name, F.lit(None).cast(to_spark_schema(pa.schema([(name, kind)]))[0].dataType))
         full = quality.with_reasons(df)
-        checked = full.select(*quality.CHECKED).cache()  # narrow: no bodies held in memory
-        try:
-            n_rejected = checked.where(F.size("reasons") > 0).count()
-            bad_keys: set[str] = set()
-            if n_rejected:
-                rejected_out = (
-                    full.where(F.size("reasons") > 0)
-                    .drop("body_len")
-                    .withColumn("rejected_at", F.current_timestamp())
-                    .withColumn("round", F.lit(rnd.key(0, 0).split(":")[0]))
-                )
-                self.lake.append_dataframe(f"{output}_rejected", rejected_out, f"queuelake.publish/{output}", rnd.upto)
-                rows = checked.where(F.size("reasons") > 0).select("key").distinct().collect()
-                bad_keys = {r["key"] for r in rows}
-                log.warning("publish %s: %d row(s) rejected, see %s_rejected", output, n_rejected, output)
-            t_gate = time.monotonic()
-            quality.gate(checked.where(F.size("reasons") == 0).drop("reasons"), output)
-            log.info("publish %s: great-expectations gate passed in %.1fs", output, time.monotonic() - t_gate)
-        finally:
-            checked.unpersist()
-        return bad_keys, n_rejected
+        # one Spark job: the keys of rejected rows (narrow; the plan reads no bodies); rejects are
+        # the exception, so their keys fit the driver, as the bad-key filter of _rows needs anyway
+        rejected_keys = [r["key"] for r in full.where(F.size("reasons") > 0).select("key").collect()]
+        n_rejected = len(rejected_keys)
+        outcome = None
+        suite = None if resumed else self.suites.get(output)
+        round_name = rnd.key(0, 0).split(":")[0]
+        if suite is not None:
+            t_suite = time.monotonic()
+            accepted = full.where(F.size("reasons") == 0).drop("reasons", "body_len")
+            outcome = expectations.validate(accepted, suite)
+            expectations.record(self.lake, self.run_id, output, round_name, suite, outcome)
+            log.info(
+                "publish %s: %d expectation(s) %s in %.1fs",
+                output,
+                outcome.evaluated,
+                "passed" if outcome.success else f"FAILED ({len(outcome.failed)})",
+                time.monotonic() - t_suite,
+            )
+            if not outcome.success:
+                return set(), n_rejected, outcome
+        if n_rejected:
+            rejected_out = (
+                full.where(F.size("reasons") > 0)
+                .drop("body_len")
+                .withColumn("rejected_at", F.current_timestamp())
+                .withColumn("round", F.lit(round_name))
+            )
+            rejected_table = tables.REJECTED.name_for(output)
+            self.lake.append_dataframe(rejected_table, rejected_out, f"queuelake.publish/{output}", rnd.upto)
+            log.warning("publish %s: %d row(s) rejected, see %s", output, n_rejected, rejected_table)
+        return {k for k in rejected_keys if k is not None}, n_rejected, outcome
 
     def _schema(self, output: str, rnd: Round) -> pa.Schema:
-        from deltalake import DeltaTable
-
-        return pa.schema(DeltaTable(self.lake.path(output), version=rnd.upto).schema().to_arrow())
+        return self.lake.schema(output, rnd.upto)  # the port opens the table (storage options)
 
     def _rows(self, files: list[str], bad_keys: set[str]) -> Iterator[dict[str, Any]]:
         """Accepted rows in the round's fixed order, one Parquet batch in memory at a time."""
         for uri in files:
-            parquet = pq.ParquetFile(uri)
+            filesystem, path = lake_filesystem(uri)  # with the lake's storage options (object storage)
+            parquet = pq.ParquetFile(path, filesystem=filesystem)
             for record_batch in parquet.iter_batches(batch_size=5000):
                 for row in record_batch.to_pylist():
                     key = row.get("key")
@@ -223,14 +239,20 @@ class Publisher:
 
     def _target(self, conn: Connection, address: str | None, delayed: bool) -> tuple[TableRef | None, str | None]:
         """(queue, None) for a deliverable address, else (None, reason). Checked once per run: the
-        address parses and fits the dialect's limits, and the table is there with the transport's
-        columns. Untrusted text never reaches SQL: only a parsed, quoted name does."""
+        address parses and fits the dialect's limits, it is not a queue this deployment drains (unless
+        drain.also_destinations says so: the next drain would take the copies into the lake), and
+        the table is there with the transport's columns. Untrusted text never reaches SQL: only a
+        parsed, quoted name does."""
         verdict = self._verdicts.get((address, delayed))
         if verdict is None:
             try:
                 if address is None or not address.strip():
                     raise QueuelakeError("queue address is empty")
                 ref = queue_ref(address, self.config.transport)
+                drained = drained_as(self.config, address)
+                if drained is not None:  # a Send row's destination or a subscriber, found only now
+                    where = f"an outbound row or subscription ({address!r})"
+                    raise QueuelakeError(conflict_message(drained, address, where))
                 problem = schema.delivery_problem(conn, ref.delayed() if delayed else ref, delayed)
                 verdict = (ref, None) if problem is None else (None, problem)
             except QueuelakeError as exc:
@@ -332,7 +354,7 @@ class Publisher:
                 self._report(output, address, reason)
         if bad:
             self.lake.append(
-                f"{output}_undeliverable",
+                tables.UNDELIVERABLE.name_for(output),
                 pa.Table.from_pylist(bad, schema=UNDELIVERABLE_SCHEMA),
                 f"queuelake.publish.undeliverable/{output}/{batch_key}",
                 1,
@@ -341,18 +363,7 @@ class Publisher:
             queues.send(conn, ref, messages)
         for ref, items in delayed.values():
             queues.store_delayed(conn, ref, items)
-        conn.run(
-            "ledger_insert",
-            self.ledger.identifiers(),
-            {
-                "pipeline": pipeline,
-                "output_table": output,
-                "batch_key": batch_key,
-                "rows_sent": len(rows),
-                "copies_sent": copies,
-            },
-            what=self.ledger.canonical,
-        )
+        ledger.record(conn, self.ledger, pipeline, output, batch_key, len(rows), copies)
         hooks.checkpoint("before_publish_commit")
         conn.commit()
         hooks.checkpoint("after_publish_commit")
@@ -379,9 +390,20 @@ class Publisher:
             result.round = rnd.key(0, 0).split(":")[0]
             if rnd.after is not None and rnd.after >= rnd.upto:
                 return result
-            files = increments.added_files(self.lake.path(output), rnd.after, rnd.upto)
+            files = self.lake.added_files(output, rnd.after, rnd.upto)
             t0 = time.monotonic()
-            bad_keys, result.rejected = self._validate(output, files, rnd) if files else (set(), 0)
+            bad_keys, result.rejected, outcome = (
+                self._validate(output, files, rnd, resumed=bool(done)) if files else (set(), 0, None)
+            )
+            if outcome is not None:
+                result.expectations = outcome.evaluated
+                result.failed_expectations = outcome.failed
+                if not outcome.success:
+                    # blocked: nothing sent, no ledger row, so the next run validates this round again
+                    result.status = "blocked"
+                    result.error = f"expectations failed: {expectations.summary(outcome.failed)}"
+                    log.error("publish %s round %s blocked, nothing sent: %s", output, result.round, result.error)
+                    return result
             total_rows = _count_accepted(files, bad_keys)
             log.info(
                 "publish %s round %s: %d file(s), %d row(s) to send, %d rejected; validated in %.1fs",
@@ -395,17 +417,7 @@ class Publisher:
             n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
             if n == 0:
                 if 0 not in done:
-                    conn.run(
-                        "ledger_insert",
-                        self.ledger.identifiers(),
-                        {
-                            "pipeline": pipeline,
-                            "output_table": output,
-                            "batch_key": rnd.key(0, 0),
-                            "rows_sent": 0,
-                            "copies_sent": 0,
-                        },
-                    )
+                    ledger.record(conn, self.ledger, pipeline, output, rnd.key(0, 0), 0, 0)
                     conn.commit()
                 return result
             started = time.monotonic()
@@ -450,7 +462,9 @@ def _count_accepted(files: list[str], bad_keys: set[str]) -> int:
 
     total = 0
     for uri in files:
-        keys = pq.read_table(uri, columns=["key"])["key"]
+        # files delta-rs rewrites (DELETE/UPDATE) store string_view, which is_in has no kernel for
+        filesystem, path = lake_filesystem(uri)
+        keys = pq.read_table(path, columns=["key"], filesystem=filesystem)["key"].cast(pa.string())
         total += len(keys) - keys.null_count
         if bad_keys:
             total -= pc.sum(pc.is_in(keys, pa.array(list(bad_keys), pa.string()))).as_py() or 0
@@ -458,8 +472,8 @@ def _count_accepted(files: list[str], bad_keys: set[str]) -> int:
 
 
 def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
-    publisher = Publisher(config, lake, spark)
     run_id = str(uuid.uuid4())
+    publisher = Publisher(config, lake, spark, run_id)
     started = dt.datetime.now(dt.timezone.utc)
     results = []
     seconds: list[float] = []
@@ -475,7 +489,8 @@ def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, 
                 results.append(OutputResult(output, "failed", error=str(exc)))
         seconds.append(round(time.monotonic() - t0, 3))
     _record_runs(lake, run_id, started, results, seconds)
-    status = "failed" if any(r.status == "failed" for r in results) else "ok"
+    # a blocked round (failed expectations) fails the run too: the data needs a person's attention
+    status = "failed" if any(r.status in ("failed", "blocked") for r in results) else "ok"
     summary = [r.__dict__ for r in results]
     return {
         "status": status,
@@ -491,8 +506,9 @@ def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, 
 def _record_runs(
     lake: LakeEngine, run_id: str, started: dt.datetime, results: list[OutputResult], seconds: list[float]
 ) -> None:
-    """One ``runs`` row per output (its name in the ``queue`` column): rows published, copies sent
-    (``fanned_out``), copies not deliverable, batches, status."""
+    """One ``runs`` row per output (in the ``table`` column): rows published, copies sent
+    (``fanned_out``), copies not deliverable, rows rejected, batches, status, and the failed
+    expectations (JSON, GX's details) of a blocked round."""
     from queuelake.pipeline.runs import append_runs
 
     ended = dt.datetime.now(dt.timezone.utc)
@@ -500,17 +516,19 @@ def _record_runs(
         {
             "run_id": run_id,
             "command": "publish",
-            "queue": r.output,
+            "table": r.output,
             "started_at": started,
             "ended_at": ended,
             "published": r.published,
             "fanned_out": r.copies,
             "undeliverable": r.undeliverable,
+            "rejected": r.rejected,
             "batches": r.batches,
             "seconds": s,
             "rate": round(r.published / s, 1) if s else 0.0,
             "status": r.status,
             "error": r.error,
+            "failed_expectations": orjson.dumps(r.failed_expectations).decode() if r.failed_expectations else None,
         }
         for r, s in zip(results, seconds)
     ]

@@ -47,13 +47,14 @@ from queuelake import hooks, stopping
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
+from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine, journal_engine
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.publish import NAMESPACE
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import headers as hdr
-from queuelake.transport import queues, schema
+from queuelake.transport import ledger, locks, queues, schema
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
@@ -61,8 +62,8 @@ from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-REPLAYS = "replays"
-SKIPPED = "replay_skipped"
+REPLAYS = tables.REPLAYS.name
+SKIPPED = tables.REPLAY_SKIPPED.name
 DEFAULT_BATCH_SIZE = 5000
 PACED_BATCH_SECONDS = 0.5  # under --max-rate a batch holds about this long's worth of messages
 MAX_TTBR_MS = 100 * 365 * 86_400_000  # TimeSpan.MaxValue and the like: no expiry
@@ -90,45 +91,8 @@ REPLAY_KIND = "queuelake.Replay.Kind"  # retry | redirect | replay
 REPLAY_SOURCE = "queuelake.Replay.Source"  # the journal row: <queue>@<seq>
 REPLAY_ORIGINAL_MESSAGE_ID = "queuelake.Replay.OriginalMessageId"  # replays get a new MessageId
 
-REPLAYS_SCHEMA = pa.schema(
-    [
-        pa.field("replay_id", pa.string(), nullable=False),
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("started_at", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("ended_at", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("predicate", pa.string(), nullable=False),
-        pa.field("to_queue", pa.string()),
-        pa.field("limit", pa.int64()),
-        pa.field("journal_version", pa.int64()),
-        pa.field("selected", pa.int64()),
-        pa.field("destinations", pa.map_(pa.string(), pa.int64())),
-        pa.field("rows_sent", pa.int64()),
-        pa.field("total_sent", pa.int64()),
-        pa.field("batches", pa.int64()),
-        pa.field("batches_done_before", pa.int64()),
-        pa.field("failed_batches", pa.int64()),
-        pa.field("skipped", pa.int64()),
-        pa.field("skipped_reasons", pa.map_(pa.string(), pa.int64())),
-        pa.field("max_rate", pa.float64()),
-        pa.field("rate", pa.float64()),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("error", pa.string()),
-    ]
-)
-
-SKIPPED_SCHEMA = pa.schema(
-    [
-        pa.field("replay_id", pa.string(), nullable=False),
-        pa.field("queue", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("id", pa.string()),
-        pa.field("message_id", pa.string()),
-        pa.field("message_type", pa.string()),
-        pa.field("destination", pa.string()),
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("recorded_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
+REPLAYS_SCHEMA: pa.Schema = tables.REPLAYS.schema
+SKIPPED_SCHEMA: pa.Schema = tables.REPLAY_SKIPPED.schema
 
 # The selection's small columns (no headers, no bodies): what planning, dry runs and counts need.
 _KEY_COLUMNS = [
@@ -512,9 +476,9 @@ class _Content:
         if table is not None:
             self.cache.move_to_end(uri)
             return table
-        from pyarrow import fs as pafs
+        from queuelake.lake.storage import filesystem as lake_filesystem
 
-        filesystem, path = pafs.FileSystem.from_uri(uri)
+        filesystem, path = lake_filesystem(uri)  # with the lake's storage options (object storage)
         table = pq.ParquetFile(path, filesystem=filesystem).read(columns=["headers", "body"])
         self.cache[uri] = table
         while len(self.cache) > self.CACHED_FILES:
@@ -632,8 +596,9 @@ class Replayer:
     # -- ledger ---------------------------------------------------------------------------------
 
     def _ledger(self, conn: Connection, replay_id: str) -> tuple[Plan | None, set[int], int]:
-        rows = conn.run("ledger_of_pipeline", self.ledger.identifiers(), {"pipeline": f"replay/{replay_id}"})
+        recorded = ledger.rows_of_pipeline(conn, self.ledger, f"replay/{replay_id}")
         conn.rollback()
+        rows = [(r.output_table, r.batch_key, r.rows_sent) for r in recorded]
         plans = [Plan.parse(key) for _, key, _ in rows if key.startswith("plan:")]
         if len(plans) > 1:
             raise QueuelakeError(f"replay {replay_id} has {len(plans)} plans in the ledger; start a new replay id")
@@ -642,18 +607,7 @@ class Replayer:
         return (plans[0] if plans else None), done, sent
 
     def _insert_ledger(self, conn: Connection, replay_id: str, key: str, rows_sent: int) -> None:
-        conn.run(
-            "ledger_insert",
-            self.ledger.identifiers(),
-            {
-                "pipeline": f"replay/{replay_id}",
-                "output_table": MESSAGES,
-                "batch_key": key,
-                "rows_sent": rows_sent,
-                "copies_sent": rows_sent,
-            },
-            what=self.ledger.canonical,
-        )
+        ledger.record(conn, self.ledger, f"replay/{replay_id}", MESSAGES, key, rows_sent, rows_sent)
 
     # -- skipped rows ---------------------------------------------------------------------------
 
@@ -797,9 +751,7 @@ class Replayer:
         return result
 
     def _lock(self, conn: Connection, replay_id: str) -> None:
-        rows = conn.run("drain_lock", {}, {"lock_name": f"queuelake.replay:{replay_id}"})
-        conn.commit()
-        if not (rows and rows[0][0] in (True, 1, "1", "t")):
+        if not locks.try_lock(conn, f"queuelake.replay:{replay_id}"):
             raise QueuelakeError(f"replay {replay_id} is already running in another process")
 
     def _resolve(self, conn: Connection, rows: list[Row]) -> None:
@@ -922,9 +874,8 @@ class Replayer:
 
     def journal_files(self, version: int) -> list[str]:
         if self._files is None:
-            from deltalake import DeltaTable
-
-            self._files = DeltaTable(self.journal.path(MESSAGES), version=version).file_uris()
+            # through the lake port: it knows the storage options of the root
+            self._files = self.journal.added_files(MESSAGES, None, version)
         return self._files
 
     # -- the record -----------------------------------------------------------------------------
@@ -967,16 +918,10 @@ class Replayer:
                 "queue": destination,
                 "started_at": self.started,
                 "ended_at": ended,
-                "dequeued": None,
-                "landed": None,
-                "expired": None,
-                "quarantined": None,
                 "published": count,
-                "fanned_out": None,
                 "batches": result.batches_sent,
                 "seconds": result.seconds_sending,
                 "rate": result.rate,
-                "backlog_left": None,
                 "status": result.status,
                 "error": result.error,
             }

@@ -1,24 +1,46 @@
-"""The ``runs`` table: one row per command run and queue (or output), written by every command.
+"""The ``runs`` table: one row per command run and queue or table, written by every command.
 
-Why a module: the table outlives queuelake versions. A column added to ``RUNS_SCHEMA`` must be added
-to a ``runs`` table an older version created before appending to it (the lake refuses columns the
-table lacks), and every command must do that the same way.
+Why a module: the table outlives queuelake versions. A column added to the catalogue's ``runs``
+schema must be added to a ``runs`` table an older version created before appending to it (the lake
+refuses columns the table lacks), and every command must do that the same way. The catalogue also
+says which columns each command fills (``RUNS_COLUMNS_BY_COMMAND``); a row setting any other is a
+bug caught here, so no column stays null for ever without anyone noticing.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from typing import Any
 
 import pyarrow as pa
 
+from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.journal import RUNS, RUNS_SCHEMA
+
+RUNS = tables.RUNS.name
+RUNS_SCHEMA: pa.Schema = tables.RUNS.schema
+_EVERY_COMMAND = {"run_id", "command", "started_at", "ended_at", "seconds", "status", "error"}
+
+
+def new_run_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
 
 
 def append_runs(lake: LakeEngine, run_id: str, command: str, rows: list[dict[str, Any]]) -> None:
     """Append this run's rows once (idempotent per run id and command); missing fields are null."""
     if not rows:
         return
+    allowed = _EVERY_COMMAND | set(tables.RUNS_COLUMNS_BY_COMMAND[command])
+    for row in rows:
+        extra = {k for k, v in row.items() if v is not None} - allowed
+        if extra:
+            raise ValueError(f"runs: {command} does not record {sorted(extra)} (see RUNS_COLUMNS_BY_COMMAND)")
     if lake.exists(RUNS):
         lake.add_columns(RUNS, [f.with_nullable(True) for f in RUNS_SCHEMA])
-    lake.append(RUNS, pa.Table.from_pylist(rows, schema=RUNS_SCHEMA), f"queuelake.runs/{run_id}/{command}", 1)
+    data = pa.Table.from_pylist([{**r, "run_id": run_id, "command": command} for r in rows], schema=RUNS_SCHEMA)
+    lake.append(RUNS, data, f"queuelake.runs/{run_id}/{command}", 1)

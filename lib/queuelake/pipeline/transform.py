@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from queuelake.config import Config, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError
-from queuelake.lake import increments
 from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline import runs
 from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA
 from queuelake.report import log
 
@@ -52,7 +52,7 @@ def new_landed(spark: SparkSession, lake: LakeEngine, after: int | None, upto: i
     """Landed journal rows committed in versions (after, upto], as a Spark DataFrame."""
     from pyspark.sql import functions as F
 
-    files = increments.added_files(lake.path(MESSAGES), after, upto)
+    files = lake.added_files(MESSAGES, after, upto)
     schema = to_spark_schema(MESSAGES_SCHEMA)
     if not files:
         return spark.createDataFrame([], schema)
@@ -83,14 +83,14 @@ def run_transform(spark: SparkSession, lake: LakeEngine, transform: TransformCon
         out.unpersist()
     seconds = round(time.monotonic() - started, 3)
     log.info(
-        "transform %s: journal (%s, %s]: %d rows in, %d out in %.1fs",
+        "transform %s: %d new journal row(s) in, %d out to %s (%.1fs)",
         transform.name,
-        after,
-        upto,
         rows_in,
         rows_out,
+        transform.output,
         seconds,
     )
+    log.debug("transform %s: journal versions (%s, %s]", transform.name, after, upto)
     return {
         **result,
         "status": "ok",
@@ -104,13 +104,36 @@ def run_transform(spark: SparkSession, lake: LakeEngine, transform: TransformCon
 def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
     if not lake.exists(MESSAGES):
         return {"status": "ok", "transforms": [], "note": "no journal yet: run drain first"}
+    run_id, started = runs.new_run_id(), runs.utc_now()
     results = []
     status = "ok"
     for t in config.transforms:
+        t0 = time.monotonic()
         try:
             results.append(run_transform(spark, lake, t))
         except QueuelakeError as exc:
             log.error("transform %s failed: %s", t.name, exc)
-            results.append({"transform": t.name, "status": "failed", "error": str(exc)})
+            results.append({"transform": t.name, "output": t.output, "status": "failed", "error": str(exc)})
             status = "failed"
-    return {"status": status, "transforms": results}
+        results[-1].setdefault("seconds", round(time.monotonic() - t0, 3))
+    _record_runs(lake, run_id, started, results)
+    return {"status": status, "run_id": run_id, "transforms": results}
+
+
+def _record_runs(lake: LakeEngine, run_id: str, started: Any, results: list[dict[str, Any]]) -> None:
+    """One ``runs`` row per transform: its output (``table``), journal rows in, rows out."""
+    ended = runs.utc_now()
+    rows = [
+        {
+            "table": r["output"],
+            "started_at": started,
+            "ended_at": ended,
+            "rows_in": r.get("rows_in"),
+            "rows_out": r.get("rows_out"),
+            "seconds": r.get("seconds"),
+            "status": r["status"],
+            "error": r.get("error"),
+        }
+        for r in results
+    ]
+    runs.append_runs(lake, run_id, "transform", rows)

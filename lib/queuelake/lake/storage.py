@@ -1,0 +1,206 @@
+"""Object storage for lake roots: ``lake.storage_options`` for deltalake, pyarrow and Spark (s3a).
+
+One map in the config (deltalake's own keys, e.g. ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``) serves every reader and writer of the lake:
+
+- deltalake gets it as ``storage_options=`` on every table it opens, creates or commits to;
+- pyarrow (the Parquet files our own writers stage and our readers read) gets an ``S3FileSystem``
+  built from the same keys, so the drain's staged files land where the Delta log will point;
+- Spark gets the matching ``fs.s3a.*`` settings on the session (hadoop-aws), with ``s3://`` served by
+  the S3A file system too: deltalake names files ``s3://...`` and Spark must read those same URIs.
+
+Why a registry of roots: modules handed only a file or table URI (increments, replay's Parquet reads,
+Spark Python workers) must reach the same credentials without each caller threading them through; an
+engine registers its root when it is opened, and ``options_for(uri)`` finds the longest root the URI
+is under. Values are secrets: nothing here logs them, and ``cli._secrets`` redacts them from errors.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from queuelake.errors import LakeError
+
+_ROOTS: dict[str, dict[str, str]] = {}
+_GUARD = threading.Lock()
+
+# deltalake key (upper case) -> Hadoop S3A setting. Endpoint, region and http handled in s3a_conf.
+_S3A_KEYS = {
+    "AWS_ACCESS_KEY_ID": "fs.s3a.access.key",
+    "AWS_SECRET_ACCESS_KEY": "fs.s3a.secret.key",
+    "AWS_SESSION_TOKEN": "fs.s3a.session.token",
+    "AWS_TOKEN": "fs.s3a.session.token",
+}
+_TRUE = ("1", "true", "yes", "on")
+
+
+def normalise(options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Keys as deltalake spells them (upper case), values as strings; None values dropped."""
+    return {str(k).upper(): str(v) for k, v in (options or {}).items() if v is not None}
+
+
+_PUBLIC = ("REGION", "ENDPOINT", "ALLOW_HTTP", "VIRTUAL_HOSTED", "CONDITIONAL_PUT", "UNSAFE_RENAME", "TIMEOUT")
+
+
+def secret_values(options: Mapping[str, Any] | None) -> list[str]:
+    """The option values an error message must not show: all but the plainly public settings
+    (region, endpoint, flags), so that a key whose name we do not know is treated as a secret; values
+    shorter than 4 characters are flags, and redacting them would mangle every message."""
+    return [v for k, v in normalise(options).items() if len(v) >= 4 and not any(p in k for p in _PUBLIC)]
+
+
+def register(root: str, options: Mapping[str, Any] | None) -> None:
+    """Remember the storage options of a lake root (an engine's); later registrations replace earlier."""
+    with _GUARD:
+        _ROOTS[root.rstrip("/")] = normalise(options)
+
+
+def options_for(uri: str) -> dict[str, str]:
+    """The storage options of the registered root ``uri`` is under (longest match), else {}."""
+    with _GUARD:
+        roots = sorted(_ROOTS, key=len, reverse=True)
+        for root in roots:
+            if uri == root or uri.startswith(root + "/"):
+                return dict(_ROOTS[root])
+    return {}
+
+
+def is_s3(uri: str) -> bool:
+    return urlparse(uri).scheme in ("s3", "s3a")
+
+
+def filesystem(uri: str, options: Mapping[str, str] | None = None):
+    """(pyarrow FileSystem, path inside it) for a local path or URI, with the lake's storage options
+    (``options``, else those registered for the URI's root)."""
+    from pyarrow import fs as pafs
+
+    opts = normalise(options) if options is not None else options_for(uri)
+    if not is_s3(uri):
+        return pafs.FileSystem.from_uri(uri)  # a local absolute path, file://, or another scheme
+    parsed = urlparse(uri)
+    kwargs: dict[str, Any] = {}
+    if opts.get("AWS_ACCESS_KEY_ID"):
+        kwargs["access_key"] = opts["AWS_ACCESS_KEY_ID"]
+        kwargs["secret_key"] = opts.get("AWS_SECRET_ACCESS_KEY", "")
+        token = opts.get("AWS_SESSION_TOKEN") or opts.get("AWS_TOKEN")
+        if token:
+            kwargs["session_token"] = token
+    region = opts.get("AWS_REGION") or opts.get("AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region"] = region
+    endpoint = opts.get("AWS_ENDPOINT_URL") or opts.get("AWS_ENDPOINT")
+    if endpoint:
+        target = urlparse(endpoint)
+        kwargs["endpoint_override"] = target.netloc or target.path
+        kwargs["scheme"] = target.scheme or "https"
+    # Delayed open: a file smaller than one multipart part (most staged batches) is one PutObject, not
+    # create/upload/complete-multipart (3 requests; moto's server also fails the complete step).
+    fs = pafs.S3FileSystem(allow_delayed_open=True, **kwargs)
+    return fs, f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def path_in(uri: str) -> str:
+    """The path of ``uri`` inside the filesystem ``filesystem(uri)`` returns (cheap: no client built)."""
+    from pyarrow import fs as pafs
+
+    if is_s3(uri):
+        parsed = urlparse(uri)
+        return f"{parsed.netloc}{parsed.path}".rstrip("/")
+    return pafs.FileSystem.from_uri(uri)[1]
+
+
+def s3a_conf(options: Mapping[str, str] | None) -> dict[str, str]:
+    """Hadoop S3A settings for the storage options (empty when they say nothing about S3).
+
+    ``fs.s3.impl`` maps ``s3://`` (deltalake's spelling, found in the file lists we hand Spark) to the
+    S3A file system, so one root serves both engines. A custom endpoint (MinIO, a local S3) gets path
+    style access; ``AWS_ALLOW_HTTP`` switches TLS off for it.
+    """
+    opts = normalise(options)
+    conf = {hadoop: opts[key] for key, hadoop in _S3A_KEYS.items() if opts.get(key)}
+    if opts.get("AWS_ACCESS_KEY_ID"):
+        temporary = "fs.s3a.session.token" in conf
+        provider = "TemporaryAWSCredentialsProvider" if temporary else "SimpleAWSCredentialsProvider"
+        conf["fs.s3a.aws.credentials.provider"] = f"org.apache.hadoop.fs.s3a.{provider}"
+    region = opts.get("AWS_REGION") or opts.get("AWS_DEFAULT_REGION")
+    if region:
+        conf["fs.s3a.endpoint.region"] = region
+    endpoint = opts.get("AWS_ENDPOINT_URL") or opts.get("AWS_ENDPOINT")
+    if endpoint:
+        conf["fs.s3a.endpoint"] = endpoint
+        conf["fs.s3a.path.style.access"] = "true"
+        if endpoint.startswith("http://") or opts.get("AWS_ALLOW_HTTP", "").lower() in _TRUE:
+            conf["fs.s3a.connection.ssl.enabled"] = "false"
+    if conf:
+        conf["fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    return conf
+
+
+def configure_spark(spark: Any, options: Mapping[str, str] | None) -> None:
+    """Put the S3A settings on a session: its Hadoop configuration (classic Spark) and its SQL conf
+    (which Spark merges into the Hadoop configuration of every file read and write, and which is all a
+    Spark Connect session has). Spark redacts ``*.secret.key``/``*.access.key``/``*token`` values."""
+    conf = s3a_conf(options)
+    if not conf:
+        return
+    hadoop = None
+    try:
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    except Exception:  # Spark Connect: no JVM handle; the SQL conf below still applies
+        hadoop = None
+    for key, value in conf.items():
+        if hadoop is not None:
+            hadoop.set(key, value)
+        try:
+            spark.conf.set(key, value)
+        except Exception:  # a static setting on a running session; the Hadoop configuration has it
+            pass
+
+
+def list_tables(root: str, options: Mapping[str, str] | None = None) -> list[str]:
+    """Names of the Delta tables directly under ``root`` (folders with a ``_delta_log``), sorted; [] when
+    the root does not exist yet. Works on any storage pyarrow reaches (on S3 a "folder" is a prefix)."""
+    from pyarrow import fs as pafs
+
+    fs, base = filesystem(root, options)
+    try:
+        children = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=False))
+        names = sorted(info.base_name for info in children if info.type == pafs.FileType.Directory)
+        logs = fs.get_file_info([f"{base}/{name}/_delta_log" for name in names]) if names else []
+    except FileNotFoundError:
+        return []
+    except OSError as exc:  # object storage unreachable or refusing: say so in one line
+        raise storage_error(exc, f"lake root {root}") from None
+    return [name for name, log in zip(names, logs) if log.type == pafs.FileType.Directory]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_REFUSED = re.compile(
+    r"\b(403|401)\b|access_?denied|invalid_?access_?key_?id|signature_?does_?not_?match|credential", re.I
+)
+_S3_ERROR = re.compile(r"<Code>([^<]*)</Code>\s*<Message>([^<]*)</Message>")
+
+
+def storage_error(exc: BaseException, where: str) -> LakeError:
+    """A LakeError that says in one line what the storage refused, from deltalake's multi-line,
+    colour-coded OSError (the S3 error code and message when there is one), with a hint at the
+    config key. Secrets are redacted by the CLI; the server's reply carries none but the key id."""
+    text = _ANSI.sub("", str(exc))
+    match = _S3_ERROR.search(text)
+    if match:
+        reason = f"{match.group(1)}: {match.group(2)}"
+    else:
+        lines = [line.strip(" ↳\t") for line in text.splitlines() if line.strip(" ↳\t")]
+        reason = "; ".join(lines[-2:]) if lines else type(exc).__name__
+    hint = ""
+    if re.search(
+        r"\b(403|401)\b|access_?denied|invalid_?access_?key_?id|signature_?does_?not_?match|credential", text, re.I
+    ):
+        hint = " (check the credentials in lake.storage_options)"
+    elif re.search(r"IMDS|metadata|No credentials|NoCredentials", text, re.I):
+        hint = " (no credentials found: set them in lake.storage_options)"
+    return LakeError(f"{where}: object storage error{hint}: {reason}")

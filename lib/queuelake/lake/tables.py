@@ -1,0 +1,261 @@
+"""The table catalogue: every lake table queuelake writes, declared once with its schema.
+
+Why: names and schemas used to live where each table was first written (the journal builder,
+publish, replay, the quality module) and were spelt again by notebooks, the demo and tests. A new
+table is one entry here; pipelines, notebooks and tests take the name and schema from it, and the
+README's table list is checked against it (``tests/lake/test_tables.py``).
+
+Per-output tables (``<output>_rejected``) are templates: ``REJECTED.name_for("outbound_x")``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+UTC_TS = pa.timestamp("us", tz="UTC")
+_STR_MAP = pa.map_(pa.string(), pa.string())
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    """One table (or, with ``{output}`` in its name, one table per publish output)."""
+
+    name: str
+    schema: pa.Schema | None  # None: the columns come from the user's transform
+    written_by: str  # the command that appends to it
+    about: str  # one line for the README and `describe`
+
+    @property
+    def per_output(self) -> bool:
+        return "{output}" in self.name
+
+    def name_for(self, output: str) -> str:
+        if not self.per_output:
+            raise ValueError(f"{self.name} is not a per-output table")
+        return self.name.format(output=output)
+
+
+MESSAGES = LakeTable(
+    "messages",
+    pa.schema(
+        [
+            pa.field("queue", pa.string(), nullable=False),
+            pa.field("seq", pa.int64(), nullable=False),
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("batch_id", pa.string(), nullable=False),
+            pa.field("drained_at", UTC_TS, nullable=False),
+            pa.field("outcome", pa.string(), nullable=False),
+            pa.field("error", pa.string()),
+            pa.field("headers", _STR_MAP),
+            pa.field("body", pa.binary()),
+            pa.field("expires", UTC_TS),
+            pa.field("raw_headers", pa.string()),
+            pa.field("message_id", pa.string()),
+            pa.field("message_intent", pa.string()),
+            pa.field("enclosed_message_types", pa.list_(pa.string())),
+            pa.field("message_type", pa.string()),
+            pa.field("content_type", pa.string()),
+            pa.field("conversation_id", pa.string()),
+            pa.field("correlation_id", pa.string()),
+            pa.field("reply_to_address", pa.string()),
+            pa.field("originating_endpoint", pa.string()),
+            pa.field("originating_machine", pa.string()),
+            pa.field("time_sent", UTC_TS),
+            pa.field("processing_started", UTC_TS),
+            pa.field("processing_ended", UTC_TS),
+            pa.field("processing_endpoint", pa.string()),
+            pa.field("failed_queue", pa.string()),
+            pa.field("exception_type", pa.string()),
+            pa.field("exception_message", pa.string()),
+            pa.field("time_of_failure", UTC_TS),
+        ]
+    ),
+    "drain",
+    "the journal: every row ever dequeued, exactly once, landed / expired / quarantined",
+)
+
+RUNS = LakeTable(
+    "runs",
+    pa.schema(
+        [
+            pa.field("run_id", pa.string(), nullable=False),
+            pa.field("command", pa.string(), nullable=False),
+            # what the row is about: a queue (drain, purge-expired, replay's destination) or a lake
+            # table (transform's and publish's output, a maintained table)
+            pa.field("queue", pa.string()),
+            pa.field("table", pa.string()),
+            pa.field("started_at", UTC_TS, nullable=False),
+            pa.field("ended_at", UTC_TS, nullable=False),
+            # drain
+            pa.field("dequeued", pa.int64()),
+            pa.field("landed", pa.int64()),
+            pa.field("expired", pa.int64()),
+            pa.field("quarantined", pa.int64()),
+            pa.field("backlog_left", pa.int64()),
+            # transform
+            pa.field("rows_in", pa.int64()),
+            pa.field("rows_out", pa.int64()),
+            # publish (published and batches: replay too)
+            pa.field("published", pa.int64()),
+            pa.field("fanned_out", pa.int64()),
+            pa.field("undeliverable", pa.int64()),
+            pa.field("rejected", pa.int64()),
+            pa.field("failed_expectations", pa.string()),  # JSON: GX's details of what blocked the round
+            # purge-expired
+            pa.field("purged", pa.int64()),
+            # maintain
+            pa.field("files_compacted", pa.int64()),
+            pa.field("files_vacuumed", pa.int64()),
+            # every command
+            pa.field("batches", pa.int64()),
+            pa.field("seconds", pa.float64()),
+            pa.field("rate", pa.float64()),
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("error", pa.string()),
+        ]
+    ),
+    "every command",
+    "one row per command run and queue or table, with the counts that apply to that command",
+)
+
+# Which runs columns each command fills (besides run_id, command, times, seconds, status, error).
+RUNS_COLUMNS_BY_COMMAND: dict[str, tuple[str, ...]] = {
+    "drain": ("queue", "dequeued", "landed", "expired", "quarantined", "backlog_left", "batches", "rate"),
+    "transform": ("table", "rows_in", "rows_out"),
+    "publish": (
+        "table",
+        "published",
+        "fanned_out",
+        "undeliverable",
+        "rejected",
+        "failed_expectations",
+        "batches",
+        "rate",
+    ),
+    "replay": ("queue", "published", "batches", "rate"),
+    "purge-expired": ("queue", "purged"),
+    "maintain": ("table", "files_compacted", "files_vacuumed"),
+}
+
+REPLAYS = LakeTable(
+    "replays",
+    pa.schema(
+        [
+            pa.field("replay_id", pa.string(), nullable=False),
+            pa.field("run_id", pa.string(), nullable=False),
+            pa.field("started_at", UTC_TS, nullable=False),
+            pa.field("ended_at", UTC_TS, nullable=False),
+            pa.field("predicate", pa.string(), nullable=False),
+            pa.field("to_queue", pa.string()),
+            pa.field("limit", pa.int64()),
+            pa.field("journal_version", pa.int64()),
+            pa.field("selected", pa.int64()),
+            pa.field("destinations", pa.map_(pa.string(), pa.int64())),
+            pa.field("rows_sent", pa.int64()),
+            pa.field("total_sent", pa.int64()),
+            pa.field("batches", pa.int64()),
+            pa.field("batches_done_before", pa.int64()),
+            pa.field("failed_batches", pa.int64()),
+            pa.field("skipped", pa.int64()),
+            pa.field("skipped_reasons", pa.map_(pa.string(), pa.int64())),
+            pa.field("max_rate", pa.float64()),
+            pa.field("rate", pa.float64()),
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("error", pa.string()),
+        ]
+    ),
+    "replay",
+    "one row per replay run: the selection, where it went, how far it got",
+)
+
+REPLAY_SKIPPED = LakeTable(
+    "replay_skipped",
+    pa.schema(
+        [
+            pa.field("replay_id", pa.string(), nullable=False),
+            pa.field("queue", pa.string(), nullable=False),
+            pa.field("seq", pa.int64(), nullable=False),
+            pa.field("id", pa.string()),
+            pa.field("message_id", pa.string()),
+            pa.field("message_type", pa.string()),
+            pa.field("destination", pa.string()),
+            pa.field("reason", pa.string(), nullable=False),
+            pa.field("recorded_at", UTC_TS, nullable=False),
+        ]
+    ),
+    "replay",
+    "journal rows a replay selected but will never send, with the reason (final per replay id)",
+)
+
+REJECTED = LakeTable(
+    "{output}_rejected",
+    None,  # the output's own columns plus `reasons`
+    "publish",
+    "outbound rows that break the outbound contract, with their reasons; never sent",
+)
+
+UNDELIVERABLE = LakeTable(
+    "{output}_undeliverable",
+    pa.schema(
+        [
+            pa.field("key", pa.string()),
+            pa.field("intent", pa.string()),
+            pa.field("message_type", pa.string()),
+            pa.field("destination", pa.string()),
+            pa.field("reason", pa.string()),
+            pa.field("round", pa.string()),
+            pa.field("batch_key", pa.string()),
+            pa.field("recorded_at", UTC_TS),
+        ]
+    ),
+    "publish",
+    "copies publish could not deliver (a destination that is missing or not a queue table), with why",
+)
+
+EXPECTATION_RESULTS = LakeTable(
+    "expectation_results",
+    pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("output", pa.string()),
+            pa.field("round", pa.string()),
+            pa.field("suite", pa.string()),
+            pa.field("success", pa.bool_()),
+            pa.field("evaluated", pa.int64()),
+            pa.field("failed", pa.int64()),
+            pa.field("failed_expectations", pa.string()),  # JSON list, as in the JSON summary
+            pa.field("result", pa.string()),  # GX's validation result (to_json_dict), as JSON
+            pa.field("validated_at", UTC_TS),
+        ]
+    ),
+    "publish",
+    "every validation of a user's expectations (publish.expectations): GX's result, pass or fail",
+)
+
+OUTBOUND = LakeTable(
+    "{output}",
+    None,  # the transform's columns; publish reads the outbound contract's (README, "Outbound tables")
+    "transform",
+    "what a transform produces and publish sends",
+)
+
+CATALOGUE: tuple[LakeTable, ...] = (
+    MESSAGES,
+    RUNS,
+    REPLAYS,
+    REPLAY_SKIPPED,
+    OUTBOUND,
+    REJECTED,
+    UNDELIVERABLE,
+    EXPECTATION_RESULTS,
+)
+
+
+def by_name(name: str) -> LakeTable:
+    """The catalogue entry of a fixed-name table."""
+    for table in CATALOGUE:
+        if table.name == name:
+            return table
+    raise KeyError(f"no lake table {name!r} in the catalogue")

@@ -1,0 +1,35 @@
+"""Lake roots with characters a URI would encode (a space, a percent sign): deltalake hands back
+percent-encoded file URIs for local tables, which pyarrow and Spark would take literally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from queuelake.lake.increments import added_files, snapshot_files
+from queuelake.lake.rust import DeltaRsEngine
+
+
+@pytest.mark.parametrize("folder", ["with space", "100% sure", "o'brien lake"])
+def test_a_root_that_needs_encoding_reads_back(tmp_path: Path, folder: str) -> None:
+    lake = DeltaRsEngine(str(tmp_path / folder / "lake"))
+    lake.append("t", pa.table({"a": [1, 2]}), "w", 1)
+    lake.append("t", pa.table({"a": [3]}), "w", 2)
+    assert sorted(lake.read_arrow("t")["a"].to_pylist()) == [1, 2, 3]
+    upto = lake.table_version("t")
+    assert upto is not None
+    files = snapshot_files(lake.path("t"), upto)
+    assert sum(pq.read_table(f).num_rows for f in files) == 3
+    newest = added_files(lake.path("t"), upto - 1, upto)
+    assert [pq.read_table(f)["a"].to_pylist() for f in newest] == [[3]]
+
+
+def test_a_local_root_deltalake_would_decode_is_a_config_error() -> None:
+    from queuelake.config import from_dict
+    from queuelake.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="rename the folder"):
+        from_dict({"transport": {"connection": "x"}, "lake": {"root": "/data/per%20cent/lake"}}, env={})
+    from_dict({"transport": {"connection": "x"}, "lake": {"root": "s3://bucket/a%20b"}}, env={})  # a URI: fine

@@ -1,0 +1,109 @@
+"""Honest run records: every command writes its ``runs`` rows, each with the counts that apply to it
+(the catalogue's RUNS_COLUMNS_BY_COMMAND), and no column of the schema stays null for ever."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from queuelake.config import from_dict
+from queuelake.examples import traffic
+from queuelake.lake import tables
+from queuelake.lake.reading import read_table
+from queuelake.pipeline.runs import append_runs
+from queuelake.transport import db, installer, queues
+from queuelake.transport.queues import OutgoingMessage
+from queuelake.transport.tables import queue_ref
+
+from tests.pipeline.test_cli_pipeline import REPO, cli
+
+# null unless something went wrong: a run that failed, a round a user's expectations blocked
+ON_FAILURE_ONLY = {"error", "failed_expectations"}
+
+
+def test_a_command_cannot_record_a_count_that_is_not_its_own(tmp_path: Path) -> None:
+    from queuelake.lake.port import open_lake
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    with pytest.raises(ValueError, match=r"transform does not record \['dequeued'\]"):
+        append_runs(open_lake(cfg.lake), "r1", "transform", [{"dequeued": 3, "status": "ok"}])
+
+
+@pytest.mark.slow
+def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> None:
+    lake_root = tmp_path / "lake"
+    conf = tmp_path / "job.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+                "drain": {"queues": ["Sales"], "batch_size": 100},
+                "transforms": [
+                    {
+                        "name": "activity",
+                        "sql": str(REPO / "sql/transforms/messages_per_endpoint.sql"),
+                        "output": "outbound_activity",
+                    },
+                ],
+                "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_activity"]},
+            }
+        )
+    )
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Sales"]}}, env={})
+    sales = queue_ref("Sales", cfg.transport)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Monitoring"]))
+        conn.commit()
+        traffic.seed(conn, sales, traffic.order_events(120, seed=5))
+
+    assert cli(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)["status"] == "ok"
+    with db.connect(cfg.transport) as conn:  # rows that expire before anyone receives them
+        queues.send(conn, sales, [OutgoingMessage("{}", b"x", ttbr_ms=1) for _ in range(4)])
+        conn.commit()
+    time.sleep(0.05)
+    purged = cli(["purge-expired", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert purged["total"] == 4, purged
+    replayed = cli(
+        ["replay", "-c", str(conf), "--where", "queue like '%Sales%'", "--to", "Monitoring", "--limit", "3"],
+        fresh_pg_uri,
+        tmp_path,
+    )
+    assert replayed["status"] == "ok", replayed
+    assert cli(["maintain", "-c", str(conf)], fresh_pg_uri, tmp_path)["status"] == "ok"
+
+    rows = read_table(str(lake_root / tables.RUNS.name)).to_pylist()
+    by_command: dict[str, list[dict]] = {}
+    for row in rows:
+        by_command.setdefault(row["command"], []).append(row)
+    assert set(by_command) == set(tables.RUNS_COLUMNS_BY_COMMAND), sorted(by_command)
+    for command, columns in tables.RUNS_COLUMNS_BY_COMMAND.items():
+        mine = by_command[command]
+        assert all(r["status"] == "ok" and r["seconds"] is not None for r in mine), (command, mine)
+        for column in set(columns) - ON_FAILURE_ONLY:
+            assert any(r[column] is not None for r in mine), f"{command} never records {column}"
+        others = set(tables.RUNS.schema.names) - set(columns) - {"run_id", "command", "started_at", "ended_at"}
+        for column in others - {"seconds", "status", "error"}:
+            assert all(r[column] is None for r in mine), f"{command} records {column}, not one of its counts"
+    always_null = {name for name in tables.RUNS.schema.names if all(r[name] is None for r in rows)}
+    assert always_null <= ON_FAILURE_ONLY, always_null
+
+    assert by_command["drain"][0]["dequeued"] == 120
+    assert by_command["purge-expired"][0]["purged"] == 4
+    assert by_command["transform"][0]["table"] == "outbound_activity" and by_command["transform"][0]["rows_in"] == 120
+    assert by_command["publish"][0]["table"] == "outbound_activity" and by_command["publish"][0]["published"] == 1
+    assert sum(r["published"] for r in by_command["replay"]) == 3
+    assert {r["table"] for r in by_command["maintain"]} >= {"messages", "runs", "outbound_activity"}
+
+
+def test_the_catalogue_names_every_table_the_readme_lists() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "Outbound tables" in readme  # tables.OUTBOUND: the transforms' own
+    for table in tables.CATALOGUE:
+        if table is tables.OUTBOUND:
+            continue
+        shown = table.name.replace("{output}", "<output>")
+        assert f"`{shown}`" in readme, f"README does not describe {shown}"

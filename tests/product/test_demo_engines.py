@@ -1,0 +1,69 @@
+"""``queuelake demo --engine delta-spark``: the embedded demo end to end on the JVM engine.
+
+The demo is a subprocess, as a user runs it; the Delta jars reach its Spark session through
+QUEUELAKE_DELTA_JARS (the folder ``bash jvm/fetch-jars.sh`` fills; see ``queuelake.spark.local_jars``).
+Nothing is downloaded. Without the jars this skips saying why (fails with QUEUELAKE_REQUIRE_DELTA_JVM=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from queuelake.lake.marks import engine_of
+
+from tests.conftest import delta_jars
+
+OUTPUT = "outbound_customer_totals"
+
+
+def _jars_or_skip() -> list[str]:
+    jars, why = delta_jars()
+    if not jars:
+        if os.environ.get("QUEUELAKE_REQUIRE_DELTA_JVM", "") not in ("", "0"):
+            pytest.fail(f"QUEUELAKE_REQUIRE_DELTA_JVM is set: {why}")
+        pytest.skip(why)
+    return jars
+
+
+def _writer(table: Path) -> str | None:
+    meta = DeltaTable(str(table)).metadata()
+    return engine_of(meta.configuration, meta.description)
+
+
+@pytest.mark.slow
+def test_demo_on_delta_spark(tmp_path: Path) -> None:
+    jars = _jars_or_skip()
+    env = {**os.environ, "QUEUELAKE_DELTA_JARS": ",".join(jars)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", "demo", "--engine", "delta-spark", "--workdir", str(tmp_path)]
+        + ["--messages", "300"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "ok", summary
+    assert summary["engine"] == "delta-spark"
+    # what landed, per queue and outcome, is exactly what was seeded
+    journal = {queue.split(".")[-1].strip('"'): counts for queue, counts in summary["journal"].items()}
+    assert journal == summary["expected"]
+    to = summary["published"]["to"]
+    assert summary["published"]["copies"] == sum(n for types in to.values() for n in types.values()) > 0
+
+    # the journal is delta-rs's (the drain's claim protocol), the rest the JVM engine's
+    lake = Path(summary["lake"])
+    assert _writer(lake / "messages") == "delta-rs"
+    assert _writer(lake / OUTPUT) == "delta-spark"
+    assert _writer(lake / "runs") == "delta-spark"
+    # every outbound row the JVM engine wrote was published (read back with the other engine)
+    outbound = DeltaTable(str(lake / OUTPUT)).to_pyarrow_table(columns=["key"])
+    assert outbound.num_rows == summary["published"]["rows"] > 0
