@@ -9,13 +9,15 @@
 # MAGIC * **processing time** (`processing_ended - processing_started`) per message type and per endpoint, as
 # MAGIC   percentiles, together with the **critical time** (`processing_ended - time_sent`: sending to done);
 # MAGIC * the **distribution** of processing times per endpoint;
-# MAGIC * processing time **over time** (p90 per minute or hour, per endpoint).
+# MAGIC * processing time **over time** (p90 per time bucket, per endpoint; a bucket without messages is a gap).
 # MAGIC
 # MAGIC Parameters: the `lake_root` widget on Databricks (elsewhere `QUEUELAKE_LAKE_ROOT`, default `./lake`);
 # MAGIC `audit_queue` (elsewhere `QUEUELAKE_AUDIT_QUEUE`): the audit queue's name, e.g. `audit`; empty means every
-# MAGIC row with processing headers and no exception headers; `bucket` (`auto`, `minute`, `5 minutes`,
-# MAGIC `15 minutes`, `hour`, `day`; elsewhere `QUEUELAKE_BUCKET`).
-# MAGIC When `QUEUELAKE_NOTEBOOK_OUTPUT` names a folder, plots are saved there as PNG files instead of shown.
+# MAGIC row with processing headers and no exception headers; `bucket` (`auto`: at most 40 buckets over the
+# MAGIC data's time span, or `second`, `10 seconds`, `minute`, `5 minutes`, `15 minutes`, `hour`, `day`; elsewhere
+# MAGIC `QUEUELAKE_BUCKET`).
+# MAGIC Times are UTC. Plots show under the cells on Databricks and in Jupyter; run as a script they are saved as PNG
+# MAGIC files under `./notebook-output/`, or the folder `QUEUELAKE_NOTEBOOK_OUTPUT` names (`show`: shown instead).
 
 # COMMAND ----------
 
@@ -23,12 +25,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
+from queuelake.lake import tables
 from queuelake.notebook_support import (
     BUCKETS,
     Notebook,
-    bucket_start,
     choose_bucket,
     none_if_empty,
+    per_bucket,
     queue_rows,
     trend_lines,
     unquote_queues,
@@ -91,7 +94,7 @@ def percentile_bars(pdf, key, title, name, n=15):
 # COMMAND ----------
 
 audited = None
-messages = nb.read_table("messages")
+messages = nb.read_table(tables.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     scope = queue_rows(messages, AUDIT_QUEUE)
@@ -186,15 +189,10 @@ if audited is not None:
     sample = sample.select(
         F.coalesce("processing_endpoint", F.lit("(unknown)")).alias("endpoint"), "processing_ms"
     ).toPandas()
-    bucket = choose_bucket(audited, "processing_ended", BUCKET)
-    trend = (
-        audited.groupBy(
-            F.coalesce("processing_endpoint", F.lit("(unknown)")).alias("endpoint"),
-            bucket_start("processing_ended", bucket),
-        )
-        .agg(F.percentile_approx("processing_ms", 0.9, 10000).alias("p90_ms"))
-        .toPandas()
-    )
+    bucket = choose_bucket(audited, "processing_ended", BUCKET, most=40)  # percentiles need rows per bucket
+    endpoint = F.coalesce("processing_endpoint", F.lit("(unknown)")).alias("endpoint")
+    p90 = F.percentile_approx("processing_ms", 0.9).alias("p90_ms")
+    trend = per_bucket(audited, "processing_ended", bucket, [endpoint], p90)
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
     positive = sample["processing_ms"].clip(lower=0.01)
     bins = np.logspace(np.log10(positive.min()), np.log10(max(positive.max(), positive.min() * 10)), 40)
@@ -205,6 +203,5 @@ if audited is not None:
     left.set_ylabel("messages")
     left.set_title("processing time distribution per endpoint")
     left.legend(fontsize="small")
-    trend_lines(right, trend, "endpoint", "p90_ms", f"p90 processing time per {bucket}", "ms")
-    fig.autofmt_xdate()
+    trend_lines(right, trend, "endpoint", "p90_ms", f"p90 processing time per {bucket}", "ms", bucket)
     nb.save_or_show(fig, "audit_distribution")

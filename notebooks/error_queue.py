@@ -13,21 +13,25 @@
 # MAGIC
 # MAGIC Parameters: the `lake_root` widget on Databricks (elsewhere `QUEUELAKE_LAKE_ROOT`, default `./lake`);
 # MAGIC `error_queue` (elsewhere `QUEUELAKE_ERROR_QUEUE`): the error queue's name, e.g. `error`; empty means every
-# MAGIC row that carries exception headers, whichever queue it was drained from; `bucket` (`auto`, `minute`,
-# MAGIC `5 minutes`, `15 minutes`, `hour`, `day`; elsewhere `QUEUELAKE_BUCKET`).
-# MAGIC When `QUEUELAKE_NOTEBOOK_OUTPUT` names a folder, plots are saved there as PNG files instead of shown.
+# MAGIC row that carries exception headers, whichever queue it was drained from; `bucket` (`auto`: at most 120
+# MAGIC buckets over the data's time span, or `second`, `10 seconds`, `minute`, `5 minutes`, `15 minutes`, `hour`,
+# MAGIC `day`; elsewhere `QUEUELAKE_BUCKET`).
+# MAGIC Times are UTC. Plots show under the cells on Databricks and in Jupyter; run as a script they are saved as PNG
+# MAGIC files under `./notebook-output/`, or the folder `QUEUELAKE_NOTEBOOK_OUTPUT` names (`show`: shown instead).
 
 # COMMAND ----------
 
 import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
+from queuelake.lake import tables
 from queuelake.notebook_support import (
     BUCKETS,
     Notebook,
-    bucket_start,
     choose_bucket,
+    counts_over_time,
     none_if_empty,
+    per_bucket,
     queue_rows,
     unquote_queues,
     wide,
@@ -59,7 +63,7 @@ def top_n_bar(ax, pdf, column, title, n=15):
 # COMMAND ----------
 
 failures = None
-messages = nb.read_table("messages")
+messages = nb.read_table(tables.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     scope = queue_rows(messages, ERROR_QUEUE)
@@ -168,23 +172,10 @@ if failures is not None:
     bucket = choose_bucket(failures, "failed_at", BUCKET)
     top_types = [r["exception_type"] for r in by_type.head(5).to_dict("records")]
     series_col = F.when(F.col("exception_type").isin(top_types), F.col("exception_type")).otherwise(F.lit("(other)"))
-    over_time = (
-        failures.groupBy(series_col.alias("exception_type"), bucket_start("failed_at", bucket)).count().toPandas()
-    )
+    over_time = per_bucket(failures, "failed_at", bucket, [series_col.alias("exception_type")])
     series = wide(over_time, "bucket", "exception_type", "count", bucket)
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    if len(series) > 1:
-        ax.stackplot(series.index, *[series[c] for c in series.columns], labels=list(series.columns), step="post")
-    else:  # a single bucket: one stacked bar
-        bottom = 0
-        for exception_type in series.columns:
-            ax.bar(series.index, series[exception_type], bottom=bottom, width=0.02, label=exception_type)
-            bottom += series[exception_type]
-    ax.set_title(f"failures per {bucket}, by exception type")
-    ax.set_ylabel(f"failures / {bucket}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left")
-    fig.autofmt_xdate()
+    counts_over_time(ax, series, bucket, f"failures per {bucket}, by exception type", f"failures / {bucket}")
     nb.save_or_show(fig, "error_failures_over_time")
 
 # COMMAND ----------

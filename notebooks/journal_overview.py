@@ -4,16 +4,19 @@
 # MAGIC
 # MAGIC What the drain has put into the `messages` journal, per queue and over time:
 # MAGIC
-# MAGIC * **throughput**: messages drained per minute (or 5 or 15 minutes, hour, day), per queue;
+# MAGIC * **throughput**: messages drained per second, 10 seconds, minute, 5 or 15 minutes, hour or day, per queue;
 # MAGIC * **lag**: from `time_sent` (the sender's clock) to `drained_at` (when the batch landed), as percentiles;
 # MAGIC * **expired and quarantined** rows: counts per queue and over time, and the quarantine reasons;
-# MAGIC * the **`runs`** table: drain rate and the backlog left behind by each run.
+# MAGIC * the **`runs`** table: drain rate and the backlog left behind by each run, failed runs marked.
 # MAGIC
-# MAGIC Parameters: the `lake_root` widget on Databricks (elsewhere the `QUEUELAKE_LAKE_ROOT` environment variable,
-# MAGIC default `./lake`), and `bucket` (`minute`, `5 minutes`, `15 minutes`, `hour`, `day`, or `auto`: the finest
-# MAGIC that gives at most 120 points; elsewhere `QUEUELAKE_BUCKET`).
+# MAGIC Times are UTC. Parameters: the `lake_root` widget on Databricks (elsewhere the `QUEUELAKE_LAKE_ROOT`
+# MAGIC environment variable, default `./lake`), and `bucket` (`second`, `10 seconds`, `minute`, `5 minutes`,
+# MAGIC `15 minutes`, `hour`, `day`, or `auto`: the finest that cuts the journal's time span into at most 120
+# MAGIC buckets; elsewhere `QUEUELAKE_BUCKET`). Up to 40 buckets draw as bars, more as lines.
 # MAGIC On Databricks, attach a cluster that has the queuelake wheel installed (the asset bundle's job cluster does).
-# MAGIC When `QUEUELAKE_NOTEBOOK_OUTPUT` names a folder, plots are saved there as PNG files instead of shown.
+# MAGIC Plots show under the cells on Databricks and in Jupyter; run as a script
+# MAGIC (`python notebooks/journal_overview.py`) they are saved as PNG files under `./notebook-output/`, or the
+# MAGIC folder `QUEUELAKE_NOTEBOOK_OUTPUT` names (`show`: shown instead).
 
 # COMMAND ----------
 
@@ -21,7 +24,20 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
-from queuelake.notebook_support import BUCKETS, Notebook, bucket_start, choose_bucket, trend_lines, unquote_queues, wide
+from queuelake.lake import tables
+from queuelake.notebook_support import (
+    BUCKETS,
+    Notebook,
+    choose_bucket,
+    counts_over_time,
+    per_bucket,
+    per_run_lines,
+    time_span,
+    to_pandas_utc,
+    trend_lines,
+    unquote_queues,
+    wide,
+)
 
 # dbutils, spark and display are predefined on Databricks only: handed over, the same code runs here and there
 nb = Notebook(dbutils=globals().get("dbutils"), spark=globals().get("spark"), display=globals().get("display"))
@@ -38,7 +54,7 @@ lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 # COMMAND ----------
 
-messages = nb.read_table("messages")
+messages = nb.read_table(tables.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     per_queue = (
@@ -56,6 +72,10 @@ if messages is not None:
         .toPandas()
     )
     nb.show_table(per_queue, "rows per queue")
+    # One time bucket and x range for every panel over the journal, so that they line up.
+    bucket = choose_bucket(messages, "drained_at", BUCKET)
+    span = time_span(messages, "drained_at")
+    print(f"journal drained from {span[0]:%Y-%m-%d %H:%M:%S} to {span[1]:%Y-%m-%d %H:%M:%S} UTC; buckets: {bucket}")
 
 # COMMAND ----------
 
@@ -65,17 +85,10 @@ if messages is not None:
 # COMMAND ----------
 
 if messages is not None:
-    bucket = choose_bucket(messages, "drained_at", BUCKET)
-    throughput = messages.groupBy("queue", bucket_start("drained_at", bucket)).count().toPandas()
+    throughput = per_bucket(messages, "drained_at", bucket, ["queue"])
     series = wide(throughput, "bucket", "queue", "count", bucket)
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    for queue in series.columns:
-        ax.plot(series.index, series[queue], drawstyle="steps-post", label=queue)
-    ax.set_title(f"messages drained per {bucket}, per queue")
-    ax.set_ylabel(f"messages / {bucket}")
-    ax.legend(loc="upper left", fontsize="small")
-    ax.grid(alpha=0.3)
-    fig.autofmt_xdate()
+    counts_over_time(ax, series, bucket, f"messages drained per {bucket}, per queue", f"messages / {bucket}")
     nb.save_or_show(fig, "throughput")
     peaks = series.agg(["sum", "max", "mean"]).T.reset_index()
     peaks.columns = ["queue", "messages", f"peak per {bucket}", f"mean per {bucket}"]
@@ -118,12 +131,7 @@ if lagged is not None:
     )
     nb.show_table(lag.round(3), "lag time_sent -> drained_at (seconds)")
 
-    bucket = choose_bucket(lagged, "drained_at", BUCKET)
-    over_time = (
-        lagged.groupBy("queue", bucket_start("drained_at", bucket))
-        .agg(F.percentile_approx("lag_s", 0.95, 10000).alias("p95_s"))
-        .toPandas()
-    )
+    over_time = per_bucket(lagged, "drained_at", bucket, ["queue"], F.percentile_approx("lag_s", 0.95).alias("p95_s"))
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 3]})
     positions = range(len(lag))
     width = 0.27
@@ -136,8 +144,7 @@ if lagged is not None:
     left.set_ylabel("seconds" + (" (log)" if spread > 50 else ""))
     left.set_title("lag percentiles per queue")
     left.legend(fontsize="small")
-    trend_lines(right, over_time, "queue", "p95_s", f"p95 lag per {bucket}", "seconds")
-    fig.autofmt_xdate()
+    trend_lines(right, over_time, "queue", "p95_s", f"p95 lag per {bucket}", "seconds", bucket, span)
     nb.save_or_show(fig, "lag")
 
 # COMMAND ----------
@@ -157,21 +164,14 @@ if messages is not None:
         print("note: no expired or quarantined rows")
     else:
         counts = bad.groupBy("queue", "outcome").count().toPandas()
-        bucket = choose_bucket(bad, "drained_at", BUCKET)
-        over_time = bad.groupBy("outcome", bucket_start("drained_at", bucket)).count().toPandas()
-        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+        over_time = per_bucket(bad, "drained_at", bucket, ["outcome"])
+        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 3]})
         wide(counts, "queue", "outcome", "count").plot.bar(ax=left, stacked=True, rot=30)
         left.set_title("expired and quarantined rows per queue")
         left.set_xlabel("")
         left.set_ylabel("rows")
-        series = wide(over_time, "bucket", "outcome", "count", bucket)
-        for outcome in series.columns:
-            right.plot(series.index, series[outcome], drawstyle="steps-post", label=outcome)
-        right.set_title(f"expired and quarantined rows per {bucket}")
-        right.set_ylabel(f"rows / {bucket}")
-        right.grid(alpha=0.3)
-        right.legend(fontsize="small")
-        fig.autofmt_xdate()
+        series = wide(over_time, "bucket", "outcome", "count", bucket, span)  # over the whole journal's time
+        counts_over_time(right, series, bucket, f"expired and quarantined rows per {bucket}", f"rows / {bucket}")
         nb.save_or_show(fig, "outcomes")
 
         reasons = (
@@ -188,10 +188,13 @@ if messages is not None:
 
 # MAGIC %md
 # MAGIC ## Runs: drain rate and backlog left
+# MAGIC
+# MAGIC One point per drain run and queue, at the run's start. A failed run is a red cross on a red dashed line
+# MAGIC (incomplete and interrupted runs have their own markers); a backlog a run could not measure is a gap.
 
 # COMMAND ----------
 
-runs = nb.read_table("runs")
+runs = nb.read_table(tables.RUNS.name)
 if runs is not None:
     runs = unquote_queues(runs.where(F.col("queue").isNotNull()))
     if runs.isEmpty():
@@ -199,22 +202,10 @@ if runs is not None:
         runs = None
 
 if runs is not None:
+    shown = ["started_at", "command", "queue", "status", "dequeued", "landed", "expired", "quarantined", "published"]
+    shown += ["batches", "seconds", "rate", "backlog_left", "error"]
     recent = (
-        runs.select(
-            "started_at",
-            "command",
-            "queue",
-            "status",
-            "dequeued",
-            "landed",
-            "expired",
-            "quarantined",
-            "batches",
-            "seconds",
-            "rate",
-            "backlog_left",
-            "error",
-        )
+        runs.select(*[c for c in shown if c in runs.columns])  # a runs table an older version wrote has fewer
         .orderBy(F.desc("started_at"))
         .limit(30)
         .toPandas()
@@ -223,20 +214,16 @@ if runs is not None:
     status = runs.groupBy("command", "status").count().orderBy("command", "status").toPandas()
     nb.show_table(status, "runs per command and status")
 
-    per_run = runs.select("started_at", "queue", "rate", "backlog_left").orderBy("started_at").toPandas()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
-    for queue, rows in per_run.groupby("queue"):
-        top.plot(rows["started_at"], rows["rate"], marker="o", label=queue)
-        bottom.plot(rows["started_at"], rows["backlog_left"].fillna(0), marker="o", label=queue)
-    top.set_title("drain rate per run")
-    top.set_ylabel("messages / s")
-    bottom.set_title("backlog left after each run")
-    bottom.set_ylabel("messages")
-    for ax in (top, bottom):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", loc="upper left")
-    fig.autofmt_xdate()
-    nb.save_or_show(fig, "runs")
+    drains = runs.where(F.col("command") == "drain").select("started_at", "queue", "status", "rate", "backlog_left")
+    per_run = to_pandas_utc(drains, "started_at").sort_values("started_at")
+    if per_run.empty:
+        print("note: no drain runs in the runs table: no drain rate or backlog to plot")
+    else:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+        per_run_lines(top, per_run, "rate", "drain rate per run", "messages / s")
+        per_run_lines(bottom, per_run, "backlog_left", "backlog left after each run", "messages")
+        top.set_xlabel("")  # the axis is shared: labelled once, below
+        nb.save_or_show(fig, "runs")
 
     if pd.notna(per_run["backlog_left"]).any():
         latest = per_run.sort_values("started_at").groupby("queue").tail(1)[["queue", "started_at", "backlog_left"]]

@@ -1,10 +1,17 @@
-"""The notebooks in ``notebooks/`` run end to end on a small lake and draw their plots.
+"""The notebooks in ``notebooks/`` run end to end on small lakes and draw plots worth opening.
 
-A lake is written with deltalake directly (the journal schemas, realistic business, audit and error rows,
+Lakes are written with deltalake directly (the journal schemas, realistic business, audit and error rows,
 expired and quarantined ones, a runs table). One subprocess (one local Spark) then executes every notebook
-file as plain Python (``# MAGIC`` lines are comments) in several scenarios: the full lake, a lake with no
-audit or error rows and an empty ``runs`` table, a lake root with no tables at all, and once as on
-Databricks (a stand-in ``dbutils`` whose widgets name the lake, a predefined ``spark`` and ``display``).
+file as plain Python (``# MAGIC`` lines are comments) in several scenarios: three hours of traffic drained
+every 5 minutes, a demo-like lake (everything drained at once, within seconds), a day of traffic, a lake with
+no audit or error rows and an empty ``runs`` table, a lake root with no tables at all, once as on Databricks
+(a stand-in ``dbutils`` whose widgets name the lake, a predefined ``spark`` and ``display``), and once run
+as the README says (no output folder named: the pictures go to ``./notebook-output``).
+
+What was drawn is looked at, not only that a file was written: the runner describes every figure as it is
+saved (per panel: lines and their points, bars, x range, labels, legend), and the tests check that every
+panel draws something, that time axes say UTC and span the data (not matplotlib's four years around one
+instant), that failed runs are marked and that a backlog a run did not measure is a gap, not 0.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib: pip install -e '.[notebooks]'")
 
+import matplotlib.dates as mdates  # noqa: E402
 from deltalake import write_deltalake  # noqa: E402
 from queuelake import notebook_support  # noqa: E402
-from queuelake.pipeline.journal import MESSAGES_SCHEMA, RUNS_SCHEMA  # noqa: E402
+from queuelake.pipeline.journal import MESSAGES_SCHEMA  # noqa: E402
+from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -37,6 +46,15 @@ EXPECTED_PLOTS = {
     "journal_overview": {"throughput", "lag", "outcomes", "runs"},
     "error_queue": {"error_exception_types", "error_endpoints", "error_failures_over_time"},
     "audit_processing": {"audit_by_message_type", "audit_by_endpoint", "audit_distribution"},
+}
+# How many panels of each plot have a time x axis (the others: per queue, per type, histograms).
+TIME_PANELS = {
+    "throughput": 1,
+    "lag": 1,
+    "outcomes": 1,
+    "runs": 2,
+    "error_failures_over_time": 1,
+    "audit_distribution": 1,
 }
 
 T0 = dt.datetime(2026, 5, 1, 9, 0, tzinfo=dt.timezone.utc)
@@ -52,10 +70,12 @@ def _wire(ts: dt.datetime) -> str:
 
 
 class Journal:
-    """Rows of the ``messages`` table, built the way the drain would decode them."""
+    """Rows of the ``messages`` table, built the way the drain would decode them. Drained every 5 minutes,
+    or with ``drain_at`` all in one drain (as the demo does) that takes a few seconds."""
 
-    def __init__(self, seed: int = 7) -> None:
+    def __init__(self, seed: int = 7, drain_at: dt.datetime | None = None) -> None:
         self.rng = random.Random(seed)
+        self.drain_at = drain_at
         self.rows: list[dict[str, Any]] = []
         self.seq: dict[str, int] = {}
         self.batches: dict[tuple[str, dt.datetime], str] = {}
@@ -73,6 +93,8 @@ class Journal:
 
     def _drain_time(self, sent: dt.datetime) -> dt.datetime:
         """Batches land every 5 minutes: the first drain tick after the message was sent (+ a few seconds)."""
+        if self.drain_at is not None:
+            return self.drain_at + dt.timedelta(seconds=self.rng.uniform(0, 3))
         minutes = (sent - T0).total_seconds() // 300 + 1
         return T0 + dt.timedelta(minutes=5 * minutes, seconds=self.rng.uniform(0, 3))
 
@@ -221,14 +243,23 @@ def audit_and_error_traffic(journal: Journal, hours: float = 3) -> None:
         )
 
 
-def runs_table(queues: list[str], count: int = 6) -> pa.Table:
+def runs_rows(
+    queues: list[str],
+    count: int = 6,
+    every: dt.timedelta = dt.timedelta(minutes=30),
+    start: dt.datetime = T0,
+    failed: frozenset[tuple[int, int]] = frozenset({(3, 0)}),
+    unmeasured: frozenset[tuple[int, int]] = frozenset(),
+) -> list[dict[str, Any]]:
+    """``count`` drain runs ``every`` apart over ``queues``; run i of queue q fails when (i, q) is in ``failed``
+    and has no backlog (the peek after it failed) when in ``unmeasured``."""
     rows = []
     for i in range(count):
-        started = T0 + dt.timedelta(minutes=30 * i)
+        started = start + every * i
         for q, queue in enumerate(queues):
-            dequeued = 100 + 37 * q + 11 * i
+            dequeued = 100 + 37 * q + 11 * (i % 20)
             seconds = 2.0 + q * 0.4
-            failed = i == 3 and q == 0
+            bad = (i, q) in failed
             rows.append(
                 {
                     "run_id": str(uuid.UUID(int=i + 1)),
@@ -236,18 +267,42 @@ def runs_table(queues: list[str], count: int = 6) -> pa.Table:
                     "queue": queue,
                     "started_at": started,
                     "ended_at": started + dt.timedelta(seconds=seconds),
-                    "dequeued": 0 if failed else dequeued,
-                    "landed": 0 if failed else dequeued - 2,
-                    "expired": 0 if failed else 1,
-                    "quarantined": 0 if failed else 1,
+                    "dequeued": 0 if bad else dequeued,
+                    "landed": 0 if bad else dequeued - 2,
+                    "expired": 0 if bad else 1,
+                    "quarantined": 0 if bad else 1,
                     "batches": 1,
                     "seconds": seconds,
-                    "rate": 0.0 if failed else dequeued / seconds,
-                    "backlog_left": max(0, 500 - 90 * i + 10 * q),
-                    "status": "failed" if failed else "ok",
-                    "error": "connection reset by peer" if failed else None,
+                    "rate": 0.0 if bad else dequeued / seconds,
+                    "backlog_left": None if (i, q) in unmeasured else 100 + (83 * i + 10 * q) % 400,
+                    "status": "failed" if bad else "ok",
+                    "error": "connection reset by peer" if bad else None,
                 }
             )
+    return rows
+
+
+def runs_table(queues: list[str], count: int = 6, **kwargs: Any) -> pa.Table:
+    return pa.Table.from_pylist(runs_rows(queues, count, **kwargs), schema=RUNS_SCHEMA)
+
+
+QUEUES = ['"public"."Sales"', '"public"."Billing"', '"public"."audit"', '"public"."error"']
+# The day of traffic: a run every 15 minutes; Sales' run 40 failed (its backlog not measured), and Billing's
+# backlog was not measured in runs 10 to 12.
+DAY_FAILED = frozenset({(40, 0)})
+DAY_UNMEASURED = frozenset({(40, 0), (10, 1), (11, 1), (12, 1)})
+DAY_START = T0 - dt.timedelta(hours=9)
+DEMO_DRAIN = T0 + dt.timedelta(minutes=2, seconds=30)
+
+
+def demo_runs() -> pa.Table:
+    """As the demo leaves it: one drain (Shipping's backlog not measured) and one publish row per output,
+    whose ``queue`` is the output's name and must not be drawn as a queue."""
+    rows = runs_rows(
+        QUEUES + ['"public"."Shipping"'], 1, start=DEMO_DRAIN, failed=frozenset(), unmeasured=frozenset({(0, 4)})
+    )
+    rows.append({**rows[0], "command": "publish", "queue": "outbound_customer_totals", "dequeued": None})
+    rows[-1].update(published=40, fanned_out=80, rate=20.0, backlog_left=None, landed=None)
     return pa.Table.from_pylist(rows, schema=RUNS_SCHEMA)
 
 
@@ -258,31 +313,112 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     business_traffic(full)
     audit_and_error_traffic(full)
     write_deltalake(str(base / "full" / "messages"), full.table())
-    write_deltalake(
-        str(base / "full" / "runs"),
-        runs_table(['"public"."Sales"', '"public"."Billing"', '"public"."audit"', '"public"."error"']),
+    write_deltalake(str(base / "full" / "runs"), runs_table(QUEUES))
+
+    demo = Journal(seed=5, drain_at=DEMO_DRAIN)  # seeded over two minutes, drained in one go
+    business_traffic(demo, hours=2 / 60)
+    audit_and_error_traffic(demo, hours=2 / 60)
+    write_deltalake(str(base / "demo" / "messages"), demo.table())
+    write_deltalake(str(base / "demo" / "runs"), demo_runs())
+
+    day = Journal(seed=3)
+    business_traffic(day, hours=24)
+    audit_and_error_traffic(day, hours=24)
+    write_deltalake(str(base / "day" / "messages"), day.table())
+    day_runs = runs_table(
+        QUEUES, 96, every=dt.timedelta(minutes=15), start=DAY_START, failed=DAY_FAILED, unmeasured=DAY_UNMEASURED
     )
+    write_deltalake(str(base / "day" / "runs"), day_runs)
 
     business = Journal(seed=11)
     for i in range(50):
         business.landed('"public"."Sales"', "Shop.Messages.PlaceOrder", T0 + dt.timedelta(minutes=i), "WebShop")
     write_deltalake(str(base / "business_only" / "messages"), business.table())
     write_deltalake(str(base / "business_only" / "runs"), RUNS_SCHEMA.empty_table())
-    return {"full": base / "full", "business_only": base / "business_only", "missing": base / "no_such_lake"}
+    return {
+        "full": base / "full",
+        "demo": base / "demo",
+        "day": base / "day",
+        "business_only": base / "business_only",
+        "missing": base / "no_such_lake",
+    }
 
 
 # ---------------------------------------------------------------- running the notebooks
 
 RUNNER = r"""
-import contextlib, io, json, os, runpy, sys, time, traceback
+import contextlib, io, json, math, os, runpy, sys, time, traceback
+from pathlib import Path
 
 import matplotlib
 matplotlib.use("Agg")
+import matplotlib.colors as mcolors
+import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 jobs = json.loads(sys.argv[1])
 results = {}
 spark = None
+figures = {}  # png name -> what the figure showed when it was saved
+
+
+def numbers(values):
+    try:
+        array = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        array = np.asarray(mdates.date2num(values), dtype=float)
+    return [None if not math.isfinite(v) else float(v) for v in np.atleast_1d(array)]
+
+
+def describe(fig):
+    panels = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        siblings = ax.get_shared_x_axes().get_siblings(ax)
+        legend = ax.get_legend()
+        lines = []
+        for line in ax.get_lines():
+            lines.append({
+                "label": line.get_label(),
+                "x": numbers(line.get_xdata()),
+                "y": numbers(line.get_ydata()),
+                "marker": str(line.get_marker()),
+                "linestyle": str(line.get_linestyle()),
+                "color": mcolors.to_hex(line.get_color()),
+            })
+        bars = [
+            {"x": float(r.get_x()), "width": float(r.get_width()), "height": float(r.get_height())}
+            for r in ax.patches
+            if isinstance(r, Rectangle) and r.get_width() != 0 and r.get_height() != 0
+        ]
+        panels.append({
+            "title": ax.get_title(),
+            "xlabel": ax.get_xlabel(),
+            "ylabel": ax.get_ylabel(),
+            "time_axis": isinstance(ax.xaxis.get_major_locator(), mdates.DateLocator),
+            "utc_label": any("UTC" in a.get_xlabel() for a in siblings),
+            "xlim": [float(v) for v in ax.get_xlim()],
+            "lines": lines,
+            "bars": bars,
+            "collections": sum(1 for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())),
+            "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+        })
+    return panels
+
+
+original_savefig = Figure.savefig
+
+
+def savefig(fig, fname, *args, **kwargs):
+    original_savefig(fig, fname, *args, **kwargs)
+    figures[Path(fname).stem] = describe(fig)  # after drawing: the picture as saved
+
+
+Figure.savefig = savefig
 
 
 class Widgets:
@@ -305,9 +441,14 @@ class DbUtils:
         self.widgets = Widgets(preset)
 
 
+home = os.getcwd()
 for job in jobs:
     os.environ["QUEUELAKE_LAKE_ROOT"] = job["lake_root"]
-    os.environ["QUEUELAKE_NOTEBOOK_OUTPUT"] = job["output"]
+    os.environ.pop("QUEUELAKE_NOTEBOOK_OUTPUT", None)
+    if job["output"] is not None:
+        os.environ["QUEUELAKE_NOTEBOOK_OUTPUT"] = job["output"]
+    os.chdir(job.get("cwd", home))
+    figures = {}
     for name in ("QUEUELAKE_AUDIT_QUEUE", "QUEUELAKE_ERROR_QUEUE"):
         os.environ.pop(name, None)
     os.environ.update(job.get("env", {}))
@@ -328,6 +469,7 @@ for job in jobs:
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     plt.close("all")
+    result["figures"] = figures
     result["stdout"] = out.getvalue()
     result["displayed"] = len(displayed)
     result["seconds"] = round(time.monotonic() - started, 1)
@@ -347,7 +489,7 @@ def runs(lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
     """Every (scenario, notebook) run in one subprocess; results keyed ``scenario/notebook``."""
     out = tmp_path_factory.mktemp("notebook_output")
     jobs = []
-    for scenario in ("full", "business_only", "missing"):
+    for scenario in ("full", "demo", "day", "business_only", "missing"):
         for name in NAMES:
             jobs.append(
                 {
@@ -377,9 +519,21 @@ def runs(lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
             "env": {"QUEUELAKE_AUDIT_QUEUE": '"public"."audit"'},
         }
     )
+    # Run as the README says: no output folder named, from a folder of one's own.
+    (out / "as_readme").mkdir()
+    jobs.append(
+        {
+            "key": "as_readme/journal_overview",
+            "notebook": str(NOTEBOOKS / "journal_overview.py"),
+            "lake_root": str(lakes["demo"]),
+            "output": None,
+            "cwd": str(out / "as_readme"),
+            "expect_output": str(out / "as_readme" / "notebook-output"),
+        }
+    )
     results_file = out / "results.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for var in ("QUEUELAKE_BUCKET", "QUEUELAKE_ERROR_QUEUE", "QUEUELAKE_AUDIT_QUEUE"):
+    for var in ("QUEUELAKE_BUCKET", "QUEUELAKE_ERROR_QUEUE", "QUEUELAKE_AUDIT_QUEUE", "DATABRICKS_RUNTIME_VERSION"):
         env.pop(var, None)
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(jobs), str(results_file)],
@@ -395,12 +549,60 @@ def runs(lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
     assert not failed, "\n\n".join(f"{k}:\n{e}" for k, e in failed.items())
     assert proc.returncode == 0, proc.stderr[-5000:]
     for job in jobs:
-        results[job["key"]]["output"] = Path(job["output"])
+        results[job["key"]]["output"] = Path(job.get("expect_output") or job["output"])
     return results
 
 
 def _plots(folder: Path) -> dict[str, int]:
     return {p.stem: p.stat().st_size for p in folder.glob("*.png")} if folder.exists() else {}
+
+
+def _draws(panel: dict[str, Any]) -> bool:
+    """The panel shows data: a line through more than one point, a marker on at least one, a bar with a
+    height, or a non-empty collection. One point on a line without markers draws nothing."""
+    for line in panel["lines"]:
+        points = sum(1 for y in line["y"] if y is not None)
+        if points > 1 or (points == 1 and line["marker"] not in ("None", "", " ")):
+            return True
+    return bool(panel["bars"]) or panel["collections"] > 0
+
+
+def _seconds(panel: dict[str, Any]) -> float:
+    low, high = panel["xlim"]
+    return (high - low) * 86400
+
+
+def _check_pictures(result: dict[str, Any], name: str) -> None:
+    """Every panel of every plot draws something; every time axis says UTC and covers what was drawn."""
+    figures = result["figures"]
+    assert set(figures) == EXPECTED_PLOTS[name], result["stdout"]
+    for plot, panels in figures.items():
+        assert panels, plot
+        for panel in panels:
+            assert _draws(panel), (plot, panel["title"], panel)
+            assert panel["title"], plot
+        time_panels = [p for p in panels if p["time_axis"]]
+        assert len(time_panels) == TIME_PANELS.get(plot, 0), (plot, [p["title"] for p in panels])
+        for panel in time_panels:
+            assert panel["utc_label"], (plot, panel["title"], panel["xlabel"])
+            low, high = panel["xlim"]
+            xs = [x for line in panel["lines"] for x, y in zip(line["x"], line["y"]) if x is not None and y is not None]
+            xs += [b["x"] for b in panel["bars"]]
+            assert xs and all(low <= x <= high for x in xs), (plot, panel["title"])
+
+
+def _panel(result: dict[str, Any], plot: str, title_part: str) -> dict[str, Any]:
+    [panel] = [p for p in result["figures"][plot] if title_part in p["title"]]
+    return panel
+
+
+def _queue_line(panel: dict[str, Any], queue: str) -> dict[str, Any]:
+    [line] = [line for line in panel["lines"] if line["label"] == queue]
+    return line
+
+
+def _day(ts: dt.datetime) -> float:
+    return float(mdates.date2num(ts))
 
 
 # ---------------------------------------------------------------- tests
@@ -422,6 +624,7 @@ def test_notebook_is_databricks_source_format(name: str) -> None:
     assert 'dbutils=globals().get("dbutils")' in text and "from queuelake.notebook_support import" in text
     assert "dbutils.widgets.text(name, value)" in support and 'param("lake_root", "./lake")' in text
     assert "QUEUELAKE_NOTEBOOK_OUTPUT" in text and "open_lake(LakeConfig(root=LAKE_ROOT" in text
+    assert "notebook-output" in text  # where the pictures go when run as a script
 
 
 @pytest.mark.slow
@@ -432,6 +635,101 @@ def test_notebook_draws_its_plots(runs: dict[str, dict[str, Any]], name: str) ->
     assert set(plots) == EXPECTED_PLOTS[name], result["stdout"]
     assert all(size > 5000 for size in plots.values()), plots  # a real picture, not an empty canvas
     assert "note:" not in result["stdout"], result["stdout"]
+    _check_pictures(result, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_plots_on_a_demo_like_lake(runs: dict[str, dict[str, Any]], name: str) -> None:
+    """Everything drained at once, within seconds: bucketed by seconds, time axes minutes wide (not years),
+    the counts drawn as bars (one bucket still shows)."""
+    result = runs[f"demo/{name}"]
+    assert set(_plots(result["output"])) == EXPECTED_PLOTS[name]
+    _check_pictures(result, name)
+    for plot, panels in result["figures"].items():
+        for panel in panels:
+            if panel["time_axis"]:
+                assert 1 < _seconds(panel) < 15 * 60, (plot, panel["title"], _seconds(panel))
+    if name == "journal_overview":
+        throughput = _panel(result, "throughput", "drained per")
+        assert "per second" in throughput["title"] and throughput["bars"], throughput["title"]
+        assert _seconds(throughput) < 60  # drained within 3 seconds
+        outcomes = _panel(result, "outcomes", "per second")
+        assert sum(b["height"] for b in outcomes["bars"]) == 14  # 12 expired, 2 quarantined
+        for label in ("public.Sales", "public.Billing", "public.audit", "public.error"):
+            assert label in throughput["legend"]
+        runs_panels = result["figures"]["runs"]
+        for panel in runs_panels:  # the publish row names an output, not a queue: not drawn here
+            assert "outbound_customer_totals" not in panel["legend"], panel["legend"]
+            assert "failed run" not in panel["legend"]
+        backlog = _panel(result, "runs", "backlog")
+        assert _queue_line(backlog, "public.Shipping")["y"] == [None]  # not measured: nothing drawn, not 0
+        assert _queue_line(backlog, "public.Sales")["y"] == [100.0]
+        assert _queue_line(backlog, "public.Sales")["marker"] == "o"  # a lone run shows as a point
+    if name == "error_queue":
+        over_time = _panel(result, "error_failures_over_time", "failures per")
+        assert sum(b["height"] for b in over_time["bars"]) == 66
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_plots_on_a_day_of_traffic(runs: dict[str, dict[str, Any]], name: str) -> None:
+    """A day: 15-minute buckets drawn as lines, time axes a day wide."""
+    result = runs[f"day/{name}"]
+    assert set(_plots(result["output"])) == EXPECTED_PLOTS[name]
+    _check_pictures(result, name)
+    for plot, panels in result["figures"].items():
+        for panel in panels:
+            if panel["time_axis"]:
+                assert 20 * 3600 < _seconds(panel) < 30 * 3600, (plot, panel["title"], _seconds(panel) / 3600)
+    if name == "journal_overview":
+        throughput = _panel(result, "throughput", "drained per")
+        assert "per 15 minutes" in throughput["title"]
+        sales = _queue_line(throughput, "public.Sales")
+        assert 90 <= len(sales["y"]) <= 100 and None not in sales["y"]  # every bucket of the day, quiet ones 0
+        assert sum(sales["y"]) == 240 + 12  # landed and expired rows
+        outcomes = _panel(result, "outcomes", "per 15 minutes")
+        assert len(_queue_line(outcomes, "expired")["y"]) == len(sales["y"])  # over the whole day, like throughput
+
+
+@pytest.mark.slow
+def test_runs_plot_marks_failed_runs_and_leaves_missing_backlog_out(runs: dict[str, dict[str, Any]]) -> None:
+    result = runs["day/journal_overview"]
+    failed_at = _day(DAY_START + dt.timedelta(minutes=15 * 40))
+    rate = _panel(result, "runs", "drain rate")
+    backlog = _panel(result, "runs", "backlog")
+    for panel in (rate, backlog):
+        assert "failed run" in panel["legend"]
+        marks = [line for line in panel["lines"] if line["label"] == "failed run"]
+        assert len(marks) == 1 and marks[0]["color"] == "#d62728", marks  # tab:red
+        assert marks[0]["x"] == pytest.approx([failed_at, failed_at])
+        # the queues' own lines are not red, so the failure stands out
+        assert all(line["color"] != "#d62728" for line in panel["lines"] if line["label"].startswith("public."))
+    [cross] = [line for line in rate["lines"] if line["marker"] == "X"]
+    assert cross["x"] == pytest.approx([failed_at]) and cross["y"] == [0.0] and cross["linestyle"] == "None"
+    starts = [_day(DAY_START + dt.timedelta(minutes=15 * i)) for i in range(96)]
+    for q, queue in enumerate(["public.Sales", "public.Billing", "public.audit", "public.error"]):
+        line = _queue_line(backlog, queue)
+        assert line["x"] == pytest.approx(starts)
+        for i, y in enumerate(line["y"]):
+            if (i, q) in DAY_UNMEASURED:
+                assert y is None, (queue, i, y)  # a gap, not 0
+            else:
+                assert y == 100 + (83 * i + 10 * q) % 400, (queue, i, y)
+    full = runs["full/journal_overview"]
+    assert "failed run" in _panel(full, "runs", "drain rate")["legend"]
+
+
+@pytest.mark.slow
+def test_notebook_run_as_the_readme_says(runs: dict[str, dict[str, Any]]) -> None:
+    """No output folder named, not on Databricks nor in Jupyter: the pictures go to ./notebook-output,
+    and the notebook says where."""
+    result = runs["as_readme/journal_overview"]
+    folder = result["output"]
+    assert folder.name == "notebook-output" and set(_plots(folder)) == EXPECTED_PLOTS["journal_overview"]
+    assert f"plots: saved as PNG files under {folder}" in result["stdout"], result["stdout"]
+    for name in EXPECTED_PLOTS["journal_overview"]:
+        assert f"saved {folder / name}.png" in result["stdout"]
 
 
 @pytest.mark.slow
