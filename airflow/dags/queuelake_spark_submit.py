@@ -4,7 +4,7 @@ Runs ``jobs/run.py -c <config>`` (the same code as ``queuelake run``) with ``Spa
 queuelake's dependencies include native wheels (deltalake, pyarrow, orjson, psycopg), so ``--py-files``
 with the wheel is not enough: ship a packed environment instead, built once per release::
 
-    python -m venv /tmp/ql && /tmp/ql/bin/pip install queuelake-<version>-py3-none-any.whl venv-pack
+    python -m venv /tmp/ql && /tmp/ql/bin/pip install 'queuelake-<version>-py3-none-any.whl[spark]' venv-pack
     /tmp/ql/bin/venv-pack -o queuelake-env.tar.gz        # or conda-pack
 
 and put it, ``jobs/run.py`` and the config file under ``QUEUELAKE_HOME`` on the Airflow workers.

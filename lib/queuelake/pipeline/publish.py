@@ -402,18 +402,17 @@ class Publisher:
                     # blocked: nothing sent, no ledger row, so the next run validates this round again
                     result.status = "blocked"
                     result.error = f"expectations failed: {expectations.summary(outcome.failed)}"
-                    log.error("publish %s round %s blocked, nothing sent: %s", output, result.round, result.error)
+                    log.error("publish %s: blocked, nothing sent: %s", output, result.error)
                     return result
             total_rows = _count_accepted(files, bad_keys)
             log.info(
-                "publish %s round %s: %d file(s), %d row(s) to send, %d rejected; validated in %.1fs",
+                "publish %s: %d new row(s) to send, %d rejected (checked in %.1fs)",
                 output,
-                result.round,
-                len(files),
                 total_rows,
                 result.rejected,
                 time.monotonic() - t0,
             )
+            log.debug("publish %s: round %s, %d file(s)", output, result.round, len(files))
             n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
             if n == 0:
                 if 0 not in done:
@@ -442,7 +441,8 @@ class Publisher:
                 result.undeliverable += lost
                 elapsed = time.monotonic() - started
                 log.info(
-                    "publish %s batch %d/%d: %d rows, %d copies; %d rows at %.0f rows/s, %d batches left",
+                    "publish %s: batch %d of %d sent, %d row(s) as %d message(s); %d so far at %.0f rows/s, "
+                    "%d batch(es) left",
                     output,
                     k + 1,
                     n,
