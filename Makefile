@@ -81,7 +81,7 @@ $(VENV)/.installed-test: $(SETUP_INPUTS) | $(PY)
 	@touch $@
 
 jars: ## fetch the Delta Lake JVM jars (jvm/fetch-jars.sh, when present)
-	@if [ -f jvm/fetch-jars.sh ]; then $(IN_VENV) bash jvm/fetch-jars.sh --s3; fi
+	@if [ -f jvm/fetch-jars.sh ]; then $(IN_VENV) bash jvm/fetch-jars.sh && $(IN_VENV) bash jvm/fetch-jars.sh --s3; fi
 
 lint: install-test ## ruff check
 	$(IN_VENV) ruff check .
