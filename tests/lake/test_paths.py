@@ -33,3 +33,15 @@ def test_a_local_root_deltalake_would_decode_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="rename the folder"):
         from_dict({"transport": {"connection": "x"}, "lake": {"root": "/data/per%20cent/lake"}}, env={})
     from_dict({"transport": {"connection": "x"}, "lake": {"root": "s3://bucket/a%20b"}}, env={})  # a URI: fine
+
+
+def test_partition_folders_keep_their_escaping_under_an_encoded_root(tmp_path: Path) -> None:
+    """Partition folders are Hive-escaped on disk (``q=x%20y``) and deltalake does not encode them
+    again, while it does encode the root: only the root may be decoded."""
+    lake = DeltaRsEngine(str(tmp_path / "with space" / "lake"))
+    lake.create_table("p", pa.schema([("q", pa.string()), ("v", pa.int64())]), partition_by=["q"])
+    lake.append("p", pa.table({"q": ["x y", "a/b", "c%d"], "v": [1, 2, 3]}), "w", 1)
+    got = lake.read_arrow("p")
+    assert sorted(zip(got["q"].to_pylist(), got["v"].to_pylist())) == [("a/b", 2), ("c%d", 3), ("x y", 1)]
+    files = snapshot_files(lake.path("p"), lake.table_version("p") or 0)
+    assert sum(pq.read_table(f).num_rows for f in files) == 3

@@ -30,7 +30,7 @@ def snapshot_files(table_uri: str, version: int, storage_options: dict[str, str]
     ``storage_options`` default: those of the lake the table is in (registered by its engine)."""
     options = storage_options if storage_options is not None else options_for(table_uri)
     table = DeltaTable(table_uri, version=version, storage_options=dict(options) or None)
-    return sorted(local_paths(table.file_uris()))
+    return sorted(local_paths(table, table.file_uris()))
 
 
 def added_files(

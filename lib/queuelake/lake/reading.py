@@ -28,24 +28,30 @@ def table_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
 
 
-def local_paths(uris: list[str]) -> list[str]:
-    """deltalake's file URIs with local ones as plain paths: for a local table it returns paths with
-    percent-encoding (``/tmp/a%20b/...``), which pyarrow and Spark take literally; object-store URIs
+def local_paths(dt: DeltaTable, uris: list[str]) -> list[str]:
+    """deltalake's file URIs with a local table's root as its real path. For a local table deltalake
+    percent-encodes the root (``/tmp/a%20b/...``) but not the folders below it, whose names on disk are
+    already Hive-escaped (``q=x%20y``); pyarrow and Spark take paths literally. Object-store URIs
     (``s3://...``) are left as they are."""
-    return [u if "://" in u else unquote(u) for u in uris]
+    base = dt.table_uri
+    if not base.startswith("file://"):
+        return uris
+    prefix = base[len("file://") :].rstrip("/") + "/"
+    root = unquote(prefix)
+    return [root + u[len(prefix) :] if u.startswith(prefix) else u for u in uris]
 
 
 def files_by_partition(dt: DeltaTable) -> list[tuple[dict[str, str | None], list[str]]]:
     """The data files of the loaded version grouped by partition values ({} when unpartitioned)."""
     partition_by = list(dt.metadata().partition_columns)
     if not partition_by:
-        uris = local_paths(dt.file_uris())
+        uris = local_paths(dt, dt.file_uris())
         return [({}, uris)] if uris else []
     groups = []
     for values in dt.partitions():
         # '' selects a null partition value (deltalake's convention for file_uris filters).
         predicate = [(col, "=", "" if values.get(col) is None else values[col]) for col in partition_by]
-        uris = local_paths(dt.file_uris(file_pruning_predicate=predicate))
+        uris = local_paths(dt, dt.file_uris(file_pruning_predicate=predicate))
         if uris:
             groups.append(({col: values.get(col) for col in partition_by}, uris))
     return groups
