@@ -30,7 +30,8 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.examples import traffic
 from queuelake.examples.local_config import LOCAL_YAML
-from queuelake.lake.reading import read_table
+from queuelake.lake.port import LakeEngine, journal_engine
+from queuelake.pipeline.journal import MESSAGES
 from queuelake.report import log
 from queuelake.transport import headers as hdr
 from queuelake.transport import installer, subscriptions
@@ -172,8 +173,8 @@ def install_topology(cfg: Config) -> None:
         conn.commit()
 
 
-def journal_counts(lake_root: Path) -> dict[str, dict[str, int]]:
-    table = read_table(str(lake_root / "messages"), columns=["queue", "outcome"])
+def journal_counts(lake: LakeEngine) -> dict[str, dict[str, int]]:
+    table = lake.read_arrow(MESSAGES, columns=["queue", "outcome"])
     out: dict[str, dict[str, int]] = {}
     for row in table.group_by(["queue", "outcome"]).aggregate([("outcome", "count")]).to_pylist():
         out.setdefault(row["queue"], {})[row["outcome"]] = row["outcome_count"]
@@ -225,7 +226,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         drained = drain(cfg, lake)
         transformed = transform(cfg, spark, lake)
         published = publish(cfg, spark, lake)
-        counts = journal_counts(lake_root)
+        counts = journal_counts(journal_engine(lake))
         to_whom = delivered(cfg)
         commands = next_commands(config_file, lake_root)
         report = _report(counts, to_whom, lake_root, lake.name, drained, transformed, published, commands)
