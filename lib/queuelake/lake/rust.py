@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import storage
+from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.files import (
     KILL_ENV,
@@ -307,7 +308,13 @@ class DeltaRsEngine:
         """Write ``data`` as Parquet files into the table's folder without committing them: invisible
         to readers until ``commit_staged``; orphans for vacuum if nobody ever commits them."""
         target, partition_by = self._stage_target(table)
-        sink = FileSink(self.path(table), target, partition_by, storage_options=self.storage_options)
+        sink = FileSink(
+            self.path(table),
+            target,
+            partition_by,
+            storage_options=self.storage_options,
+            dictionary_columns=catalogue.dictionary_columns(table),
+        )
         try:
             sink.write(conform(data, target, table))
             files = sink.close()

@@ -1,12 +1,14 @@
 """The ``messages`` journal: turning a received batch into its rows (the schema is the catalogue's).
 
-A batch is decoded row by row with orjson (measured ~560k rows/s) straight into Arrow columns; the
-split into landed / expired / quarantined happens here, so one batch is one Delta commit.
+The header JSON of a batch is decoded natively by Arrow's JSON reader (``native_headers``, outside
+the GIL) for the rows it reads exactly as the reference does, and with orjson row by row for the
+rest; every typed column is then extracted from the map in Arrow. The split into landed / expired /
+quarantined happens here, so one batch is one Delta commit.
 
-``build_batch`` is total: nothing in a row's content can make it raise (design section 3). The fast
-vectorised path refers doubtful rows to the reference decoder (``headers.decode``); should the fast
-path still fail, the batch is bisected until the rows that fail are isolated and quarantined one by
-one, with the error and the raw text.
+``build_batch`` is total: nothing in a row's content can make it raise (design section 3). Both
+paths refer doubtful rows to the reference decoder (``headers.decode``); should the build still
+fail, the batch is bisected until the rows that fail are isolated and quarantined one by one, with
+the error and the raw text.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow.compute as pc
 
 from queuelake.errors import HeaderError
 from queuelake.lake import tables
+from queuelake.pipeline import native_headers
 from queuelake.transport import headers as hdr
 
 log = logging.getLogger("queuelake")
@@ -266,19 +269,20 @@ def _enclosed_types(values: pa.Array) -> tuple[pa.Array, pa.Array]:
 
 
 def build_batch(
-    received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime
+    received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime, native: bool = True
 ) -> tuple[pa.Table, dict[str, int]]:
     """The journal rows of one received batch (``queues.RECEIVED_SCHEMA``), and counts per outcome.
 
-    Only the header text is touched in Python, once per row (orjson); the map column is built from
-    that, and every typed column is extracted from the map in Arrow. Rows the fast path cannot
-    judge go to ``headers.decode``, the reference, which names the reason.
+    The header text is decoded natively for the bulk of the rows (``native_headers``; ``native``
+    False turns that off, for the equivalence tests) and with orjson, row by row, for the rest; every
+    typed column is extracted from the map in Arrow. Rows neither path can judge go to
+    ``headers.decode``, the reference, which names the reason.
 
     Never raises because of a row's content: if the vectorised build fails anyway (a bug, or an input
     nobody foresaw), the batch is bisected, every half that builds is kept, and each single row that
     still fails is quarantined with the error and its raw text. Rows keep their order."""
     try:
-        return _build(received, queue, batch_id, drained_at)
+        return _build(received, queue, batch_id, drained_at, native)
     except Exception as exc:
         log.warning(
             "journal: building a batch of %d rows of %s failed (%s); isolating the rows that fail",
@@ -288,7 +292,7 @@ def build_batch(
         )
     tables: list[pa.Table] = []
     counts = {"expired": 0, "quarantined": 0, "landed": 0}
-    for table, part in _isolate(received, queue, batch_id, drained_at):
+    for table, part in _isolate(received, queue, batch_id, drained_at, native):
         tables.append(table)
         for outcome, count in part.items():
             counts[outcome] += count
@@ -310,7 +314,7 @@ def _error_text(exc: BaseException, limit: int = 1000) -> str:
     return _safe_text(text) or type(exc).__name__
 
 
-def _isolate(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime):
+def _isolate(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime, native: bool):
     """Build each half of a batch whose build failed; recurse into a half that fails, down to
     single rows, which are quarantined. Yields (table, counts) in row order."""
     n = received.num_rows
@@ -318,15 +322,15 @@ def _isolate(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datet
         return
     if n == 1:
         try:
-            yield _build(received, queue, batch_id, drained_at)
+            yield _build(received, queue, batch_id, drained_at, native)
         except Exception as exc:
             yield _quarantine_row(received, queue, batch_id, drained_at, exc)
         return
     for part in (received.slice(0, n // 2), received.slice(n // 2)):
         try:
-            yield _build(part, queue, batch_id, drained_at)
+            yield _build(part, queue, batch_id, drained_at, native)
         except Exception:
-            yield from _isolate(part, queue, batch_id, drained_at)
+            yield from _isolate(part, queue, batch_id, drained_at, native)
 
 
 def _quarantine_row(
@@ -358,47 +362,118 @@ def _quarantine_row(
     return pa.Table.from_arrays(arrays, schema=MESSAGES_SCHEMA), {"expired": 0, "quarantined": 1, "landed": 0}
 
 
-def _build(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime) -> tuple[pa.Table, dict[str, int]]:
-    """The vectorised build (see ``build_batch``); may raise on inputs it does not foresee."""
+def _column(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _text_at(column: pa.Array, i: int) -> str | None:
+    (text,) = _texts(column.slice(i, 1))
+    return text
+
+
+def _null_rows(headers: pa.MapArray, rows: np.ndarray) -> pa.MapArray:
+    """``headers`` with the rows where ``rows`` is True made null (refused rows keep no map)."""
+    index = np.arange(len(headers), dtype=np.int64)
+    return pc.take(headers, pa.array(index, mask=rows))
+
+
+def _native_maps(texts: pa.Array, candidates: np.ndarray) -> native_headers.NativeMaps | None:
+    """The native decode of the candidate rows, or None to decode them all row by row. A failure of
+    the native path is never a verdict on a row: the reference path below gives that."""
+    if len(candidates) == 0:
+        return None
+    try:
+        return native_headers.parse(texts if len(candidates) == len(texts) else texts.take(pa.array(candidates)))
+    except Exception as exc:  # noqa: BLE001 - e.g. invalid UTF-8 in the regex pass
+        log.debug("journal: native header decode declined a batch (%s)", _error_text(exc, 200))
+        return None
+
+
+def _build(
+    received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime, native: bool = True
+) -> tuple[pa.Table, dict[str, int]]:
+    """The vectorised build (see ``build_batch``); may raise on inputs it does not foresee.
+
+    Rows go one of two ways: the native decode (``native_headers``) for the bulk, and, for the rows
+    it leaves (and every row when it declines the batch), orjson row by row with the reference
+    decoder's verdict on anything doubtful. Both give a map; the typed columns come from the merged
+    map in Arrow."""
     n = received.num_rows
-    raws = _texts(received["headers"])
-    ids = _texts(received["id"])
-    expired = received["expired"].to_pylist()
-    maps: list[dict[str, Any] | None] = []
-    reasons: list[str | None] = [None] * n
-    for i, (raw, is_expired) in enumerate(zip(raws, expired)):
-        if is_expired:
-            maps.append(None)
-            continue
+    texts = _column(received["headers"])
+    ids = _column(received["id"])
+    expired = np.asarray(received["expired"].to_numpy(), dtype=bool)
+    reasons: dict[int, str] = {}
+    raws: dict[int, str | None] = {}
+
+    def raw_of(i: int) -> str | None:
+        if i not in raws:
+            raws[i] = _text_at(texts, i)
+        return raws[i]
+
+    candidates = np.flatnonzero(~expired & _valid(texts))
+    found = _native_maps(texts, candidates) if native else None
+    in_native = np.zeros(n, dtype=bool)
+    if found is not None:
+        in_native[candidates[~found.referred]] = True
+
+    python_rows = np.flatnonzero(~expired & ~in_native)
+    py_texts = _texts(texts.take(pa.array(python_rows, pa.int64())))
+    py_maps: list[dict[str, Any] | None] = []
+    for i, raw in zip(python_rows.tolist(), py_texts):
+        raws[i] = raw
         data = _parse_fast(raw)
         if data is None:
-            reason = _reason(raw, ids[i])
+            reason = _reason(raw, _text_at(ids, i))
             if reason is None:  # stricter than the reference: accept what it accepts
                 data = hdr.decode_map(raw)
-            reasons[i] = reason
-        maps.append(data)
+            else:
+                reasons[i] = reason
+        py_maps.append(data)
     try:
-        headers = _header_map(maps)
+        py_headers = _header_map(py_maps)
     except (pa.ArrowTypeError, pa.ArrowInvalid):  # a non-string value somewhere: find the rows
-        for i in _non_string_rows(maps):
-            reasons[i] = _reason(raws[i], ids[i]) or "header values must be strings"
-            maps[i] = None
-        headers = _header_map(maps)
-    bad, typed = _typed_columns(headers, received["id"])
-    refused: set[int] = set()
+        for k in _non_string_rows(py_maps):
+            i = int(python_rows[k])
+            reasons[i] = _reason(raws[i], _text_at(ids, i)) or "header values must be strings"
+            py_maps[k] = None
+        py_headers = _header_map(py_maps)
+
+    # one map column in row order: native rows, then row-by-row ones; expired rows null
+    position = np.full(n, -1, dtype=np.int64)
+    parts: list[pa.Array] = []
+    if found is not None:
+        position[candidates] = np.arange(len(candidates))
+        parts.append(found.maps)
+    position[python_rows] = sum(len(p) for p in parts) + np.arange(len(python_rows))
+    parts.append(py_headers)
+    if found is not None and len(python_rows) == 0 and len(candidates) == n:
+        headers = found.maps  # every row decoded natively, in order
+    else:
+        merged = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+        headers = pc.take(merged, pa.array(position, mask=position < 0))
+
+    bad, typed = _typed_columns(headers, ids)
+    refused = np.zeros(n, dtype=bool)
     while bad:  # typed columns are computed again without the refused rows, until none is left
-        if not bad.isdisjoint(refused):
+        if refused[list(bad)].any():
             raise RuntimeError("journal: a row refused once was flagged again")
         for i in bad:
-            reasons[i] = reasons[i] or _reason(raws[i], ids[i]) or "headers could not be decoded"
-            maps[i] = None
-        refused |= bad
-        headers = _header_map(maps)
-        bad, typed = _typed_columns(headers, received["id"])
+            reasons[i] = reasons.get(i) or _reason(raw_of(i), _text_at(ids, i)) or "headers could not be decoded"
+        refused[list(bad)] = True
+        headers = _null_rows(headers, refused)
+        bad, typed = _typed_columns(headers, ids)
+    quarantined = np.zeros(n, dtype=bool)
+    quarantined[list(reasons)] = True
 
-    counts = {"expired": sum(expired), "quarantined": sum(r is not None for r in reasons)}
+    counts = {"expired": int(expired.sum()), "quarantined": len(reasons)}
     counts["landed"] = n - counts["expired"] - counts["quarantined"]
-    outcome = ["expired" if e else ("quarantined" if r is not None else "landed") for e, r in zip(expired, reasons)]
+    outcome = np.where(expired, 0, 2)
+    outcome[quarantined] = 1
+    errors: list[str | None] = [None] * n
+    raw_headers: list[str | None] = [None] * n
+    for i, reason in reasons.items():
+        errors[i] = reason
+        raw_headers[i] = _safe_text(raw_of(i))
 
     columns: dict[str, Any] = {
         "queue": pa.array([queue] * n, pa.string()),
@@ -406,14 +481,12 @@ def _build(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetim
         "id": received["id"],
         "batch_id": pa.array([batch_id] * n, pa.string()),
         "drained_at": pa.array([drained_at] * n, UTC_TS),
-        "outcome": pa.array(outcome, pa.string()),
-        "error": pa.array(reasons, pa.string()),
+        "outcome": pc.take(_OUTCOMES, pa.array(outcome)),
+        "error": pa.array(errors, pa.string()),
         "headers": headers,
         "body": received["body"],
         "expires": received["expires"],
-        "raw_headers": pa.array(
-            [_safe_text(raw) if r is not None else None for raw, r in zip(raws, reasons)], pa.string()
-        ),
+        "raw_headers": pa.array(raw_headers, pa.string()),
     }
     if counts["expired"]:
         columns["body"] = pc.if_else(received["expired"], pa.scalar(None, pa.binary()), received["body"])
@@ -426,3 +499,12 @@ def _build(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetim
     ]
     table = pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, MESSAGES_SCHEMA)], schema=MESSAGES_SCHEMA)
     return table, counts
+
+
+_OUTCOMES = pa.array(["expired", "quarantined", "landed"], pa.string())
+
+
+def _valid(column: pa.Array) -> np.ndarray:
+    if column.null_count == 0:
+        return np.ones(len(column), dtype=bool)
+    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)

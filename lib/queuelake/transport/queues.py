@@ -122,7 +122,13 @@ def receive_batch_arrow(conn: Connection, queue: TableRef, batch_size: int) -> p
         cur.close()
     columns = [data.column(f.name).cast(f.type) for f in RECEIVED_SCHEMA]  # naive UTC -> aware UTC
     table = pa.Table.from_arrays(columns, schema=RECEIVED_SCHEMA)
-    return table.sort_by("seq") if table.num_rows > 1 else table
+    return table if _ascending(table["seq"]) else table.sort_by("seq")
+
+
+def _ascending(seq: pa.ChunkedArray) -> bool:
+    """Rows often come back in index order already: checking is cheap, a sort copies every body."""
+    values = seq.to_numpy()
+    return len(values) < 2 or bool((values[1:] > values[:-1]).all())
 
 
 def receive_one(conn: Connection, queue: TableRef) -> ReceivedRow | None:
