@@ -86,6 +86,13 @@ class LakeConfig:
                 f"lake.root {self.root!r}: a local folder whose name holds %XX cannot be a Delta table root "
                 "(deltalake decodes it as an escaped character); rename the folder"
             )
+        if "://" not in self.root and re.search(r"[\[\]?]", self.root):
+            # deltalake turns a local path into a URL: brackets make it panic (an invalid host), and
+            # "?" would start a query; either way the table could not be opened
+            raise ConfigError(
+                f"lake.root {self.root!r}: a local folder whose name holds '[', ']' or '?' cannot be a Delta "
+                "table root (deltalake cannot turn it into a URL); rename the folder"
+            )
         if not isinstance(self.storage_options, dict):
             raise ConfigError("lake.storage_options must be a mapping of option name to value")
         self.storage_options = {str(k): str(v) for k, v in self.storage_options.items() if v is not None}

@@ -35,6 +35,21 @@ def test_a_local_root_deltalake_would_decode_is_a_config_error() -> None:
     from_dict({"transport": {"connection": "x"}, "lake": {"root": "s3://bucket/a%20b"}}, env={})  # a URI: fine
 
 
+@pytest.mark.parametrize("root", ["/data/lake[1]", "/data/la]ke", "/data/what?/lake"])
+def test_a_local_root_deltalake_cannot_turn_into_a_url_is_a_config_error(root: str, tmp_path) -> None:
+    """deltalake panics on a local root with brackets (an invalid URL host): say so at config load."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from queuelake.config import from_dict
+    from queuelake.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot be a Delta table root"):
+        from_dict({"transport": {"connection": "x"}, "lake": {"root": root}}, env={})
+    if "[" in root:  # the reason: what deltalake does with such a folder
+        with pytest.raises(BaseException, match="object store url"):
+            write_deltalake(str(tmp_path / "lake[1]" / "t"), pa.table({"a": [1]}))
+
+
 def test_partition_folders_keep_their_escaping_under_an_encoded_root(tmp_path: Path) -> None:
     """Partition folders are Hive-escaped on disk (``q=x%20y``) and deltalake does not encode them
     again, while it does encode the root: only the root may be decoded."""

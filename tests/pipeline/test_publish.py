@@ -384,3 +384,16 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
     for got, want in ((target, sends), (sub1, events), (sub2, events)):
         assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates"
         assert set(got) == want
+
+
+def test_ids_are_the_uuids_the_uuid_module_gives() -> None:
+    """message_id and random_id format uuids by hand (speed): same text as the uuid module's."""
+    import uuid
+
+    from queuelake.pipeline.publish import NAMESPACE, random_id
+
+    for pipeline, key, dest in [("Lakehouse/out", "k1", '"public"."Billing"'), ("p", "ключ\n", "[dbo].[Q]")]:
+        assert message_id(pipeline, key, dest) == str(uuid.uuid5(NAMESPACE, f"{pipeline}\n{key}\n{dest}"))
+    ids = {random_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(uuid.UUID(i).version == 4 and str(uuid.UUID(i)) == i for i in ids)

@@ -1,0 +1,112 @@
+"""The Arrow pre-check of the outbound contract never passes a round that Spark's checks reject.
+
+Publish skips its Spark validation when ``arrow_may_reject`` says no row can fail; so for any
+table, Spark rejecting a row must imply the pre-check saying "may reject". And a clean round must
+pass the pre-check, else the fast path would never be taken.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from queuelake.quality.outbound import arrow_may_reject, with_reasons
+
+WHEN = dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc)
+blanks = st.sampled_from(["", " ", "\t", "  x  ", "A.B, Asm"])
+row = st.fixed_dictionaries(
+    {
+        "key": st.one_of(st.none(), st.sampled_from(["k1", "k2", "k3", "k4", "k5", "k6"])),
+        "message_type": st.one_of(st.none(), blanks),
+        "intent": st.one_of(st.none(), st.sampled_from(["Send", "Publish", "send", "Reply", ""])),
+        "destination": st.one_of(st.none(), blanks),
+        "body": st.one_of(st.none(), st.sampled_from([b"", b"{}", b"x"])),
+        "ttbr_ms": st.one_of(st.none(), st.sampled_from([-1, 0, 1, 60_000])),
+        "deliver_at": st.one_of(st.none(), st.just(WHEN)),
+    }
+)
+SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("message_type", pa.string()),
+        ("intent", pa.string()),
+        ("destination", pa.string()),
+        ("body", pa.binary()),
+        ("ttbr_ms", pa.int64()),
+        ("deliver_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def write_files(folder: Path, rows: list[dict], drop: list[str], files: int = 2) -> list[str]:
+    """The rows split over ``files`` Parquet files (duplicate keys may sit in different files)."""
+    schema = pa.schema([f for f in SCHEMA if f.name not in drop])
+    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k not in drop} for r in rows], schema=schema)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    cut = len(rows) // files
+    for i in range(files):
+        part = table.slice(i * cut, cut if i < files - 1 else len(rows) - i * cut)
+        path = folder / f"part-{i}.parquet"
+        pq.write_table(part, path)
+        paths.append(str(path))
+    return paths
+
+
+def spark_rejects(spark, paths: list[str]) -> int:
+    from pyspark.sql import functions as F
+
+    return with_reasons(spark.read.parquet(*paths)).where(F.size("reasons") > 0).count()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(row, min_size=2, max_size=10),
+    drop=st.sampled_from([[], ["destination"], ["ttbr_ms"], ["deliver_at"], ["ttbr_ms", "deliver_at"]]),
+)
+def test_precheck_flags_every_round_spark_rejects(spark, tmp_path_factory, rows, drop) -> None:
+    paths = write_files(tmp_path_factory.mktemp("round"), rows, drop)
+    if spark_rejects(spark, paths):
+        assert arrow_may_reject(paths, pq.ParquetFile)
+
+
+def clean_rows(n: int) -> list[dict]:
+    return [
+        {
+            "key": f"k{i}",
+            "message_type": "A.B, Asm",
+            "intent": "Send" if i % 2 else "Publish",
+            "destination": "Billing" if i % 2 else None,
+            "body": b"{}",
+            "ttbr_ms": 60_000 if i % 3 == 0 else None,
+            "deliver_at": WHEN if i % 3 == 1 else None,
+        }
+        for i in range(n)
+    ]
+
+
+def test_clean_round_passes_and_each_fault_is_caught(spark, tmp_path: Path) -> None:
+    rows = clean_rows(12)
+    paths = write_files(tmp_path / "clean", rows, [])
+    assert spark_rejects(spark, paths) == 0
+    assert not arrow_may_reject(paths, pq.ParquetFile)
+    faults = {
+        "null key": {"key": None},
+        "duplicate key across files": {"key": "k0"},
+        "blank type": {"message_type": " "},
+        "bad intent": {"intent": "Reply"},
+        "send without destination": {"intent": "Send", "destination": ""},
+        "empty body": {"body": b""},
+        "delay and ttbr": {"ttbr_ms": 5, "deliver_at": WHEN},
+        "zero ttbr": {"ttbr_ms": 0},
+    }
+    for name, change in faults.items():
+        bad = [dict(r) for r in rows]
+        bad[-1].update(change)
+        paths = write_files(tmp_path / name.replace(" ", "_"), bad, [])
+        assert spark_rejects(spark, paths) >= 1, name  # a duplicate rejects both rows
+        assert arrow_may_reject(paths, pq.ParquetFile), name
