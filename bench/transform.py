@@ -10,7 +10,8 @@ job with nothing around it.
 transform: ``queuelake.pipeline.transform.transform`` of the whole increment into its Delta output
 (increment from the log, the write with its application transaction, runs rows).
 
-Both run in the same Spark session, started (and timed) once before either. Prints both times and
+Both run in the same Spark session, started (and timed) once before either; raw runs before and
+after the transform and the faster of its two runs counts (the first read of a session is slower). Prints both times and
 raw/transform (1.0 means no overhead), and ends with one JSON line.
 
     python bench/transform.py [--rows 1000000] [--commit-rows 10000]
@@ -35,7 +36,7 @@ from queuelake.examples import traffic
 from queuelake.examples.orders import customer_totals
 from queuelake.lake.port import journal_engine, open_lake
 from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
-from queuelake.pipeline.transform import _landed, transform
+from queuelake.pipeline.transform import new_landed, transform
 from queuelake.report import setup_logging
 from queuelake.spark import get_spark
 from queuelake.transport.queues import RECEIVED_SCHEMA
@@ -98,14 +99,18 @@ def main() -> int:
     journal_s = write_journal(lake, args.rows, args.commit_rows)
     print(f"journal of {args.rows:,} rows written in {journal_s:.1f}s; Spark session {session_s:.1f}s", file=sys.stderr)
 
-    files = lake.added_files(MESSAGES, None, lake.table_version(MESSAGES))
-    t0 = time.perf_counter()
-    customer_totals(_landed(spark, files)).write.mode("overwrite").parquet(str(work / "raw"))
-    raw_s = time.perf_counter() - t0
+    upto = lake.table_version(MESSAGES)
 
+    def raw() -> float:
+        t0 = time.perf_counter()
+        customer_totals(new_landed(spark, lake, None, upto)).write.mode("overwrite").parquet(str(work / "raw"))
+        return time.perf_counter() - t0
+
+    first_raw_s = raw()  # the session's first read of the journal pays for warming up: not the transform's
     t0 = time.perf_counter()
     summary = transform(cfg, spark, lake)
     transform_s = time.perf_counter() - t0
+    raw_s = min(first_raw_s, raw())
     (result,) = summary["transforms"]
     assert summary["status"] == "ok" and result["rows_in"] == args.rows, summary
     raw_rows = spark.read.parquet(str(work / "raw")).count()
