@@ -164,10 +164,19 @@ class PublishConfig:
     # output -> great-expectations suite: a suite JSON file path, or an inline list of
     # {expectation_type: {kwargs}}; a failing suite blocks that output's round (quality/expectations.py)
     expectations: dict[str, Any] = field(default_factory=dict)
+    # a round of at least this many rows is sent from Spark executors, one task per Parquet row group
+    # (pipeline/publish_executors.py); null: always from the driver
+    executors_from_rows: int | None = 1_000_000
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("publish.batch_size must be at least 1")
+        if self.executors_from_rows is not None and (
+            isinstance(self.executors_from_rows, bool)
+            or not isinstance(self.executors_from_rows, int)
+            or self.executors_from_rows < 1
+        ):
+            raise ConfigError("publish.executors_from_rows must be a row count of at least 1, or null")
         self.expectations = self.expectations or {}
         if not isinstance(self.expectations, dict):
             raise ConfigError("publish.expectations must map an output to a suite file or a list of expectations")

@@ -29,7 +29,8 @@ from queuelake.lake.port import open_lake
 from queuelake.lake.rust import DeltaRsEngine
 from queuelake.pipeline.drain import drain
 from queuelake.pipeline.journal import MESSAGES
-from queuelake.pipeline.publish import message_id, publish
+from queuelake.pipeline.outgoing import message_id
+from queuelake.pipeline.publish import publish
 from queuelake.pipeline.runs import RUNS
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, queues, subscriptions

@@ -20,7 +20,8 @@ from queuelake.examples import orders, traffic
 from queuelake.lake.port import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
-from queuelake.pipeline.publish import message_id, publish
+from queuelake.pipeline.outgoing import message_id
+from queuelake.pipeline.publish import publish
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport import headers as hdr
@@ -164,8 +165,9 @@ def test_round_trip_drain_transform_publish(
     assert not drain_all(cfg, "Shipping")
 
 
-def test_fan_out_and_rejects(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
-    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_test"], [])
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_fan_out_and_rejects(fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_test"], [], executors_from_rows=from_rows)
     subs = ["SubA", "SubB", "SubC", "SubD", "Billing"]
     setup_db(cfg, subs)
     for q in ("SubA", "SubB", "SubC"):
@@ -217,8 +219,13 @@ def test_fan_out_and_rejects(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     assert ids[0] == message_id("Lakehouse/outbound_test", "event-1", '"public"."SubA"')
 
 
-def test_a_send_to_a_bad_destination_is_recorded_row_by_row(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
-    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_bad"], ["Sales"], batch_size=2)
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_a_send_to_a_bad_destination_is_recorded_row_by_row(
+    fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None
+) -> None:
+    cfg = config(
+        fresh_pg_uri, tmp_path / "lake", ["outbound_bad"], ["Sales"], batch_size=2, executors_from_rows=from_rows
+    )
     setup_db(cfg, ["Good"])
     lake = open_lake(cfg.lake, spark)
     write_outbound(
@@ -261,11 +268,14 @@ def test_a_send_to_a_bad_destination_is_recorded_row_by_row(fresh_pg_uri: str, t
     )
 
 
-def test_hostile_subscriptions_never_block_the_valid_subscriber(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_hostile_subscriptions_never_block_the_valid_subscriber(
+    fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None
+) -> None:
     """SubscriptionRouting is written by every endpoint; queuelake does not own it. One valid
     subscriber beside empty, malformed, hostile, over-long, non-queue and missing-table addresses:
     the valid one gets each event exactly once, round after round; each bad one is recorded."""
-    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=3)
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=3, executors_from_rows=from_rows)
     setup_db(cfg, ["Valid"])
     with db.connect(cfg.transport) as conn:
         conn.raw.execute('CREATE TABLE "public"."Tripwire" (x int)')
@@ -392,7 +402,7 @@ def test_ids_are_the_uuids_the_uuid_module_gives() -> None:
     """message_id and random_id format uuids by hand (speed): same text as the uuid module's."""
     import uuid
 
-    from queuelake.pipeline.publish import NAMESPACE, random_id
+    from queuelake.pipeline.outgoing import NAMESPACE, random_id
 
     for pipeline, key, dest in [("Lakehouse/out", "k1", '"public"."Billing"'), ("p", "ключ\n", "[dbo].[Q]")]:
         assert message_id(pipeline, key, dest) == str(uuid.uuid5(NAMESPACE, f"{pipeline}\n{key}\n{dest}"))

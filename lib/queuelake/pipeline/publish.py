@@ -16,10 +16,8 @@ row never blocks delivery to everyone else.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import hashlib
-import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,26 +29,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from queuelake import hooks
-from queuelake.config import Config, conflict_message, drained_as
+from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import filesystem as lake_filesystem
 from queuelake.lake.storage import parquet_file
+from queuelake.pipeline import publish_executors as executors
+from queuelake.pipeline.outgoing import Outgoing, Router
 from queuelake.quality import expectations
 from queuelake.quality import outbound as quality
 from queuelake.report import log
 from queuelake.transport import headers as hdr
-from queuelake.transport import ledger, queues, schema, subscriptions
+from queuelake.transport import ledger, queues
 from queuelake.transport.db import Connection
-from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
+from queuelake.transport.tables import bridge_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-NAMESPACE = uuid.UUID("5f1d3a52-6a0e-4f3e-9d0e-7a1c0b7e2a11")  # queuelake's uuid5 namespace
 OPTIONAL = {
     "destination": pa.string(),
     "headers": pa.map_(pa.string(), pa.string()),
@@ -64,51 +62,18 @@ OPTIONAL = {
 UNDELIVERABLE_SCHEMA: pa.Schema = tables.UNDELIVERABLE.schema
 
 
-_NAMESPACE_BYTES = NAMESPACE.bytes
-
-
-def message_id(pipeline: str, key: str, destination: str) -> str:
-    """uuid5(NAMESPACE, pipeline, key, destination) as text. Built from hashlib directly: the uuid
-    module's objects were a quarter of a publish's per-row time (checked equal in the tests)."""
-    digest = hashlib.sha1(_NAMESPACE_BYTES + f"{pipeline}\n{key}\n{destination}".encode()).digest()
-    return _uuid_text(digest, 0x50)
-
-
-def random_id() -> str:
-    """A uuid4 as text (os.urandom, as uuid.uuid4), without the uuid module's object."""
-    return _uuid_text(os.urandom(16), 0x40)
-
-
-def _uuid_text(raw: bytes, version: int) -> str:
-    b = bytearray(raw[:16])
-    b[6] = (b[6] & 0x0F) | version
-    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
-    x = b.hex()
-    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
-
-
-def timespan(ms: int) -> str:
-    """A .NET TimeSpan string ("c" format), as NServiceBus writes TimeToBeReceived."""
-    days, rest = divmod(ms, 86_400_000)
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    text = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
-    if days:
-        text = f"{days}.{text}"
-    if millis:
-        text += f".{millis * 10_000:07d}"
-    return text
-
-
 @dataclass(frozen=True)
 class Round:
+    """Delta versions (after, upto] of an output, cut into batches of ``batch_size`` rows: one stream
+    of rows (``layout`` "") or batches that follow Parquet row groups (``g``, sent from executors)."""
+
     after: int | None
     upto: int
     batch_size: int
+    layout: str = ""
 
     def key(self, k: int, n: int) -> str:
-        return f"{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}"
+        return f"{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}{self.layout}"
 
 
 @dataclass
@@ -135,7 +100,9 @@ def _parse_round(batch_key: str) -> tuple[Round, int, int]:
     after, _, upto = span.partition("-")
     kn, _, size = rest.partition("@")
     k, _, n = kn.partition("/")
-    return Round(int(after) if after else None, int(upto), int(size)), int(k), int(n)
+    layout = size.lstrip("0123456789")
+    size = size[: len(size) - len(layout)]
+    return Round(int(after) if after else None, int(upto), int(size), layout), int(k), int(n)
 
 
 class Publisher:
@@ -148,11 +115,8 @@ class Publisher:
         # suite is a config error, not a half-published run; {} and no GX import when none is set
         self.suites = expectations.load(config)
         self.endpoint = config.publish.endpoint
-        self.machine = socket.gethostname()
         self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
-        self.subscriptions = bridge_ref(config.transport.subscription_table, config.transport)
-        self._subscribers: dict[str, list[str]] = {}
-        self._verdicts: dict[tuple[str | None, bool], tuple[TableRef | None, str | None]] = {}
+        self.router = Router(config)
         self._reported: set[str] = set()
 
     # -- rounds -----------------------------------------------------------------------------------
@@ -263,86 +227,6 @@ class Publisher:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def _target(self, conn: Connection, address: str | None, delayed: bool) -> tuple[TableRef | None, str | None]:
-        """(queue, None) for a deliverable address, else (None, reason). Checked once per run: the
-        address parses and fits the dialect's limits, it is not a queue this deployment drains (unless
-        drain.also_destinations says so: the next drain would take the copies into the lake), and
-        the table is there with the transport's columns. Untrusted text never reaches SQL: only a
-        parsed, quoted name does."""
-        verdict = self._verdicts.get((address, delayed))
-        if verdict is None:
-            try:
-                if address is None or not address.strip():
-                    raise QueuelakeError("queue address is empty")
-                ref = queue_ref(address, self.config.transport)
-                drained = drained_as(self.config, address)
-                if drained is not None:  # a Send row's destination or a subscriber, found only now
-                    where = f"an outbound row or subscription ({address!r})"
-                    raise QueuelakeError(conflict_message(drained, address, where))
-                problem = schema.delivery_problem(conn, ref.delayed() if delayed else ref, delayed)
-                verdict = (ref, None) if problem is None else (None, problem)
-            except QueuelakeError as exc:
-                verdict = (None, str(exc))
-            self._verdicts[(address, delayed)] = verdict
-        return verdict
-
-    def subscribers(self, conn: Connection, message_type: str) -> list[str]:
-        """Distinct subscriber addresses (raw text) of any type in the event's hierarchy."""
-        if message_type not in self._subscribers:
-            topics = [hdr.full_type_name(t) for t in hdr.split_types(message_type) or []]
-            self._subscribers[message_type] = subscriptions.find_subscribers(conn, self.subscriptions, topics)
-        return self._subscribers[message_type]
-
-    def _copies(
-        self,
-        conn: Connection,
-        pipeline: str,
-        row: dict[str, Any],
-        now: dt.datetime,
-        sent: str,
-        undeliverable: list[tuple[str | None, str]],
-    ) -> Iterator[tuple[TableRef, OutgoingMessage, int | None]]:
-        intent = row["intent"]
-        addresses = [row["destination"]] if intent == "Send" else self.subscribers(conn, row["message_type"])
-        body = row["body"]
-        body = body.encode("utf-8") if isinstance(body, str) else body
-        user_headers = dict(row.get("headers") or [])
-        ttbr = row.get("ttbr_ms")
-        deliver_at = row.get("deliver_at")
-        delay = None
-        if deliver_at is not None:
-            deliver_at = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.timezone.utc)
-            delay = max(int((deliver_at - now).total_seconds() * 1000), 0)
-        targets: dict[str, TableRef] = {}
-        for address in addresses:
-            target, reason = self._target(conn, address, delay is not None)
-            if target is None:
-                undeliverable.append((address, reason or "undeliverable"))
-            else:
-                targets.setdefault(target.canonical, target)  # one copy per distinct queue
-        for target in targets.values():
-            mid = message_id(pipeline, row["key"], target.canonical)
-            headers = {
-                **user_headers,
-                hdr.MESSAGE_ID: mid,
-                hdr.MESSAGE_INTENT: intent,
-                hdr.ENCLOSED_MESSAGE_TYPES: row["message_type"],
-                hdr.CONTENT_TYPE: user_headers.get(hdr.CONTENT_TYPE) or "application/json",
-                hdr.TIME_SENT: sent,
-                hdr.CONVERSATION_ID: row.get("conversation_id") or user_headers.get(hdr.CONVERSATION_ID) or mid,
-                hdr.CORRELATION_ID: row.get("correlation_id") or user_headers.get(hdr.CORRELATION_ID) or mid,
-                hdr.ORIGINATING_ENDPOINT: self.endpoint,
-                hdr.ORIGINATING_MACHINE: self.machine,
-                hdr.VERSION: user_headers.get(hdr.VERSION) or "9.2.0",
-            }
-            if ttbr is not None:
-                headers[hdr.TIME_TO_BE_RECEIVED] = timespan(int(ttbr))
-            if delay is not None:
-                headers[hdr.DELIVER_AT] = hdr.format_time(deliver_at)
-                headers[hdr.FORWARD_DESTINATION] = target.canonical
-            message = OutgoingMessage(orjson.dumps(headers).decode(), body, id=random_id(), ttbr_ms=ttbr)
-            yield target, message, delay
-
     def _publish_batch(
         self, conn: Connection, pipeline: str, output: str, batch_key: str, rows: list[dict[str, Any]]
     ) -> tuple[int, int]:
@@ -351,32 +235,14 @@ class Publisher:
         rerun after a crash records them once. Returns (copies sent, copies undeliverable)."""
         now = queues.db_utc_now(conn)
         sent = hdr.format_time(now)
-        direct: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
-        delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, int]]]] = {}
-        copies = 0
+        out = Outgoing()
         bad: list[dict[str, Any]] = []
         for row in rows:
             lost: list[tuple[str | None, str]] = []
-            for target, message, delay in self._copies(conn, pipeline, row, now, sent, lost):
-                copies += 1
-                if delay is None:
-                    direct.setdefault(target.canonical, (target, []))[1].append(message)
-                else:
-                    ref = target.delayed()
-                    delayed.setdefault(ref.canonical, (ref, []))[1].append((message.headers, message.body, delay))
+            for target, message, delay in self.router.copies(conn, pipeline, row, now, sent, lost):
+                out.add(target, message, delay)
             for address, reason in lost:
-                bad.append(
-                    {
-                        "key": row["key"],
-                        "intent": row["intent"],
-                        "message_type": row["message_type"],
-                        "destination": address,
-                        "reason": reason,
-                        "round": batch_key.split(":")[0],
-                        "batch_key": batch_key,
-                        "recorded_at": now,
-                    }
-                )
+                bad.append(undeliverable_record(row, address, reason, batch_key, now))
                 self._report(output, address, reason)
         if bad:
             self.lake.append(
@@ -385,15 +251,81 @@ class Publisher:
                 f"queuelake.publish.undeliverable/{output}/{batch_key}",
                 1,
             )
-        for ref, messages in direct.values():
-            queues.send(conn, ref, messages)
-        for ref, items in delayed.values():
-            queues.store_delayed(conn, ref, items)
-        ledger.record(conn, self.ledger, pipeline, output, batch_key, len(rows), copies)
+        out.insert(conn)
+        ledger.record(conn, self.ledger, pipeline, output, batch_key, len(rows), out.copies)
         hooks.checkpoint("before_publish_commit")
         conn.commit()
         hooks.checkpoint("after_publish_commit")
-        return copies, len(bad)
+        return out.copies, len(bad)
+
+    def _publish_on_executors(
+        self,
+        conn: Connection,
+        pipeline: str,
+        output: str,
+        rnd: Round,
+        files: list[str],
+        bad_keys: set[str],
+        result: OutputResult,
+    ) -> None:
+        """Send the round from Spark tasks, one per row group (publish_executors.py says why)."""
+        started = time.monotonic()
+        units, total = executors.plan(files, bad_keys, rnd.batch_size)
+        records = executors.route_round(conn, self.router, units, bad_keys, rnd, total)
+        if records:
+            executors.record_undeliverable(self.lake, output, result.round or "", self.run_id, records)
+            for record in records:
+                self._report(output, record["destination"], record["reason"])
+        result.undeliverable = len(records)
+        job = executors.Job(
+            config=self.config,
+            router=executors.frozen(self.router),
+            pipeline=pipeline,
+            output=output,
+            ledger=self.ledger,
+            round=rnd,
+            total=total,
+            bad_keys=frozenset(bad_keys),
+            log_level=executors.log_level(),
+        )
+        log.info(
+            "publish %s: %d batch(es) from %d row group(s) sent by Spark tasks (routes checked in %.1fs)",
+            output,
+            total,
+            len(units),
+            time.monotonic() - started,
+        )
+        try:
+            outcomes = executors.send_units(self.spark, job, units)
+        except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
+            result.status = "failed"
+            result.error = executors.task_error(exc)
+            log.error("publish %s: %s", output, result.error)
+            return
+        for outcome in outcomes:
+            result.rows += outcome["rows"]
+            if outcome["status"] == "skipped":
+                result.batches_skipped += 1
+            elif outcome["status"] == "failed":
+                result.status = "failed"
+                result.failed_batches.append(outcome["batch_key"])
+                result.error = outcome["error"]
+            else:
+                result.batches += 1
+                result.published += outcome["rows"]
+                result.copies += outcome["copies"]
+        elapsed = time.monotonic() - started
+        log.info(
+            "publish %s: %d row(s) sent as %d message(s) from executors in %.1fs (%.0f rows/s), %d batch(es) "
+            "were already sent, %d failed",
+            output,
+            result.published,
+            result.copies,
+            elapsed,
+            result.published / elapsed if elapsed else 0,
+            result.batches_skipped,
+            len(result.failed_batches),
+        )
 
     def _report(self, output: str, address: str | None, reason: str) -> None:
         """Once per bad address and run: a bad subscription row should be seen, not flood the log."""
@@ -445,6 +377,14 @@ class Publisher:
                     ledger.record(conn, self.ledger, pipeline, output, rnd.key(0, 0), 0, 0)
                     conn.commit()
                 return result
+            threshold = self.config.publish.executors_from_rows
+            if rnd.layout == executors.LAYOUT or (not done and threshold is not None and total_rows >= threshold):
+                # a round resumes in the layout it started in, whatever the threshold says now
+                self._publish_on_executors(
+                    conn, pipeline, output, dataclasses.replace(rnd, layout=executors.LAYOUT), files, bad_keys, result
+                )
+                result.bad_destinations = sorted(str(a) for a in self._reported)
+                return result
             started = time.monotonic()
             for k, rows in enumerate(self._batches(files, bad_keys, rnd.batch_size)):
                 result.rows += len(rows)
@@ -480,6 +420,22 @@ class Publisher:
                 )
         result.bad_destinations = sorted(str(a) for a in self._reported)
         return result
+
+
+def undeliverable_record(
+    row: dict[str, Any], address: str | None, reason: str, batch_key: str, now: dt.datetime
+) -> dict[str, Any]:
+    """A row of ``<output>_undeliverable``: one copy not sent, and why."""
+    return {
+        "key": row["key"],
+        "intent": row["intent"],
+        "message_type": row["message_type"],
+        "destination": address,
+        "reason": reason,
+        "round": batch_key.split(":")[0],
+        "batch_key": batch_key,
+        "recorded_at": now,
+    }
 
 
 def _count_accepted(files: list[str], bad_keys: set[str]) -> int:

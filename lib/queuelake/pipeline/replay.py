@@ -50,7 +50,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine, journal_engine
 from queuelake.pipeline.journal import MESSAGES
-from queuelake.pipeline.publish import NAMESPACE
+from queuelake.pipeline.outgoing import NAMESPACE
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import headers as hdr

@@ -1,0 +1,286 @@
+"""Publish a large round from Spark executors: each task sends its own batches, each with its ledger row.
+
+Why this layout: on the driver a round is one stream of rows cut into batches, so one Python process
+builds every message. Here the round is cut at Parquet row groups instead: the driver plans the
+batches (row group g of file f holds batches first..first+n-1 of the round, from the accepted-row
+counts, reading only the ``key`` column), and Spark runs one task per row group. A batch is still
+sent with its ledger row ``P-V:k/N@Bg`` in one DB transaction (the ``g`` says the batches follow row
+groups, so a rerun resumes a round in the layout it started in), and each task reads the ledger
+itself before sending, so a task Spark retries, or a rerun after a kill at any instant, skips what
+is already there: each row reaches each destination exactly once, as from the driver.
+
+Every destination is decided on the driver before any task runs (the ``Router`` is then frozen and
+shipped), and the copies that cannot be delivered are written to ``<output>_undeliverable`` before
+anything is sent, since tasks cannot write to the lake: no copy is ever dropped unrecorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from queuelake import hooks
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.errors import QueuelakeError
+from queuelake.lake import tables
+from queuelake.lake.storage import parquet_file
+from queuelake.pipeline.outgoing import Outgoing, Router
+from queuelake.report import log
+from queuelake.transport import headers as hdr
+from queuelake.transport import ledger, queues
+from queuelake.transport.db import Connection
+from queuelake.transport.tables import TableRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from queuelake.lake.port import LakeEngine
+    from queuelake.pipeline.publish import Round
+
+LAYOUT = "g"  # the batch-key mark of a round sent from executors (batches follow row groups)
+_ROUTING_COLUMNS = ["key", "intent", "destination", "message_type"]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One Spark task's share of a round: the accepted rows of one row group, as whole batches."""
+
+    uri: str
+    row_group: int
+    first: int  # the round-wide index of its first batch
+    batches: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every task needs, pickled once per task: no Spark session, no lake handle."""
+
+    config: Config
+    router: Router
+    pipeline: str
+    output: str
+    ledger: TableRef
+    round: Round
+    total: int  # batches in the round
+    bad_keys: frozenset[str]
+    log_level: int
+
+
+def plan(files: list[str], bad_keys: set[str], size: int) -> tuple[list[Unit], int]:
+    """The round's batches by row group, in the round's fixed order (files by path, groups in file
+    order). Returns (units, batches in the round)."""
+    units: list[Unit] = []
+    total = 0
+    for uri in files:
+        parquet = parquet_file(uri)
+        for group in range(parquet.metadata.num_row_groups):
+            keys = parquet.read_row_group(group, columns=["key"])["key"]
+            accepted = int(pc.sum(_accepted(keys, bad_keys)).as_py() or 0)
+            batches = (accepted + size - 1) // size
+            if batches:
+                units.append(Unit(uri, group, total, batches))
+                total += batches
+    return units, total
+
+
+def _accepted(keys: pa.ChunkedArray | pa.Array, bad_keys: set[str] | frozenset[str]) -> pa.Array:
+    """True for the rows that are sent: a key, and not rejected by the outbound contract."""
+    keys = keys.cast(pa.string())  # files delta-rs rewrites store string_view (no is_in kernel)
+    mask = pc.is_valid(keys)
+    if bad_keys:
+        mask = pc.and_(mask, pc.invert(pc.is_in(keys, pa.array(sorted(bad_keys), pa.string()))))
+    return pc.fill_null(mask, False)
+
+
+def _unit_batches(unit: Unit, bad_keys: frozenset[str], size: int) -> Iterator[list[dict[str, Any]]]:
+    """The unit's accepted rows in file order, ``size`` at a time; one Parquet batch in memory."""
+    batch: list[dict[str, Any]] = []
+    for record_batch in parquet_file(unit.uri).iter_batches(batch_size=5000, row_groups=[unit.row_group]):
+        for row in record_batch.to_pylist():
+            key = row.get("key")
+            if key is None or key in bad_keys:
+                continue
+            batch.append(row)
+            if len(batch) == size:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def route_round(
+    conn: Connection, router: Router, units: list[Unit], bad_keys: set[str], rnd: Round, total: int
+) -> list[dict[str, Any]]:
+    """Decide every destination of the round on the driver (filling the router's caches), and
+    return the undeliverable records: one per copy not sent, with the key of its batch. Reads only
+    the routing columns; a row is looked at one by one only in a row group with a bad route."""
+    from queuelake.pipeline.publish import undeliverable_record
+
+    now = queues.db_utc_now(conn)
+    records: list[dict[str, Any]] = []
+    for unit in units:
+        parquet = parquet_file(unit.uri)
+        names = set(parquet.schema_arrow.names)
+        columns = [c for c in _ROUTING_COLUMNS if c in names] + (["deliver_at"] if "deliver_at" in names else [])
+        table = parquet.read_row_group(unit.row_group, columns=columns)
+        mask = _accepted(table["key"], bad_keys)
+        delayed = pc.is_valid(table["deliver_at"]) if "deliver_at" in names else pa.repeat(False, table.num_rows)
+        send = pc.equal(table["intent"], "Send")
+        nothing = pa.nulls(table.num_rows, pa.string())
+        destination = table["destination"].cast(pa.string()) if "destination" in names else nothing
+        message_type = table["message_type"].cast(pa.string())
+        routes = pa.table(
+            {
+                "send": send,
+                "destination": pc.if_else(send, destination, nothing),
+                "message_type": pc.if_else(send, nothing, message_type),
+                "delayed": delayed,
+            }
+        ).filter(mask)
+        bad_routes = set()
+        for route in routes.group_by(["send", "destination", "message_type", "delayed"]).aggregate([]).to_pylist():
+            intent = "Send" if route["send"] else "Publish"
+            _, lost = router.routes(conn, intent, route["destination"], route["message_type"], route["delayed"])
+            if lost:
+                bad_routes.add((route["send"], route["destination"], route["message_type"], route["delayed"]))
+        if not bad_routes:
+            continue
+        rows = table.to_pylist()
+        ordinal = np.cumsum(mask.to_numpy(zero_copy_only=False)) - 1
+        for i, (row, ok) in enumerate(zip(rows, mask.to_pylist())):
+            is_send = row["intent"] == "Send"
+            route = (is_send, row.get("destination") if is_send else None, None if is_send else row["message_type"])
+            is_delayed = row.get("deliver_at") is not None
+            if not ok or (*route, is_delayed) not in bad_routes:
+                continue
+            batch_key = rnd.key(unit.first + int(ordinal[i]) // rnd.batch_size, total)
+            _, lost = router.routes(conn, row["intent"], row.get("destination"), row["message_type"], is_delayed)
+            records.extend(undeliverable_record(row, address, reason, batch_key, now) for address, reason in lost)
+    conn.rollback()
+    return records
+
+
+def record_undeliverable(lake: LakeEngine, output: str, round_name: str, run_id: str, records: list[dict]) -> int:
+    """Append the round's undeliverable records that are not there yet (a rerun of a round finds
+    its first run's records: each copy is recorded once). Returns how many were appended."""
+    name = tables.UNDELIVERABLE.name_for(output)
+    if lake.exists(name):
+        seen = lake.read_arrow(name, columns=["round", "batch_key", "key", "destination"]).to_pylist()
+        there = {(r["batch_key"], r["key"], r["destination"]) for r in seen if r["round"] == round_name}
+        records = [r for r in records if (r["batch_key"], r["key"], r["destination"]) not in there]
+    if records:
+        data = pa.Table.from_pylist(records, schema=tables.UNDELIVERABLE.schema)
+        lake.append(name, data, f"queuelake.publish.undeliverable/{output}/{round_name}/{run_id}", 1)
+    return len(records)
+
+
+def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[str, Any]]:
+    """Run one Spark task per unit; returns one outcome per batch (sent, skipped or failed)."""
+    rdd = spark.sparkContext.parallelize(units, len(units))
+    spark.sparkContext.setJobDescription(f"queuelake publish {job.output} round {job.round.key(0, 0)}")
+    return rdd.mapPartitions(partial(_run_units, job)).collect()
+
+
+def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
+    """A task: send each batch of its units not yet in the ledger, each in its own transaction."""
+    if not log.handlers:  # a fresh Python worker: progress to its stderr (the executor's log)
+        from queuelake.report import setup_logging
+
+        setup_logging(job.log_level)
+    size = job.round.batch_size
+    with connect(job.config, "queuelake-publish") as conn:
+        done = _done(conn, job)
+        started = time.monotonic()
+        sent_rows = 0
+        for unit in units:
+            for j, rows in enumerate(_unit_batches(unit, job.bad_keys, size)):
+                k = unit.first + j
+                batch_key = job.round.key(k, job.total)
+                if k in done:
+                    yield {"k": k, "rows": len(rows), "status": "skipped"}
+                    continue
+                try:
+                    copies = _send(conn, job, batch_key, rows)
+                except QueuelakeError as exc:
+                    conn.rollback()
+                    if k in _done(conn, job):  # sent meanwhile by another run (the ledger's key held)
+                        yield {"k": k, "rows": len(rows), "status": "skipped"}
+                        continue
+                    log.error("publish %s batch %s failed, nothing of it was sent: %s", job.output, batch_key, exc)
+                    yield {"k": k, "rows": len(rows), "status": "failed", "error": str(exc), "batch_key": batch_key}
+                    continue
+                sent_rows += len(rows)
+                elapsed = time.monotonic() - started
+                log.info(
+                    "publish %s: batch %d of %d sent from an executor, %d row(s) as %d message(s); "
+                    "this task %d row(s) at %.0f rows/s",
+                    job.output,
+                    k + 1,
+                    job.total,
+                    len(rows),
+                    copies,
+                    sent_rows,
+                    sent_rows / elapsed if elapsed else 0,
+                )
+                yield {"k": k, "rows": len(rows), "status": "sent", "copies": copies}
+
+
+def _done(conn: Connection, job: Job) -> set[int]:
+    """Batch indexes of this round already in the ledger."""
+    from queuelake.pipeline.publish import _parse_round
+
+    keys = ledger.batch_keys(conn, job.ledger, job.pipeline, job.output)
+    conn.rollback()
+    done = set()
+    for batch_key in keys:
+        rnd, k, _ = _parse_round(batch_key)
+        if rnd == job.round:
+            done.add(k)
+    return done
+
+
+def _send(conn: Connection, job: Job, batch_key: str, rows: list[dict[str, Any]]) -> int:
+    """One DB transaction: every deliverable copy of the batch's rows and its ledger row."""
+    now = queues.db_utc_now(conn)
+    sent = hdr.format_time(now)
+    out = Outgoing()
+    lost: list[tuple[str | None, str]] = []  # recorded by the driver before the tasks ran
+    for row in rows:
+        for target, message, delay in job.router.copies(None, job.pipeline, row, now, sent, lost):
+            out.add(target, message, delay)
+    out.insert(conn)
+    ledger.record(conn, job.ledger, job.pipeline, job.output, batch_key, len(rows), out.copies)
+    hooks.checkpoint("before_publish_commit")
+    conn.commit()
+    hooks.checkpoint("after_publish_commit")
+    return out.copies
+
+
+def frozen(router: Router) -> Router:
+    """A copy of the router that only reads the verdicts made so far (what tasks get)."""
+    return dataclasses.replace(
+        router, verdicts=dict(router.verdicts), subscribers_of=dict(router.subscribers_of), frozen=True
+    )
+
+
+def log_level() -> int:
+    return log.level or logging.INFO
+
+
+def task_error(exc: BaseException) -> str:
+    """A failed Spark job as one line, without the JVM's stack (or anything a task printed)."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "QueuelakeError" in line or "TransportError" in line:
+            return f"a publish task failed: {line.strip()[:300]}"
+    return f"a publish task failed ({type(exc).__name__}); its batches not in the ledger are sent by the next run"

@@ -1,0 +1,205 @@
+"""Publishing from Spark executors: real PostgreSQL, a real local Spark (its Python workers killed for
+real), real Delta tables. The promise is the driver's: each row reaches each destination once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from queuelake.lake.port import open_lake
+from queuelake.lake.reading import read_table
+from queuelake.pipeline.publish import Round, _parse_round, publish
+from queuelake.transport import db, ledger
+from queuelake.transport.tables import bridge_ref
+
+from tests.pipeline.test_publish import KILL_SCRIPT, config, drain_all, row, setup_db, subscribe, write_outbound
+
+EVENT = "Big.Event"
+
+
+def outbound(lake, name: str, files: int, per_file: int) -> tuple[set[str], set[str]]:
+    """``files`` appends (a file, one row group each) of Sends to Target and events; returns the keys."""
+    sends, events = set(), set()
+    for f in range(files):
+        rows = []
+        for i in range(per_file):
+            key = f"k{f}-{i}"
+            if i % 2:
+                rows.append(row(key, "Send", "Target", "Big.Command"))
+                sends.add(key)
+            else:
+                rows.append(row(key, message_type=EVENT))
+                events.add(key)
+        write_outbound(lake, name, rows, version=f + 1)
+    return sends, events
+
+
+def ledger_keys(cfg, output: str) -> list[str]:
+    with db.connect(cfg.transport) as conn:
+        ref = bridge_ref(cfg.transport.ledger_table, cfg.transport)
+        return ledger.batch_keys(conn, ref, f"Lakehouse/{output}", output)
+
+
+def assert_exactly_once(cfg, sends: set[str], events: set[str], subscribers: tuple[str, ...] = ("Sub1", "Sub2")):
+    for queue, want in (("Target", sends), *((s, events) for s in subscribers)):
+        got = [orjson.loads(r.body)["key"] for r in drain_all(cfg, queue)]
+        dupes = [k for k, n in Counter(got).items() if n > 1]
+        assert not dupes, f"{queue}: {len(dupes)} key(s) twice, e.g. {dupes[:3]}"
+        assert set(got) == want, f"{queue}: {len(want - set(got))} missing"
+
+
+def set_worker_kill(spark, spec: str | None) -> None:
+    """Python workers get the SparkContext's environment: a new spec starts new workers with it."""
+    if spec is None:
+        spark.sparkContext.environment.pop("QUEUELAKE_TEST_KILL_AT", None)
+    else:
+        spark.sparkContext.environment["QUEUELAKE_TEST_KILL_AT"] = spec
+
+
+def test_batch_keys_carry_the_layout() -> None:
+    for rnd in (Round(None, 3, 500), Round(3, 9, 7, "g")):
+        assert _parse_round(rnd.key(4, 12)) == (rnd, 4, 12)
+    assert Round(3, 9, 7, "g").key(0, 2) == "3-9:0/2@7g"
+
+
+def test_killed_tasks_leave_the_rest_to_the_next_run(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """Workers SIGKILLed before and after a batch's commit: the run fails, the next one sends the rest;
+    every copy once, every undeliverable copy recorded once, every batch key in the row-group layout."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_x"], [], batch_size=40, executors_from_rows=1)
+    setup_db(cfg, ["Target", "Sub1", "Sub2"])
+    for queue in ("Sub1", "Sub2", "Gone"):  # Gone has no table: its copies are undeliverable
+        subscribe(cfg, queue, queue, EVENT)
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=4, per_file=200)  # 4 units of 5 batches
+    try:
+        for spec in ("after_publish_commit:2", "before_publish_commit:3"):
+            set_worker_kill(spark, spec)
+            killed = publish(cfg, spark, lake)
+            out = killed["outputs"][0]
+            assert killed["status"] == "failed" and "publish task failed" in out["error"], out
+        sent_before = len(ledger_keys(cfg, "outbound_x"))
+        assert 0 < sent_before < 20, sent_before
+    finally:
+        set_worker_kill(spark, None)
+    final = publish(cfg, spark, lake)
+    out = final["outputs"][0]
+    assert final["status"] == "ok", out
+    assert out["batches_skipped"] == sent_before and out["batches"] == 20 - sent_before
+    keys = ledger_keys(cfg, "outbound_x")
+    assert len(keys) == len(set(keys)) == 20 and all(k.endswith("@40g") for k in keys), keys[:3]
+    assert_exactly_once(cfg, sends, events)
+    lost = read_table(str(tmp_path / "lake" / "outbound_x_undeliverable")).to_pylist()
+    assert sorted(r["key"] for r in lost) == sorted(events), "each undeliverable copy recorded once"
+    assert {r["destination"] for r in lost} == {"Gone"} and all("does not exist" in r["reason"] for r in lost)
+    again = publish(cfg, spark, lake)
+    assert again["published"] == 0 and not drain_all(cfg, "Target")
+
+
+def _conf_file(tmp_path: Path, lake_root: Path, from_rows: int | None, batch_size: int) -> Path:
+    conf = tmp_path / "publish.json"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "2"}},
+                "publish": {
+                    "endpoint": "Lakehouse",
+                    "outputs": ["outbound_x"],
+                    "batch_size": batch_size,
+                    "executors_from_rows": from_rows,
+                },
+            }
+        )
+    )
+    return conf
+
+
+@pytest.mark.parametrize("started_on", ["driver", "executors"])
+def test_a_round_resumes_in_the_layout_it_started_in(fresh_pg_uri: str, tmp_path: Path, spark, started_on: str) -> None:
+    """A round half sent from the driver (the process killed) finishes from the driver even when the
+    threshold now says executors, and the reverse: batch k means the same rows in both runs."""
+    lake_root = tmp_path / "lake"
+    first, then = (None, 1) if started_on == "driver" else (1, None)
+    cfg = config(fresh_pg_uri, lake_root, ["outbound_x"], [], batch_size=30, executors_from_rows=then)
+    setup_db(cfg, ["Target", "Sub1", "Sub2"])
+    subscribe(cfg, "Sub1", "Sub1", EVENT)
+    subscribe(cfg, "Sub2", "Sub2", EVENT)
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=3, per_file=100)  # batches differ by layout
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_publish_commit:2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, str(_conf_file(tmp_path, lake_root, first, 30))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    # the driver process dies at its hook; on executors the worker dies and the run reports it
+    assert proc.returncode == (-9 if started_on == "driver" else 0), proc.stderr[-2000:]
+    started = ledger_keys(cfg, "outbound_x")
+    assert started, "some batches were sent before the kill"
+    layout = "g" if started_on == "executors" else ""
+    final = publish(cfg, spark, lake)
+    assert final["status"] == "ok", final
+    keys = ledger_keys(cfg, "outbound_x")
+    assert all(_parse_round(k)[0].layout == layout for k in keys), keys
+    assert_exactly_once(cfg, sends, events)
+
+
+@pytest.mark.slow
+def test_exactly_once_from_executors_under_sigkill(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """The whole process group (driver, JVM, Python workers) SIGKILLed at random instants, as a
+    scheduler stops a task; then one clean run. Each row reaches each destination once."""
+    lake_root = tmp_path / "lake"
+    cfg = config(fresh_pg_uri, lake_root, ["outbound_x"], [], batch_size=500, executors_from_rows=1)
+    setup_db(cfg, ["Target", "Sub1", "Sub2"])
+    subscribe(cfg, "Sub1", "Sub1", EVENT)
+    subscribe(cfg, "Sub2", "Sub2", EVENT)
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=6, per_file=5000)
+    conf = _conf_file(tmp_path, lake_root, 1, 500)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    rng = random.Random(11)
+    kills = 0
+    seen = []  # batches in the ledger after each kill
+    for attempt in range(8):
+        before = len(ledger_keys(cfg, "outbound_x"))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILL_SCRIPT, str(conf)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        if attempt % 4 == 0:  # while Spark starts, plans or routes
+            time.sleep(rng.uniform(1.0, 8.0))
+        else:  # while tasks send: a few more batches committed, then anywhere inside the next ones
+            goal = before + rng.randint(1, 6)
+            while proc.poll() is None and len(ledger_keys(cfg, "outbound_x")) < goal:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 0.3))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        time.sleep(0.5)  # the group is gone; PostgreSQL has aborted its open transactions
+        seen.append(len(ledger_keys(cfg, "outbound_x")))
+    assert kills >= 6, f"only {kills} kills landed"
+    assert sum(0 < n < 60 for n in seen) >= 4, f"too few kills mid-round: batches sent after each {seen}"
+    final = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
+    keys = ledger_keys(cfg, "outbound_x")
+    assert len(keys) == len(set(keys)) == 60 and all(k.endswith("g") for k in keys)
+    assert_exactly_once(cfg, sends, events)
