@@ -86,20 +86,29 @@ def test_killed_tasks_leave_the_rest_to_the_next_run(fresh_pg_uri: str, tmp_path
             killed = publish(cfg, spark, lake)
             out = killed["outputs"][0]
             assert killed["status"] == "failed" and "publish task failed" in out["error"], out
-        sent_before = len(ledger_keys(cfg, "outbound_x"))
+            assert out["batches"] > 0 and out["published"] == 40 * out["batches"], "what went, from the ledger"
+        done_before = set(ledger_keys(cfg, "outbound_x"))
+        sent_before = len(done_before)
         assert 0 < sent_before < 20, sent_before
     finally:
         set_worker_kill(spark, None)
+    subscribe(cfg, "Gone2", "Gone2", EVENT)  # the routes change before the round is finished
     final = publish(cfg, spark, lake)
     out = final["outputs"][0]
     assert final["status"] == "ok", out
-    assert out["batches_skipped"] == sent_before and out["batches"] == 20 - sent_before
+    # a task of a failed job may finish its batch after the failure is seen (Spark stops it within 2 s)
+    assert out["batches_skipped"] >= sent_before and out["batches"] == 20 - out["batches_skipped"]
     keys = ledger_keys(cfg, "outbound_x")
     assert len(keys) == len(set(keys)) == 20 and all(k.endswith("@40g") for k in keys), keys[:3]
     assert_exactly_once(cfg, sends, events)
     lost = read_table(str(tmp_path / "lake" / "outbound_x_undeliverable")).to_pylist()
-    assert sorted(r["key"] for r in lost) == sorted(events), "each undeliverable copy recorded once"
-    assert {r["destination"] for r in lost} == {"Gone"} and all("does not exist" in r["reason"] for r in lost)
+    gone = [r for r in lost if r["destination"] == "Gone"]
+    assert sorted(r["key"] for r in gone) == sorted(events), "each undeliverable copy recorded once"
+    assert all("does not exist" in r["reason"] for r in lost)
+    # the new subscriber's copies: recorded for the batches sent after it subscribed, and only those
+    gone2 = [r for r in lost if r["destination"] == "Gone2"]
+    assert 0 < len(gone2) < len(events) and len(gone) + len(gone2) == len(lost)
+    assert not {r["batch_key"] for r in gone2} & done_before
     again = publish(cfg, spark, lake)
     assert again["published"] == 0 and not drain_all(cfg, "Target")
 

@@ -266,14 +266,15 @@ class Publisher:
         rnd: Round,
         files: list[str],
         bad_keys: set[str],
+        done: set[int],
         result: OutputResult,
     ) -> None:
         """Send the round from Spark tasks, one per row group (publish_executors.py says why)."""
         started = time.monotonic()
         units, total = executors.plan(files, bad_keys, rnd.batch_size)
-        records = executors.route_round(conn, self.router, units, bad_keys, rnd, total)
+        records = executors.route_round(conn, self.router, units, bad_keys, rnd, total, done)
         if records:
-            executors.record_undeliverable(self.lake, output, result.round or "", self.run_id, records)
+            executors.record_undeliverable(self.lake, output, result.round or "", records)
             for record in records:
                 self._report(output, record["destination"], record["reason"])
         result.undeliverable = len(records)
@@ -300,7 +301,14 @@ class Publisher:
         except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
             result.status = "failed"
             result.error = executors.task_error(exc)
-            log.error("publish %s: %s", output, result.error)
+            # what the tasks had committed when the failure was seen (the next run skips it)
+            for row in ledger.rows_of_pipeline(conn, self.ledger, pipeline):
+                batch_round, k, _ = _parse_round(row.batch_key)
+                if row.output_table == output and batch_round == rnd and k not in done:
+                    result.batches += 1
+                    result.published += row.rows_sent
+            conn.rollback()
+            log.error("publish %s: %s (%d batch(es) had been sent)", output, result.error, result.batches)
             return
         for outcome in outcomes:
             result.rows += outcome["rows"]
@@ -381,7 +389,14 @@ class Publisher:
             if rnd.layout == executors.LAYOUT or (not done and threshold is not None and total_rows >= threshold):
                 # a round resumes in the layout it started in, whatever the threshold says now
                 self._publish_on_executors(
-                    conn, pipeline, output, dataclasses.replace(rnd, layout=executors.LAYOUT), files, bad_keys, result
+                    conn,
+                    pipeline,
+                    output,
+                    dataclasses.replace(rnd, layout=executors.LAYOUT),
+                    files,
+                    bad_keys,
+                    done,
+                    result,
                 )
                 result.bad_destinations = sorted(str(a) for a in self._reported)
                 return result

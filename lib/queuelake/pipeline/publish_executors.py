@@ -119,16 +119,25 @@ def _unit_batches(unit: Unit, bad_keys: frozenset[str], size: int) -> Iterator[l
 
 
 def route_round(
-    conn: Connection, router: Router, units: list[Unit], bad_keys: set[str], rnd: Round, total: int
+    conn: Connection,
+    router: Router,
+    units: list[Unit],
+    bad_keys: set[str],
+    rnd: Round,
+    total: int,
+    done: set[int],
 ) -> list[dict[str, Any]]:
-    """Decide every destination of the round on the driver (filling the router's caches), and
-    return the undeliverable records: one per copy not sent, with the key of its batch. Reads only
-    the routing columns; a row is looked at one by one only in a row group with a bad route."""
+    """Decide every destination of the round's batches not yet sent (``done``: sent ones) on the
+    driver, filling the router's caches, and return the undeliverable records: one per copy not sent,
+    with the key of its batch. Reads only the routing columns; a row is looked at one by one only in
+    a row group with a bad route."""
     from queuelake.pipeline.publish import undeliverable_record
 
     now = queues.db_utc_now(conn)
     records: list[dict[str, Any]] = []
     for unit in units:
+        if all(k in done for k in range(unit.first, unit.first + unit.batches)):
+            continue
         parquet = parquet_file(unit.uri)
         names = set(parquet.schema_arrow.names)
         columns = [c for c in _ROUTING_COLUMNS if c in names] + (["deliver_at"] if "deliver_at" in names else [])
@@ -163,24 +172,31 @@ def route_round(
             is_delayed = row.get("deliver_at") is not None
             if not ok or (*route, is_delayed) not in bad_routes:
                 continue
-            batch_key = rnd.key(unit.first + int(ordinal[i]) // rnd.batch_size, total)
+            k = unit.first + int(ordinal[i]) // rnd.batch_size
+            if k in done:
+                continue
+            batch_key = rnd.key(k, total)
             _, lost = router.routes(conn, row["intent"], row.get("destination"), row["message_type"], is_delayed)
             records.extend(undeliverable_record(row, address, reason, batch_key, now) for address, reason in lost)
     conn.rollback()
     return records
 
 
-def record_undeliverable(lake: LakeEngine, output: str, round_name: str, run_id: str, records: list[dict]) -> int:
-    """Append the round's undeliverable records that are not there yet (a rerun of a round finds
-    its first run's records: each copy is recorded once). Returns how many were appended."""
+def record_undeliverable(lake: LakeEngine, output: str, round_name: str, records: list[dict]) -> int:
+    """Append the round's undeliverable records once. The first run of a round writes them all
+    (version 1 of the round's append id); a rerun of a round whose records are there already appends
+    only those not yet there (its routes may have changed in between), so each copy is recorded
+    once. Returns how many were appended."""
     name = tables.UNDELIVERABLE.name_for(output)
-    if lake.exists(name):
+    app_id = f"queuelake.publish.undeliverable/{output}/{round_name}"
+    last = lake.last_version(name, app_id)
+    if last is not None:  # rare: a resumed round with undeliverable copies reads what it recorded
         seen = lake.read_arrow(name, columns=["round", "batch_key", "key", "destination"]).to_pylist()
         there = {(r["batch_key"], r["key"], r["destination"]) for r in seen if r["round"] == round_name}
         records = [r for r in records if (r["batch_key"], r["key"], r["destination"]) not in there]
     if records:
         data = pa.Table.from_pylist(records, schema=tables.UNDELIVERABLE.schema)
-        lake.append(name, data, f"queuelake.publish.undeliverable/{output}/{round_name}/{run_id}", 1)
+        lake.append(name, data, app_id, (last or 0) + 1)
     return len(records)
 
 
