@@ -14,7 +14,8 @@ rows fetched and discarded, one commit per statement, on as many psycopg connect
 has workers, nothing else (no session settings).
 drain: ``queuelake.pipeline.drain.drain`` (delta-rs engine) of the same rows into a fresh temp lake.
 If the drain logs ``timing <step> <seconds> ...`` lines at DEBUG, each step's share of the summed
-worker time is printed too.
+thread time is printed too: receive, build, stage and claim on the worker thread; delta and clear on
+its lander thread, which overlaps them with the next batch's receive.
 
     python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--dsn URI]
 
@@ -71,7 +72,8 @@ class StepTimes(logging.Handler):
                 self.seconds[name] += float(value)
             except ValueError:
                 continue
-        self.batches += 1
+        if words and words[0] == "receive":  # the worker's line; the lander's (delta, clear) overlaps it
+            self.batches += 1
 
     def reset(self) -> None:
         self.seconds.clear()

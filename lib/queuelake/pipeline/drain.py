@@ -6,7 +6,9 @@ Per batch, a worker:
 3. inserts a claim record naming those files in the DELETE's transaction, and commits: from this
    instant the rows are gone from the queue and their content is durable in the lake;
 4. commits the staged files to the Delta log under the worker's application transaction
-   (app id, version), then clears the claim.
+   (app id, version), then clears the claim. Step 4 runs on the worker's lander thread, in batch
+   order, while the worker already receives and builds the next batch: the claim is durable before
+   the hand-over, so overlapping them changes no guarantee (at most two claims are open per worker).
 
 A kill before 3 rolls the DELETE back (the staged files become orphans for vacuum); a kill after it
 leaves a claim that the next drain of the queue resolves before it receives anything: committed
@@ -23,6 +25,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from queue import Queue
 from typing import Any
 
 import pyarrow as pa
@@ -221,6 +224,15 @@ class QueueDrain:
             log.error("%s worker %d failed: %s", self.ref.canonical, worker, exc)
 
     def _worker(self, worker: int) -> None:
+        lander = _Lander(self, worker)
+        try:
+            self._receive_loop(worker, lander)
+        except BaseException:
+            lander.close(raise_error=False)  # the worker's own error is the one to report
+            raise
+        lander.close()  # every batch claimed so far lands (or its claim waits for the next run)
+
+    def _receive_loop(self, worker: int, lander: _Lander) -> None:
         app_id = worker_app_id(self.ref.canonical, worker)
         version = self.lake.last_version(MESSAGES, app_id) or 0
         settle_until: float | None = None
@@ -251,15 +263,13 @@ class QueueDrain:
                 drained_at = dt.datetime.now(dt.timezone.utc)
                 table, counts = build_batch(received, self.ref.canonical, f"{app_id}:{version}", drained_at)
                 t_build = time.monotonic()
-                stage, claim, delta, clear = self._commit(conn, app_id, version, table)
+                stage, claim = self._claim(conn, app_id, version, table, lander)
                 log.debug(
-                    "timing receive %.3f build %.3f stage %.3f claim %.3f delta %.3f clear %.3f",
+                    "timing receive %.3f build %.3f stage %.3f claim %.3f",
                     t_recv - t0,
                     t_build - t_recv,
                     stage,
                     claim,
-                    delta,
-                    clear,
                 )
                 with self._lock:
                     r = self.result
@@ -290,11 +300,11 @@ class QueueDrain:
         time.sleep(SETTLE_POLL_SECONDS)
         return settle_until
 
-    def _commit(
-        self, conn: Connection, app_id: str, version: int, table: pa.Table
-    ) -> tuple[float, float, float, float]:
-        """Stage, claim with the DELETE, then the Delta commit, then clear the claim. Returns each
-        step's seconds, for the bench's per-step shares."""
+    def _claim(
+        self, conn: Connection, app_id: str, version: int, table: pa.Table, lander: _Lander
+    ) -> tuple[float, float]:
+        """Stage, claim with the DELETE, then hand the batch to the lander (Delta commit, then clear
+        the claim). Returns the seconds of staging and claiming, for the bench's per-step shares."""
         t0 = time.monotonic()
         staged = self.lake.stage(MESSAGES, table)
         t_stage = time.monotonic()
@@ -319,6 +329,12 @@ class QueueDrain:
             raise
         hooks.checkpoint("after_db_commit")
         t_claim = time.monotonic()
+        lander.submit(staged, app_id, version)
+        return t_stage - t0, t_claim - t_stage
+
+    def _land_claimed(self, conn: Connection, staged: StagedFiles, app_id: str, version: int) -> None:
+        """Commit a claimed batch's staged files to the Delta log, then clear its claim."""
+        t0 = time.monotonic()
         if not self.lake.commit_staged(MESSAGES, staged, app_id, version):
             # Under the queue's drain lock nobody else writes this app id: the version is in the log
             # because our own commit landed (e.g. it raised after writing and its retry found it).
@@ -328,8 +344,7 @@ class QueueDrain:
         claims.delete(conn, self.claims_table, app_id, version)
         conn.commit()
         hooks.checkpoint("after_claim_cleared")
-        t_clear = time.monotonic()
-        return t_stage - t0, t_claim - t_stage, t_delta - t_claim, t_clear - t_delta
+        log.debug("timing delta %.3f clear %.3f", t_delta - t0, time.monotonic() - t_delta)
 
     def _backlog(self, conn: Connection, total: int) -> int:
         """Backlog for the progress line: a real peek every few seconds, else an estimate. A peek
@@ -369,6 +384,53 @@ class QueueDrain:
             total / elapsed if elapsed else 0.0,
             backlog,
         )
+
+
+class _Lander:
+    """A worker's second thread: lands claimed batches (Delta commit, then clear the claim) in the
+    order they were claimed, on a connection of its own, while the worker receives the next batch.
+    One batch waits at most (the queue holds one): memory stays at two batches per worker, and the
+    Delta versions of the worker's app id commit in order. Each claim is durable before it is handed
+    over, so a kill at any instant leaves claims that the next run lands, as before the overlap."""
+
+    def __init__(self, drain: QueueDrain, worker: int) -> None:
+        self._drain = drain
+        self._worker = worker
+        self._pending: Queue[tuple[StagedFiles, str, int] | None] = Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, staged: StagedFiles, app_id: str, version: int) -> None:
+        self._raise_if_failed()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"land-{self._worker}", daemon=True)
+            self._thread.start()
+        self._pending.put((staged, app_id, version))
+
+    def close(self, raise_error: bool = True) -> None:
+        """Wait for every batch handed over; raise the lander's error, if any."""
+        if self._thread is not None:
+            self._pending.put(None)
+            self._thread.join()
+            self._thread = None
+        if raise_error:
+            self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        drain = self._drain
+        try:
+            with connect(drain.config, f"queuelake-drain-land-{self._worker}") as conn:
+                while (item := self._pending.get()) is not None:
+                    drain._land_claimed(conn, *item)
+        except BaseException as exc:  # the claims stay: the next run lands them
+            self._error = exc
+            drain.budget.stop()
+            while self._pending.get() is not None:  # unblock the worker until it closes
+                pass
 
 
 def drain(

@@ -55,7 +55,8 @@ def parse(texts: pa.Array) -> NativeMaps | None:
     shaped = pc.and_(pc.starts_with(texts, "{"), pc.ends_with(texts, "}"))
     referred = ~_bools(shaped)
     data, offsets = _text_buffer(texts)
-    referred[_rows_matching(data, offsets, _NULL_VALUE)] = True
+    if b"null" in data:  # a memchr-speed test first: the regex scan costs ~1 us a row
+        referred[_rows_matching(data, offsets, _NULL_VALUE)] = True
     if b"\\u" in data:
         referred[_rows_matching(data, offsets, _SURROGATE_ESCAPE)] = True
     take = np.flatnonzero(~referred)
