@@ -261,8 +261,12 @@ def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_p
 
 
 @pytest.mark.slow
-def test_publish_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_publish_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path, from_rows: int | None) -> None:
     _, _, conf, env = _job(s3, fresh_pg_uri, tmp_path, "delta-rs")
+    data = json.loads(conf.read_text())  # executors: the tasks read the round's files from S3 too
+    data.setdefault("publish", {})["executors_from_rows"] = from_rows
+    conf.write_text(json.dumps(data))
     run, out = _cli(["run", "-c", str(conf)], env, tmp_path)
     assert SECRET not in out
     assert run["status"] == "ok", run

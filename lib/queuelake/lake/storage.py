@@ -69,6 +69,16 @@ def options_for(uri: str) -> dict[str, str]:
     return {}
 
 
+def registered(uri: str) -> tuple[str, dict[str, str]] | None:
+    """(root, storage options) of the registered root ``uri`` is under, to register the same in
+    another process (a Spark executor's Python worker, which never opened the lake)."""
+    with _GUARD:
+        for root in sorted(_ROOTS, key=len, reverse=True):
+            if uri == root or uri.startswith(root + "/"):
+                return root, dict(_ROOTS[root])
+    return None
+
+
 def is_s3(uri: str) -> bool:
     return urlparse(uri).scheme in ("s3", "s3a")
 

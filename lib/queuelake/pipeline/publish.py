@@ -32,6 +32,7 @@ from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
+from queuelake.lake import storage as lake_storage
 from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import filesystem as lake_filesystem
@@ -288,6 +289,7 @@ class Publisher:
             total=total,
             bad_keys=frozenset(bad_keys),
             log_level=executors.log_level(),
+            storage=lake_storage.registered(files[0]) if files else None,
         )
         log.info(
             "publish %s: %d batch(es) from %d row group(s) sent by Spark tasks (routes checked in %.1fs)",

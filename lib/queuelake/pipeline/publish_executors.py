@@ -32,7 +32,7 @@ from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
-from queuelake.lake import tables
+from queuelake.lake import storage, tables
 from queuelake.lake.storage import parquet_file
 from queuelake.pipeline.outgoing import Outgoing, Router
 from queuelake.report import log
@@ -74,6 +74,7 @@ class Job:
     total: int  # batches in the round
     bad_keys: frozenset[str]
     log_level: int
+    storage: tuple[str, dict[str, str]] | None  # the lake root's storage options (object stores)
 
 
 def plan(files: list[str], bad_keys: set[str], size: int) -> tuple[list[Unit], int]:
@@ -201,8 +202,11 @@ def record_undeliverable(lake: LakeEngine, output: str, round_name: str, records
 
 
 def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[str, Any]]:
-    """Run one Spark task per unit; returns one outcome per batch (sent, skipped or failed)."""
-    rdd = spark.sparkContext.parallelize(units, len(units))
+    """Run the units as Spark tasks, a few per core (each task opens one DB connection for its
+    units, so a round of many small files is not a connection per file); returns one outcome per
+    batch (sent, skipped or failed)."""
+    slices = min(len(units), max(1, spark.sparkContext.defaultParallelism * 2))
+    rdd = spark.sparkContext.parallelize(units, slices)
     spark.sparkContext.setJobDescription(f"queuelake publish {job.output} round {job.round.key(0, 0)}")
     return rdd.mapPartitions(partial(_run_units, job)).collect()
 
@@ -213,6 +217,8 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
         from queuelake.report import setup_logging
 
         setup_logging(job.log_level)
+    if job.storage is not None:  # this worker never opened the lake: give it the root's options
+        storage.register(*job.storage)
     size = job.round.batch_size
     with connect(job.config, "queuelake-publish") as conn:
         done = _done(conn, job)
