@@ -150,10 +150,16 @@ class TransformConfig:
     # the queues this transform's Send rows name (its outbound `destination` values): install creates
     # them, and a drained one is a configuration error unless drain.also_destinations lists it
     destinations: list[str] = field(default_factory=list)
+    # great-expectations on the journal rows this transform reads (each increment, before it runs):
+    # a suite JSON file path, or an inline list of {expectation_type: {kwargs}}; a failing suite
+    # blocks the transform's increment (nothing written, its checkpoint stays)
+    expectations: str | list[Any] | None = None
 
     def __post_init__(self) -> None:
         if (self.function is None) == (self.sql is None):
             raise ConfigError(f"transform {self.name!r}: give exactly one of function or sql")
+        if self.expectations is not None and (not isinstance(self.expectations, (str, list)) or not self.expectations):
+            raise ConfigError(f"transforms.{self.name}.expectations: give a suite file path or a list of expectations")
 
 
 @dataclass

@@ -144,7 +144,7 @@ RUNS = LakeTable(
 # Which runs columns each command fills (besides run_id, command, times, seconds, status, error).
 RUNS_COLUMNS_BY_COMMAND: dict[str, tuple[str, ...]] = {
     "drain": ("queue", "dequeued", "landed", "expired", "quarantined", "backlog_left", "batches", "rate"),
-    "transform": ("table", "rows_in", "rows_out"),
+    "transform": ("table", "rows_in", "rows_out", "failed_expectations"),
     "publish": (
         "table",
         "published",

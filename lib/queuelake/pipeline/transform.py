@@ -5,6 +5,10 @@ result to its output table in one Delta commit carrying the application transact
 (``queuelake.transform/<name>``, journal version consumed). That transaction is the checkpoint: it
 commits with the output, so a crash before the commit redoes the increment and a crash after it
 finds the increment done; input is never skipped or repeated.
+
+A transform may declare great-expectations on the journal rows it reads (``expectations``): they run
+on each increment first, and a failing suite blocks it (nothing written, the checkpoint stays, GX's
+details in the summary, ``runs`` and ``expectation_results``) until the suite passes on it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pyarrow.compute as pc
 
 from queuelake.config import Config, TransformConfig
@@ -24,6 +29,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import parquet_file
 from queuelake.pipeline import runs
 from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA
+from queuelake.quality import expectations
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -79,7 +85,13 @@ def rows_in_files(files: list[str]) -> int:
     return sum(parquet_file(uri).metadata.num_rows for uri in files)
 
 
-def run_transform(spark: SparkSession, lake: LakeEngine, transform: TransformConfig) -> dict[str, Any]:
+def run_transform(
+    spark: SparkSession,
+    lake: LakeEngine,
+    transform: TransformConfig,
+    suite: expectations.Suite | None = None,
+    run_id: str = "",
+) -> dict[str, Any]:
     """One Spark job per increment: the write. The rows in are counted from the journal files'
     ``outcome`` column and the rows out from the footers of the files the write added (it used to
     cache the output and count both sides with two more jobs: most of a small increment's time)."""
@@ -93,6 +105,11 @@ def run_transform(spark: SparkSession, lake: LakeEngine, transform: TransformCon
         return {**result, "status": "ok", "rows_in": 0, "rows_out": 0, "note": "nothing new"}
     files = lake.added_files(MESSAGES, after, upto)
     source = _landed(spark, files)
+    if suite is not None:
+        blocked = _check_journal(lake, run_id, transform, suite, source, f"{'' if after is None else after}-{upto}")
+        result["expectations"] = blocked.pop("expectations")
+        if blocked:
+            return {**result, **blocked, "after_version": after, "rows_in": 0, "rows_out": 0}
     if transform.function:
         out = load_function(transform.function)(source)
     else:
@@ -126,16 +143,45 @@ def run_transform(spark: SparkSession, lake: LakeEngine, transform: TransformCon
     }
 
 
+def _check_journal(
+    lake: LakeEngine, run_id: str, transform: TransformConfig, suite: expectations.Suite, source: Any, span: str
+) -> dict[str, Any]:
+    """Run the transform's journal suite on its increment; the result is kept in
+    ``expectation_results``. Returns {"expectations": n} when it passes, else also the blocked
+    status, the error and GX's details of each failed expectation."""
+    started = time.monotonic()
+    outcome = expectations.validate(source, suite)
+    expectations.record(lake, run_id, suite.output, span, suite, outcome)
+    log.info(
+        "transform %s: %d journal expectation(s) %s in %.1fs",
+        transform.name,
+        outcome.evaluated,
+        "passed" if outcome.success else f"FAILED ({len(outcome.failed)})",
+        time.monotonic() - started,
+    )
+    verdict: dict[str, Any] = {"expectations": outcome.evaluated}
+    if not outcome.success:
+        # blocked: nothing written and the checkpoint stays, so the next run checks this increment again
+        verdict["status"] = "blocked"
+        verdict["error"] = f"journal expectations failed: {expectations.summary(outcome.failed)}"
+        verdict["failed_expectations"] = outcome.failed
+        log.error("transform %s: blocked, nothing written: %s", transform.name, verdict["error"])
+    return verdict
+
+
 def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
     if not lake.exists(MESSAGES):
         return {"status": "ok", "transforms": [], "note": "no journal yet: run drain first"}
+    suites = expectations.load_journal(config)  # a mistake in a suite fails before any transform runs
     run_id, started = runs.new_run_id(), runs.utc_now()
     results = []
     status = "ok"
     for t in config.transforms:
         t0 = time.monotonic()
         try:
-            results.append(run_transform(spark, lake, t))
+            results.append(run_transform(spark, lake, t, suites.get(t.name), run_id))
+            if results[-1]["status"] == "blocked":
+                status = "failed"  # the data needs a person's attention
         except QueuelakeError as exc:
             log.error("transform %s failed: %s", t.name, exc)
             results.append({"transform": t.name, "output": t.output, "status": "failed", "error": str(exc)})
@@ -158,6 +204,9 @@ def _record_runs(lake: LakeEngine, run_id: str, started: Any, results: list[dict
             "seconds": r.get("seconds"),
             "status": r["status"],
             "error": r.get("error"),
+            "failed_expectations": orjson.dumps(r["failed_expectations"]).decode()
+            if r.get("failed_expectations")
+            else None,
         }
         for r in results
     ]

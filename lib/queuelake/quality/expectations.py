@@ -74,8 +74,7 @@ def _quiet_import() -> Any:
     return gx
 
 
-def _inline(output: str, items: list[Any]) -> list[tuple[str, dict[str, Any]]]:
-    where = f"publish.expectations.{output}"
+def _inline(where: str, items: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or len(item) != 1:
@@ -89,11 +88,10 @@ def _inline(output: str, items: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _from_file(output: str, spec: str, base: Path | None) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+def _from_file(where: str, spec: str, base: Path | None) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     path = Path(spec)
     if not path.is_absolute() and base is not None and not path.exists():
         path = base / path  # relative to the config file, like every other path a config names
-    where = f"publish.expectations.{output}"
     if not path.is_file():
         raise ConfigError(f"{where}: expectation suite file {spec} does not exist")
     try:
@@ -116,35 +114,43 @@ def _from_file(output: str, spec: str, base: Path | None) -> tuple[str, list[tup
 def load(config: Config) -> dict[str, Suite]:
     """Suites per output, checked against GX's registry; {} (and no GX import) when none is set."""
     declared = config.publish.expectations or {}
-    if not declared:
-        return {}
+    return {
+        output: _load_suite(config, f"publish.expectations.{output}", output, spec) for output, spec in declared.items()
+    }
+
+
+def load_journal(config: Config) -> dict[str, Suite]:
+    """Suites on the journal rows each transform reads (``transforms[].expectations``), by transform
+    name; {} (and no GX import) when none is set."""
+    return {
+        t.name: _load_suite(config, f"transforms.{t.name}.expectations", f"messages:{t.name}", t.expectations)
+        for t in config.transforms
+        if t.expectations
+    }
+
+
+def _load_suite(config: Config, where: str, output: str, spec: str | list[Any]) -> Suite:
     base = Path(config.source).parent if config.source else None
-    gx = _quiet_import()
+    _quiet_import()
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
     from great_expectations.expectations.registry import get_expectation_impl
 
-    del gx
-    suites: dict[str, Suite] = {}
-    for output, spec in declared.items():
-        if isinstance(spec, str):
-            name, items = _from_file(output, spec, base)
-        else:
-            name, items = "inline", _inline(output, list(spec))
-        for kind, kwargs in items:
-            try:
-                get_expectation_impl(kind)
-            except Exception:
-                raise ConfigError(
-                    f"publish.expectations.{output}: unknown expectation {kind!r} (not in great-expectations)"
-                ) from None
-            try:
-                ExpectationConfiguration(type=kind, kwargs=kwargs).to_domain_obj()
-            except Exception as exc:  # pydantic: a missing or mistyped argument
-                text = str(exc).splitlines()
-                detail = "; ".join(line.strip() for line in text[:4])
-                raise ConfigError(f"publish.expectations.{output}: {kind}: invalid arguments: {detail}") from None
-        suites[output] = Suite(output, name, tuple(items))
-    return suites
+    if isinstance(spec, str):
+        name, items = _from_file(where, spec, base)
+    else:
+        name, items = "inline", _inline(where, list(spec))
+    for kind, kwargs in items:
+        try:
+            get_expectation_impl(kind)
+        except Exception:
+            raise ConfigError(f"{where}: unknown expectation {kind!r} (not in great-expectations)") from None
+        try:
+            ExpectationConfiguration(type=kind, kwargs=kwargs).to_domain_obj()
+        except Exception as exc:  # pydantic: a missing or mistyped argument
+            text = str(exc).splitlines()
+            detail = "; ".join(line.strip() for line in text[:4])
+            raise ConfigError(f"{where}: {kind}: invalid arguments: {detail}") from None
+    return Suite(output, name, tuple(items))
 
 
 def _details(r: Any) -> dict[str, Any]:
