@@ -13,7 +13,7 @@ import hashlib
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,31 @@ def timespan(ms: int) -> str:
     if millis:
         text += f".{millis * 10_000:07d}"
     return text
+
+
+def accepted_rows(
+    parquet: Any, bad_keys: set[str] | frozenset[str], row_groups: list[int] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The rows of one outbound Parquet file (or of some of its row groups) that are sent: a key,
+    not rejected; in file order, one Parquet batch in memory. The driver and the executors read a
+    round through this, so both cut the same rows into batches."""
+    for record_batch in parquet.iter_batches(batch_size=5000, row_groups=row_groups):
+        for row in record_batch.to_pylist():
+            key = row.get("key")
+            if key is not None and key not in bad_keys:
+                yield row
+
+
+def in_batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    """``rows`` cut into lists of ``size`` (the last may be shorter)."""
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 @dataclass

@@ -38,7 +38,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import filesystem as lake_filesystem
 from queuelake.lake.storage import parquet_file
 from queuelake.pipeline import publish_executors as executors
-from queuelake.pipeline.outgoing import Outgoing, Router
+from queuelake.pipeline.outgoing import Outgoing, Router, accepted_rows, in_batches
 from queuelake.quality import expectations
 from queuelake.quality import outbound as quality
 from queuelake.report import log
@@ -205,26 +205,9 @@ class Publisher:
     def _schema(self, output: str, rnd: Round) -> pa.Schema:
         return self.lake.schema(output, rnd.upto)  # the port opens the table (storage options)
 
-    def _rows(self, files: list[str], bad_keys: set[str]) -> Iterator[dict[str, Any]]:
-        """Accepted rows in the round's fixed order, one Parquet batch in memory at a time."""
-        for uri in files:
-            parquet = parquet_file(uri)
-            for record_batch in parquet.iter_batches(batch_size=5000):
-                for row in record_batch.to_pylist():
-                    key = row.get("key")
-                    if key is None or key in bad_keys:
-                        continue
-                    yield row
-
     def _batches(self, files: list[str], bad_keys: set[str], size: int) -> Iterator[list[dict[str, Any]]]:
-        batch: list[dict[str, Any]] = []
-        for row in self._rows(files, bad_keys):
-            batch.append(row)
-            if len(batch) == size:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+        """Accepted rows in the round's fixed order (files by path, rows in file order), in batches."""
+        return in_batches((row for uri in files for row in accepted_rows(parquet_file(uri), bad_keys)), size)
 
     # -- sending ----------------------------------------------------------------------------------
 

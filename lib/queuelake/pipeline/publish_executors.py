@@ -34,7 +34,7 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake import storage, tables
 from queuelake.lake.storage import parquet_file
-from queuelake.pipeline.outgoing import Outgoing, Router
+from queuelake.pipeline.outgoing import Outgoing, Router, accepted_rows, in_batches
 from queuelake.report import log
 from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
@@ -105,18 +105,7 @@ def _accepted(keys: pa.ChunkedArray | pa.Array, bad_keys: set[str] | frozenset[s
 
 def _unit_batches(unit: Unit, bad_keys: frozenset[str], size: int) -> Iterator[list[dict[str, Any]]]:
     """The unit's accepted rows in file order, ``size`` at a time; one Parquet batch in memory."""
-    batch: list[dict[str, Any]] = []
-    for record_batch in parquet_file(unit.uri).iter_batches(batch_size=5000, row_groups=[unit.row_group]):
-        for row in record_batch.to_pylist():
-            key = row.get("key")
-            if key is None or key in bad_keys:
-                continue
-            batch.append(row)
-            if len(batch) == size:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+    return in_batches(accepted_rows(parquet_file(unit.uri), bad_keys, [unit.row_group]), size)
 
 
 def route_round(
