@@ -534,10 +534,10 @@ def test_fallback_down_to_single_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     expected, expected_counts = check(rows)
     real = journal._typed_columns
 
-    def one_row_only(maps, ids):
+    def one_row_only(maps, ids, by_name=None):
         if len(maps) > 1:
             raise RuntimeError("injected")
-        return real(maps, ids)
+        return real(maps, ids, by_name)
 
     monkeypatch.setattr(journal, "_typed_columns", one_row_only)
     table, counts = check(rows)
@@ -588,7 +588,7 @@ def _as_text(value: str | bytes) -> bytes:
 def test_quarantined_by_fallback_keeps_the_reference_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row that fails the build and that the reference refuses gets the reference's reason."""
     rows = rows_of([NOW_AND_IMPOSSIBLE[0], NOW_AND_IMPOSSIBLE[2]])
-    monkeypatch.setattr(journal, "_typed_columns", lambda maps, ids: 1 / 0)
+    monkeypatch.setattr(journal, "_typed_columns", lambda maps, ids, by_name=None: 1 / 0)
     table, counts = build_batch(received(rows), "q", "b:1", NOW)
     first, second = table.to_pylist()
     with pytest.raises(HeaderError) as refused:
