@@ -483,6 +483,26 @@ def test_staged_commits_checkpoint_every_ten(rs: DeltaRsEngine) -> None:
     assert rs.last_version("journal", "drain-0") == CHECKPOINT_INTERVAL + 1
 
 
+@pytest.mark.deltaspark
+def test_delta_spark_reads_a_delta_rs_table_across_its_checkpoints(rs: DeltaRsEngine, spark) -> None:
+    """The checkpoints deltalake writes every CHECKPOINT_INTERVAL commits are read by the JVM engine
+    too: the same rows, and the application transactions kept in the checkpoint."""
+    require_delta_jvm(spark)
+    from queuelake.lake.jvm import DeltaSparkEngine
+    from queuelake.lake.rust import CHECKPOINT_INTERVAL
+
+    rs.create_table("journal", sample(1).schema)
+    batches = [sample(3, 10 * v) for v in range(2 * CHECKPOINT_INTERVAL + 1)]
+    for version, rows in enumerate(batches, start=1):  # two checkpoints, then one more commit
+        rs.commit_staged("journal", rs.stage("journal", rows), f"drain-{version % 2}", version)
+    jvm = DeltaSparkEngine(rs.root, spark)
+    expected = pa.concat_tables(batches)
+    same_rows(spark_rows(jvm.read("journal")), expected)
+    same_rows(jvm.read_arrow("journal"), expected)
+    last = 2 * CHECKPOINT_INTERVAL + 1
+    assert (jvm.last_version("journal", "drain-0"), jvm.last_version("journal", "drain-1")) == (last - 1, last)
+
+
 # ------------------------------------------------------------------ killed processes (delta-rs)
 
 _KILLED_SPARK_WRITER = textwrap.dedent(
