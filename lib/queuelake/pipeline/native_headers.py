@@ -8,7 +8,7 @@ struct with a few vectorised steps.
 The reader is not the reference (``transport.headers.decode``) and differs from it in places, so
 this path only takes rows it is known to read the same way and leaves the rest to the caller's
 row-by-row path, which gives the verdict:
-- refused up front, by one regex pass: rows not shaped ``{...}``, rows with a line break (the
+- refused up front, by two regex kernels (RE2, per row): rows not shaped ``{...}``, rows with a line break (the
   reader splits rows on them), a ``null`` value (a struct cannot tell null from absent), or an
   escaped surrogate (the reader and the reference judge lone ones differently);
 - refused after the read: rows holding a value of any type but string (numbers, booleans, objects,
@@ -23,7 +23,6 @@ order carries no meaning for NServiceBus, which reads headers into a dictionary.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,8 +33,8 @@ import pyarrow.json as pj
 HEADER_MAP = pa.map_(pa.string(), pa.string())
 MAX_DISTINCT_KEYS = 512  # the key matrix is rows x keys booleans
 # a null value: the colon, JSON whitespace, null (also matches inside a string: that row is only referred)
-_NULL_VALUE = re.compile(rb":[ \t\r\n]*null")
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")  # two patterns: sre scans an alternation ~10x slower
+_NULL_VALUE = r":[ \t\r\n]*null"
+_SURROGATE_ESCAPE = r"\\u[dD][89abAB]"
 
 
 @dataclass(frozen=True)
@@ -57,11 +56,10 @@ def parse(texts: pa.Array) -> NativeMaps | None:
         return None
     shaped = pc.and_(pc.starts_with(texts, "{"), pc.ends_with(texts, "}"))
     referred = ~_bools(shaped)
-    data, offsets = _text_buffer(texts)
-    if b"null" in data:  # a memchr-speed test first: the regex scan costs ~1 us a row
-        referred[_rows_matching(data, offsets, _NULL_VALUE)] = True
-    if b"\\" in data:  # one byte: memchr speed (a two-byte test scans at ~1 GB/s, 1 us a row)
-        referred[_rows_matching(data, offsets, _SURROGATE_ESCAPE)] = True
+    # RE2 per row (Arrow) scans ~3x faster than one Python ``re`` pass over the batch's bytes: 2 ms
+    # against 7 per 10,000 typical rows, all of which hold a ``null`` (``PublicKeyToken=null``)
+    for pattern in (_NULL_VALUE, _SURROGATE_ESCAPE):
+        referred |= _bools(pc.match_substring_regex(texts, pattern), null_as=False)
     take = np.flatnonzero(~referred)
     if len(take) == 0:
         return NativeMaps(pa.nulls(n, HEADER_MAP), referred)
@@ -80,22 +78,8 @@ def parse(texts: pa.Array) -> NativeMaps | None:
     return NativeMaps(maps, referred)
 
 
-def _text_buffer(texts: pa.Array) -> tuple[bytes, np.ndarray]:
-    """The texts' bytes back to back, and each row's start offset in them (n + 1 offsets)."""
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int32)[texts.offset : texts.offset + len(texts) + 1]
-    start, end = int(offsets[0]), int(offsets[-1])
-    return texts.buffers()[2][start:end].to_pybytes(), offsets - start
-
-
-def _rows_matching(data: bytes, offsets: np.ndarray, pattern: re.Pattern[bytes]) -> np.ndarray:
-    """Indexes of the rows whose text matches ``pattern``: one scan of the batch's bytes (Arrow's
-    per-row regex kernels were several times slower on ~1 KB texts)."""
-    starts = np.fromiter((m.start() for m in pattern.finditer(data)), dtype=np.int64)
-    return np.unique(np.searchsorted(offsets, starts, side="right") - 1)
-
-
-def _bools(arr: pa.Array) -> np.ndarray:
-    return np.asarray(arr.fill_null(True).to_numpy(zero_copy_only=False), dtype=bool).copy()
+def _bools(arr: pa.Array, null_as: bool = True) -> np.ndarray:
+    return np.asarray(arr.fill_null(null_as).to_numpy(zero_copy_only=False), dtype=bool).copy()
 
 
 def _read(texts: pa.Array) -> tuple[pa.MapArray, np.ndarray, dict[str, pa.Array]] | None:
