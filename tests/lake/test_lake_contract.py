@@ -483,6 +483,44 @@ def test_staged_commits_checkpoint_every_ten(rs: DeltaRsEngine) -> None:
     assert rs.last_version("journal", "drain-0") == CHECKPOINT_INTERVAL + 1
 
 
+def test_staged_journal_files_skip_statistics_and_dictionaries_that_earn_nothing(rs: DeltaRsEngine) -> None:
+    """The journal's files: dictionary-encoded header keys but not header values (ids and times, near
+    unique), no Parquet statistics on the map, the body and other long texts, statistics kept on the
+    scalar columns; the Delta log still carries every column's file statistics, and the rows read back."""
+    from deltalake import DeltaTable
+    from queuelake.lake import tables
+
+    schema = tables.MESSAGES.schema
+    rows = pa.table(
+        {
+            "queue": ["Sales"] * 3,
+            "seq": [1, 2, 3],
+            "id": ["a", "b", "c"],
+            "batch_id": ["w:1"] * 3,
+            "drained_at": pa.array([BASE] * 3, UTC_TIMESTAMP),
+            "outcome": ["landed"] * 3,
+            "headers": pa.array([[("k", f"v{i}"), ("j", "same")] for i in range(3)], schema.field("headers").type),
+            "body": [b"x", b"y", b"z"],
+            "message_id": ["m1", "m2", "m3"],
+        }
+    )
+    rows = pa.table({f.name: rows[f.name] if f.name in rows.column_names else pa.nulls(3, f.type) for f in schema})
+    rs.create_table("messages", schema)
+    rs.commit_staged("messages", rs.stage("messages", rows.cast(schema)), "drain-0", 1)
+    (uri,) = DeltaTable(rs.path("messages")).file_uris()
+    group = pq.ParquetFile(uri).metadata.row_group(0)
+    chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+    assert "RLE_DICTIONARY" in chunks["headers.key_value.key"].encodings
+    assert "RLE_DICTIONARY" not in chunks["headers.key_value.value"].encodings
+    for path in ("headers.key_value.key", "headers.key_value.value", "body", "raw_headers"):
+        assert not chunks[path].is_stats_set, path
+    for path in ("seq", "queue", "message_id", "drained_at"):
+        assert chunks[path].is_stats_set, path
+    (add,) = pa.table(DeltaTable(rs.path("messages")).get_add_actions(flatten=True)).to_pylist()
+    assert (add["min.seq"], add["max.seq"], add["min.message_id"]) == (1, 3, "m1")
+    same_rows(rs.read_arrow("messages"), rows.cast(schema))
+
+
 @pytest.mark.deltaspark
 def test_delta_spark_reads_a_delta_rs_table_across_its_checkpoints(rs: DeltaRsEngine, spark) -> None:
     """The checkpoints deltalake writes every CHECKPOINT_INTERVAL commits are read by the JVM engine

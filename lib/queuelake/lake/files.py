@@ -242,10 +242,14 @@ class FileSink:
         row_group_bytes: int = ROW_GROUP_BYTES,
         storage_options: dict[str, str] | None = None,
         dictionary_columns: tuple[str, ...] | None = None,
+        statistics_columns: list[str] | None = None,
     ) -> None:
         self.table_uri = table_uri
         self.use_dictionary: bool | list[str] = (
             True if dictionary_columns is None else [c for c in dictionary_columns if c not in (partition_by or [])]
+        )
+        self.write_statistics: bool | list[str] = (
+            True if statistics_columns is None else [c for c in statistics_columns if c not in (partition_by or [])]
         )
         self.storage_options = storage_options
         self.fs, self.base = filesystem(table_uri, storage_options)
@@ -302,7 +306,13 @@ class FileSink:
         if folder:
             self.fs.create_dir(f"{self.base}/{folder}", recursive=True)
         stream = self.fs.open_output_stream(f"{self.base}/{path}")
-        writer = pq.ParquetWriter(stream, self.data_schema, compression="snappy", use_dictionary=self.use_dictionary)
+        writer = pq.ParquetWriter(
+            stream,
+            self.data_schema,
+            compression="snappy",
+            use_dictionary=self.use_dictionary,
+            write_statistics=self.write_statistics,
+        )
         stats = {f.name: _ColumnStats(_stats_kind(f.type), _is_nested(f.type)) for f in self.data_schema}
         open_file = _OpenFile(path, values, stream, writer, stats)
         self._open[key] = open_file

@@ -322,6 +322,7 @@ class DeltaRsEngine:
             partition_by,
             storage_options=self.storage_options,
             dictionary_columns=catalogue.dictionary_columns(table),
+            statistics_columns=catalogue.statistics_columns(table),
         )
         try:
             sink.write(conform(data, target, table))

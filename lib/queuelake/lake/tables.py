@@ -30,6 +30,10 @@ class LakeTable:
     # for a column of unique values (ids, bodies) until Parquet gives up on it was a quarter of the
     # drain's file writing.
     dictionary_columns: tuple[str, ...] | None = None
+    # Columns whose Parquet (row group) statistics are not written. The Delta log's file statistics
+    # are what readers prune files with; min / max over maps, lists and long texts cost ~10% of the
+    # drain's file writing and prune nothing a reader asks for.
+    no_parquet_statistics: tuple[str, ...] = ()
 
     @property
     def per_output(self) -> bool:
@@ -83,7 +87,7 @@ MESSAGES = LakeTable(
         "batch_id",
         "outcome",
         "error",
-        "headers",
+        "headers.key_value.key",  # the keys repeat in every row; the values (ids, times) mostly do not
         "message_intent",
         "enclosed_message_types",
         "message_type",
@@ -95,6 +99,7 @@ MESSAGES = LakeTable(
         "failed_queue",
         "exception_type",
     ),
+    no_parquet_statistics=("headers", "body", "enclosed_message_types", "raw_headers", "error", "exception_message"),
 )
 
 RUNS = LakeTable(
@@ -280,6 +285,14 @@ def by_name(name: str) -> LakeTable:
         if table.name == name:
             return table
     raise KeyError(f"no lake table {name!r} in the catalogue")
+
+
+def statistics_columns(name: str) -> list[str] | None:
+    """The columns a table's files write Parquet statistics for (None: all, also for tables not catalogued)."""
+    for table in CATALOGUE:
+        if table.name == name and table.schema is not None and table.no_parquet_statistics:
+            return [f.name for f in table.schema if f.name not in table.no_parquet_statistics]
+    return None
 
 
 def dictionary_columns(name: str) -> tuple[str, ...] | None:
