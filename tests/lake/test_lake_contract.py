@@ -483,6 +483,45 @@ def test_staged_commits_checkpoint_every_ten(rs: DeltaRsEngine) -> None:
     assert rs.last_version("journal", "drain-0") == CHECKPOINT_INTERVAL + 1
 
 
+def test_maintain_gives_older_tables_the_checkpoint_interval(rs: DeltaRsEngine, monkeypatch) -> None:
+    """A table made before queuelake set the interval (Delta's default, 100) gets 10 from maintain; an
+    interval of the user's own is kept. Maintain beside a drain: its metadata commit lands between the
+    drain's load of the table and its commit, which conflicts, is retried and lands exactly once."""
+    from deltalake import DeltaTable
+    from queuelake.lake.rust import CHECKPOINT_INTERVAL
+
+    for name, configuration in (("older", None), ("tuned", {"delta.checkpointInterval": "50"})):
+        DeltaTable.create(
+            rs.path(name), sample(1).schema, description=description_for(rs.name), configuration=configuration
+        )
+        rs.commit_staged(name, rs.stage(name, sample(3)), "drain-0", 1)
+    # maintain's metadata commit lands between the drain's load of the table and its commit
+    calls: list[dict] = []
+    real_commit = DeltaTable.create_write_transaction
+
+    def maintain_first(self: DeltaTable, *args, **kwargs):
+        if not calls:
+            calls.append(rs.maintain("older"))
+        else:
+            calls.append({})
+        return real_commit(self, *args, **kwargs)
+
+    staged = rs.stage("older", sample(3, 100))
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", maintain_first)
+    assert rs.commit_staged("older", staged, "drain-0", 2)
+    monkeypatch.undo()
+    assert len(calls) == 2  # the first attempt met the metadata change and was retried
+    figures = calls[0]
+    assert (figures["checkpoint_interval"], figures["checkpoint_interval_set"]) == (str(CHECKPOINT_INTERVAL), True)
+    assert not rs.commit_staged("older", staged, "drain-0", 2)  # the same batch again: already there
+    assert rs.read_arrow("older").num_rows == 6 and rs.last_version("older", "drain-0") == 2
+    assert DeltaTable(rs.path("older")).metadata().configuration["delta.checkpointInterval"] == "10"
+    again = rs.maintain("older")
+    assert (again["checkpoint_interval"], again["checkpoint_interval_set"]) == ("10", False)
+    tuned = rs.maintain("tuned")
+    assert (tuned["checkpoint_interval"], tuned["checkpoint_interval_set"]) == ("50", False)
+
+
 def test_staged_journal_files_skip_statistics_and_dictionaries_that_earn_nothing(rs: DeltaRsEngine) -> None:
     """The journal's files: dictionary-encoded header keys but not header values (ids and times, near
     unique), no Parquet statistics on the map, the body and other long texts, statistics kept on the

@@ -42,6 +42,7 @@ from queuelake.lake.files import (
 )
 from queuelake.lake.marks import check_writable, description_for, engine_of
 from queuelake.lake.reading import read_arrow, read_spark
+from queuelake.report import log
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -71,6 +72,7 @@ def table_path(root: str, table: str) -> str:
 # and a drain commits once per batch. Measured (bench/commits.py, 300 commits of one staged file
 # each): 50 ms of CPU per commit on average at 100, 17-20 ms at 10, checkpoints included.
 CHECKPOINT_INTERVAL = 10
+CHECKPOINT_PROPERTY = "delta.checkpointInterval"
 
 
 class DeltaRsEngine:
@@ -191,7 +193,7 @@ class DeltaRsEngine:
                     partition_by=partition_by or None,
                     name=table,
                     description=description_for(self.name),
-                    configuration={"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)},
+                    configuration={CHECKPOINT_PROPERTY: str(CHECKPOINT_INTERVAL)},
                     storage_options=self._options(),
                     commit_properties=CommitProperties(max_commit_retries=0),
                 )
@@ -403,6 +405,7 @@ class DeltaRsEngine:
         an in-flight write's files are orphans until it commits."""
         dt = self._require(table)
         self._check_writable(table, dt)
+        interval_set = self._set_checkpoint_interval(table, dt)
         files_before = len(dt.file_uris())
         compacted = dt.optimize.compact()
         hours = max(0, math.ceil(retention_hours))
@@ -422,7 +425,19 @@ class DeltaRsEngine:
             "files_compacted": int(compacted.get("numFilesRemoved", 0)),
             "files_written": int(compacted.get("numFilesAdded", 0)),
             "files_vacuumed": len(vacuumed),
+            "checkpoint_interval": dt.metadata().configuration.get(CHECKPOINT_PROPERTY),
+            "checkpoint_interval_set": interval_set,
         }
+
+    def _set_checkpoint_interval(self, table: str, dt: DeltaTable) -> bool:
+        """Give a table created before queuelake set ``CHECKPOINT_INTERVAL`` (or by another tool) that
+        interval, unless it has one of its own: its commits otherwise replay up to 100 JSON log entries
+        each. A metadata commit: concurrent appends see a conflict and retry (``exactly_once``)."""
+        if CHECKPOINT_PROPERTY in dt.metadata().configuration:
+            return False
+        dt.alter.set_table_properties({CHECKPOINT_PROPERTY: str(CHECKPOINT_INTERVAL)}, raise_if_not_exists=False)
+        log.info("lake table %s: set %s=%d", table, CHECKPOINT_PROPERTY, CHECKPOINT_INTERVAL)
+        return True
 
 
 def _same_delta_type(a: pa.DataType, b: pa.DataType) -> bool:
