@@ -17,7 +17,10 @@ If the drain logs ``timing <step> <seconds> ...`` lines at DEBUG, each step's sh
 thread time is printed too: receive, build, stage and claim on the worker thread; delta and clear on
 its lander thread, which overlaps them with the next batch's receive.
 
-    python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--dsn URI]
+    python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--repeat N] [--dsn URI]
+
+--repeat N: N pairs of runs per table, their order alternating, summed up as the median ratio, its
+spread, the runs at the target and the ratio of the median rates (the raw limit is the noisier one).
 
 Without --dsn (or QUEUELAKE_BENCH_PG_DSN) it starts an embedded PostgreSQL (pgserver). With one,
 it drops and recreates the table ``public."queuelake_bench_drain"`` there. Prints msg/s of both
@@ -32,6 +35,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -170,18 +174,38 @@ def full_drain(cfg: Config, steps: StepTimes) -> tuple[int, float, dict[str, Any
     return summary["dequeued"], seconds, steps.figures()
 
 
-def measure(cfg: Config, uri: str, ref: TableRef, args: argparse.Namespace, churned: bool, steps: StepTimes) -> dict:
+def measure(
+    cfg: Config,
+    uri: str,
+    ref: TableRef,
+    args: argparse.Namespace,
+    churned: bool,
+    steps: StepTimes,
+    drain_first: bool = False,
+) -> dict:
     label = "churned" if churned else "fresh"
-    seed_s = build(cfg, uri, ref, args.rows, churned, args.dead)
-    print(f"[{label}] table built in {seed_s:.1f}s", file=sys.stderr)
-    raw_n, raw_s = raw_drain(uri, ref, args.batch_size, args.workers)
-    if raw_n != args.rows:
-        raise SystemExit(f"[{label}] raw received {raw_n} of {args.rows}")
 
-    build(cfg, uri, ref, args.rows, churned, args.dead)
-    drain_n, drain_s, timing = full_drain(cfg, steps)
-    if drain_n != args.rows:
-        raise SystemExit(f"[{label}] drain dequeued {drain_n} of {args.rows}")
+    def raw() -> tuple[int, float]:
+        seed_s = build(cfg, uri, ref, args.rows, churned, args.dead)
+        print(f"[{label}] table built in {seed_s:.1f}s", file=sys.stderr)
+        raw_n, raw_s = raw_drain(uri, ref, args.batch_size, args.workers)
+        if raw_n != args.rows:
+            raise SystemExit(f"[{label}] raw received {raw_n} of {args.rows}")
+        return raw_n, raw_s
+
+    def ours() -> tuple[int, float, dict[str, Any]]:
+        build(cfg, uri, ref, args.rows, churned, args.dead)
+        drain_n, drain_s, timing = full_drain(cfg, steps)
+        if drain_n != args.rows:
+            raise SystemExit(f"[{label}] drain dequeued {drain_n} of {args.rows}")
+        return drain_n, drain_s, timing
+
+    if drain_first:
+        drain_n, drain_s, timing = ours()
+        raw_n, raw_s = raw()
+    else:
+        raw_n, raw_s = raw()
+        drain_n, drain_s, timing = ours()
 
     raw_rate, drain_rate = raw_n / raw_s, drain_n / drain_s
     out = {
@@ -205,6 +229,39 @@ def measure(cfg: Config, uri: str, ref: TableRef, args: argparse.Namespace, chur
     return out
 
 
+def measure_repeated(
+    cfg: Config, uri: str, ref: TableRef, args: argparse.Namespace, churned: bool, steps: StepTimes
+) -> dict:
+    """``--repeat`` pairs of runs, the order alternating (raw first, then the drain first) so that a
+    machine getting faster or slower over the minutes weighs on both. On a small shared machine the
+    raw limit alone moves by a third between runs: the median and the spread say more than one run."""
+    if args.repeat == 1:
+        return measure(cfg, uri, ref, args, churned, steps)
+    label = "churned" if churned else "fresh"
+    runs = [measure(cfg, uri, ref, args, churned, steps, drain_first=i % 2 == 1) for i in range(args.repeat)]
+    ratios = sorted(r["ratio"] for r in runs)
+    raw_median = statistics.median(r["raw_msgs_per_s"] for r in runs)
+    drain_median = statistics.median(r["drain_msgs_per_s"] for r in runs)
+    out = {
+        "runs": runs,
+        "ratio_median": round(statistics.median(ratios), 3),
+        "ratio_min": ratios[0],
+        "ratio_max": ratios[-1],
+        "runs_at_target": sum(r >= TARGET for r in ratios),
+        "raw_msgs_per_s_median": round(raw_median),
+        "drain_msgs_per_s_median": round(drain_median),
+        "ratio_of_medians": round(drain_median / raw_median, 3),
+    }
+    print(
+        f"[{label}] {args.repeat} runs: ratio median {out['ratio_median']:.3f} "
+        f"({out['ratio_min']:.3f}-{out['ratio_max']:.3f}), {out['runs_at_target']} at >= {TARGET}; "
+        f"median raw {raw_median:,.0f} msg/s, median drain {drain_median:,.0f} msg/s "
+        f"(ratio of medians {out['ratio_of_medians']:.3f})",
+        file=sys.stderr,
+    )
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -212,9 +269,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dead", type=int, default=None, help="rows deleted before the refill (default: --rows)")
     parser.add_argument("--dsn", default=os.environ.get("QUEUELAKE_BENCH_PG_DSN"))
+    parser.add_argument("--repeat", type=int, default=1, help="pairs of runs per table; medians and spread")
     parser.add_argument("--verbose", action="store_true", help="the drain's INFO lines on stderr")
     args = parser.parse_args()
     args.dead = args.rows if args.dead is None else args.dead
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
 
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
     for handler in log.handlers:  # the console keeps its level; the logger passes DEBUG to ours
@@ -255,7 +315,7 @@ def main() -> int:
         build(cfg, uri, ref, min(args.rows, args.batch_size), False, 0)
         full_drain(cfg, steps)
         for churned in (False, True):
-            result["churned" if churned else "fresh"] = measure(cfg, uri, ref, args, churned, steps)
+            result["churned" if churned else "fresh"] = measure_repeated(cfg, uri, ref, args, churned, steps)
         result["target"] = TARGET
         with psycopg.connect(uri, autocommit=True) as c:
             c.execute(f"DROP TABLE IF EXISTS {ref.qualified}")
