@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import orjson
+import psycopg
 import pyarrow as pa
 import pytest
 from queuelake.config import from_dict
@@ -22,6 +23,7 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
 from queuelake.transport import db, installer, queues
 from queuelake.transport import headers as hdr
+from queuelake.transport.embedded import odbc_from_uri, with_database
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref
 
@@ -139,6 +141,62 @@ def test_drain_lands_expires_and_quarantines(fresh_pg_uri: str, tmp_path: Path) 
     runs = read_table(str(tmp_path / "lake" / "runs")).to_pylist()
     assert {r["queue"] for r in runs} == {'"public"."Sales"', '"public"."error"', '"public"."audit"'}
     assert sum(r["dequeued"] for r in runs) == n_sales + 2
+
+
+@pytest.mark.parametrize("receive", ["psycopg", "adbc", "pyodbc"])
+def test_text_that_is_not_utf8_is_quarantined_not_a_blocked_queue(
+    pg_server_uri: str, tmp_path: Path, receive: str
+) -> None:
+    """A SQL_ASCII database keeps whatever bytes another program wrote as text. psycopg and ADBC
+    hand such rows to the journal, which quarantines them with their bytes shown escaped, while the
+    rows around them land. (Through psycopg, building the received batch raised on them: the receive
+    rolled back, and the same rows failed every run after.) psqlodbc asks for UTF8, which PostgreSQL
+    refuses to send these bytes as: that drain fails, naming the queue and the reason, and loses
+    nothing."""
+    name = "ql_sql_ascii_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_server_uri, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE \"{name}\" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    uri = with_database(pg_server_uri, name)
+    cfg = make_config(uri, tmp_path / "lake", ["Sales"], batch_size=50)
+    install(cfg)
+    good = list(traffic.order_events(40, seed=5))
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), good[:20])
+    bad = {str(uuid.uuid4()): raw for raw in ("\\377", "\\355\\240\\200", "\\303")}  # 0xFF, CESU-8 D800, cut
+    with psycopg.connect(uri, autocommit=True) as c:
+        for row_id, raw in bad.items():  # E'' octal escapes: the bytes themselves, as another program wrote them
+            headers = f"""E'{{"a": "x{raw}"}}'"""
+            c.execute(f"""INSERT INTO "public"."Sales" (id, headers, body) VALUES ('{row_id}', {headers}, 'b')""")
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), good[20:])
+    transport = {"connection": uri if receive != "pyodbc" else odbc_from_uri(uri)}
+    if receive == "pyodbc":
+        transport["driver"] = "pyodbc"
+    cfg = from_dict(
+        {
+            "transport": transport,
+            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+            "drain": {"queues": ["Sales"], "batch_size": 50, "receive_driver": receive},
+        },
+        env={},
+    )
+
+    summary = drain(cfg, open_lake(cfg.lake))
+    if receive == "pyodbc":
+        assert summary["status"] == "failed", summary
+        (result,) = summary["queues"]
+        assert '"public"."Sales"' in result["error"] and "invalid byte sequence" in result["error"], result
+        landed = journal(tmp_path / "lake").num_rows if summary["dequeued"] else 0
+        assert landed == summary["dequeued"] and landed + queue_depth(cfg, "Sales") == 43  # nothing lost
+        return
+    assert summary["status"] == "ok", summary
+    assert (summary["landed"], summary["quarantined"]) == (40, 3), summary
+    rows = {r["id"]: r for r in journal(tmp_path / "lake").to_pylist()}
+    assert {m.id for m in good} <= {i for i, r in rows.items() if r["outcome"] == "landed"}
+    shown = {row_id: rows[row_id]["raw_headers"] for row_id in bad}
+    assert all(rows[row_id]["outcome"] == "quarantined" and rows[row_id]["error"] for row_id in bad)
+    assert set(shown.values()) == {'{"a": "x\\xff"}', '{"a": "x\\xed\\xa0\\x80"}', '{"a": "x\\xc3"}'}, shown
+    assert queue_depth(cfg, "Sales") == 0
 
 
 def test_budgets_and_rerun(fresh_pg_uri: str, tmp_path: Path) -> None:

@@ -39,6 +39,8 @@ class OutgoingMessage:
 
 
 def _uuid_text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):  # text from a SQL_ASCII database (psycopg)
+        value = bytes(value).decode("ascii")
     if isinstance(value, str) and len(value) == 36:
         return value.lower()
     return str(value) if isinstance(value, uuid.UUID) else str(uuid.UUID(str(value)))
@@ -101,15 +103,15 @@ def receive_batch_arrow(conn: Connection, queue: TableRef, batch_size: int) -> p
     made per value; other drivers go through ReceivedRow."""
     if conn.driver != "adbc":
         rows = receive_batch(conn, queue, batch_size)
-        return pa.Table.from_pydict(
-            {
-                "id": [r.id for r in rows],
-                "seq": [r.seq for r in rows],
-                "expired": [r.expired for r in rows],
-                "expires": [r.expires for r in rows],
-                "headers": [r.headers for r in rows],
-                "body": [r.body for r in rows],
-            },
+        return pa.Table.from_arrays(
+            [
+                pa.array([r.id for r in rows], pa.string()),
+                pa.array([r.seq for r in rows], pa.int64()),
+                pa.array([r.expired for r in rows], pa.bool_()),
+                pa.array([r.expires for r in rows], RECEIVED_SCHEMA.field("expires").type),
+                text_column([r.headers for r in rows]),
+                pa.array([r.body for r in rows], pa.binary()),
+            ],
             schema=RECEIVED_SCHEMA,
         )
     (stmt,) = conn.statements("receive_batch", queue.identifiers())
@@ -123,6 +125,25 @@ def receive_batch_arrow(conn: Connection, queue: TableRef, batch_size: int) -> p
     columns = [data.column(f.name).cast(f.type) for f in RECEIVED_SCHEMA]  # naive UTC -> aware UTC
     table = pa.Table.from_arrays(columns, schema=RECEIVED_SCHEMA)
     return table if _ascending(table["seq"]) else table.sort_by("seq")
+
+
+def text_column(values: list[str | None]) -> pa.Array:
+    """Driver text as a string column. Text that is not valid Unicode (bytes the driver could not
+    decode, kept surrogate-escaped by ``_text``; a lone UTF-16 surrogate from an nvarchar) keeps its
+    bytes, unvalidated, as ADBC hands such bytes over: the journal builder quarantines those rows
+    with their text shown escaped. Raising here instead would roll the receive back, and that one
+    row would block the queue on every run."""
+    try:
+        return pa.array(values, pa.string())
+    except UnicodeEncodeError:
+        return pa.array([None if v is None else _utf8_bytes(v) for v in values], pa.binary()).view(pa.string())
+
+
+def _utf8_bytes(text: str) -> bytes:
+    try:
+        return text.encode("utf-8", errors="surrogateescape")  # the driver's bytes, as they came
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte: UTF-16 text
+        return text.encode("utf-8", errors="surrogatepass")
 
 
 def _ascending(seq: pa.ChunkedArray) -> bool:
