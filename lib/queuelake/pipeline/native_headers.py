@@ -8,15 +8,16 @@ struct with a few vectorised steps.
 The reader is not the reference (``transport.headers.decode``) and differs from it in places, so
 this path only takes rows it is known to read the same way and leaves the rest to the caller's
 row-by-row path, which gives the verdict:
-- refused up front, by two regex kernels (RE2, per row): rows not shaped ``{...}``, rows with a line break (the
-  reader splits rows on them), a ``null`` value (a struct cannot tell null from absent), or an
-  escaped surrogate (the reader and the reference judge lone ones differently);
+- refused up front, by Arrow kernels (RE2 per row for the patterns): rows not shaped ``{...}``, a
+  ``null`` value (a struct cannot tell null from absent), or an escaped surrogate (the reader and
+  the reference judge lone ones differently);
 - refused after the read: rows holding a value of any type but string (numbers, booleans, objects,
   arrays, and strings the reader chose to read as timestamps);
 - the whole batch is left to the caller when its text is not valid UTF-8, when the reader fails
-  (duplicate keys, invalid JSON, a key that is a string in one row and a number in another), when
-  it yields a different number of rows (two objects on one line), or when the batch has too many
-  distinct keys for the dense key matrix to be cheap.
+  (duplicate keys, invalid JSON, a key that is a string in one row and a number in another, a row
+  cut in two by a line break between its tokens), when it yields a different number of rows (two
+  objects on one line, or a row split into two valid ones), or when the batch has too many distinct
+  keys for the dense key matrix to be cheap.
 Entries come in the order of the batch's first sight of each key, not each row's own order: a map's
 order carries no meaning for NServiceBus, which reads headers into a dictionary.
 """
