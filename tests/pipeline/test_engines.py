@@ -1,7 +1,7 @@
 """The pipeline on both lake engines, against real PostgreSQL, Spark and Delta.
 
-Drain -> transform -> publish must give the same messages whichever engine writes the outputs and the
-``runs`` table (the journal is always written by delta-rs, see ``lake/port.py`` ``journal_engine``), and
+Drain -> transform -> publish must give the same messages whichever engine writes the outputs (the
+journal and ``runs`` are always written by delta-rs, see ``lake/port.py`` ``journal_engine``), and
 every table the pipeline leaves must read identically through the other engine: users read a lake
 written by a delta-rs job from Databricks, and the other way round. Metastore names (``lake.catalog``
 / ``lake.schema``) are tested on the JVM engine's session catalog.
@@ -152,9 +152,9 @@ def test_round_trip_on_engine(
     again = publish(cfg, spark, lake)
     assert again["status"] == "ok" and again.get("published", 0) == 0, again
 
-    # the journal is delta-rs's; outputs and runs are the configured engine's (marked on the table)
+    # the journal and runs are delta-rs's; outputs are the configured engine's (marked on the table)
     assert open_lake(cfg.lake, spark).name == engine
-    for table, writer in ((MESSAGES, "delta-rs"), (OUTPUT, engine), (RUNS, engine)):
+    for table, writer in ((MESSAGES, "delta-rs"), (OUTPUT, engine), (RUNS, "delta-rs")):
         meta = DeltaTable(str(root / table)).metadata()
         assert engine_of(meta.configuration, meta.description) == writer, (table, meta.configuration)
 
@@ -194,6 +194,35 @@ def test_round_trip_on_engine(
         assert by_rs == by_jvm, f"{table}: delta-rs and delta-spark read different rows"
     journal_rows, _ = read_both(root, spark, MESSAGES)
     assert sorted(r["id"] for r in journal_rows) == sorted(str(m.id) for m in events)
+
+
+def test_auto_engine_commands_with_and_without_spark_share_the_runs_table(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """``lake.engine: auto``: ``queuelake drain`` outside spark-submit has no session and writes with
+    delta-rs; transform, with the Delta JVM classes, writes its outputs with delta-spark. Both append
+    to ``runs``, in any order, and every run is recorded once."""
+    require_delta_jvm(spark)
+    root = tmp_path / "lake"
+    cfg = pipeline_config(fresh_pg_uri, root, "auto")
+    seed(cfg, 50, seed_=3)
+    first = drain(cfg, open_lake(cfg.lake, None))  # no session: delta-rs
+    assert first["status"] == "ok" and first["landed"] == 50, first
+    lake = open_lake(cfg.lake, spark)
+    assert lake.name == "delta-spark"
+    transformed = transform(cfg, spark, lake)
+    assert transformed["status"] == "ok" and transformed["transforms"][0]["rows_in"] == 50, transformed
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(20, seed=4))
+    again = drain(cfg, open_lake(cfg.lake, None))
+    assert again["status"] == "ok" and again["landed"] == 20, again
+    assert transform(cfg, spark, lake)["transforms"][0]["rows_in"] == 20
+    runs = DeltaRsEngine(str(root)).read_arrow(RUNS).to_pylist()
+    assert sorted(r["command"] for r in runs) == ["drain", "drain", "transform", "transform"]
+    meta = DeltaTable(str(root / RUNS)).metadata()
+    assert engine_of(meta.configuration, meta.description) == "delta-rs"
+    meta = DeltaTable(str(root / OUTPUT)).metadata()
+    assert engine_of(meta.configuration, meta.description) == "delta-spark"
 
 
 def test_journal_registered_by_name_in_session_catalog(fresh_pg_uri: str, tmp_path: Path, spark) -> None:

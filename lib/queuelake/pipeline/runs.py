@@ -15,8 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from queuelake.errors import LakeError
 from queuelake.lake import tables
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import LakeEngine, journal_engine
 
 RUNS = tables.RUNS.name
 RUNS_SCHEMA: pa.Schema = tables.RUNS.schema
@@ -31,10 +32,34 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def runs_engine(lake: LakeEngine) -> LakeEngine:
+    """The engine that writes ``runs``: delta-rs, as for the journal, unless an older version made the
+    table with delta-spark, whose table it stays (one table, one writing engine).
+
+    Why: every command writes ``runs``, and the drain and purge-expired never start Spark. Under
+    ``lake.engine: auto`` a drain outside spark-submit writes with delta-rs while a transform with
+    the Delta JVM classes writes with delta-spark: a ``runs`` table of the configured engine failed
+    whichever of them came second. delta-rs is the engine every command has."""
+    journal = journal_engine(lake)
+    if not journal.exists(RUNS):
+        return journal
+    recorded = journal.written_by(RUNS)
+    if recorded in (None, journal.name):
+        return journal
+    if recorded == lake.name:
+        return lake
+    raise LakeError(
+        f"lake table {RUNS!r} was created by the {recorded} engine (an older queuelake) and this command "
+        f"writes with {lake.name}: run it with lake.engine: {recorded} (delta-spark needs a Spark session "
+        "with the Delta JVM classes), or move the old runs table aside and a new one is made"
+    )
+
+
 def append_runs(lake: LakeEngine, run_id: str, command: str, rows: list[dict[str, Any]]) -> None:
     """Append this run's rows once (idempotent per run id and command); missing fields are null."""
     if not rows:
         return
+    lake = runs_engine(lake)
     allowed = _EVERY_COMMAND | set(tables.RUNS_COLUMNS_BY_COMMAND[command])
     for row in rows:
         extra = {k for k, v in row.items() if v is not None} - allowed
