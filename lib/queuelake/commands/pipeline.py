@@ -127,9 +127,27 @@ def maintain(args: argparse.Namespace, spark: SparkSession | None = None) -> dic
     return {"run_id": run_id, "tables": figures}
 
 
+def runs_only_lake(cfg: Config) -> LakeEngine:
+    """The lake of a command whose only lake write is its ``runs`` rows (purge-expired). ``runs`` is
+    delta-rs's (``pipeline.runs.runs_engine``), so no Spark session is started for it, whatever
+    ``lake.engine`` says: starting one took longer than the purge. Only a ``runs`` table an older
+    version made with delta-spark still needs the session."""
+    import dataclasses
+
+    from queuelake.pipeline.runs import RUNS
+
+    session = _active_spark()
+    if session is None:
+        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        if not lake.exists(RUNS) or lake.written_by(RUNS) != "delta-spark":
+            return lake
+    return writing_lake(cfg, session)
+
+
 def writing_lake(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
-    """The lake for a command that writes tables other commands created (maintain, the runs rows of
-    purge-expired). The engine that wrote a table must write it again: delta-spark (and auto, which
-    may pick it, as transform does) needs a session; delta-rs does not start one."""
+    """The lake for a command that writes tables other commands created (maintain; purge-expired when
+    an older ``runs`` table is delta-spark's). The engine that wrote a table must write it again:
+    delta-spark (and auto, which may pick it, as transform does) needs a session; delta-rs does not
+    start one."""
     session = spark or _active_spark() or (None if cfg.lake.engine == "delta-rs" else _spark(cfg, None))
     return lake_for(cfg, session)

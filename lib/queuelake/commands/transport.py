@@ -93,7 +93,7 @@ def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
 def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
     """The transport's batched purge of expired rows; each queue's count goes to the ``runs`` table
     (the rows themselves are not journalled: a drain would record them as ``expired``)."""
-    from queuelake.commands.pipeline import writing_lake
+    from queuelake.commands.pipeline import runs_only_lake
     from queuelake.pipeline import runs
 
     cfg = config_mod.load(args.config)
@@ -124,5 +124,5 @@ def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
                     "status": "ok",
                 }
             )
-    runs.append_runs(writing_lake(cfg), run_id, "purge-expired", rows)
+    runs.append_runs(runs_only_lake(cfg), run_id, "purge-expired", rows)
     return {"run_id": run_id, "purged": purged, "total": sum(purged.values())}
