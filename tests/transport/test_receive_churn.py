@@ -232,8 +232,9 @@ def test_generic_plan_drains_like_fresh(tables: tuple[str, TableRef, TableRef], 
 
     psycopg prepares a statement after ``prepare_threshold`` (5) runs; the test sets it to 0 so every
     receive runs a prepared statement, and checks that the server used generic plans. pyodbc
-    (psqlodbc's server-side prepare) and ADBC bind parameters through the extended protocol, whose
-    statements follow plan_cache_mode as well."""
+    (psqlodbc's server-side prepare) binds parameters through the extended protocol, whose
+    statements follow plan_cache_mode as well. ADBC's receive has its batch size written into the
+    statement (no parameter, so its plan is always custom): it runs here under the same setting."""
     uri, fresh, churned = tables
     make_emptied_analysed_refilled(uri, churned, N)
     with receiver(uri, driver) as conn:
@@ -292,6 +293,10 @@ def test_receive_plan_is_initplan(fresh_pg_uri: str, state: str) -> None:
         sql = receive_sql(ref, "format")
         plan = "\n".join(r[0] for r in c.execute("EXPLAIN " + sql, (BATCH,)).fetchall())
         assert_initplan(plan, f"custom plan, {state}")
+        # the ADBC receive's form: the batch size written into the statement
+        (inlined,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), integers={"batch_size": BATCH})
+        plan = "\n".join(r[0] for r in c.execute("EXPLAIN " + inlined.sql).fetchall())
+        assert_initplan(plan, f"batch size inlined, {state}")
 
         # the generic plan of the prepared statement, as a driver that prepares gets it
         c.execute("SET plan_cache_mode = force_generic_plan")

@@ -140,6 +140,30 @@ def test_parameters_are_never_taken_from_identifiers() -> None:
             assert ref.qualified in filled
 
 
+def test_integers_are_written_as_literals_and_only_integers() -> None:
+    """``integers``: the named parameter becomes a decimal literal, the others keep their places
+    (renumbered in the dollar style); anything but an int (text, bool, float) is refused."""
+    ref = _ref('"we""ird.sch"."a%sb?c:x \'q\' -- /*"', "postgresql", "public")
+    (bound,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), paramstyle="dollar")
+    assert bound.params == ("batch_size",) and "LIMIT $1" in bound.sql
+    (inlined,) = sqlfiles.render(
+        "postgresql", "receive_batch", ref.identifiers(), paramstyle="dollar", integers={"batch_size": 10_000}
+    )
+    assert inlined.params == () and "LIMIT 10000" in inlined.sql and "$" not in inlined.sql.replace(ref.qualified, "")
+    assert inlined.sql == bound.sql.replace("LIMIT $1", "LIMIT 10000")
+    _parse(inlined.sql, "postgres")
+    # a statement with several parameters: the rest are renumbered, in order
+    (claim,) = sqlfiles.render("postgresql", "claim_insert", ref.identifiers(), paramstyle="dollar")
+    (claim_inlined,) = sqlfiles.render(
+        "postgresql", "claim_insert", ref.identifiers(), paramstyle="dollar", integers={"version": 7}
+    )
+    assert claim_inlined.params == tuple(p for p in claim.params if p != "version")
+    assert [f"${i}" for i in range(1, len(claim_inlined.params) + 1)] == re.findall(r"\$\d+", claim_inlined.sql)
+    for hostile in ("1; DROP TABLE x", True, 1.5, None):
+        with pytest.raises(TypeError, match="batch_size"):
+            sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), integers={"batch_size": hostile})
+
+
 def test_sqlserver_install_script_parses_batch_by_batch() -> None:
     """`install --print-sql` for SQL Server: GO-separated batches, parameters as N'...' literals."""
     cfg = from_dict(

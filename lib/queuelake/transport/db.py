@@ -64,8 +64,17 @@ class Connection:
 
     # -- statements -----------------------------------------------------------------------------
 
-    def statements(self, name: str, identifiers: Mapping[str, str] | None = None) -> list[Statement]:
-        return _render_cached(self.dialect, name, tuple(sorted((identifiers or {}).items())), self.paramstyle)
+    def statements(
+        self, name: str, identifiers: Mapping[str, str] | None = None, integers: Mapping[str, int] | None = None
+    ) -> list[Statement]:
+        """``integers``: parameters written into the SQL as literals (see ``sqlfiles.render``)."""
+        return _render_cached(
+            self.dialect,
+            name,
+            tuple(sorted((identifiers or {}).items())),
+            self.paramstyle,
+            tuple(sorted((integers or {}).items())),
+        )
 
     def run(
         self,
@@ -139,8 +148,14 @@ class Connection:
 
 
 @functools.lru_cache(maxsize=4096)
-def _render_cached(dialect: str, name: str, identifiers: tuple[tuple[str, str], ...], style: str) -> list[Statement]:
-    return sqlfiles.render(dialect, name, dict(identifiers), style)
+def _render_cached(
+    dialect: str,
+    name: str,
+    identifiers: tuple[tuple[str, str], ...],
+    style: str,
+    integers: tuple[tuple[str, int], ...] = (),
+) -> list[Statement]:
+    return sqlfiles.render(dialect, name, dict(identifiers), style, dict(integers))
 
 
 def _first_line(exc: BaseException) -> str:

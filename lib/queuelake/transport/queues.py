@@ -114,8 +114,12 @@ def receive_batch_arrow(conn: Connection, queue: TableRef, batch_size: int) -> p
             ],
             schema=RECEIVED_SCHEMA,
         )
-    (stmt,) = conn.statements("receive_batch", queue.identifiers())
-    cur = conn.execute(stmt, {"batch_size": batch_size}, what=queue.canonical)
+    # The batch size is written into the statement: with no bound parameter ADBC's PostgreSQL driver
+    # streams the result through COPY (binary) into Arrow; with one, it builds the whole result in
+    # libpq's memory first and copies it over. Measured per 10,000-row receive: 0.06-0.085 s against
+    # 0.10-0.12 s, and about a quarter less CPU on the machine (client and server together).
+    (stmt,) = conn.statements("receive_batch", queue.identifiers(), integers={"batch_size": int(batch_size)})
+    cur = conn.execute(stmt, {}, what=queue.canonical)
     try:
         data = cur.fetch_arrow_table()
     except Exception as exc:

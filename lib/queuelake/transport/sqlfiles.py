@@ -3,7 +3,9 @@
 Files use two kinds of placeholders:
 - ``{name}`` for identifiers. Only values produced by ``address.quote_identifier`` /
   ``qualified_name`` are ever substituted, so no string from config or a table reaches SQL unquoted.
-- ``:name`` for values, turned into the driver's parameter style (``?`` or ``%s``) in order.
+- ``:name`` for values, turned into the driver's parameter style (``?`` or ``%s``) in order, or
+  written into the SQL as a decimal literal when the caller passes it in ``integers``: only a Python
+  ``int`` is accepted there, so no text can reach the SQL that way either.
 PostgreSQL files may hold several statements, one per ``;`` at a line end; a T-SQL file is one batch.
 """
 
@@ -66,11 +68,20 @@ def render(
     name: str,
     identifiers: Mapping[str, str] | None = None,
     paramstyle: str = "qmark",
+    integers: Mapping[str, int] | None = None,
 ) -> list[Statement]:
     """Render ``sql/<dialect>/<name>.sql``.
 
-    paramstyle: ``qmark`` (?), ``format`` (%s), ``dollar`` ($1), ``named`` (@name)."""
+    paramstyle: ``qmark`` (?), ``format`` (%s), ``dollar`` ($1), ``named`` (@name).
+    integers: parameters written as literals instead of placeholders. Why: a statement without bound
+    parameters runs differently in some drivers (ADBC's PostgreSQL driver streams it through
+    ``COPY ... TO STDOUT (FORMAT binary)`` straight into Arrow, instead of building the whole result
+    in libpq's memory first)."""
     identifiers = identifiers or {}
+    integers = integers or {}
+    for key, value in integers.items():
+        if type(value) is not int:  # bool is an int subclass: refused too
+            raise TypeError(f"SQL {dialect}/{name}: parameter {key!r} can be inlined only as an int, not {value!r}")
     statements = []
     for text in split_statements(read_sql(dialect, name), dialect):
 
@@ -92,6 +103,10 @@ def render(
         pos = 0
         for match in _PARAM.finditer(text):
             pieces.append(literal(_IDENT.sub(ident, text[pos : match.start()])))
+            pos = match.end()
+            if match.group(1) in integers:
+                pieces.append(str(integers[match.group(1)]))
+                continue
             params.append(match.group(1))
             if paramstyle == "qmark":
                 pieces.append("?")
@@ -101,7 +116,6 @@ def render(
                 pieces.append(f"${len(params)}")
             else:
                 pieces.append("@" + match.group(1))
-            pos = match.end()
         pieces.append(literal(_IDENT.sub(ident, text[pos:])))
         statements.append(Statement(name, "".join(pieces), tuple(params)))
     return statements
