@@ -19,6 +19,11 @@ its lander thread, which overlaps them with the next batch's receive.
 
     python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--repeat N] [--dsn URI]
 
+--raw-copy: also measures a stricter raw limit, the same statement wrapped in
+``COPY (...) TO STDOUT (FORMAT binary)`` with its batch size written in, the bytes read and dropped
+unparsed (no Python object per value): the streaming transfer the drain's ADBC receive uses. Each
+table is then built a third time; its ratio is printed beside the main one.
+
 --repeat N: N pairs of runs per table, their order alternating, summed up as the median ratio, its
 spread, the runs at the target and the ratio of the median rates (the raw limit is the noisier one).
 
@@ -162,6 +167,39 @@ def raw_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[in
     return sum(counts), time.perf_counter() - t0
 
 
+def raw_copy_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
+    """``raw_drain`` through COPY: counts rows by the binary COPY format's per-tuple header only."""
+    (stmt,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), "format", {"batch_size": batch})
+    copy_sql = f"COPY ({stmt.sql}) TO STDOUT (FORMAT binary)"
+    counts = [0] * connections
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            with psycopg.connect(uri) as conn:
+                while True:
+                    with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                        for _ in copy:  # raw blocks, never parsed
+                            pass
+                        rows = cur.rowcount
+                    conn.commit()
+                    if rows <= 0:
+                        return
+                    counts[i] += rows
+        except BaseException as exc:
+            errors.append(exc)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(counts), time.perf_counter() - t0
+
+
 def full_drain(cfg: Config, steps: StepTimes) -> tuple[int, float, dict[str, Any]]:
     shutil.rmtree(cfg.lake.root, ignore_errors=True)
     steps.reset()
@@ -193,6 +231,13 @@ def measure(
             raise SystemExit(f"[{label}] raw received {raw_n} of {args.rows}")
         return raw_n, raw_s
 
+    def raw_copy() -> tuple[int, float]:
+        build(cfg, uri, ref, args.rows, churned, args.dead)
+        n, seconds = raw_copy_drain(uri, ref, args.batch_size, args.workers)
+        if n != args.rows:
+            raise SystemExit(f"[{label}] raw COPY received {n} of {args.rows}")
+        return n, seconds
+
     def ours() -> tuple[int, float, dict[str, Any]]:
         build(cfg, uri, ref, args.rows, churned, args.dead)
         drain_n, drain_s, timing = full_drain(cfg, steps)
@@ -221,6 +266,15 @@ def measure(
         f"ratio drain/raw {out['ratio']:.3f}",
         file=sys.stderr,
     )
+    if args.raw_copy:
+        copy_n, copy_s = raw_copy()
+        out["raw_copy_msgs_per_s"] = round(copy_n / copy_s)
+        out["ratio_vs_raw_copy"] = round(drain_rate / (copy_n / copy_s), 3)
+        print(
+            f"[{label}] raw COPY {copy_n / copy_s:,.0f} msg/s ({copy_s:.2f}s), "
+            f"ratio drain/raw COPY {out['ratio_vs_raw_copy']:.3f}",
+            file=sys.stderr,
+        )
     if timing["batches"]:
         shares = ", ".join(
             f"{name} {v['share']:.0%} ({v['worker_seconds']:.2f}s)" for name, v in timing["steps"].items()
@@ -252,6 +306,9 @@ def measure_repeated(
         "drain_msgs_per_s_median": round(drain_median),
         "ratio_of_medians": round(drain_median / raw_median, 3),
     }
+    if args.raw_copy:
+        out["ratio_vs_raw_copy_median"] = round(statistics.median(r["ratio_vs_raw_copy"] for r in runs), 3)
+        out["raw_copy_msgs_per_s_median"] = round(statistics.median(r["raw_copy_msgs_per_s"] for r in runs))
     print(
         f"[{label}] {args.repeat} runs: ratio median {out['ratio_median']:.3f} "
         f"({out['ratio_min']:.3f}-{out['ratio_max']:.3f}), {out['runs_at_target']} at >= {TARGET}; "
@@ -259,6 +316,12 @@ def measure_repeated(
         f"(ratio of medians {out['ratio_of_medians']:.3f})",
         file=sys.stderr,
     )
+    if args.raw_copy:
+        print(
+            f"[{label}] against the raw COPY: ratio median {out['ratio_vs_raw_copy_median']:.3f}, "
+            f"median raw COPY {out['raw_copy_msgs_per_s_median']:,} msg/s",
+            file=sys.stderr,
+        )
     return out
 
 
@@ -270,6 +333,7 @@ def main() -> int:
     parser.add_argument("--dead", type=int, default=None, help="rows deleted before the refill (default: --rows)")
     parser.add_argument("--dsn", default=os.environ.get("QUEUELAKE_BENCH_PG_DSN"))
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs per table; medians and spread")
+    parser.add_argument("--raw-copy", action="store_true", help="also the stricter raw limit through COPY")
     parser.add_argument("--verbose", action="store_true", help="the drain's INFO lines on stderr")
     args = parser.parse_args()
     args.dead = args.rows if args.dead is None else args.dead
