@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,38 +140,32 @@ def build(cfg: Config, uri: str, ref: TableRef, rows: int, churned: bool, dead: 
 
 def raw_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
     (stmt,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), "format")
-    counts = [0] * connections
-    errors: list[BaseException] = []
 
-    def run(i: int) -> None:
-        try:
-            with psycopg.connect(uri) as conn:
-                while True:
-                    with conn.cursor(binary=True) as cur:
-                        cur.execute(stmt.sql, stmt.args({"batch_size": batch}))
-                        rows = cur.fetchall()
-                    conn.commit()
-                    if not rows:
-                        return
-                    counts[i] += len(rows)
-        except BaseException as exc:
-            errors.append(exc)
+    def receive(conn: psycopg.Connection) -> int:
+        with conn.cursor(binary=True) as cur:
+            cur.execute(stmt.sql, stmt.args({"batch_size": batch}))
+            return len(cur.fetchall())
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(counts), time.perf_counter() - t0
+    return _until_empty(uri, connections, receive)
 
 
 def raw_copy_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
-    """``raw_drain`` through COPY: counts rows by the binary COPY format's per-tuple header only."""
+    """``raw_drain`` through COPY: the bytes are read and dropped, rows counted by COPY's command tag."""
     (stmt,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), "format", {"batch_size": batch})
     copy_sql = f"COPY ({stmt.sql}) TO STDOUT (FORMAT binary)"
+
+    def receive(conn: psycopg.Connection) -> int:
+        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            for _ in copy:  # raw blocks, never parsed
+                pass
+            return max(cur.rowcount, 0)
+
+    return _until_empty(uri, connections, receive)
+
+
+def _until_empty(uri: str, connections: int, receive: Callable[[psycopg.Connection], int]) -> tuple[int, float]:
+    """``receive`` (one statement, returns its row count) then commit, on each of ``connections``
+    psycopg connections in parallel, until it returns no row; rows received and seconds taken."""
     counts = [0] * connections
     errors: list[BaseException] = []
 
@@ -178,12 +173,9 @@ def raw_copy_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tup
         try:
             with psycopg.connect(uri) as conn:
                 while True:
-                    with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                        for _ in copy:  # raw blocks, never parsed
-                            pass
-                        rows = cur.rowcount
+                    rows = receive(conn)
                     conn.commit()
-                    if rows <= 0:
+                    if not rows:
                         return
                     counts[i] += rows
         except BaseException as exc:

@@ -43,7 +43,9 @@ def test_drain_bench_measures_both_tables_against_both_raw_limits(fresh_pg_uri: 
         assert len(summary["runs"]) == 2 and summary["ratio_median"] > 0
         for run in summary["runs"]:
             assert run["raw_msgs_per_s"] > 0 and run["drain_msgs_per_s"] > 0 and run["raw_copy_msgs_per_s"] > 0
-            assert run["batches"] == 3, run  # the drain logged its per-step timings for every batch
+            # the drain logged its per-step timings per batch: at least 3 of at most 1,000 rows (two
+            # workers may split the rows into more, smaller batches)
+            assert run["batches"] >= 3, run
         assert summary["ratio_vs_raw_copy_median"] > 0
 
 
