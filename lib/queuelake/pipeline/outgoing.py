@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import socket
 import uuid
 from collections.abc import Iterable, Iterator
@@ -36,21 +35,12 @@ Verdict = tuple[TableRef | None, str | None]  # (queue, None) when deliverable, 
 def message_id(pipeline: str, key: str, destination: str) -> str:
     """uuid5(NAMESPACE, pipeline, key, destination) as text. Built from hashlib directly: the uuid
     module's objects were a quarter of a publish's per-row time (checked equal in the tests)."""
-    digest = hashlib.sha1(_NAMESPACE_BYTES + f"{pipeline}\n{key}\n{destination}".encode()).digest()
-    return _uuid_text(digest, 0x50)
+    x = hashlib.sha1(_NAMESPACE_BYTES + f"{pipeline}\n{key}\n{destination}".encode()).hexdigest()
+    # version 5 in the 13th digit, the RFC 4122 variant (10xx) in the 17th
+    return f"{x[:8]}-{x[8:12]}-5{x[13:16]}-{_VARIANT[x[16]]}{x[17:20]}-{x[20:32]}"
 
 
-def random_id() -> str:
-    """A uuid4 as text (os.urandom, as uuid.uuid4), without the uuid module's object."""
-    return _uuid_text(os.urandom(16), 0x40)
-
-
-def _uuid_text(raw: bytes, version: int) -> str:
-    b = bytearray(raw[:16])
-    b[6] = (b[6] & 0x0F) | version
-    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
-    x = b.hex()
-    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 
 def timespan(ms: int) -> str:
@@ -158,51 +148,75 @@ class Router:
                 targets.setdefault(target.canonical, target)  # one copy per distinct queue
         return targets, lost
 
-    def copies(
-        self,
-        conn: Connection | None,
-        pipeline: str,
-        row: dict[str, Any],
-        now: dt.datetime,
-        sent: str,
-        lost: list[tuple[str | None, str]],
-    ) -> Iterator[tuple[TableRef, OutgoingMessage, int | None]]:
-        """Every deliverable copy of one row, as (queue, message, delay ms or None); the copies that
-        cannot be delivered are appended to ``lost`` as (address, reason)."""
-        intent = row["intent"]
-        body = row["body"]
-        body = body.encode("utf-8") if isinstance(body, str) else body
-        user_headers = dict(row.get("headers") or [])
-        ttbr = row.get("ttbr_ms")
-        deliver_at = row.get("deliver_at")
-        delay = None
-        if deliver_at is not None:
-            deliver_at = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.timezone.utc)
-            delay = max(int((deliver_at - now).total_seconds() * 1000), 0)
-        targets, bad = self.routes(conn, intent, row.get("destination"), row["message_type"], delay is not None)
-        lost.extend(bad)
-        for target in targets.values():
-            mid = message_id(pipeline, row["key"], target.canonical)
-            headers = {
-                **user_headers,
-                hdr.MESSAGE_ID: mid,
-                hdr.MESSAGE_INTENT: intent,
-                hdr.ENCLOSED_MESSAGE_TYPES: row["message_type"],
-                hdr.CONTENT_TYPE: user_headers.get(hdr.CONTENT_TYPE) or "application/json",
-                hdr.TIME_SENT: sent,
-                hdr.CONVERSATION_ID: row.get("conversation_id") or user_headers.get(hdr.CONVERSATION_ID) or mid,
-                hdr.CORRELATION_ID: row.get("correlation_id") or user_headers.get(hdr.CORRELATION_ID) or mid,
-                hdr.ORIGINATING_ENDPOINT: self.endpoint,
-                hdr.ORIGINATING_MACHINE: self.machine,
-                hdr.VERSION: user_headers.get(hdr.VERSION) or "9.2.0",
-            }
-            if ttbr is not None:
-                headers[hdr.TIME_TO_BE_RECEIVED] = timespan(int(ttbr))
-            if delay is not None:
-                headers[hdr.DELIVER_AT] = hdr.format_time(deliver_at)
-                headers[hdr.FORWARD_DESTINATION] = target.canonical
-            message = OutgoingMessage(orjson.dumps(headers).decode(), body, id=random_id(), ttbr_ms=ttbr)
-            yield target, message, delay
+    def build(
+        self, conn: Connection | None, pipeline: str, rows: list[dict[str, Any]], now: dt.datetime, sent: str
+    ) -> tuple[Outgoing, list[tuple[dict[str, Any], str | None, str]]]:
+        """Every deliverable copy of a batch's rows, grouped by table, and the copies that cannot be
+        delivered as (row, address, reason).
+
+        Why one loop over the batch rather than a function per row: at 20,000-row rounds this loop
+        was half of a publish's client time. Routes are looked up once per (intent, destination or
+        type, delayed), and the row id of each copy is left to the COPY (a uuid4 there)."""
+        out = Outgoing()
+        lost: list[tuple[dict[str, Any], str | None, str]] = []
+        routes: dict[tuple[str, str | None, bool], tuple[list[TableRef], list[tuple[str | None, str]]]] = {}
+        endpoint, machine = self.endpoint, self.machine
+        for row in rows:
+            intent = row["intent"]
+            message_type = row["message_type"]
+            body = row["body"]
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+            user_headers = row.get("headers")
+            user_headers = dict(user_headers) if user_headers else None
+            ttbr = row.get("ttbr_ms")
+            deliver_at = row.get("deliver_at")
+            delay = None
+            if deliver_at is not None:
+                deliver_at = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.timezone.utc)
+                delay = max(int((deliver_at - now).total_seconds() * 1000), 0)
+            where = row.get("destination") if intent == "Send" else message_type
+            route = routes.get((intent, where, delay is not None))
+            if route is None:
+                targets, bad = self.routes(conn, intent, row.get("destination"), message_type, delay is not None)
+                route = routes[(intent, where, delay is not None)] = (list(targets.values()), bad)
+            targets_of_row, bad = route
+            for address, reason in bad:
+                lost.append((row, address, reason))
+            key = row["key"]
+            for target in targets_of_row:
+                mid = message_id(pipeline, key, target.canonical)
+                fixed = {
+                    hdr.MESSAGE_ID: mid,
+                    hdr.MESSAGE_INTENT: intent,
+                    hdr.ENCLOSED_MESSAGE_TYPES: message_type,
+                    hdr.CONTENT_TYPE: "application/json",
+                    hdr.TIME_SENT: sent,
+                    hdr.CONVERSATION_ID: row.get("conversation_id") or mid,
+                    hdr.CORRELATION_ID: row.get("correlation_id") or mid,
+                    hdr.ORIGINATING_ENDPOINT: endpoint,
+                    hdr.ORIGINATING_MACHINE: machine,
+                    hdr.VERSION: "9.2.0",
+                }
+                if user_headers:  # theirs first (key order as before), ours win; some fall back to theirs
+                    fixed[hdr.CONTENT_TYPE] = user_headers.get(hdr.CONTENT_TYPE) or "application/json"
+                    fixed[hdr.CONVERSATION_ID] = (
+                        row.get("conversation_id") or user_headers.get(hdr.CONVERSATION_ID) or mid
+                    )
+                    fixed[hdr.CORRELATION_ID] = row.get("correlation_id") or user_headers.get(hdr.CORRELATION_ID) or mid
+                    fixed[hdr.VERSION] = user_headers.get(hdr.VERSION) or "9.2.0"
+                    headers = {**user_headers, **fixed}
+                else:
+                    headers = fixed
+                if ttbr is not None:
+                    headers[hdr.TIME_TO_BE_RECEIVED] = timespan(int(ttbr))
+                if delay is None:
+                    out.add_direct(target, OutgoingMessage(orjson.dumps(headers).decode(), body, None, ttbr))
+                else:
+                    headers[hdr.DELIVER_AT] = hdr.format_time(deliver_at)
+                    headers[hdr.FORWARD_DESTINATION] = target.canonical
+                    out.add_delayed(target, orjson.dumps(headers).decode(), body, delay)
+        return out, lost
 
 
 @dataclass
@@ -213,13 +227,17 @@ class Outgoing:
     delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, int]]]] = field(default_factory=dict)
     copies: int = 0
 
-    def add(self, target: TableRef, message: OutgoingMessage, delay: int | None) -> None:
+    def add_direct(self, target: TableRef, message: OutgoingMessage) -> None:
         self.copies += 1
-        if delay is None:
-            self.direct.setdefault(target.canonical, (target, []))[1].append(message)
-        else:
-            ref = target.delayed()
-            self.delayed.setdefault(ref.canonical, (ref, []))[1].append((message.headers, message.body, delay))
+        entry = self.direct.get(target.canonical)
+        if entry is None:
+            entry = self.direct[target.canonical] = (target, [])
+        entry[1].append(message)
+
+    def add_delayed(self, target: TableRef, headers: str, body: bytes | None, delay: int) -> None:
+        self.copies += 1
+        ref = target.delayed()
+        self.delayed.setdefault(ref.canonical, (ref, []))[1].append((headers, body, delay))
 
     def insert(self, conn: Connection) -> None:
         """Insert every copy (in the caller's transaction, which also records the batch's ledger row)."""

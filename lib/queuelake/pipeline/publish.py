@@ -38,7 +38,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import filesystem as lake_filesystem
 from queuelake.lake.storage import parquet_file
 from queuelake.pipeline import publish_executors as executors
-from queuelake.pipeline.outgoing import Outgoing, Router, accepted_rows, in_batches
+from queuelake.pipeline.outgoing import Router, accepted_rows, in_batches
 from queuelake.quality import expectations
 from queuelake.quality import outbound as quality
 from queuelake.report import log
@@ -219,15 +219,11 @@ class Publisher:
         rerun after a crash records them once. Returns (copies sent, copies undeliverable)."""
         now = queues.db_utc_now(conn)
         sent = hdr.format_time(now)
-        out = Outgoing()
+        out, lost = self.router.build(conn, pipeline, rows, now, sent)
         bad: list[dict[str, Any]] = []
-        for row in rows:
-            lost: list[tuple[str | None, str]] = []
-            for target, message, delay in self.router.copies(conn, pipeline, row, now, sent, lost):
-                out.add(target, message, delay)
-            for address, reason in lost:
-                bad.append(undeliverable_record(row, address, reason, batch_key, now))
-                self._report(output, address, reason)
+        for row, address, reason in lost:
+            bad.append(undeliverable_record(row, address, reason, batch_key, now))
+            self._report(output, address, reason)
         if bad:
             self.lake.append(
                 tables.UNDELIVERABLE.name_for(output),

@@ -34,7 +34,7 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake import storage, tables
 from queuelake.lake.storage import parquet_file
-from queuelake.pipeline.outgoing import Outgoing, Router, accepted_rows, in_batches
+from queuelake.pipeline.outgoing import Router, accepted_rows, in_batches
 from queuelake.report import log
 from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
@@ -264,11 +264,7 @@ def _send(conn: Connection, job: Job, batch_key: str, rows: list[dict[str, Any]]
     """One DB transaction: every deliverable copy of the batch's rows and its ledger row."""
     now = queues.db_utc_now(conn)
     sent = hdr.format_time(now)
-    out = Outgoing()
-    lost: list[tuple[str | None, str]] = []  # recorded by the driver before the tasks ran
-    for row in rows:
-        for target, message, delay in job.router.copies(None, job.pipeline, row, now, sent, lost):
-            out.add(target, message, delay)
+    out, _lost = job.router.build(None, job.pipeline, rows, now, sent)  # lost: recorded by the driver already
     out.insert(conn)
     ledger.record(conn, job.ledger, job.pipeline, job.output, batch_key, len(rows), out.copies)
     hooks.checkpoint("before_publish_commit")
