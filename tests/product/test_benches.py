@@ -1,8 +1,9 @@
 """The benchmarks still run: each script end to end at a tiny size, its JSON line read back.
 
 Why: the benches are run by hand, rarely, and import the library's internals. A rename in the library
-broke nothing in CI until someone next measured. Only the scripts without a Spark session run here
-(drain, commits); no figure is asserted, only that every measurement the script promises is there.
+broke nothing in CI until someone next measured. The drain and commits scripts run here, and the
+publish script (with its local Spark session, both modes); no figure is asserted, only that every
+measurement the script promises is there.
 """
 
 from __future__ import annotations
@@ -53,3 +54,18 @@ def test_commits_bench_compares_both_checkpoint_intervals() -> None:
     result = _bench("commits.py", "--commits", "12", "--every", "6", "--rows", "10")
     assert len(result["default_interval"]) == len(result["queuelake_interval"]) == 2
     assert result["ratio"] > 0
+
+
+@pytest.mark.slow
+def test_publish_bench_measures_both_modes_against_both_raw_limits(fresh_pg_uri: str) -> None:
+    result = _bench(
+        "publish.py",
+        *("--rows", "2000", "--batch-size", "500", "--modes", "driver,executors", "--repeat", "2"),
+        *("--raw-binary", "--dsn", fresh_pg_uri),
+    )
+    assert result["rows"] == 2000 and result["repeat"] == 2
+    assert result["raw_rows_per_s"] > 0 and result["raw_binary_rows_per_s"] > 0
+    for mode in ("driver", "executors"):
+        summary = result[mode]
+        assert len(summary["ratios"]) == 2 and summary["rows_per_s"] > 0
+        assert summary["ratio"] > 0 and summary["ratio_vs_raw_binary"] > 0
