@@ -186,3 +186,18 @@ def test_cli_names_a_missing_environment_variable(tmp_path) -> None:
     result = run_cli(["status", "-c", str(path)], None)
     assert result.code == 1 and result.summary["status"] == "failed", result
     assert "QUEUELAKE_CONNECTION" in result.summary["error"]
+
+
+def test_shared_adbc_wrong_password_error_hides_it(password_login: tuple[str, str]) -> None:
+    """The drain's shared ADBC database opens in the background: its error reaches every worker
+    that asks for a connection, named like any connect error and without the password."""
+    role, uri = password_login
+    wrong = uri.replace(quote(RIGHT_PASSWORD, safe=""), quote(WRONG_PASSWORD, safe=""))
+    with db.SharedAdbc(TransportConfig(driver="psycopg", connection=wrong)).start() as shared:
+        for _ in range(2):
+            with pytest.raises(TransportError) as info:
+                shared.connect()
+            message = str(info.value)
+            assert "cannot connect" in message and "adbc" in message and role in message
+            _assert_secret_absent(message, WRONG_PASSWORD)
+            assert info.value.__cause__ is None and info.value.__suppress_context__

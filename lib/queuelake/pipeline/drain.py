@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from queuelake import hooks, stopping
 from queuelake.config import Config
-from queuelake.context import connect
+from queuelake.context import connect, resolved_transport
 from queuelake.errors import LakeError, QueuelakeError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine, journal_engine
@@ -121,7 +121,9 @@ def worker_app_id(queue: str, worker: int) -> str:
 class QueueDrain:
     """Drains one queue with N workers sharing a budget, under the queue's drain lock."""
 
-    def __init__(self, config: Config, lake: LakeEngine, ref: TableRef, budget: _Budget) -> None:
+    def __init__(
+        self, config: Config, lake: LakeEngine, ref: TableRef, budget: _Budget, receive: db.SharedAdbc | None = None
+    ) -> None:
         self.config = config
         self.lake = lake
         self.ref = ref
@@ -134,6 +136,7 @@ class QueueDrain:
         self._started = time.monotonic()
         self._peeked_at, self._peeked, self._peeked_total = float("-inf"), 0, 0
         self.receive_driver = receive_driver(config)
+        self._receive = receive  # the run's shared ADBC database, when the receive goes through ADBC
 
     def run(self) -> QueueResult:
         workers = self.config.drain.workers_per_queue
@@ -239,7 +242,11 @@ class QueueDrain:
         version = self.lake.last_version(MESSAGES, app_id) or 0
         settle_until: float | None = None
         drain_cfg = self.config.drain
-        with connect(self.config, f"queuelake-drain-{worker}", driver=self.receive_driver) as conn:
+        if self._receive is not None:
+            receive_conn = self._receive.connect()
+        else:
+            receive_conn = connect(self.config, f"queuelake-drain-{worker}", driver=self.receive_driver)
+        with receive_conn as conn:
             queues.configure_drain_session(
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )
@@ -467,11 +474,21 @@ def drain(
     deadline = time.monotonic() + max_seconds if max_seconds else None
     run_id = str(uuid.uuid4())
     started = dt.datetime.now(dt.timezone.utc)
-    journal = journal_engine(lake)
-    journal.create_table(MESSAGES, MESSAGES_SCHEMA)
-    drains = [QueueDrain(config, journal, r, _Budget(config.drain.batch_size, max_messages, deadline)) for r in refs]
-    with ThreadPoolExecutor(max_workers=len(drains), thread_name_prefix="drain") as pool:
-        results = list(pool.map(lambda d: d.run(), drains))
+    # opened now, in the background: the workers' connections come from it once the set-up is done
+    transport = resolved_transport(config)
+    shared = db.SharedAdbc(transport).start() if receive_driver(config) == "adbc" and transport.connection else None
+    try:
+        journal = journal_engine(lake)
+        journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+        drains = [
+            QueueDrain(config, journal, r, _Budget(config.drain.batch_size, max_messages, deadline), shared)
+            for r in refs
+        ]
+        with ThreadPoolExecutor(max_workers=len(drains), thread_name_prefix="drain") as pool:
+            results = list(pool.map(lambda d: d.run(), drains))
+    finally:
+        if shared is not None:
+            shared.close()
     record_runs(lake, run_id, "drain", started, results)
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     totals["claims_resolved"] = sum(r.claims_resolved for r in results)
