@@ -7,8 +7,12 @@ worker's connection must outlive the source's close (a worker still landing when
 
 from __future__ import annotations
 
+import threading
+
 import psycopg
+import pytest
 from queuelake.config import TransportConfig
+from queuelake.errors import TransportError
 from queuelake.transport import db
 
 
@@ -50,3 +54,32 @@ def test_connections_share_the_database_but_not_the_session(fresh_pg_uri: str) -
         shared.close()
     with psycopg.connect(fresh_pg_uri) as check:
         assert check.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+
+
+def test_many_workers_connect_at_once_and_none_after_close(fresh_pg_uri: str) -> None:
+    """Workers of every queue ask at the same instant: each gets a session of its own. After the
+    run closes the shared database, asking again is a clear error, not a crash in the driver."""
+    shared = db.SharedAdbc(TransportConfig(driver="psycopg", connection=fresh_pg_uri))  # started by connect
+    conns: list[db.Connection] = []
+    barrier = threading.Barrier(6)
+
+    def worker() -> None:
+        barrier.wait()
+        conns.append(shared.connect())
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    backends = set()
+    for conn in conns:
+        cur = conn.raw.cursor()
+        cur.execute("SELECT pg_backend_pid()")
+        backends.add(cur.fetchone()[0])
+        cur.close()
+        conn.close()
+    assert len(conns) == 6 and len(backends) == 6
+    shared.close()
+    with pytest.raises(TransportError, match="closed"):
+        shared.connect()

@@ -229,7 +229,8 @@ class SharedAdbc:
     takes 2-4 ms. ``start`` opens the database in the background, so that its cost overlaps the
     run's set-up (journal table, drain lock, claims) instead of delaying the first receive.
     The database is held through a connection of its own in autocommit (never in a transaction),
-    so a worker that ends early does not close it under the others."""
+    so a worker that ends early does not close it under the others: a run holds one connection more
+    than the workers' (idle, outside any transaction)."""
 
     def __init__(self, config: TransportConfig) -> None:
         self._config = dataclasses.replace(config, driver="adbc")
@@ -237,10 +238,13 @@ class SharedAdbc:
         self._error: BaseException | None = None
         self._opened = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # one start; one clone at a time (the driver's database is shared)
 
     def start(self) -> SharedAdbc:
-        self._thread = threading.Thread(target=self._open, name="adbc-open", daemon=True)
-        self._thread.start()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._open, name="adbc-open", daemon=True)
+                self._thread.start()
         return self
 
     def _open(self) -> None:
@@ -256,25 +260,28 @@ class SharedAdbc:
     def connect(self) -> Connection:
         """A new connection in manual-commit mode; a connect error names the driver, never the
         connection string (as ``connect``)."""
-        if self._thread is None:
-            self.start()
+        self.start()
         self._opened.wait()
         if self._error is not None:
             raise _connect_error(self._error, self._config) from None
-        try:
-            raw = self._source.adbc_clone()
-        except Exception as exc:
-            raise _connect_error(exc, self._config) from None
+        with self._lock:
+            if self._source is None:
+                raise TransportError("the run's ADBC connections are closed")
+            try:
+                raw = self._source.adbc_clone()
+            except Exception as exc:
+                raise _connect_error(exc, self._config) from None
         return Connection(raw, self._config)
 
     def close(self) -> None:
         """Close the source; connections still open keep the database until they close."""
         if self._thread is not None:
             self._thread.join()
-        if self._source is not None:
-            with contextlib.suppress(Exception):
-                self._source.close()
-            self._source = None
+        with self._lock:
+            if self._source is not None:
+                with contextlib.suppress(Exception):
+                    self._source.close()
+                self._source = None
 
     def __enter__(self) -> SharedAdbc:
         return self
