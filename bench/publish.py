@@ -41,7 +41,7 @@ from queuelake.lake.port import open_lake
 from queuelake.pipeline.publish import publish
 from queuelake.report import setup_logging
 from queuelake.spark import get_spark
-from queuelake.transport import db, installer
+from queuelake.transport import db, installer, queues
 from queuelake.transport import headers as hdr
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.tables import bridge_ref, queue_ref
@@ -89,7 +89,7 @@ def raw_copy(uri: str, qualified: str, rows: int, batch: int, binary: bool = Fal
         for start in range(0, rows, batch):
             with conn.cursor() as cur, cur.copy(statement) as copy:
                 if binary:
-                    copy.set_types(["uuid", "timestamp", "text", "bytea"])
+                    copy.set_types(queues.COPY_TYPES)  # the columns and types publish sends
                 for i in range(start, min(start + batch, rows)):
                     mid = str(uuid.uuid4())
                     h = {**headers, hdr.MESSAGE_ID: mid, hdr.CONVERSATION_ID: mid, hdr.CORRELATION_ID: mid}
