@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -263,6 +265,32 @@ def test_budgets_and_rerun(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert second["dequeued"] == 750 and second["queues"][0]["backlog_left"] == 0
     landed = journal(tmp_path / "lake")
     assert sorted(landed["id"].to_pylist()) == sorted(ids)
+
+
+def test_progress_estimates_the_backlog_on_a_churned_queue(
+    fresh_pg_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each batch's progress line says about how many rows are left, on a queue whose head holds
+    deleted rows (the state where min(seq) walks them all)."""
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], batch_size=100, workers_per_queue=1)
+    install(cfg)
+    ref = queue_ref("Sales", cfg.transport)  # type: ignore[attr-defined]
+    seed_ids(cfg, "Sales", 500, seed=7)
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as c:
+        c.execute(f"DELETE FROM {ref.qualified}")
+        c.execute(f"ANALYZE {ref.qualified}")
+    seed_ids(cfg, "Sales", 1000)
+    logger = logging.getLogger("queuelake")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="queuelake"):
+            summary = drain(cfg, open_lake(cfg.lake))
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert summary["dequeued"] == 1000
+    records = dict.fromkeys(caplog.records)  # the handler may see a record twice (logger and root)
+    left = [int(m) for r in records for m in re.findall(r"about (-?\d+) left", r.getMessage())]
+    assert left == list(range(900, -1, -100))
 
 
 def test_missing_queue_fails_with_its_name(fresh_pg_uri: str, tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ def test_the_sql_folders_hold_the_expected_files() -> None:
         "receive_batch",
         "send",
         "peek",
+        "newest_seq",
         "purge_expired",
         "subscribe",
         "unsubscribe",

@@ -39,6 +39,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "count_rows",
         "oldest",
         "peek",
+        "newest_seq",
         "db_now",
         # queues
         "receive_batch",

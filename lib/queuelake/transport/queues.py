@@ -168,6 +168,12 @@ def peek(conn: Connection, queue: TableRef) -> int:
     return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
 
+def newest_seq(conn: Connection, queue: TableRef) -> int | None:
+    """The newest row's seq, None when the queue is empty: cheap at any depth (see newest_seq.sql)."""
+    rows = conn.run("newest_seq", queue.identifiers(), {}, what=queue.canonical)
+    return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+
 def oldest_headers(conn: Connection, queue: TableRef) -> str | None:
     rows = conn.run("oldest", queue.identifiers(), {}, what=queue.canonical)
     return _text(rows[0][0]) if rows else None
