@@ -315,6 +315,40 @@ def test_receive_plan_is_initplan(fresh_pg_uri: str, state: str) -> None:
         assert total == N
 
 
+def scan_rows(plan: dict) -> list[tuple[str, int]]:
+    """(node type, actual rows) of every scan node of an EXPLAIN (ANALYZE, FORMAT JSON) plan."""
+    found = [(plan["Node Type"], plan["Actual Rows"])] if "Scan" in plan["Node Type"] else []
+    for child in plan.get("Plans", []):
+        found += scan_rows(child)
+    return found
+
+
+@pytest.mark.parametrize("state", ["emptied-analysed-refilled", "dead-head"])
+def test_depth_reads_probe_the_index_ends(fresh_pg_uri: str, state: str) -> None:
+    """peek and newest_seq read one entry at each end of the seq index, whatever the statistics say:
+    as max(seq) - min(seq), a table whose statistics said "empty" got an aggregate over a scan of the
+    whole index (every scan node returned all N rows). Run on a plain session (sequential scans
+    allowed), as the drain's lock connection and `queuelake status` run them."""
+    (ref,) = install_queues(fresh_pg_uri, "Churned")
+    if state == "dead-head":
+        make_dead_head(fresh_pg_uri, ref)
+    else:
+        make_emptied_analysed_refilled(fresh_pg_uri, ref, N)
+    left = queue_count(fresh_pg_uri, ref)
+    with admin(fresh_pg_uri) as c:
+        old = f"SELECT max(seq) - min(seq) + 1 FROM {ref.qualified}"
+        (old_plan,) = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + old).fetchone()
+        if state == "emptied-analysed-refilled":  # the trap is real here: the old form scans everything
+            assert max(rows for _, rows in scan_rows(old_plan[0]["Plan"])) == N
+        for name in ("newest_seq", "peek"):
+            (stmt,) = sqlfiles.render("postgresql", name, ref.identifiers(), "format")
+            (plan,) = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + stmt.sql).fetchone()
+            scans = scan_rows(plan[0]["Plan"])
+            assert scans and all(rows <= 1 for _, rows in scans), f"{name}, {state}: {scans}"
+        (depth,) = c.execute(sqlfiles.render("postgresql", "peek", ref.identifiers(), "format")[0].sql).fetchone()
+        assert depth == left  # the rows left are contiguous in seq
+
+
 # --- the test can fail ----------------------------------------------------------------------------
 
 

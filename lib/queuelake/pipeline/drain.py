@@ -19,6 +19,7 @@ Memory: a worker holds one batch, whatever the backlog.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -152,8 +153,8 @@ class QueueDrain:
                 schema.require_table(lock_conn, self.ref)
                 lock_conn.rollback()
                 self.result.claims_resolved = self._resolve_claims(lock_conn)
-                self._newest, self._newest_at = queues.newest_seq(lock_conn, self.ref), time.monotonic()
-                lock_conn.rollback()
+                self._newest_at = time.monotonic()
+                self._read_newest(lock_conn)
                 errors: list[BaseException] = []
                 threads = [
                     threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True) for w in range(workers)
@@ -387,14 +388,26 @@ class QueueDrain:
                 self._newest_at = now
             newest = self._newest
         if read:
-            try:
-                newest = queues.newest_seq(conn, self.ref)
-                conn.rollback()
-            except QueuelakeError:
+            if not self._read_newest(conn):
                 return -1
             with self._lock:
-                self._newest = newest
+                newest = self._newest
         return max(newest - high, 0) if newest is not None else 0
+
+    def _read_newest(self, conn: Connection) -> bool:
+        """Read the newest seq for the estimate. A failed read is not the run's failure: the progress
+        line shows -1, and the connection is rolled back so that its next receive runs."""
+        try:
+            newest = queues.newest_seq(conn, self.ref)
+            conn.rollback()
+        except QueuelakeError as exc:
+            log.debug("%s: reading the newest seq failed: %s", self.ref.canonical, exc)
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            return False
+        with self._lock:
+            self._newest = newest
+        return True
 
     def _progress(
         self, worker: int, version: int, counts: dict[str, int], t0: float, total: int, last_seq: int, conn: Connection
