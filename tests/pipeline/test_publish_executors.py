@@ -170,19 +170,26 @@ def test_exactly_once_from_executors_under_sigkill(fresh_pg_uri: str, tmp_path: 
     """The whole process group (driver, JVM, Python workers) SIGKILLed at random instants, as a
     scheduler stops a task; then one clean run. Each row reaches each destination once."""
     lake_root = tmp_path / "lake"
-    cfg = config(fresh_pg_uri, lake_root, ["outbound_x"], [], batch_size=500, executors_from_rows=1)
+    # 60,000 rows in 240 batches: the tasks send a batch in a few ms, and the kills must not outrun
+    # the round (with 60 batches of 500, one kill came 50 batches after its goal and the round ended)
+    batch_size, total = 250, 240
+    cfg = config(fresh_pg_uri, lake_root, ["outbound_x"], [], batch_size=batch_size, executors_from_rows=1)
     setup_db(cfg, ["Target", "Sub1", "Sub2"])
     subscribe(cfg, "Sub1", "Sub1", EVENT)
     subscribe(cfg, "Sub2", "Sub2", EVENT)
     lake = open_lake(cfg.lake, spark)
-    sends, events = outbound(lake, "outbound_x", files=6, per_file=5000)
-    conf = _conf_file(tmp_path, lake_root, 1, 500)
+    sends, events = outbound(lake, "outbound_x", files=6, per_file=10_000)
+    conf = _conf_file(tmp_path, lake_root, 1, batch_size)
     env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
     rng = random.Random(11)
-    kills = 0
+    kills = attempt = 0
     seen = []  # batches in the ledger after each kill
-    for attempt in range(8):
+    # until 8 kills landed: a run that ends by itself (it got through before its kill) is not one
+    while kills < 8 and attempt < 16:
+        attempt += 1
         before = len(ledger_keys(cfg, "outbound_x"))
+        if before >= total - 6:
+            break  # too little left for another kill mid-round
         proc = subprocess.Popen(
             [sys.executable, "-c", KILL_SCRIPT, str(conf)],
             env=env,
@@ -190,25 +197,24 @@ def test_exactly_once_from_executors_under_sigkill(fresh_pg_uri: str, tmp_path: 
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        if attempt % 4 == 0:  # while Spark starts, plans or routes
+        if attempt % 4 == 1:  # while Spark starts, plans or routes
             time.sleep(rng.uniform(1.0, 8.0))
-        else:  # while tasks send: a few more batches committed, then anywhere inside the next ones
-            goal = before + rng.randint(1, 6)
-            while proc.poll() is None and len(ledger_keys(cfg, "outbound_x")) < goal:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 0.3))
+        else:  # while tasks send: once this run's first batch is committed, anywhere in the next ones
+            while proc.poll() is None and len(ledger_keys(cfg, "outbound_x")) <= before:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.2))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
         time.sleep(0.5)  # the group is gone; PostgreSQL has aborted its open transactions
         seen.append(len(ledger_keys(cfg, "outbound_x")))
-    assert kills >= 6, f"only {kills} kills landed"
-    assert sum(0 < n < 60 for n in seen) >= 4, f"too few kills mid-round: batches sent after each {seen}"
+    assert kills >= 6, f"only {kills} kills landed in {attempt} runs: batches sent after each {seen}"
+    assert sum(0 < n < total for n in seen) >= 4, f"too few kills mid-round: batches sent after each {seen}"
     final = subprocess.run(
         [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=env, capture_output=True, text=True, timeout=900
     )
     assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
     keys = ledger_keys(cfg, "outbound_x")
-    assert len(keys) == len(set(keys)) == 60 and all(k.endswith("g") for k in keys)
+    assert len(keys) == len(set(keys)) == total and all(k.endswith("g") for k in keys)
     assert_exactly_once(cfg, sends, events)
