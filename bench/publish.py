@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
 import sys
 import tempfile
@@ -111,6 +112,13 @@ def main() -> int:
     args = parser.parse_args()
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="queuelake-bench-publish-"))
+    try:
+        return run(args, work)
+    finally:  # a 1M-row round leaves gigabytes of lake and database behind
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> int:
     server = None
     uri = args.dsn
     if uri is None:

@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -78,6 +79,13 @@ def main() -> int:
     args = parser.parse_args()
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="queuelake-bench-replay-"))
+    try:
+        return run(args, work)
+    finally:  # a 1M-row round leaves gigabytes of lake and database behind
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> int:
     server = None
     uri = args.dsn
     if uri is None:

@@ -38,23 +38,31 @@ def pg_server_uri() -> Iterator[str]:
     shutil.rmtree(data, ignore_errors=True)
 
 
-def _fresh_database(server_uri: str, hint: str) -> str:
+def _fresh_database(server_uri: str, hint: str) -> Iterator[str]:
+    """A new database, dropped afterwards: a CI run makes hundreds, some with 60,000-row queues and
+    their WAL, and a full disk on the test host failed every test after it."""
     name = "ql_" + re.sub(r"[^a-z0-9]", "_", hint.lower())[-40:] + "_" + uuid.uuid4().hex[:8]
     with psycopg.connect(server_uri, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return with_database(server_uri, name)
+    yield with_database(server_uri, name)
+    try:
+        with psycopg.connect(server_uri, autocommit=True) as conn:
+            # FORCE: a killed subprocess's backend may not have gone yet
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.Error:
+        pass  # a database left behind costs disk, never a result
 
 
 @pytest.fixture(scope="module")
-def pg_uri(pg_server_uri: str, request: pytest.FixtureRequest) -> str:
+def pg_uri(pg_server_uri: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A libpq URI of a database of this test module's own."""
-    return _fresh_database(pg_server_uri, request.module.__name__)
+    yield from _fresh_database(pg_server_uri, request.module.__name__)
 
 
 @pytest.fixture
-def fresh_pg_uri(pg_server_uri: str, request: pytest.FixtureRequest) -> str:
+def fresh_pg_uri(pg_server_uri: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A database of this one test's own."""
-    return _fresh_database(pg_server_uri, request.node.name)
+    yield from _fresh_database(pg_server_uri, request.node.name)
 
 
 @pytest.fixture(params=["psycopg", "pyodbc"])
