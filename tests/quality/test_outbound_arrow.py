@@ -110,3 +110,24 @@ def test_clean_round_passes_and_each_fault_is_caught(spark, tmp_path: Path) -> N
         paths = write_files(tmp_path / name.replace(" ", "_"), bad, [])
         assert spark_rejects(spark, paths) >= 1, name  # a duplicate rejects both rows
         assert arrow_may_reject(paths, pq.ParquetFile), name
+
+
+def test_a_round_above_the_key_cap_is_left_to_spark_without_reading_it(tmp_path: Path) -> None:
+    """The pre-check holds a round's keys for the duplicate check; a round larger than its cap goes
+    to Spark's checks (which spill) before a row is read, so the driver's memory is bounded by the
+    cap, not by the round. Counted from the files' footers: a file that is not Parquet at all past
+    the cap is never opened."""
+    paths = write_files(tmp_path / "clean", clean_rows(12), [], files=3)  # 4 rows per file
+    assert not arrow_may_reject(paths, pq.ParquetFile, max_rows=12)
+    assert arrow_may_reject(paths, pq.ParquetFile, max_rows=11)
+
+    opened: list[str] = []
+
+    def counting(uri: str) -> pq.ParquetFile:
+        opened.append(uri)
+        return pq.ParquetFile(uri)
+
+    not_parquet = tmp_path / "not-parquet"
+    not_parquet.write_bytes(b"never read")
+    assert arrow_may_reject([*paths[:2], paths[2], str(not_parquet)], counting, max_rows=10)
+    assert opened == paths  # the third file's footer tipped it over; nothing after was opened

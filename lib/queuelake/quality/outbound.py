@@ -66,9 +66,12 @@ def with_reasons(df: DataFrame) -> DataFrame:
 # ---------------------------------------------------------------- the same contract, in Arrow
 
 ARROW_COLUMNS = ["key", "message_type", "intent", "destination", "body", "ttbr_ms", "deliver_at"]
+# The pre-check keeps a round's keys for the duplicate check: a larger round goes to Spark's checks,
+# which spill, so the driver's memory stays bounded (a million keys: some 60 MB) whatever the round.
+PRECHECK_MAX_ROWS = 1_000_000
 
 
-def arrow_may_reject(files: list[str], open_file: Callable[[str], Any]) -> bool:
+def arrow_may_reject(files: list[str], open_file: Callable[[str], Any], max_rows: int = PRECHECK_MAX_ROWS) -> bool:
     """True when some row of the round might fail the contract; False only when none can.
 
     Why: a round with no bad row (the usual one) needs no Spark job at all, and the first Spark job
@@ -77,12 +80,17 @@ def arrow_may_reject(files: list[str], open_file: Callable[[str], Any]) -> bool:
     kept for the duplicate check) with pyarrow. It errs towards
     True: Spark's ``with_reasons`` stays the judge of which rows are rejected and why, so the two
     can never disagree on a row that is sent (``trim`` here strips all whitespace, Spark's only
-    spaces)."""
+    spaces). A round of more than ``max_rows`` rows is left to Spark before any is read: its keys
+    would not fit a bounded driver, and for such a round the Spark job is a small share anyway."""
     import pyarrow.compute as pc
 
     seen: list[pa.Array] = []
+    rows = 0
     for uri in files:
         parquet = open_file(uri)
+        rows += parquet.metadata.num_rows
+        if rows > max_rows:
+            return True
         names = set(parquet.schema_arrow.names)
         if any(c not in names for c in REQUIRED):
             return True  # Spark names the missing column
