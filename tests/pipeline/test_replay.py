@@ -17,6 +17,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from queuelake import cli
 from queuelake.config import from_dict
 from queuelake.errors import QueuelakeError
@@ -126,6 +128,38 @@ def test_unique_message_id_matches_servicecontrol() -> None:
     # no ProcessingEndpoint: the queue part of FailedQ
     by_queue = {hdr.MESSAGE_ID: "m", hdr.FAILED_QUEUE: "Sales@[dbo]@[nsb]"}
     assert unique_message_id(by_queue) == unique_message_id({hdr.MESSAGE_ID: "m", hdr.PROCESSING_ENDPOINT: "Sales"})
+
+
+@settings(max_examples=300, deadline=None)
+@given(message_id=st.text(), endpoint=st.text(min_size=1))
+def test_unique_message_id_is_the_dotnet_guid_of_the_md5(message_id: str, endpoint: str) -> None:
+    """The Guid is formatted by hand (speed): the same text as the uuid module's ``bytes_le`` form,
+    the byte order .NET's ``new Guid(byte[])`` reads, for any text."""
+    import hashlib
+    import uuid
+
+    try:
+        data = f"{message_id}{endpoint}".encode()
+    except UnicodeEncodeError:  # a lone surrogate: not text a header can hold (the journal refuses it)
+        return
+    digest = hashlib.md5(data, usedforsecurity=False).digest()
+    headers = {hdr.MESSAGE_ID: message_id, hdr.PROCESSING_ENDPOINT: endpoint}
+    assert unique_message_id(headers) == str(uuid.UUID(bytes_le=digest))
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text())
+def test_name_uuid_is_uuid5(name: str) -> None:
+    """Replay's row and message ids come from ``name_uuid``, formatted by hand: uuid5's text."""
+    import uuid
+
+    from queuelake.pipeline.outgoing import NAMESPACE, name_uuid
+
+    try:
+        expected = str(uuid.uuid5(NAMESPACE, name))
+    except UnicodeEncodeError:
+        return
+    assert name_uuid(name) == expected
 
 
 def test_retry_headers_strip_what_servicecontrol_strips() -> None:

@@ -50,7 +50,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine, journal_engine
 from queuelake.pipeline.journal import MESSAGES
-from queuelake.pipeline.outgoing import NAMESPACE
+from queuelake.pipeline.outgoing import name_uuid
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import headers as hdr
@@ -277,8 +277,9 @@ def unique_message_id(headers: dict[str, str | None]) -> str | None:
         endpoint = _queue_part(headers[hdr.REPLY_TO_ADDRESS] or "")
     if message_id is None or endpoint is None:
         return None
-    digest = hashlib.md5(f"{message_id}{endpoint}".encode(), usedforsecurity=False).digest()
-    return str(uuid.UUID(bytes_le=digest))
+    x = hashlib.md5(f"{message_id}{endpoint}".encode(), usedforsecurity=False).hexdigest()
+    # str(uuid.UUID(bytes_le=digest)) without the object: the first three fields byte-swapped
+    return f"{x[6:8]}{x[4:6]}{x[2:4]}{x[0:2]}-{x[10:12]}{x[8:10]}-{x[14:16]}{x[12:14]}-{x[16:20]}-{x[20:32]}"
 
 
 _KEPT: dict[str, bool] = {}  # header name -> kept on a retry (names repeat across messages: decide once)
@@ -643,7 +644,7 @@ class Replayer:
             assert row.target is not None
             if row.kind == "replay":
                 headers = dict(original)
-                mid = str(uuid.uuid5(NAMESPACE, f"replay\n{replay_id}\n{row.message_id}\n{row.target.canonical}"))
+                mid = name_uuid(f"replay\n{replay_id}\n{row.message_id}\n{row.target.canonical}")
                 headers[hdr.MESSAGE_ID] = mid
                 if row.message_id is not None:
                     headers[REPLAY_ORIGINAL_MESSAGE_ID] = row.message_id
@@ -654,7 +655,7 @@ class Replayer:
             headers[REPLAY_ID] = replay_id
             headers[REPLAY_KIND] = row.kind
             headers[REPLAY_SOURCE] = f"{row.queue}@{row.seq}"
-            row_id = str(uuid.uuid5(NAMESPACE, f"replay-row\n{replay_id}\n{row.queue}\n{row.seq}\n{row.id}"))
+            row_id = name_uuid(f"replay-row\n{replay_id}\n{row.queue}\n{row.seq}\n{row.id}")
             message = OutgoingMessage(
                 orjson.dumps(headers).decode(),  # names and values are strings already (map<string,string>)
                 body,
