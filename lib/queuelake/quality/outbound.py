@@ -67,7 +67,8 @@ def with_reasons(df: DataFrame) -> DataFrame:
 
 ARROW_COLUMNS = ["key", "message_type", "intent", "destination", "body", "ttbr_ms", "deliver_at"]
 # The pre-check keeps a round's keys for the duplicate check: a larger round goes to Spark's checks,
-# which spill, so the driver's memory stays bounded (a million keys: some 60 MB) whatever the round.
+# which spill, so the driver's memory stays bounded whatever the round (a million uuid keys: 40 MB
+# of Arrow, and Arrow's pool peaked at 250 MB around their distinct count).
 PRECHECK_MAX_ROWS = 1_000_000
 
 
