@@ -15,7 +15,13 @@ has workers, nothing else (no session settings).
 drain: ``queuelake.pipeline.drain.drain`` (delta-rs engine) of the same rows into a fresh temp lake.
 If the drain logs ``timing <step> <seconds> ...`` lines at DEBUG, each step's share of the summed
 thread time is printed too: receive, build, stage and claim on the worker thread; delta and clear on
-its lander thread, which overlaps them with the next batch's receive.
+its lander thread, which overlaps them with the next batch's receive. The same lines carry the
+worker thread's own CPU seconds for receive, build and stage+claim.
+
+CPU: for each consumer the CPU this process spent (the client) and, on Linux, the machine's busy and
+stolen CPU seconds over the run (``/proc/stat``): busy minus client is the server, plus anything else
+running. Their medians over --repeat runs say how much more CPU the drain spends per row than the
+raw limit; with the machine's cores near fully busy, that, not waiting, bounds the ratio.
 
     python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--repeat N] [--dsn URI]
 
@@ -70,6 +76,7 @@ class StepTimes(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu_seconds: dict[str, float] = defaultdict(float)  # the worker thread's CPU per step
         self.batches = 0
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -77,16 +84,19 @@ class StepTimes(logging.Handler):
         if not message.startswith("timing "):
             return
         words = message.split()[1:]
-        for name, value in zip(words[0::2], words[1::2]):
-            try:
-                self.seconds[name] += float(value)
-            except ValueError:
-                continue
+        wall, cpu = (words[: words.index("cpu")], words[words.index("cpu") + 1 :]) if "cpu" in words else (words, [])
+        for into, pairs in ((self.seconds, wall), (self.cpu_seconds, cpu)):
+            for name, value in zip(pairs[0::2], pairs[1::2]):
+                try:
+                    into[name] += float(value)
+                except ValueError:
+                    continue
         if words and words[0] == "receive":  # the worker's line; the lander's (delta, clear) overlaps it
             self.batches += 1
 
     def reset(self) -> None:
         self.seconds.clear()
+        self.cpu_seconds.clear()
         self.batches = 0
 
     def figures(self) -> dict[str, Any]:
@@ -97,7 +107,54 @@ class StepTimes(logging.Handler):
                 name: {"worker_seconds": round(s, 3), "share": round(s / total, 3) if total else None}
                 for name, s in self.seconds.items()
             },
+            "worker_cpu_seconds": {name: round(s, 3) for name, s in self.cpu_seconds.items()},
         }
+
+
+class CpuMeter:
+    """CPU spent while one consumer runs: this process's (the client: the bench runs both consumers
+    in process) and the whole machine's busy and stolen time from ``/proc/stat`` (Linux; None
+    elsewhere). The machine's busy time minus the client's is the server's, plus whatever else runs.
+
+    Why: on a small shared machine the wall-clock ratio moves by a third between runs, while the CPU
+    a consumer spends per row hardly moves; "busy" near "cores x wall" says the run was CPU-bound,
+    and "steal" is time the hypervisor gave our cores to another machine."""
+
+    def __enter__(self) -> CpuMeter:
+        self._client, self._machine, self._t = self._client_now(), self._machine_now(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._t
+        client, machine = self._client_now() - self._client, self._machine_now()
+        self.figures: dict[str, Any] = {"client_cpu_s": round(client, 2)}
+        if machine is not None and self._machine is not None:
+            busy, steal = machine[0] - self._machine[0], machine[1] - self._machine[1]
+            cores = os.cpu_count() or 1
+            self.figures.update(
+                machine_busy_cpu_s=round(busy, 2),
+                server_and_other_cpu_s=round(busy - client, 2),
+                machine_busy_share=round(busy / (cores * wall), 2) if wall > 0 else None,
+                steal_cpu_s=round(steal, 2),
+            )
+
+    @staticmethod
+    def _client_now() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    @staticmethod
+    def _machine_now() -> tuple[float, float] | None:
+        """(busy, steal) CPU seconds since boot, all cores."""
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        hz = os.sysconf("SC_CLK_TCK")
+        idle = ticks[3] + ticks[4]  # idle, iowait
+        steal = ticks[7] if len(ticks) > 7 else 0
+        return (sum(ticks[:8]) - idle - steal) / hz, steal / hz
 
 
 def rel_stats(uri: str, ref: TableRef) -> tuple[float, int]:
@@ -214,13 +271,16 @@ def measure(
     drain_first: bool = False,
 ) -> dict:
     label = "churned" if churned else "fresh"
+    cpu: dict[str, dict[str, Any]] = {}
 
     def raw() -> tuple[int, float]:
         seed_s = build(cfg, uri, ref, args.rows, churned, args.dead)
         print(f"[{label}] table built in {seed_s:.1f}s", file=sys.stderr)
-        raw_n, raw_s = raw_drain(uri, ref, args.batch_size, args.workers)
+        with CpuMeter() as meter:
+            raw_n, raw_s = raw_drain(uri, ref, args.batch_size, args.workers)
         if raw_n != args.rows:
             raise SystemExit(f"[{label}] raw received {raw_n} of {args.rows}")
+        cpu["raw"] = meter.figures
         return raw_n, raw_s
 
     def raw_copy() -> tuple[int, float]:
@@ -232,7 +292,9 @@ def measure(
 
     def ours() -> tuple[int, float, dict[str, Any]]:
         build(cfg, uri, ref, args.rows, churned, args.dead)
-        drain_n, drain_s, timing = full_drain(cfg, steps)
+        with CpuMeter() as meter:
+            drain_n, drain_s, timing = full_drain(cfg, steps)
+        cpu["drain"] = meter.figures
         if drain_n != args.rows:
             raise SystemExit(f"[{label}] drain dequeued {drain_n} of {args.rows}")
         return drain_n, drain_s, timing
@@ -251,6 +313,7 @@ def measure(
         "drain_seconds": round(drain_s, 2),
         "drain_msgs_per_s": round(drain_rate),
         "ratio": round(drain_rate / raw_rate, 3),
+        "cpu": cpu,
         **timing,
     }
     print(
@@ -267,11 +330,25 @@ def measure(
             f"ratio drain/raw COPY {out['ratio_vs_raw_copy']:.3f}",
             file=sys.stderr,
         )
+    if "machine_busy_cpu_s" in cpu["raw"] and "machine_busy_cpu_s" in cpu["drain"]:
+        print(
+            f"[{label}] CPU seconds per {args.rows:,} rows (client + server and other; busy share of the "
+            f"cores; stolen): "
+            + "; ".join(
+                f"{who} {c['client_cpu_s']:.2f} + {c['server_and_other_cpu_s']:.2f} "
+                f"({c['machine_busy_share']:.0%}; steal {c['steal_cpu_s']:.2f})"
+                for who, c in cpu.items()
+            ),
+            file=sys.stderr,
+        )
     if timing["batches"]:
         shares = ", ".join(
             f"{name} {v['share']:.0%} ({v['worker_seconds']:.2f}s)" for name, v in timing["steps"].items()
         )
         print(f"[{label}] drain steps over {timing['batches']} batches: {shares}", file=sys.stderr)
+        if timing["worker_cpu_seconds"]:
+            worked = ", ".join(f"{name} {s:.2f}s" for name, s in timing["worker_cpu_seconds"].items())
+            print(f"[{label}] drain workers' own CPU: {worked}", file=sys.stderr)
     return out
 
 
@@ -298,6 +375,16 @@ def measure_repeated(
         "drain_msgs_per_s_median": round(drain_median),
         "ratio_of_medians": round(drain_median / raw_median, 3),
     }
+    for who in ("raw", "drain"):
+        figures = [r["cpu"][who] for r in runs]
+        out[f"{who}_cpu_median"] = {
+            key: statistics.median(f[key] for f in figures)
+            for key in figures[0]
+            if all(f.get(key) is not None for f in figures)
+        }
+    raw_busy, drain_busy = (out[f"{w}_cpu_median"].get("machine_busy_cpu_s") for w in ("raw", "drain"))
+    if raw_busy and drain_busy:
+        out["drain_cpu_per_raw_cpu"] = round(drain_busy / raw_busy, 2)
     if args.raw_copy:
         out["ratio_vs_raw_copy_median"] = round(statistics.median(r["ratio_vs_raw_copy"] for r in runs), 3)
         out["raw_copy_msgs_per_s_median"] = round(statistics.median(r["raw_copy_msgs_per_s"] for r in runs))
@@ -308,6 +395,12 @@ def measure_repeated(
         f"(ratio of medians {out['ratio_of_medians']:.3f})",
         file=sys.stderr,
     )
+    if "drain_cpu_per_raw_cpu" in out:
+        print(
+            f"[{label}] median machine CPU: raw {raw_busy:.2f}s, drain {drain_busy:.2f}s "
+            f"({out['drain_cpu_per_raw_cpu']:.2f}x)",
+            file=sys.stderr,
+        )
     if args.raw_copy:
         print(
             f"[{label}] against the raw COPY: ratio median {out['ratio_vs_raw_copy_median']:.3f}, "

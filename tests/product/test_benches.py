@@ -47,7 +47,14 @@ def test_drain_bench_measures_both_tables_against_both_raw_limits(fresh_pg_uri: 
             # the drain logged its per-step timings per batch: at least 3 of at most 1,000 rows (two
             # workers may split the rows into more, smaller batches)
             assert run["batches"] >= 3, run
+            # the CPU each consumer cost (this process; the machine's where /proc/stat exists), and
+            # the drain workers' own CPU per step, from the same timing lines
+            assert run["cpu"]["raw"]["client_cpu_s"] >= 0 and run["cpu"]["drain"]["client_cpu_s"] > 0
+            assert set(run["worker_cpu_seconds"]) == {"receive", "build", "stage+claim"}, run
+            if Path("/proc/stat").exists():
+                assert run["cpu"]["drain"]["machine_busy_cpu_s"] > 0
         assert summary["ratio_vs_raw_copy_median"] > 0
+        assert summary["drain_cpu_median"]["client_cpu_s"] > 0
 
 
 def test_commits_bench_compares_both_checkpoint_intervals() -> None:
