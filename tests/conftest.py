@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -38,12 +38,13 @@ def pg_server_uri() -> Iterator[str]:
     shutil.rmtree(data, ignore_errors=True)
 
 
-def _fresh_database(server_uri: str, hint: str) -> Iterator[str]:
+def _fresh_database(server_uri: str, hint: str, options: str = "") -> Iterator[str]:
     """A new database, dropped afterwards: a CI run makes hundreds, some with 60,000-row queues and
-    their WAL, and a full disk on the test host failed every test after it."""
+    their WAL, and a full disk on the test host failed every test after it. ``options``: the rest of
+    the ``CREATE DATABASE`` statement (a literal of the test's own, e.g. an encoding)."""
     name = "ql_" + re.sub(r"[^a-z0-9]", "_", hint.lower())[-40:] + "_" + uuid.uuid4().hex[:8]
     with psycopg.connect(server_uri, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" {options}')
     yield with_database(server_uri, name)
     try:
         with psycopg.connect(server_uri, autocommit=True) as conn:
@@ -63,6 +64,23 @@ def pg_uri(pg_server_uri: str, request: pytest.FixtureRequest) -> Iterator[str]:
 def fresh_pg_uri(pg_server_uri: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A database of this one test's own."""
     yield from _fresh_database(pg_server_uri, request.node.name)
+
+
+@pytest.fixture
+def more_pg_databases(pg_server_uri: str) -> Iterator[Callable[..., str]]:
+    """Makes more databases for one test, on the same server (``make(hint, options="")`` returns
+    the new one's URI), and drops them all after it."""
+    made: list[Iterator[str]] = []
+
+    def make(hint: str, options: str = "") -> str:
+        database = _fresh_database(pg_server_uri, hint, options)
+        uri = next(database)
+        made.append(database)
+        return uri
+
+    yield make
+    for database in made:
+        next(database, None)
 
 
 @pytest.fixture(params=["psycopg", "pyodbc"])

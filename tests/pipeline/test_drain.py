@@ -25,7 +25,7 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
 from queuelake.transport import db, installer, queues
 from queuelake.transport import headers as hdr
-from queuelake.transport.embedded import odbc_from_uri, with_database
+from queuelake.transport.embedded import odbc_from_uri
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref
 
@@ -147,7 +147,7 @@ def test_drain_lands_expires_and_quarantines(fresh_pg_uri: str, tmp_path: Path) 
 
 @pytest.mark.parametrize("receive", ["psycopg", "adbc", "pyodbc"])
 def test_text_that_is_not_utf8_is_quarantined_not_a_blocked_queue(
-    pg_server_uri: str, tmp_path: Path, receive: str
+    more_pg_databases, tmp_path: Path, receive: str
 ) -> None:
     """A SQL_ASCII database keeps whatever bytes another program wrote as text. psycopg and ADBC
     hand such rows to the journal, which quarantines them with their bytes shown escaped, while the
@@ -155,10 +155,7 @@ def test_text_that_is_not_utf8_is_quarantined_not_a_blocked_queue(
     rolled back, and the same rows failed every run after.) psqlodbc asks for UTF8, which PostgreSQL
     refuses to send these bytes as: that drain fails, naming the queue and the reason, and loses
     nothing."""
-    name = "ql_sql_ascii_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(pg_server_uri, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE \"{name}\" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
-    uri = with_database(pg_server_uri, name)
+    uri = more_pg_databases("sql_ascii", "ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
     cfg = make_config(uri, tmp_path / "lake", ["Sales"], batch_size=50)
     install(cfg)
     good = list(traffic.order_events(40, seed=5))

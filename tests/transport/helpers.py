@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,6 @@ import yaml
 from queuelake.config import Config, from_dict
 from queuelake.transport import db
 from queuelake.transport.db import Connection
-from queuelake.transport.embedded import with_database
 from queuelake.transport.tables import TableRef, queue_ref
 
 from tests.conftest import connection_string
@@ -48,14 +45,6 @@ def connect(uri: str, driver: str) -> Connection:
 
 def ref(name: str, driver: str = "psycopg", uri: str = "postgresql://x@localhost/x") -> TableRef:
     return queue_ref(name, make_config(uri, driver).transport)
-
-
-def new_database(server_or_db_uri: str, hint: str = "extra") -> str:
-    """Another empty database on the same server; returns its libpq URI."""
-    name = "ql_" + re.sub(r"[^a-z0-9]", "_", hint.lower())[-30:] + "_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(server_or_db_uri, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return with_database(server_or_db_uri, name)
 
 
 def sql(uri: str, query: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:

@@ -16,7 +16,6 @@ from tests.transport.helpers import (
     connect,
     indexes,
     make_config,
-    new_database,
     primary_key,
     run_cli,
     sql,
@@ -201,7 +200,7 @@ def test_install_needs_no_more_privilege_than_it_uses(fresh_pg_uri: str, pg_driv
             sql(fresh_pg_uri, f"DROP ROLE {role}")
 
 
-def test_eight_concurrent_installs_all_succeed(fresh_pg_uri: str, pg_driver: str) -> None:
+def test_eight_concurrent_installs_all_succeed(fresh_pg_uri: str, pg_driver: str, more_pg_databases) -> None:
     queues = ["Sales", '"race"."Orders"', '"race"."Billing"', '"race2"."Audit"']
     workers = 8
     barrier = threading.Barrier(workers)
@@ -243,18 +242,18 @@ def test_eight_concurrent_installs_all_succeed(fresh_pg_uri: str, pg_driver: str
     assert sorted(rows) == sorted(expected)  # exactly one of each
 
     # and the raced result equals a quiet, single install
-    quiet = new_database(fresh_pg_uri, "quiet")
+    quiet = more_pg_databases("quiet")
     with connect(quiet, pg_driver) as conn:
         installer.install(conn, _plan(quiet, pg_driver, queues))
     assert catalog_snapshot(fresh_pg_uri) == catalog_snapshot(quiet)
 
 
-def test_print_sql_is_what_install_runs(fresh_pg_uri: str, pg_driver: str, tmp_path) -> None:
+def test_print_sql_is_what_install_runs(fresh_pg_uri: str, pg_driver: str, tmp_path, more_pg_databases) -> None:
     # a line break in a table name must stay inside its quotes and out of the script's comments
     queues = ["Sales", "audit", '"billing"."Billing"', HOSTILE, '"public"."Line\nBreak; SELECT 1/0 --"']
     cfg = write_config(tmp_path, pg_driver, queues)
     printed_db = fresh_pg_uri
-    installed_db = new_database(fresh_pg_uri, "installed")
+    installed_db = more_pg_databases("installed")
 
     printed = run_cli(["install", "-c", str(cfg), "--print-sql"], connection_string(printed_db, pg_driver))
     assert printed.code == 0, printed
