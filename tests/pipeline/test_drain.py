@@ -205,10 +205,16 @@ def comparable(row: dict) -> dict:
     return {**row, "headers": headers, "expires": row["expires"] is not None}
 
 
-def test_every_receive_driver_builds_the_same_journal(fresh_pg_uri: str, tmp_path: Path) -> None:
+def test_every_receive_driver_builds_the_same_journal(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """ADBC hands a batch over as Arrow; psycopg and pyodbc hand over Python rows, turned into Arrow
     before the same journal builder (native header decode included) runs. The same messages received
-    through each give the same journal rows: maps, typed columns, outcomes and reasons."""
+    through each give the same journal rows: maps, typed columns, outcomes and reasons. ``adbc-chunked``
+    receives each batch in record batches of about 1 KB (``RECEIVE_CHUNK_BYTES``), so that the
+    journal is built from columns of many chunks, as from a large batch. No batch may need the
+    builder's safety net (bisecting a batch whose build failed), which would hide a build that
+    mishandles such columns."""
     sent = dt.datetime(2026, 11, 2, 8, 30, 0, 123456, tzinfo=dt.timezone.utc)
     good = list(traffic.order_events(30, seed=7))
     messages = [
@@ -220,8 +226,8 @@ def test_every_receive_driver_builds_the_same_journal(fresh_pg_uri: str, tmp_pat
         *(OutgoingMessage(raw, b"kept", id=str(uuid.uuid4())) for raw in traffic.MALFORMED_HEADERS.values()),
     ]
     journals = {}
-    for receive in ("adbc", "psycopg", "pyodbc"):
-        queue = f"Sales_{receive}"
+    for receive in ("adbc", "adbc-chunked", "psycopg", "pyodbc"):
+        queue = f"Sales_{receive.replace('-', '_')}"
         cfg = make_config(fresh_pg_uri, tmp_path / receive, [queue], batch_size=20)
         install(cfg)
         with db.connect(cfg.transport) as conn:
@@ -234,17 +240,31 @@ def test_every_receive_driver_builds_the_same_journal(fresh_pg_uri: str, tmp_pat
             {
                 "transport": transport,
                 "lake": {"root": str(tmp_path / receive), "engine": "delta-rs"},
-                "drain": {"queues": [queue], "batch_size": 20, "receive_driver": receive},
+                "drain": {"queues": [queue], "batch_size": 20, "receive_driver": receive.split("-")[0]},
             },
             env={},
         )
-        summary = drain(cfg, open_lake(cfg.lake))
+        with monkeypatch.context() as patch:
+            if receive == "adbc-chunked":
+                patch.setattr(queues, "RECEIVE_CHUNK_BYTES", 1024)
+                with db.connect(cfg.transport, driver="adbc") as conn:  # the setting takes: many chunks
+                    chunked = queues.receive_batch_arrow(conn, queue_ref(queue, cfg.transport), 20)
+                    conn.rollback()  # the rows stay for the drain
+                assert chunked.num_rows == 20 and chunked["body"].num_chunks > 5, chunked["body"].num_chunks
+            logger = logging.getLogger("queuelake")
+            logger.addHandler(caplog.handler)
+            try:
+                with caplog.at_level(logging.WARNING, logger="queuelake"):
+                    summary = drain(cfg, open_lake(cfg.lake))
+            finally:
+                logger.removeHandler(caplog.handler)
         assert summary["status"] == "ok" and summary["dequeued"] == len(messages), summary
+        assert not [r.getMessage() for r in caplog.records if "isolating the rows" in r.getMessage()], receive
         rows = journal(tmp_path / receive).drop_columns(["queue", "batch_id", "drained_at"]).to_pylist()
         journals[receive] = sorted(rows, key=lambda r: r["seq"])
     assert journals["adbc"][0]["message_type"] == "Sales.Messages.Events.OrderPlaced"
     assert {r["outcome"] for r in journals["adbc"]} == {"landed", "expired", "quarantined"}
-    for receive in ("psycopg", "pyodbc"):
+    for receive in ("adbc-chunked", "psycopg", "pyodbc"):
         for ours, theirs in zip(journals["adbc"], journals[receive], strict=True):
             ours, theirs = comparable(ours), comparable(theirs)
             assert ours == theirs, receive

@@ -85,8 +85,10 @@ def _control_byte_rows(texts: pa.Array) -> np.ndarray:
     """Rows holding a raw control byte (below 0x20: CR, LF, TAB and the rest). Outside a string it is
     whitespace, a line break that the reader takes for the end of a row; inside one it is invalid
     JSON, which fails the reader for the whole batch. Either way the batch went row by row for one
-    such row. One numpy pass over the batch's bytes (a control byte is never part of a multi-byte
-    UTF-8 sequence): ~2 ms per 10,000 typical rows, where Arrow's substring kernels took ~30."""
+    such row. A numpy pass over the batch's bytes (a control byte is never part of a multi-byte
+    UTF-8 sequence), where Arrow's substring kernels took ~30 ms per 10,000 typical rows: first their
+    minimum, 0.3 ms and no memory; only a batch holding a control byte pays for the comparison, whose
+    batch-sized temporary cost 1 ms and, inside the drain, fresh pages (8% of its page faults)."""
     n = len(texts)
     rows = np.zeros(n, dtype=bool)
     _, offset_buffer, data_buffer = texts.buffers()
@@ -94,6 +96,8 @@ def _control_byte_rows(texts: pa.Array) -> np.ndarray:
         return rows
     offsets = np.frombuffer(offset_buffer, dtype=np.int32)[texts.offset : texts.offset + n + 1]
     data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
+    if len(data) == 0 or data.min() >= 0x20:
+        return rows
     hits = np.flatnonzero(data < 0x20)
     if len(hits):
         rows[np.searchsorted(offsets, hits + offsets[0], side="right") - 1] = True

@@ -92,8 +92,18 @@ class Connection:
                 rows = [tuple(r) for r in cur.fetchall()]
         return rows
 
-    def execute(self, stmt: Statement, params: Mapping[str, Any], what: str | None = None) -> Any:
-        cur = self.raw.cursor()
+    def execute(
+        self,
+        stmt: Statement,
+        params: Mapping[str, Any],
+        what: str | None = None,
+        adbc_options: Mapping[str, str] | None = None,
+    ) -> Any:
+        """``adbc_options``: ADBC statement options, used when the connection is an ADBC one."""
+        if adbc_options and self.driver == "adbc":
+            cur = self.raw.cursor(adbc_stmt_kwargs=dict(adbc_options))
+        else:
+            cur = self.raw.cursor()
         try:
             cur.execute(stmt.sql, stmt.args(params))
         except Exception as exc:  # driver-specific classes; re-raised as ours with context
