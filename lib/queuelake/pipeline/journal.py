@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -173,7 +174,7 @@ _LOOKED_UP = [
 
 
 def _typed_columns(
-    headers: pa.MapArray, ids: pa.Array, by_name: dict[str, pa.Array] | None = None
+    headers: pa.MapArray, ids: pa.Array, by_name: Mapping[str, pa.Array] | None = None
 ) -> tuple[set[int], dict[str, Any]]:
     """Every decoded column, and the rows whose intent or times the reference decoder would refuse.
     ``by_name``: the headers already as columns (the native decode of a whole batch), which saves
