@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import UTC_TIMESTAMP
+from queuelake.lake.files import leaf_paths
 from queuelake.lake.marks import description_for
 from queuelake.lake.rust import DeltaRsEngine
 
@@ -525,7 +526,8 @@ def test_maintain_gives_older_tables_the_checkpoint_interval(rs: DeltaRsEngine, 
 def test_staged_journal_files_skip_statistics_and_dictionaries_that_earn_nothing(rs: DeltaRsEngine) -> None:
     """The journal's files: dictionary-encoded header keys but not header values (ids and times, near
     unique), no Parquet statistics on the map, the body and other long texts, statistics kept on the
-    scalar columns; the Delta log still carries every column's file statistics, and the rows read back."""
+    scalar columns, the GUID columns uncompressed and every other column (nested leaves included)
+    snappy; the Delta log still carries every column's file statistics, and the rows read back."""
     from deltalake import DeltaTable
     from queuelake.lake import tables
 
@@ -555,6 +557,10 @@ def test_staged_journal_files_skip_statistics_and_dictionaries_that_earn_nothing
         assert not chunks[path].is_stats_set, path
     for path in ("seq", "queue", "message_id", "drained_at"):
         assert chunks[path].is_stats_set, path
+    plain = {"id", "message_id", "conversation_id", "correlation_id"}
+    assert {p for p, c in chunks.items() if c.compression == "UNCOMPRESSED"} == plain
+    assert {c.compression for p, c in chunks.items() if p not in plain} == {"SNAPPY"}
+    assert len(chunks) == len(leaf_paths(schema)) and set(chunks) == set(leaf_paths(schema))
     (add,) = pa.table(DeltaTable(rs.path("messages")).get_add_actions(flatten=True)).to_pylist()
     assert (add["min.seq"], add["max.seq"], add["min.message_id"]) == (1, 3, "m1")
     same_rows(rs.read_arrow("messages"), rows.cast(schema))

@@ -212,6 +212,24 @@ def split_partitions(data: pa.Table, partition_by: list[str]) -> Iterable[tuple[
 # ---------------------------------------------------------------- the sink
 
 
+COMPRESSION = "snappy"
+
+
+def leaf_paths(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths of an Arrow schema's leaves, as pyarrow's writer names them."""
+
+    def walk(name: str, t: pa.DataType) -> list[str]:
+        if pa.types.is_map(t):
+            return walk(f"{name}.key_value.key", t.key_type) + walk(f"{name}.key_value.value", t.item_type)
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return walk(f"{name}.list.element", t.value_type)
+        if pa.types.is_struct(t):
+            return [path for field in t for path in walk(f"{name}.{field.name}", field.type)]
+        return [name]
+
+    return [path for field in schema for path in walk(field.name, field.type)]
+
+
 @dataclass
 class _OpenFile:
     path: str
@@ -243,6 +261,7 @@ class FileSink:
         storage_options: dict[str, str] | None = None,
         dictionary_columns: tuple[str, ...] | None = None,
         statistics_columns: list[str] | None = None,
+        uncompressed_columns: tuple[str, ...] = (),
     ) -> None:
         self.table_uri = table_uri
         self.use_dictionary: bool | list[str] = (
@@ -255,6 +274,12 @@ class FileSink:
         self.fs, self.base = filesystem(table_uri, storage_options)
         self.partition_by = list(partition_by or [])
         self.data_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
+        self.compression: str | dict[str, str] = COMPRESSION
+        if uncompressed_columns:  # per Parquet column (a leaf: headers.key_value.key), all named
+            self.compression = {
+                path: "none" if path.split(".", 1)[0] in uncompressed_columns else COMPRESSION
+                for path in leaf_paths(self.data_schema)
+            }
         self.prefix = prefix or f"part-{uuid.uuid4()}"
         self.target_file_bytes = target_file_bytes
         self.row_group_bytes = row_group_bytes
@@ -309,7 +334,7 @@ class FileSink:
         writer = pq.ParquetWriter(
             stream,
             self.data_schema,
-            compression="snappy",
+            compression=self.compression,
             use_dictionary=self.use_dictionary,
             write_statistics=self.write_statistics,
         )

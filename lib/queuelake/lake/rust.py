@@ -325,6 +325,7 @@ class DeltaRsEngine:
             storage_options=self.storage_options,
             dictionary_columns=catalogue.dictionary_columns(table),
             statistics_columns=catalogue.statistics_columns(table),
+            uncompressed_columns=catalogue.uncompressed_columns(table),
         )
         try:
             sink.write(conform(data, target, table))

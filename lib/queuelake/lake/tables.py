@@ -34,6 +34,9 @@ class LakeTable:
     # are what readers prune files with; min / max over maps, lists and long texts cost ~10% of the
     # drain's file writing and prune nothing a reader asks for.
     no_parquet_statistics: tuple[str, ...] = ()
+    # Columns written without compression: GUIDs as text, which snappy shrinks by a tenth for a fifth
+    # of the file's writing time (per 10,000 journal rows: 18.3 ms against 22.4, 4% larger files).
+    uncompressed_columns: tuple[str, ...] = ()
 
     @property
     def per_output(self) -> bool:
@@ -100,6 +103,7 @@ MESSAGES = LakeTable(
         "exception_type",
     ),
     no_parquet_statistics=("headers", "body", "enclosed_message_types", "raw_headers", "error", "exception_message"),
+    uncompressed_columns=("id", "message_id", "conversation_id", "correlation_id"),
 )
 
 RUNS = LakeTable(
@@ -293,6 +297,14 @@ def statistics_columns(name: str) -> list[str] | None:
         if table.name == name and table.schema is not None and table.no_parquet_statistics:
             return [f.name for f in table.schema if f.name not in table.no_parquet_statistics]
     return None
+
+
+def uncompressed_columns(name: str) -> tuple[str, ...]:
+    """The columns a table's files leave uncompressed (none for tables not catalogued)."""
+    for table in CATALOGUE:
+        if table.name == name:
+            return table.uncompressed_columns
+    return ()
 
 
 def dictionary_columns(name: str) -> tuple[str, ...] | None:
