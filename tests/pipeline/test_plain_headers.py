@@ -21,14 +21,16 @@ def decode(rows: list[str]) -> plain_headers.PlainMaps:
     return plain_headers.decode(pa.array(rows, pa.string()), np.ones(len(rows), dtype=bool))
 
 
-def test_nservicebus_headers_are_taken_with_every_entry_in_order() -> None:
-    rows = [m.headers for m in traffic.order_events(200, seed=3)] + ["{}"]
+@pytest.mark.parametrize("positions_limit", [plain_headers._POSITIONS_LIMIT, 0])  # 0: a scan per column
+def test_nservicebus_headers_are_taken_with_every_entry_in_order(monkeypatch, positions_limit: int) -> None:
+    monkeypatch.setattr(plain_headers, "_POSITIONS_LIMIT", positions_limit)
+    rows = [m.headers for m in traffic.order_events(200, seed=3)] + ["{}", '{"only":"this"}']
     found = decode(rows)
     assert found.taken.all()
     for raw, entries in zip(rows, found.maps.to_pylist()):
         assert entries == list(orjson.loads(raw).items())
-    ids = found.columns["NServiceBus.MessageId"].to_pylist()
-    assert ids == [orjson.loads(raw).get("NServiceBus.MessageId") for raw in rows]
+    for key in (*found.columns, "only"):
+        assert found.columns[key].to_pylist() == [orjson.loads(raw).get(key) for raw in rows], key
     assert "NServiceBus.TimeToBeReceived" not in found.columns
 
 

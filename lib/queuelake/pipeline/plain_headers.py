@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 _QUOTE, _BACKSLASH, _COLON, _COMMA = 0x22, 0x5C, 0x3A, 0x2C
 _BINCOUNT_LIMIT = 1 << 24  # rows x distinct keys, for the duplicate check by counting
+_POSITIONS_LIMIT = 1 << 20  # rows x distinct keys, for one position matrix of the header columns
 
 
 @dataclass(frozen=True)
@@ -138,11 +139,19 @@ class _Columns(Mapping[str, pa.Array]):
     def __init__(self, n: int, pair_row: np.ndarray, codes: np.ndarray, dictionary: pa.Array, values: pa.Array):
         self._n, self._pair_row, self._codes, self._values = n, pair_row, codes, values
         self._code_of = {name: i for i, name in enumerate(dictionary.to_pylist())}
+        self._positions: np.ndarray | None = None  # per key, each row's entry (-1: none)
 
     def __getitem__(self, name: str) -> pa.Array:
-        entries = np.flatnonzero(self._codes == self._code_of[name])
-        position = np.full(self._n, -1, dtype=np.int64)
-        position[self._pair_row[entries]] = entries
+        code = self._code_of[name]
+        if len(self._code_of) * self._n <= _POSITIONS_LIMIT:
+            if self._positions is None:  # one scatter for all keys, not a scan of the codes per column
+                self._positions = np.full((len(self._code_of), self._n), -1, dtype=np.int64)
+                self._positions[self._codes, self._pair_row] = np.arange(len(self._codes))
+            position = self._positions[code]
+        else:
+            entries = np.flatnonzero(self._codes == code)
+            position = np.full(self._n, -1, dtype=np.int64)
+            position[self._pair_row[entries]] = entries
         return self._values.take(pa.array(position, mask=position < 0))
 
     def __contains__(self, name: object) -> bool:
