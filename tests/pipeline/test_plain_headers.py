@@ -34,6 +34,16 @@ def test_nservicebus_headers_are_taken_with_every_entry_in_order(monkeypatch, po
     assert "NServiceBus.TimeToBeReceived" not in found.columns
 
 
+def test_a_slice_is_read_at_its_own_offset() -> None:
+    """Texts that are a slice of a larger array (a bisected batch) start inside its buffers."""
+    rows = ['{"a":"1"}', '{"b":"2","c":"3"}', '{"d":"4"}', '{"e": "5"}', '{"f":"6"}']
+    texts = pa.array(rows, pa.string()).slice(1, 4)
+    found = plain_headers.decode(texts, np.ones(4, dtype=bool))
+    assert found.taken.tolist() == [True, True, False, True]
+    assert found.maps.to_pylist() == [[("b", "2"), ("c", "3")], [("d", "4")], None, [("f", "6")]]
+    assert found.columns["c"].to_pylist() == ["3", None, None, None]
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -386,7 +386,9 @@ def _quarantine_row(
 
 
 def _column(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(column, pa.ChunkedArray):  # combine_chunks copies even a single chunk
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
 
 
 def _text_at(column: pa.Array, i: int) -> str | None:
