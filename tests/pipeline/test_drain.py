@@ -198,6 +198,18 @@ def test_text_that_is_not_utf8_is_quarantined_not_a_blocked_queue(
     assert queue_depth(cfg, "Sales") == 0
 
 
+def drain_logged(cfg: object, caplog: pytest.LogCaptureFixture, level: int) -> dict:
+    """A drain whose queuelake log records at ``level`` and above land in ``caplog`` (the logger
+    does not propagate to the root)."""
+    logger = logging.getLogger("queuelake")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(level, logger="queuelake"):
+            return drain(cfg, open_lake(cfg.lake))  # type: ignore[attr-defined]
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
 def comparable(row: dict) -> dict:
     """A journal row without what differs between two sends of one message (``expires`` is the send
     time plus its time to be received), map entries in key order."""
@@ -251,13 +263,7 @@ def test_every_receive_driver_builds_the_same_journal(
                     chunked = queues.receive_batch_arrow(conn, queue_ref(queue, cfg.transport), 20)
                     conn.rollback()  # the rows stay for the drain
                 assert chunked.num_rows == 20 and chunked["body"].num_chunks > 5, chunked["body"].num_chunks
-            logger = logging.getLogger("queuelake")
-            logger.addHandler(caplog.handler)
-            try:
-                with caplog.at_level(logging.WARNING, logger="queuelake"):
-                    summary = drain(cfg, open_lake(cfg.lake))
-            finally:
-                logger.removeHandler(caplog.handler)
+            summary = drain_logged(cfg, caplog, logging.WARNING)
         assert summary["status"] == "ok" and summary["dequeued"] == len(messages), summary
         assert not [r.getMessage() for r in caplog.records if "isolating the rows" in r.getMessage()], receive
         rows = journal(tmp_path / receive).drop_columns(["queue", "batch_id", "drained_at"]).to_pylist()
@@ -297,13 +303,7 @@ def test_progress_estimates_the_backlog_on_a_churned_queue(
         c.execute(f"DELETE FROM {ref.qualified}")
         c.execute(f"ANALYZE {ref.qualified}")
     seed_ids(cfg, "Sales", 1000)
-    logger = logging.getLogger("queuelake")
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.INFO, logger="queuelake"):
-            summary = drain(cfg, open_lake(cfg.lake))
-    finally:
-        logger.removeHandler(caplog.handler)
+    summary = drain_logged(cfg, caplog, logging.INFO)
     assert summary["dequeued"] == 1000
     records = dict.fromkeys(caplog.records)  # the handler may see a record twice (logger and root)
     left = [int(m) for r in records for m in re.findall(r"about (-?\d+) left", r.getMessage())]
