@@ -109,10 +109,14 @@ def test_exactly_once_under_sigkill_with_live_traffic_and_a_competitor(fresh_pg_
     cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-messages", "2400"]
     kills, claims_seen, attempt = 0, 0, 0
     points_killed: set[str] = set()
+    full_run: float | None = None  # seconds the last run that nobody killed took
     with Traffic(cfg, "Sales") as live:
-        while kills < 56 and attempt < 120:
+        while kills < 56 and attempt < 160:
             attempt += 1
+            if queue_depth(cfg, "Sales") < 3 * 2400:  # a run on a drying queue would end before its kill point
+                seeded |= seed_ids(cfg, "Sales", 20_000, seed=1000 + attempt)
             env = dict(env_base)
+            started = time.monotonic()
             if attempt % 2 == 0:
                 point = PROTOCOL_POINTS[(attempt // 2) % len(PROTOCOL_POINTS)]
                 if point == "lake_before_commit":  # inside the Delta commit: files staged, log not written
@@ -125,12 +129,20 @@ def test_exactly_once_under_sigkill_with_live_traffic_and_a_competitor(fresh_pg_
                     points_killed.add(point)
                     if point in CLAIM_LEFT:
                         claims_seen += claim_count(cfg) > 0
+                elif proc.returncode == 0:
+                    full_run = time.monotonic() - started
             else:
                 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(rng.uniform(0.5, 3.0))
+                # anywhere in the run: within the length of the last uninterrupted one, once known, so
+                # that kills land on a fast machine too
+                until = started + (rng.uniform(0.3, 0.95) * full_run if full_run else rng.uniform(0.5, 3.0))
+                while proc.poll() is None and time.monotonic() < until:
+                    time.sleep(0.02)
                 if proc.poll() is None:
                     proc.kill()
                     kills += 1
+                else:
+                    full_run = time.monotonic() - started
                 proc.wait()
         assert not live.errors, live.errors
         assert live.taken, "the competitor took nothing: the test proves nothing"

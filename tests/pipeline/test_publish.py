@@ -341,12 +341,15 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
     subscribe(cfg, "Sub1", "Sub1", "Big.Event")
     subscribe(cfg, "Sub2", "Sub2", "Big.Event")
     lake = open_lake(cfg.lake, spark)
-    n = 50_000
-    rows = [
-        row(f"k{i}", "Send", "Target", "Big.Command") if i % 2 else row(f"k{i}", message_type="Big.Event")
-        for i in range(n)
-    ]
-    write_outbound(lake, "outbound_big", rows)
+
+    def rows(start: int, stop: int) -> list[dict]:
+        return [
+            row(f"k{i}", "Send", "Target", "Big.Command") if i % 2 else row(f"k{i}", message_type="Big.Event")
+            for i in range(start, stop)
+        ]
+
+    n, rounds = 50_000, 1
+    write_outbound(lake, "outbound_big", rows(0, n))
     conf = tmp_path / "publish.yaml"
     conf.write_text(
         json.dumps(
@@ -361,9 +364,11 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
     env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
     rng = random.Random(7)
     kills = attempts = 0
-    while kills < 20 and attempts < 60:
+    full_run: float | None = None  # seconds the last run that nobody killed took
+    while kills < 20 and attempts < 80:
         attempts += 1
         e = dict(env)
+        started = time.monotonic()
         if attempts % 3 == 0:
             e["QUEUELAKE_TEST_KILL_AT"] = (
                 f"{rng.choice(['before_publish_commit', 'after_publish_commit'])}:{rng.randint(1, 3)}"
@@ -371,19 +376,32 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
             proc = subprocess.run(
                 [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=e, capture_output=True, timeout=600
             )
-            kills += proc.returncode == -9
-            continue
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        # Spark starts in ~5 s; a clean round then needs no Spark job and is sent in a few seconds:
-        # kill anywhere from the session's start to the last batches
-        time.sleep(rng.uniform(3.0, 10.0))
-        if proc.poll() is None:
-            proc.kill()
-            kills += 1
-        proc.wait()
-    assert kills >= 20, f"only {kills} kills landed"
+            killed = proc.returncode == -9
+        else:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", KILL_SCRIPT, str(conf)],
+                env=e,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            # anywhere from the session's start to the last batches: Spark starts in ~5 s and a clean
+            # round needs no Spark job; once a run has gone uninterrupted, within its length, so that
+            # kills land on a fast machine too
+            until = started + (rng.uniform(0.3, 0.95) * full_run if full_run else rng.uniform(3.0, 10.0))
+            while proc.poll() is None and time.monotonic() < until:
+                time.sleep(0.05)
+            killed = proc.poll() is None
+            if killed:
+                proc.kill()
+            proc.wait()
+        kills += killed
+        if not killed:  # the run published everything: a new round of rows, so that the next run has work
+            full_run = time.monotonic() - started
+            rounds += 1
+            write_outbound(lake, "outbound_big", rows(n, n + 10_000), version=rounds)
+            n += 10_000
+    print(f"kills {kills} in {attempts} attempts; {rounds} round(s) of rows, {n} rows")
+    assert kills >= 20, f"only {kills} kills landed in {attempts} attempts"
     final = subprocess.run(
         [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=env, capture_output=True, text=True, timeout=900
     )
