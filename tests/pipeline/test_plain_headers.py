@@ -77,6 +77,16 @@ def test_anything_but_the_plain_form_is_left_to_the_caller(raw: str) -> None:
     assert found.maps.to_pylist() == [[("k", "v")], None, [("k", "v")]]
 
 
+@pytest.mark.parametrize("bincount_limit", [plain_headers._BINCOUNT_LIMIT, 0])  # 0: the sort path
+def test_a_row_repeating_a_key_is_left_to_the_caller_either_way(monkeypatch, bincount_limit: int) -> None:
+    monkeypatch.setattr(plain_headers, "_BINCOUNT_LIMIT", bincount_limit)
+    rows = ['{"a":"1","b":"2"}', '{"a":"1","b":"2","a":"3"}', '{"b":"2","a":"1"}', '{"c":"1","c":"1"}']
+    found = decode(rows)
+    assert found.taken.tolist() == [True, False, True, False]
+    assert found.maps.to_pylist() == [[("a", "1"), ("b", "2")], None, [("b", "2"), ("a", "1")], None]
+    assert found.columns["a"].to_pylist() == ["1", None, "1", None]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(plain_maps, min_size=1, max_size=10))
 def test_compact_json_of_plain_strings_is_taken(maps: list[dict[str, str]]) -> None:

@@ -27,7 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _QUOTE, _BACKSLASH, _COLON, _COMMA = 0x22, 0x5C, 0x3A, 0x2C
-_BINCOUNT_LIMIT = 1 << 24  # rows x distinct keys, for the duplicate check by counting
+# rows x distinct keys up to which the duplicate check counts cells (an int64 each: 16 MiB at most);
+# beyond it (a batch of garbage with many distinct keys) it sorts the cells instead
+_BINCOUNT_LIMIT = 1 << 21
 _POSITIONS_LIMIT = 1 << 20  # rows x distinct keys, for one position matrix of the header columns
 
 
