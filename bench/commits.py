@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import pyarrow as pa
 from deltalake import DeltaTable
 from queuelake.lake.arrow_types import lake_schema

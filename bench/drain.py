@@ -56,6 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 from queuelake.config import Config, from_dict
 from queuelake.examples import traffic

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
+import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import numpy as np
 import pyarrow as pa
 from queuelake.config import SparkConfig

@@ -34,6 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
+import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import orjson
 import psycopg
 import pyarrow as pa

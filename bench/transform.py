@@ -30,6 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
+import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import pyarrow as pa
 from queuelake.config import from_dict
 from queuelake.examples import traffic

@@ -76,3 +76,26 @@ def test_publish_bench_measures_both_modes_against_both_raw_limits(fresh_pg_uri:
         summary = result[mode]
         assert len(summary["ratios"]) == 2 and summary["rows_per_s"] > 0
         assert summary["ratio"] > 0 and summary["ratio_vs_raw_binary"] > 0
+
+
+def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
+    """An A/B run of two worktrees must measure two codes: the installed (editable) queuelake points
+    at one checkout, so a bench that imported it would measure that one from any tree."""
+    tree = tmp_path / "other-tree"
+    (tree / "bench").mkdir(parents=True)
+    (tree / "lib" / "queuelake").mkdir(parents=True)
+    (tree / "lib" / "queuelake" / "__init__.py").write_text("WHICH = 'other tree'\n")
+    (tree / "bench" / "_tree.py").write_text((REPO / "bench" / "_tree.py").read_text())
+    (tree / "bench" / "probe.py").write_text("import _tree  # noqa: F401\nimport queuelake\nprint(queuelake.WHICH)\n")
+    out = subprocess.run(
+        [sys.executable, str(tree / "bench" / "probe.py")], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "other tree"
+    # and every bench script imports it before anything of queuelake
+    for script in sorted((REPO / "bench").glob("*.py")):
+        if script.name == "_tree.py":
+            continue
+        lines = script.read_text().splitlines()
+        first_queuelake = next(i for i, line in enumerate(lines) if line.startswith(("from queuelake", "import queue")))
+        assert any(line.startswith("import _tree") for line in lines[:first_queuelake]), script.name
