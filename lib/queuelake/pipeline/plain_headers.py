@@ -77,7 +77,8 @@ def decode(texts: pa.Array, eligible: np.ndarray) -> PlainMaps:
     bad_rows = np.unique(pair_row[wrong])
     # every string between two quotes: offsets one past each opening quote, at each closing one,
     # over the texts' own bytes: no copy until the take
-    bounds = (quad + _OPENING).astype(np.int32).ravel()
+    bounds = quotes.copy()  # int32, like the texts' own offsets
+    bounds[0::2] += 1
     strings = pa.StringArray.from_buffers(max(len(bounds) - 1, 0), pa.py_buffer(bounds), data_buffer)
     key_at = np.arange(0, len(bounds), 4, dtype=np.int64)
     keys = strings.take(pa.array(key_at))
@@ -96,19 +97,18 @@ def decode(texts: pa.Array, eligible: np.ndarray) -> PlainMaps:
     return PlainMaps(taken, maps, _Columns(n, pair_row, codes, dictionary, values))
 
 
-_OPENING = np.array([1, 0, 1, 0], dtype=np.int64)
-
-
 def _scan(data: np.ndarray, lo: int, hi: int, block: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
     """Positions of the quotes and backslashes in ``data[lo:hi]``, by blocks that reuse one buffer
     (a batch-sized temporary would be fresh memory, page-faulted in, on every batch)."""
     buffer = np.empty(min(block, max(hi - lo, 1)), dtype=bool)
-    quotes, slashes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    quotes, slashes = [np.zeros(0, dtype=np.int32)], [np.zeros(0, dtype=np.int64)]
     for at in range(lo, hi, block):
         part = data[at : min(at + block, hi)]
         found = buffer[: len(part)]
         np.equal(part, _QUOTE, out=found)
-        quotes.append(np.flatnonzero(found) + at)
+        positions = np.flatnonzero(found).astype(np.int32)  # the texts' offsets are int32 too
+        positions += at
+        quotes.append(positions)
         np.equal(part, _BACKSLASH, out=found)
         if found.any():
             slashes.append(np.flatnonzero(found) + at)
