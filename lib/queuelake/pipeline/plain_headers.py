@@ -58,7 +58,7 @@ def decode(texts: pa.Array, eligible: np.ndarray) -> PlainMaps:
     if not taken.all():  # only the taken rows' quotes: four per pair, each row's pairs together
         keep = np.repeat(taken, counts)
         quotes = quotes[keep]
-    pair_row = np.repeat(np.arange(n, dtype=np.int64), pairs)
+    pair_row = np.repeat(np.arange(n, dtype=np.int32), pairs)
     quad = quotes.reshape(-1, 4)  # key opens, key closes, value opens, value closes
     key_open, key_close, value_open, value_close = quad.T
     # each pair: "k":"v" exactly; the first right after the row's {, each next one after "," and
@@ -80,7 +80,7 @@ def decode(texts: pa.Array, eligible: np.ndarray) -> PlainMaps:
     bounds = quotes.copy()  # int32, like the texts' own offsets
     bounds[0::2] += 1
     strings = pa.StringArray.from_buffers(max(len(bounds) - 1, 0), pa.py_buffer(bounds), data_buffer)
-    key_at = np.arange(0, len(bounds), 4, dtype=np.int64)
+    key_at = np.arange(0, len(bounds), 4, dtype=np.int32)
     keys = strings.take(pa.array(key_at))
     codes, dictionary = _encode(keys)
     bad_rows = np.union1d(bad_rows, _rows_repeating_a_key(pair_row, codes, len(dictionary), n))
@@ -118,15 +118,15 @@ def _scan(data: np.ndarray, lo: int, hi: int, block: int = 1 << 18) -> tuple[np.
 def _encode(keys: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """The keys as codes into their distinct values (a queue's rows share a few keys)."""
     if not len(keys):
-        return np.zeros(0, dtype=np.int64), pa.array([], pa.string())
+        return np.zeros(0, dtype=np.int32), pa.array([], pa.string())
     encoded = pc.dictionary_encode(keys)
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary
+    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary
 
 
 def _rows_repeating_a_key(pair_row: np.ndarray, codes: np.ndarray, distinct: int, n: int) -> np.ndarray:
     if not len(codes):
         return np.zeros(0, dtype=np.int64)
-    cell = pair_row * distinct + codes
+    cell = pair_row.astype(np.int64) * distinct + codes
     if n * distinct <= _BINCOUNT_LIMIT:
         twice = np.flatnonzero(np.bincount(cell, minlength=n * distinct) > 1)
     else:
@@ -147,13 +147,15 @@ class _Columns(Mapping[str, pa.Array]):
         code = self._code_of[name]
         if len(self._code_of) * self._n <= _POSITIONS_LIMIT:
             if self._positions is None:  # one scatter for all keys, not a scan of the codes per column
-                self._positions = np.full((len(self._code_of), self._n), -1, dtype=np.int64)
-                self._positions[self._codes, self._pair_row] = np.arange(len(self._codes))
+                self._positions = np.full((len(self._code_of), self._n), -1, dtype=np.int32)
+                self._positions[self._codes, self._pair_row] = np.arange(len(self._codes), dtype=np.int32)
             position = self._positions[code]
         else:
             entries = np.flatnonzero(self._codes == code)
-            position = np.full(self._n, -1, dtype=np.int64)
+            position = np.full(self._n, -1, dtype=np.int32)
             position[self._pair_row[entries]] = entries
+        if position.min(initial=0) >= 0:  # a header every row carries (most that NServiceBus writes)
+            return self._values.take(pa.array(position))
         return self._values.take(pa.array(position, mask=position < 0))
 
     def __contains__(self, name: object) -> bool:
