@@ -45,7 +45,8 @@ def decode(texts: pa.Array, eligible: np.ndarray) -> PlainMaps:
     ``{...}``) that are in the plain form, among the ``eligible`` ones, as maps."""
     n = len(texts)
     _, offset_buffer, data_buffer = texts.buffers()
-    offsets = np.frombuffer(offset_buffer, dtype=np.int32)[texts.offset : texts.offset + n + 1].astype(np.int64)
+    # int32 like the quotes' positions: a search between two dtypes converts the longer array first
+    offsets = np.frombuffer(offset_buffer, dtype=np.int32)[texts.offset : texts.offset + n + 1]
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     starts, ends = offsets[:-1], offsets[1:]
     quotes, slashes = _scan(data, int(offsets[0]) if n else 0, int(offsets[-1]) if n else 0)
