@@ -484,6 +484,41 @@ def test_staged_commits_checkpoint_every_ten(rs: DeltaRsEngine) -> None:
     assert rs.last_version("journal", "drain-0") == CHECKPOINT_INTERVAL + 1
 
 
+def test_staged_commits_from_a_kept_snapshot_see_every_other_writers_commit(rs: DeltaRsEngine, tmp_path: Path) -> None:
+    """Staged commits start from the snapshot of the engine's previous commit, brought up to date
+    incrementally. Another writer (a second drain process: its own engine) commits in between, maintain
+    compacts and checkpoints, the table is even dropped and made again: each commit still sees what
+    is there. An app version another writer committed is refused, none is committed twice, and a
+    snapshot that cannot be brought up to date is loaded afresh."""
+    import shutil
+
+    from queuelake.lake.rust import CHECKPOINT_INTERVAL
+
+    other = DeltaRsEngine(rs.root)  # a second process: a cache of its own
+    rs.create_table("journal", sample(1).schema)
+    assert rs.commit_staged("journal", rs.stage("journal", sample(2, 0)), "drain-0", 1)
+    kept = rs._snapshots["journal"]
+    expected = 2
+    for version in range(2, 2 * CHECKPOINT_INTERVAL + 3):  # across two checkpoints
+        # the other writer commits the same app's next version first: ours is refused
+        assert other.commit_staged("journal", other.stage("journal", sample(2, 10 * version)), "drain-0", version)
+        assert not rs.commit_staged("journal", rs.stage("journal", sample(2, 10 * version)), "drain-0", version)
+        # a version nobody committed yet goes in, once
+        assert rs.commit_staged("journal", rs.stage("journal", sample(1, 10 * version + 5)), f"drain-{version}", 1)
+        expected += 3
+        if version == CHECKPOINT_INTERVAL:
+            rs.maintain("journal", retention_hours=0)  # compaction and its own checkpoint in between
+    assert rs._snapshots["journal"] is kept  # the same snapshot, brought up to date each time
+    assert rs.read_arrow("journal").num_rows == expected
+    assert rs.last_version("journal", "drain-0") == 2 * CHECKPOINT_INTERVAL + 2
+
+    # the table dropped and made again under the kept snapshot: its log starts over at version 0
+    shutil.rmtree(rs.path("journal"))
+    other.create_table("journal", sample(1).schema)
+    assert rs.commit_staged("journal", rs.stage("journal", sample(2, 500)), "drain-0", 1)
+    assert rs.read_arrow("journal").num_rows == 2 and rs.last_version("journal", "drain-0") == 1
+
+
 def test_maintain_gives_older_tables_the_checkpoint_interval(rs: DeltaRsEngine, monkeypatch) -> None:
     """A table made before queuelake set the interval (Delta's default, 100) gets 10 from maintain; an
     interval of the user's own is kept. Maintain beside a drain: its metadata commit lands between the

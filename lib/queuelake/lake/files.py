@@ -414,6 +414,7 @@ def exactly_once(
     storage_options: dict[str, str] | None = None,
     on_committed: Callable[[], None] | None = None,
     attempts: int = 20,
+    load: Callable[[], Any] | None = None,
 ) -> bool:
     """The exactly-once write loop both paths of the Rust engine share (``append`` of driver data and
     ``commit_files`` of staged or executor-written files).
@@ -423,6 +424,7 @@ def exactly_once(
     ``write(table, attempt)``, which must make one Delta commit carrying (app_id, version). A
     CommitFailedError means the log moved in a way deltalake would not resolve by itself (blind appends
     it retries; the same app id committed concurrently it does not): reload and re-check, backing off.
+    ``load`` gives the table at its newest version (default: a fresh load each attempt).
     """
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
@@ -430,7 +432,7 @@ def exactly_once(
     from queuelake.lake.marks import check_writable, engine_of
 
     for attempt in range(attempts):
-        dt = DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
+        dt = load() if load is not None else DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
         metadata = dt.metadata()
         check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
         committed = dt.transaction_version(app_id)
@@ -458,6 +460,7 @@ def commit_files(
     attempts: int = 20,
     delete_if_committed: bool = True,
     storage_options: dict[str, str] | None = None,
+    load: Callable[[], Any] | None = None,
 ) -> bool:
     """Commit ``files`` in one Delta transaction carrying (app_id, version).
 
@@ -499,4 +502,5 @@ def commit_files(
         storage_options=storage_options,
         on_committed=committed,
         attempts=attempts,
+        load=load,
     )
