@@ -83,8 +83,10 @@ $(VENV)/.installed-test: $(SETUP_INPUTS) | $(PY)
 jars: ## fetch the Delta Lake JVM jars (jvm/fetch-jars.sh, when present)
 	@if [ -f jvm/fetch-jars.sh ]; then $(IN_VENV) bash jvm/fetch-jars.sh && $(IN_VENV) bash jvm/fetch-jars.sh --s3; fi
 
-lint: install-test ## ruff check
+lint: install-test ## ruff check, ruff format --check, mypy (tests/product/test_static.py runs them too)
 	$(IN_VENV) ruff check .
+	$(IN_VENV) ruff format --check .
+	$(IN_VENV) python -m mypy
 
 clean: ## remove .venv, .demo and the pytest and ruff caches
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache .mypy_cache

@@ -56,6 +56,7 @@ setup(
             "sqlglot>=25",
             "pgserver>=0.1",
             "ruff>=0.5",
+            "mypy>=1.10",
             # a local S3 server for the object-storage lake tests (tests/lake/test_s3.py)
             "moto[server]>=5.1",
         ],

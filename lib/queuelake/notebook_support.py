@@ -19,7 +19,7 @@ import datetime as dt
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -164,7 +164,8 @@ def choose_bucket(df: DataFrame, column: str, bucket: str, most: int = 120) -> s
     drained within seconds gets seconds, a day of traffic 15 minutes."""
     if bucket != "auto":
         return bucket
-    span = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()["s"] or 0
+    row = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()
+    span = (row["s"] if row is not None else None) or 0  # an aggregate has one row; its value null when empty
     return next((name for name, (_, _, seconds) in BUCKETS.items() if span / seconds <= most), "day")
 
 
@@ -172,7 +173,7 @@ def to_pandas_utc(df: DataFrame, *columns: str) -> pd.DataFrame:
     """``df`` as pandas, the timestamp ``columns`` as timezone-aware UTC. Spark's own conversion renders
     timestamps in the session's time zone (a Databricks cluster's may not be UTC) and drops the zone; the
     instant in microseconds cannot be misread, whatever the session says."""
-    pdf = df.withColumns({c: F.unix_micros(c) for c in columns}).toPandas()
+    pdf = cast(pd.DataFrame, df.withColumns({c: F.unix_micros(c) for c in columns}).toPandas())
     for c in columns:
         pdf[c] = pd.to_datetime(pdf[c], unit="us", utc=True)
     return pdf
@@ -189,6 +190,8 @@ def per_bucket(df: DataFrame, column: str, bucket: str, keys: Sequence[str | Col
 def time_span(df: DataFrame, column: str) -> tuple[pd.Timestamp, pd.Timestamp]:
     """The first and last time in ``column`` (UTC): panels of one notebook share it as their x range."""
     row = df.agg(F.unix_micros(F.min(column)).alias("a"), F.unix_micros(F.max(column)).alias("b")).first()
+    if row is None:  # an aggregate always has its one row
+        raise ValueError(f"time_span: no aggregate row for {column}")
     return pd.Timestamp(row["a"], unit="us", tz="UTC"), pd.Timestamp(row["b"], unit="us", tz="UTC")
 
 

@@ -54,10 +54,8 @@ class _TextFormatter(logging.Formatter):
     """The default: readable lines with UTC times (a job's log is compared with database and lake
     times, which are all UTC)."""
 
-    converter = time.gmtime
-
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
-        return time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created)) + f",{int(record.msecs):03d}Z"
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.created)) + f",{int(record.msecs):03d}Z"
 
 
 LOG_FORMATS = ("text", "json")

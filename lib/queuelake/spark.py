@@ -14,7 +14,7 @@ import glob
 import os
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queuelake.config import SparkConfig
 
@@ -120,7 +120,7 @@ def _python() -> str:
 def has_delta_jvm(spark: SparkSession) -> bool:
     """True when the Delta Lake JVM classes are on this session's classpath."""
     try:
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = spark._jvm  # type: ignore[attr-defined]
         # Spark's loader (the thread's context loader): jars given with spark.jars or --packages are on
         # it, not on the system class path that a bare Class.forName through py4j would search.
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()

@@ -11,6 +11,7 @@ import datetime as dt
 import random
 import uuid
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import orjson
 
@@ -66,7 +67,7 @@ def order_headers(
 
 
 def order_body(rng: random.Random, order_id: str) -> bytes:
-    lines = [
+    lines: list[dict[str, Any]] = [
         {"Product": rng.choice(PRODUCTS), "Quantity": rng.randint(1, 5), "UnitPrice": round(rng.uniform(2, 80), 2)}
         for _ in range(rng.randint(1, 6))
     ]

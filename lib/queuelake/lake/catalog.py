@@ -106,7 +106,10 @@ class Registrar:
                     self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self._namespace}")
                     self._schema_ready = True
                 self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {sql_string(location)}")
-                registered = self.spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
+                detail = self.spark.sql(f"DESCRIBE DETAIL {name}").first()
+                if detail is None:
+                    raise LakeError(f"DESCRIBE DETAIL {name} returned no row")
+                registered = detail["location"]
             except Exception as exc:  # Spark's AnalysisException & co: say which name and why
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise LakeError(
@@ -129,10 +132,11 @@ class Registrar:
 def registrar_for(config: LakeConfig, engine_name: str, spark: SparkSession | None) -> Registrar | None:
     """The registrar the config asks for, None when it asks for none or (warned) cannot have one now.
     Raises LakeError when the session can never register a Delta table (see the module docstring)."""
-    if not getattr(config, "schema", None):
+    schema: str | None = getattr(config, "schema", None)
+    if not schema:
         return None
     catalog = getattr(config, "catalog", None)
-    shown = ".".join(p for p in (catalog, config.schema) if p)
+    shown = ".".join(p for p in (catalog, schema) if p)
     if spark is None:
         log.warning(
             "lake.catalog/lake.schema (%s): no Spark session in this run (%s engine), so tables are not "
@@ -149,7 +153,7 @@ def registrar_for(config: LakeConfig, engine_name: str, spark: SparkSession | No
             "Spark session has no Delta JVM classes: add the Delta package (queuelake spark-packages) "
             "or remove lake.catalog/lake.schema"
         )
-    return Registrar(spark, catalog, config.schema)
+    return Registrar(spark, catalog, schema)
 
 
 class RegisteringLake:

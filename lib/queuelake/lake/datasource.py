@@ -64,14 +64,18 @@ class _Options:
         missing = [k for k in ("table_uri", "table", "schema", "app_id", "version", "write_id") if not get(k)]
         if missing:
             raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}")
+
+        def need(key: str) -> str:
+            return get(key) or ""  # checked just above
+
         return cls(
-            table_uri=get("table_uri"),
-            table=get("table"),
-            schema=decode_schema(get("schema")),
+            table_uri=need("table_uri"),
+            table=need("table"),
+            schema=decode_schema(need("schema")),
             partition_by=json.loads(get("partition_by") or "[]"),
-            app_id=get("app_id"),
-            version=int(get("version")),
-            write_id=get("write_id"),
+            app_id=need("app_id"),
+            version=int(need("version")),
+            write_id=need("write_id"),
             engine=get("engine") or "delta-rs",
             kill_pids=[int(p) for p in (get("test_kill_pids") or "").split(",") if p],
             storage_options=json.loads(get(SECRET_OPTIONS_KEY) or "{}"),
@@ -118,9 +122,9 @@ class DeltaRsWriter(DataSourceArrowWriter):
             sink.abort()
             raise
 
-    def commit(self, messages: list[FilesWritten | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         o = self.options
-        files = [f for m in messages if m is not None for f in m.files]
+        files = [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
         commit_files(
             o.table_uri,
             o.table,
@@ -133,9 +137,10 @@ class DeltaRsWriter(DataSourceArrowWriter):
             storage_options=o.storage_options,
         )
 
-    def abort(self, messages: list[FilesWritten | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         o = self.options
-        delete_files(o.table_uri, [f for m in messages if m is not None for f in m.files], o.storage_options)
+        written = [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
+        delete_files(o.table_uri, written, o.storage_options)
 
 
 def register(spark) -> None:

@@ -188,10 +188,11 @@ def partition_value(value: Any) -> str | None:
 
 def partition_dir(partition_by: list[str], values: dict[str, str | None]) -> str:
     """``col=value/...`` with values percent-encoded the way delta-rs does it, so paths are safe anywhere."""
-    return "/".join(
-        f"{quote(col, safe='')}={NULL_PARTITION if values[col] is None else quote(values[col], safe='')}"
-        for col in partition_by
-    )
+    return "/".join(f"{quote(col, safe='')}={_partition_value(values[col])}" for col in partition_by)
+
+
+def _partition_value(value: str | None) -> str:
+    return NULL_PARTITION if value is None else quote(value, safe="")
 
 
 def split_partitions(data: pa.Table, partition_by: list[str]) -> Iterable[tuple[dict[str, str | None], pa.Table]]:

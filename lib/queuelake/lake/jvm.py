@@ -25,6 +25,7 @@ import pyarrow as pa
 from queuelake.errors import LakeError
 from queuelake.lake import storage
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
+from queuelake.lake.files import StagedFiles
 from queuelake.lake.marks import ENGINE_PROPERTY, check_writable, description_for, engine_of
 from queuelake.lake.reading import read_arrow
 from queuelake.lake.rust import DEFAULT_RETENTION_HOURS, normalise_root, table_path
@@ -209,6 +210,23 @@ class DeltaSparkEngine:
             return False
         return any(commit.get("userMetadata") == write_id for commit in dt.history(limit=newer))
 
+    # ------------------------------------------------------------ staged writes: delta-rs only
+
+    def stage(self, table: str, data: pa.Table) -> StagedFiles:
+        raise self._no_staging(table)
+
+    def discard_staged(self, table: str, staged: StagedFiles) -> None:
+        raise self._no_staging(table)
+
+    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
+        raise self._no_staging(table)
+
+    def _no_staging(self, table: str) -> LakeError:
+        """delta-spark has no Python API to commit files written earlier (``port.journal_engine``: the
+        journal, the one table written that way, is always delta-rs's), so this engine says so rather
+        than lack the methods."""
+        return LakeError(f"lake table {table}: staged writes need the delta-rs engine (port.journal_engine)")
+
     # ------------------------------------------------------------ versions and reads
 
     def last_version(self, table: str, app_id: str) -> int | None:
@@ -236,7 +254,7 @@ class DeltaSparkEngine:
         files_before = len(self._rs_require(table).file_uris())
         metrics = delta.optimize().executeCompaction().first()["metrics"]
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
-        previous = self.spark.conf.get(key, "true")
+        previous = self.spark.conf.get(key, "true") or "true"
         if retention_hours < DEFAULT_RETENTION_HOURS:
             self.spark.conf.set(key, "false")
         try:

@@ -216,7 +216,7 @@ class Router:
                     headers = fixed
                 if ttbr is not None:
                     headers[hdr.TIME_TO_BE_RECEIVED] = timespan(int(ttbr))
-                if delay is None:
+                if delay is None or deliver_at is None:  # both set or neither
                     out.add_direct(target, OutgoingMessage(orjson.dumps(headers).decode(), body, None, ttbr))
                 else:
                     headers[hdr.DELIVER_AT] = hdr.format_time(deliver_at)

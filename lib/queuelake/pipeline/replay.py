@@ -399,7 +399,7 @@ class Row:
 
 def _kinds(keys: pa.Table, to: str | None) -> list[tuple[str, str | None, str | None]]:
     """(kind, address, reason-if-none) per landed row, from the small columns."""
-    out = []
+    out: list[tuple[str, str | None, str | None]] = []
     for failed_queue, failure, audited, endpoint, queue in zip(
         keys.column("failed_queue").to_pylist(),
         keys.column("is_failure").to_pylist(),
@@ -911,7 +911,8 @@ class Replayer:
         self.lake.append(
             REPLAYS, pa.Table.from_pylist([replay], schema=REPLAYS_SCHEMA), f"queuelake.replays/{self.run_id}", 1
         )
-        sent = self.sent_per_destination
+        # a replay that sent nothing still gets its one runs row
+        per_destination: list[tuple[str | None, int]] = [*sorted(self.sent_per_destination.items())] or [(None, 0)]
         runs = [
             {
                 "run_id": self.run_id,
@@ -926,7 +927,7 @@ class Replayer:
                 "status": result.status,
                 "error": result.error,
             }
-            for destination, count in (sorted(sent.items()) or [(None, 0)])
+            for destination, count in per_destination
         ]
         append_runs(self.lake, self.run_id, "replay", runs)
 

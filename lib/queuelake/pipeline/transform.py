@@ -120,8 +120,9 @@ def run_transform(
     before = lake.table_version(transform.output) if exists else None
     committed = lake.append_dataframe(transform.output, out, app_id, upto)
     rows_out = 0
-    if committed:
-        written = lake.added_files(transform.output, before, lake.table_version(transform.output))
+    upto = lake.table_version(transform.output) if committed else None
+    if upto is not None:  # committed: the table exists
+        written = lake.added_files(transform.output, before, upto)
         rows_out = rows_in_files(written)
     seconds = round(time.monotonic() - started, 3)
     log.info(

@@ -170,10 +170,11 @@ def _render_cached(
 
 
 def _first_line(exc: BaseException) -> str:
-    args = getattr(exc, "args", ())
-    if len(args) == 2 and all(isinstance(a, str) for a in args) and args[1].startswith("["):
+    args: tuple[object, ...] = getattr(exc, "args", ())
+    message = args[1] if len(args) == 2 and isinstance(args[0], str) else None
+    if isinstance(message, str) and message.startswith("["):
         # pyodbc: (sqlstate, message); str() would show the tuple's repr with escaped line breaks
-        text = args[1].strip()
+        text = message.strip()
     else:
         text = str(exc).strip()
     text = text or type(exc).__name__
@@ -193,7 +194,8 @@ def connect(config: TransportConfig, application_name: str = "queuelake", driver
 
     ``driver="adbc"`` (PostgreSQL only) opens an ADBC connection, whose results arrive as Arrow
     without a Python object per value: the drain's receive path."""
-    if not config.connection:
+    connection = config.connection
+    if not connection:
         raise TransportError("transport.connection is empty: set it (e.g. ${QUEUELAKE_CONNECTION}) in the config")
     if driver is not None and driver != config.driver:
         config = dataclasses.replace(config, driver=driver)
@@ -201,16 +203,16 @@ def connect(config: TransportConfig, application_name: str = "queuelake", driver
         if config.driver == "adbc":
             import adbc_driver_postgresql.dbapi as adbc
 
-            raw = adbc.connect(config.connection, autocommit=False)
+            raw = adbc.connect(connection, autocommit=False)
         elif config.driver == "psycopg":
             import psycopg
 
-            raw = psycopg.connect(config.connection, autocommit=False, application_name=application_name)
+            raw = psycopg.connect(connection, autocommit=False, application_name=application_name)
             # bytea and text arrive as bytes/str with no per-row Python adaptation beyond the default
         else:
             import pyodbc
 
-            raw = pyodbc.connect(config.connection, autocommit=False)
+            raw = pyodbc.connect(connection, autocommit=False)
             decoding = named_dialect(config.dialect).odbc_text_decoding
             if decoding:
                 # psqlodbc: read text as UTF-8. Statements and str parameters keep pyodbc's default

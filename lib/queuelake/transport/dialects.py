@@ -153,7 +153,7 @@ class Dialect:
         """Does this driver error say that a table does not exist? By SQLSTATE, not by message text."""
         state = getattr(exc, "sqlstate", None)  # psycopg, ADBC
         if state is None:
-            args = getattr(exc, "args", ())
+            args: tuple[object, ...] = getattr(exc, "args", ())
             state = args[0] if len(args) >= 2 and isinstance(args[0], str) else None  # pyodbc
         return state in self.missing_table_states
 

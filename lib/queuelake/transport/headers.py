@@ -51,7 +51,8 @@ def parse_time(value: str, header: str = "time") -> dt.datetime:
     try:
         if match is None:
             raise ValueError
-        return dt.datetime(*(int(g) for g in match.groups()), tzinfo=dt.timezone.utc)
+        year, month, day, hour, minute, second, micro = (int(g) for g in match.groups())
+        return dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=dt.timezone.utc)
     except ValueError:
         raise HeaderError(
             f"header {header}: {value!r} is not a time in the form 'yyyy-MM-dd HH:mm:ss:ffffff Z'"
