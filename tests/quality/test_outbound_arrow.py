@@ -42,8 +42,9 @@ SCHEMA = pa.schema(
 )
 
 
-def write_files(folder: Path, rows: list[dict], drop: list[str], files: int = 2) -> list[str]:
-    """The rows split over ``files`` Parquet files (duplicate keys may sit in different files)."""
+def write_files(folder: Path, rows: list[dict], drop: list[str], files: int = 2, statistics: bool = True) -> list[str]:
+    """The rows split over ``files`` Parquet files (duplicate keys may sit in different files);
+    ``statistics`` False: footers without column statistics (the pre-check must then read bodies)."""
     schema = pa.schema([f for f in SCHEMA if f.name not in drop])
     table = pa.Table.from_pylist([{k: v for k, v in r.items() if k not in drop} for r in rows], schema=schema)
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,7 +53,7 @@ def write_files(folder: Path, rows: list[dict], drop: list[str], files: int = 2)
     for i in range(files):
         part = table.slice(i * cut, cut if i < files - 1 else len(rows) - i * cut)
         path = folder / f"part-{i}.parquet"
-        pq.write_table(part, path)
+        pq.write_table(part, path, write_statistics=statistics)
         paths.append(str(path))
     return paths
 
@@ -67,9 +68,10 @@ def spark_rejects(spark, paths: list[str]) -> int:
 @given(
     rows=st.lists(row, min_size=2, max_size=10),
     drop=st.sampled_from([[], ["destination"], ["ttbr_ms"], ["deliver_at"], ["ttbr_ms", "deliver_at"]]),
+    statistics=st.booleans(),
 )
-def test_precheck_flags_every_round_spark_rejects(spark, tmp_path_factory, rows, drop) -> None:
-    paths = write_files(tmp_path_factory.mktemp("round"), rows, drop)
+def test_precheck_flags_every_round_spark_rejects(spark, tmp_path_factory, rows, drop, statistics) -> None:
+    paths = write_files(tmp_path_factory.mktemp("round"), rows, drop, statistics=statistics)
     if spark_rejects(spark, paths):
         assert arrow_may_reject(paths, pq.ParquetFile)
 
@@ -104,12 +106,41 @@ def test_clean_round_passes_and_each_fault_is_caught(spark, tmp_path: Path) -> N
         "delay and ttbr": {"ttbr_ms": 5, "deliver_at": WHEN},
         "zero ttbr": {"ttbr_ms": 0},
     }
+    faults["null body"] = {"body": None}
     for name, change in faults.items():
         bad = [dict(r) for r in rows]
         bad[-1].update(change)
-        paths = write_files(tmp_path / name.replace(" ", "_"), bad, [])
-        assert spark_rejects(spark, paths) >= 1, name  # a duplicate rejects both rows
-        assert arrow_may_reject(paths, pq.ParquetFile), name
+        for statistics in (True, False):
+            paths = write_files(tmp_path / f"{name.replace(' ', '_')}-{statistics}", bad, [], statistics=statistics)
+            assert spark_rejects(spark, paths) >= 1, name  # a duplicate rejects both rows
+            assert arrow_may_reject(paths, pq.ParquetFile), (name, statistics)
+
+
+def test_bodies_are_read_only_where_the_footer_cannot_vouch_for_them(tmp_path: Path) -> None:
+    """The bodies are most of a round's bytes. A row group whose body statistics show no null and a
+    non-empty minimum cannot hold an empty or null body, so the pre-check reads only the narrow
+    columns there; without statistics, or with an empty body among them, it reads the bodies."""
+    read: list[list[str]] = []
+
+    class Recording(pq.ParquetFile):
+        def iter_batches(self, *args, columns=None, **kwargs):  # type: ignore[override]
+            read.append(list(columns or []))
+            return super().iter_batches(*args, columns=columns, **kwargs)
+
+    clean = write_files(tmp_path / "clean", clean_rows(12), [])
+    assert not arrow_may_reject(clean, Recording)
+    assert read and all("body" not in columns and "key" in columns for columns in read)
+
+    read.clear()
+    bare = write_files(tmp_path / "bare", clean_rows(12), [], statistics=False)
+    assert not arrow_may_reject(bare, Recording)
+    assert read and all("body" in columns for columns in read)
+
+    read.clear()
+    empty = [dict(r) for r in clean_rows(12)]
+    empty[-1]["body"] = b""
+    assert arrow_may_reject(write_files(tmp_path / "empty", empty, []), Recording)
+    assert "body" in read[-1]  # the file holding the empty body was read with its bodies
 
 
 def test_a_round_above_the_key_cap_is_left_to_spark_without_reading_it(tmp_path: Path) -> None:

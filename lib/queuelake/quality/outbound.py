@@ -96,15 +96,37 @@ def arrow_may_reject(files: list[str], open_file: Callable[[str], Any], max_rows
         if any(c not in names for c in REQUIRED):
             return True  # Spark names the missing column
         columns = [c for c in ARROW_COLUMNS if c in names]
-        for batch in parquet.iter_batches(batch_size=50_000, columns=columns):  # memory: one batch
-            table = pa.Table.from_batches([batch])
-            if _any_reason(table, names, pc):
-                return True
-            seen.append(table["key"].combine_chunks().cast(pa.string()))
+        narrow = [c for c in columns if c != "body"]
+        for group in range(parquet.metadata.num_row_groups):
+            # the bodies are most of a round's bytes: read only where the footer cannot vouch for them
+            read = narrow if _bodies_present(parquet.metadata.row_group(group)) else columns
+            for batch in parquet.iter_batches(batch_size=50_000, row_groups=[group], columns=read):  # one batch
+                table = pa.Table.from_batches([batch])
+                if _any_reason(table, names, pc):
+                    return True
+                seen.append(table["key"].combine_chunks().cast(pa.string()))
     if not seen:
         return False
     keys = pa.concat_arrays(seen)
     return pc.count_distinct(keys, mode="only_valid").as_py() != len(keys) - keys.null_count
+
+
+def _bodies_present(group: Any) -> bool:
+    """True when a row group's footer proves every body non-null and non-empty: no null in the
+    statistics, and a minimum that is not empty. The empty value sorts before every other in any
+    byte order, and a truncated minimum is a prefix of the true one, so a non-empty minimum rules
+    out an empty body. Without statistics (or with a null or an empty minimum) the bodies are read.
+    Why: reading and decompressing the bodies was most of the pre-check, 0.05-0.13 s of a 20,000-row
+    round (whose raw COPY takes ~0.25 s)."""
+    for i in range(group.num_columns):
+        column = group.column(i)
+        if column.path_in_schema != "body":
+            continue
+        stats = column.statistics
+        if stats is None or not stats.has_null_count or not stats.has_min_max:
+            return False
+        return stats.null_count == 0 and stats.min is not None and len(stats.min) > 0
+    return False
 
 
 def _any_reason(table: pa.Table, names: set[str], pc: Any) -> bool:
@@ -113,14 +135,14 @@ def _any_reason(table: pa.Table, names: set[str], pc: Any) -> bool:
         return pc.or_kleene(pc.is_null(text), pc.equal(pc.utf8_trim_whitespace(text), ""))
 
     intent = table["intent"].cast(pa.string())
-    body = table["body"]
     checks = [
         pc.is_null(table["key"]),
         blank(table["message_type"]),
         pc.invert(pc.is_in(intent, value_set=pa.array(INTENTS))),  # null intent: not in the set
-        pc.equal(pc.binary_length(body.cast(pa.binary())), 0),
-        pc.is_null(body),
     ]
+    if "body" in table.column_names:  # else the row group's footer vouched for the bodies
+        body = table["body"]
+        checks += [pc.equal(pc.binary_length(body.cast(pa.binary())), 0), pc.is_null(body)]
     if "destination" in names:
         checks.append(pc.and_kleene(pc.equal(intent, "Send"), blank(table["destination"])))
     else:
