@@ -30,6 +30,10 @@ raw limit; with the machine's cores near fully busy, that, not waiting, bounds t
 unparsed (no Python object per value): the streaming transfer the drain's ADBC receive uses. Each
 table is then built a third time; its ratio is printed beside the main one.
 
+--journal-files N: each drain lands in a journal that already holds N data files (one commit, then a
+checkpoint), as a journal does between two runs of ``maintain``; the default is a fresh lake. The
+drain commits once per batch, and deltalake's work per commit grows with the files the table holds.
+
 --repeat N: N pairs of runs per table, their order alternating, summed up as the median ratio, its
 spread, the runs at the target and the ratio of the median rates (the raw limit is the noisier one).
 
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
@@ -51,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +64,7 @@ from typing import Any
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
+import pyarrow as pa
 from queuelake.config import Config, from_dict
 from queuelake.examples import traffic
 from queuelake.lake.port import open_lake
@@ -250,8 +257,47 @@ def _until_empty(uri: str, connections: int, receive: Callable[[psycopg.Connecti
     return sum(counts), time.perf_counter() - t0
 
 
-def full_drain(cfg: Config, steps: StepTimes) -> tuple[int, float, dict[str, Any]]:
+def journal_with_history(cfg: Config, files: int) -> None:
+    """A fresh lake whose journal already holds ``files`` data files (one row each) in one commit,
+    then a checkpoint: the state of a journal that has drained for a while since its last
+    ``maintain``. A drain commits once per batch, and deltalake's work per commit grows with the
+    files the table holds, which a fresh lake never shows. Not measured: done before the drain's meter."""
+    from deltalake import DeltaTable
+    from queuelake.lake.files import commit_files
+    from queuelake.lake.port import journal_engine
+    from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
+    from queuelake.transport.queues import RECEIVED_SCHEMA
+
     shutil.rmtree(cfg.lake.root, ignore_errors=True)
+    if not files:
+        return
+    journal = journal_engine(open_lake(cfg.lake))
+    journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+    staged = []
+    for i in range(files):
+        received = pa.table(
+            {
+                "id": [f"history-{i}"],
+                "seq": [i],
+                "expired": [False],
+                "expires": [None],
+                "headers": ['{"NServiceBus.MessageId":"history-' + str(i) + '"}'],
+                "body": [b"{}"],
+            },
+            schema=RECEIVED_SCHEMA,
+        )
+        rows, _ = build_batch(received, "history", f"history:{i}", dt.datetime.now(dt.timezone.utc))
+        staged.extend(journal.stage(MESSAGES, rows).files)
+    path = journal.path(MESSAGES)
+    commit_files(path, MESSAGES, staged, "bench.history", 1, uuid.uuid4().hex, journal.name)
+    DeltaTable(path).create_checkpoint()
+
+
+def full_drain(cfg: Config, steps: StepTimes, history_files: int = 0) -> tuple[int, float, dict[str, Any]]:
+    """The drain of the queue into a fresh lake (or one whose journal holds ``history_files`` files,
+    made before this is called)."""
+    if not history_files:
+        shutil.rmtree(cfg.lake.root, ignore_errors=True)
     steps.reset()
     t0 = time.perf_counter()
     summary = drain(cfg, open_lake(cfg.lake), queue_names=[QUEUE])
@@ -293,8 +339,9 @@ def measure(
 
     def ours() -> tuple[int, float, dict[str, Any]]:
         build(cfg, uri, ref, args.rows, churned, args.dead)
+        journal_with_history(cfg, args.journal_files)
         with CpuMeter() as meter:
-            drain_n, drain_s, timing = full_drain(cfg, steps)
+            drain_n, drain_s, timing = full_drain(cfg, steps, args.journal_files)
         cpu["drain"] = meter.figures
         if drain_n != args.rows:
             raise SystemExit(f"[{label}] drain dequeued {drain_n} of {args.rows}")
@@ -421,6 +468,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs per table; medians and spread")
     parser.add_argument("--raw-copy", action="store_true", help="also the stricter raw limit through COPY")
     parser.add_argument("--verbose", action="store_true", help="the drain's INFO lines on stderr")
+    parser.add_argument(
+        "--journal-files",
+        type=int,
+        default=0,
+        help="the drain lands in a journal already holding this many files (default: a fresh lake)",
+    )
     args = parser.parse_args()
     args.dead = args.rows if args.dead is None else args.dead
     if args.repeat < 1:
@@ -456,6 +509,7 @@ def main() -> int:
             "batch_size": args.batch_size,
             "workers": args.workers,
             "dead_rows_churned": args.dead,
+            "journal_files_before": args.journal_files,
             "receive_driver": receive_driver(cfg),
             "server_version": version,
             "embedded": server is not None,

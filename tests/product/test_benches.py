@@ -36,9 +36,21 @@ def _bench(script: str, *args: str) -> dict[str, Any]:
 @pytest.mark.slow
 def test_drain_bench_measures_both_tables_against_both_raw_limits(fresh_pg_uri: str) -> None:
     result = _bench(
-        "drain.py", "--rows", "3000", "--batch-size", "1000", "--dsn", fresh_pg_uri, "--repeat", "2", "--raw-copy"
+        "drain.py",
+        "--rows",
+        "3000",
+        "--batch-size",
+        "1000",
+        "--dsn",
+        fresh_pg_uri,
+        "--repeat",
+        "2",
+        "--raw-copy",
+        "--journal-files",
+        "5",
     )
     assert result["rows"] == 3000 and result["receive_driver"] == "adbc" and not result["embedded"]
+    assert result["journal_files_before"] == 5  # each drain landed in a journal with a history
     for table in ("fresh", "churned"):
         summary = result[table]
         assert len(summary["runs"]) == 2 and summary["ratio_median"] > 0
