@@ -179,7 +179,8 @@ class DeltaRsEngine:
             try:
                 cached.update_incremental()
             except Exception as exc:  # noqa: BLE001 - any failure: load afresh
-                log.debug("lake table %s: snapshot not brought up to date (%s); loading it afresh", table, exc)
+                # the type only: storage errors may quote a URL, and this is a cache miss, not a failure
+                log.debug("lake table %s: snapshot not updated (%s); loading afresh", table, type(exc).__name__)
                 cached = None
         dt = cached if cached is not None else self._require(table)
         self._snapshots[table] = dt
@@ -423,7 +424,7 @@ class DeltaRsEngine:
                 raise
             except Exception as exc:  # noqa: BLE001 - the kept snapshot is suspect: start afresh
                 self._snapshots.pop(table, None)
-                log.debug("lake table %s: commit from the kept snapshot failed (%s); loading afresh", table, exc)
+                log.debug("lake table %s: commit from the kept snapshot failed (%s)", table, type(exc).__name__)
                 return commit(None)
 
     # ------------------------------------------------------------ versions
