@@ -77,11 +77,13 @@ def parse(texts: pa.Array) -> NativeMaps | None:
     rest = np.flatnonzero(~referred)
     if len(rest):
         # RE2 per row (Arrow) scans ~3x faster than one Python ``re`` pass over the rows' bytes
-        left = texts.take(pa.array(rest))
+        left = texts if len(rest) == n else texts.take(pa.array(rest))
         for pattern in (_NULL_VALUE, _SURROGATE_ESCAPE):
             referred[rest] |= _bools(pc.match_substring_regex(left, pattern), null_as=False)
     take = np.flatnonzero(~referred)
-    parsed = _read(texts.take(pa.array(take))) if len(take) else None
+    parsed = None
+    if len(take):  # no copy when the reader gets the whole batch (a queue of escaped headers)
+        parsed = _read(texts if len(take) == n else texts.take(pa.array(take)))
     if parsed is not None and len(take) == n and not parsed[1].any():  # the reader read every row
         return NativeMaps(parsed[0], np.zeros(n, dtype=bool), parsed[2])
     position = np.full(n, -1, dtype=np.int64)
