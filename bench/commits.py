@@ -51,6 +51,7 @@ def journal_rows(n: int) -> pa.Table:
             "seq": list(range(n)),
             "expired": [False] * n,
             "expires": [None] * n,
+            "raw_expires": [None] * n,
             "headers": [headers % i for i in range(n)],
             "body": [b'{"OrderId": 1}'] * n,
         },

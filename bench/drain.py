@@ -281,6 +281,7 @@ def journal_with_history(cfg: Config, files: int) -> None:
                 "seq": [i],
                 "expired": [False],
                 "expires": [None],
+                "raw_expires": [None],
                 "headers": ['{"NServiceBus.MessageId":"history-' + str(i) + '"}'],
                 "body": [b"{}"],
             },

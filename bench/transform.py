@@ -58,6 +58,7 @@ def write_journal(lake, rows: int, commit_rows: int) -> float:
                 "seq": list(range(seq + 1, seq + len(chunk) + 1)),
                 "expired": [False] * len(chunk),
                 "expires": [None] * len(chunk),
+                "raw_expires": [None] * len(chunk),
                 "headers": [m.headers for m in chunk],
                 "body": [m.body for m in chunk],
             },

@@ -1,5 +1,7 @@
 -- Destructive batched receive: the oldest :batch_size rows by RowVersion that no other receiver
--- holds. Expired is judged by the database clock (GETUTCDATE), never the client's.
+-- holds. Expired is judged by the database clock (GETUTCDATE), never the client's. Expires is a
+-- datetime (1753 to 9999-12-31 23:59:59.997), inside every client type's range: nothing is
+-- clamped, so raw_expires is always null (PostgreSQL's statement says why the column exists).
 WITH message AS (
     SELECT TOP (:batch_size) *
     FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
@@ -10,5 +12,6 @@ OUTPUT deleted.Id,
        deleted.RowVersion,
        CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END,
        deleted.Expires,
+       CAST(NULL AS nvarchar(64)) AS raw_expires,
        deleted.Headers,
        deleted.Body;

@@ -65,6 +65,7 @@ def received(raws: list[str | None], expired: list[bool] | None = None) -> pa.Ta
             "seq": list(range(1, n + 1)),
             "expired": expired or [False] * n,
             "expires": [None] * n,
+            "raw_expires": [None] * n,
             "headers": raws,
             "body": [b"body"] * n,
         },

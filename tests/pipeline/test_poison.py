@@ -375,6 +375,7 @@ def received(rows: list[tuple[str, bool, Raw]]) -> pa.Table:
             pa.array(range(1, n + 1), pa.int64()),
             pa.array([e for _, e, _ in rows], pa.bool_()),
             pa.array([NOW if e else None for _, e, _ in rows], pa.timestamp("us", tz="UTC")),
+            pa.nulls(n, pa.string()),
             headers,
             pa.array([f"body-{k}".encode() for k in range(n)], pa.binary()),
         ],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import signal
 import time
@@ -126,43 +125,71 @@ def _stats_kind(t: pa.DataType) -> str | None:
 
 @dataclass
 class _ColumnStats:
-    """Running nullCount / min / max of one top-level column, in JSON-ready values."""
+    """Running nullCount / min / max of one top-level column, in JSON-ready values.
+
+    Statistics are optional in Delta, per column: a bound that cannot be stated exactly is left out
+    (the column is then never skipped), never a reason to fail the file. Two such cases come from
+    values at the edges of their types: a timestamp maximum in the last millisecond of year 9999
+    (the log carries milliseconds and a maximum rounds up, to an instant that does not exist), and
+    values Python cannot hold at all. Failing there failed the drain's batch on every run."""
 
     kind: str | None
     nested: bool
     nulls: int = 0
     lo: Any = None
     hi: Any = None
+    unbounded: bool = False  # a value whose bound cannot be stated was seen: no min/max for the file
 
     def update(self, column: pa.ChunkedArray | pa.Array) -> None:
         self.nulls += column.null_count
-        if self.kind is None or column.null_count == len(column):
+        if self.kind is None or self.unbounded or column.null_count == len(column):
             return
-        if self.kind in ("ts", "date"):
-            column = column.cast(pa.int64() if self.kind == "ts" else pa.int32())
-        bounds = pc.min_max(column)
-        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        try:
+            if self.kind in ("ts", "date"):
+                column = column.cast(pa.int64() if self.kind == "ts" else pa.int32())
+            bounds = pc.min_max(column)
+            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        except (pa.ArrowException, UnicodeDecodeError, ValueError, OverflowError):
+            self.unbounded = True  # e.g. text that is not valid UTF-8 (a quarantined row's)
+            return
         self.lo = lo if self.lo is None else min(self.lo, lo)
         self.hi = hi if self.hi is None else max(self.hi, hi)
 
     def bounds(self) -> tuple[Any, Any] | None:
-        if self.lo is None:
+        if self.lo is None or self.unbounded:
             return None
         if self.kind == "str":
             if len(self.lo) > _STRING_STATS_MAX or len(self.hi) > _STRING_STATS_MAX:
                 return None
             return self.lo, self.hi
         if self.kind == "ts":  # micros since the epoch; stats carry milliseconds: floor min, ceil max
-            lo = _EPOCH + timedelta(milliseconds=math.floor(self.lo / 1000))
-            hi = _EPOCH + timedelta(milliseconds=math.ceil(self.hi / 1000))
-            return _iso_ms(lo), _iso_ms(hi)
+            return _ms_bound(self.lo // 1000), _ms_bound(-(-self.hi // 1000))
         if self.kind == "date":
-            return str((_EPOCH + timedelta(days=self.lo)).date()), str((_EPOCH + timedelta(days=self.hi)).date())
+            try:
+                return str((_EPOCH + timedelta(days=self.lo)).date()), str((_EPOCH + timedelta(days=self.hi)).date())
+            except OverflowError:
+                return None
         return self.lo, self.hi
+
+    def json_bounds(self) -> tuple[Any, Any] | None:
+        """``bounds``, or None where either end cannot be written (see the class docstring)."""
+        bounds = self.bounds()
+        return None if bounds is None or None in bounds else bounds
+
+
+def _ms_bound(millis: int) -> str | None:
+    """Milliseconds since the epoch as the log's ISO text; None when that instant is outside
+    0001-01-01 .. 9999-12-31 23:59:59.999 (the maximum of a file holding 9999-12-31 23:59:59.9995
+    or later rounds up past it)."""
+    try:
+        return _iso_ms(_EPOCH + timedelta(milliseconds=millis))
+    except OverflowError:
+        return None
 
 
 def _iso_ms(value: datetime) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    """Not strftime: its %Y gives ``1`` for year 1 on glibc, which no Delta reader parses."""
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def _is_nested(t: pa.DataType) -> bool:
@@ -180,7 +207,7 @@ def partition_value(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, datetime):
         value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"  # %Y: see _iso_ms
     if isinstance(value, bytes):
         raise LakeError("binary partition columns are not supported")
     return str(value)
@@ -378,7 +405,7 @@ def _stats_json(open_file: _OpenFile) -> str:
         if stats.nested:
             continue
         nulls[name] = stats.nulls
-        bounds = stats.bounds()
+        bounds = stats.json_bounds()
         if bounds is not None:
             mins[name], maxs[name] = bounds
     return json.dumps(

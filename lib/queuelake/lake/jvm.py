@@ -218,6 +218,9 @@ class DeltaSparkEngine:
     def discard_staged(self, table: str, staged: StagedFiles) -> None:
         raise self._no_staging(table)
 
+    def check_stageable(self, table: str, data: pa.Table) -> None:
+        raise self._no_staging(table)
+
     def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
         raise self._no_staging(table)
 

@@ -64,6 +64,12 @@ class LakeEngine(Protocol):
     def discard_staged(self, table: str, staged: StagedFiles) -> None:
         """Delete staged files nobody will commit (best effort; leftovers are orphans for vacuum)."""
 
+    def check_stageable(self, table: str, data: pa.Table) -> None:
+        """Raise what ``stage`` would raise because of ``data``'s content (its conversion to the
+        table's schema, the Parquet write, the file statistics), without touching the table's storage:
+        the files go to a local scratch folder. A drain asks this of parts of a batch whose staging
+        failed, to tell a row that cannot be stored from a lake that is down."""
+
     def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
         """Commit staged files in one commit with (app_id, version); False, touching nothing, when
         app_id already committed >= version. With ``verify``, raises LakeError when a staged file is

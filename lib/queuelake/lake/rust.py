@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable
@@ -346,12 +347,21 @@ class DeltaRsEngine:
     def stage(self, table: str, data: pa.Table) -> StagedFiles:
         """Write ``data`` as Parquet files into the table's folder without committing them: invisible
         to readers until ``commit_staged``; orphans for vacuum if nobody ever commits them."""
+        return self._stage_into(table, data, self.path(table), self.storage_options)
+
+    def check_stageable(self, table: str, data: pa.Table) -> None:
+        with tempfile.TemporaryDirectory(prefix="queuelake-probe-") as scratch:
+            self._stage_into(table, data, scratch, None)
+
+    def _stage_into(
+        self, table: str, data: pa.Table, folder: str, storage_options: dict[str, str] | None
+    ) -> StagedFiles:
         target, partition_by = self._stage_target(table)
         sink = FileSink(
-            self.path(table),
+            folder,
             target,
             partition_by,
-            storage_options=self.storage_options,
+            storage_options=storage_options,
             dictionary_columns=catalogue.dictionary_columns(table),
             statistics_columns=catalogue.statistics_columns(table),
             uncompressed_columns=catalogue.uncompressed_columns(table),

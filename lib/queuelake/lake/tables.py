@@ -81,6 +81,11 @@ MESSAGES = LakeTable(
             pa.field("exception_type", pa.string()),
             pa.field("exception_message", pa.string()),
             pa.field("time_of_failure", UTC_TS),
+            # the original text of an Expires the journal's type cannot hold (infinity, -infinity, a BC
+            # date, a year past 9999), which ``expires`` then holds clamped to 0001-01-01 or to the last
+            # microsecond of 9999; null for every other row. Last: journals made before it gain it
+            # at the end (``add_columns``), and a new journal has the same column order.
+            pa.field("raw_expires", pa.string()),
         ]
     ),
     "drain",
@@ -102,7 +107,15 @@ MESSAGES = LakeTable(
         "failed_queue",
         "exception_type",
     ),
-    no_parquet_statistics=("headers", "body", "enclosed_message_types", "raw_headers", "error", "exception_message"),
+    no_parquet_statistics=(
+        "headers",
+        "body",
+        "enclosed_message_types",
+        "raw_headers",
+        "error",
+        "exception_message",
+        "raw_expires",
+    ),
     uncompressed_columns=("id", "message_id", "conversation_id", "correlation_id"),
 )
 

@@ -37,7 +37,7 @@ from queuelake.context import connect, resolved_transport
 from queuelake.errors import LakeError, QueuelakeError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine, journal_engine
-from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
+from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch, isolate_unstorable
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import claims, db, locks, queues, schema
@@ -278,7 +278,7 @@ class QueueDrain:
                 drained_at = dt.datetime.now(dt.timezone.utc)
                 table, counts = build_batch(received, self.ref.canonical, f"{app_id}:{version}", drained_at)
                 t_build, cpu_build = time.monotonic(), time.thread_time()
-                stage, claim = self._claim(conn, app_id, version, table, lander)
+                stage, claim, counts = self._claim(conn, app_id, version, table, counts, received, drained_at, lander)
                 # wall seconds per step, then this thread's CPU seconds: on a machine the database
                 # shares, the bench tells waiting (for the server, for a core) from work by the two
                 log.debug(
@@ -331,12 +331,33 @@ class QueueDrain:
         return settle_until
 
     def _claim(
-        self, conn: Connection, app_id: str, version: int, table: pa.Table, lander: _Lander
-    ) -> tuple[float, float]:
+        self,
+        conn: Connection,
+        app_id: str,
+        version: int,
+        table: pa.Table,
+        counts: dict[str, int],
+        received: pa.Table,
+        drained_at: dt.datetime,
+        lander: _Lander,
+    ) -> tuple[float, float, dict[str, int]]:
         """Stage, claim with the DELETE, then hand the batch to the lander (Delta commit, then clear
-        the claim). Returns the seconds of staging and claiming, for the bench's per-step shares."""
+        the claim). Returns the seconds of staging and claiming, for the bench's per-step shares, and
+        the batch's counts per outcome (rows that could not be staged are quarantined)."""
         t0 = time.monotonic()
-        staged = self.lake.stage(MESSAGES, table)
+        try:
+            staged = self.lake.stage(MESSAGES, table)
+        except Exception as exc:  # a row that cannot be written, or the lake: isolate_unstorable tells
+            table, counts = isolate_unstorable(
+                received,
+                table,
+                lambda part: self.lake.check_stageable(MESSAGES, part),
+                self.ref.canonical,
+                f"{app_id}:{version}",
+                drained_at,
+                exc,
+            )
+            staged = self.lake.stage(MESSAGES, table)
         t_stage = time.monotonic()
         claimed = False
         try:
@@ -363,7 +384,7 @@ class QueueDrain:
         hooks.checkpoint("after_db_commit")
         t_claim = time.monotonic()
         lander.submit(staged, app_id, version)
-        return t_stage - t0, t_claim - t_stage
+        return t_stage - t0, t_claim - t_stage, counts
 
     def _land_claimed(self, conn: Connection, staged: StagedFiles, app_id: str, version: int) -> None:
         """Commit a claimed batch's staged files to the Delta log, then clear its claim."""
@@ -509,6 +530,7 @@ def drain(
     try:
         journal = journal_engine(lake)
         journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+        evolve_journal(journal)
         drains = [
             QueueDrain(config, journal, r, _Budget(config.drain.batch_size, max_messages, deadline), shared)
             for r in refs
@@ -525,6 +547,16 @@ def drain(
     statuses = {r.status for r in results} - {"ok", "skipped"}
     status = "failed" if "failed" in statuses else next(iter(sorted(statuses)), "ok")
     return {"status": status, "run_id": run_id, **totals, "queues": [r.summary() for r in results]}
+
+
+def evolve_journal(journal: LakeEngine) -> None:
+    """Give a journal made by an older queuelake the columns added since (nullable, null in its old
+    rows): a batch is staged with the table's own schema, and a column the table lacks would fail it."""
+    have = set(journal.schema(MESSAGES).names)
+    missing = [f for f in MESSAGES_SCHEMA if f.name not in have]
+    if missing:
+        log.info("journal: adding column(s) %s", ", ".join(f.name for f in missing))
+        journal.add_columns(MESSAGES, [f.with_nullable(True) for f in missing])
 
 
 def record_runs(lake: LakeEngine, run_id: str, command: str, started: dt.datetime, results: list[QueueResult]) -> None:

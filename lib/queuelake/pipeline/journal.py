@@ -13,9 +13,10 @@ the error and the raw text.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -357,18 +358,31 @@ def _isolate(received: pa.Table, queue: str, batch_id: str, drained_at: dt.datet
 
 
 def _quarantine_row(
-    received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime, exc: Exception
+    received: pa.Table,
+    queue: str,
+    batch_id: str,
+    drained_at: dt.datetime,
+    exc: Exception,
+    stage: str = "built",
 ) -> tuple[pa.Table, dict[str, int]]:
     """One row the journal builder cannot handle, as a quarantined row: the reference decoder's
-    reason if it refuses the row, else the error; the raw header text, the body; no typed columns."""
+    reason if it refuses the row, else the error; the raw header text, the body; no typed columns.
+
+    ``stage`` "stored": the row was built but its journal row could not be written (``isolate_unstorable``);
+    then even ``expires`` is kept only as text (``raw_expires``), so that nothing typed is left that
+    could fail the write again."""
     (raw,) = _texts(received["headers"])
     (row_id,) = _texts(received["id"])
     try:
-        reason = _reason(raw, row_id)
+        reason = _reason(raw, row_id) if stage == "built" else None
     except Exception:  # the reference failing too: the original error says more
         reason = None
     if not reason:
-        reason = f"journal could not be built for this row: {_error_text(exc)}"
+        reason = f"journal could not be {stage} for this row: {_error_text(exc)}"
+    expires, raw_expires = received["expires"], _raw_expires(received)
+    if stage != "built":
+        raw_expires = pc.coalesce(raw_expires, _timestamp_text(expires))
+        expires = pa.nulls(1, UTC_TS)
     columns: dict[str, Any] = {
         "queue": pa.array([queue], pa.string()),
         "seq": received["seq"],
@@ -378,11 +392,80 @@ def _quarantine_row(
         "outcome": pa.array(["quarantined"], pa.string()),
         "error": pa.array([_safe_text(reason)], pa.string()),
         "body": received["body"],
-        "expires": received["expires"],
+        "expires": expires,
+        "raw_expires": raw_expires,
         "raw_headers": pa.array([_safe_text(raw)], pa.string()),
     }
     arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(1, f.type) for f in MESSAGES_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=MESSAGES_SCHEMA), {"expired": 0, "quarantined": 1, "landed": 0}
+
+
+def _timestamp_text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Timestamps as ISO text in Arrow (any int64 instant, where Python's datetime stops at 9999)."""
+    try:
+        return pc.cast(_column(values).cast(pa.timestamp("us")), pa.string())
+    except pa.ArrowException:
+        return pa.nulls(len(values), pa.string())
+
+
+def isolate_unstorable(
+    received: pa.Table,
+    table: pa.Table,
+    check: Callable[[pa.Table], None],
+    queue: str,
+    batch_id: str,
+    drained_at: dt.datetime,
+    error: Exception,
+) -> tuple[pa.Table, dict[str, int]]:
+    """A batch's journal rows (``table``, built from ``received`` row for row) whose writing failed
+    with ``error``: the rows that ``check`` (the write without the storage) refuses are found by
+    bisection and quarantined with the error and their raw text, the rest kept. Returns the rows to
+    write and their counts per outcome. Re-raises ``error`` when no row is to blame (the lake, not
+    the data), or every row of the batch alike (a fault of ours, not of one row's value): that
+    failure is the run's, and the batch goes back to the queue whole.
+
+    Why: the build's own fallback protects only the build. A value at the edge of its type failed
+    later stages (the file statistics of a time in the last millisecond of 9999), and since the same
+    rows come back first, such a row blocked its queue on every run."""
+    bad = _refused_rows(table, check, 0)
+    if not bad or (len(bad) == table.num_rows > 1):  # none to blame, or all alike: not about a row
+        raise error
+    log.warning(
+        "journal: %d row(s) of a batch of %s could not be written (%s); quarantining them",
+        len(bad),
+        queue,
+        _error_text(error, 300),
+    )
+    parts: list[pa.Table] = []
+    start = 0
+    for i, exc in bad:
+        if i > start:
+            parts.append(table.slice(start, i - start))
+        row, _ = _quarantine_row(received.slice(i, 1), queue, batch_id, drained_at, exc, stage="stored")
+        parts.append(row)
+        start = i + 1
+    if start < table.num_rows:
+        parts.append(table.slice(start))
+    kept = pa.concat_tables(parts)
+    outcomes = collections.Counter(kept["outcome"].to_pylist())
+    return kept, {k: outcomes.get(k, 0) for k in ("expired", "quarantined", "landed")}
+
+
+def _refused_rows(table: pa.Table, check: Callable[[pa.Table], None], offset: int) -> list[tuple[int, Exception]]:
+    """(index, error) of every row ``check`` refuses alone, found by bisection, in row order."""
+    try:
+        check(table)
+        return []
+    except Exception as exc:  # noqa: BLE001 - any failure of a part: look inside it
+        if table.num_rows == 1:
+            return [(offset, exc)]
+        failure = exc
+    half = table.num_rows // 2
+    found = _refused_rows(table.slice(0, half), check, offset)
+    found += _refused_rows(table.slice(half), check, offset + half)
+    if not found:  # the halves pass where the whole failed: not a row's doing
+        log.debug("journal: a part failed only whole (%s)", _error_text(failure, 200))
+    return found
 
 
 def _column(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -513,6 +596,7 @@ def _build(
         "headers": headers,
         "body": received["body"],
         "expires": received["expires"],
+        "raw_expires": _raw_expires(received),
         "raw_headers": pa.array(raw_headers, pa.string()),
     }
     if counts["expired"]:
@@ -529,6 +613,14 @@ def _build(
 
 
 _OUTCOMES = pa.array(["expired", "quarantined", "landed"], pa.string())
+
+
+def _raw_expires(received: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """The original text of a clamped Expires (``queues.ReceivedRow.raw_expires``); all null for a
+    batch received without the column (tests and benches that build batches by hand)."""
+    if "raw_expires" in received.column_names:
+        return received["raw_expires"]
+    return pa.nulls(received.num_rows, pa.string())
 
 
 def _valid(column: pa.Array) -> np.ndarray:

@@ -29,6 +29,9 @@ class ReceivedRow:
     expires: dt.datetime | None  # aware UTC
     headers: str | None
     body: bytes | None
+    # the original text of an Expires value outside 0001-01-01 .. 9999-12-31 23:59:59.999999
+    # (infinity, BC, year 20000), which ``expires`` then holds clamped; None for every other value
+    raw_expires: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ def _text(value: Any) -> str | None:
 
 
 def to_received(row: Sequence[Any]) -> ReceivedRow:
-    rid, seq, expired, expires, headers, body = row
+    rid, seq, expired, expires, raw_expires, headers, body = row
     return ReceivedRow(
         _uuid_text(rid),
         int(seq),
@@ -78,6 +81,7 @@ def to_received(row: Sequence[Any]) -> ReceivedRow:
         _utc(expires),
         _text(headers),
         None if body is None else bytes(body),
+        _text(raw_expires),
     )
 
 
@@ -93,6 +97,7 @@ RECEIVED_SCHEMA = pa.schema(
         pa.field("seq", pa.int64(), nullable=False),
         pa.field("expired", pa.bool_(), nullable=False),
         pa.field("expires", pa.timestamp("us", tz="UTC")),
+        pa.field("raw_expires", pa.string()),  # see ReceivedRow.raw_expires
         pa.field("headers", pa.string()),
         pa.field("body", pa.binary()),
     ]
@@ -121,6 +126,7 @@ def receive_batch_arrow(conn: Connection, queue: TableRef, batch_size: int, chun
                 pa.array([r.seq for r in rows], pa.int64()),
                 pa.array([r.expired for r in rows], pa.bool_()),
                 pa.array([r.expires for r in rows], RECEIVED_SCHEMA.field("expires").type),
+                pa.array([r.raw_expires for r in rows], pa.string()),
                 text_column([r.headers for r in rows]),
                 pa.array([r.body for r in rows], pa.binary()),
             ],
