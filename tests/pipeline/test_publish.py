@@ -23,6 +23,7 @@ from queuelake.pipeline.drain import drain
 from queuelake.pipeline.outgoing import message_id
 from queuelake.pipeline.publish import publish
 from queuelake.pipeline.transform import transform
+from queuelake.quality import outbound
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport import headers as hdr
 from queuelake.transport.tables import bridge_ref, queue_ref
@@ -429,3 +430,64 @@ def test_ids_are_the_uuids_the_uuid_module_gives() -> None:
     for i in range(2000):  # every value of the variant digit, many times over
         key = "".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(rng.randrange(0, 20)))
         assert message_id("p", key, f"q{i}") == str(uuid.uuid5(NAMESPACE, f"p\n{key}\nq{i}"))
+
+
+def _timestamps(micros: list[int | None]) -> pa.Array:
+    """Timestamps as Arrow holds them, past what Python's datetime can (year 20000, BC)."""
+    return pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_values_at_the_edges_of_their_types_are_rejected_row_by_row_or_sent(
+    fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None
+) -> None:
+    """ttbr_ms and deliver_at at the edges of their types (issue 30): a row that cannot be sent
+    faithfully is rejected with its reason, and the round's other rows go out; the round never fails.
+    A deliver_at past year 9999 failed the whole round (its conversion to Python), and so did a
+    ttbr_ms whose expiry passes year 9999."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_edges"], [], executors_from_rows=from_rows)
+    setup_db(cfg, ["Billing"])
+    lake = open_lake(cfg.lake, spark)
+    send = {"intent": "Send", "destination": "Billing", "message_type": "Billing.Messages.Commands.Charge, Billing"}
+    ttbrs = {"ttbr-1ms": 1, "ttbr-under-100y": hdr.MAX_TTBR_MS - 1, "ttbr-100y": hdr.MAX_TTBR_MS, "ttbr-max": 2**63 - 1}
+    ttbrs |= {"ttbr-min": -(2**63), "ttbr-0": 0}
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    last = (hdr.LAST_INSTANT - epoch) // dt.timedelta(microseconds=1)
+    first = (hdr.FIRST_INSTANT - epoch) // dt.timedelta(microseconds=1)
+    delays = {
+        "due-first-instant": first,
+        "due-last-instant": last,
+        "due-last-microsecond-of-9999": last + 2999,
+        "due-year-20000": last + 10_001 * 365 * 86_400_000_000,
+        "due-bc": first - 365 * 86_400_000_000,
+        "due-before-first": first - 1,
+    }
+    rows = [row(k, **send, ttbr_ms=v) for k, v in ttbrs.items()] + [row(k, **send) for k in delays]
+    table = pa.Table.from_pylist(rows, schema=OUTBOUND)
+    deliver_at = _timestamps([None] * len(ttbrs) + list(delays.values()))
+    table = table.set_column(table.schema.get_field_index("deliver_at"), "deliver_at", deliver_at)
+    lake.append("outbound_edges", table, "test/outbound_edges", 1)
+
+    summary = publish(cfg, spark, lake)
+    out = summary["outputs"][0]
+    assert out["status"] == "ok", summary
+    sent = {"ttbr-1ms", "ttbr-under-100y", "due-first-instant", "due-last-instant"}
+    # (the rejected rows keep their deliver_at as it was: year 20000 is more than Python can hold)
+    rejected = read_table(str(tmp_path / "lake" / "outbound_edges_rejected"), columns=["key", "reasons"])
+    reasons = {r["key"]: r["reasons"] for r in rejected.to_pylist()}
+    assert out["published"] == len(sent) and out["rejected"] == len(rows) - len(sent), (out, sorted(reasons))
+    assert set(reasons) == (set(ttbrs) | set(delays)) - sent
+    for key in ("ttbr-100y", "ttbr-max"):
+        assert reasons[key] == [outbound.TTBR_TOO_LONG], reasons[key]
+    for key in ("ttbr-min", "ttbr-0"):
+        assert reasons[key] == ["ttbr_ms must be positive"], reasons[key]
+    for key in ("due-last-microsecond-of-9999", "due-year-20000", "due-bc", "due-before-first"):
+        assert reasons[key] == [outbound.DELIVER_AT_OUT_OF_RANGE], reasons[key]
+    direct = {hdr.decode_map(r.headers)[hdr.MESSAGE_ID]: r for r in drain_all(cfg, "Billing")}
+    assert len(direct) == 2
+    long_lived = direct[message_id("Lakehouse/outbound_edges", "ttbr-under-100y", '"public"."Billing"')]
+    assert long_lived.expires is not None and long_lived.expires.year > 2100
+    with db.connect(cfg.transport) as conn:
+        dues = sorted(r[0] for r in conn.raw.execute('SELECT due FROM "public"."Billing.Delayed"').fetchall())
+        assert len(dues) == 2 and dues[1].year == 9999 and dues[0] < dt.datetime.now(dt.timezone.utc)
+    assert publish(cfg, spark, lake)["published"] == 0  # the rerun adds nothing

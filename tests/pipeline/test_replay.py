@@ -484,3 +484,43 @@ def test_cli_prints_the_replay_id(failures, spark) -> None:
     assert code == 0 and summary["command"] == "replay" and summary["rows_sent"] == 10, summary
     assert summary["replay_id"].startswith("replay-")
     assert uuid.UUID(summary["replay_id"][-6:].rjust(32, "0"))  # a generated id ends in random hex
+
+
+def test_journal_rows_at_the_edges_of_their_types_are_retried(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """A failed message whose times sit at .NET's edges (TimeOfFailure at DateTime.MaxValue, TimeSent
+    at MinValue, TimeToBeReceived at TimeSpan.MaxValue) and whose row's Expires was infinity or a
+    year past 9999 (clamped in the journal): the retry is a faithful send, selected by those very
+    values, and the round never fails (issue 30)."""
+    import psycopg
+
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["error"])
+    install(cfg, ["Billing"])
+    base = failed(next(traffic.order_events(1, seed=3)), "Billing", TIMEOUT)
+    edges = {
+        hdr.TIME_OF_FAILURE: "9999-12-31 23:59:59:999999 Z",
+        hdr.TIME_SENT: "0001-01-01 00:00:00:000000 Z",
+        hdr.PROCESSING_STARTED: "9999-12-31 23:59:59:999999 Z",
+        hdr.TIME_TO_BE_RECEIVED: "10675199.02:48:05.4775807",
+    }
+    headers = {**hdr.decode_map(base.headers), **edges}
+    ids = {expires: str(uuid.uuid4()) for expires in ("infinity", "20000-01-01 00:00:00", "9999-12-31 23:59:59.999999")}
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        for expires, row_id in ids.items():
+            row_headers = {**headers, hdr.MESSAGE_ID: row_id}
+            conn.execute(
+                'INSERT INTO "public"."error" (id, expires, headers, body) VALUES (%s, CAST(%s AS timestamp), %s, %s)',
+                (row_id, expires, hdr.encode(row_headers), base.body),
+            )
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == 3
+    summary = run(cfg, spark, "time_of_failure = timestamp'9999-12-31 23:59:59.999999' AND raw_expires IS NOT NULL")
+    assert summary["status"] == "ok" and summary["selected"] == 2 and summary["rows_sent"] == 2, summary
+    got = {hdr.decode_map(r.headers)[hdr.MESSAGE_ID]: r for r in drain_all(cfg, "Billing")}
+    assert set(got) == {ids["infinity"], ids["20000-01-01 00:00:00"]}
+    for received in got.values():
+        sent = hdr.decode_map(received.headers)
+        assert (
+            sent[hdr.TIME_SENT] == edges[hdr.TIME_SENT]
+            and sent[hdr.PROCESSING_STARTED] == edges[hdr.PROCESSING_STARTED]
+        )
+        assert hdr.TIME_OF_FAILURE not in sent and received.body == base.body
+        assert received.expires is None  # TimeSpan.MaxValue: no expiry, as NServiceBus reads it

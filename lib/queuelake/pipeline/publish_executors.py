@@ -34,7 +34,7 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake import storage, tables
 from queuelake.lake.storage import parquet_file
-from queuelake.pipeline.outgoing import Router, accepted_rows, in_batches
+from queuelake.pipeline.outgoing import Router, accepted, accepted_rows, in_batches, without_rejected_values
 from queuelake.report import log
 from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
@@ -86,21 +86,12 @@ def plan(files: list[str], bad_keys: set[str], size: int) -> tuple[list[Unit], i
         parquet = parquet_file(uri)
         for group in range(parquet.metadata.num_row_groups):
             keys = parquet.read_row_group(group, columns=["key"])["key"]
-            accepted = int(pc.sum(_accepted(keys, bad_keys)).as_py() or 0)
-            batches = (accepted + size - 1) // size
+            sent = int(pc.sum(accepted(keys, bad_keys)).as_py() or 0)
+            batches = (sent + size - 1) // size
             if batches:
                 units.append(Unit(uri, group, total, batches))
                 total += batches
     return units, total
-
-
-def _accepted(keys: pa.ChunkedArray | pa.Array, bad_keys: set[str] | frozenset[str]) -> pa.Array:
-    """True for the rows that are sent: a key, and not rejected by the outbound contract."""
-    keys = keys.cast(pa.string())  # files delta-rs rewrites store string_view (no is_in kernel)
-    mask = pc.is_valid(keys)
-    if bad_keys:
-        mask = pc.and_(mask, pc.invert(pc.is_in(keys, pa.array(sorted(bad_keys), pa.string()))))
-    return pc.fill_null(mask, False)
 
 
 def _unit_batches(unit: Unit, bad_keys: frozenset[str], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -132,7 +123,7 @@ def route_round(
         names = set(parquet.schema_arrow.names)
         columns = [c for c in _ROUTING_COLUMNS if c in names] + (["deliver_at"] if "deliver_at" in names else [])
         table = parquet.read_row_group(unit.row_group, columns=columns)
-        mask = _accepted(table["key"], bad_keys)
+        mask = accepted(table["key"], bad_keys)
         delayed = pc.is_valid(table["deliver_at"]) if "deliver_at" in names else pa.repeat(False, table.num_rows)
         send = pc.equal(table["intent"], "Send")
         nothing = pa.nulls(table.num_rows, pa.string())
@@ -154,7 +145,7 @@ def route_round(
                 bad_routes.add((route["send"], route["destination"], route["message_type"], route["delayed"]))
         if not bad_routes:
             continue
-        rows = table.to_pylist()
+        rows = without_rejected_values(table, mask).to_pylist()
         ordinal = np.cumsum(mask.to_numpy(zero_copy_only=False)) - 1
         for i, (row, ok) in enumerate(zip(rows, mask.to_pylist())):
             is_send = row["intent"] == "Send"

@@ -66,7 +66,7 @@ REPLAYS = tables.REPLAYS.name
 SKIPPED = tables.REPLAY_SKIPPED.name
 DEFAULT_BATCH_SIZE = 5000
 PACED_BATCH_SECONDS = 0.5  # under --max-rate a batch holds about this long's worth of messages
-MAX_TTBR_MS = 100 * 365 * 86_400_000  # TimeSpan.MaxValue and the like: no expiry
+MAX_TTBR_MS = hdr.MAX_TTBR_MS  # TimeSpan.MaxValue and the like: no expiry
 
 # What a ServiceControl retry strips: every header *starting with* one of these
 # (ServiceControl src/ServiceControl/Recoverability/Retrying/HeaderFilter.cs).

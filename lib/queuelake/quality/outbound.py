@@ -8,17 +8,24 @@ per round. GX runs the user's own business expectations instead (``quality/expec
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from queuelake.errors import QueuelakeError
+from queuelake.transport.headers import FIRST_INSTANT, LAST_INSTANT, MAX_TTBR_MS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 REQUIRED = ["key", "message_type", "intent", "body"]
+# Values at the edges of their types: a send must be faithful, so these are refused per row (they
+# failed the whole round before: a datetime past 9999 cannot be read, a TTBR past it overflows).
+TTBR_TOO_LONG = f"ttbr_ms must be under {MAX_TTBR_MS} (100 years); leave it null for no expiry"
+DELIVER_AT_OUT_OF_RANGE = "deliver_at must fall between 0001-01-01 and 9999-12-31 23:59:59.997 UTC"
 CHECKED = ["key", "message_type", "intent", "destination", "body_len", "ttbr_ms", "deliver_at", "reasons"]
 INTENTS = ["Send", "Publish"]
 
@@ -58,6 +65,12 @@ def with_reasons(df: DataFrame) -> DataFrame:
             "a delay (deliver_at) together with a TTBR (ttbr_ms) is not allowed",
         ),
         (col_or_null("ttbr_ms", "long") <= 0, "ttbr_ms must be positive"),
+        (col_or_null("ttbr_ms", "long") >= MAX_TTBR_MS, TTBR_TOO_LONG),
+        (  # as integers: a Python datetime literal of year 1 reaches Spark two days off (Julian rebase)
+            (F.unix_micros(col_or_null("deliver_at", "timestamp")) < F.lit(_micros(FIRST_INSTANT)))
+            | (F.unix_micros(col_or_null("deliver_at", "timestamp")) > F.lit(_micros(LAST_INSTANT))),
+            DELIVER_AT_OUT_OF_RANGE,
+        ),
     ]
     reasons = F.filter(F.array(*[F.when(cond, F.lit(text)) for cond, text in checks]), lambda x: x.isNotNull())
     return df.withColumn("reasons", reasons).withColumn("body_len", body_len).drop("_dup")
@@ -149,7 +162,28 @@ def _any_reason(table: pa.Table, names: set[str], pc: Any) -> bool:
         checks.append(pc.equal(intent, "Send"))
     if "ttbr_ms" in names:
         ttbr = table["ttbr_ms"]
-        checks.append(pc.fill_null(pc.less_equal(ttbr.cast(pa.float64()), 0), False))  # no TTBR is fine
+        as_float = pc.cast(ttbr, pa.float64(), safe=False)  # int64's extremes round, never raise
+        checks.append(pc.fill_null(pc.less_equal(as_float, 0), False))  # no TTBR is fine
+        checks.append(pc.fill_null(pc.greater_equal(as_float, float(MAX_TTBR_MS)), False))
         if "deliver_at" in names:
             checks.append(pc.and_(pc.is_valid(ttbr), pc.is_valid(table["deliver_at"])))
+    if "deliver_at" in names:
+        checks.append(pc.fill_null(_out_of_range(table["deliver_at"], pc), False))
     return any(pc.any(pc.fill_null(check, True)).as_py() for check in checks)
+
+
+def _out_of_range(deliver_at: pa.ChunkedArray, pc: Any) -> pa.ChunkedArray:
+    """deliver_at outside FIRST_INSTANT .. LAST_INSTANT, compared as integers in the column's own
+    unit (a Python datetime cannot hold every value a Parquet timestamp can)."""
+    if not pa.types.is_timestamp(deliver_at.type):
+        return pa.chunked_array([pa.repeat(True, len(deliver_at))])  # not a timestamp: Spark's cast decides
+    if deliver_at.type.unit == "ns":  # nanoseconds since 1970 span only 1677-2262: always inside
+        return pc.is_null(deliver_at)
+    per_second = {"s": 1, "ms": 1000, "us": 1_000_000}[deliver_at.type.unit]
+    first, last = (_micros(t) * per_second // 1_000_000 for t in (FIRST_INSTANT, LAST_INSTANT))
+    ticks = deliver_at.cast(pa.int64())
+    return pc.or_(pc.less(ticks, first), pc.greater(ticks, last))
+
+
+def _micros(instant: dt.datetime) -> int:
+    return (instant - _EPOCH) // dt.timedelta(microseconds=1)

@@ -41,6 +41,13 @@ FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
 INTENTS = {name.lower(): name for name in ("Send", "Publish", "Subscribe", "Unsubscribe", "Reply")}
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"
+# The span every column that carries a time holds (.NET's DateTime, SQL Server's datetime up to its
+# last tick, Python's datetime, Spark's timestamp): a time outside it cannot be sent faithfully.
+FIRST_INSTANT = dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)
+LAST_INSTANT = dt.datetime(9999, 12, 31, 23, 59, 59, 997000, tzinfo=dt.timezone.utc)
+# A TimeToBeReceived this long or longer means "never expires" (TimeSpan.MaxValue is ~29,000 years,
+# and now + it would pass LAST_INSTANT): replay drops it, and publish refuses it as a ttbr_ms.
+MAX_TTBR_MS = 100 * 365 * 86_400_000
 # Exactly the .NET "yyyy-MM-dd HH:mm:ss:ffffff Z" (ASCII digits, fixed widths), as ParseExact reads it.
 _TIME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}):([0-9]{6}) Z")
 
