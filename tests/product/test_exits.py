@@ -18,6 +18,7 @@ from queuelake import cli, stopping
 from queuelake.lake.reading import read_table
 
 from tests.pipeline.test_drain import install, make_config, seed_ids, write_config
+from tests.transport.helpers import cut_words, shows_secret
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_URI = "postgresql://queuelake:s3cr3t-Pa55@db.example.invalid:5432/queues"
@@ -89,6 +90,22 @@ def test_any_exception_is_a_clean_failure_without_the_secret(
     assert "RuntimeError: cannot reach" in summary["error"]
     assert "s3cr3t-Pa55" not in out.out + out.err and SECRET_URI not in out.out + out.err
     assert "File " not in summary["error"] and "Traceback" not in out.err
+
+
+@pytest.mark.parametrize("password", ["postgres", "admin", "a", "queues", "example"])
+def test_a_common_word_secret_is_hidden_and_the_message_kept(
+    password: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A password that is a word (or part of the user, host or database names) is hidden as the
+    secret it is, and the words of the message are left whole."""
+    monkeypatch.setenv("QUEUELAKE_CONNECTION", f"postgresql://postgres:{password}@db.example.invalid:5432/queues")
+    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
+    monkeypatch.setitem(cli.COMMANDS, "status", ("queuelake_test_exits:_boom", "stand-in"))
+    assert cli.main(["status", "-c", "/nonexistent.yaml"]) == 1
+    out = capsys.readouterr()
+    assert _summary(out.out)["error"] == "RuntimeError: cannot reach <connection string>"
+    assert "status failed: RuntimeError: cannot reach <connection string> (--debug" in out.err
+    assert not shows_secret(out.out + out.err, password) and not cut_words(out.out + out.err)
 
 
 def test_sigterm_interrupts_a_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -179,7 +179,8 @@ def run_cli(args: Sequence[str], connection: str | None, timeout: float = 60) ->
 # (postgresql, 127.0.0.1, typo_key.yaml, transport.dialect, s3cr3t-Pa55).
 _NAMES = re.compile(r"\w+(?:[.-]\w+)*")
 # what substring replacement does to the words around a secret: postgres in postgresql -> ***ql
-_CUT_WORD = re.compile(r"\w\*\*\*|\*\*\*\w")
+# (an escape before the mark, a repr's \n, is not a word)
+_CUT_WORD = re.compile(r"(?<!\\)\w\*\*\*|\*\*\*\w")
 
 
 def shows_secret(text: str, secret: str) -> bool:

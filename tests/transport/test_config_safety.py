@@ -148,3 +148,17 @@ def test_replay_to_a_drained_queue_is_refused_before_anything_runs(tmp_path: Pat
     error = result.summary["error"]
     assert "drain.queues drains Sales" in error and "replay --to" in error, error
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("password", ["Sale", "drain", "queues"])
+def test_the_refusal_reads_the_same_whatever_the_password(password: str, tmp_path: Path) -> None:
+    """A config error holds no secret: a password that is part of its words leaves them whole."""
+    from tests.transport.helpers import cut_words, run_cli, write_config
+
+    path = write_config(tmp_path, "psycopg", ["Sales", "audit"])
+    connection = f"postgresql://u:{password}@127.0.0.1:1/x"
+    result = run_cli(["replay", "-c", str(path), "--where", "true", "--to", "Sales"], connection)
+    assert result.code == 1, result
+    error = result.summary["error"]
+    assert f"{path}: drain.queues drains Sales, which replay --to sends to" in error, error
+    assert not cut_words(result.stdout + result.stderr), result

@@ -17,7 +17,7 @@ from queuelake.transport import db, installer, queues, schema
 from queuelake.transport.queues import OutgoingMessage
 
 from tests.conftest import connection_string
-from tests.transport.helpers import connect, make_config, ref, run_cli, write_config
+from tests.transport.helpers import connect, cut_words, make_config, ref, run_cli, shows_secret, write_config
 
 RIGHT_PASSWORD = "C0rrect;Horse}Battery{St@ple x"  # ODBC-hostile: ; braces @ and a space
 WRONG_PASSWORD = "Wr0ng-Pa55w0rd-Xyzzy-7731"
@@ -105,6 +105,45 @@ def test_wrong_password_cli_output_hides_it(password_login: tuple[str, str], pg_
         assert "password authentication failed" in result.summary["error"]
         _assert_secret_absent(result.stdout, WRONG_PASSWORD)
         _assert_secret_absent(result.stderr, WRONG_PASSWORD)
+
+
+# common words, one character, and parts of the role (ql_pw_...), host (127.0.0.1) and dialect names
+COMMON_PASSWORDS = ["postgres", "admin", "password", "a", "ql", "pw", "127", "sql", "gres"]
+
+
+def _assert_readable_without(message: str, password: str, role: str, driver: str) -> None:
+    assert message.startswith(f"cannot connect to the postgresql queue database with {driver}: "), message
+    # the word equal to the password is masked, and no other: the secret never shows
+    said = "***" if password == "password" else "password"
+    assert f'{said} authentication failed for user "{role}"' in message, message
+    assert not shows_secret(message, password), message
+    assert not cut_words(message), message
+
+
+@pytest.mark.parametrize("password", COMMON_PASSWORDS)
+def test_wrong_common_word_password_error_is_readable(
+    password_login: tuple[str, str], pg_driver: str, password: str
+) -> None:
+    """The issue's case: a password that is an ordinary word, or part of the names around it, is
+    hidden where the driver shows it and leaves every other word whole."""
+    role, uri = password_login
+    wrong = connection_string(_with_login(uri, role, password), pg_driver)
+    with pytest.raises(TransportError) as info:
+        db.connect(TransportConfig(driver=pg_driver, connection=wrong))
+    _assert_readable_without(str(info.value), password, role, pg_driver)
+
+
+@pytest.mark.parametrize("password", ["postgres", "a"])
+def test_wrong_common_word_password_cli_output_is_readable(
+    password_login: tuple[str, str], pg_driver: str, password: str, tmp_path
+) -> None:
+    role, uri = password_login
+    wrong = connection_string(_with_login(uri, role, password), pg_driver)
+    result = run_cli(["status", "-c", str(write_config(tmp_path, pg_driver, ["Sales"]))], wrong)
+    assert result.code == 1 and result.summary["status"] == "failed", result
+    _assert_readable_without(result.summary["error"], password, role, pg_driver)
+    for output in (result.stdout, result.stderr):
+        assert not shows_secret(output, password) and not cut_words(output), output
 
 
 def _closed_port() -> int:
