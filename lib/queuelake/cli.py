@@ -146,12 +146,12 @@ def _secrets(args: argparse.Namespace) -> list[str]:
     return [s for s in found if s]
 
 
-def _redact(text: str, secrets: list[str]) -> str:
-    from queuelake.transport.db import redact
+def _redact(text: str, secrets: list[str], words: bool = True) -> str:
+    """``text`` without the secrets; ``words=False`` for an error already redacted where it was
+    built (see ``queuelake.redaction.redact``)."""
+    from queuelake.redaction import redact
 
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = redact(text, secret)
-    return redact(text, None)
+    return redact(text, secrets, words)
 
 
 _FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \"|\^+$|~*\^+~*$)")
@@ -254,7 +254,8 @@ def missing_spark(exc: BaseException) -> str | None:
 
 def _failure(args: argparse.Namespace, exc: Exception) -> dict[str, Any]:
     secrets = _secrets(args)
-    error = _redact(describe(exc), secrets)
+    # an error redacted where it was built (a driver's text inside our own) keeps its words
+    error = _redact(describe(exc), secrets, words=not getattr(exc, "redacted", False))
     package = missing_spark(exc)
     if package:
         error = f"{args.command} needs {package}, which is not installed: {SPARK_EXTRA} ({error})"

@@ -4,6 +4,11 @@
 class QueuelakeError(Exception):
     """Base class: the CLI turns these into a clean message and a non-zero exit."""
 
+    # True where the message was built with its foreign text (a driver's) already redacted: the CLI
+    # then removes only distinctive secrets and password fields, and leaves the words of our own text
+    # whole even when a short password is one of them (queuelake.redaction says why).
+    redacted: bool = False
+
 
 class ConfigError(QueuelakeError):
     """The configuration file is invalid: unknown key, missing variable, bad value."""

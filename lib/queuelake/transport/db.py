@@ -11,45 +11,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import unquote
 
+from queuelake import redaction
 from queuelake.config import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport import sqlfiles
 from queuelake.transport.dialects import dialect as named_dialect
 from queuelake.transport.sqlfiles import Statement
 
-# pwd=/password= in ODBC ({braced}, }} escaping a brace) and libpq key=value ('quoted') strings
-_SECRET_FIELDS = re.compile(r"(?i)\b(pwd|password)\s*=\s*(\{(?:[^}]|\}\})*\}|'(?:[^'\\]|\\.)*'|[^;\s]*)")
-_URI_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
-
-
-def _field_value(raw: str) -> str:
-    if raw.startswith("{") and raw.endswith("}") and len(raw) >= 2:
-        return raw[1:-1].replace("}}", "}")
-    if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
-        return re.sub(r"\\(.)", r"\1", raw[1:-1])
-    return raw
-
 
 def redact(text: str, secret: str | None) -> str:
-    """Remove the connection string and any password-looking field from a message."""
-    if secret:
-        text = text.replace(secret, "<connection string>")
-        values: set[str] = set()
-        for match in _SECRET_FIELDS.finditer(secret):
-            values.update((match.group(2), _field_value(match.group(2))))
-        for match in _URI_PASSWORD.finditer(secret):
-            values.update((match.group(2), unquote(match.group(2))))
-        # longest first, so a password is not half-replaced by a shorter form of itself
-        for value in sorted((v for v in values if v), key=len, reverse=True):
-            text = text.replace(value, "***")
-    text = _SECRET_FIELDS.sub(lambda m: m.group(1) + "=***", text)
-    return _URI_PASSWORD.sub(lambda m: m.group(1) + "***" + m.group(3), text)
+    """Remove the connection string, its password and any password field from a driver's message
+    (the rules, and why they mask whole words only, are in ``queuelake.redaction``)."""
+    return redaction.redact(text, [secret])
+
+
+def _redacted(error: TransportError) -> TransportError:
+    """Mark an error whose driver text was redacted here: the rest is ours, and the CLI leaves its
+    words alone (a password such as ``queue`` must not mask "the postgresql queue database")."""
+    error.redacted = True
+    return error
 
 
 class Connection:
@@ -123,8 +107,8 @@ class Connection:
         message = redact(_first_line(exc), self._secret)
         target = f" on {what}" if what else ""
         if self.rules.is_missing_table(exc):
-            return TransportError(f"table{target} does not exist ({statement}): {message}")
-        return TransportError(f"{statement}{target} failed: {message}")
+            return _redacted(TransportError(f"table{target} does not exist ({statement}): {message}"))
+        return _redacted(TransportError(f"{statement}{target} failed: {message}"))
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -227,9 +211,11 @@ def connect(config: TransportConfig, application_name: str = "queuelake", driver
 
 
 def _connect_error(exc: BaseException, config: TransportConfig) -> TransportError:
-    return TransportError(
-        f"cannot connect to the {config.dialect} queue database with {config.driver}: "
-        f"{redact(_first_line(exc), config.connection)}"
+    return _redacted(
+        TransportError(
+            f"cannot connect to the {config.dialect} queue database with {config.driver}: "
+            f"{redact(_first_line(exc), config.connection)}"
+        )
     )
 
 

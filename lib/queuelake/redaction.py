@@ -1,0 +1,131 @@
+"""Secrets out of the messages users see, without cutting the words around them.
+
+A secret (a connection string, a storage credential) is removed where it appears *as a secret*:
+
+- the connection string as a whole (``<connection string>``);
+- a password field anywhere in the text: a URI's ``user:***@``, libpq's ``password=***``, ODBC's
+  ``PWD=***`` (braced or quoted values included), whoever's string it is;
+- the secret's password, in every form a driver may echo it (percent-encoded, unescaped, with ODBC's
+  doubled braces, or the pieces libpq splits an unquoted one into), where it stands as a whole word.
+
+Why whole words, not substrings: passwords are often ordinary words (``postgres``, ``admin``), even one
+character, and replacing their text anywhere cut every word that contains them: ``postgresql`` became
+``***ql``, ``typo_key.yaml`` became ``typo_key.y***ml`` with the password ``a``. A whole word is a
+run the secret fills entirely: its neighbours are neither word characters nor characters of the
+secret itself, nor a dot or hyphen joining it to more of a name (``db`` in ``db.example.invalid``,
+``127`` in ``127.0.0.1`` are parts of names, not the secret). A word equal to the secret is masked
+wherever it stands (``for user "***"`` when the password is the user name): the secret never shows.
+
+A secret long and varied enough to be no one's word (``distinctive``) is removed anywhere, even
+glued to other text: drivers and libraries echo strings in escaped and encoded forms
+(``password%3D...``, ``\\n...`` in a repr) where no word rule would find it, and such a secret cannot
+cut a word of ours.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from urllib.parse import quote, unquote
+
+MARK = "***"
+WHOLE = "<connection string>"
+
+# pwd=/password= in ODBC ({braced}, }} escaping a brace) and libpq key=value ('quoted') strings
+SECRET_FIELDS = re.compile(r"(?i)\b(pwd|password)\s*=\s*(\{(?:[^}]|\}\})*\}|'(?:[^'\\]|\\.)*'|[^;\s]*)")
+URI_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
+# a URI password holding an unencoded '@': up to the last '@' of the authority
+_URI_PASSWORD_TO_LAST_AT = re.compile(r"://[^:/@\s]*:([^\s/?#]*)@")
+_QUERY_PASSWORD = re.compile(r"[?&]password=([^&#\s]*)")
+# what libpq and URI parsers split an unquoted password at, quoting the pieces in their errors
+_PIECES = re.compile(r"[\s@]+")
+
+
+def distinctive(value: str) -> bool:
+    """A secret that is no one's word: removed anywhere, even inside other text. Why not by length
+    alone: ``postgres`` and ``password`` have 8 characters and are words of our own messages; a secret
+    of 8 or more characters mixing letter cases, digits or symbols is not, nor one of 16 or more."""
+    if len(value) >= 16:
+        return True
+    if len(value) < 8:
+        return False
+    kinds = (str.islower, str.isupper, str.isdigit, lambda c: not c.isalnum())
+    return sum(any(kind(c) for c in value) for kind in kinds) >= 2
+
+
+def _field_value(raw: str) -> str:
+    if raw.startswith("{") and raw.endswith("}") and len(raw) >= 2:
+        return raw[1:-1].replace("}}", "}")
+    if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
+        return re.sub(r"\\(.)", r"\1", raw[1:-1])
+    return raw
+
+
+def password_forms(secret: str) -> set[str]:
+    """The password(s) inside a connection string, in the forms a driver may echo them: as written,
+    unescaped, percent-encoded, with ODBC's doubled braces, and the pieces an unquoted one is split
+    into (libpq's ``missing "=" after "..."`` quotes a piece of ``password=two words``)."""
+    values: set[str] = set()
+    for match in SECRET_FIELDS.finditer(secret):
+        values.update((match.group(2), _field_value(match.group(2))))
+    for pattern in (URI_PASSWORD, _URI_PASSWORD_TO_LAST_AT, _QUERY_PASSWORD):
+        for match in pattern.finditer(secret):
+            raw = match.group(2 if pattern is URI_PASSWORD else 1)
+            values.update((raw, unquote(raw)))
+    forms: set[str] = set()
+    for value in values:
+        forms.update((value, value.replace("}", "}}"), quote(value, safe="")))
+        forms.update(_PIECES.split(value))
+    forms.discard("")
+    return forms
+
+
+_CONNECTION_KEYS = re.compile(r"(?i)\b(host|hostaddr|server|servername|dsn|driver|dbname|database|uid|user)\s*=")
+
+
+def _is_connection_string(secret: str) -> bool:
+    """Whether to name a secret's place ``<connection string>`` (a reader then knows what was there)
+    rather than ``***`` (a storage credential is not one)."""
+    return "://" in secret or bool(SECRET_FIELDS.search(secret) or _CONNECTION_KEYS.search(secret))
+
+
+@functools.lru_cache(maxsize=256)
+def _as_word(value: str) -> re.Pattern[str]:
+    """``value`` where it is a whole word (see the module's docstring); an escape such as ``\\n``
+    before it (a repr's line break) ends the word before, though ``n`` is a word character."""
+    own = sorted({c for c in value if not c.isspace() and not (c.isalnum() or c == "_")})
+    inside = r"\w" + "".join(re.escape(c) for c in own)
+    before = rf"(?:(?<=\\[nrt])|(?<![{inside}])(?<!\w[.\-]))"
+    after = rf"(?![{inside}])(?![.\-]\w)"
+    return re.compile(before + re.escape(value) + after)
+
+
+def redact(text: str, secrets: Iterable[str | None], words: bool = True) -> str:
+    """``text`` without the ``secrets`` (connection strings, credentials) nor any password field.
+
+    ``words=False`` skips the whole-word rule, for a message whose foreign parts were already
+    redacted where it was built (db.py's errors): the rest is our own text, and a short password
+    that happens to be one of its words (``queue``) must not mask it. Distinctive secrets, the
+    connection string and password fields are still removed."""
+    # marks go in as private-use stand-ins, so that a short password cannot match inside a mark
+    # already placed (the word "connection" of "<connection string>")
+    stand_in = {WHOLE: "\ue000", MARK: "\ue001"}
+    forms: dict[str, str] = {}
+    for secret in secrets:
+        if secret:
+            forms.setdefault(secret, stand_in[WHOLE if _is_connection_string(secret) else MARK])
+            for form in password_forms(secret):
+                forms.setdefault(form, stand_in[MARK])
+    # longest first, so a password is not half-replaced by a shorter form of itself
+    for form in sorted(forms, key=len, reverse=True):
+        mark = forms[form]
+        if distinctive(form):
+            text = text.replace(form, mark)
+        elif words:
+            text = _as_word(form).sub(mark, text)  # a stand-in: no backslash to expand
+    text = SECRET_FIELDS.sub(lambda m: m.group(1) + "=" + MARK, text)
+    text = URI_PASSWORD.sub(lambda m: m.group(1) + MARK + m.group(3), text)
+    for mark, placed in stand_in.items():
+        text = text.replace(placed, mark)
+    return text
