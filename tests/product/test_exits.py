@@ -106,6 +106,11 @@ def test_a_common_word_secret_is_hidden_and_the_message_kept(
     assert _summary(out.out)["error"] == "RuntimeError: cannot reach <connection string>"
     assert "status failed: RuntimeError: cannot reach <connection string> (--debug" in out.err
     assert not shows_secret(out.out + out.err, password) and not cut_words(out.out + out.err)
+    # --debug: the traceback is redacted by the same rules
+    assert cli.main(["--debug", "status", "-c", "/nonexistent.yaml"]) == 1
+    out = capsys.readouterr()
+    assert "Traceback" in out.err and "cannot reach <connection string>" in out.err
+    assert not shows_secret(out.out + out.err, password) and not cut_words(out.out + out.err), out.err
 
 
 def test_sigterm_interrupts_a_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 import yaml
-from queuelake import cli
+from queuelake import cli, redaction
 from queuelake import config as config_mod
 from queuelake.config import TransportConfig
 from queuelake.errors import ConfigError, TransportError
@@ -152,6 +152,25 @@ def test_a_distinctive_secret_is_removed_even_inside_other_text(password: str) -
     for message in (f"options=user%3Dq%20password%3D{password}x", f"token:{password}_2", f"x{password}"):
         out = cli._redact(message, secrets)
         assert password not in out, out
+
+
+@pytest.mark.parametrize(
+    ("secret", "anywhere"),
+    [
+        ("postgres", False),
+        ("password", False),
+        ("sqlserver", False),
+        ("a", False),
+        ("Pa55", False),
+        ("Passw0rd", True),
+        ("s3cr3t-pa55", True),
+        ("correcthorsebatterystaple", True),
+    ],
+)
+def test_which_secrets_are_removed_anywhere(secret: str, anywhere: bool) -> None:
+    """Words of 8 letters (postgres, password) are words of our messages; a mix of kinds or 16
+    characters is no one's word."""
+    assert redaction.distinctive(secret) is anywhere
 
 
 def test_storage_option_values_are_redacted_as_words(tmp_path: Path) -> None:

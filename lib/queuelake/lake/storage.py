@@ -49,7 +49,9 @@ _PUBLIC = ("REGION", "ENDPOINT", "ALLOW_HTTP", "VIRTUAL_HOSTED", "CONDITIONAL_PU
 def secret_values(options: Mapping[str, Any] | None) -> list[str]:
     """The option values an error message must not show: all but the plainly public settings
     (region, endpoint, flags), so that a key whose name we do not know is treated as a secret; values
-    shorter than 4 characters are flags, and redacting them would mangle every message."""
+    shorter than 4 characters are flags (``1``, ``on``, ``dev``) rather than credentials, and masking
+    them wherever they stand as a word (queuelake.redaction) would hide numbers and words of every
+    message for nothing."""
     return [v for k, v in normalise(options).items() if len(v) >= 4 and not any(p in k for p in _PUBLIC)]
 
 
