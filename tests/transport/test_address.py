@@ -13,17 +13,14 @@ from queuelake.transport.address import (
     SQLSERVER_MAX_NAME_CHARS,
     QueueAddress,
     checked_postgresql,
-    format_address,
     format_postgresql,
     format_sqlserver,
-    parse,
     parse_postgresql,
     parse_sqlserver,
-    qualified_name,
-    quote_identifier,
     quote_postgresql,
     quote_sqlserver,
 )
+from queuelake.transport.dialects import format_address, parse, qualified_name, quote_identifier
 from sqlglot import exp
 
 SQLGLOT = {"sqlserver": "tsql", "postgresql": "postgres"}

@@ -12,8 +12,7 @@ import re
 import pytest
 import sqlglot
 from queuelake.config import from_dict
-from queuelake.transport import address as addr
-from queuelake.transport import installer, sqlfiles
+from queuelake.transport import dialects, installer, sqlfiles
 from queuelake.transport.tables import TableRef, resolve_address
 from sqlglot import exp
 
@@ -34,7 +33,7 @@ FILES_WITH_TABLE = re.compile(r"\{(queue|table)\}")
 
 
 def _ref(text: str, dialect: str, default_schema: str) -> TableRef:
-    return resolve_address(addr.parse(text, dialect).with_defaults(default_schema), dialect)
+    return resolve_address(dialects.parse(text, dialect).with_defaults(default_schema), dialect)
 
 
 def _parse(sql: str, read: str) -> list[exp.Expression]:

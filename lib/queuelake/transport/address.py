@@ -1,8 +1,11 @@
-"""Queue addresses of the two NServiceBus SQL transports, and identifier quoting.
+"""Queue addresses of the two NServiceBus SQL transports, and identifier quoting: one set of rules
+per dialect (parse, format, check, quote, qualify), which that dialect's object in ``dialects.py``
+binds. Nothing here knows a dialect by name: code holding a name asks ``dialects.dialect(name)``, so
+a third dialect gets its own rules, never another dialect's quoting by a fall-through.
 
 Addresses come from config and from database rows (SubscriptionRouting.QueueAddress), so they are
-untrusted: every identifier that reaches SQL goes through ``quote_identifier`` of its dialect, and
-names a server would truncate or refuse are rejected here with a message that names them.
+untrusted: every identifier that reaches SQL goes through its dialect's ``quote``, and names a
+server would truncate or refuse are rejected here with a message that names them.
 
 SQL Server canonical form: ``Table@[schema]@[catalog]``. The table part runs to the first ``@`` and
 is literal; schema and catalog are bracketed (``]]`` escapes ``]``) and may hold ``@``.
@@ -19,7 +22,6 @@ from queuelake.errors import AddressError
 POSTGRES_MAX_TABLE_BYTES = 55  # the transport appends suffixes for index names (63-byte limit)
 POSTGRES_MAX_NAME_BYTES = 63
 SQLSERVER_MAX_NAME_CHARS = 128  # sysname is nvarchar(128): UTF-16 code units, not code points
-DIALECTS = ("sqlserver", "postgresql")
 
 
 @functools.total_ordering
@@ -50,11 +52,6 @@ def _has_surrogate(name: str) -> bool:
 
 def _utf16_units(name: str) -> int:
     return len(name.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def _check_dialect(dialect: str) -> None:
-    if dialect not in DIALECTS:
-        raise AddressError(f"unknown dialect {dialect!r}; expected sqlserver or postgresql")
 
 
 # --- SQL Server ---------------------------------------------------------------------------------
@@ -162,6 +159,18 @@ def quote_sqlserver(name: str) -> str:
             f"SQL Server allows {SQLSERVER_MAX_NAME_CHARS}"
         )
     return _bracket(name)
+
+
+def qualified_sqlserver(addr: QueueAddress) -> str:
+    """``[catalog].[schema].[table]``, the parts present. A None schema or catalog is left to the
+    server (apply ``with_defaults`` first to pin them); a catalog without a schema is written
+    ``[catalog]..[table]``, since ``[catalog].[table]`` would mean schema ``catalog``."""
+    _check_sqlserver_table(addr.table, addr.table)
+    table = quote_sqlserver(addr.table)
+    schema = quote_sqlserver(addr.schema) if addr.schema is not None else None
+    if addr.catalog is not None:
+        return quote_sqlserver(addr.catalog) + "." + (schema or "") + "." + table
+    return table if schema is None else schema + "." + table
 
 
 def _check_identifier(name: str) -> None:
@@ -272,43 +281,9 @@ def format_postgresql(addr: QueueAddress) -> str:
     return '"' + addr.schema.replace('"', '""') + '".' + table
 
 
-# --- dialect-neutral entry points -----------------------------------------------------------------
-
-
-def parse(address: str, dialect: str) -> QueueAddress:
-    from queuelake.transport.dialects import dialect as named
-
-    return named(dialect).parse(address)
-
-
-def format_address(addr: QueueAddress, dialect: str) -> str:
-    from queuelake.transport.dialects import dialect as named
-
-    return named(dialect).format(addr)
-
-
-def quote_identifier(name: str, dialect: str) -> str:
-    from queuelake.transport.dialects import dialect as named
-
-    return named(dialect).quote(name)
-
-
-def qualified_name(addr: QueueAddress, dialect: str) -> str:
-    """The quoted two- or three-part name a statement uses for this table.
-
-    A None schema or catalog is left to the server (apply ``with_defaults`` first to pin them). On SQL
-    Server a catalog without a schema is written ``[catalog]..[table]``: ``[catalog].[table]`` would
-    mean schema ``catalog``.
-    """
-    _check_dialect(dialect)
-    if dialect == "postgresql":
-        if addr.catalog is not None:
-            raise AddressError(f"address {addr.table[:80]!r}: PostgreSQL addresses have no catalog part")
-        parts = [addr.schema, addr.table] if addr.schema is not None else [addr.table]
-        return ".".join(quote_postgresql(p) for p in parts)
-    _check_sqlserver_table(addr.table, addr.table)
-    table = quote_sqlserver(addr.table)
-    schema = quote_sqlserver(addr.schema) if addr.schema is not None else None
+def qualified_postgresql(addr: QueueAddress) -> str:
+    """``"schema"."table"`` (``"table"`` alone when the schema is left to the search path)."""
     if addr.catalog is not None:
-        return quote_sqlserver(addr.catalog) + "." + (schema or "") + "." + table
-    return table if schema is None else schema + "." + table
+        raise AddressError(f"address {addr.table[:80]!r}: PostgreSQL addresses have no catalog part")
+    parts = [addr.schema, addr.table] if addr.schema is not None else [addr.table]
+    return ".".join(quote_postgresql(p) for p in parts)

@@ -4,8 +4,9 @@ Why: every difference between the transports (address syntax and quoting, the de
 reach the server, how a script is split and shown to a DBA, which error codes mean "no such table",
 which statements must exist in ``sql/<dialect>/``) used to be an ``if dialect == ...`` somewhere in
 eight modules. The rest of the code asks the dialect instead, so a third dialect is one object here,
-one folder of SQL files and one address parser; ``tests/transport/test_dialects.py`` checks that each
-dialect provides exactly the statements it declares.
+one folder of SQL files and one set of address rules (``address.py``: parse, format, check, quote,
+qualify; this module imports them, never the other way round). ``tests/transport/test_dialects.py``
+checks that each dialect provides exactly the statements it declares.
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ class Dialect:
     # SQLSTATEs that mean "no such table", as the drivers report them (psycopg's sqlstate, pyodbc's
     # first argument): matched instead of error texts, which differ by server language.
     missing_table_states: frozenset[str]
+    # its address rules (``address.py``). No defaults: a dialect that forgot one would otherwise get
+    # another dialect's quoting, silently.
+    _parse: Callable[[str], QueueAddress] = field(repr=False)
+    _format: Callable[[QueueAddress], str] = field(repr=False)
+    _check: Callable[[QueueAddress], QueueAddress] = field(repr=False)
+    _quote: Callable[[str], str] = field(repr=False)
+    _qualify: Callable[[QueueAddress], str] = field(repr=False)
     # statements beyond STATEMENTS, used only where a capability below says so
     extra_statements: frozenset[str] = field(default_factory=frozenset)
     # install creates a queue's schema first (PostgreSQL); T-SQL scripts expect the schema to exist
@@ -98,10 +106,6 @@ class Dialect:
     splits_statements: bool = False
     batch_terminator: str = ";"  # what ends each statement in a script shown to a DBA
     unicode_literal_prefix: str = ""  # N'...' on SQL Server
-    _parse: Callable[[str], QueueAddress] = field(default=addr.parse_postgresql, repr=False)
-    _format: Callable[[QueueAddress], str] = field(default=addr.format_postgresql, repr=False)
-    _check: Callable[[QueueAddress], QueueAddress] = field(default=addr.checked_postgresql, repr=False)
-    _quote: Callable[[str], str] = field(default=addr.quote_postgresql, repr=False)
 
     # -- addresses ---------------------------------------------------------------------------------
 
@@ -117,11 +121,20 @@ class Dialect:
         """The address, if this server accepts it as a table name without truncating; else AddressError."""
         return self._check(address)
 
+    def resolve(self, address: str, default_schema: str | None, default_catalog: str | None = None) -> QueueAddress:
+        """A configured or stored address (canonical or short) with the defaults applied, checked.
+        The catalog default applies only where addresses have catalogs."""
+        catalog = default_catalog if self.has_catalogs else None
+        return self.check(self.parse(address).with_defaults(default_schema, catalog))
+
     def quote(self, name: str) -> str:
+        """One identifier, quoted (and refused where this server would truncate or misread it)."""
         return self._quote(name)
 
     def qualified(self, address: QueueAddress) -> str:
-        return addr.qualified_name(address, self.name)
+        """The quoted two- or three-part name a statement uses for this table. A None schema or
+        catalog is left to the server (apply ``with_defaults`` first to pin them)."""
+        return self._qualify(address)
 
     def table_identifiers(self, address: QueueAddress) -> dict[str, str]:
         """The quoted ``{placeholders}`` a SQL file may use for this table."""
@@ -174,6 +187,11 @@ POSTGRESQL = Dialect(
     splits_statements=True,
     batch_terminator=";",
     odbc_text_decoding="utf-8",  # psqlodbc: the pyodbc plumbing runs against PostgreSQL in tests
+    _parse=addr.parse_postgresql,
+    _format=addr.format_postgresql,
+    _check=addr.checked_postgresql,
+    _quote=addr.quote_postgresql,
+    _qualify=addr.qualified_postgresql,
 )
 
 SQLSERVER = Dialect(
@@ -198,6 +216,7 @@ SQLSERVER = Dialect(
     _format=addr.format_sqlserver,
     _check=addr.checked_sqlserver,
     _quote=addr.quote_sqlserver,
+    _qualify=addr.qualified_sqlserver,
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (POSTGRESQL, SQLSERVER)}
@@ -209,3 +228,22 @@ def dialect(name: str) -> Dialect:
         return DIALECTS[name]
     except (KeyError, TypeError):
         raise AddressError(f"unknown dialect {name!r}; expected {' or '.join(sorted(DIALECTS))}") from None
+
+
+# -- by name: for callers holding ``transport.dialect`` rather than the object (tests, scripts) ------
+
+
+def parse(address: str, dialect_name: str) -> QueueAddress:
+    return dialect(dialect_name).parse(address)
+
+
+def format_address(address: QueueAddress, dialect_name: str) -> str:
+    return dialect(dialect_name).format(address)
+
+
+def quote_identifier(name: str, dialect_name: str) -> str:
+    return dialect(dialect_name).quote(name)
+
+
+def qualified_name(address: QueueAddress, dialect_name: str) -> str:
+    return dialect(dialect_name).qualified(address)

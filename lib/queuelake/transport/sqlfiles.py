@@ -1,8 +1,8 @@
 """Load the reviewable SQL files of ``sql/<dialect>/`` and render them for a driver.
 
 Files use two kinds of placeholders:
-- ``{name}`` for identifiers. Only values produced by ``address.quote_identifier`` /
-  ``qualified_name`` are ever substituted, so no string from config or a table reaches SQL unquoted.
+- ``{name}`` for identifiers. Only values produced by a dialect's ``quote`` / ``qualified``
+  (``dialects.py``) are ever substituted, so no string from config or a table reaches SQL unquoted.
 - ``:name`` for values, turned into the driver's parameter style (``?`` or ``%s``) in order, or
   written into the SQL as a decimal literal when the caller passes it in ``integers``: only a Python
   ``int`` is accepted there, so no text can reach the SQL that way either.
