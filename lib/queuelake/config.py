@@ -2,6 +2,10 @@
 
 Strictness is the point: a misspelt key silently ignored means a job that drains the wrong queues,
 so unknown keys and missing variables are errors that name them.
+
+Every layer reads its settings from here, so this module imports only ``errors`` and the dialect
+objects (``transport/dialects.py``, ``transport/address.py``: pure rules, no settings), never the
+transport's modules that take a ``TransportConfig`` (``tests/product/test_layers.py`` checks it).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 import yaml
 
 from queuelake.errors import ConfigError
+from queuelake.transport.dialects import DIALECTS
+from queuelake.transport.dialects import dialect as named_dialect
 
 DEFAULT_CONFIG = "conf/local.yaml"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -41,8 +47,6 @@ class TransportConfig:
     delayed_endpoints: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from queuelake.transport.dialects import DIALECTS
-
         rules = DIALECTS.get(self.dialect)
         if rules is None:
             raise ConfigError(f"transport.dialect must be {' or '.join(sorted(DIALECTS))}, not {self.dialect!r}")
@@ -291,10 +295,11 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 
 
 def _canonical(name: str, transport: TransportConfig) -> str:
-    """A queue's canonical address, so ``Billing`` and ``"public"."Billing"`` compare equal."""
-    from queuelake.transport.tables import queue_ref
-
-    return queue_ref(name, transport).canonical
+    """A queue's canonical address, so ``Billing`` and ``"public"."Billing"`` compare equal: what
+    ``transport.tables.queue_ref(name, transport).canonical`` gives, asked of the dialect directly,
+    because the transport's modules take their settings from this one (config is below them)."""
+    rules = named_dialect(transport.dialect)
+    return rules.format(rules.resolve(name, transport.default_schema, transport.default_catalog))
 
 
 def drained_as(config: Config, address: str) -> str | None:

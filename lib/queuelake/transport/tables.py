@@ -69,9 +69,8 @@ def resolve_address(address: QueueAddress, dialect: str) -> TableRef:
 def queue_ref(text: str, transport: TransportConfig) -> TableRef:
     """Parse a configured or stored address (canonical or short) and apply the defaults."""
     rules = named_dialect(transport.dialect)
-    parsed = rules.parse(text)
-    catalog = transport.default_catalog if rules.has_catalogs else None
-    return resolve_address(parsed.with_defaults(transport.default_schema, catalog), transport.dialect)
+    address = rules.resolve(text, transport.default_schema, transport.default_catalog)
+    return TableRef(address, transport.dialect)
 
 
 def bridge_ref(name: str, transport: TransportConfig) -> TableRef:
