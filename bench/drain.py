@@ -67,7 +67,7 @@ import psycopg
 import pyarrow as pa
 from queuelake.config import Config, from_dict
 from queuelake.examples import traffic
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain import drain, receive_driver
 from queuelake.report import log, setup_logging
 from queuelake.transport import db, installer, sqlfiles
@@ -263,8 +263,8 @@ def journal_with_history(cfg: Config, files: int) -> None:
     ``maintain``. A drain commits once per batch, and deltalake's work per commit grows with the
     files the table holds, which a fresh lake never shows. Not measured: done before the drain's meter."""
     from deltalake import DeltaTable
+    from queuelake.lake.engines import journal_engine
     from queuelake.lake.files import commit_files
-    from queuelake.lake.port import journal_engine
     from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
     from queuelake.transport.queues import RECEIVED_SCHEMA
 

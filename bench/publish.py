@@ -39,7 +39,7 @@ import orjson
 import psycopg
 import pyarrow as pa
 from queuelake.config import from_dict
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.pipeline.publish import publish
 from queuelake.report import setup_logging
 from queuelake.spark import get_spark

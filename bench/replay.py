@@ -31,7 +31,7 @@ import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 from queuelake.config import from_dict
 from queuelake.examples import traffic
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain import drain
 from queuelake.pipeline.replay import ReplayOptions, replay
 from queuelake.report import setup_logging

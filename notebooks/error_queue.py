@@ -219,7 +219,7 @@ if failures is not None:
     print(f'\nfrom a shell: queuelake replay -c <config> --where "{predicate}" --dry-run   (then without --dry-run)')
     if RETRY_CONFIG:
         from queuelake import config as queuelake_config
-        from queuelake.lake import open_lake
+        from queuelake.lake.engines import open_lake
         from queuelake.pipeline.replay import ReplayOptions, replay
 
         retry_cfg = queuelake_config.load(RETRY_CONFIG)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import functions as F
 
-from queuelake.lake import open_lake as _open_lake
+from queuelake.lake.engines import open_lake as _open_lake
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from queuelake.config import LakeConfig
-    from queuelake.lake import LakeEngine
+    from queuelake.lake.port import LakeEngine
 
 # Time buckets: Spark window duration (grouping), pandas frequency (filling empty buckets), seconds (``auto``).
 # Seconds for the demo's lake (everything drained within a minute or two), hours and a day for production.

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from queuelake.config import from_dict
 from queuelake.examples import traffic
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
 from queuelake.transport import db, installer, queues
@@ -361,7 +361,7 @@ def test_competing_consumer_no_overlap(fresh_pg_uri: str, tmp_path: Path) -> Non
 RSS_SCRIPT = """
 import json, resource, sys
 from queuelake.config import load
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain import drain
 cfg = load(sys.argv[1])
 summary = drain(cfg, open_lake(cfg.lake))

@@ -1,7 +1,7 @@
 """The pipeline on both lake engines, against real PostgreSQL, Spark and Delta.
 
 Drain -> transform -> publish must give the same messages whichever engine writes the outputs (the
-journal and ``runs`` are always written by delta-rs, see ``lake/port.py`` ``journal_engine``), and
+journal and ``runs`` are always written by delta-rs, see ``lake/engines.py`` ``journal_engine``), and
 every table the pipeline leaves must read identically through the other engine: users read a lake
 written by a delta-rs job from Databricks, and the other way round. Metastore names (``lake.catalog``
 / ``lake.schema``) are tested on the JVM engine's session catalog.
@@ -23,9 +23,9 @@ from deltalake import DeltaTable
 from queuelake.config import LakeConfig, from_dict
 from queuelake.errors import ConfigError, LakeError
 from queuelake.examples import orders, traffic
+from queuelake.lake.engines import open_lake
 from queuelake.lake.jvm import DeltaSparkEngine
 from queuelake.lake.marks import engine_of
-from queuelake.lake.port import open_lake
 from queuelake.lake.rust import DeltaRsEngine
 from queuelake.pipeline.drain import drain
 from queuelake.pipeline.journal import MESSAGES

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from queuelake.config import from_dict
 from queuelake.examples import orders, traffic
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
 from queuelake.pipeline.outgoing import message_id
@@ -325,7 +325,7 @@ def test_hostile_subscriptions_never_block_the_valid_subscriber(
 KILL_SCRIPT = """
 import sys
 from queuelake.config import load
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.pipeline.publish import publish
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])

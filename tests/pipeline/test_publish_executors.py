@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.publish import Round, _parse_round, publish
 from queuelake.transport import db, ledger

@@ -23,7 +23,7 @@ from queuelake import cli
 from queuelake.config import from_dict
 from queuelake.errors import QueuelakeError
 from queuelake.examples import traffic
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
 from queuelake.pipeline.replay import (
@@ -397,7 +397,7 @@ def test_max_rate_holds(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
 KILL_SCRIPT = """
 import sys
 from queuelake.config import load
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.pipeline.replay import ReplayOptions, replay
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])

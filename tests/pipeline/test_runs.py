@@ -24,7 +24,7 @@ ON_FAILURE_ONLY = {"error", "failed_expectations"}
 
 
 def test_a_command_cannot_record_a_count_that_is_not_its_own(tmp_path: Path) -> None:
-    from queuelake.lake.port import open_lake
+    from queuelake.lake.engines import open_lake
 
     cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
     with pytest.raises(ValueError, match=r"transform does not record \['dequeued'\]"):

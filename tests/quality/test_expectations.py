@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 from queuelake.config import from_dict
 from queuelake.errors import ConfigError
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.publish import publish
 from queuelake.transport import db, installer
@@ -213,7 +213,7 @@ def test_suite_mistakes_are_config_errors_naming_them(fresh_pg_uri: str, tmp_pat
 NO_GX_SCRIPT = """
 import json, sys
 from queuelake.config import load
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.pipeline.publish import publish
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])

@@ -14,7 +14,7 @@ import pytest
 from queuelake.config import from_dict
 from queuelake.errors import ConfigError
 from queuelake.examples import traffic
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
 from queuelake.pipeline.transform import transform

@@ -30,7 +30,8 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.examples import traffic
 from queuelake.examples.local_config import LOCAL_YAML
-from queuelake.lake.port import LakeEngine, journal_engine
+from queuelake.lake.engines import journal_engine
+from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.report import log
 from queuelake.transport import headers as hdr

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from queuelake import config as config_mod
 from queuelake.config import Config
-from queuelake.lake.port import LakeEngine, journal_engine, open_lake
+from queuelake.lake.engines import journal_engine, open_lake
+from queuelake.lake.port import LakeEngine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

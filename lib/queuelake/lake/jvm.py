@@ -225,10 +225,10 @@ class DeltaSparkEngine:
         raise self._no_staging(table)
 
     def _no_staging(self, table: str) -> LakeError:
-        """delta-spark has no Python API to commit files written earlier (``port.journal_engine``: the
+        """delta-spark has no Python API to commit files written earlier (``engines.journal_engine``: the
         journal, the one table written that way, is always delta-rs's), so this engine says so rather
         than lack the methods."""
-        return LakeError(f"lake table {table}: staged writes need the delta-rs engine (port.journal_engine)")
+        return LakeError(f"lake table {table}: staged writes need the delta-rs engine (engines.journal_engine)")
 
     # ------------------------------------------------------------ versions and reads
 

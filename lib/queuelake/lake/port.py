@@ -1,4 +1,9 @@
-"""The interface the pipelines use. Implementations: ``rust.py`` (deltalake), ``jvm.py`` (delta-spark)."""
+"""The interface the pipelines use. Implementations: ``rust.py`` (deltalake), ``jvm.py`` (delta-spark).
+
+This module holds the interface alone and imports neither implementation: ``engines.py`` picks one
+(``open_lake``, ``journal_engine``), so the implementations and ``catalog.py`` can name the
+interface without a circle.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
-    from queuelake.config import LakeConfig
     from queuelake.lake.files import StagedFiles
 
 
@@ -94,47 +98,3 @@ class LakeEngine(Protocol):
         """Compact small files and vacuum removed and orphan files older than retention_hours (orphans
         are what a killed writer leaves; keep retention above the longest write). Returns figures for
         the JSON summary."""
-
-
-def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngine:
-    """The engine config asks for; ``auto`` means delta-spark when its JVM classes are present."""
-    from queuelake.errors import LakeError
-
-    engine = config.engine
-    if engine == "auto":
-        from queuelake.spark import has_delta_jvm
-
-        engine = "delta-spark" if spark is not None and has_delta_jvm(spark) else "delta-rs"
-    if engine == "delta-spark":
-        if spark is None:
-            raise LakeError("lake.engine delta-spark needs a Spark session")
-        from queuelake.lake.jvm import DeltaSparkEngine
-
-        lake: LakeEngine = DeltaSparkEngine(config.root, spark, config.storage_options)
-    else:
-        from queuelake.lake.rust import DeltaRsEngine
-
-        lake = DeltaRsEngine(config.root, spark, config.storage_options)
-    # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/catalog.py)
-    from queuelake.lake.catalog import registrar_for, with_names
-
-    return with_names(lake, registrar_for(config, lake.name, spark))
-
-
-def journal_engine(lake: LakeEngine) -> LakeEngine:
-    """The engine that writes the ``messages`` journal: always delta-rs.
-
-    Why: the drain's claim protocol stages a batch's files before the DB commit and commits exactly
-    those files to the Delta log afterwards, possibly from another process after a crash. deltalake
-    exposes that (``create_write_transaction`` with add actions and an application transaction);
-    delta-spark has no Python API for committing pre-written files. The journal stays a plain Delta
-    table at protocol 1/2, which delta-spark, Databricks and every other engine read.
-    """
-    if lake.name == "delta-rs":
-        return lake
-    from queuelake.lake.catalog import with_names
-    from queuelake.lake.rust import DeltaRsEngine
-
-    journal = DeltaRsEngine(lake.root, getattr(lake, "spark", None), getattr(lake, "storage_options", None))
-    # the same metastore names as the lake it serves (lake.catalog/lake.schema)
-    return with_names(journal, getattr(lake, "registrar", None), existing=False)

@@ -35,8 +35,9 @@ from queuelake import hooks, stopping
 from queuelake.config import Config
 from queuelake.context import connect, resolved_transport
 from queuelake.errors import LakeError, QueuelakeError
+from queuelake.lake.engines import journal_engine
 from queuelake.lake.files import StagedFiles
-from queuelake.lake.port import LakeEngine, journal_engine
+from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch, isolate_unstorable
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log

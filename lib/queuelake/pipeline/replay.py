@@ -48,7 +48,8 @@ from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake import tables
-from queuelake.lake.port import LakeEngine, journal_engine
+from queuelake.lake.engines import journal_engine
+from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.outgoing import name_uuid
 from queuelake.pipeline.runs import append_runs

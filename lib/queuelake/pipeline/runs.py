@@ -17,7 +17,8 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import tables
-from queuelake.lake.port import LakeEngine, journal_engine
+from queuelake.lake.engines import journal_engine
+from queuelake.lake.port import LakeEngine
 
 RUNS = tables.RUNS.name
 RUNS_SCHEMA: pa.Schema = tables.RUNS.schema
