@@ -17,7 +17,8 @@ import orjson
 import pytest
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.publish import Round, _parse_round, publish
+from queuelake.pipeline.publish import publish
+from queuelake.pipeline.rounds import Round, parse_round
 from queuelake.transport import db, ledger
 from queuelake.transport.tables import bridge_ref
 
@@ -67,7 +68,7 @@ def set_worker_kill(spark, spec: str | None) -> None:
 
 def test_batch_keys_carry_the_layout() -> None:
     for rnd in (Round(None, 3, 500), Round(3, 9, 7, "g")):
-        assert _parse_round(rnd.key(4, 12)) == (rnd, 4, 12)
+        assert parse_round(rnd.key(4, 12)) == (rnd, 4, 12)
     assert Round(3, 9, 7, "g").key(0, 2) == "3-9:0/2@7g"
 
 
@@ -161,7 +162,7 @@ def test_a_round_resumes_in_the_layout_it_started_in(fresh_pg_uri: str, tmp_path
     final = publish(cfg, spark, lake)
     assert final["status"] == "ok", final
     keys = ledger_keys(cfg, "outbound_x")
-    assert all(_parse_round(k)[0].layout == layout for k in keys), keys
+    assert all(parse_round(k)[0].layout == layout for k in keys), keys
     assert_exactly_once(cfg, sends, events)
 
 

@@ -39,6 +39,7 @@ from queuelake.lake.storage import filesystem as lake_filesystem
 from queuelake.lake.storage import parquet_file
 from queuelake.pipeline import publish_executors as executors
 from queuelake.pipeline.outgoing import Router, accepted_rows, in_batches
+from queuelake.pipeline.rounds import Round, parse_round, undeliverable_record
 from queuelake.quality import expectations
 from queuelake.quality import outbound as quality
 from queuelake.report import log
@@ -63,20 +64,6 @@ OPTIONAL = {
 UNDELIVERABLE_SCHEMA: pa.Schema = tables.UNDELIVERABLE.schema
 
 
-@dataclass(frozen=True)
-class Round:
-    """Delta versions (after, upto] of an output, cut into batches of ``batch_size`` rows: one stream
-    of rows (``layout`` "") or batches that follow Parquet row groups (``g``, sent from executors)."""
-
-    after: int | None
-    upto: int
-    batch_size: int
-    layout: str = ""
-
-    def key(self, k: int, n: int) -> str:
-        return f"{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}{self.layout}"
-
-
 @dataclass
 class OutputResult:
     output: str
@@ -94,16 +81,6 @@ class OutputResult:
     round: str | None = None
     expectations: int = 0  # user expectations evaluated on the round (0: none configured)
     failed_expectations: list[dict[str, Any]] = field(default_factory=list)  # GX's details, when blocked
-
-
-def _parse_round(batch_key: str) -> tuple[Round, int, int]:
-    span, _, rest = batch_key.partition(":")
-    after, _, upto = span.partition("-")
-    kn, _, size = rest.partition("@")
-    k, _, n = kn.partition("/")
-    layout = size.lstrip("0123456789")
-    size = size[: len(size) - len(layout)]
-    return Round(int(after) if after else None, int(upto), int(size), layout), int(k), int(n)
 
 
 class Publisher:
@@ -127,7 +104,7 @@ class Publisher:
         conn.rollback()
         rounds: dict[Round, tuple[int, set[int]]] = {}
         for batch_key in keys:
-            rnd, k, n = _parse_round(batch_key)
+            rnd, k, n = parse_round(batch_key)
             total, done = rounds.setdefault(rnd, (n, set()))
             done.add(k)
         latest = max(rounds, key=lambda r: r.upto) if rounds else None
@@ -284,7 +261,7 @@ class Publisher:
             result.error = executors.task_error(exc)
             # what the tasks had committed when the failure was seen (the next run skips it)
             for row in ledger.rows_of_pipeline(conn, self.ledger, pipeline):
-                batch_round, k, _ = _parse_round(row.batch_key)
+                batch_round, k, _ = parse_round(row.batch_key)
                 if row.output_table == output and batch_round == rnd and k not in done:
                     result.batches += 1
                     result.published += row.rows_sent
@@ -416,22 +393,6 @@ class Publisher:
                 )
         result.bad_destinations = sorted(str(a) for a in self._reported)
         return result
-
-
-def undeliverable_record(
-    row: dict[str, Any], address: str | None, reason: str, batch_key: str, now: dt.datetime
-) -> dict[str, Any]:
-    """A row of ``<output>_undeliverable``: one copy not sent, and why."""
-    return {
-        "key": row["key"],
-        "intent": row["intent"],
-        "message_type": row["message_type"],
-        "destination": address,
-        "reason": reason,
-        "round": batch_key.split(":")[0],
-        "batch_key": batch_key,
-        "recorded_at": now,
-    }
 
 
 def _count_accepted(files: list[str], bad_keys: set[str]) -> int:

@@ -35,6 +35,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import storage, tables
 from queuelake.lake.storage import parquet_file
 from queuelake.pipeline.outgoing import Router, accepted, accepted_rows, in_batches, without_rejected_values
+from queuelake.pipeline.rounds import Round, parse_round, undeliverable_record
 from queuelake.report import log
 from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from queuelake.lake.port import LakeEngine
-    from queuelake.pipeline.publish import Round
 
 LAYOUT = "g"  # the batch-key mark of a round sent from executors (batches follow row groups)
 _ROUTING_COLUMNS = ["key", "intent", "destination", "message_type"]
@@ -112,8 +112,6 @@ def route_round(
     driver, filling the router's caches, and return the undeliverable records: one per copy not sent,
     with the key of its batch. Reads only the routing columns; a row is looked at one by one only in
     a row group with a bad route."""
-    from queuelake.pipeline.publish import undeliverable_record
-
     now = queues.db_utc_now(conn)
     records: list[dict[str, Any]] = []
     for unit in units:
@@ -239,13 +237,11 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
 
 def _done(conn: Connection, job: Job) -> set[int]:
     """Batch indexes of this round already in the ledger."""
-    from queuelake.pipeline.publish import _parse_round
-
     keys = ledger.batch_keys(conn, job.ledger, job.pipeline, job.output)
     conn.rollback()
     done = set()
     for batch_key in keys:
-        rnd, k, _ = _parse_round(batch_key)
+        rnd, k, _ = parse_round(batch_key)
         if rnd == job.round:
             done.add(k)
     return done
