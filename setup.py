@@ -31,7 +31,7 @@ setup(
         "queuelake.commands",
         "queuelake._sql",
     ],
-    package_data={"queuelake._sql": ["*/*.sql", "*.sql"]},
+    package_data={"queuelake._sql": ["*/*.sql", "*.sql"], "queuelake": ["log4j2.properties"]},
     # No pyspark or delta-spark here (they are the `spark` extra): a Databricks runtime brings its own
     # Spark and Delta, and a python_wheel_task installing this wheel must leave them alone (pip would
     # replace DBR 17.3 LTS's Spark 4.0.0 with the pinned 4.1, and reinstall it on every run). Without

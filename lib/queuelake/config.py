@@ -291,7 +291,20 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{file}: the top level must be a mapping")
     config = from_dict(data or {}, env=env, source=str(file))
+    _announce(file)
     return config
+
+
+_ANNOUNCED: set[Path] = set()
+
+
+def _announce(file: Path) -> None:
+    """Say which config a command read, once per process (a command may load it twice): a
+    scheduler's log then shows what a run was configured by."""
+    path = file.resolve()
+    if path not in _ANNOUNCED:
+        _ANNOUNCED.add(path)
+        logging.getLogger("queuelake").info("config: %s", path)
 
 
 def _canonical(name: str, transport: TransportConfig) -> str:

@@ -11,9 +11,11 @@ catalog are switched on too (unless the config sets them).
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from queuelake.config import SparkConfig
@@ -41,26 +43,58 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     """The active session if there is one, else one built from ``spark.master`` with the UI off."""
     from pyspark.sql import SparkSession
 
+    quiet_query_context_logs()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     config = config or SparkConfig()
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
-    for key, value in session_conf(config.conf, os.environ.get(JARS_ENV), config.master).items():
+    conf = session_conf(config.conf, os.environ.get(JARS_ENV), config.master, quiet=not debugging())
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def session_conf(conf: dict[str, str], delta_jars: str | None = None, master: str = "local[2]") -> dict[str, str]:
+QUIET_LOG4J = Path(__file__).with_name("log4j2.properties")
+# PySpark 4 logs every failed query as a JSON line holding the whole Java stack trace (12 KB for a
+# typo in `replay --where`) before the exception reaches queuelake, which reports it in one line
+_QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def debugging() -> bool:
+    """Whether the command runs with --debug (queuelake's logger at DEBUG)."""
+    return logging.getLogger("queuelake").isEnabledFor(logging.DEBUG)
+
+
+def quiet_query_context_logs() -> None:
+    """Silence PySpark's query-context loggers (see ``_QUERY_CONTEXT_LOGGERS``), unless --debug.
+    Through PySpark's own ``getLogger``: a plain logger of the same name would break its calls."""
+    if debugging():
+        return
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # pyspark before 4.0 has no such loggers
+        return
+    for name in _QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def session_conf(
+    conf: dict[str, str], delta_jars: str | None = None, master: str = "local[2]", quiet: bool = False
+) -> dict[str, str]:
     """What a session we build gets: our defaults, then ``conf``; plus the jars of ``delta_jars`` (a
     folder of jars, or comma-separated jar paths) appended to ``spark.jars``; plus, when a Delta jar is
     on ``spark.jars``, the Delta extension and catalog, and for local masters parallelism sized to the
     cores: Delta splits the log state into 50 partitions (every small commit and read ~4x slower) and
-    VACUUM lists files in stages of 10,000 tasks (a 5-file table took 40 s). ``conf`` always wins."""
-    merged = {**_DEFAULT_CONF, **conf}
+    VACUUM lists files in stages of 10,000 tasks (a 5-file table took 40 s). ``quiet``: the driver
+    logs through ``QUIET_LOG4J`` (errors only). ``conf`` always wins."""
+    defaults = dict(_DEFAULT_CONF)
+    if quiet:
+        defaults["spark.driver.extraJavaOptions"] += f" -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
+    merged = {**defaults, **conf}
     extra = local_jars(delta_jars) if delta_jars else []
     if delta_jars and not extra:
         from queuelake.errors import ConfigError

@@ -102,13 +102,14 @@ def test_log_format_json_writes_one_object_per_line(tmp_path: Path, fresh_pg_uri
     proc = queuelake(args, tmp_path, connection=fresh_pg_uri)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
-    assert len(records) == 3, proc.stderr  # one line per drained queue, in the operator's words
+    assert len(records) == 4, proc.stderr  # the config read, then one line per drained queue
     for record in records:
         assert set(record) == {"time", "level", "logger", "message"}, record
         assert record["time"].endswith("+00:00"), record  # UTC
         assert record["logger"] == "queuelake" and record["level"] == "INFO"
     assert [r["message"] for r in records] == [
-        f'"public"."{q}": about 0 message(s) waiting' for q in ("Sales", "audit", "error")
+        f"config: {cfg.resolve()}",
+        *(f'"public"."{q}": about 0 message(s) waiting' for q in ("Sales", "audit", "error")),
     ]
     assert not [line for line in proc.stderr.splitlines() if TEXT_LINE.match(line)], "no text lines in json mode"
     assert last_json(proc.stdout)["status"] == "ok"
@@ -125,9 +126,9 @@ def test_log_format_json_failure_line_keeps_secrets_out(tmp_path: Path) -> None:
     secret = "postgresql://queuelake:Sup3rSecret@127.0.0.1:1/nsb?connect_timeout=2"
     proc = queuelake(["--log-format", "json", "status", "-c", str(write_config(tmp_path))], tmp_path, secret)
     assert proc.returncode == 1
-    errors = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
-    assert [r["level"] for r in errors] == ["ERROR"], proc.stderr
-    assert errors[0]["message"].startswith("status failed: ")
+    records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert [r["level"] for r in records] == ["INFO", "ERROR"], proc.stderr  # the config read, the failure
+    assert records[1]["message"].startswith("status failed: ")
     assert "Sup3rSecret" not in proc.stderr and "Sup3rSecret" not in proc.stdout
 
 
@@ -225,3 +226,58 @@ def test_status_from_a_fresh_folder_uses_the_built_in_config(tmp_path: Path) -> 
     assert all(q["exists"] is False for q in summary["queues"])  # nothing installed yet
     assert "using the built-in local config" in proc.stderr
     assert (tmp_path / ".queuelake" / "pgdata" / "PG_VERSION").is_file()
+
+
+# ---------------------------------------------------------------- stderr is queuelake's own
+
+
+FOREIGN = ("log4j", "NativeCodeLoader", "SQLQueryContextLogger", "Py4JJavaError", "at org.apache", "XDG_RUNTIME_DIR")
+# the JVM itself prints this when Spark's launcher adds the vector module; no setting silences it
+JVM_NOTE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+def own_lines(stderr: str) -> list[str]:
+    """stderr's lines, asserting each is queuelake's own (or the JVM's one note)."""
+    lines = [line for line in stderr.splitlines() if line.strip() and line != JVM_NOTE]
+    assert not [line for line in lines if not TEXT_LINE.match(line)], stderr[-3000:]
+    assert not [word for word in FOREIGN if word in stderr], stderr[-3000:]
+    return [TEXT_LINE.sub("", line) for line in lines]
+
+
+def test_idle_commands_say_what_they_did(tmp_path: Path, fresh_pg_uri: str) -> None:
+    """An idle scheduled drain or maintain says so, queue by queue and table by table, and names the
+    config it read (before, an idle drain logged nothing at all)."""
+    cfg = write_config(tmp_path, lake={"root": str(tmp_path / "lake"), "engine": "delta-rs"})
+    assert queuelake(["install", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri).returncode == 0
+    drained = queuelake(["drain", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri)
+    assert drained.returncode == 0, drained.stderr[-3000:]
+    lines = own_lines(drained.stderr)
+    assert lines[:-1] == [
+        f"config: {cfg.resolve()}",
+        *(f'drain "public"."{q}": nothing to do, the queue is empty' for q in ("Sales", "audit", "error")),
+    ]
+    assert lines[-1].startswith("drain: 0 message(s) from 3 queue(s) (0 landed, 0 expired, 0 quarantined) in ")
+    maintained = queuelake(["maintain", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri)
+    assert maintained.returncode == 0, maintained.stderr[-3000:]
+    lines = own_lines(maintained.stderr)
+    assert lines[0] == f"config: {cfg.resolve()}"
+    assert [line.split(":")[0] for line in lines[1:]] == ["maintain messages", "maintain runs"], lines
+
+
+def test_a_typo_in_replay_where_is_one_line_not_a_java_trace(tmp_path: Path, fresh_pg_uri: str) -> None:
+    """PySpark logs a failed query's whole Java stack trace (12 KB) before the exception reaches
+    queuelake, and the JVM adds its start-up notes (log4j profile, native-hadoop, hostname): none of
+    it reaches stderr without --debug; queuelake's own error line does. With --debug the trace is there."""
+    cfg = write_config(
+        tmp_path, lake={"root": str(tmp_path / "lake"), "engine": "delta-rs"}, spark={"master": "local[1]"}
+    )
+    assert queuelake(["install", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri).returncode == 0
+    assert queuelake(["drain", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri).returncode == 0
+    args = ["replay", "-c", str(cfg), "--where", "exception_typo = 'x'", "--dry-run"]
+    proc = queuelake(args, tmp_path, connection=fresh_pg_uri)
+    assert proc.returncode == 1 and last_json(proc.stdout)["status"] == "failed"
+    lines = own_lines(proc.stderr)
+    assert lines[0] == f"config: {cfg.resolve()}" and len(lines) == 2, lines
+    assert lines[1].startswith("replay failed: ") and "exception_typo" in lines[1], lines
+    debug = queuelake([*args, "--debug"], tmp_path, connection=fresh_pg_uri)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr

@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shlex
 import shutil
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -117,12 +119,21 @@ def _running(pg_data: Path) -> bool:
 
 
 def next_commands(config_file: Path, lake_root: Path) -> list[str]:
-    """What to try on the demo's database and lake afterwards (the README's next steps)."""
-    return [
-        f"queuelake status -c {config_file}",
-        f"queuelake drain -c {config_file}",
-        f"QUEUELAKE_LAKE_ROOT={lake_root} python notebooks/journal_overview.py",
-    ]
+    """What to try on the demo's database and lake afterwards (the README's next steps), as they work
+    when pasted into a plain shell from any folder: absolute paths, and this interpreter's own
+    ``queuelake`` and ``python`` (a shell without the venv activated has neither on its PATH, or
+    another Python without the notebooks' packages). The notebook is offered when this is a checkout."""
+    bin_dir = Path(sys.executable).parent  # not resolved: a venv's python is a link out of the venv
+    script = bin_dir / "queuelake"
+    python = shlex.quote(sys.executable)
+    queuelake = shlex.quote(str(script)) if script.is_file() else f"{python} -m queuelake"
+    config = shlex.quote(str(config_file.resolve()))
+    commands = [f"{queuelake} status -c {config}", f"{queuelake} drain -c {config}"]
+    notebook = Path(__file__).resolve().parents[3] / "notebooks" / "journal_overview.py"
+    if notebook.is_file():
+        root = shlex.quote(str(lake_root.resolve()))
+        commands.append(f"QUEUELAKE_LAKE_ROOT={root} {python} {shlex.quote(str(notebook))}")
+    return commands
 
 
 def seed_traffic(cfg: Config, per_queue: int) -> dict[str, Counter[str]]:

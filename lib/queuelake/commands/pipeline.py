@@ -10,6 +10,7 @@ from queuelake import config as config_mod
 from queuelake.config import Config
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.lake.port import LakeEngine
+from queuelake.report import log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -110,9 +111,19 @@ def maintain(args: argparse.Namespace, spark: SparkSession | None = None) -> dic
     run_id, started = runs.new_run_id(), runs.utc_now()
     figures: dict[str, Any] = {}
     rows = []
-    for name in lake.tables():
+    names = lake.tables()
+    if not names:
+        log.info("maintain: no lake tables under %s yet, nothing to do", cfg.lake.root)
+    for name in names:
         t0 = time.monotonic()
         figures[name] = (journal if lake.written_by(name) == journal.name else lake).maintain(name)
+        log.info(
+            "maintain %s: %s file(s) compacted, %s vacuumed in %.1fs",
+            name,
+            figures[name].get("files_compacted", "?"),
+            figures[name].get("files_vacuumed", "?"),
+            time.monotonic() - t0,
+        )
         rows.append(
             {
                 "table": name,

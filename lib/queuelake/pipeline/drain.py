@@ -543,11 +543,30 @@ def drain(
             shared.close()
     record_runs(lake, run_id, "drain", started, results)
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
+    _log_outcome(results, totals, started)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results)
     totals["held_by_others"] = sum(r.held_by_others for r in results)
     statuses = {r.status for r in results} - {"ok", "skipped"}
     status = "failed" if "failed" in statuses else next(iter(sorted(statuses)), "ok")
     return {"status": status, "run_id": run_id, **totals, "queues": [r.summary() for r in results]}
+
+
+def _log_outcome(results: list[QueueResult], totals: dict[str, int], started: dt.datetime) -> None:
+    """The run's last lines: which queues had nothing (a busy queue's batches were logged as they
+    went), then the totals. An idle scheduled drain says so instead of saying nothing."""
+    for r in results:
+        if r.status == "ok" and r.dequeued == 0 and not r.claims_resolved:
+            log.info("drain %s: nothing to do, the queue is empty", r.queue)
+    seconds = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+    log.info(
+        "drain: %d message(s) from %d queue(s) (%d landed, %d expired, %d quarantined) in %.1fs",
+        totals["dequeued"],
+        len(results),
+        totals["landed"],
+        totals["expired"],
+        totals["quarantined"],
+        seconds,
+    )
 
 
 def evolve_journal(journal: LakeEngine) -> None:

@@ -313,6 +313,7 @@ class Publisher:
             rnd, done = self._next_round(conn, output, pipeline)
             result.round = rnd.key(0, 0).split(":")[0]
             if rnd.after is not None and rnd.after >= rnd.upto:
+                log.info("publish %s: nothing new since the last round (version %d), nothing to do", output, rnd.upto)
                 return result
             files = self.lake.added_files(output, rnd.after, rnd.upto)
             t0 = time.monotonic()
@@ -416,9 +417,12 @@ def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, 
     started = dt.datetime.now(dt.timezone.utc)
     results = []
     seconds: list[float] = []
+    if not config.publish.outputs:
+        log.info("publish: no outputs configured (publish.outputs), nothing to do")
     for output in config.publish.outputs:
         t0 = time.monotonic()
         if not lake.exists(output):
+            log.info("publish %s: the table does not exist yet (its transform has not run), nothing to do", output)
             results.append(OutputResult(output, "skipped", error=f"{output} does not exist yet"))
         else:
             try:

@@ -512,7 +512,8 @@ class ReplayResult:
     status: str = "ok"
     dry_run: bool = False
     journal_version: int | None = None
-    selected: int = 0
+    matched: int = 0  # journal rows the predicate matches, any outcome, before --limit
+    selected: int = 0  # the landed rows of those that the replay plans to send (the first --limit)
     to_send: int = 0
     rows_sent: int = 0
     total_sent: int = 0
@@ -714,13 +715,15 @@ class Replayer:
             t0 = time.monotonic()
             keys = self._select(version)
             rows, others = self._rows(keys)
+            result.matched = keys.num_rows
             log.info(
-                "replay %s: %d row(s) selected at journal version %d, %d landed%s, in %.1fs",
+                "replay %s: %d journal row(s) match at version %d, %d of them landed; %d selected%s (%.1fs)",
                 replay_id or "(dry run)",
                 keys.num_rows,
                 version,
+                int(pc.sum(pc.equal(keys.column("outcome"), "landed")).as_py() or 0),
                 len(rows),
-                "" if opts.limit is None else f" (the first {opts.limit} kept)",
+                "" if opts.limit is None else f" (--limit {opts.limit})",
                 time.monotonic() - t0,
             )
             if plan is not None and plan.total != len(rows):

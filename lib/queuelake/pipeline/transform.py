@@ -171,7 +171,11 @@ def _check_journal(
 
 
 def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
+    if not config.transforms:
+        log.info("transform: no transforms configured, nothing to do")
     if not lake.exists(MESSAGES):
+        if config.transforms:
+            log.info("transform: no journal yet, nothing to do (run drain first)")
         return {"status": "ok", "transforms": [], "note": "no journal yet: run drain first"}
     suites = expectations.load_journal(config)  # a mistake in a suite fails before any transform runs
     run_id, started = runs.new_run_id(), runs.utc_now()

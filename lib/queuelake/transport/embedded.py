@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -10,10 +11,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 def start_embedded(data_dir: str | Path | None = None) -> Any:
     """Start (or reuse) a pgserver instance; it stops when this process exits."""
-    import pgserver
-
     path = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="queuelake-pg-"))
-    return pgserver.get_server(path, cleanup_mode="stop")
+    with warnings.catch_warnings():
+        # platformdirs warns on every start where XDG_RUNTIME_DIR is unset (containers, CI, cron) that
+        # it uses /tmp/runtime-<uid> instead: a fine choice for a throwaway server, and not the
+        # operator's business on every command
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import pgserver
+
+        return pgserver.get_server(path, cleanup_mode="stop")
 
 
 def odbc_from_uri(uri: str, driver: str = "PostgreSQL Unicode") -> str:

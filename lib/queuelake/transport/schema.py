@@ -15,7 +15,11 @@ def table_exists(conn: Connection, ref: TableRef) -> bool:
 def require_table(conn: Connection, ref: TableRef) -> None:
     if not table_exists(conn, ref):
         conn.rollback()
-        raise TransportError(f"queue table {ref.canonical} does not exist (run `queuelake install`)")
+        raise TransportError(
+            f"queue table {ref.canonical} does not exist: its endpoint creates it, or `queuelake install` "
+            "does once the queue is in drain.queues (a PostgreSQL address splits schema and table at its "
+            'first dot: for a table named Sales.Test write \'"public"."Sales.Test"\')'
+        )
 
 
 def warnings(conn: Connection, ref: TableRef) -> list[str]:
