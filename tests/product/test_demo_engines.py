@@ -1,7 +1,7 @@
 """``queuelake demo --engine delta-spark``: the embedded demo end to end on the JVM engine.
 
-The demo is a subprocess, as a user runs it; the Delta jars reach its Spark session through
-QUEUELAKE_DELTA_JARS (the folder ``bash jvm/fetch-jars.sh`` fills; see ``queuelake.spark.local_jars``).
+The demo is a subprocess, as a user runs it; it finds the Delta jars ``bash jvm/fetch-jars.sh`` left in
+the checkout's ``jvm/jars`` by itself (QUEUELAKE_DELTA_JARS unset; see ``demo.use_checkout_jars``).
 Nothing is downloaded. Without the jars this skips saying why (fails with QUEUELAKE_REQUIRE_DELTA_JVM=1).
 """
 
@@ -39,7 +39,8 @@ def _writer(table: Path) -> str | None:
 @pytest.mark.slow
 def test_demo_on_delta_spark(tmp_path: Path) -> None:
     jars = _jars_or_skip()
-    env = {**os.environ, "QUEUELAKE_DELTA_JARS": ",".join(jars)}
+    env = {k: v for k, v in os.environ.items() if k != "QUEUELAKE_DELTA_JARS"}  # the demo finds jvm/jars itself
+    assert all(Path(j).parent.name == "jars" for j in jars), jars
     proc = subprocess.run(
         [sys.executable, "-m", "queuelake", "demo", "--engine", "delta-spark", "--workdir", str(tmp_path)]
         + ["--messages", "300"],
@@ -50,6 +51,7 @@ def test_demo_on_delta_spark(tmp_path: Path) -> None:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "demo: using the Delta jars in " in proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["status"] == "ok", summary
     assert summary["engine"] == "delta-spark"

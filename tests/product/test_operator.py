@@ -281,3 +281,13 @@ def test_a_typo_in_replay_where_is_one_line_not_a_java_trace(tmp_path: Path, fre
     assert lines[1].startswith("replay failed: ") and "exception_typo" in lines[1], lines
     debug = queuelake([*args, "--debug"], tmp_path, connection=fresh_pg_uri)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_a_drain_never_starts_spark_whatever_the_engine(tmp_path: Path, fresh_pg_uri: str) -> None:
+    """The journal and runs are delta-rs's under either engine: a drain on a delta-spark config runs
+    without a Spark session (it failed with "needs a Spark session"), and starts no JVM."""
+    cfg = write_config(tmp_path, lake={"root": str(tmp_path / "lake"), "engine": "delta-spark"})
+    assert queuelake(["install", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri).returncode == 0
+    proc = queuelake(["drain", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri)
+    assert proc.returncode == 0 and last_json(proc.stdout)["status"] == "ok", proc.stderr[-3000:]
+    assert JVM_NOTE not in proc.stderr and own_lines(proc.stderr)[0] == f"config: {cfg.resolve()}"

@@ -81,3 +81,44 @@ def test_status_lists_unresolved_drain_claims(fresh_pg_uri: str, pg_driver: str,
     assert pending["queue"] == '"public"."Sales"' and pending["claims"] == 2 and pending["rows"] == 20
     assert pending["oldest"] is not None
     assert "unresolved drain claim" in result.stderr
+
+
+def test_status_covers_every_queue_the_config_touches(fresh_pg_uri: str, tmp_path) -> None:
+    """Drained queues, the transforms' Send destinations, the delayed stores, and every subscriber in
+    SubscriptionRouting, each once with its role and depth (status listed the drained queues only,
+    not the queues holding what publish sent)."""
+    import yaml
+    from queuelake.config import from_dict
+    from queuelake.transport import subscriptions
+    from queuelake.transport.tables import bridge_ref, queue_ref
+
+    data = {
+        "transport": {"connection": "${QUEUELAKE_CONNECTION}", "delayed_endpoints": ["Billing"]},
+        "drain": {"queues": ["Sales"]},
+        "transforms": [
+            {"name": "t", "function": "queuelake.examples.orders:customer_totals", "output": "o"}
+            | {"destinations": ["Billing"]}
+        ],
+    }
+    path = tmp_path / "touched.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    cfg = from_dict({**data, "transport": {**data["transport"], "connection": fresh_pg_uri}}, env={})
+    with connect(fresh_pg_uri, "psycopg") as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Shipping"]))
+        routing = bridge_ref("SubscriptionRouting", cfg.transport)
+        subscriptions.subscribe(conn, routing, "Shipping", "Shipping", "Sales.OrderPlaced")
+        subscriptions.subscribe(conn, routing, "Billing", "Billing", "Sales.OrderPlaced")  # listed once
+        subscriptions.subscribe(conn, routing, '"un"terminated', "Rogue", "Sales.OrderPlaced")
+        queues.send(conn, queue_ref("Shipping", cfg.transport), [OutgoingMessage("{}", b"1")] * 2)
+        queues.store_delayed(conn, queue_ref("Billing", cfg.transport).delayed(), [("{}", b"2", 60_000)])
+        conn.commit()
+    result = run_cli(["status", "-c", str(path)], fresh_pg_uri)
+    assert result.code == 0, result
+    listed = [(q["queue"], q["role"], q["depth"]) for q in result.summary["queues"]]
+    assert listed == [
+        ('"public"."Sales"', "drained", 0),
+        ('"public"."Billing"', "destination", 0),
+        ('"public"."Billing.Delayed"', "delayed", 1),
+        ('"public"."Shipping"', "subscriber", 2),
+    ], listed
+    assert "is not a queue address" in result.stderr  # the rogue row is named, the rest listed

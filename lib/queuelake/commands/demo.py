@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -116,6 +117,20 @@ def _running(pg_data: Path) -> bool:
         return bool(psutil.pid_exists(pid))
     except (OSError, ValueError, IndexError, ImportError):
         return False
+
+
+def use_checkout_jars() -> None:
+    """Put the Delta jars ``jvm/fetch-jars.sh`` left in this checkout's ``jvm/jars`` on the demo's
+    Spark, unless QUEUELAKE_DELTA_JARS names others: ``demo --engine delta-spark`` then works after
+    ``make test`` (which fetches them) with nothing to set. Only for that engine: under ``auto`` the
+    jars would switch the demo's engine."""
+    from queuelake.spark import JARS_ENV, local_jars
+
+    jars = Path(__file__).resolve().parents[3] / "jvm" / "jars"
+    found = local_jars(str(jars)) if jars.is_dir() else []
+    if not os.environ.get(JARS_ENV) and any(os.path.basename(j).startswith("delta-spark") for j in found):
+        os.environ[JARS_ENV] = str(jars)
+        log.info("demo: using the Delta jars in %s", jars)
 
 
 def next_commands(config_file: Path, lake_root: Path) -> list[str]:
@@ -225,6 +240,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config_file.write_text(header + yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
     try:
         cfg = load(config_file, env={})
+        if cfg.lake.engine == "delta-spark":
+            use_checkout_jars()
         spark = get_spark(cfg.spark)
         lake = lake_for(cfg, spark)  # before seeding: a missing engine fails before anything is made
         if cfg.lake.engine == "delta-spark" and not has_delta_jvm(spark):

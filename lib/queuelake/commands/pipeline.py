@@ -33,9 +33,10 @@ def drain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[s
     from queuelake.pipeline.drain import drain as run_drain
 
     cfg = config_mod.load(args.config)
+    # the journal and runs are delta-rs's whatever lake.engine says: a drain never starts Spark
     return run_drain(
         cfg,
-        lake_for(cfg, spark),
+        lake_for(cfg, spark) if spark is not None else runs_only_lake(cfg),
         queue_names=args.queues,
         max_messages=args.max_messages,
         max_seconds=args.max_seconds,

@@ -9,12 +9,12 @@ from typing import Any
 
 from queuelake import config as config_mod
 from queuelake.context import connect
-from queuelake.errors import HeaderError
+from queuelake.errors import HeaderError, QueuelakeError
 from queuelake.report import log
-from queuelake.transport import claims, installer, queues, schema
+from queuelake.transport import claims, installer, queues, schema, subscriptions
 from queuelake.transport import headers as hdr
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
 
 
 def install_plan(cfg: config_mod.Config) -> installer.InstallPlan:
@@ -37,26 +37,58 @@ def install(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def status(args: argparse.Namespace) -> dict[str, Any]:
+    """Every queue the config touches, with its depth: the drained queues, the Send destinations of
+    the transforms, the delayed stores of ``transport.delayed_endpoints``, and each subscriber found
+    in the subscription table (where published events go). Each entry says why it is listed (``role``)."""
     cfg = config_mod.load(args.config)
     out: list[dict[str, Any]] = []
     with connect(cfg, "queuelake-status") as conn:
         now = queues.db_utc_now(conn)
-        for name in cfg.drain.queues:
-            ref = queue_ref(name, cfg.transport)
-            entry: dict[str, Any] = {"queue": ref.canonical}
+        for ref, role in _touched(conn, cfg):
+            entry: dict[str, Any] = {"queue": ref.canonical, "role": role}
             if not schema.table_exists(conn, ref):
                 entry.update(exists=False, warnings=[f"{ref.canonical}: table does not exist"])
+                log.warning("%s (%s): table does not exist", ref.canonical, role)
                 out.append(entry)
                 continue
-            entry.update(exists=True, depth=queues.peek(conn, ref), warnings=schema.warnings(conn, ref))
-            entry["oldest_age_seconds"] = _oldest_age(queues.oldest_headers(conn, ref), now)
+            if role == "delayed":  # a delayed store has no sequence to peek: count it
+                entry.update(exists=True, depth=queues.count_rows(conn, ref), warnings=[])
+            else:
+                entry.update(exists=True, depth=queues.peek(conn, ref), warnings=schema.warnings(conn, ref))
+                entry["oldest_age_seconds"] = _oldest_age(queues.oldest_headers(conn, ref), now)
             conn.rollback()
             for warning in entry["warnings"]:
                 log.warning(warning)
-            log.info("%s: about %s message(s) waiting", ref.canonical, entry["depth"])
+            log.info("%s (%s): about %s message(s) waiting", ref.canonical, role, entry["depth"])
             out.append(entry)
         pending = _unresolved_claims(conn, cfg)
     return {"queues": out, "unresolved_claims": pending}
+
+
+def _touched(conn: Connection, cfg: config_mod.Config) -> list[tuple[TableRef, str]]:
+    """(table, role) of every queue the config touches, each once, in the order status lists them."""
+    t = cfg.transport
+    found: dict[str, tuple[TableRef, str]] = {}
+
+    def add(ref: TableRef, role: str) -> None:
+        found.setdefault(ref.canonical, (ref, role))
+
+    for name in cfg.drain.queues:
+        add(queue_ref(name, t), "drained")
+    for transform in cfg.transforms:
+        for name in transform.destinations:
+            add(queue_ref(name, t), "destination")
+    for endpoint in t.delayed_endpoints:
+        add(queue_ref(endpoint, t).delayed(), "delayed")
+    routing = bridge_ref(t.subscription_table, t)
+    if schema.table_exists(conn, routing):
+        for address in subscriptions.all_subscribers(conn, routing):
+            try:
+                add(queue_ref(address, t), "subscriber")
+            except QueuelakeError as exc:  # another program's row: say so, list the rest
+                log.warning("%s: subscriber address %r is not a queue address (%s)", routing.canonical, address, exc)
+    conn.rollback()
+    return list(found.values())
 
 
 def _unresolved_claims(conn: Connection, cfg: config_mod.Config) -> list[dict[str, Any]]:

@@ -49,6 +49,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "purge_expired",
         # subscriptions
         "find_subscribers",
+        "subscriber_addresses",
         "subscribe",
         "unsubscribe",
         # the publish / replay ledger

@@ -34,3 +34,9 @@ def find_subscribers(conn: Connection, table: TableRef, topics: Iterable[str]) -
         for (address,) in sorted(rows):
             seen.setdefault(address, None)
     return list(seen)
+
+
+def all_subscribers(conn: Connection, table: TableRef) -> list[str]:
+    """Every distinct subscriber address, sorted (status shows each queue events fan out to)."""
+    rows = conn.run("subscriber_addresses", table.identifiers(), {}, what=table.canonical)
+    return sorted(str(address) for (address,) in rows if address is not None)

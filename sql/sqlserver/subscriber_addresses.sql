@@ -1,0 +1,2 @@
+-- Every distinct subscriber address (status lists each with its depth). Untrusted text: callers parse it.
+SELECT DISTINCT QueueAddress FROM {table};
