@@ -1,4 +1,4 @@
-"""spark-submit entry point: ``spark-submit jobs/drain.py -c conf/prod.yaml [--queue Q]...``."""
+"""spark-submit entry point: ``spark-submit jobs/drain.py -c conf/postgres.example.yaml [--queue Q]...``."""
 
 import sys
 

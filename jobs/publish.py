@@ -1,4 +1,4 @@
-"""spark-submit entry point: ``spark-submit jobs/publish.py -c conf/prod.yaml``."""
+"""spark-submit entry point: ``spark-submit jobs/publish.py -c conf/postgres.example.yaml``."""
 
 import sys
 

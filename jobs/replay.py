@@ -1,4 +1,4 @@
-"""spark-submit entry point: ``spark-submit jobs/replay.py -c conf/prod.yaml --where "..." [--to Q]``."""
+"""spark-submit entry point: ``spark-submit jobs/replay.py -c conf/postgres.example.yaml --where "..." [--to Q]``."""
 
 import sys
 

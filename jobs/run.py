@@ -1,5 +1,5 @@
 """spark-submit entry point, the scheduled job (drain, transform, publish):
-``spark-submit jobs/run.py -c conf/prod.yaml [--queue Q]... [--max-messages N] [--max-seconds S]``."""
+``spark-submit jobs/run.py -c conf/postgres.example.yaml [--queue Q]... [--max-messages N] [--max-seconds S]``."""
 
 import sys
 

@@ -10,9 +10,16 @@ Deployment settings (environment of the Airflow scheduler and workers, read when
 them is a secret):
 
 - ``QUEUELAKE_DATABRICKS_CONN_ID``: Airflow connection of the workspace (default ``databricks_default``);
-- ``QUEUELAKE_DATABRICKS_WHEEL``: the wheel, on a Unity Catalog volume or in the workspace (default: see WHEEL);
-- ``QUEUELAKE_DATABRICKS_CONFIG``: the deployment's YAML config as the driver sees it
-  (default ``/Workspace/Shared/queuelake/conf/prod.yaml``);
+- ``QUEUELAKE_DATABRICKS_WHEEL``: the wheel, on a Unity Catalog volume or in the workspace (default: see WHEEL).
+  Build it and copy it there once per release, from a checkout::
+
+      python -m pip wheel --no-deps -w dist .
+      databricks fs cp dist/queuelake-0.1.0-py3-none-any.whl dbfs:/Volumes/main/queuelake/artifacts/
+
+- ``QUEUELAKE_DATABRICKS_CONFIG``: the deployment's YAML config as the driver sees it (default
+  ``/Workspace/Shared/queuelake/conf/postgres.example.yaml``, the shipped example, which takes everything
+  deployment-specific from the environment; copy ``conf/`` there with
+  ``databricks workspace import-dir conf /Workspace/Shared/queuelake/conf``, or point this at your own file);
 - ``QUEUELAKE_DATABRICKS_LAKE_ROOT``: the lake root, which configs reference as ``${QUEUELAKE_LAKE_ROOT}``
   (default ``/Volumes/main/queuelake/lake``);
 - ``QUEUELAKE_DATABRICKS_NODE_TYPE``: node type of the job cluster (default ``Standard_D4ds_v5``, Azure).
@@ -43,7 +50,7 @@ DATABRICKS_CONN_ID = os.environ.get("QUEUELAKE_DATABRICKS_CONN_ID", "databricks_
 WHEEL = os.environ.get(
     "QUEUELAKE_DATABRICKS_WHEEL", "/Volumes/main/queuelake/artifacts/queuelake-0.1.0-py3-none-any.whl"
 )
-CONFIG = os.environ.get("QUEUELAKE_DATABRICKS_CONFIG", "/Workspace/Shared/queuelake/conf/prod.yaml")
+CONFIG = os.environ.get("QUEUELAKE_DATABRICKS_CONFIG", "/Workspace/Shared/queuelake/conf/postgres.example.yaml")
 LAKE_ROOT = os.environ.get("QUEUELAKE_DATABRICKS_LAKE_ROOT", "/Volumes/main/queuelake/lake")
 NODE_TYPE = os.environ.get("QUEUELAKE_DATABRICKS_NODE_TYPE", "Standard_D4ds_v5")
 

@@ -14,7 +14,9 @@ them is a secret):
 
 - ``QUEUELAKE_HOME``: folder holding ``jobs/``, ``conf/`` and the packed environment (default ``/opt/queuelake``);
 - ``QUEUELAKE_PACKED_ENV``: the packed environment (default ``$QUEUELAKE_HOME/queuelake-env.tar.gz``);
-- ``QUEUELAKE_CONFIG``: the deployment's YAML config (default ``$QUEUELAKE_HOME/conf/prod.yaml``);
+- ``QUEUELAKE_CONFIG``: the deployment's YAML config (default ``$QUEUELAKE_HOME/conf/postgres.example.yaml``,
+  the shipped example, which takes everything deployment-specific from the environment; for SQL Server
+  start from ``conf/sqlserver.example.yaml``);
 - ``QUEUELAKE_SPARK_CONN_ID``: Airflow connection of the Spark master (default ``spark_default``);
 - ``QUEUELAKE_SPARK_DEPLOY_MODE``: ``cluster`` (YARN, Kubernetes; the default) or ``client``;
 - ``QUEUELAKE_DRIVER_PYTHON``: client mode only, a local Python with queuelake installed
@@ -48,7 +50,7 @@ except ImportError:  # Airflow 2
 
 QUEUELAKE_HOME = os.environ.get("QUEUELAKE_HOME", "/opt/queuelake")
 PACKED_ENV = os.environ.get("QUEUELAKE_PACKED_ENV", f"{QUEUELAKE_HOME}/queuelake-env.tar.gz")
-CONFIG = os.environ.get("QUEUELAKE_CONFIG", f"{QUEUELAKE_HOME}/conf/prod.yaml")
+CONFIG = os.environ.get("QUEUELAKE_CONFIG", f"{QUEUELAKE_HOME}/conf/postgres.example.yaml")
 SPARK_CONN_ID = os.environ.get("QUEUELAKE_SPARK_CONN_ID", "spark_default")
 DEPLOY_MODE = os.environ.get("QUEUELAKE_SPARK_DEPLOY_MODE", "cluster")
 DRIVER_PYTHON = os.environ.get("QUEUELAKE_DRIVER_PYTHON", f"{QUEUELAKE_HOME}/venv/bin/python")

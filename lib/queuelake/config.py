@@ -283,7 +283,9 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
         return from_dict(yaml.safe_load(LOCAL_YAML), env=env, source=SOURCE)
     file = Path(path or DEFAULT_CONFIG)
     if not file.is_file():
-        raise ConfigError(f"config file {file} does not exist (pass the right one with -c FILE)")
+        templates = sorted(str(t) for t in file.parent.glob("*.example.yaml")) if file.parent.is_dir() else []
+        start = f"; start from {' or '.join(templates)}" if templates else ""
+        raise ConfigError(f"config file {file} does not exist (pass the right one with -c FILE{start})")
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -216,13 +216,28 @@ def test_an_explicit_missing_config_names_the_flag(tmp_path: Path, monkeypatch: 
         config_mod.load("conf/local.yaml", env={})
 
 
+def test_a_missing_config_beside_the_examples_names_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DAGs and jobs once defaulted to conf/prod.yaml, which the repo does not ship: a missing
+    config says which shipped templates sit beside it."""
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ConfigError) as raised:
+        config_mod.load("conf/prod.yaml", env={})
+    assert str(raised.value) == (
+        "config file conf/prod.yaml does not exist (pass the right one with -c FILE; "
+        "start from conf/postgres.example.yaml or conf/sqlserver.example.yaml)"
+    )
+    for default in ("conf/postgres.example.yaml",):  # what the DAGs, jobs and README now name
+        assert (REPO / default).is_file()
+
+
 @pytest.mark.slow
 def test_status_from_a_fresh_folder_uses_the_built_in_config(tmp_path: Path) -> None:
     """What a user of the wheel sees: no conf/ here, and status still works (embedded PostgreSQL)."""
     proc = queuelake(["status"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = last_json(proc.stdout)
-    assert [q["queue"] for q in summary["queues"]] == ['"public"."Sales"', '"public"."audit"', '"public"."error"']
+    drained = [q["queue"] for q in summary["queues"] if q["role"] == "drained"]
+    assert drained == ['"public"."Sales"', '"public"."audit"', '"public"."error"']
     assert all(q["exists"] is False for q in summary["queues"])  # nothing installed yet
     assert "using the built-in local config" in proc.stderr
     assert (tmp_path / ".queuelake" / "pgdata" / "PG_VERSION").is_file()
