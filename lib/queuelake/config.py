@@ -129,6 +129,9 @@ class DrainConfig:
     # bounds on the drain's own sessions, so a dead or hung drain cannot hold queue rows
     statement_timeout_seconds: float = 300.0
     idle_in_transaction_timeout_seconds: float = 600.0
+    # database connections a drain holds at once, whatever the number of queues: PostgreSQL's default
+    # max_connections is 100, shared with every endpoint (a drain of 100 queues opened ~300 and failed)
+    max_connections: int = 24
 
     def __post_init__(self) -> None:
         if self.settle_seconds < 0:
@@ -143,6 +146,8 @@ class DrainConfig:
             raise ConfigError("drain.batch_size must be at least 1")
         if self.workers_per_queue < 1:
             raise ConfigError("drain.workers_per_queue must be at least 1")
+        if self.max_connections < 4:
+            raise ConfigError("drain.max_connections must be at least 4 (a queue's lock, a worker's two, ADBC's)")
 
 
 @dataclass

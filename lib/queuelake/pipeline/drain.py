@@ -124,9 +124,16 @@ class QueueDrain:
     """Drains one queue with N workers sharing a budget, under the queue's drain lock."""
 
     def __init__(
-        self, config: Config, lake: LakeEngine, ref: TableRef, budget: _Budget, receive: db.SharedAdbc | None = None
+        self,
+        config: Config,
+        lake: LakeEngine,
+        ref: TableRef,
+        budget: _Budget,
+        receive: db.SharedAdbc | None = None,
+        workers: int | None = None,
     ) -> None:
         self.config = config
+        self.workers = workers or config.drain.workers_per_queue
         self.lake = lake
         self.ref = ref
         self.budget = budget
@@ -143,7 +150,7 @@ class QueueDrain:
         self._receive = receive  # the run's shared ADBC database, when the receive goes through ADBC
 
     def run(self) -> QueueResult:
-        workers = self.config.drain.workers_per_queue
+        workers = self.workers
         try:
             with connect(self.config, "queuelake-drain-lock") as lock_conn:
                 if not self._acquire(lock_conn):
@@ -532,11 +539,23 @@ def drain(
         journal = journal_engine(lake)
         journal.create_table(MESSAGES, MESSAGES_SCHEMA)
         evolve_journal(journal)
+        plan = connection_plan(config.drain.max_connections, config.drain.workers_per_queue, len(refs), shared)
         drains = [
-            QueueDrain(config, journal, r, _Budget(config.drain.batch_size, max_messages, deadline), shared)
+            QueueDrain(
+                config, journal, r, _Budget(config.drain.batch_size, max_messages, deadline), shared, plan.workers
+            )
             for r in refs
         ]
-        with ThreadPoolExecutor(max_workers=len(drains), thread_name_prefix="drain") as pool:
+        if plan.at_once < len(refs):
+            log.info(
+                "drain: %d queues, %d at a time with %d worker(s) each (drain.max_connections %d)",
+                len(refs),
+                plan.at_once,
+                plan.workers,
+                config.drain.max_connections,
+            )
+        # queues wait for a slot: a queue's drain lock and connections are taken when its turn comes
+        with ThreadPoolExecutor(max_workers=plan.at_once, thread_name_prefix="drain") as pool:
             results = list(pool.map(lambda d: d.run(), drains))
     finally:
         if shared is not None:
@@ -549,6 +568,23 @@ def drain(
     statuses = {r.status for r in results} - {"ok", "skipped"}
     status = "failed" if "failed" in statuses else next(iter(sorted(statuses)), "ok")
     return {"status": status, "run_id": run_id, **totals, "queues": [r.summary() for r in results]}
+
+
+@dataclass(frozen=True)
+class ConnectionPlan:
+    workers: int  # per queue
+    at_once: int  # queues drained at the same time
+
+
+def connection_plan(max_connections: int, workers_per_queue: int, queues: int, shared: object) -> ConnectionPlan:
+    """How many queues drain at once, and with how many workers, so that the run never holds more
+    than ``max_connections`` database connections. A queue holds 1 + 2 per worker (its lock, each
+    worker's receive and lander connections); a run with ADBC holds one more for the shared database.
+    Workers per queue shrink only when one queue alone would not fit."""
+    budget = max_connections - (1 if shared is not None else 0)
+    workers = max(1, min(workers_per_queue, (budget - 1) // 2))
+    at_once = max(1, min(queues, budget // (1 + 2 * workers)))
+    return ConnectionPlan(workers, at_once)
 
 
 def _log_outcome(results: list[QueueResult], totals: dict[str, int], started: dt.datetime) -> None:
