@@ -23,6 +23,7 @@ from pathlib import Path
 
 import orjson
 import psycopg
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -321,3 +322,19 @@ def test_a_lake_that_fails_whatever_the_rows_fails_the_run_and_loses_nothing(
     assert summary["status"] == "failed" and "No space left on device" in summary["queues"][0]["error"], summary
     with psycopg.connect(uri) as conn:
         assert conn.execute('SELECT count(*) FROM "public"."Edges"').fetchone()[0] == 10
+
+
+def test_a_journal_made_before_raw_expires_gains_it(edge_database: Callable[[], str], tmp_path: Path) -> None:
+    """A journal an older queuelake made has no raw_expires: the next drain adds the column (old rows
+    read it as null) and lands a clamped Expires with its original text."""
+    from queuelake.lake.rust import DeltaRsEngine
+    from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA
+
+    old = DeltaRsEngine(str(tmp_path / "lake"))
+    old.create_table(MESSAGES, pa.schema([f for f in MESSAGES_SCHEMA if f.name != "raw_expires"]))
+    uri = edge_database()
+    fill(uri, unique_ids([{"id": None, "expires": "infinity", "headers": "{}", "body": b"x"}]), near_top=False)
+    summary = _drain_in_process(uri, tmp_path / "lake")
+    assert summary["status"] == "ok" and summary["landed"] == 1, summary
+    (row,) = read_table(str(tmp_path / "lake" / "messages")).to_pylist()
+    assert (row["expires"], row["raw_expires"]) == (TOP, "infinity")
