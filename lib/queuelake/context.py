@@ -42,9 +42,13 @@ def _forget_dead_handles(data: Path) -> None:
     handles = data / ".handle_pids.json"
     if not handles.exists():
         return
+    from queuelake.transport.embedded import quiet_runtime_dir
+
     try:
         import psutil
-        from pgserver.postgres_server import PostgresServer
+
+        with quiet_runtime_dir():
+            from pgserver.postgres_server import PostgresServer
 
         with PostgresServer._lock:
             pids = json.loads(handles.read_text())

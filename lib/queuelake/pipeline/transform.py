@@ -102,6 +102,7 @@ def run_transform(
     after = lake.last_version(transform.output, app_id) if exists else None
     result: dict[str, Any] = {"transform": transform.name, "output": transform.output, "journal_version": upto}
     if upto is None or (after is not None and after >= upto):
+        log.info("transform %s: nothing new in the journal since version %s, nothing to do", transform.name, after)
         return {**result, "status": "ok", "rows_in": 0, "rows_out": 0, "note": "nothing new"}
     files = lake.added_files(MESSAGES, after, upto)
     source = _landed(spark, files)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -12,14 +14,20 @@ from urllib.parse import parse_qs, unquote, urlsplit
 def start_embedded(data_dir: str | Path | None = None) -> Any:
     """Start (or reuse) a pgserver instance; it stops when this process exits."""
     path = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="queuelake-pg-"))
-    with warnings.catch_warnings():
-        # platformdirs warns on every start where XDG_RUNTIME_DIR is unset (containers, CI, cron) that
-        # it uses /tmp/runtime-<uid> instead: a fine choice for a throwaway server, and not the
-        # operator's business on every command
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    with quiet_runtime_dir():
         import pgserver
 
         return pgserver.get_server(path, cleanup_mode="stop")
+
+
+@contextlib.contextmanager
+def quiet_runtime_dir() -> Iterator[None]:
+    """Around pgserver's import and start: platformdirs warns, on every command where XDG_RUNTIME_DIR
+    is unset or shared (containers, CI, cron), that it uses /tmp/runtime-<uid> instead: a fine choice
+    for a throwaway server, and not the operator's business."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        yield
 
 
 def odbc_from_uri(uri: str, driver: str = "PostgreSQL Unicode") -> str:
