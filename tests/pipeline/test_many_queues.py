@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from queuelake.config import from_dict
-from queuelake.lake.port import open_lake
+from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import connection_plan, drain
 from queuelake.transport import db, installer
