@@ -55,8 +55,8 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     status, drained, *notebook = ran
     assert summary["next"][0].endswith(f"queuelake status -c {config}")
     queues = json.loads(status.stdout.strip().splitlines()[-1])["queues"]
-    drained = [q for q in queues if q["role"] == "drained"]
-    assert [q["exists"] for q in drained] == [True, True, True] and all(q["depth"] == 0 for q in drained)
+    sources = [q for q in queues if q["role"] == "drained"]
+    assert [q["exists"] for q in sources] == [True, True, True] and all(q["depth"] == 0 for q in sources)
     holding = {q["queue"]: q["depth"] for q in queues if q["role"] != "drained"}  # what publish sent, waiting
     assert {'"public"."Billing"', '"public"."Shipping"'} <= set(holding) and sum(holding.values()) > 0
     assert json.loads(drained.stdout.strip().splitlines()[-1])["dequeued"] == 0  # the demo drained it all
