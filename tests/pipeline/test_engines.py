@@ -292,3 +292,33 @@ def test_names_refused_or_warned(tmp_path: Path, spark, caplog: pytest.LogCaptur
         logger.removeHandler(caplog.handler)
     assert "no Spark session in this run" in caplog.text and "queuelake" in caplog.text
     assert lake.append("t", pa.table({"id": pa.array([1], pa.int64())}), "test/t", 1)
+
+
+def test_auto_keeps_each_table_with_the_engine_that_made_it(tmp_path: Path, spark) -> None:
+    """lake.engine: auto decides per table (issue 35): a table made in a run without the Delta JVM
+    classes (delta-rs) is still written by delta-rs once a run has them (it failed with "created by
+    delta-rs, this job writes with delta-spark"), a new table goes to that run's engine, and a table
+    delta-spark made is refused by a run without the JVM classes, saying what to change, before
+    anything is written."""
+    import pyarrow as pa
+    from queuelake.config import LakeConfig
+    from queuelake.errors import LakeError
+    from queuelake.lake.engines import open_lake as open_engine
+
+    require_delta_jvm(spark)
+    config = LakeConfig(root=str(tmp_path / "lake"), engine="auto")
+    rows = pa.table({"key": ["a"], "n": [1]})
+    without_jvm = open_engine(config)
+    assert without_jvm.name == "delta-rs"
+    without_jvm.append("made_by_rs", rows, "test/rs", 1)
+    with_jvm = open_engine(config, spark)
+    assert with_jvm.name == "delta-spark"
+    assert with_jvm.append("made_by_rs", rows, "test/rs", 2)  # its own engine, not the run's
+    with_jvm.append("made_by_spark", rows, "test/spark", 1)
+    assert (with_jvm.written_by("made_by_rs"), with_jvm.written_by("made_by_spark")) == ("delta-rs", "delta-spark")
+    assert with_jvm.read_arrow("made_by_rs").num_rows == 2
+    again = open_engine(config)  # a run without the JVM classes again
+    with pytest.raises(LakeError, match="made_by_spark.*made by delta-spark.*spark-packages"):
+        again.append("made_by_spark", rows, "test/spark", 2)
+    assert again.table_version("made_by_spark") == with_jvm.table_version("made_by_spark")  # nothing written
+    assert again.append("made_by_rs", rows, "test/rs", 3)

@@ -7,7 +7,7 @@ one (``catalog.py``), live here: the one module that builds engines.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queuelake.errors import LakeError
 from queuelake.lake.catalog import registrar_for, with_names
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngine:
-    """The engine config asks for; ``auto`` means delta-spark when its JVM classes are present."""
+    """The engine config asks for. ``auto``: a table that exists is written by the engine that made
+    it (``PerTableLake``); a new one by delta-spark when its JVM classes are present, else delta-rs."""
     engine = config.engine
     if engine == "auto":
         engine = "delta-spark" if spark is not None and has_delta_jvm(spark) else "delta-rs"
@@ -33,8 +34,82 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
         lake: LakeEngine = DeltaSparkEngine(config.root, spark, config.storage_options)
     else:
         lake = DeltaRsEngine(config.root, spark, config.storage_options)
+    if config.engine == "auto":
+        rust = lake if lake.name == "delta-rs" else DeltaRsEngine(config.root, spark, config.storage_options)
+        lake = PerTableLake(lake, rust)  # type: ignore[assignment]
     # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/catalog.py)
     return with_names(lake, registrar_for(config, lake.name, spark))
+
+
+# the LakeEngine methods whose first argument is the table they act on: those that write it must
+# use the engine that made it; those that read it may use delta-rs, which reads any Delta table
+_WRITES = frozenset(
+    {
+        "create_table",
+        "append",
+        "append_dataframe",
+        "stage",
+        "discard_staged",
+        "check_stageable",
+        "commit_staged",
+        "add_columns",
+        "maintain",
+    }
+)
+_READS = frozenset(
+    {"path", "exists", "written_by", "schema", "added_files", "last_version", "table_version", "read", "read_arrow"}
+)
+
+
+class PerTableLake:
+    """``lake.engine: auto`` decided per table: one that exists is written by the engine recorded on
+    it, whatever this run's Spark has; a new one by this run's choice (``default``).
+
+    Why: ``auto`` picked one engine per run, from whether Spark had the Delta JVM classes. Adding the
+    Delta package to a spark-submit that ran without it turned every table the earlier runs had made
+    into "created by delta-rs, this job writes with delta-spark", and the job failed. A table made by
+    delta-spark cannot be written in a run without the JVM classes: that says what to change before
+    anything is written (reading it works, through delta-rs)."""
+
+    def __init__(self, default: LakeEngine, rust: LakeEngine) -> None:
+        self.default = default
+        self.rust = rust
+        self.name = default.name
+        self.root = default.root
+        self._recorded: dict[str, str] = {}
+
+    def engine_for(self, table: str, write: bool) -> LakeEngine:
+        recorded = self._recorded.get(table) or self._read_mark(table)
+        if recorded is None or recorded == self.default.name:
+            return self.default  # a new (or unmarked) table: this run's choice
+        if recorded == self.rust.name:
+            return self.rust
+        if not write:
+            return self.rust  # delta-rs reads a delta-spark table
+        raise LakeError(
+            f"lake table {table!r} was made by {recorded} and this run has no Delta JVM classes "
+            "(lake.engine: auto chose delta-rs): put Delta on Spark's classpath (`queuelake "
+            "spark-packages` prints spark-submit's --packages) or set lake.engine: delta-spark"
+        )
+
+    def _read_mark(self, table: str) -> str | None:
+        """The engine recorded on an existing table, remembered: a table never changes engine."""
+        try:
+            recorded = self.rust.written_by(table) if self.rust.exists(table) else None
+        except Exception:  # noqa: BLE001 - a log delta-rs cannot read (a delta-spark feature): the run's choice
+            return None
+        if recorded is not None:
+            self._recorded[table] = recorded
+        return recorded
+
+    def tables(self) -> list[str]:
+        return self.default.tables()
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in _WRITES or attr in _READS:
+            write = attr in _WRITES
+            return lambda table, *args, **kwargs: getattr(self.engine_for(table, write), attr)(table, *args, **kwargs)
+        return getattr(self.default, attr)
 
 
 def journal_engine(lake: LakeEngine) -> LakeEngine:
