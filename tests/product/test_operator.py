@@ -102,14 +102,16 @@ def test_log_format_json_writes_one_object_per_line(tmp_path: Path, fresh_pg_uri
     proc = queuelake(args, tmp_path, connection=fresh_pg_uri)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
-    assert len(records) == 4, proc.stderr  # the config read, then one line per drained queue
+    assert len(records) == 6, proc.stderr  # the config read, then one line per queue the config touches
     for record in records:
         assert set(record) == {"time", "level", "logger", "message"}, record
         assert record["time"].endswith("+00:00"), record  # UTC
         assert record["logger"] == "queuelake" and record["level"] == "INFO"
     assert [r["message"] for r in records] == [
         f"config: {cfg.resolve()}",
-        *(f'"public"."{q}": about 0 message(s) waiting' for q in ("Sales", "audit", "error")),
+        *(f'"public"."{q}" (drained): about 0 message(s) waiting' for q in ("Sales", "audit", "error")),
+        '"public"."Billing" (destination): about 0 message(s) waiting',
+        '"public"."Billing.Delayed" (delayed): about 0 message(s) waiting',
     ]
     assert not [line for line in proc.stderr.splitlines() if TEXT_LINE.match(line)], "no text lines in json mode"
     assert last_json(proc.stdout)["status"] == "ok"
