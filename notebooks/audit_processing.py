@@ -28,13 +28,22 @@ from queuelake.config import LakeConfig
 from queuelake.lake import tables
 from queuelake.notebook_support import (
     BUCKETS,
+    LEAST_TREND_BUCKETS,
     Notebook,
     choose_bucket,
+    decimals_for,
+    duration_unit,
+    grouped_bars,
+    in_unit,
+    legend_outside,
     none_if_empty,
     per_bucket,
     queue_rows,
+    spark_table,
+    trend_buckets,
     trend_lines,
     unquote_queues,
+    value_axis,
 )
 
 # dbutils, spark and display are predefined on Databricks only: handed over, the same code runs here and there
@@ -47,10 +56,11 @@ lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 
 def percentiles(df, key):
-    """Processing and critical time percentiles (milliseconds) per value of ``key``, busiest first."""
+    """Processing and critical time percentiles (milliseconds) per value of ``key``, busiest first; the
+    critical times (sending to done: often minutes) converted to the unit that fits them."""
     pt = F.percentile_approx("processing_ms", [0.5, 0.9, 0.99], 10000)
     ct = F.percentile_approx("critical_ms", [0.5, 0.9], 10000)
-    return (
+    pdf = (
         df.groupBy(F.coalesce(key, F.lit("(unknown)")).alias(key))
         .agg(F.count("*").alias("n"), pt.alias("pt"), F.max("processing_ms").alias("max_ms"), ct.alias("ct"))
         .select(
@@ -66,23 +76,24 @@ def percentiles(df, key):
         .orderBy(F.desc("n"), key)
         .toPandas()
     )
+    critical = ["critical_p50_ms", "critical_p90_ms"]
+    converted, _unit = in_unit(pdf.rename(columns={c: c[:-3] for c in critical}), [c[:-3] for c in critical], 0.001)
+    return converted
 
 
 def percentile_bars(pdf, key, title, name, n=15):
-    """Grouped horizontal bars p50 / p90 / p99 for the n busiest values of ``key``."""
-    rows = pdf.head(n).iloc[::-1].reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(11, 0.55 * len(rows) + 1.8))
-    height = 0.27
-    for i, column in enumerate(["p50_ms", "p90_ms", "p99_ms"]):
-        ax.barh(
-            [p + (i - 1) * height for p in range(len(rows))], rows[column].clip(lower=0.01), height, label=column[:-3]
-        )
-    ax.set_yticks(range(len(rows)), [f"{str(v)[-55:]} (n={c})" for v, c in zip(rows[key], rows["n"])])
-    ax.set_xscale("log")
-    ax.set_xlabel("processing time, ms (log)")
+    """Grouped horizontal bars p50 / p90 / p99 for the n busiest values of ``key``, busiest on top, in the unit
+    that fits the p99s: a linear axis from 0, so that 467 ms is more than half of 829 ms, as it is, with each
+    bar's value written beside it (a short bar beside a long one still reads)."""
+    rows = pdf.head(n).reset_index(drop=True)
+    unit, size = duration_unit(float(rows["p99_ms"].max()) / 1000)
+    table = rows[["p50_ms", "p90_ms", "p99_ms"]].astype(float) * 0.001 / size
+    table.columns = ["p50", "p90", "p99"]
+    table.index = [f"{str(v)[-55:]} (n={c})" for v, c in zip(rows[key], rows["n"])]
+    fig, ax = plt.subplots(figsize=(12, 0.75 * len(rows) + 1.8))
+    grouped_bars(ax, table, decimals_for(float(table.max().max())), horizontal=True)
+    ax.set_xlabel(f"processing time, {unit}")
     ax.set_title(title)
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
     nb.save_or_show(fig, name)
 
 
@@ -120,18 +131,14 @@ if messages is not None:
     )
 
 if audited is not None:
-    summary = (
-        audited.groupBy("queue")
-        .agg(
-            F.count("*").alias("messages"),
-            F.countDistinct("message_type").alias("message_types"),
-            F.countDistinct("processing_endpoint").alias("endpoints"),
-            F.min("processing_ended").alias("first_processed"),
-            F.max("processing_ended").alias("last_processed"),
-        )
-        .toPandas()
+    summary = audited.groupBy("queue").agg(
+        F.count("*").alias("messages"),
+        F.countDistinct("message_type").alias("message_types"),
+        F.countDistinct("processing_endpoint").alias("endpoints"),
+        F.min("processing_ended").alias("first_processed"),
+        F.max("processing_ended").alias("last_processed"),
     )
-    nb.show_table(summary, "audited messages per queue")
+    nb.show_table(spark_table(summary), "audited messages per queue")
 
 # COMMAND ----------
 
@@ -142,7 +149,7 @@ if audited is not None:
 
 if audited is not None:
     by_type = percentiles(audited, "message_type")
-    nb.show_table(by_type.round(2), "processing and critical time per message type (ms)")
+    nb.show_table(by_type, "processing and critical time per message type")
     percentile_bars(by_type, "message_type", "processing time per message type", "audit_by_message_type")
 
 # COMMAND ----------
@@ -154,7 +161,7 @@ if audited is not None:
 
 if audited is not None:
     by_endpoint = percentiles(audited, "processing_endpoint")
-    nb.show_table(by_endpoint.round(2), "processing and critical time per endpoint (ms)")
+    nb.show_table(by_endpoint, "processing and critical time per endpoint")
     percentile_bars(by_endpoint, "processing_endpoint", "processing time per endpoint", "audit_by_endpoint")
 
     per_pair = (
@@ -171,7 +178,7 @@ if audited is not None:
         .limit(25)
         .toPandas()
     )
-    nb.show_table(per_pair.round(2), "per endpoint and message type (top 25 by volume)")
+    nb.show_table(per_pair, "per endpoint and message type (top 25 by volume)")
 
 # COMMAND ----------
 
@@ -193,15 +200,33 @@ if audited is not None:
     endpoint = F.coalesce("processing_endpoint", F.lit("(unknown)")).alias("endpoint")
     p90 = F.percentile_approx("processing_ms", 0.9).alias("p90_ms")
     trend = per_bucket(audited, "processing_ended", bucket, [endpoint], p90)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    enough = trend_buckets(trend) >= LEAST_TREND_BUCKETS  # fewer buckets are lone points, not a trend
+    fig, axes = plt.subplots(1, 2 if enough else 1, figsize=(14 if enough else 9, 4.5), squeeze=False)
+    left = axes[0][0]
+    # A histogram shows a shape, not values to compare: a log x axis (labelled so) only where the times span
+    # more than two decades, so that fast and slow handlers both show; its count axis is linear from 0.
     positive = sample["processing_ms"].clip(lower=0.01)
-    bins = np.logspace(np.log10(positive.min()), np.log10(max(positive.max(), positive.min() * 10)), 40)
+    low, high = positive.quantile(0.01), positive.quantile(0.99)
+    logarithmic = high > 100 * max(low, 0.01)
+    if logarithmic:
+        bins = np.logspace(np.log10(positive.min()), np.log10(max(positive.max(), positive.min() * 10)), 40)
+    else:
+        bins = np.linspace(0, max(positive.max(), 1.0), 40)
     for endpoint, rows in sample.groupby("endpoint"):
         left.hist(rows["processing_ms"].clip(lower=0.01), bins=bins, alpha=0.5, label=endpoint)
-    left.set_xscale("log")
-    left.set_xlabel("processing time, ms (log)")
+    if logarithmic:
+        left.set_xscale("log")
+    value_axis(left, counts=True)
+    left.set_xlabel("processing time, ms" + (" (log scale)" if logarithmic else ""))
     left.set_ylabel("messages")
     left.set_title("processing time distribution per endpoint")
-    left.legend(fontsize="small")
-    trend_lines(right, trend, "endpoint", "p90_ms", f"p90 processing time per {bucket}", "ms", bucket)
+    legend_outside(left)
+    if enough:
+        unit, size = duration_unit(float(trend["p90_ms"].max()) / 1000)
+        title = f"p90 processing time per {bucket}"
+        trend_lines(
+            axes[0][1], trend, "endpoint", "p90_ms", title, f"processing time, {unit}", bucket, None, size / 0.001
+        )
+    else:
+        print(f"note: the audited messages were processed within {trend_buckets(trend)} {bucket}(s): no trend to draw")
     nb.save_or_show(fig, "audit_distribution")

@@ -13,7 +13,7 @@
 # MAGIC
 # MAGIC Parameters: the `lake_root` widget on Databricks (elsewhere `QUEUELAKE_LAKE_ROOT`, default `./lake`);
 # MAGIC `error_queue` (elsewhere `QUEUELAKE_ERROR_QUEUE`): the error queue's name, e.g. `error`; empty means every
-# MAGIC row that carries exception headers, whichever queue it was drained from; `bucket` (`auto`: at most 120
+# MAGIC row that carries exception headers, whichever queue it was drained from; `bucket` (`auto`: at most 60
 # MAGIC buckets over the data's time span, or `second`, `10 seconds`, `minute`, `5 minutes`, `15 minutes`, `hour`,
 # MAGIC `day`; elsewhere `QUEUELAKE_BUCKET`).
 # MAGIC Times are UTC. Plots show under the cells on Databricks and in Jupyter; run as a script they are saved as PNG
@@ -30,10 +30,13 @@ from queuelake.notebook_support import (
     Notebook,
     choose_bucket,
     counts_over_time,
+    label_bars,
     none_if_empty,
     per_bucket,
     queue_rows,
+    spark_table,
     unquote_queues,
+    value_axis,
     wide,
 )
 
@@ -47,9 +50,12 @@ lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 
 def top_n_bar(ax, pdf, column, title, n=15):
-    """A horizontal bar chart of the n largest counts, largest on top."""
+    """A horizontal bar chart of the n largest counts, largest on top: linear from 0, whole-number ticks, each
+    bar's count written beside it."""
     rows = pdf.head(n).iloc[::-1]
-    ax.barh([str(v)[-60:] for v in rows[column]], rows["failures"], color="tab:red")
+    bars = ax.barh([str(v)[-60:] for v in rows[column]], rows["failures"], color="tab:red")
+    value_axis(ax, "x", counts=True)
+    label_bars(ax, [bars], lambda v: f"{v:,.0f}")
     ax.set_title(title)
     ax.set_xlabel("failed messages")
     ax.grid(axis="x", alpha=0.3)
@@ -81,19 +87,15 @@ if messages is not None:
     failures = none_if_empty(failures, "failed messages (rows with exception headers)", ERROR_QUEUE)
 
 if failures is not None:
-    summary = (
-        failures.groupBy("queue")
-        .agg(
-            F.count("*").alias("failures"),
-            F.countDistinct("exception_type").alias("exception_types"),
-            F.countDistinct("failed_queue").alias("failed_queues"),
-            F.countDistinct("message_type").alias("message_types"),
-            F.min("failed_at").alias("first_failure"),
-            F.max("failed_at").alias("last_failure"),
-        )
-        .toPandas()
+    summary = failures.groupBy("queue").agg(
+        F.count("*").alias("failures"),
+        F.countDistinct("exception_type").alias("exception_types"),
+        F.countDistinct("failed_queue").alias("failed_queues"),
+        F.countDistinct("message_type").alias("message_types"),
+        F.min("failed_at").alias("first_failure"),
+        F.max("failed_at").alias("last_failure"),
     )
-    nb.show_table(summary, "failed messages per error queue")
+    nb.show_table(spark_table(summary), "failed messages per error queue")
 
 # COMMAND ----------
 
@@ -112,8 +114,8 @@ if failures is not None:
             F.mode(F.substring("exception_message", 1, 150)).alias("most_common_message"),
         )
         .orderBy(F.desc("failures"), "exception_type")
-        .toPandas()
     )
+    by_type = spark_table(by_type)
     nb.show_table(by_type.head(20), "top exception types")
     fig, ax = plt.subplots(figsize=(10, 0.45 * min(len(by_type), 15) + 1.5))
     top_n_bar(ax, by_type, "exception_type", "top exception types")
@@ -155,9 +157,8 @@ if failures is not None:
         .agg(F.count("*").alias("failures"), F.max("failed_at").alias("last_failure"))
         .orderBy(F.desc("failures"))
         .limit(25)
-        .toPandas()
     )
-    nb.show_table(matrix, "failures per failed queue, exception type and message type (top 25)")
+    nb.show_table(spark_table(matrix), "failures per failed queue, exception type and message type (top 25)")
 
 # COMMAND ----------
 
@@ -213,8 +214,8 @@ if failures is not None:
         .groupBy(F.coalesce("failed_queue", F.lit("(no FailedQ: cannot be retried)")).alias("failed_queue"))
         .agg(F.count("*").alias("messages"), F.max("failed_at").alias("last_failure"))
         .orderBy(F.desc("messages"))
-        .toPandas()
     )
+    per_queue = spark_table(per_queue)
     nb.show_table(per_queue, f"retry group {group!r}: messages per queue they failed in")
     print(f'\nfrom a shell: queuelake replay -c <config> --where "{predicate}" --dry-run   (then without --dry-run)')
     if RETRY_CONFIG:

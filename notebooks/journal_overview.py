@@ -11,8 +11,8 @@
 # MAGIC
 # MAGIC Times are UTC. Parameters: the `lake_root` widget on Databricks (elsewhere the `QUEUELAKE_LAKE_ROOT`
 # MAGIC environment variable, default `./lake`), and `bucket` (`second`, `10 seconds`, `minute`, `5 minutes`,
-# MAGIC `15 minutes`, `hour`, `day`, or `auto`: the finest that cuts the journal's time span into at most 120
-# MAGIC buckets; elsewhere `QUEUELAKE_BUCKET`). Up to 40 buckets draw as bars, more as lines.
+# MAGIC `15 minutes`, `hour`, `day`, or `auto`: the finest that cuts the journal's time span into at most 60
+# MAGIC buckets; elsewhere `QUEUELAKE_BUCKET`). Up to 60 buckets draw as bars, more as lines.
 # MAGIC On Databricks, attach a cluster that has the queuelake wheel installed (the asset bundle's job cluster does).
 # MAGIC Plots show under the cells on Databricks and in Jupyter; run as a script
 # MAGIC (`python notebooks/journal_overview.py`) they are saved as PNG files under `./notebook-output/`, or the
@@ -21,21 +21,28 @@
 # COMMAND ----------
 
 import matplotlib.pyplot as plt
-import pandas as pd
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
 from queuelake.lake import tables
 from queuelake.notebook_support import (
     BUCKETS,
+    LEAST_TREND_BUCKETS,
     Notebook,
     choose_bucket,
     counts_over_time,
+    decimals_for,
+    duration_unit,
+    grouped_bars,
+    in_unit,
     per_bucket,
-    per_run_lines,
+    runs_figure,
+    spark_table,
     time_span,
     to_pandas_utc,
+    trend_buckets,
     trend_lines,
     unquote_queues,
+    utc_text,
     wide,
 )
 
@@ -69,13 +76,12 @@ if messages is not None:
             F.max("drained_at").alias("last_drained"),
         )
         .orderBy(F.desc("rows"))
-        .toPandas()
     )
-    nb.show_table(per_queue, "rows per queue")
+    nb.show_table(spark_table(per_queue), "rows per queue")
     # One time bucket and x range for every panel over the journal, so that they line up.
     bucket = choose_bucket(messages, "drained_at", BUCKET)
     span = time_span(messages, "drained_at")
-    print(f"journal drained from {span[0]:%Y-%m-%d %H:%M:%S} to {span[1]:%Y-%m-%d %H:%M:%S} UTC; buckets: {bucket}")
+    print(f"journal drained from {utc_text(span[0])} to {utc_text(span[1])}; buckets: {bucket}")
 
 # COMMAND ----------
 
@@ -92,7 +98,7 @@ if messages is not None:
     nb.save_or_show(fig, "throughput")
     peaks = series.agg(["sum", "max", "mean"]).T.reset_index()
     peaks.columns = ["queue", "messages", f"peak per {bucket}", f"mean per {bucket}"]
-    nb.show_table(peaks.round(1), f"throughput per {bucket}")
+    nb.show_table(peaks, f"throughput per {bucket}")
 
 # COMMAND ----------
 
@@ -129,22 +135,25 @@ if lagged is not None:
         .orderBy("queue")
         .toPandas()
     )
-    nb.show_table(lag.round(3), "lag time_sent -> drained_at (seconds)")
+    # One unit for the table and the bars, the one that fits the largest value: hours for hours.
+    lag, unit = in_unit(lag.rename(columns=lambda c: c.removesuffix("_s")), ["p50", "p90", "p99", "max"])
+    nb.show_table(lag, f"lag time_sent -> drained_at ({unit})")
 
     over_time = per_bucket(lagged, "drained_at", bucket, ["queue"], F.percentile_approx("lag_s", 0.95).alias("p95_s"))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 3]})
-    positions = range(len(lag))
-    width = 0.27
-    for i, column in enumerate(["p50_s", "p90_s", "p99_s"]):
-        left.bar([p + (i - 1) * width for p in positions], lag[column].clip(lower=1e-3), width, label=column[:-2])
-    left.set_xticks(list(positions), lag["queue"], rotation=30, ha="right")
-    spread = lag["p99_s"].max() / max(lag["p50_s"].clip(lower=1e-3).min(), 1e-3)
-    if spread > 50:  # queues minutes and milliseconds apart: a log scale keeps both readable
-        left.set_yscale("log")
-    left.set_ylabel("seconds" + (" (log)" if spread > 50 else ""))
+    trend = trend_buckets(over_time) >= LEAST_TREND_BUCKETS  # fewer buckets are lone points, not a trend
+    fig, axes = plt.subplots(1, 2 if trend else 1, figsize=(14 if trend else 9, 4.5), squeeze=False)
+    left = axes[0][0]
+    # Linear bars from 0, each with its value: p50 and p99 compared by length, not by a log axis' decades.
+    bars = lag.set_index("queue")[[f"p50_{unit}", f"p90_{unit}", f"p99_{unit}"]]
+    grouped_bars(left, bars.rename(columns=lambda c: c.split("_")[0]), decimals_for(float(bars.max().max())))
+    left.set_ylabel(f"lag, {unit}")
     left.set_title("lag percentiles per queue")
-    left.legend(fontsize="small")
-    trend_lines(right, over_time, "queue", "p95_s", f"p95 lag per {bucket}", "seconds", bucket, span)
+    if trend:
+        trend_unit, size = duration_unit(float(over_time["p95_s"].max()))
+        trend_title = f"p95 lag per {bucket}"
+        trend_lines(axes[0][1], over_time, "queue", "p95_s", trend_title, f"lag, {trend_unit}", bucket, span, size)
+    else:
+        print(f"note: the journal was drained within {trend_buckets(over_time)} {bucket}(s): no lag trend to draw")
     nb.save_or_show(fig, "lag")
 
 # COMMAND ----------
@@ -165,10 +174,10 @@ if messages is not None:
     else:
         counts = bad.groupBy("queue", "outcome").count().toPandas()
         over_time = per_bucket(bad, "drained_at", bucket, ["outcome"])
-        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 3]})
-        wide(counts, "queue", "outcome", "count").plot.bar(ax=left, stacked=True, rot=30)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [2, 3]})
+        stacked = wide(counts, "queue", "outcome", "count")
+        grouped_bars(left, stacked, lambda v: f"{v:,.0f}", stacked=True, counts=True)
         left.set_title("expired and quarantined rows per queue")
-        left.set_xlabel("")
         left.set_ylabel("rows")
         series = wide(over_time, "bucket", "outcome", "count", bucket, span)  # over the whole journal's time
         counts_over_time(right, series, bucket, f"expired and quarantined rows per {bucket}", f"rows / {bucket}")
@@ -180,9 +189,8 @@ if messages is not None:
             .count()
             .orderBy(F.desc("count"))
             .limit(20)
-            .toPandas()
         )
-        nb.show_table(reasons, "quarantine reasons (top 20)")
+        nb.show_table(spark_table(reasons), "quarantine reasons (top 20)")
 
 # COMMAND ----------
 
@@ -191,6 +199,8 @@ if messages is not None:
 # MAGIC
 # MAGIC One point per drain run and queue, at the run's start. A failed run is a red cross on a red dashed line
 # MAGIC (incomplete and interrupted runs have their own markers); a backlog a run could not measure is a gap.
+# MAGIC A run that found its queue empty drained nothing: it has no rate (a gap, and a grey tick along the bottom),
+# MAGIC rather than a rate of 0. With fewer than three runs (the demo drains once) the values are bars per queue.
 
 # COMMAND ----------
 
@@ -208,23 +218,19 @@ if runs is not None:
         runs.select(*[c for c in shown if c in runs.columns])  # a runs table an older version wrote has fewer
         .orderBy(F.desc("started_at"))
         .limit(30)
-        .toPandas()
     )
-    nb.show_table(recent, "latest runs (30)")
+    nb.show_table(spark_table(recent), "latest runs (30)")
     status = runs.groupBy("command", "status").count().orderBy("command", "status").toPandas()
     nb.show_table(status, "runs per command and status")
 
-    drains = runs.where(F.col("command") == "drain").select("started_at", "queue", "status", "rate", "backlog_left")
+    kept = [c for c in ["started_at", "queue", "status", "dequeued", "rate", "backlog_left"] if c in runs.columns]
+    drains = runs.where(F.col("command") == "drain").select(*kept)
     per_run = to_pandas_utc(drains, "started_at").sort_values("started_at")
     if per_run.empty:
         print("note: no drain runs in the runs table: no drain rate or backlog to plot")
     else:
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
-        per_run_lines(top, per_run, "rate", "drain rate per run", "messages / s")
-        per_run_lines(bottom, per_run, "backlog_left", "backlog left after each run", "messages")
-        top.set_xlabel("")  # the axis is shared: labelled once, below
-        nb.save_or_show(fig, "runs")
+        nb.save_or_show(runs_figure(per_run), "runs")
 
-    if pd.notna(per_run["backlog_left"]).any():
+    if per_run["backlog_left"].notna().any():
         latest = per_run.sort_values("started_at").groupby("queue").tail(1)[["queue", "started_at", "backlog_left"]]
         nb.show_table(latest, "backlog left by the latest run per queue")

@@ -9,8 +9,17 @@ says otherwise) instead of shown. Nothing Databricks-only is imported here, and 
 ``notebooks`` extra) only when a plot is drawn.
 
 Plots are meant to read well on the demo's lake (a few thousand rows drained within seconds) and on a
-day of traffic alike: buckets follow the data's span, time axes are UTC, labelled, and never wider than
-the data; counts in few buckets are bars (one bucket still shows); a value that was not measured is a gap.
+day of traffic alike, because a picture that misleads is worse than none:
+
+* buckets follow the data's span (at most ``BUCKET_TARGET`` of them), so that a count per bucket is not a
+  zig-zag between 0 and 1; counts are bars on an integer axis;
+* every axis on which values are compared is linear and starts at zero (a log axis that starts at 450 ms makes
+  467 ms look like a sliver of 829 ms), and bars carry their values;
+* durations are shown in the unit that fits them (hours for hours);
+* legends sit outside the axes, where they cover nothing;
+* a value that was not measured is a gap or says so, never 0; a run with nothing to drain is not a rate of 0;
+* a trend needs at least three buckets, else the panel is left out rather than drawn as a lone point;
+* tables show counts as integers, a missing value as ``-``, and every time as ``TIME_FORMAT`` in UTC.
 """
 
 from __future__ import annotations
@@ -47,9 +56,18 @@ BUCKETS: dict[str, tuple[str, str, int]] = {
     "day": ("1 day", "1D", 86400),
 }
 
+# ``auto`` buckets: the finest that cuts the span into at most this many. A day is 24 hours, a demo drained
+# within seconds one second; more buckets than this spread sparse events into 0/1 noise.
+BUCKET_TARGET = 60
 # Up to this many buckets a count is drawn as (stacked) bars, which show even a single bucket; more become lines.
-BAR_LIMIT = 40
+BAR_LIMIT = 60
+# A trend over time needs this many buckets with data; fewer is a lone point, not a trend.
+LEAST_TREND_BUCKETS = 3
 TIME_LABEL = "time (UTC)"
+# Every time a notebook prints, in tables and text alike: one format, always UTC, said so.
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+# What a table shows for a value that is missing (null): not NaN, None or NaT.
+MISSING = "-"
 # Where plots go when nothing says otherwise and no notebook front end shows them (relative to the current folder).
 DEFAULT_OUTPUT = "notebook-output"
 _DAY_SECONDS = 86400.0
@@ -135,13 +153,14 @@ class Notebook:
         return df
 
     def show_table(self, pdf: pd.DataFrame, title: str) -> None:
-        """Databricks' interactive table when there is one, else the table as text (the title printed either
-        way, so the output reads in order)."""
+        """Databricks' interactive table when there is one (typed, so that it still sorts: counts as integers,
+        times in UTC), else the table as text (``table_text``); the title printed either way, so the output
+        reads in order."""
         print(f"\n{title}")
         if self.display is not None:
-            self.display(pdf)
+            self.display(typed_table(pdf))
         else:
-            print(pdf.to_string(index=False) if len(pdf) else "(no rows)")
+            print(table_text(pdf))
 
     def save_or_show(self, fig: Figure, name: str) -> None:
         """Show the plot, or with an output folder save it there as ``<name>.png`` and free its memory."""
@@ -158,10 +177,11 @@ class Notebook:
             plt.show()
 
 
-def choose_bucket(df: DataFrame, column: str, bucket: str, most: int = 120) -> str:
+def choose_bucket(df: DataFrame, column: str, bucket: str, most: int = BUCKET_TARGET) -> str:
     """``bucket`` (the parameter), or with ``auto`` the finest bucket that cuts the data's time span in
-    ``column`` into at most ``most`` buckets: fine enough to see bursts, few enough points to read. A demo
-    drained within seconds gets seconds, a day of traffic 15 minutes."""
+    ``column`` into at most ``most`` buckets: fine enough to see bursts, few enough that a bucket holds
+    more than the odd event (100 failures over 1h40m per minute are a zig-zag between 0 and 1; per 5 minutes
+    they are a level). A demo drained within seconds gets seconds, a day of traffic hours."""
     if bucket != "auto":
         return bucket
     row = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()
@@ -177,6 +197,67 @@ def to_pandas_utc(df: DataFrame, *columns: str) -> pd.DataFrame:
     for c in columns:
         pdf[c] = pd.to_datetime(pdf[c], unit="us", utc=True)
     return pdf
+
+
+def spark_table(df: DataFrame) -> pd.DataFrame:
+    """``df`` as pandas for a table, every timestamp column as UTC (``to_pandas_utc``): Spark's own
+    ``toPandas`` would render them in the session's time zone and drop it."""
+    from pyspark.sql.types import TimestampType
+
+    stamps = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)]
+    return to_pandas_utc(df, *stamps)
+
+
+def utc_text(value: Any) -> str:
+    """A time as ``TIME_FORMAT`` (naive times are taken as UTC, as Spark's UTC session gives them)."""
+    stamp = pd.Timestamp(value)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    return stamp.strftime(TIME_FORMAT)
+
+
+def _integral(series: pd.Series) -> bool:
+    """A float column whose every value is a whole number: counts that a null or a sum made float."""
+    values = series.dropna()
+    return pd.api.types.is_float_dtype(series) and bool(np.all(np.isfinite(values))) and bool((values % 1 == 0).all())
+
+
+def typed_table(pdf: pd.DataFrame) -> pd.DataFrame:
+    """``pdf`` with whole-number float columns as nullable integers and times as UTC, for an interactive table
+    that still sorts by value."""
+    out = pdf.copy()
+    for column in out.columns:
+        series = out[column]
+        if pd.api.types.is_datetime64_any_dtype(series):
+            out[column] = series.dt.tz_localize("UTC") if series.dt.tz is None else series.dt.tz_convert("UTC")
+        elif _integral(series):
+            out[column] = series.astype("Int64")
+    return out
+
+
+def _number_text(value: float) -> str:
+    """A measurement as text: at most 2 decimals, trailing zeros dropped (``467`` not ``467.0``)."""
+    text = f"{value:.2f}" if abs(value) < 100 else f"{value:.1f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def table_text(pdf: pd.DataFrame) -> str:
+    """``pdf`` as text: counts as integers (not ``2045.0``), measurements with at most 2 decimals, a missing
+    value as ``MISSING`` (not ``NaN``/``None``/``NaT``), every time as ``TIME_FORMAT``."""
+    if not len(pdf):
+        return "(no rows)"
+    out = typed_table(pdf)
+    for column in out.columns:
+        series = out[column]
+        if pd.api.types.is_datetime64_any_dtype(series):
+            text = [utc_text(v) if pd.notna(v) else MISSING for v in series]
+        elif pd.api.types.is_integer_dtype(series):
+            text = [str(int(v)) if pd.notna(v) else MISSING for v in series]
+        elif pd.api.types.is_float_dtype(series):
+            text = [_number_text(float(v)) if pd.notna(v) else MISSING for v in series]
+        else:
+            text = [MISSING if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in series]
+        out[column] = pd.Series(text, index=out.index, dtype=object)
+    return out.to_string(index=False)
 
 
 def per_bucket(df: DataFrame, column: str, bucket: str, keys: Sequence[str | Column], *aggs: Column) -> pd.DataFrame:
@@ -250,6 +331,130 @@ def none_if_empty(df: DataFrame, what: str, queue: str) -> DataFrame | None:
     return None
 
 
+# ---------------------------------------------------------------- units, value axes, legends
+
+# Units for durations, smallest first: a value is shown in the largest unit it fills at least twice.
+DURATION_UNITS: list[tuple[str, float]] = [("ms", 0.001), ("s", 1.0), ("min", 60.0), ("h", 3600.0), ("days", 86400.0)]
+
+
+def duration_unit(largest_seconds: float) -> tuple[str, float]:
+    """The unit (name, seconds) that fits durations up to ``largest_seconds``: 7200 s read as 2 h, 0.9 s as
+    900 ms. One unit per panel or table, chosen by its largest value, so that values stay comparable."""
+    chosen = DURATION_UNITS[0]
+    for unit in DURATION_UNITS:
+        if largest_seconds >= 2 * unit[1]:
+            chosen = unit
+    return chosen
+
+
+def in_unit(pdf: pd.DataFrame, columns: Sequence[str], seconds_per_value: float = 1.0) -> tuple[pd.DataFrame, str]:
+    """``columns`` (durations, ``seconds_per_value`` seconds each) converted to the unit that fits their
+    largest value and renamed ``<column>_<unit>``; returns the table and the unit."""
+    largest = float(np.nanmax(pdf[list(columns)].to_numpy(dtype=float))) * seconds_per_value if len(pdf) else 0.0
+    unit, size = duration_unit(largest if np.isfinite(largest) else 0.0)
+    out = pdf.copy()
+    for column in columns:
+        out[column] = out[column].astype(float) * seconds_per_value / size
+    return out.rename(columns={c: f"{c}_{unit}" for c in columns}), unit
+
+
+def value_axis(ax: Axes, axis: str = "y", counts: bool = False) -> None:
+    """The value axis of a bar chart or rate: linear, from 0 (never a log scale, never a window that starts
+    near the smallest value, which turns 467 against 829 into a sliver against a bar); with ``counts`` the
+    ticks are whole numbers (3 messages, never 2.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    scale = ax.set_yscale if axis == "y" else ax.set_xscale
+    limits = ax.get_ylim if axis == "y" else ax.get_xlim
+    set_limits = ax.set_ylim if axis == "y" else ax.set_xlim
+    scale("linear")
+    ax.relim()
+    ax.autoscale_view()
+    top = limits()[1]
+    set_limits(0, max(top, 1) if counts else (top if top > 0 else 1))
+    if counts:  # steps of 1, 2, 5 or 10 times a power of ten: never 0, 6, 12, ...
+        locator = MaxNLocator(integer=True, steps=[1, 2, 5, 10], min_n_ticks=2)
+        (ax.yaxis if axis == "y" else ax.xaxis).set_major_locator(locator)
+
+
+def legend_outside(ax: Axes, title: str | None = None) -> None:
+    """The legend to the right of the axes, outside them, so that it never covers a bar or a line (inside,
+    "best" still lands on data when every corner has some). No legend for a single unlabelled series."""
+    handles, labels = ax.get_legend_handles_labels()
+    if labels:
+        ax.legend(
+            handles,
+            labels,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0,
+            fontsize="small",
+            title=title,
+            title_fontsize="small",
+        )
+
+
+def decimals_for(largest: float) -> Callable[[float], str]:
+    """How values up to ``largest`` are written on bars: one number of decimals for the whole panel (2.00 h
+    beside 1.93 h, not 2 beside 1.93), fewer for larger values."""
+    places = 0 if largest >= 100 else 1 if largest >= 10 else 2
+    return lambda v: f"{v:,.{places}f}"
+
+
+def label_bars(
+    ax: Axes, containers: Sequence[Any], text: Callable[[float], str], values: Sequence[float] | None = None
+) -> None:
+    """Each bar's value written at its end (or ``values``, e.g. the totals of a stack, at the top one's end):
+    the number is readable even where a bar is short beside a long one on a linear axis."""
+    for container in containers:
+        shown = container.datavalues if values is None else values
+        ax.bar_label(container, labels=[text(float(v)) for v in shown], fontsize="x-small", padding=2)
+    # room for the labels past the longest bar
+    horizontal = bool(containers) and getattr(containers[0], "orientation", "vertical") == "horizontal"
+    low, high = ax.get_xlim() if horizontal else ax.get_ylim()
+    (ax.set_xlim if horizontal else ax.set_ylim)(low, high * 1.12)
+
+
+def grouped_bars(
+    ax: Axes,
+    table: pd.DataFrame,
+    text: Callable[[float], str],
+    horizontal: bool = False,
+    stacked: bool = False,
+    counts: bool = False,
+) -> None:
+    """One group of bars per row of ``table`` (its index the group's label), one bar per column (side by side,
+    or ``stacked``), on a linear value axis from 0 with each bar's value written on it and the legend outside."""
+    positions = np.arange(len(table))
+    columns = list(table.columns)
+    width = 0.8 if stacked else 0.8 / max(len(columns), 1)
+    base = np.zeros(len(table))
+    containers = []
+    for i, column in enumerate(columns):
+        values = table[column].to_numpy(dtype=float)
+        offset = 0.0 if stacked else (i - (len(columns) - 1) / 2) * width
+        draw = ax.barh if horizontal else ax.bar
+        containers.append(draw(positions + offset, np.nan_to_num(values), width, base, label=str(column)))
+        if stacked:
+            base = base + np.nan_to_num(values)
+    labels = [str(v)[-55:] for v in table.index]
+    if horizontal:
+        ax.set_yticks(positions, labels)
+        ax.invert_yaxis()  # the first row (the largest) on top
+    else:
+        ax.set_xticks(
+            positions, labels, rotation=30 if len(table) > 1 else 0, ha="right" if len(table) > 1 else "center"
+        )
+    value_axis(ax, "x" if horizontal else "y", counts=counts)
+    if stacked:  # the total on top of each stack, not the top part's own height
+        label_bars(ax, containers[-1:], text, list(base))
+    else:
+        label_bars(ax, containers, text)
+    ax.grid(axis="x" if horizontal else "y", alpha=0.3)
+    if len(columns) > 1:
+        legend_outside(ax)
+
+
 # ---------------------------------------------------------------- time axes
 
 
@@ -282,18 +487,12 @@ def time_axis(
     ax.set_xlabel(TIME_LABEL)
 
 
-def _from_zero(ax: Axes) -> None:
-    """A y axis from 0 for counts and rates (never negative): a flat series is not blown up into noise, and a
-    single 0 sits on the axis instead of mid-panel."""
-    top = ax.get_ylim()[1]
-    ax.set_ylim(0, top if top > 0 else 1)
-
-
 def counts_over_time(ax: Axes, table: pd.DataFrame, bucket: str, title: str, ylabel: str) -> None:
     """Counts per bucket (``wide``'s table: one column per series, every bucket, empty ones 0). Up to
-    ``BAR_LIMIT`` buckets as stacked bars, one bucket wide: a single bucket (the demo drained in one go) is
-    one bar, where a step line would have no length. More buckets as one line per series, point at each
-    bucket's middle."""
+    ``BAR_LIMIT`` buckets (always, with ``auto`` buckets) as stacked bars, one bucket wide: a single bucket
+    (the demo drained in one go) is one bar, where a step line would have no length. More buckets (a bucket
+    fixed by hand) as one line per series, point at each bucket's middle. Integer axis from 0, legend
+    outside."""
     seconds = BUCKETS[bucket][2]
     x = _days(table.index)
     width = seconds / _DAY_SECONDS
@@ -307,11 +506,17 @@ def counts_over_time(ax: Axes, table: pd.DataFrame, bucket: str, title: str, yla
         for name in table.columns:
             ax.plot(x + width / 2, table[name].to_numpy(dtype=float), marker=".", markersize=3, label=str(name))
     time_axis(ax, table.index.min(), table.index.max(), seconds)
-    _from_zero(ax)
+    value_axis(ax, counts=True)
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small")
+    legend_outside(ax)
+
+
+def trend_buckets(pdf: pd.DataFrame) -> int:
+    """How many buckets of a per-bucket statistic have a value: fewer than ``LEAST_TREND_BUCKETS`` is no
+    trend, and the notebooks leave the panel out (and say so) instead of drawing a lone point."""
+    return int(pdf["bucket"].nunique()) if len(pdf) else 0
 
 
 def trend_lines(
@@ -323,22 +528,27 @@ def trend_lines(
     ylabel: str,
     bucket: str,
     span: tuple[pd.Timestamp, pd.Timestamp] | None = None,
+    scale: float = 1.0,
 ) -> None:
-    """One line per ``series`` of a per-bucket statistic (a percentile), with a marker per bucket so that a
-    single bucket still shows. Unlike ``wide``, buckets without rows stay gaps: a percentile of nothing is
-    not 0, and a line must not bridge a quiet hour as if it had been measured."""
-    table = pdf.pivot_table(index="bucket", columns=series, values=values).sort_index()
+    """One line per ``series`` of a per-bucket statistic (a percentile, divided by ``scale`` for its unit),
+    with a marker per bucket. Unlike ``wide``, buckets without rows stay gaps: a percentile of nothing is not
+    0, and a line must not bridge a quiet hour as if it had been measured. The axis starts at 0, so that
+    noise of a few percent is not blown up into a saw-tooth."""
+    table = pdf.pivot_table(index="bucket", columns=series, values=values).sort_index() / scale
     table = table.reindex(_every_bucket(table.index, bucket, span))
     seconds = BUCKETS[bucket][2]
     x = _days(table.index) + seconds / _DAY_SECONDS / 2
     for name in table.columns:
         ax.plot(x, table[name].to_numpy(dtype=float), marker=".", label=str(name))
     time_axis(ax, table.index.min(), table.index.max(), seconds)
+    value_axis(ax)
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    legend_outside(ax)
 
+
+# ---------------------------------------------------------------- the runs table
 
 # A run that did not end ``ok`` is drawn on top of its queue's line; failed ones also get a red dashed line
 # across the panel, so that they show where the value itself is missing.
@@ -349,15 +559,103 @@ NOT_OK_STYLES: dict[str, dict[str, Any]] = {
     "incomplete": {"marker": "^", "color": "tab:orange", "markersize": 9},
     "interrupted": {"marker": "v", "color": "tab:purple", "markersize": 9},
 }
+RATE_LABEL = "messages/s"
+BACKLOG_LABEL = "messages left"
 
 
-def per_run_lines(ax: Axes, pdf: pd.DataFrame, value: str, title: str, ylabel: str) -> None:
+def idle_runs(pdf: pd.DataFrame) -> pd.Series:
+    """Runs that ended ``ok`` having dequeued nothing: the queue was empty. Their rate (0) is not a rate:
+    drawn as one it reads as a collapse of the drain."""
+    if "dequeued" not in pdf.columns:
+        return pd.Series(False, index=pdf.index)
+    return (pdf["status"] == "ok") & (pdf["dequeued"].fillna(-1) == 0)
+
+
+def runs_figure(pdf: pd.DataFrame) -> Figure:
+    """Drain rate and backlog left per run and queue (``started_at`` UTC, ``queue``, ``status``, ``dequeued``,
+    ``rate``, ``backlog_left``). Fewer than ``LEAST_TREND_BUCKETS`` run starts (the demo drains once) are bars
+    per queue, side by side: a time axis around one instant is a column of lone points. More are lines over
+    time (``per_run_lines``)."""
+    import matplotlib.pyplot as plt
+
+    starts = sorted(pdf["started_at"].unique())
+    if len(starts) >= LEAST_TREND_BUCKETS:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+        per_run_lines(top, pdf, "rate", "drain rate per run", RATE_LABEL)
+        per_run_lines(bottom, pdf, "backlog_left", "backlog left after each run", BACKLOG_LABEL, counts=True)
+        top.set_xlabel("")  # the axis is shared: labelled once, below
+        return fig
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.5 * pdf["queue"].nunique() * len(starts) + 2.4))
+    when = " and ".join(utc_text(s) for s in starts)
+    per_run_bars(left, pdf, "rate", f"drain rate of the run at {when}", RATE_LABEL)
+    per_run_bars(right, pdf, "backlog_left", f"backlog left after the run at {when}", BACKLOG_LABEL, counts=True)
+    return fig
+
+
+def per_run_bars(ax: Axes, pdf: pd.DataFrame, value: str, title: str, xlabel: str, counts: bool = False) -> None:
+    """One horizontal bar per queue (and run) of a per-run ``value``, its number written beside it; where
+    there is no value the bar's place says why (``not measured``, ``idle: queue empty``, ``failed``) rather
+    than showing a bar of 0."""
+    rows = pdf.sort_values(["queue", "started_at"]).reset_index(drop=True)
+    idle = idle_runs(rows)
+    several = rows["started_at"].nunique() > 1
+    names = [f"{q} ({s:%H:%M:%S})" if several else str(q) for q, s in zip(rows["queue"], rows["started_at"])]
+    values = rows[value].to_numpy(dtype=float)
+    if value == "rate":
+        values = np.where(idle.to_numpy() | (rows["status"] == "failed").to_numpy(), np.nan, values)
+    positions = np.arange(len(rows))
+    colours = ["tab:red" if s == "failed" else "tab:blue" for s in rows["status"]]
+    bars = ax.barh(positions, np.nan_to_num(values), 0.6, color=colours)
+    ax.set_yticks(positions, names)
+    ax.invert_yaxis()
+    value_axis(ax, "x", counts=counts)
+    notes = []
+    for v, status, is_idle in zip(values, rows["status"], idle):
+        if status == "failed":
+            notes.append("failed run")
+        elif np.isnan(v):
+            notes.append("idle: queue empty" if is_idle else "not measured")
+        else:
+            notes.append(f"{v:,.0f}")
+    ax.bar_label(bars, labels=notes, fontsize="small", padding=3)
+    low, high = ax.get_xlim()
+    ax.set_xlim(low, high * 1.25)  # room for the notes past the longest bar
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def per_run_lines(ax: Axes, pdf: pd.DataFrame, value: str, title: str, ylabel: str, counts: bool = False) -> None:
     """One line per queue of a per-run ``value`` at each run's ``started_at`` (UTC). A missing value (a
-    backlog the run could not measure) is a gap, never 0. Runs whose ``status`` is not ``ok`` are marked with
-    their own marker and legend entry; a failed run also by a red dashed vertical line."""
+    backlog the run could not measure) is a gap, never 0; an idle run (nothing dequeued) has no rate, so it
+    is a gap in the rate line and a grey tick along the bottom edge (in axes coordinates: it is not a value).
+    Runs whose ``status`` is not ``ok`` are marked with their own marker and legend entry; a failed run also
+    by a red dashed vertical line. Measured zeros sit on the axis, drawn over it (not clipped away)."""
+    idle = idle_runs(pdf)
     for i, (queue, rows) in enumerate(pdf.sort_values("started_at").groupby("queue")):
-        x, y = _days(rows["started_at"]), rows[value].to_numpy(dtype=float)
-        ax.plot(x, y, marker="o", markersize=4, color=QUEUE_COLOURS[i % len(QUEUE_COLOURS)], label=queue)
+        y = rows[value].to_numpy(dtype=float)
+        if value == "rate":  # an idle or failed run drained nothing: no rate, not a rate of 0
+            y = np.where(idle[rows.index].to_numpy() | (rows["status"] == "failed").to_numpy(), np.nan, y)
+        ax.plot(
+            _days(rows["started_at"]),
+            y,
+            marker="o",
+            markersize=4,
+            clip_on=False,
+            color=QUEUE_COLOURS[i % len(QUEUE_COLOURS)],
+            label=queue,
+        )
+    if value == "rate" and idle.any():
+        ax.plot(
+            _days(pdf.loc[idle, "started_at"]),
+            np.full(int(idle.sum()), 0.02),
+            linestyle="none",
+            marker="|",
+            markersize=10,
+            color="tab:gray",
+            transform=ax.get_xaxis_transform(),
+            label="idle run (queue empty)",
+        )
     for status, style in NOT_OK_STYLES.items():
         rows = pdf[pdf["status"] == status]
         if rows.empty:
@@ -368,10 +666,12 @@ def per_run_lines(ax: Axes, pdf: pd.DataFrame, value: str, title: str, ylabel: s
             for i, at in enumerate(x):
                 ax.axvline(at, color="tab:red", linestyle="--", alpha=0.6, label="_nolegend_" if i else label)
             label = "_nolegend_"
-        ax.plot(x, rows[value].to_numpy(dtype=float), linestyle="none", zorder=5, label=label, **style)
-    time_axis(ax, pdf["started_at"].min(), pdf["started_at"].max(), least_margin=60)  # a lone run: +-1 minute
-    _from_zero(ax)
+        ax.plot(x, rows[value].to_numpy(dtype=float), linestyle="none", zorder=5, label=label, clip_on=False, **style)
+    time_axis(ax, pdf["started_at"].min(), pdf["started_at"].max(), least_margin=60)
+    value_axis(ax, counts=counts)
+    if value == "backlog_left" and not pdf[value].notna().any():
+        ax.text(0.5, 0.5, "no run measured its backlog", transform=ax.transAxes, ha="center", color="tab:gray")
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left")
+    legend_outside(ax)

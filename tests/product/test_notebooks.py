@@ -9,9 +9,14 @@ no audit or error rows and an empty ``runs`` table, a lake root with no tables a
 as the README says (no output folder named: the pictures go to ``./notebook-output``).
 
 What was drawn is looked at, not only that a file was written: the runner describes every figure as it is
-saved (per panel: lines and their points, bars, x range, labels, legend), and the tests check that every
-panel draws something, that time axes say UTC and span the data (not matplotlib's four years around one
-instant), that failed runs are marked and that a backlog a run did not measure is a gap, not 0.
+saved (per panel: lines and their points, bars and their window extents, axis scales, limits and ticks,
+labels, texts, the legend and its window extent), and the tests check that every panel draws something and
+does not mislead: time axes say UTC and span the data (not matplotlib's four years around one instant);
+every value axis is linear and starts at 0; no panel is a lone point and a line of fewer than 3 points is
+drawn as markers; count axes have whole-number ticks; durations are in the unit that fits them; the
+legend's extent overlaps no bar and no plotted point; failed runs are marked, an idle run has no rate, and a
+backlog a run did not measure is a gap (or says ``not measured``), not 0. The printed tables have no NaN,
+None or NaT, no count written as ``2045.0``, and every time in one UTC format.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ EXPECTED_PLOTS = {
     "audit_processing": {"audit_by_message_type", "audit_by_endpoint", "audit_distribution"},
 }
 # How many panels of each plot have a time x axis (the others: per queue, per type, histograms).
+# Plots whose trend panel is left out when the data fills fewer than 3 buckets, and the note that says so.
+TREND_PLOTS = {"lag": "no lag trend to draw", "audit_distribution": "no trend to draw"}
 TIME_PANELS = {
     "throughput": 1,
     "lag": 1,
@@ -250,14 +257,16 @@ def runs_rows(
     start: dt.datetime = T0,
     failed: frozenset[tuple[int, int]] = frozenset({(3, 0)}),
     unmeasured: frozenset[tuple[int, int]] = frozenset(),
+    idle: frozenset[tuple[int, int]] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """``count`` drain runs ``every`` apart over ``queues``; run i of queue q fails when (i, q) is in ``failed``
-    and has no backlog (the peek after it failed) when in ``unmeasured``."""
+    """``count`` drain runs ``every`` apart over ``queues``; run i of queue q fails when (i, q) is in ``failed``,
+    has no backlog (the peek after it failed) when in ``unmeasured``, and finds its queue empty (dequeues
+    nothing, rate 0, backlog 0) when in ``idle``."""
     rows = []
     for i in range(count):
         started = start + every * i
         for q, queue in enumerate(queues):
-            dequeued = 100 + 37 * q + 11 * (i % 20)
+            dequeued = 0 if (i, q) in idle else 100 + 37 * q + 11 * (i % 20)
             seconds = 2.0 + q * 0.4
             bad = (i, q) in failed
             rows.append(
@@ -274,7 +283,7 @@ def runs_rows(
                     "batches": 1,
                     "seconds": seconds,
                     "rate": 0.0 if bad else dequeued / seconds,
-                    "backlog_left": None if (i, q) in unmeasured else 100 + (83 * i + 10 * q) % 400,
+                    "backlog_left": None if (i, q) in unmeasured else 0 if (i, q) in idle else backlog_of(i, q),
                     "status": "failed" if bad else "ok",
                     "error": "connection reset by peer" if bad else None,
                 }
@@ -282,15 +291,21 @@ def runs_rows(
     return rows
 
 
+def backlog_of(i: int, q: int) -> int:
+    """The backlog run i of queue q left (unless idle or not measured)."""
+    return 100 + (83 * i + 10 * q) % 400
+
+
 def runs_table(queues: list[str], count: int = 6, **kwargs: Any) -> pa.Table:
     return pa.Table.from_pylist(runs_rows(queues, count, **kwargs), schema=RUNS_SCHEMA)
 
 
 QUEUES = ['"public"."Sales"', '"public"."Billing"', '"public"."audit"', '"public"."error"']
-# The day of traffic: a run every 15 minutes; Sales' run 40 failed (its backlog not measured), and Billing's
-# backlog was not measured in runs 10 to 12.
+# The day of traffic: a run every 15 minutes; Sales' run 40 failed (its backlog not measured), Billing's
+# backlog was not measured in runs 10 to 12, and the error queue was empty in the night (runs 8 to 20: idle).
 DAY_FAILED = frozenset({(40, 0)})
 DAY_UNMEASURED = frozenset({(40, 0), (10, 1), (11, 1), (12, 1)})
+DAY_IDLE = frozenset((i, 3) for i in range(8, 21))
 DAY_START = T0 - dt.timedelta(hours=9)
 DEMO_DRAIN = T0 + dt.timedelta(minutes=2, seconds=30)
 
@@ -326,7 +341,13 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     audit_and_error_traffic(day, hours=24)
     write_deltalake(str(base / "day" / "messages"), day.table())
     day_runs = runs_table(
-        QUEUES, 96, every=dt.timedelta(minutes=15), start=DAY_START, failed=DAY_FAILED, unmeasured=DAY_UNMEASURED
+        QUEUES,
+        96,
+        every=dt.timedelta(minutes=15),
+        start=DAY_START,
+        failed=DAY_FAILED,
+        unmeasured=DAY_UNMEASURED,
+        idle=DAY_IDLE,
     )
     write_deltalake(str(base / "day" / "runs"), day_runs)
 
@@ -373,7 +394,17 @@ def numbers(values):
     return [None if not math.isfinite(v) else float(v) for v in np.atleast_1d(array)]
 
 
+def box(extent):
+    return [float(extent.x0), float(extent.y0), float(extent.x1), float(extent.y1)]
+
+
+def visible_ticks(ticks, limits):
+    low, high = sorted(limits)
+    return [float(t) for t in ticks if low - 1e-9 <= t <= high + 1e-9]
+
+
 def describe(fig):
+    renderer = fig.canvas.get_renderer()
     panels = []
     for ax in fig.axes:
         if not ax.get_visible():
@@ -381,20 +412,33 @@ def describe(fig):
         siblings = ax.get_shared_x_axes().get_siblings(ax)
         legend = ax.get_legend()
         lines = []
+        points = []  # where the data was drawn, in display coordinates (pixels), for the legend's overlap
         for line in ax.get_lines():
+            x, y = numbers(line.get_xdata()), numbers(line.get_ydata())
             lines.append({
                 "label": line.get_label(),
-                "x": numbers(line.get_xdata()),
-                "y": numbers(line.get_ydata()),
+                "x": x,
+                "y": y,
                 "marker": str(line.get_marker()),
                 "linestyle": str(line.get_linestyle()),
                 "color": mcolors.to_hex(line.get_color()),
             })
-        bars = [
-            {"x": float(r.get_x()), "width": float(r.get_width()), "height": float(r.get_height())}
-            for r in ax.patches
-            if isinstance(r, Rectangle) and r.get_width() != 0 and r.get_height() != 0
-        ]
+            finite = [(a, b) for a, b in zip(x, y) if a is not None and b is not None]
+            if finite:
+                points += [[float(u), float(v)] for u, v in line.get_transform().transform(finite)]
+        bars = []
+        for container in ax.containers:
+            for r in container:
+                if isinstance(r, Rectangle) and r.get_width() != 0 and r.get_height() != 0:
+                    bars.append({
+                        "label": container.get_label(),
+                        "orientation": getattr(container, "orientation", "vertical"),
+                        "x": float(r.get_x()),
+                        "y": float(r.get_y()),
+                        "width": float(r.get_width()),
+                        "height": float(r.get_height()),
+                        "box": box(r.get_window_extent(renderer)),
+                    })
         panels.append({
             "title": ax.get_title(),
             "xlabel": ax.get_xlabel(),
@@ -402,10 +446,19 @@ def describe(fig):
             "time_axis": isinstance(ax.xaxis.get_major_locator(), mdates.DateLocator),
             "utc_label": any("UTC" in a.get_xlabel() for a in siblings),
             "xlim": [float(v) for v in ax.get_xlim()],
+            "ylim": [float(v) for v in ax.get_ylim()],
+            "xscale": ax.get_xscale(),
+            "yscale": ax.get_yscale(),
+            "xticks": visible_ticks(ax.get_xticks(), ax.get_xlim()),
+            "yticks": visible_ticks(ax.get_yticks(), ax.get_ylim()),
             "lines": lines,
             "bars": bars,
+            "points": points,
+            "texts": [t.get_text() for t in ax.texts],
             "collections": sum(1 for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())),
             "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+            "legend_box": box(legend.get_window_extent(renderer)) if legend else None,
+            "figure_box": box(fig.bbox),
         })
     return panels
 
@@ -572,23 +625,101 @@ def _seconds(panel: dict[str, Any]) -> float:
     return (high - low) * 86400
 
 
+# Value-axis labels of counts: their ticks must be whole numbers (3 messages, never 2.5).
+COUNT_LABEL = re.compile(r"^(messages|rows|failures|failed messages|messages left)( / .+)?$")
+# Value-axis labels of durations, ending in their unit; the largest value must fit it (hours for hours).
+DURATION_LABEL = re.compile(r"^(lag|processing time), (ms|s|min|h|days)$")
+UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0, "days": 86400.0}
+
+
+def _overlaps(a: list[float], b: list[float]) -> bool:
+    """Two display boxes [x0, y0, x1, y1] share more than their edges."""
+    return min(a[2], b[2]) - max(a[0], b[0]) > 0.5 and min(a[3], b[3]) - max(a[1], b[1]) > 0.5
+
+
+def _value_axis(panel: dict[str, Any]) -> str:
+    """``x`` for horizontal bars, else ``y``."""
+    return "x" if panel["bars"] and panel["bars"][0]["orientation"] == "horizontal" else "y"
+
+
+def _values(panel: dict[str, Any]) -> list[float]:
+    """What a panel plots on its value axis: bar ends (stacked bars their tops) and line values."""
+    horizontal = _value_axis(panel) == "x"
+    ends = [b["x"] + b["width"] if horizontal else b["y"] + b["height"] for b in panel["bars"]]
+    return ends + [y for line in panel["lines"] for y in line["y"] if y is not None]
+
+
 def _check_pictures(result: dict[str, Any], name: str) -> None:
-    """Every panel of every plot draws something; every time axis says UTC and covers what was drawn."""
+    """Every panel of every plot draws something and reads honestly: time axes say UTC and cover what was
+    drawn; value axes are linear from 0; no lone points; whole-number ticks for counts; durations in the
+    unit that fits; legends cover no bar and no point."""
     figures = result["figures"]
     assert set(figures) == EXPECTED_PLOTS[name], result["stdout"]
     for plot, panels in figures.items():
         assert panels, plot
         for panel in panels:
-            assert _draws(panel), (plot, panel["title"], panel)
+            where = (plot, panel["title"])
+            assert _draws(panel), (*where, panel)
             assert panel["title"], plot
+            # The value axis: linear and from 0 (bars, counts, rates and durations alike).
+            axis = _value_axis(panel)
+            assert panel[f"{axis}scale"] == "linear", (*where, panel[f"{axis}scale"])
+            assert panel[f"{axis}lim"][0] == 0, (*where, panel[f"{axis}lim"])
+            assert all(v >= 0 for v in _values(panel)), where
+            # No lone point: a line of fewer than 3 points is drawn as markers; a panel has more than one.
+            for line in panel["lines"]:
+                finite = [(x, y) for x, y in zip(line["x"], line["y"]) if x is not None and y is not None]
+                if len({x for x, _ in finite}) <= 1 and len(finite) == 2:
+                    continue  # a vertical rule (a failed run's red dashed line), not a series
+                if finite and len(finite) < 3:
+                    assert line["marker"] not in ("None", "", " "), (*where, line["label"])
+            assert len(panel["bars"]) + len(panel["points"]) > 1 or panel["texts"], (*where, "a lone point")
+            label = panel[f"{axis}label"]
+            if COUNT_LABEL.match(label):
+                ticks = panel[f"{axis}ticks"]
+                assert len(ticks) >= 2 and all(t == int(t) for t in ticks), (*where, ticks)
+            unit = DURATION_LABEL.match(label)
+            if unit:
+                largest = max(_values(panel)) * UNIT_SECONDS[unit.group(2)]
+                units = list(UNIT_SECONDS.values())
+                size = UNIT_SECONDS[unit.group(2)]
+                assert size == units[0] or largest >= 2 * size, (*where, largest)
+                assert size == units[-1] or largest < 2 * units[units.index(size) + 1], (*where, largest)
+            # The legend covers nothing drawn, and is inside the picture.
+            legend = panel["legend_box"]
+            if legend is not None:
+                for bar in panel["bars"]:
+                    assert not _overlaps(legend, bar["box"]), (*where, "legend over a bar", bar)
+                for x, y in panel["points"]:
+                    assert not (legend[0] <= x <= legend[2] and legend[1] <= y <= legend[3]), (*where, "legend")
+                figure = panel["figure_box"]
+                assert figure[0] <= legend[0] and legend[2] <= figure[2] + 1, (*where, legend, figure)
         time_panels = [p for p in panels if p["time_axis"]]
-        assert len(time_panels) == TIME_PANELS.get(plot, 0), (plot, [p["title"] for p in panels])
+        expected = TIME_PANELS.get(plot, 0)
+        if plot in TREND_PLOTS and TREND_PLOTS[plot] in result["stdout"]:
+            expected -= 1  # too few buckets for a trend: the panel is left out, and the notebook says so
+        if plot == "runs" and all(" the run at " in p["title"] for p in panels):
+            expected = 0  # fewer than 3 runs: bars per queue, not lone points on a time axis
+        assert len(time_panels) == expected, (plot, [p["title"] for p in panels])
         for panel in time_panels:
             assert panel["utc_label"], (plot, panel["title"], panel["xlabel"])
             low, high = panel["xlim"]
             xs = [x for line in panel["lines"] for x, y in zip(line["x"], line["y"]) if x is not None and y is not None]
             xs += [b["x"] for b in panel["bars"]]
             assert xs and all(low <= x <= high for x in xs), (plot, panel["title"])
+
+
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d[^ ]*( UTC)?")
+
+
+def _check_tables(stdout: str) -> None:
+    """What the notebooks print: no NaN, None or NaT for a missing value, no count as ``2045.0``, and every
+    time in one format, in UTC."""
+    for word in ("NaN", "nan", "None", "NaT", "+00:00"):
+        assert not re.search(rf"\b{re.escape(word)}(\b|$)", stdout), (word, stdout)
+    assert not re.search(r"(?<![\d.])\d+\.0(?![\d.])", stdout), stdout
+    for found in TIMESTAMP.finditer(stdout):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", found.group()), found.group()
 
 
 def _panel(result: dict[str, Any], plot: str, title_part: str) -> dict[str, Any]:
@@ -636,16 +767,19 @@ def test_notebook_draws_its_plots(runs: dict[str, dict[str, Any]], name: str) ->
     assert all(size > 5000 for size in plots.values()), plots  # a real picture, not an empty canvas
     assert "note:" not in result["stdout"], result["stdout"]
     _check_pictures(result, name)
+    _check_tables(result["stdout"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_plots_on_a_demo_like_lake(runs: dict[str, dict[str, Any]], name: str) -> None:
     """Everything drained at once, within seconds: bucketed by seconds, time axes minutes wide (not years),
-    the counts drawn as bars (one bucket still shows)."""
+    the counts drawn as bars (one bucket still shows); the one drain run as bars per queue, a backlog it did
+    not measure saying so."""
     result = runs[f"demo/{name}"]
     assert set(_plots(result["output"])) == EXPECTED_PLOTS[name]
     _check_pictures(result, name)
+    _check_tables(result["stdout"])
     for plot, panels in result["figures"].items():
         for panel in panels:
             if panel["time_axis"]:
@@ -659,13 +793,15 @@ def test_plots_on_a_demo_like_lake(runs: dict[str, dict[str, Any]], name: str) -
         for label in ("public.Sales", "public.Billing", "public.audit", "public.error"):
             assert label in throughput["legend"]
         runs_panels = result["figures"]["runs"]
+        assert not any(p["time_axis"] for p in runs_panels)  # one run: bars per queue, not lone points in time
         for panel in runs_panels:  # the publish row names an output, not a queue: not drawn here
-            assert "outbound_customer_totals" not in panel["legend"], panel["legend"]
-            assert "failed run" not in panel["legend"]
+            assert "outbound_customer_totals" not in str(panel), panel["title"]
+            assert "failed run" not in panel["texts"]
         backlog = _panel(result, "runs", "backlog")
-        assert _queue_line(backlog, "public.Shipping")["y"] == [None]  # not measured: nothing drawn, not 0
-        assert _queue_line(backlog, "public.Sales")["y"] == [100.0]
-        assert _queue_line(backlog, "public.Sales")["marker"] == "o"  # a lone run shows as a point
+        assert "at 2026-05-01 09:02:30 UTC" in backlog["title"]
+        # one bar per queue, Shipping's backlog not measured: said so, not a bar of 0
+        assert [round(b["width"]) for b in backlog["bars"]] == [110, 100, 120, 130]  # Billing, Sales, audit, error
+        assert backlog["texts"] == ["110", "100", "not measured", "120", "130"], backlog["texts"]
     if name == "error_queue":
         over_time = _panel(result, "error_failures_over_time", "failures per")
         assert sum(b["height"] for b in over_time["bars"]) == 66
@@ -674,22 +810,30 @@ def test_plots_on_a_demo_like_lake(runs: dict[str, dict[str, Any]], name: str) -
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_plots_on_a_day_of_traffic(runs: dict[str, dict[str, Any]], name: str) -> None:
-    """A day: 15-minute buckets drawn as lines, time axes a day wide."""
+    """A day: hour buckets (24 of them, not 96 quarter hours of 0s and 1s) drawn as bars, time axes a day
+    wide."""
     result = runs[f"day/{name}"]
     assert set(_plots(result["output"])) == EXPECTED_PLOTS[name]
     _check_pictures(result, name)
+    _check_tables(result["stdout"])
     for plot, panels in result["figures"].items():
         for panel in panels:
             if panel["time_axis"]:
                 assert 20 * 3600 < _seconds(panel) < 30 * 3600, (plot, panel["title"], _seconds(panel) / 3600)
     if name == "journal_overview":
         throughput = _panel(result, "throughput", "drained per")
-        assert "per 15 minutes" in throughput["title"]
-        sales = _queue_line(throughput, "public.Sales")
-        assert 90 <= len(sales["y"]) <= 100 and None not in sales["y"]  # every bucket of the day, quiet ones 0
-        assert sum(sales["y"]) == 240 + 12  # landed and expired rows
-        outcomes = _panel(result, "outcomes", "per 15 minutes")
-        assert len(_queue_line(outcomes, "expired")["y"]) == len(sales["y"])  # over the whole day, like throughput
+        assert "per hour" in throughput["title"]
+        sales = [b for b in throughput["bars"] if b["label"] == "public.Sales"]
+        assert 20 <= len(sales) <= 26  # the hours with Sales rows
+        assert sum(b["height"] for b in sales) == 240 + 12  # landed and expired rows
+        outcomes = _panel(result, "outcomes", "per hour")
+        assert sum(b["height"] for b in outcomes["bars"] if b["label"] == "expired") == 12
+        assert outcomes["xlim"] == throughput["xlim"]  # over the whole day, like throughput
+        lag = _panel(result, "lag", "percentiles")
+        assert lag["ylabel"] == "lag, min"  # lags of up to 5 minutes, in minutes
+    if name == "error_queue":
+        over_time = _panel(result, "error_failures_over_time", "failures per")
+        assert "per hour" in over_time["title"] and sum(b["height"] for b in over_time["bars"]) == 66
 
 
 @pytest.mark.slow
@@ -715,7 +859,15 @@ def test_runs_plot_marks_failed_runs_and_leaves_missing_backlog_out(runs: dict[s
             if (i, q) in DAY_UNMEASURED:
                 assert y is None, (queue, i, y)  # a gap, not 0
             else:
-                assert y == 100 + (83 * i + 10 * q) % 400, (queue, i, y)
+                assert y == (0 if (i, q) in DAY_IDLE else backlog_of(i, q)), (queue, i, y)
+        # a run that drained nothing (idle, or failed) has no rate: a gap in the line, not a collapse to 0
+        rates = _queue_line(rate, queue)["y"]
+        assert [i for i, y in enumerate(rates) if y is None] == sorted(
+            i for i in range(96) if (i, q) in DAY_IDLE | DAY_FAILED
+        ), queue
+        assert all(y is None or y > 0 for y in rates), queue
+    [idle] = [line for line in rate["lines"] if line["label"] == "idle run (queue empty)"]
+    assert idle["x"] == pytest.approx([starts[i] for i, _q in sorted(DAY_IDLE)]) and idle["linestyle"] == "None"
     full = runs["full/journal_overview"]
     assert "failed run" in _panel(full, "runs", "drain rate")["legend"]
 
@@ -734,6 +886,8 @@ def test_notebook_run_as_the_readme_says(runs: dict[str, dict[str, Any]]) -> Non
 
 @pytest.mark.slow
 def test_notebook_tables_show_the_data(runs: dict[str, dict[str, Any]]) -> None:
+    for result in runs.values():  # every table of every scenario: no NaN, integer counts, UTC times
+        _check_tables(result["stdout"])
     overview = runs["full/journal_overview"]["stdout"]
     for text in ("public.Sales", "public.error", "lag time_sent -> drained_at", "headers are not valid JSON"):
         assert text in overview
@@ -743,7 +897,7 @@ def test_notebook_tables_show_the_data(runs: dict[str, dict[str, Any]]) -> None:
         assert text in errors
     assert re.search(r"public\.error\s+66\s", errors), errors  # every failed message counted once
     audit = runs["full/audit_processing"]["stdout"]
-    for text in ("Shop.Messages.OrderBilled", "critical_p90_ms", "Shipping"):
+    for text in ("Shop.Messages.OrderBilled", "critical_p90_", "Shipping"):
         assert text in audit
     assert "System.TimeoutException" not in audit  # error-queue rows are not audit rows
 
