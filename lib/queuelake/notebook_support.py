@@ -615,6 +615,8 @@ def per_run_bars(ax: Axes, pdf: pd.DataFrame, value: str, title: str, xlabel: st
             notes.append("failed run")
         elif np.isnan(v):
             notes.append("idle: queue empty" if is_idle else "not measured")
+        elif value == "backlog_left" and v == 0:  # a bar of 0 does not show: say what it means
+            notes.append("0: queue empty")
         else:
             notes.append(f"{v:,.0f}")
     ax.bar_label(bars, labels=notes, fontsize="small", padding=3)
