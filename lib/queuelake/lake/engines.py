@@ -41,8 +41,9 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
     return with_names(lake, registrar_for(config, lake.name, spark))
 
 
-# the LakeEngine methods whose first argument is the table they act on: those that write it must
-# use the engine that made it; those that read it may use delta-rs, which reads any Delta table
+# the LakeEngine methods that write the table named by their first argument: they must use the
+# engine that made it. Reads stay with the run's engine: either engine reads any Delta table, and
+# delta-spark reads the journal natively (with data skipping) where the Python data source would not.
 _WRITES = frozenset(
     {
         "create_table",
@@ -56,9 +57,6 @@ _WRITES = frozenset(
         "maintain",
     }
 )
-_READS = frozenset(
-    {"path", "exists", "written_by", "schema", "added_files", "last_version", "table_version", "read", "read_arrow"}
-)
 
 
 class PerTableLake:
@@ -69,7 +67,7 @@ class PerTableLake:
     Delta package to a spark-submit that ran without it turned every table the earlier runs had made
     into "created by delta-rs, this job writes with delta-spark", and the job failed. A table made by
     delta-spark cannot be written in a run without the JVM classes: that says what to change before
-    anything is written (reading it works, through delta-rs)."""
+    anything is written (reading it works: reads stay with the run's engine)."""
 
     def __init__(self, default: LakeEngine, rust: LakeEngine) -> None:
         self.default = default
@@ -78,14 +76,13 @@ class PerTableLake:
         self.root = default.root
         self._recorded: dict[str, str] = {}
 
-    def engine_for(self, table: str, write: bool) -> LakeEngine:
+    def engine_for(self, table: str) -> LakeEngine:
+        """The engine that writes ``table``."""
         recorded = self._recorded.get(table) or self._read_mark(table)
         if recorded is None or recorded == self.default.name:
             return self.default  # a new (or unmarked) table: this run's choice
         if recorded == self.rust.name:
             return self.rust
-        if not write:
-            return self.rust  # delta-rs reads a delta-spark table
         raise LakeError(
             f"lake table {table!r} was made by {recorded} and this run has no Delta JVM classes "
             "(lake.engine: auto chose delta-rs): put Delta on Spark's classpath (`queuelake "
@@ -106,9 +103,8 @@ class PerTableLake:
         return self.default.tables()
 
     def __getattr__(self, attr: str) -> Any:
-        if attr in _WRITES or attr in _READS:
-            write = attr in _WRITES
-            return lambda table, *args, **kwargs: getattr(self.engine_for(table, write), attr)(table, *args, **kwargs)
+        if attr in _WRITES:
+            return lambda table, *args, **kwargs: getattr(self.engine_for(table), attr)(table, *args, **kwargs)
         return getattr(self.default, attr)
 
 
