@@ -26,6 +26,7 @@ setup(
         "queuelake.transport",
         "queuelake.lake",
         "queuelake.pipeline",
+        "queuelake.pipeline.replay",
         "queuelake.quality",
         "queuelake.examples",
         "queuelake.commands",
@@ -45,6 +46,8 @@ setup(
         "orjson>=3.9",
         "great-expectations>=1.0",
         "pyyaml>=6",
+        # replay evaluates a simple --where without Spark: sqlglot parses it as Spark SQL
+        "sqlglot>=25",
     ],
     extras_require={
         # the pinned Spark line and its Delta (lib/queuelake/versions.py): laptops, CI, spark-submit

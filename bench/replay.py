@@ -33,7 +33,7 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain import drain
-from queuelake.pipeline.replay import ReplayOptions, replay
+from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 from queuelake.report import setup_logging
 from queuelake.spark import get_spark
 from queuelake.transport import db, installer

@@ -221,7 +221,7 @@ if failures is not None:
     if RETRY_CONFIG:
         from queuelake import config as queuelake_config
         from queuelake.lake.engines import open_lake
-        from queuelake.pipeline.replay import ReplayOptions, replay
+        from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 
         retry_cfg = queuelake_config.load(RETRY_CONFIG)
         options = ReplayOptions(predicate, dry_run=RETRY_DRY_RUN, max_rate=RETRY_MAX_RATE, replay_id=RETRY_ID)

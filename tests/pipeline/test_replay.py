@@ -26,14 +26,9 @@ from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain import drain
-from queuelake.pipeline.replay import (
-    ReplayOptions,
-    check_predicate,
-    replay,
-    retry_headers,
-    timespan_ms,
-    unique_message_id,
-)
+from queuelake.pipeline.replay.headers import retry_headers, timespan_ms, unique_message_id
+from queuelake.pipeline.replay.predicate import check_predicate
+from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 from queuelake.transport import db, installer, queues
 from queuelake.transport import headers as hdr
 from queuelake.transport.queues import OutgoingMessage
@@ -398,7 +393,7 @@ KILL_SCRIPT = """
 import sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
-from queuelake.pipeline.replay import ReplayOptions, replay
+from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])
 spark = get_spark(cfg.spark)

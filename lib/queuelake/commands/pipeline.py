@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _active_spark() -> SparkSession | None:
+def active_spark() -> SparkSession | None:
     """The session spark-submit or Databricks made; the drain never starts one by itself."""
     try:
         from pyspark.sql import SparkSession
@@ -26,7 +26,7 @@ def _active_spark() -> SparkSession | None:
 
 
 def lake_for(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
-    return open_lake(cfg.lake, spark if spark is not None else _active_spark())
+    return open_lake(cfg.lake, spark if spark is not None else active_spark())
 
 
 def drain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def runs_only_lake(cfg: Config) -> LakeEngine:
 
     from queuelake.pipeline.runs import RUNS
 
-    session = _active_spark()
+    session = active_spark()
     if session is None:
         lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
         if not lake.exists(RUNS) or lake.written_by(RUNS) != "delta-spark":
@@ -162,5 +162,5 @@ def writing_lake(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
     an older ``runs`` table is delta-spark's). The engine that wrote a table must write it again:
     delta-spark (and auto, which may pick it, as transform does) needs a session; delta-rs does not
     start one."""
-    session = spark or _active_spark() or (None if cfg.lake.engine == "delta-rs" else _spark(cfg, None))
+    session = spark or active_spark() or (None if cfg.lake.engine == "delta-rs" else _spark(cfg, None))
     return lake_for(cfg, session)

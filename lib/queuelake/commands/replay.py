@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from queuelake import config as config_mod
+from queuelake.report import log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
 def replay(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    from queuelake.commands.pipeline import lake_for
-    from queuelake.pipeline.replay import ReplayOptions
-    from queuelake.pipeline.replay import replay as run_replay
+    from queuelake.commands.pipeline import active_spark, lake_for
+    from queuelake.lake.engines import open_lake
+    from queuelake.pipeline.replay.plan import ReplayOptions
+    from queuelake.pipeline.replay.replayer import needs_spark
+    from queuelake.pipeline.replay.replayer import replay as run_replay
     from queuelake.spark import get_spark
 
     options = ReplayOptions(
@@ -32,5 +36,13 @@ def replay(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[
     if args.to and not args.dry_run:
         # a replay into a queue the next drain takes back into the lake is almost always a mistake
         config_mod.check_send_target(cfg, args.to, "replay --to")
-    session = spark or get_spark(cfg.spark)
+    session = spark or active_spark()
+    if session is None:
+        # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting
+        # a session was most of a small replay's time
+        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        if not needs_spark(cfg, lake, options):
+            log.info("replay: no Spark needed for --where %r", options.predicate)
+            return run_replay(cfg, None, lake, options, start_spark=lambda: get_spark(cfg.spark))
+    session = session or get_spark(cfg.spark)
     return run_replay(cfg, session, lake_for(cfg, session), options)

@@ -41,18 +41,25 @@ def runs_engine(lake: LakeEngine) -> LakeEngine:
     ``lake.engine: auto`` a drain outside spark-submit writes with delta-rs while a transform with
     the Delta JVM classes writes with delta-spark: a ``runs`` table of the configured engine failed
     whichever of them came second. delta-rs is the engine every command has."""
+    return record_engine(lake, RUNS)
+
+
+def record_engine(lake: LakeEngine, table: str) -> LakeEngine:
+    """The engine that writes a record table of commands that may run without Spark (``runs``, and
+    replay's ``replays`` and ``replay_skipped``): delta-rs, unless an older version made the table
+    with delta-spark."""
     journal = journal_engine(lake)
-    if not journal.exists(RUNS):
+    if not journal.exists(table):
         return journal
-    recorded = journal.written_by(RUNS)
+    recorded = journal.written_by(table)
     if recorded in (None, journal.name):
         return journal
     if recorded == lake.name:
         return lake
     raise LakeError(
-        f"lake table {RUNS!r} was created by the {recorded} engine (an older queuelake) and this command "
+        f"lake table {table!r} was created by the {recorded} engine (an older queuelake) and this command "
         f"writes with {lake.name}: run it with lake.engine: {recorded} (delta-spark needs a Spark session "
-        "with the Delta JVM classes), or move the old runs table aside and a new one is made"
+        f"with the Delta JVM classes), or move the old {table} table aside and a new one is made"
     )
 
 

@@ -31,17 +31,15 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import hashlib
-import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from queuelake import hooks, stopping
 from queuelake.config import Config
@@ -52,456 +50,34 @@ from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.outgoing import name_uuid
-from queuelake.pipeline.runs import append_runs
+from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
+from queuelake.pipeline.replay.arrow_selection import select_keys
+from queuelake.pipeline.replay.headers import (
+    REPLAY_ID,
+    REPLAY_KIND,
+    REPLAY_ORIGINAL_MESSAGE_ID,
+    REPLAY_SOURCE,
+    retry_headers,
+    timespan_ms,
+)
+from queuelake.pipeline.replay.plan import Plan, ReplayOptions, batch_key, new_replay_id
+from queuelake.pipeline.replay.predicate import validate_against
+from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS, Content, Row, Verdicts, kinds
+from queuelake.pipeline.runs import RUNS, append_runs, record_engine
 from queuelake.report import log
 from queuelake.transport import headers as hdr
-from queuelake.transport import ledger, locks, queues, schema
+from queuelake.transport import ledger, locks, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
+from queuelake.transport.tables import TableRef, bridge_ref
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 REPLAYS = tables.REPLAYS.name
 SKIPPED = tables.REPLAY_SKIPPED.name
-DEFAULT_BATCH_SIZE = 5000
-PACED_BATCH_SECONDS = 0.5  # under --max-rate a batch holds about this long's worth of messages
-MAX_TTBR_MS = hdr.MAX_TTBR_MS  # TimeSpan.MaxValue and the like: no expiry
-
-# What a ServiceControl retry strips: every header *starting with* one of these
-# (ServiceControl src/ServiceControl/Recoverability/Retrying/HeaderFilter.cs).
-STRIPPED_PREFIXES = (
-    "NServiceBus.Retries",  # also NServiceBus.Retries.Timestamp
-    "NServiceBus.FailedQ",
-    "NServiceBus.TimeOfFailure",
-    "NServiceBus.ExceptionInfo.",
-    "ServiceControl.EditOf",
-)
-# ServiceControl's own staging headers, removed by ReturnToSender before the message is dispatched
-# (src/ServiceControl/Recoverability/Retrying/Infrastructure/ReturnToSender.cs): never on the wire.
-STAGING_HEADERS = (
-    "ServiceControl.Retry.StagingId",
-    "ServiceControl.Retry.Attempt.MessageId",
-    "ServiceControl.TargetEndpointAddress",
-)
-RETRY_UNIQUE_MESSAGE_ID = "ServiceControl.Retry.UniqueMessageId"
-RETRY_ACKNOWLEDGEMENT_QUEUE = "ServiceControl.Retry.AcknowledgementQueue"
-REPLAY_ID = "queuelake.Replay.Id"
-REPLAY_KIND = "queuelake.Replay.Kind"  # retry | redirect | replay
-REPLAY_SOURCE = "queuelake.Replay.Source"  # the journal row: <queue>@<seq>
-REPLAY_ORIGINAL_MESSAGE_ID = "queuelake.Replay.OriginalMessageId"  # replays get a new MessageId
-
 REPLAYS_SCHEMA: pa.Schema = tables.REPLAYS.schema
 SKIPPED_SCHEMA: pa.Schema = tables.REPLAY_SKIPPED.schema
-
-# The selection's small columns (no headers, no bodies): what planning, dry runs and counts need.
-_KEY_COLUMNS = [
-    "queue",
-    "seq",
-    "id",
-    "outcome",
-    "error",
-    "message_id",
-    "message_type",
-    "failed_queue",
-    "processing_endpoint",
-]
-
-_EMPTY_KEYS = pa.schema(
-    [(c, pa.int64() if c == "seq" else pa.string()) for c in _KEY_COLUMNS]
-    + [("is_failure", pa.bool_()), ("is_audit", pa.bool_()), ("file", pa.string()), ("row_index", pa.int64())]
-)
-
-
-# ---------------------------------------------------------------- the predicate
-
-# Functions whose value differs between two runs: the selection must come out the same on a rerun.
-# reflect / java_method call Java: no business in a filter.
-_REFUSED_FUNCTIONS = {
-    "rand": "random",
-    "randn": "random",
-    "random": "random",
-    "uuid": "random",
-    "shuffle": "random",
-    "current_timestamp": "time-dependent",
-    "current_date": "time-dependent",
-    "current_time": "time-dependent",
-    "curdate": "time-dependent",
-    "now": "time-dependent",
-    "localtimestamp": "time-dependent",
-    "reflect": "a Java call",
-    "java_method": "a Java call",
-    "try_reflect": "a Java call",
-}
-_BARE_TIME = {"current_timestamp", "current_date", "current_time", "localtimestamp"}  # valid without ()
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _code_only(predicate: str) -> str:
-    """The predicate with string literals, quoted identifiers and comments blanked out, so that the
-    checks below see only code: ``exception_type = 'a;b'`` holds no second statement."""
-    out: list[str] = []
-    i, n = 0, len(predicate)
-    while i < n:
-        ch = predicate[i]
-        if ch in ("'", '"', "`"):
-            j = i + 1
-            while j < n:
-                if ch != "`" and predicate[j] == "\\":
-                    j += 2
-                    continue
-                if predicate[j] == ch:
-                    if j + 1 < n and predicate[j + 1] == ch:  # a doubled quote inside
-                        j += 2
-                        continue
-                    break
-                j += 1
-            if j >= n:
-                raise QueuelakeError(f"--where: unterminated {ch}-quoted text in {predicate!r}")
-            out.append(" x " if ch == "`" else " '' ")
-            i = j + 1
-        elif predicate.startswith("--", i):
-            j = predicate.find("\n", i)
-            i = n if j < 0 else j
-            out.append(" ")
-        elif predicate.startswith("/*", i):
-            j = predicate.find("*/", i + 2)
-            if j < 0:
-                raise QueuelakeError(f"--where: unterminated comment in {predicate!r}")
-            i = j + 2
-            out.append(" ")
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def check_predicate(predicate: str | None) -> str:
-    """Refuse what is not one deterministic boolean expression over ``messages``, naming the problem
-    (Spark then parses and analyses it: ``validate_against``)."""
-    if predicate is None or not predicate.strip():
-        raise QueuelakeError("--where is required: a Spark SQL predicate over messages, e.g. \"exception_type = 'X'\"")
-    code = _code_only(predicate)
-    if ";" in code:
-        raise QueuelakeError(
-            f"--where must be a single boolean expression over messages; {predicate!r} holds ';' "
-            "(a second statement): refused"
-        )
-    words = [(m.group(0).lower(), m.end()) for m in _WORD.finditer(code)]
-    for word, end in words:
-        if word == "select":
-            raise QueuelakeError(
-                f"--where must be a single boolean expression over messages; {predicate!r} holds a subquery "
-                "(SELECT): refused"
-            )
-        why = _REFUSED_FUNCTIONS.get(word)
-        if why is None:
-            continue
-        called = code[end:].lstrip().startswith("(")
-        if called or word in _BARE_TIME:
-            raise QueuelakeError(
-                f"--where {predicate!r} calls {word}(), which is {why}: a rerun of the replay must select the "
-                "same rows, so use literal values (e.g. time_of_failure >= '2026-05-01T00:00:00Z')"
-            )
-    return predicate.strip()
-
-
-def _spark_reason(exc: BaseException) -> str:
-    """The first meaningful line of a Spark error, without the JVM stack."""
-    for line in str(exc).splitlines():
-        line = line.strip()
-        if line and not line.startswith(("at ", "JVM stacktrace", "== ")):
-            return line[:400]
-    return type(exc).__name__
-
-
-def validate_against(df: DataFrame, predicate: str) -> DataFrame:
-    """``df`` filtered by the predicate; Spark parses it as one expression and checks it is a boolean
-    over the journal's columns (not an aggregate, not a statement)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType
-
-    try:
-        condition = F.expr(predicate)
-        kind = df.select(condition.alias("p")).schema[0].dataType
-        if not isinstance(kind, BooleanType):
-            raise QueuelakeError(f"--where {predicate!r} is a {kind.simpleString()}, not a boolean predicate")
-        return df.where(condition)
-    except QueuelakeError:
-        raise
-    except Exception as exc:  # ParseException, AnalysisException (Spark Classic or Connect)
-        raise QueuelakeError(f"--where {predicate!r} is not a predicate over messages: {_spark_reason(exc)}") from None
-
-
-# ---------------------------------------------------------------- headers
-
-
-_TIMESPAN = re.compile(r"^(-)?(?:(\d+)\.)?(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,7}))?)?$")
-
-
-def timespan_ms(text: str | None) -> int | None:
-    """A .NET TimeSpan string (``00:00:10``, ``1.00:00:00``, ``00:00:01.5000000``) in milliseconds;
-    None when absent, unreadable, not positive or practically infinite (TimeSpan.MaxValue)."""
-    if not text:
-        return None
-    m = _TIMESPAN.match(text.strip())
-    if m is None:
-        return None
-    sign, days, hours, minutes, seconds, fraction = m.groups()
-    ms = (int(days or 0) * 86_400 + int(hours) * 3600 + int(minutes) * 60 + int(seconds or 0)) * 1000 + int(
-        (fraction or "0").ljust(7, "0")
-    ) // 10_000
-    if sign or ms <= 0 or ms >= MAX_TTBR_MS:
-        return None
-    return ms
-
-
-def _queue_part(address: str) -> str:
-    at = address.find("@")
-    return address if at < 0 else address[:at]
-
-
-def unique_message_id(headers: dict[str, str | None]) -> str | None:
-    """ServiceControl's id of a failed message: the ``ServiceControl.Retry.UniqueMessageId`` it already
-    carries (a retry that failed again), else the MD5-based Guid of MessageId + processing endpoint
-    name (ProcessingEndpoint, else the queue part of FailedQ, else of ReplyToAddress), as
-    ``DeterministicGuid.MakeId`` builds it (.NET Guid byte order: ``bytes_le``)."""
-    existing = headers.get(RETRY_UNIQUE_MESSAGE_ID)
-    if existing:
-        return existing
-    message_id = headers.get(hdr.MESSAGE_ID)
-    endpoint = headers.get(hdr.PROCESSING_ENDPOINT)
-    if endpoint is None and headers.get(hdr.FAILED_QUEUE) is not None:
-        endpoint = _queue_part(headers[hdr.FAILED_QUEUE] or "")
-    if endpoint is None and headers.get(hdr.REPLY_TO_ADDRESS) is not None:
-        endpoint = _queue_part(headers[hdr.REPLY_TO_ADDRESS] or "")
-    if message_id is None or endpoint is None:
-        return None
-    x = hashlib.md5(f"{message_id}{endpoint}".encode(), usedforsecurity=False).hexdigest()
-    # str(uuid.UUID(bytes_le=digest)) without the object: the first three fields byte-swapped
-    return f"{x[6:8]}{x[4:6]}{x[2:4]}{x[0:2]}-{x[10:12]}{x[8:10]}-{x[14:16]}{x[12:14]}-{x[16:20]}-{x[20:32]}"
-
-
-_KEPT: dict[str, bool] = {}  # header name -> kept on a retry (names repeat across messages: decide once)
-
-
-def _kept(name: str) -> bool:
-    kept = _KEPT.get(name)
-    if kept is None:
-        kept = not name.startswith(STRIPPED_PREFIXES) and name not in STAGING_HEADERS
-        if len(_KEPT) < 100_000:
-            _KEPT[name] = kept
-    return kept
-
-
-def retry_headers(headers: dict[str, str | None], ack_queue: str | None) -> dict[str, str | None]:
-    """The headers a ServiceControl retry sends: failure and staging headers stripped, the retry's
-    unique id set, and the acknowledgement queue when one is configured."""
-    unique = unique_message_id(headers)
-    out = {k: v for k, v in headers.items() if _kept(k)}
-    if unique is not None:
-        out[RETRY_UNIQUE_MESSAGE_ID] = unique
-    if ack_queue:
-        out[RETRY_ACKNOWLEDGEMENT_QUEUE] = ack_queue
-    return out
-
-
-# ---------------------------------------------------------------- options, plan
-
-
-@dataclass
-class ReplayOptions:
-    predicate: str
-    to: str | None = None
-    dry_run: bool = False
-    limit: int | None = None
-    max_rate: float | None = None
-    replay_id: str | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
-    ack_queue: str | None = None
-
-    def check(self) -> None:
-        self.predicate = check_predicate(self.predicate)
-        if self.limit is not None and self.limit < 0:
-            raise QueuelakeError("--limit must be 0 or more")
-        if self.max_rate is not None and self.max_rate <= 0:
-            raise QueuelakeError("--max-rate must be a positive number of messages per second")
-        if self.batch_size < 1:
-            raise QueuelakeError("--batch-size must be at least 1")
-        if self.replay_id is not None and not _REPLAY_ID.fullmatch(self.replay_id):
-            raise QueuelakeError(
-                f"--replay-id {self.replay_id!r}: use 1-100 characters of letters, digits, '.', '_', ':' or '-'"
-            )
-        if self.to is not None and not self.to.strip():
-            raise QueuelakeError("--to is empty")
-
-    def fingerprint(self) -> str:
-        data = orjson.dumps({"where": self.predicate, "to": self.to, "limit": self.limit})
-        return hashlib.sha256(data).hexdigest()[:16]
-
-    def effective_batch_size(self) -> int:
-        if self.max_rate is None:
-            return self.batch_size
-        return max(1, min(self.batch_size, round(self.max_rate * PACED_BATCH_SECONDS)))
-
-
-_REPLAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
-
-
-def new_replay_id() -> str:
-    now = dt.datetime.now(dt.timezone.utc)
-    return f"replay-{now:%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    fingerprint: str
-    version: int
-    total: int
-    batch_size: int
-
-    def key(self) -> str:
-        return f"plan:{self.fingerprint}:v{self.version}:n{self.total}:b{self.batch_size}"
-
-    @property
-    def batches(self) -> int:
-        return (self.total + self.batch_size - 1) // self.batch_size
-
-    @staticmethod
-    def parse(key: str) -> Plan:
-        _, fp, v, n, b = key.split(":")
-        return Plan(fp, int(v[1:]), int(n[1:]), int(b[1:]))
-
-
-def _batch_key(k: int, n: int, size: int) -> str:
-    return f"{k}/{n}@{size}"
-
-
-# ---------------------------------------------------------------- rows and destinations
-
-
-@dataclass
-class Row:
-    """One selected landed row: identity, where it goes (or why not), where its content is."""
-
-    queue: str
-    seq: int
-    id: str
-    message_id: str | None
-    message_type: str | None
-    kind: str  # retry | redirect | replay
-    address: str | None  # the destination as written (FailedQ, endpoint, --to, or the row's queue)
-    file: str
-    index: int
-    target: TableRef | None = None
-    reason: str | None = None
-
-
-def _kinds(keys: pa.Table, to: str | None) -> list[tuple[str, str | None, str | None]]:
-    """(kind, address, reason-if-none) per landed row, from the small columns."""
-    out: list[tuple[str, str | None, str | None]] = []
-    for failed_queue, failure, audited, endpoint, queue in zip(
-        keys.column("failed_queue").to_pylist(),
-        keys.column("is_failure").to_pylist(),
-        keys.column("is_audit").to_pylist(),
-        keys.column("processing_endpoint").to_pylist(),
-        keys.column("queue").to_pylist(),
-        strict=True,
-    ):
-        if to is not None:
-            out.append(("redirect" if failure else "replay", to, None))
-        elif failure:
-            if failed_queue is None or not failed_queue.strip():
-                out.append(
-                    ("retry", None, "no NServiceBus.FailedQ header: the queue it failed in is unknown (use --to)")
-                )
-            else:
-                out.append(("retry", failed_queue, None))
-        elif endpoint:
-            out.append(("replay", endpoint, None))
-        elif audited:
-            reason = "an audited message without NServiceBus.ProcessingEndpoint: its queue is unknown (use --to)"
-            out.append(("replay", None, reason))
-        else:
-            out.append(("replay", queue, None))  # drained from its own queue: back there
-    return out
-
-
-class _Verdicts:
-    """Each address parsed and checked once per run: (queue, None) or (None, reason naming it)."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.cache: dict[str, tuple[TableRef | None, str | None]] = {}
-
-    def __call__(self, conn: Connection, address: str, kind: str) -> tuple[TableRef | None, str | None]:
-        verdict = self.cache.get(address)
-        if verdict is None:
-            label = "NServiceBus.FailedQ" if kind == "retry" else "destination"
-            try:
-                ref = queue_ref(address, self.config.transport)
-            except QueuelakeError as exc:
-                verdict = (None, f"{label} {address!r} is not a queue address: {exc}")
-            else:
-                problem = schema.delivery_problem(conn, ref)
-                verdict = (ref, None) if problem is None else (None, f"{label} {address!r}: {problem}")
-            self.cache[address] = verdict
-        return verdict
-
-
-# ---------------------------------------------------------------- reading content
-
-
-class _Content:
-    """Headers and bodies of selected rows, read from the journal's Parquet files of version V by
-    (file, row index). A replay batch of rows in (queue, seq) order touches few files; the last
-    few files read stay cached, so memory holds a batch and a handful of files, never the selection."""
-
-    CACHED_FILES = 3
-
-    def __init__(self, uris: list[str]) -> None:
-        self.by_name = {u.rsplit("/", 1)[-1]: u for u in uris}
-        self.cache: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
-
-    def uri(self, spark_path: str) -> str:
-        from urllib.parse import unquote
-
-        name = unquote(spark_path.rsplit("/", 1)[-1])
-        try:
-            return self.by_name[name]
-        except KeyError:
-            raise QueuelakeError(f"journal file {name} is not in the planned journal version") from None
-
-    def _file(self, uri: str) -> pa.Table:
-        table = self.cache.get(uri)
-        if table is not None:
-            self.cache.move_to_end(uri)
-            return table
-        from queuelake.lake.storage import filesystem as lake_filesystem
-
-        filesystem, path = lake_filesystem(uri)  # with the lake's storage options (object storage)
-        table = pq.ParquetFile(path, filesystem=filesystem).read(columns=["headers", "body"])
-        self.cache[uri] = table
-        while len(self.cache) > self.CACHED_FILES:
-            self.cache.popitem(last=False)
-        return table
-
-    def read(self, rows: list[Row]) -> list[tuple[list[tuple[str, str | None]] | None, bytes | None]]:
-        """(headers as pairs, body) per row, in the order given."""
-        out: list[Any] = [None] * len(rows)
-        by_file: dict[str, list[int]] = {}
-        for i, r in enumerate(rows):
-            by_file.setdefault(r.file, []).append(i)
-        for file, positions in by_file.items():
-            table = self._file(self.uri(file))
-            taken = table.take(pa.array([rows[i].index for i in positions], pa.int64()))
-            headers = taken.column("headers").to_pylist()
-            bodies = taken.column("body").to_pylist()
-            for j, i in enumerate(positions):
-                out[i] = (headers[j], bodies[j])
-        return out
-
 
 # ---------------------------------------------------------------- the replay
 
@@ -513,6 +89,7 @@ class ReplayResult:
     dry_run: bool = False
     journal_version: int | None = None
     matched: int = 0  # journal rows the predicate matches, any outcome, before --limit
+    selected_by: str | None = None  # arrow (no Spark) | spark: which evaluated --where
     selected: int = 0  # the landed rows of those that the replay plans to send (the first --limit)
     to_send: int = 0
     rows_sent: int = 0
@@ -531,14 +108,22 @@ class ReplayResult:
 
 
 class Replayer:
-    def __init__(self, config: Config, spark: SparkSession, lake: LakeEngine, options: ReplayOptions) -> None:
+    def __init__(
+        self,
+        config: Config,
+        spark: SparkSession | None,
+        lake: LakeEngine,
+        options: ReplayOptions,
+        start_spark: Callable[[], SparkSession] | None = None,
+    ) -> None:
         self.config = config
         self.spark = spark
+        self.start_spark = start_spark  # when the predicate needs Spark and no session was given
         self.lake = lake
         self.journal = journal_engine(lake)
         self.options = options
         self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
-        self.verdicts = _Verdicts(config)
+        self.verdicts = Verdicts(config)
         self.run_id = str(uuid.uuid4())
         self.started = dt.datetime.now(dt.timezone.utc)
         self.result = ReplayResult(options.replay_id)
@@ -550,27 +135,63 @@ class Replayer:
 
     def _select(self, version: int) -> pa.Table:
         """The selection's small columns at journal version V, in (queue, seq, id) order, with each row's
-        data file and row index (``_metadata``), as Arrow on the driver."""
+        data file and row index, as Arrow on the driver: without Spark when the predicate allows
+        (``arrow_predicate``), else in Spark. Which of the two depends on the predicate and the
+        journal's columns only, so a rerun of the replay selects the same way."""
+        schema = self.journal.schema(MESSAGES, version)
+        predicate = arrow_predicate(self.options.predicate, schema, self._time_zone())
+        if predicate is None:
+            self.result.selected_by = "spark"
+            keys = self._select_in_spark(version)
+        else:
+            self.result.selected_by = "arrow"
+            keys, scan = select_keys(self.journal_files(version), schema, predicate)
+            log.info(
+                "replay: --where evaluated without Spark: %d of %d row group(s) in %d file(s) read, %d row(s); "
+                "the others' statistics exclude it",
+                scan.row_groups_read,
+                scan.row_groups,
+                scan.files,
+                scan.rows_read,
+            )
+        # Sorted here, not by Spark: the keys are small, and a Spark sort costs a sampling job and a
+        # shuffle of spark.sql.shuffle.partitions tasks.
+        return keys.sort_by([(c, "ascending") for c in ("queue", "seq", "id", "file", "row_index")])
+
+    def _time_zone(self) -> str:
+        """The time zone Spark reads a time without one in (the session's, else queuelake's default)."""
+        key = "spark.sql.session.timeZone"
+        if self.spark is not None:
+            return str(self.spark.conf.get(key, "UTC"))
+        return self.config.spark.conf.get(key, "UTC")
+
+    def _session(self) -> SparkSession:
+        if self.spark is None:
+            if self.start_spark is None:
+                raise QueuelakeError(f"--where {self.options.predicate!r} needs Spark, and no session was given")
+            self.spark = self.start_spark()
+        return self.spark
+
+    def _select_in_spark(self, version: int) -> pa.Table:
         from pyspark.sql import functions as F
 
+        self._session()
         df = self.journal.read(MESSAGES, version)
         if not self.journal_files(version):  # an empty journal: no files, no _metadata
             validate_against(df, self.options.predicate)
-            return _EMPTY_KEYS.empty_table()
+            return EMPTY_KEYS.empty_table()
         selected = validate_against(df, self.options.predicate)
         failure = F.col("failed_queue").isNotNull() | F.col("exception_type").isNotNull()
         failure = failure | F.col("time_of_failure").isNotNull()
         audit = F.col("processing_started").isNotNull() | F.col("processing_ended").isNotNull()
         keys = selected.select(
-            *_KEY_COLUMNS,
+            *KEY_COLUMNS,
             failure.alias("is_failure"),
             audit.alias("is_audit"),
             F.col("_metadata.file_path").alias("file"),
             F.col("_metadata.row_index").alias("row_index"),
         )
-        # Sorted here, not by Spark: the keys are small, and a Spark sort costs a sampling job and a
-        # shuffle of spark.sql.shuffle.partitions tasks.
-        return keys.toArrow().sort_by([(c, "ascending") for c in ("queue", "seq", "id", "file", "row_index")])
+        return keys.toArrow()
 
     def _rows(self, keys: pa.Table) -> tuple[list[Row], pa.Table]:
         """(the landed rows to plan, first --limit of them), and the other selected rows."""
@@ -579,7 +200,7 @@ class Replayer:
         others = keys.filter(pc.invert(landed_mask))
         if self.options.limit is not None:
             landed = landed.slice(0, self.options.limit)
-        kinds = _kinds(landed, self.options.to)
+        routes = kinds(landed, self.options.to)
         rows = [
             Row(q, s, i, m, t, kind, address, f, x, reason=reason)
             for q, s, i, m, t, f, x, (kind, address, reason) in zip(
@@ -590,7 +211,7 @@ class Replayer:
                 landed.column("message_type").to_pylist(),
                 landed.column("file").to_pylist(),
                 landed.column("row_index").to_pylist(),
-                kinds,
+                routes,
                 strict=True,
             )
         ]
@@ -626,8 +247,9 @@ class Replayer:
         the replay id (a rerun never sends a row recorded here)."""
         if not records:
             return
-        version = (self.lake.last_version(SKIPPED, f"queuelake.replay.skipped/{replay_id}") or 0) + 1
-        self.lake.append(
+        lake = record_engine(self.lake, SKIPPED)
+        version = (lake.last_version(SKIPPED, f"queuelake.replay.skipped/{replay_id}") or 0) + 1
+        lake.append(
             SKIPPED,
             pa.Table.from_pylist(records, schema=SKIPPED_SCHEMA),
             f"queuelake.replay.skipped/{replay_id}",
@@ -637,7 +259,7 @@ class Replayer:
     # -- sending --------------------------------------------------------------------------------
 
     def _messages(
-        self, replay_id: str, rows: list[Row], content: _Content
+        self, replay_id: str, rows: list[Row], content: Content
     ) -> dict[str, tuple[TableRef, list[OutgoingMessage]]]:
         ack = self.options.ack_queue
         out: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
@@ -668,7 +290,7 @@ class Replayer:
         return out
 
     def _send_batch(
-        self, conn: Connection, replay_id: str, key: str, rows: list[Row], content: _Content, due: float | None
+        self, conn: Connection, replay_id: str, key: str, rows: list[Row], content: Content, due: float | None
     ) -> None:
         """One DB transaction: the batch's inserts into every destination and its ledger row. With
         --max-rate, the commit waits until ``due`` (monotonic), so the rows become visible on pace."""
@@ -833,7 +455,7 @@ class Replayer:
     def _send(self, conn: Connection, replay_id: str, plan: Plan, done: set[int], rows: list[Row]) -> None:
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
-        content = _Content(self.journal_files(plan.version))
+        content = Content(self.journal_files(plan.version))
         started = time.monotonic()
         sent = 0
         for k in range(n):
@@ -843,7 +465,7 @@ class Replayer:
                 result.status = "interrupted"
                 break
             batch = [r for r in rows[k * size : (k + 1) * size] if r.target is not None]
-            key = _batch_key(k, n, size)
+            key = batch_key(k, n, size)
             due = None if opts.max_rate is None else started + (sent + len(batch)) / opts.max_rate
             t_batch = time.monotonic()
             try:
@@ -912,7 +534,7 @@ class Replayer:
             "status": result.status,
             "error": result.error,
         }
-        self.lake.append(
+        record_engine(self.lake, REPLAYS).append(
             REPLAYS, pa.Table.from_pylist([replay], schema=REPLAYS_SCHEMA), f"queuelake.replays/{self.run_id}", 1
         )
         # a replay that sent nothing still gets its one runs row
@@ -960,10 +582,17 @@ def _skip(
     }
 
 
-def replay(config: Config, spark: SparkSession, lake: LakeEngine, options: ReplayOptions) -> dict[str, Any]:
+def replay(
+    config: Config,
+    spark: SparkSession | None,
+    lake: LakeEngine,
+    options: ReplayOptions,
+    start_spark: Callable[[], SparkSession] | None = None,
+) -> dict[str, Any]:
     """Run (or dry-run) one replay; returns the JSON summary. Once sending has begun, a run records
-    itself in ``replays`` and ``runs`` however it ends (failed, interrupted)."""
-    replayer = Replayer(config, spark, lake, options)
+    itself in ``replays`` and ``runs`` however it ends (failed, interrupted). ``spark`` may be None
+    when ``start_spark`` is given: a session is started only if the predicate needs one."""
+    replayer = Replayer(config, spark, lake, options, start_spark)
     try:
         result = replayer.run()
     except QueuelakeError as exc:
@@ -987,3 +616,16 @@ def replay(config: Config, spark: SparkSession, lake: LakeEngine, options: Repla
         summary.pop("message_types")
         summary.pop("dry_run")
     return summary
+
+
+def needs_spark(config: Config, lake: LakeEngine, options: ReplayOptions) -> bool:
+    """Whether this replay needs a Spark session: its predicate is outside what ``arrow_predicate``
+    evaluates, or a record table it writes was made by delta-spark (an older queuelake)."""
+    journal = journal_engine(lake)
+    if not journal.exists(MESSAGES):
+        return False  # the run says there is no journal
+    for table in (REPLAYS, SKIPPED, RUNS):
+        if journal.exists(table) and journal.written_by(table) not in (None, journal.name):
+            return True
+    time_zone = config.spark.conf.get("spark.sql.session.timeZone", "UTC")
+    return arrow_predicate(options.predicate, journal.schema(MESSAGES), time_zone) is None

@@ -1,0 +1,134 @@
+"""``--where``: one deterministic Spark SQL boolean expression over the journal's ``messages``.
+
+Why a module: the predicate is the replay's only user-written code. It is checked here before anything
+starts (no second statement, no subquery, nothing whose value differs between two runs, since a rerun
+must select the same rows), then either evaluated without Spark (``arrow_filter``) or handed to Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from queuelake.errors import QueuelakeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+# Functions whose value differs between two runs: the selection must come out the same on a rerun.
+# reflect / java_method call Java: no business in a filter.
+_REFUSED_FUNCTIONS = {
+    "rand": "random",
+    "randn": "random",
+    "random": "random",
+    "uuid": "random",
+    "shuffle": "random",
+    "current_timestamp": "time-dependent",
+    "current_date": "time-dependent",
+    "current_time": "time-dependent",
+    "curdate": "time-dependent",
+    "now": "time-dependent",
+    "localtimestamp": "time-dependent",
+    "reflect": "a Java call",
+    "java_method": "a Java call",
+    "try_reflect": "a Java call",
+}
+_BARE_TIME = {"current_timestamp", "current_date", "current_time", "localtimestamp"}  # valid without ()
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _code_only(predicate: str) -> str:
+    """The predicate with string literals, quoted identifiers and comments blanked out, so that the
+    checks below see only code: ``exception_type = 'a;b'`` holds no second statement."""
+    out: list[str] = []
+    i, n = 0, len(predicate)
+    while i < n:
+        ch = predicate[i]
+        if ch in ("'", '"', "`"):
+            j = i + 1
+            while j < n:
+                if ch != "`" and predicate[j] == "\\":
+                    j += 2
+                    continue
+                if predicate[j] == ch:
+                    if j + 1 < n and predicate[j + 1] == ch:  # a doubled quote inside
+                        j += 2
+                        continue
+                    break
+                j += 1
+            if j >= n:
+                raise QueuelakeError(f"--where: unterminated {ch}-quoted text in {predicate!r}")
+            out.append(" x " if ch == "`" else " '' ")
+            i = j + 1
+        elif predicate.startswith("--", i):
+            j = predicate.find("\n", i)
+            i = n if j < 0 else j
+            out.append(" ")
+        elif predicate.startswith("/*", i):
+            j = predicate.find("*/", i + 2)
+            if j < 0:
+                raise QueuelakeError(f"--where: unterminated comment in {predicate!r}")
+            i = j + 2
+            out.append(" ")
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def check_predicate(predicate: str | None) -> str:
+    """Refuse what is not one deterministic boolean expression over ``messages``, naming the problem
+    (Spark then parses and analyses it: ``validate_against``)."""
+    if predicate is None or not predicate.strip():
+        raise QueuelakeError("--where is required: a Spark SQL predicate over messages, e.g. \"exception_type = 'X'\"")
+    code = _code_only(predicate)
+    if ";" in code:
+        raise QueuelakeError(
+            f"--where must be a single boolean expression over messages; {predicate!r} holds ';' "
+            "(a second statement): refused"
+        )
+    words = [(m.group(0).lower(), m.end()) for m in _WORD.finditer(code)]
+    for word, end in words:
+        if word == "select":
+            raise QueuelakeError(
+                f"--where must be a single boolean expression over messages; {predicate!r} holds a subquery "
+                "(SELECT): refused"
+            )
+        why = _REFUSED_FUNCTIONS.get(word)
+        if why is None:
+            continue
+        called = code[end:].lstrip().startswith("(")
+        if called or word in _BARE_TIME:
+            raise QueuelakeError(
+                f"--where {predicate!r} calls {word}(), which is {why}: a rerun of the replay must select the "
+                "same rows, so use literal values (e.g. time_of_failure >= '2026-05-01T00:00:00Z')"
+            )
+    return predicate.strip()
+
+
+def _spark_reason(exc: BaseException) -> str:
+    """The first meaningful line of a Spark error, without the JVM stack."""
+    for line in str(exc).splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "JVM stacktrace", "== ")):
+            return line[:400]
+    return type(exc).__name__
+
+
+def validate_against(df: DataFrame, predicate: str) -> DataFrame:
+    """``df`` filtered by the predicate; Spark parses it as one expression and checks it is a boolean
+    over the journal's columns (not an aggregate, not a statement)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    try:
+        condition = F.expr(predicate)
+        kind = df.select(condition.alias("p")).schema[0].dataType
+        if not isinstance(kind, BooleanType):
+            raise QueuelakeError(f"--where {predicate!r} is a {kind.simpleString()}, not a boolean predicate")
+        return df.where(condition)
+    except QueuelakeError:
+        raise
+    except Exception as exc:  # ParseException, AnalysisException (Spark Classic or Connect)
+        raise QueuelakeError(f"--where {predicate!r} is not a predicate over messages: {_spark_reason(exc)}") from None

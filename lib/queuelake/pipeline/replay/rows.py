@@ -1,0 +1,158 @@
+"""The selected rows: which of them go where (a retry to its FailedQ, a replay to its endpoint or
+``--to``) or why not, and their headers and bodies read back from the journal's files by row.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from queuelake.config import Config
+from queuelake.errors import QueuelakeError
+from queuelake.transport import schema
+from queuelake.transport.db import Connection
+from queuelake.transport.tables import TableRef, queue_ref
+
+# The selection's small columns (no headers, no bodies): what planning, dry runs and counts need.
+KEY_COLUMNS = [
+    "queue",
+    "seq",
+    "id",
+    "outcome",
+    "error",
+    "message_id",
+    "message_type",
+    "failed_queue",
+    "processing_endpoint",
+]
+
+EMPTY_KEYS = pa.schema(
+    [(c, pa.int64() if c == "seq" else pa.string()) for c in KEY_COLUMNS]
+    + [("is_failure", pa.bool_()), ("is_audit", pa.bool_()), ("file", pa.string()), ("row_index", pa.int64())]
+)
+
+
+@dataclass
+class Row:
+    """One selected landed row: identity, where it goes (or why not), where its content is."""
+
+    queue: str
+    seq: int
+    id: str
+    message_id: str | None
+    message_type: str | None
+    kind: str  # retry | redirect | replay
+    address: str | None  # the destination as written (FailedQ, endpoint, --to, or the row's queue)
+    file: str
+    index: int
+    target: TableRef | None = None
+    reason: str | None = None
+
+
+def kinds(keys: pa.Table, to: str | None) -> list[tuple[str, str | None, str | None]]:
+    """(kind, address, reason-if-none) per landed row, from the small columns."""
+    out: list[tuple[str, str | None, str | None]] = []
+    for failed_queue, failure, audited, endpoint, queue in zip(
+        keys.column("failed_queue").to_pylist(),
+        keys.column("is_failure").to_pylist(),
+        keys.column("is_audit").to_pylist(),
+        keys.column("processing_endpoint").to_pylist(),
+        keys.column("queue").to_pylist(),
+        strict=True,
+    ):
+        if to is not None:
+            out.append(("redirect" if failure else "replay", to, None))
+        elif failure:
+            if failed_queue is None or not failed_queue.strip():
+                out.append(
+                    ("retry", None, "no NServiceBus.FailedQ header: the queue it failed in is unknown (use --to)")
+                )
+            else:
+                out.append(("retry", failed_queue, None))
+        elif endpoint:
+            out.append(("replay", endpoint, None))
+        elif audited:
+            reason = "an audited message without NServiceBus.ProcessingEndpoint: its queue is unknown (use --to)"
+            out.append(("replay", None, reason))
+        else:
+            out.append(("replay", queue, None))  # drained from its own queue: back there
+    return out
+
+
+class Verdicts:
+    """Each address parsed and checked once per run: (queue, None) or (None, reason naming it)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.cache: dict[str, tuple[TableRef | None, str | None]] = {}
+
+    def __call__(self, conn: Connection, address: str, kind: str) -> tuple[TableRef | None, str | None]:
+        verdict = self.cache.get(address)
+        if verdict is None:
+            label = "NServiceBus.FailedQ" if kind == "retry" else "destination"
+            try:
+                ref = queue_ref(address, self.config.transport)
+            except QueuelakeError as exc:
+                verdict = (None, f"{label} {address!r} is not a queue address: {exc}")
+            else:
+                problem = schema.delivery_problem(conn, ref)
+                verdict = (ref, None) if problem is None else (None, f"{label} {address!r}: {problem}")
+            self.cache[address] = verdict
+        return verdict
+
+
+# ---------------------------------------------------------------- reading content
+
+
+class Content:
+    """Headers and bodies of selected rows, read from the journal's Parquet files of version V by
+    (file, row index). A replay batch of rows in (queue, seq) order touches few files; the last
+    few files read stay cached, so memory holds a batch and a handful of files, never the selection."""
+
+    CACHED_FILES = 3
+
+    def __init__(self, uris: list[str]) -> None:
+        self.by_name = {u.rsplit("/", 1)[-1]: u for u in uris}
+        self.cache: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
+
+    def uri(self, spark_path: str) -> str:
+        from urllib.parse import unquote
+
+        name = unquote(spark_path.rsplit("/", 1)[-1])
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise QueuelakeError(f"journal file {name} is not in the planned journal version") from None
+
+    def _file(self, uri: str) -> pa.Table:
+        table = self.cache.get(uri)
+        if table is not None:
+            self.cache.move_to_end(uri)
+            return table
+        from queuelake.lake.storage import filesystem as lake_filesystem
+
+        filesystem, path = lake_filesystem(uri)  # with the lake's storage options (object storage)
+        table = pq.ParquetFile(path, filesystem=filesystem).read(columns=["headers", "body"])
+        self.cache[uri] = table
+        while len(self.cache) > self.CACHED_FILES:
+            self.cache.popitem(last=False)
+        return table
+
+    def read(self, rows: list[Row]) -> list[tuple[list[tuple[str, str | None]] | None, bytes | None]]:
+        """(headers as pairs, body) per row, in the order given."""
+        out: list[Any] = [None] * len(rows)
+        by_file: dict[str, list[int]] = {}
+        for i, r in enumerate(rows):
+            by_file.setdefault(r.file, []).append(i)
+        for file, positions in by_file.items():
+            table = self._file(self.uri(file))
+            taken = table.take(pa.array([rows[i].index for i in positions], pa.int64()))
+            headers = taken.column("headers").to_pylist()
+            bodies = taken.column("body").to_pylist()
+            for j, i in enumerate(positions):
+                out[i] = (headers[j], bodies[j])
+        return out
