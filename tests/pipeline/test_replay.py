@@ -179,6 +179,74 @@ def test_retry_headers_strip_what_servicecontrol_strips() -> None:
     assert "ServiceControl.Retry.AcknowledgementQueue" not in retry_headers(original, None)
 
 
+_NAMES = st.sampled_from(
+    [
+        hdr.MESSAGE_ID,
+        hdr.PROCESSING_ENDPOINT,
+        hdr.FAILED_QUEUE,
+        hdr.REPLY_TO_ADDRESS,
+        hdr.TIME_TO_BE_RECEIVED,
+        "NServiceBus.ExceptionInfo.StackTrace",
+        "NServiceBus.Retries",
+        "ServiceControl.Retry.StagingId",
+        "ServiceControl.Retry.UniqueMessageId",
+        "ServiceControl.Retry.AcknowledgementQueue",
+        "queuelake.Replay.Id",
+        "queuelake.Replay.Source",
+        "queuelake.Replay.OriginalMessageId",
+        "Custom",
+        'with "quotes" \\ and \n',
+    ]
+)
+_VALUES = st.one_of(st.none(), st.sampled_from(["", "Billing", "00:10:00", "m-1", "q@machine"]), st.text(max_size=8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    maps=st.lists(st.one_of(st.none(), st.lists(st.tuples(_NAMES, _VALUES), max_size=8)), min_size=1, max_size=6),
+    kinds=st.lists(st.sampled_from(["retry", "redirect", "replay"]), min_size=6, max_size=6),
+    message_ids=st.lists(st.one_of(st.none(), st.just("drained-id")), min_size=6, max_size=6),
+    ack=st.one_of(st.none(), st.just("Acks")),
+)
+def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) -> None:
+    """The bulk header rewrite gives each message exactly what the per-message rules give
+    (``retry_headers``; a replay's new MessageId), whatever the map holds: repeated names (the last
+    wins), names the replay sets itself, null values, text JSON must escape, no headers at all."""
+    import pyarrow as pa
+    from queuelake.config import from_dict as config_from
+    from queuelake.pipeline.outgoing import name_uuid
+    from queuelake.pipeline.replay import messages
+    from queuelake.pipeline.replay.rows import HEADERS_TYPE, Row
+
+    cfg = config_from({"transport": {"connection": "postgresql://x@localhost/y"}, "lake": {"root": "/l"}}, env={})
+    target = queue_ref("Billing", cfg.transport)
+    rows = [
+        Row("error", i, f"row-{i}", message_ids[i], "T", kinds[i], "Billing", "f", i, target=target)
+        for i in range(len(maps))
+    ]
+    content = pa.table(
+        {"headers": pa.array(maps, HEADERS_TYPE), "body": pa.array([b"b%d" % i for i in range(len(maps))])}
+    )
+    built = list(messages.build("r-1", rows, content, ack))
+    assert [row for row, _ in built] == rows
+    for (row, message), pairs in zip(built, maps, strict=True):
+        original = dict(pairs or [])
+        if row.kind == "replay":
+            expected = dict(original)
+            expected[hdr.MESSAGE_ID] = name_uuid(f"replay\nr-1\n{row.message_id}\n{target.canonical}")
+            if row.message_id is not None:
+                expected["queuelake.Replay.OriginalMessageId"] = row.message_id
+        else:
+            expected = retry_headers(original, ack)
+            if not expected.get(hdr.MESSAGE_ID) and row.message_id:
+                expected[hdr.MESSAGE_ID] = row.message_id
+        expected |= {"queuelake.Replay.Id": "r-1", "queuelake.Replay.Kind": row.kind}
+        expected["queuelake.Replay.Source"] = f"error@{row.seq}"
+        assert orjson.loads(message.headers) == expected
+        assert message.ttbr_ms == timespan_ms(original.get(hdr.TIME_TO_BE_RECEIVED))
+        assert message.body == b"b%d" % row.seq
+
+
 def test_timespans() -> None:
     assert timespan_ms("00:00:10") == 10_000
     assert timespan_ms("1.00:00:00") == 86_400_000

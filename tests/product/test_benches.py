@@ -90,6 +90,17 @@ def test_publish_bench_measures_both_modes_against_both_raw_limits(fresh_pg_uri:
         assert summary["ratio"] > 0 and summary["ratio_vs_raw_binary"] > 0
 
 
+@pytest.mark.slow
+def test_replay_bench_measures_whole_commands_steps_and_fixed_costs(fresh_pg_uri: str) -> None:
+    result = _bench("replay.py", "--rows", "2000", "--batch-size", "500", "--repeat", "2", "--dsn", fresh_pg_uri)
+    assert result["rows"] == 2000 and len(result["replay_command_seconds_all"]) == 2
+    assert result["raw_rows_per_s"] > 0 and result["replay_rows_per_s"] > 0 and result["ratio"] > 0
+    assert set(result["replay_seconds_by_step"]) >= {"select", "plan", "read", "headers", "send", "ledger"}
+    fixed = result["fixed_seconds"]
+    assert set(fixed) == {"empty_replay", "dry_run_all", "empty_replay_spark_predicate", "bare_spark_start"}
+    assert all(seconds > 0 for seconds in fixed.values())
+
+
 def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
     """An A/B run of two worktrees must measure two codes: the installed (editable) queuelake points
     at one checkout, so a bench that imported it would measure that one from any tree."""

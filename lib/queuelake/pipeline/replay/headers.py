@@ -65,15 +65,29 @@ def unique_message_id(headers: dict[str, str | None]) -> str | None:
     carries (a retry that failed again), else the MD5-based Guid of MessageId + processing endpoint
     name (ProcessingEndpoint, else the queue part of FailedQ, else of ReplyToAddress), as
     ``DeterministicGuid.MakeId`` builds it (.NET Guid byte order: ``bytes_le``)."""
-    existing = headers.get(RETRY_UNIQUE_MESSAGE_ID)
+    return unique_id_of(
+        headers.get(RETRY_UNIQUE_MESSAGE_ID),
+        headers.get(hdr.MESSAGE_ID),
+        headers.get(hdr.PROCESSING_ENDPOINT),
+        headers.get(hdr.FAILED_QUEUE),
+        headers.get(hdr.REPLY_TO_ADDRESS),
+    )
+
+
+def unique_id_of(
+    existing: str | None,
+    message_id: str | None,
+    endpoint: str | None,
+    failed_queue: str | None,
+    reply_to: str | None,
+) -> str | None:
+    """``unique_message_id`` from the header values it reads (a batch looks them up in bulk)."""
     if existing:
         return existing
-    message_id = headers.get(hdr.MESSAGE_ID)
-    endpoint = headers.get(hdr.PROCESSING_ENDPOINT)
-    if endpoint is None and headers.get(hdr.FAILED_QUEUE) is not None:
-        endpoint = _queue_part(headers[hdr.FAILED_QUEUE] or "")
-    if endpoint is None and headers.get(hdr.REPLY_TO_ADDRESS) is not None:
-        endpoint = _queue_part(headers[hdr.REPLY_TO_ADDRESS] or "")
+    if endpoint is None and failed_queue is not None:
+        endpoint = _queue_part(failed_queue)
+    if endpoint is None and reply_to is not None:
+        endpoint = _queue_part(reply_to)
     if message_id is None or endpoint is None:
         return None
     x = hashlib.md5(f"{message_id}{endpoint}".encode(), usedforsecurity=False).hexdigest()

@@ -30,14 +30,15 @@ for, since a successful retry then sends an acknowledgement to that queue). Ever
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
+import gc
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,23 +50,14 @@ from queuelake.lake import tables
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES
-from queuelake.pipeline.outgoing import name_uuid
+from queuelake.pipeline.replay import messages
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.arrow_selection import select_keys
-from queuelake.pipeline.replay.headers import (
-    REPLAY_ID,
-    REPLAY_KIND,
-    REPLAY_ORIGINAL_MESSAGE_ID,
-    REPLAY_SOURCE,
-    retry_headers,
-    timespan_ms,
-)
 from queuelake.pipeline.replay.plan import Plan, ReplayOptions, batch_key, new_replay_id
 from queuelake.pipeline.replay.predicate import validate_against
 from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS, Content, Row, Verdicts, kinds
 from queuelake.pipeline.runs import RUNS, append_runs, record_engine
 from queuelake.report import log
-from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, locks, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
@@ -130,6 +122,8 @@ class Replayer:
         self.sending = False  # set once the plan is in the ledger: from then on the run is recorded
         self.sent_per_destination: collections.Counter[str] = collections.Counter()
         self._files: list[str] | None = None
+        # seconds per step (select, plan, read, headers, send, ledger): where a replay's time goes
+        self.steps: collections.defaultdict[str, float] = collections.defaultdict(float)
 
     # -- selection ------------------------------------------------------------------------------
 
@@ -261,49 +255,49 @@ class Replayer:
     def _messages(
         self, replay_id: str, rows: list[Row], content: Content
     ) -> dict[str, tuple[TableRef, list[OutgoingMessage]]]:
-        ack = self.options.ack_queue
-        out: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
-        for row, (pairs, body) in zip(rows, content.read(rows), strict=True):
-            original = dict(pairs or [])
-            assert row.target is not None
-            if row.kind == "replay":
-                headers = dict(original)
-                mid = name_uuid(f"replay\n{replay_id}\n{row.message_id}\n{row.target.canonical}")
-                headers[hdr.MESSAGE_ID] = mid
-                if row.message_id is not None:
-                    headers[REPLAY_ORIGINAL_MESSAGE_ID] = row.message_id
-            else:  # retry, redirect: the message's own identity, as ServiceControl sends it back
-                headers = retry_headers(original, ack)
-                if not headers.get(hdr.MESSAGE_ID) and row.message_id:
-                    headers[hdr.MESSAGE_ID] = row.message_id  # it had none: the drained row's id
-            headers[REPLAY_ID] = replay_id
-            headers[REPLAY_KIND] = row.kind
-            headers[REPLAY_SOURCE] = f"{row.queue}@{row.seq}"
-            row_id = name_uuid(f"replay-row\n{replay_id}\n{row.queue}\n{row.seq}\n{row.id}")
-            message = OutgoingMessage(
-                orjson.dumps(headers).decode(),  # names and values are strings already (map<string,string>)
-                body,
-                id=row_id,
-                ttbr_ms=timespan_ms(original.get(hdr.TIME_TO_BE_RECEIVED)),
-            )
-            out.setdefault(row.target.canonical, (row.target, []))[1].append(message)
+        """The batch's messages grouped by destination: its rows' content read from the journal's
+        files, headers rewritten."""
+        with self.timed("read"):
+            contents = content.read(rows)
+        with self.timed("headers"):
+            out: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
+            for row, message in messages.build(replay_id, rows, contents, self.options.ack_queue):
+                assert row.target is not None
+                out.setdefault(row.target.canonical, (row.target, []))[1].append(message)
         return out
 
     def _send_batch(
-        self, conn: Connection, replay_id: str, key: str, rows: list[Row], content: Content, due: float | None
+        self,
+        conn: Connection,
+        replay_id: str,
+        key: str,
+        rows: list[Row],
+        built: dict[str, tuple[TableRef, list[OutgoingMessage]]],
+        due: float | None,
     ) -> None:
         """One DB transaction: the batch's inserts into every destination and its ledger row. With
         --max-rate, the commit waits until ``due`` (monotonic), so the rows become visible on pace."""
-        for ref, messages in self._messages(replay_id, rows, content).values():
-            queues.send(conn, ref, messages)
-        self._insert_ledger(conn, replay_id, key, len(rows))
+        with self.timed("send"):
+            for ref, outgoing in built.values():
+                queues.send(conn, ref, outgoing)
         if due is not None:
             wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-        hooks.checkpoint("before_replay_commit")
-        conn.commit()
+        with self.timed("ledger"):
+            self._insert_ledger(conn, replay_id, key, len(rows))
+            hooks.checkpoint("before_replay_commit")
+            conn.commit()
         hooks.checkpoint("after_replay_commit")
+
+    @contextlib.contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        """Adds the block's seconds to ``steps[step]`` (the summary's ``seconds_by_step``)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.steps[step] += time.perf_counter() - started
 
     # -- the whole --------------------------------------------------------------------------------
 
@@ -335,8 +329,9 @@ class Replayer:
             assert version is not None
             result.journal_version = version
             t0 = time.monotonic()
-            keys = self._select(version)
-            rows, others = self._rows(keys)
+            with self.timed("select"):
+                keys = self._select(version)
+                rows, others = self._rows(keys)
             result.matched = keys.num_rows
             log.info(
                 "replay %s: %d journal row(s) match at version %d, %d of them landed; %d selected%s (%.1fs)",
@@ -353,6 +348,7 @@ class Replayer:
                     f"replay {replay_id}: the predicate now selects {len(rows)} landed row(s) at journal version "
                     f"{version}, its plan {plan.total}: the selection is not reproducible; start a new replay"
                 )
+            plan_started = time.perf_counter()
             self._resolve(conn, rows)
             conn.rollback()
             size = plan.batch_size if plan is not None else opts.effective_batch_size()
@@ -362,6 +358,7 @@ class Replayer:
             records = self._skip_records(replay_id or "", rows, others)
             new, reasons, skip = self._settle_skips(replay_id, size, done, rows, records)
             self._count(result, rows, reasons, skip)
+            self.steps["plan"] += time.perf_counter() - plan_started
             if opts.dry_run:
                 return result
             assert replay_id is not None
@@ -370,11 +367,19 @@ class Replayer:
                 self._insert_ledger(conn, replay_id, plan.key(), 0)
                 conn.commit()
             self.sending = True
-            self._record_skips(replay_id, new)
+            with self.timed("plan"):
+                self._record_skips(replay_id, new)
             for r in rows:
                 if (r.queue, r.seq) in skip:
                     r.target = None
-            self._send(conn, replay_id, plan, done, rows)
+            # The plan's objects (a Row per selected row) live until the end: kept out of the garbage
+            # collector's full passes, which walked them all again and again while batches allocate
+            # (a third of the header rewriting's time at 100,000 rows).
+            gc.freeze()
+            try:
+                self._send(conn, replay_id, plan, done, rows)
+            finally:
+                gc.unfreeze()
         return result
 
     def _lock(self, conn: Connection, replay_id: str) -> None:
@@ -453,6 +458,8 @@ class Replayer:
         return new, reasons, skip
 
     def _send(self, conn: Connection, replay_id: str, plan: Plan, done: set[int], rows: list[Row]) -> None:
+        """The batches not in the ledger, in order. (Building the next batch in a thread while this
+        one's COPY runs was tried: the GIL left nothing to overlap, the medians of five runs were equal.)"""
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
         content = Content(self.journal_files(plan.version))
@@ -469,7 +476,7 @@ class Replayer:
             due = None if opts.max_rate is None else started + (sent + len(batch)) / opts.max_rate
             t_batch = time.monotonic()
             try:
-                self._send_batch(conn, replay_id, key, batch, content, due)
+                self._send_batch(conn, replay_id, key, batch, self._messages(replay_id, batch, content), due)
             except QueuelakeError as exc:
                 conn.rollback()
                 result.status = "failed"
@@ -606,8 +613,10 @@ def replay(
             replayer.record(replayer.result)
         raise
     if not options.dry_run:
-        replayer.record(result)
+        with replayer.timed("record"):
+            replayer.record(result)
     summary = dict(result.__dict__)
+    summary["seconds_by_step"] = {step: round(s, 3) for step, s in replayer.steps.items()}
     if options.dry_run:
         for k in ("rows_sent", "total_sent", "batches_sent", "seconds_sending", "rate", "failed_batches"):
             summary.pop(k)

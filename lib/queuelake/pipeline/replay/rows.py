@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -108,6 +108,9 @@ class Verdicts:
 # ---------------------------------------------------------------- reading content
 
 
+HEADERS_TYPE = pa.map_(pa.string(), pa.string())
+
+
 class Content:
     """Headers and bodies of selected rows, read from the journal's Parquet files of version V by
     (file, row index). A replay batch of rows in (queue, seq) order touches few files; the last
@@ -142,17 +145,19 @@ class Content:
             self.cache.popitem(last=False)
         return table
 
-    def read(self, rows: list[Row]) -> list[tuple[list[tuple[str, str | None]] | None, bytes | None]]:
-        """(headers as pairs, body) per row, in the order given."""
-        out: list[Any] = [None] * len(rows)
+    def read(self, rows: list[Row]) -> pa.Table:
+        """``headers`` and ``body`` of each row, in the order given, as one Arrow table."""
+        if not rows:
+            return pa.table({"headers": pa.array([], HEADERS_TYPE), "body": pa.array([], pa.binary())})
         by_file: dict[str, list[int]] = {}
         for i, r in enumerate(rows):
             by_file.setdefault(r.file, []).append(i)
+        parts, order = [], []
         for file, positions in by_file.items():
             table = self._file(self.uri(file))
-            taken = table.take(pa.array([rows[i].index for i in positions], pa.int64()))
-            headers = taken.column("headers").to_pylist()
-            bodies = taken.column("body").to_pylist()
-            for j, i in enumerate(positions):
-                out[i] = (headers[j], bodies[j])
-        return out
+            parts.append(table.take(pa.array([rows[i].index for i in positions], pa.int64())))
+            order.extend(positions)
+        taken = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        if len(parts) > 1:
+            taken = taken.take(pa.array(np.argsort(np.array(order), kind="stable")))
+        return taken.combine_chunks()
