@@ -21,6 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(args: list[str], uri: str, cwd: Path) -> dict:
+    return cli_logged(args, uri, cwd)[0]
+
+
+def cli_logged(args: list[str], uri: str, cwd: Path) -> tuple[dict, str]:
+    """(the JSON summary, stderr) of one command."""
     proc = subprocess.run(
         [sys.executable, "-m", "queuelake", *args],
         env={**os.environ, "QUEUELAKE_CONNECTION": uri},
@@ -31,7 +36,7 @@ def cli(args: list[str], uri: str, cwd: Path) -> dict:
     )
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == (0 if summary["status"] == "ok" else 1)
-    return summary
+    return summary, proc.stderr
 
 
 @pytest.mark.slow
@@ -80,8 +85,18 @@ def test_run_then_maintain(fresh_pg_uri: str, tmp_path: Path) -> None:
     body = orjson.loads(rows[0].body)
     assert body == {**body, "Endpoint": "Sales", "MessageType": "Sales.Messages.Events.OrderPlaced", "Messages": 250}
 
-    second = cli(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)  # nothing new anywhere
+    second, log = cli_logged(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)  # nothing new anywhere
+    assert second["status"] == "ok", second
     assert second["drain"]["dequeued"] == 0 and second["publish"]["copies"] == 0
+    assert second["transform"]["transforms"][0]["note"] == "nothing new"
+    # an idle run starts no Spark: it says so, and the JVM's start-up line never shows
+    assert "transform: nothing new, no Spark session started" in log, log
+    assert "publish: nothing new, no Spark session started" in log, log
+    assert "incubator" not in log and "SparkContext" not in log, log
+    for command in ("transform", "publish"):  # the same on their own
+        idle, log = cli_logged([command, "-c", str(conf)], fresh_pg_uri, tmp_path)
+        assert idle["status"] == "ok", idle
+        assert f"{command}: nothing new, no Spark session started" in log and "incubator" not in log, log
 
     maintained = cli(["maintain", "-c", str(conf)], fresh_pg_uri, tmp_path)
     assert maintained["status"] == "ok"

@@ -267,6 +267,7 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(commands.config_mod, "load", lambda path: object())
     monkeypatch.setattr(commands, "_spark", lambda cfg, spark: None)
     monkeypatch.setattr(commands, "lake_for", lambda cfg, spark=None: None)
+    monkeypatch.setattr(commands, "runs_only_lake", lambda cfg: None)
     monkeypatch.setattr(drain, "drain", step("drain", stop=True))
     monkeypatch.setattr(transform, "transform", step("transform"))
     monkeypatch.setattr(publish, "publish", step("publish"))

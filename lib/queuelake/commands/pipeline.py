@@ -50,19 +50,17 @@ def _spark(cfg: Config, spark: SparkSession | None) -> SparkSession:
 
 
 def transform(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    from queuelake.pipeline.transform import transform as run_transform
+    from queuelake.pipeline import transform as step
 
     cfg = config_mod.load(args.config)
-    session = _spark(cfg, spark)
-    return run_transform(cfg, session, lake_for(cfg, session))
+    return Sessions(cfg, spark).step(step.transform, step.pending)
 
 
 def publish(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    from queuelake.pipeline.publish import publish as run_publish
+    from queuelake.pipeline import publish as step
 
     cfg = config_mod.load(args.config)
-    session = _spark(cfg, spark)
-    return run_publish(cfg, session, lake_for(cfg, session))
+    return Sessions(cfg, spark).step(step.publish, step.pending)
 
 
 def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
@@ -71,17 +69,16 @@ def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
     A drain that ended "incomplete" (rows held by other sessions) does not stop the later steps, but
     the run reports "incomplete"."""
     from queuelake import stopping
+    from queuelake.pipeline import publish as publish_mod
+    from queuelake.pipeline import transform as transform_mod
     from queuelake.pipeline.drain import drain as run_drain
-    from queuelake.pipeline.publish import publish as run_publish
-    from queuelake.pipeline.transform import transform as run_transform
 
     cfg = config_mod.load(args.config)
-    session = _spark(cfg, spark)
-    lake = lake_for(cfg, session)
+    sessions = Sessions(cfg, spark)
     order = {
-        "drain": lambda: run_drain(cfg, lake, args.queues, args.max_messages, args.max_seconds),
-        "transform": lambda: run_transform(cfg, session, lake),
-        "publish": lambda: run_publish(cfg, session, lake),
+        "drain": lambda: run_drain(cfg, sessions.quiet(), args.queues, args.max_messages, args.max_seconds),
+        "transform": lambda: sessions.step(transform_mod.transform, transform_mod.pending),
+        "publish": lambda: sessions.step(publish_mod.publish, publish_mod.pending),
     }
     steps: dict[str, Any] = {}
     for name, step in order.items():
@@ -99,6 +96,59 @@ def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
     if len(steps) < len(order):
         return {"status": "interrupted", **steps, "skipped": [n for n in order if n not in steps]}
     return {"status": "ok", **steps}
+
+
+class Sessions:
+    """A command's Spark session and lake, the session started only for a step with work to do.
+
+    Why: transform and publish find nothing new on most scheduled runs, and starting Spark to say so
+    was the whole cost of an idle ``run`` (10-20 s). Each step says cheaply whether it has work
+    (``pending``: Delta log lookups and the ledger, no Spark); without work it runs on the lake a
+    drain uses (delta-rs, no session), says "nothing to do" and records its ``runs`` row."""
+
+    def __init__(self, cfg: Config, spark: SparkSession | None) -> None:
+        self.cfg = cfg
+        self.session = spark or active_spark()
+        self.spark_lake = lake_for(cfg, self.session) if self.session is not None else None
+        self._quiet: LakeEngine | None = None
+
+    def quiet(self) -> LakeEngine:
+        """The lake without a session (the drain's), or the session's when there is one."""
+        if self.spark_lake is not None:
+            return self.spark_lake
+        if self._quiet is None:
+            self._quiet = runs_only_lake(self.cfg)
+        return self._quiet
+
+    def with_spark(self) -> tuple[SparkSession, LakeEngine]:
+        if self.spark_lake is None:
+            self.session = _spark(self.cfg, None)
+            self.spark_lake = lake_for(self.cfg, self.session)
+        assert self.session is not None
+        return self.session, self.spark_lake
+
+    def step(self, step: Any, pending: Any) -> dict[str, Any]:
+        """``step(cfg, spark, lake)``, with a session only when ``pending(cfg, lake)`` names work."""
+        if self.spark_lake is not None or pending(self.cfg, self.quiet()):
+            return step(self.cfg, *self.with_spark())
+        # nothing to do: the step says so without a session (one is still started if a concurrent
+        # drain added work in between: the step touches Spark only for work)
+        log.info("%s: nothing new, no Spark session started", step.__module__.rsplit(".", 1)[-1])
+        return step(self.cfg, LazySpark(lambda: self.with_spark()[0]), self.quiet())
+
+
+class LazySpark:
+    """A stand-in for the SparkSession that starts it on first use: what a step that finds nothing
+    to do is handed, so that it never pays for a session it does not touch."""
+
+    def __init__(self, start: Any) -> None:
+        self._start = start
+        self._session: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._session is None:
+            self._session = self._start()
+        return getattr(self._session, name)
 
 
 def maintain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:

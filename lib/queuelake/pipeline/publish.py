@@ -102,16 +102,9 @@ class Publisher:
     def _next_round(self, conn: Connection, output: str, pipeline: str) -> tuple[Round, set[int]]:
         keys = ledger.batch_keys(conn, self.ledger, pipeline, output)
         conn.rollback()
-        rounds: dict[Round, tuple[int, set[int]]] = {}
-        for batch_key in keys:
-            rnd, k, n = parse_round(batch_key)
-            total, done = rounds.setdefault(rnd, (n, set()))
-            done.add(k)
-        latest = max(rounds, key=lambda r: r.upto) if rounds else None
-        if latest is not None:
-            total, done = rounds[latest]
-            if len(done) < max(total, 1):
-                return latest, done  # resume an unfinished round, batch for batch
+        latest, done, finished = last_round(keys)
+        if latest is not None and not finished:
+            return latest, done  # resume an unfinished round, batch for batch
         upto = self.lake.table_version(output)
         if upto is None:
             raise QueuelakeError(f"outbound table {output} does not exist in the lake")
@@ -409,6 +402,45 @@ def _count_accepted(files: list[str], bad_keys: set[str]) -> int:
         if bad_keys:
             total -= pc.sum(pc.is_in(keys, pa.array(list(bad_keys), pa.string()))).as_py() or 0
     return total
+
+
+def last_round(batch_keys: list[str]) -> tuple[Round | None, set[int], bool]:
+    """(the latest round in the ledger, its batches sent, whether all of them were) from the
+    ledger's batch keys of one output."""
+    rounds: dict[Round, tuple[int, set[int]]] = {}
+    for batch_key in batch_keys:
+        rnd, k, n = parse_round(batch_key)
+        rounds.setdefault(rnd, (n, set()))[1].add(k)
+    if not rounds:
+        return None, set(), True
+    latest = max(rounds, key=lambda r: r.upto)
+    total, done = rounds[latest]
+    return latest, done, len(done) >= max(total, 1)
+
+
+def pending(config: Config, lake: LakeEngine) -> list[str]:
+    """The outputs with a round to send: versions past the last round, or a round not finished
+    (cheap: the ledger's keys and a Delta log lookup each, no Spark). An idle scheduled run asks
+    this before starting a Spark session for nothing."""
+    outputs = [o for o in config.publish.outputs if lake.exists(o)]
+    if not outputs:
+        return []
+    ledger_ref = bridge_ref(config.transport.ledger_table, config.transport)
+    names = []
+    with connect(config, "queuelake-publish") as conn:
+        for output in outputs:
+            try:
+                keys = ledger.batch_keys(conn, ledger_ref, f"{config.publish.endpoint}/{output}", output)
+            except QueuelakeError:
+                names.append(output)  # publish itself says what is wrong
+                continue
+            finally:
+                conn.rollback()
+            latest, _, finished = last_round(keys)
+            upto = lake.table_version(output)
+            if latest is None or not finished or (upto is not None and latest.upto < upto):
+                names.append(output)
+    return names
 
 
 def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:

@@ -85,6 +85,20 @@ def rows_in_files(files: list[str]) -> int:
     return sum(parquet_file(uri).metadata.num_rows for uri in files)
 
 
+def pending(config: Config, lake: LakeEngine) -> list[str]:
+    """The transforms with journal versions to read (cheap: two Delta log lookups each, no Spark).
+    An idle scheduled run asks this before starting a Spark session for nothing."""
+    if not config.transforms or not lake.exists(MESSAGES):
+        return []
+    upto = lake.table_version(MESSAGES)
+    names = []
+    for t in config.transforms:
+        after = lake.last_version(t.output, checkpoint_app_id(t.name)) if lake.exists(t.output) else None
+        if upto is not None and (after is None or after < upto):
+            names.append(t.name)
+    return names
+
+
 def run_transform(
     spark: SparkSession,
     lake: LakeEngine,
