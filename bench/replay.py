@@ -13,7 +13,10 @@ Its JSON summary's ``seconds_by_step`` says where the time went.
 fixed costs, whole commands on the same lake: an empty replay (a predicate matching nothing), a dry run
 of all N, an empty replay whose predicate only Spark evaluates, and a bare Spark start for reference.
 
-    python bench/replay.py [--rows 100000] [--batch-size 5000] [--repeat 3] [--dsn URI]
+    python bench/replay.py [--rows 100000] [--batch-size 5000] [--repeat 3] [--modes driver,executors] [--dsn URI]
+
+--modes: ``driver`` sends every batch from the command's own process; ``executors`` from Spark tasks
+(``replay.executors_from_rows: 1``; the command then starts Spark, its start counted).
 
 --repeat N: the replay command is run N times (the queues emptied in between) and the median run is
 reported: on 2 shared cores one run moves by a fifth between runs.
@@ -53,6 +56,7 @@ from queuelake.transport.tables import queue_ref
 EXCEPTION = "System.TimeoutException"
 WHEN = dt.datetime(2026, 11, 2, 8, 30, tzinfo=dt.timezone.utc)
 ROOT = Path(__file__).resolve().parents[1]
+MODES = {"driver": None, "executors": 1}  # replay.executors_from_rows
 
 
 def failed_messages(rows: int):
@@ -114,6 +118,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=5000)
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--repeat", type=int, default=3, help="replay commands run; the median one is reported")
+    parser.add_argument("--modes", default="driver,executors", help="comma-separated: driver, executors")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
@@ -164,33 +169,44 @@ def run(args: argparse.Namespace, work: Path) -> int:
     spark_s = spark_start()
 
     where = f"exception_type = '{EXCEPTION}'"
-    runs = []
-    for attempt in range(args.repeat):
-        if attempt:  # the same retry again, as a new replay: the queues emptied first
+    raw_rate = args.rows / raw_s
+    out = sys.stderr
+    print(f"raw binary COPY: {args.rows} rows in {raw_s:.2f}s ({raw_rate:,.0f} rows/s)", file=out)
+    modes: dict[str, dict] = {}
+    for mode in args.modes.split(","):
+        # the mode is the config's replay.executors_from_rows: never (driver) or from the first row
+        config_file.write_text(yaml.safe_dump({**settings, "replay": {"executors_from_rows": MODES[mode]}}))
+        runs = []
+        for _ in range(args.repeat):  # the same retry again, as a new replay: the queues emptied first
             with psycopg.connect(uri, autocommit=True) as c:
                 for qualified in tables.values():
                     c.execute(f"TRUNCATE {qualified}")
-        seconds, summary = command([*base, "--where", where, "--batch-size", str(args.batch_size)])
-        assert summary["status"] == "ok" and summary["rows_sent"] == args.rows, summary
-        with psycopg.connect(uri) as c:
-            total = sum(c.execute(f"SELECT count(*) FROM {q}").fetchone()[0] for q in tables.values())
-        assert total == args.rows, total
-        runs.append((seconds, summary))
-    replay_s, summary = sorted(runs, key=lambda run: run[0])[len(runs) // 2]  # the median run
-
-    raw_rate = args.rows / raw_s
-    per_row_rate = args.rows / max(replay_s - empty_s, 1e-9)
-    whole_rate = args.rows / replay_s
-    steps = summary["seconds_by_step"]
-    out = sys.stderr
-    print(f"raw binary COPY: {args.rows} rows in {raw_s:.2f}s ({raw_rate:,.0f} rows/s)", file=out)
-    print(
-        f"replay command:  {args.rows} rows in {replay_s:.2f}s, of which the empty replay's {empty_s:.2f}s: "
-        f"{per_row_rate:,.0f} rows/s per row, ratio {per_row_rate / raw_rate:.2f} (target 0.6); "
-        f"as a whole command {whole_rate:,.0f} rows/s, ratio {whole_rate / raw_rate:.2f}",
-        file=out,
-    )
-    print("replay steps (s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), file=out)
+            seconds, summary = command([*base, "--where", where, "--batch-size", str(args.batch_size)])
+            assert summary["status"] == "ok" and summary["rows_sent"] == args.rows, summary
+            with psycopg.connect(uri) as c:
+                total = sum(c.execute(f"SELECT count(*) FROM {q}").fetchone()[0] for q in tables.values())
+            assert total == args.rows, total
+            runs.append((seconds, summary))
+        replay_s, summary = sorted(runs, key=lambda run: run[0])[len(runs) // 2]  # the median run
+        per_row_rate = args.rows / max(replay_s - empty_s, 1e-9)
+        whole_rate = args.rows / replay_s
+        steps = summary["seconds_by_step"]
+        print(
+            f"replay, {mode}: {args.rows} rows in {replay_s:.2f}s, of which the empty replay's {empty_s:.2f}s: "
+            f"{per_row_rate:,.0f} rows/s per row, ratio {per_row_rate / raw_rate:.2f} (target 0.6); "
+            f"as a whole command {whole_rate:,.0f} rows/s, ratio {whole_rate / raw_rate:.2f}",
+            file=out,
+        )
+        print("  steps (s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), file=out)
+        modes[mode] = {
+            "command_seconds": round(replay_s, 2),
+            "command_seconds_all": [round(s, 2) for s, _ in runs],
+            "seconds_by_step": steps,
+            "rows_per_s": round(per_row_rate),
+            "ratio": round(per_row_rate / raw_rate, 3),
+            "whole_command_rows_per_s": round(whole_rate),
+            "whole_command_ratio": round(whole_rate / raw_rate, 3),
+        }
     print(
         f"fixed costs (whole commands, s): empty replay {empty_s:.2f}; dry run of all {args.rows} {dry_s:.2f}; "
         f"empty replay with a predicate only Spark evaluates {spark_empty_s:.2f}; a bare Spark start {spark_s:.2f}",
@@ -204,13 +220,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
                 "drain_seconds": round(drain_s, 2),
                 "raw_binary_copy_seconds": round(raw_s, 2),
                 "raw_rows_per_s": round(raw_rate),
-                "replay_command_seconds": round(replay_s, 2),
-                "replay_command_seconds_all": [round(s, 2) for s, _ in runs],
-                "replay_seconds_by_step": steps,
-                "replay_rows_per_s": round(per_row_rate),
-                "ratio": round(per_row_rate / raw_rate, 3),
-                "whole_command_rows_per_s": round(whole_rate),
-                "whole_command_ratio": round(whole_rate / raw_rate, 3),
+                "modes": modes,
                 "target": 0.6,
                 "fixed_seconds": {
                     "empty_replay": round(empty_s, 2),

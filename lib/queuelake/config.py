@@ -203,6 +203,21 @@ class PublishConfig:
 
 
 @dataclass
+class ReplayConfig:
+    # a replay of at least this many selected rows is sent from Spark executors, a task per few
+    # batches (pipeline/replay/executors.py); null: always from the driver
+    executors_from_rows: int | None = 1_000_000
+
+    def __post_init__(self) -> None:
+        if self.executors_from_rows is not None and (
+            isinstance(self.executors_from_rows, bool)
+            or not isinstance(self.executors_from_rows, int)
+            or self.executors_from_rows < 1
+        ):
+            raise ConfigError("replay.executors_from_rows must be a row count of at least 1, or null")
+
+
+@dataclass
 class Config:
     transport: TransportConfig = field(default_factory=TransportConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
@@ -210,6 +225,7 @@ class Config:
     drain: DrainConfig = field(default_factory=DrainConfig)
     transforms: list[TransformConfig] = field(default_factory=list)
     publish: PublishConfig = field(default_factory=PublishConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
     source: str | None = None  # the file it came from, for messages
 
 
@@ -219,6 +235,7 @@ _SECTIONS: dict[str, type] = {
     "spark": SparkConfig,
     "drain": DrainConfig,
     "publish": PublishConfig,
+    "replay": ReplayConfig,
 }
 
 

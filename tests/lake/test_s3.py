@@ -244,9 +244,21 @@ def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_p
     assert any(k.startswith(f"{prefix}/outbound_activity/_delta_log/") for k in keys)
     assert not list(tmp_path.glob("**/_delta_log")), "nothing may land on the local disk"
 
+    # replay reads the journal's files from the store without Spark (the selection and the bodies)
+    where = 'queue = \'"public"."Sales"\' AND seq >= 0'
+    replay = ["replay", "-c", str(conf), "--where", where, "--to", "Monitoring", "--limit", "10"]
+    replayed, out = _cli(replay, env, tmp_path)
+    assert replayed["status"] == "ok" and replayed["selected_by"] == "arrow", out[-3000:]
+    assert replayed["matched"] == 250 and replayed["rows_sent"] == 10, replayed
+    assert "no Spark needed" in out and SECRET not in out
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}}, env={})
+    with db.connect(cfg.transport) as conn:
+        assert len(queues.receive_batch(conn, queue_ref("Monitoring", cfg.transport), 100)) == 10
+        conn.commit()
+
     maintained, out = _cli(["maintain", "-c", str(conf)], env, tmp_path)
     assert maintained["status"] == "ok", out[-3000:]
-    assert {"messages", "runs", "outbound_activity"} <= set(maintained["tables"])
+    assert {"messages", "runs", "outbound_activity", "replays"} <= set(maintained["tables"])
     assert maintained["tables"]["outbound_activity"]["engine"] == engine
     assert SECRET not in out
 

@@ -320,8 +320,10 @@ def failures(fresh_pg_uri: str, tmp_path: Path):
     return cfg, errors, unsendable, audited
 
 
-def test_retry_round_trip(failures, spark) -> None:
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_retry_round_trip(failures, spark, from_rows: int | None) -> None:
     cfg, errors, unsendable, _ = failures
+    cfg.replay.executors_from_rows = from_rows  # 1: every batch is sent by a Spark task
     summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
     assert summary["status"] == "ok", summary
     rid = summary["replay_id"]
@@ -517,6 +519,57 @@ def test_exactly_once_replay_under_sigkill(fresh_pg_uri: str, tmp_path: Path, sp
     assert kills >= 6, f"only {kills} kills landed"
     ledger = sql(cfg, "SELECT count(*) FROM queuelake_publish_ledger WHERE pipeline = 'replay/kill-test'")[0][0]
     assert 1 < ledger < 51, f"the kills should have left the replay part-way: {ledger} ledger rows (plan + batches)"
+    final = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
+    want = {q: set() for q in ("Billing", "Shipping")}
+    for m in messages:
+        h = hdr.decode_map(m.headers)
+        want[h[hdr.FAILED_QUEUE]].add(h[hdr.MESSAGE_ID])
+    for queue, ids in want.items():
+        got = [hdr.decode_map(r.headers)[hdr.MESSAGE_ID] for r in drain_all(cfg, queue)]
+        assert len(got) == len(set(got)), f"{queue}: {len(got) - len(set(got))} duplicates"
+        assert set(got) == ids, f"{queue}: {len(ids - set(got))} missing"
+
+
+@pytest.mark.slow
+def test_exactly_once_replay_from_executors_under_kills(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """Spark tasks killed at their commits (just before it, just after it: an executor dying), then the
+    driver killed at random instants, then a clean rerun: each message reaches its queue once."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["error"])
+    install(cfg, ["Billing", "Shipping"])
+    n = 20_000
+    messages = [
+        failed(m, "Billing" if i % 2 else "Shipping", TIMEOUT) for i, m in enumerate(traffic.order_events(n, seed=8))
+    ]
+    send(cfg, "error", messages)
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == n
+    conf = tmp_path / "replay.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+                "replay": {"executors_from_rows": 1},
+            }
+        )
+    )
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    args = [sys.executable, "-c", KILL_SCRIPT, str(conf), f"exception_type = '{TIMEOUT}'", "kill-executors"]
+    rng = random.Random(11)
+    for _ in range(4):  # a task's worker SIGKILLed at its commit: the job fails, the run says so
+        point = f"{rng.choice(['before', 'after'])}_replay_commit:{rng.randint(1, 3)}"
+        proc = subprocess.run(args, env={**env, "QUEUELAKE_TEST_KILL_AT": point}, capture_output=True, text=True)
+        assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] in ("ok", "failed"), proc.stderr[-3000:]
+    for _ in range(2):  # the driver killed at a random instant
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(3.0, 9.0))
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    ledger = sql(cfg, "SELECT count(*) FROM queuelake_publish_ledger WHERE pipeline = 'replay/kill-executors'")[0][0]
+    assert 1 < ledger, "the kills should have left batches in the ledger"
     final = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
     want = {q: set() for q in ("Billing", "Shipping")}

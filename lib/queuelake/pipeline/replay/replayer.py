@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake import hooks, stopping
+from queuelake import stopping
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
@@ -50,7 +50,7 @@ from queuelake.lake import tables
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES
-from queuelake.pipeline.replay import messages
+from queuelake.pipeline.replay import executors
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.arrow_selection import select_keys
 from queuelake.pipeline.replay.plan import Plan, ReplayOptions, batch_key, new_replay_id
@@ -58,7 +58,7 @@ from queuelake.pipeline.replay.predicate import validate_against
 from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS, Content, Row, Verdicts, kinds
 from queuelake.pipeline.runs import RUNS, append_runs, record_engine
 from queuelake.report import log
-from queuelake.transport import ledger, locks, queues
+from queuelake.transport import ledger, locks
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef, bridge_ref
@@ -260,11 +260,7 @@ class Replayer:
         with self.timed("read"):
             contents = content.read(rows)
         with self.timed("headers"):
-            out: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
-            for row, message in messages.build(replay_id, rows, contents, self.options.ack_queue):
-                assert row.target is not None
-                out.setdefault(row.target.canonical, (row.target, []))[1].append(message)
-        return out
+            return executors.grouped(replay_id, rows, contents, self.options.ack_queue)
 
     def _send_batch(
         self,
@@ -278,17 +274,13 @@ class Replayer:
         """One DB transaction: the batch's inserts into every destination and its ledger row. With
         --max-rate, the commit waits until ``due`` (monotonic), so the rows become visible on pace."""
         with self.timed("send"):
-            for ref, outgoing in built.values():
-                queues.send(conn, ref, outgoing)
+            executors.send_messages(conn, built)
         if due is not None:
             wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
         with self.timed("ledger"):
-            self._insert_ledger(conn, replay_id, key, len(rows))
-            hooks.checkpoint("before_replay_commit")
-            conn.commit()
-        hooks.checkpoint("after_replay_commit")
+            executors.commit_batch(conn, self.ledger, replay_id, key, len(rows))
 
     @contextlib.contextmanager
     def timed(self, step: str) -> Iterator[None]:
@@ -462,6 +454,10 @@ class Replayer:
         one's COPY runs was tried: the GIL left nothing to overlap, the medians of five runs were equal.)"""
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
+        threshold = self.config.replay.executors_from_rows
+        if threshold is not None and len(rows) >= threshold and opts.max_rate is None:
+            self._send_on_executors(replay_id, plan, done, rows)
+            return
         content = Content(self.journal_files(plan.version))
         started = time.monotonic()
         sent = 0
@@ -505,6 +501,58 @@ class Replayer:
                 result.rate,
                 left,
             )
+
+    def _send_on_executors(self, replay_id: str, plan: Plan, done: set[int], rows: list[Row]) -> None:
+        """The batches not in the ledger, sent by Spark tasks (``executors.py``); the outcomes are
+        counted here as the driver's loop counts its own."""
+        from queuelake.lake.storage import registered
+
+        result = self.result
+        n, size = plan.batches, plan.batch_size
+        units = [
+            executors.Unit(k, batch_key(k, n, size), [r for r in rows[k * size : (k + 1) * size] if r.target])
+            for k in range(n)
+            if k not in done
+        ]
+        files = self.journal_files(plan.version)
+        job = executors.Job(
+            config=self.config,
+            replay_id=replay_id,
+            ledger=self.ledger,
+            files=tuple(files),
+            ack_queue=self.options.ack_queue,
+            log_level=executors.log_level(),
+            storage=registered(files[0]) if files else None,
+        )
+        log.info("replay %s: %d batch(es) sent by Spark tasks", replay_id, len(units))
+        started = time.monotonic()
+        with self.timed("executors"):
+            try:
+                outcomes = executors.send_units(self._session(), job, units)
+            except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
+                result.status, result.error = "failed", executors.task_error(exc)
+                log.error("replay %s: %s", replay_id, result.error)
+                return
+        for outcome in outcomes:
+            if outcome["status"] == "failed":
+                result.status = "failed"
+                result.failed_batches.append(outcome["key"])
+                result.error = outcome["error"]
+            elif outcome["status"] == "sent":
+                result.rows_sent += outcome["rows"]
+                result.total_sent += outcome["rows"]
+                result.batches_sent += 1
+                self.sent_per_destination.update(outcome["destinations"])
+        elapsed = time.monotonic() - started
+        result.seconds_sending = round(elapsed, 3)
+        result.rate = round(result.rows_sent / elapsed, 1) if elapsed else 0.0
+        log.info(
+            "replay %s: %d row(s) in %d batch(es) sent from executors at %.0f msg/s",
+            replay_id,
+            result.rows_sent,
+            result.batches_sent,
+            result.rate,
+        )
 
     def journal_files(self, version: int) -> list[str]:
         if self._files is None:

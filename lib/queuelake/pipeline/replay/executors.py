@@ -1,0 +1,162 @@
+"""Send a large replay's batches from Spark executors: each task sends its own batches, each with its
+ledger row, as publish does for a large round.
+
+Why: on the driver one Python process reads every selected row's headers and body and rewrites the
+headers, and that work (not the database) bounds a replay's rate. Here the plan is made on the
+driver as before (the selection at version V, the destinations checked, the skipped rows recorded in
+``replay_skipped`` before anything is sent, the plan row in the ledger), then the batches are shipped
+to Spark tasks, a few batches each. A task reads its rows' content from the journal's files itself,
+builds the messages as the driver would (``messages.build``), and sends each batch with its ledger
+row ``k/N@B`` in one transaction. Before sending, a task reads which batches the ledger already has,
+so a task Spark retries, or a rerun after a kill at any instant, skips them: each selected row
+reaches its destination exactly once, as from the driver. ``--max-rate`` replays stay on the driver
+(the pace is one clock).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from queuelake import hooks
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.errors import QueuelakeError
+from queuelake.lake import storage
+from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.replay import messages
+from queuelake.pipeline.replay.rows import Content, Row
+from queuelake.report import log
+from queuelake.transport import ledger, queues
+from queuelake.transport.db import Connection
+from queuelake.transport.queues import OutgoingMessage
+from queuelake.transport.tables import TableRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BATCHES_PER_TASK = 4  # a task opens one DB connection for its batches
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every task needs, pickled once per task: no Spark session, no lake handle."""
+
+    config: Config
+    replay_id: str
+    ledger: TableRef
+    files: tuple[str, ...]  # the journal's files at the planned version (rows name theirs)
+    ack_queue: str | None
+    log_level: int
+    storage: tuple[str, dict[str, str]] | None  # the lake root's storage options (object stores)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One batch of the plan: its index, its ledger key and its deliverable rows."""
+
+    k: int
+    key: str
+    rows: list[Row]
+
+
+def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[str, Any]]:
+    """Run the batches as Spark tasks; one outcome per batch (sent, skipped or failed)."""
+    tasks = max(1, min(len(units), (len(units) + BATCHES_PER_TASK - 1) // BATCHES_PER_TASK))
+    rdd = spark.sparkContext.parallelize(units, tasks)
+    spark.sparkContext.setJobDescription(f"queuelake replay {job.replay_id}")
+    return rdd.mapPartitions(partial(_run_units, job)).collect()
+
+
+def done_batches(conn: Connection, ledger_ref: TableRef, replay_id: str) -> set[int]:
+    """Indexes of the replay's batches in the ledger (the plan row aside)."""
+    recorded = ledger.rows_of_pipeline(conn, ledger_ref, f"replay/{replay_id}")
+    conn.rollback()
+    return {int(r.batch_key.split("/")[0]) for r in recorded if not r.batch_key.startswith("plan:")}
+
+
+def send_messages(conn: Connection, built: dict[str, tuple[TableRef, list[OutgoingMessage]]]) -> None:
+    """The batch's inserts into every destination (in the caller's transaction)."""
+    for ref, outgoing in built.values():
+        queues.send(conn, ref, outgoing)
+
+
+def commit_batch(conn: Connection, ledger_ref: TableRef, replay_id: str, key: str, rows: int) -> None:
+    """The batch's ledger row, then the commit: the batch and its record go together."""
+    ledger.record(conn, ledger_ref, f"replay/{replay_id}", MESSAGES, key, rows, rows)
+    hooks.checkpoint("before_replay_commit")
+    conn.commit()
+    hooks.checkpoint("after_replay_commit")
+
+
+def grouped(
+    replay_id: str, rows: list[Row], content: Content | pa.Table, ack_queue: str | None
+) -> dict[str, tuple[TableRef, list[OutgoingMessage]]]:
+    """The batch's messages by destination (``content``: the journal's files, or the rows' content
+    already read from them)."""
+    read = content.read(rows) if isinstance(content, Content) else content
+    out: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
+    for row, message in messages.build(replay_id, rows, read, ack_queue):
+        assert row.target is not None
+        out.setdefault(row.target.canonical, (row.target, []))[1].append(message)
+    return out
+
+
+def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
+    """A task: send each of its batches not yet in the ledger, each in its own transaction."""
+    if not log.handlers:  # a fresh Python worker: progress to its stderr (the executor's log)
+        from queuelake.report import setup_logging
+
+        setup_logging(job.log_level)
+    if job.storage is not None:  # this worker never opened the lake: give it the root's options
+        storage.register(*job.storage)
+    content = Content(list(job.files))
+    with connect(job.config, "queuelake-replay") as conn:
+        done = done_batches(conn, job.ledger, job.replay_id)
+        started = time.monotonic()
+        sent_rows = 0
+        for unit in units:
+            if unit.k in done:
+                yield {"k": unit.k, "rows": len(unit.rows), "status": "skipped"}
+                continue
+            try:
+                send_messages(conn, grouped(job.replay_id, unit.rows, content, job.ack_queue))
+                commit_batch(conn, job.ledger, job.replay_id, unit.key, len(unit.rows))
+            except QueuelakeError as exc:
+                conn.rollback()
+                if unit.k in done_batches(conn, job.ledger, job.replay_id):  # sent meanwhile by another run
+                    yield {"k": unit.k, "rows": len(unit.rows), "status": "skipped"}
+                    continue
+                log.error("replay %s batch %s failed, nothing of it was sent: %s", job.replay_id, unit.key, exc)
+                yield {"k": unit.k, "rows": len(unit.rows), "status": "failed", "error": str(exc), "key": unit.key}
+                continue
+            sent_rows += len(unit.rows)
+            elapsed = time.monotonic() - started
+            log.info(
+                "replay %s batch %s sent from an executor; this task %d row(s) at %.0f msg/s",
+                job.replay_id,
+                unit.key,
+                sent_rows,
+                sent_rows / elapsed if elapsed else 0,
+            )
+            counts = collections.Counter(r.target.canonical for r in unit.rows if r.target is not None)
+            yield {"k": unit.k, "rows": len(unit.rows), "status": "sent", "destinations": dict(counts)}
+
+
+def log_level() -> int:
+    return log.level or logging.INFO
+
+
+def task_error(exc: BaseException) -> str:
+    """A failed Spark job as one line, without the JVM's stack."""
+    for line in str(exc).splitlines():
+        if "QueuelakeError" in line or "TransportError" in line:
+            return f"a replay task failed: {line.strip()[:300]}"
+    return f"a replay task failed ({type(exc).__name__}); its batches not in the ledger are sent by a rerun"
