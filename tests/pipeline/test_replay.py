@@ -473,29 +473,44 @@ print(replay(cfg, spark, open_lake(cfg.lake, spark), options)["status"])
 """
 
 
-@pytest.mark.slow
-def test_exactly_once_replay_under_sigkill(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+def kill_setup(uri: str, tmp_path: Path, n: int, seed: int, replay_id: str, **extra: dict) -> tuple:
+    """n failed messages drained into a fresh journal, a config file for the kill script (``extra``
+    sections added) and its command line: (cfg, messages, env, args)."""
     lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["error"])
+    cfg = make_config(uri, lake_root, ["error"])
     install(cfg, ["Billing", "Shipping"])
-    n = 50_000
     messages = [
-        failed(m, "Billing" if i % 2 else "Shipping", TIMEOUT) for i, m in enumerate(traffic.order_events(n, seed=3))
+        failed(m, "Billing" if i % 2 else "Shipping", TIMEOUT) for i, m in enumerate(traffic.order_events(n, seed=seed))
     ]
     send(cfg, "error", messages)
     assert drain(cfg, open_lake(cfg.lake))["landed"] == n
     conf = tmp_path / "replay.yaml"
-    conf.write_text(
-        json.dumps(
-            {
-                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
-                "lake": {"root": str(lake_root), "engine": "delta-rs"},
-                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
-            }
-        )
-    )
-    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
-    args = [sys.executable, "-c", KILL_SCRIPT, str(conf), f"exception_type = '{TIMEOUT}'", "kill-test"]
+    job = {
+        "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+        "lake": {"root": str(lake_root), "engine": "delta-rs"},
+        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+    }
+    conf.write_text(json.dumps({**job, **extra}))
+    env = {**os.environ, "QUEUELAKE_CONNECTION": uri}
+    args = [sys.executable, "-c", KILL_SCRIPT, str(conf), f"exception_type = '{TIMEOUT}'", replay_id]
+    return cfg, messages, env, args
+
+
+def assert_each_sent_once(cfg, messages: list[OutgoingMessage]) -> None:
+    """Billing and Shipping hold each failed message's retry exactly once."""
+    want: dict[str, set[str]] = {q: set() for q in ("Billing", "Shipping")}
+    for m in messages:
+        h = hdr.decode_map(m.headers)
+        want[h[hdr.FAILED_QUEUE]].add(h[hdr.MESSAGE_ID])
+    for queue, ids in want.items():
+        got = [hdr.decode_map(r.headers)[hdr.MESSAGE_ID] for r in drain_all(cfg, queue)]
+        assert len(got) == len(set(got)), f"{queue}: {len(got) - len(set(got))} duplicates"
+        assert set(got) == ids, f"{queue}: {len(ids - set(got))} missing"
+
+
+@pytest.mark.slow
+def test_exactly_once_replay_under_sigkill(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    cfg, messages, env, args = kill_setup(fresh_pg_uri, tmp_path, 50_000, 3, "kill-test")
     rng = random.Random(5)
     kills = attempts = 0
     while kills < 6 and attempts < 20:
@@ -521,42 +536,15 @@ def test_exactly_once_replay_under_sigkill(fresh_pg_uri: str, tmp_path: Path, sp
     assert 1 < ledger < 51, f"the kills should have left the replay part-way: {ledger} ledger rows (plan + batches)"
     final = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
-    want = {q: set() for q in ("Billing", "Shipping")}
-    for m in messages:
-        h = hdr.decode_map(m.headers)
-        want[h[hdr.FAILED_QUEUE]].add(h[hdr.MESSAGE_ID])
-    for queue, ids in want.items():
-        got = [hdr.decode_map(r.headers)[hdr.MESSAGE_ID] for r in drain_all(cfg, queue)]
-        assert len(got) == len(set(got)), f"{queue}: {len(got) - len(set(got))} duplicates"
-        assert set(got) == ids, f"{queue}: {len(ids - set(got))} missing"
+    assert_each_sent_once(cfg, messages)
 
 
 @pytest.mark.slow
 def test_exactly_once_replay_from_executors_under_kills(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     """Spark tasks killed at their commits (just before it, just after it: an executor dying), then the
     driver killed at random instants, then a clean rerun: each message reaches its queue once."""
-    lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["error"])
-    install(cfg, ["Billing", "Shipping"])
-    n = 20_000
-    messages = [
-        failed(m, "Billing" if i % 2 else "Shipping", TIMEOUT) for i, m in enumerate(traffic.order_events(n, seed=8))
-    ]
-    send(cfg, "error", messages)
-    assert drain(cfg, open_lake(cfg.lake))["landed"] == n
-    conf = tmp_path / "replay.yaml"
-    conf.write_text(
-        json.dumps(
-            {
-                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
-                "lake": {"root": str(lake_root), "engine": "delta-rs"},
-                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
-                "replay": {"executors_from_rows": 1},
-            }
-        )
-    )
-    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
-    args = [sys.executable, "-c", KILL_SCRIPT, str(conf), f"exception_type = '{TIMEOUT}'", "kill-executors"]
+    replay_section = {"replay": {"executors_from_rows": 1}}
+    cfg, messages, env, args = kill_setup(fresh_pg_uri, tmp_path, 20_000, 8, "kill-executors", **replay_section)
     rng = random.Random(11)
     for _ in range(4):  # a task's worker SIGKILLed at its commit: the job fails, the run says so
         point = f"{rng.choice(['before', 'after'])}_replay_commit:{rng.randint(1, 3)}"
@@ -572,14 +560,7 @@ def test_exactly_once_replay_from_executors_under_kills(fresh_pg_uri: str, tmp_p
     assert 1 < ledger, "the kills should have left batches in the ledger"
     final = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     assert final.returncode == 0 and final.stdout.strip().endswith("ok"), final.stderr[-3000:]
-    want = {q: set() for q in ("Billing", "Shipping")}
-    for m in messages:
-        h = hdr.decode_map(m.headers)
-        want[h[hdr.FAILED_QUEUE]].add(h[hdr.MESSAGE_ID])
-    for queue, ids in want.items():
-        got = [hdr.decode_map(r.headers)[hdr.MESSAGE_ID] for r in drain_all(cfg, queue)]
-        assert len(got) == len(set(got)), f"{queue}: {len(got) - len(set(got))} duplicates"
-        assert set(got) == ids, f"{queue}: {len(ids - set(got))} missing"
+    assert_each_sent_once(cfg, messages)
 
 
 def test_cli_prints_the_replay_id(failures, spark) -> None:
