@@ -379,6 +379,29 @@ def test_retry_round_trip(failures, spark, from_rows: int | None) -> None:
         run(cfg, spark, f"exception_type = '{DECLINED}'", replay_id=rid)
 
 
+def test_a_row_recorded_as_skipped_stays_unsent_when_its_queue_appears(failures, spark) -> None:
+    """The skip record is final for the replay id: a rerun whose batches are still to send (as after a
+    stop right after the plan) sends every other row and still not the one recorded as skipped,
+    although its queue exists by then."""
+    cfg, *_ = failures
+    first = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    rid = first["replay_id"]
+    assert first["rows_sent"] == 30 and first["skipped"] == 3, first
+    with db.connect(cfg.transport) as conn:  # the batches as if never sent: only the plan stays
+        conn.raw.execute(
+            "DELETE FROM queuelake_publish_ledger WHERE pipeline = %s AND batch_key NOT LIKE 'plan:%%'",
+            (f"replay/{rid}",),
+        )
+        conn.commit()
+    assert len(drain_all(cfg, "Billing")) == len(drain_all(cfg, "Shipping")) == 15
+    install(cfg, ["NoSuchQueue"])
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=rid)
+    assert again["status"] == "ok" and again["rows_sent"] == 30 and again["skipped"] == 3, again
+    assert again["skipped_reasons"]["recorded as skipped by an earlier run of this replay"] == 1
+    assert drain_all(cfg, "NoSuchQueue") == []
+    assert len(drain_all(cfg, "Billing")) == len(drain_all(cfg, "Shipping")) == 15
+
+
 def test_dry_run_writes_nothing(failures, spark) -> None:
     cfg, *_ = failures
     lake_root = Path(cfg.lake.root)

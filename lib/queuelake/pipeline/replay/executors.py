@@ -32,6 +32,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import storage
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.replay import messages
+from queuelake.pipeline.replay.planned import rows_of
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.report import log
 from queuelake.transport import ledger, queues
@@ -54,17 +55,19 @@ class Job:
     ledger: TableRef
     files: tuple[str, ...]  # the journal's files at the planned version (rows name theirs)
     ack_queue: str | None
+    targets: dict[str, TableRef]  # the destinations, by canonical name (the rows name theirs)
     log_level: int
     storage: tuple[str, dict[str, str]] | None  # the lake root's storage options (object stores)
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One batch of the plan: its index, its ledger key and its deliverable rows."""
+    """One batch of the plan: its index, its ledger key and its deliverable rows (``Planned.slice``:
+    compact Arrow, turned into ``Row`` objects by the task)."""
 
     k: int
     key: str
-    rows: list[Row]
+    rows: pa.Table
 
 
 def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[str, Any]]:
@@ -124,20 +127,21 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
         sent_rows = 0
         for unit in units:
             if unit.k in done:
-                yield {"k": unit.k, "rows": len(unit.rows), "status": "skipped"}
+                yield {"k": unit.k, "rows": unit.rows.num_rows, "status": "skipped"}
                 continue
+            rows = rows_of(unit.rows, job.targets)
             try:
-                send_messages(conn, grouped(job.replay_id, unit.rows, content, job.ack_queue))
-                commit_batch(conn, job.ledger, job.replay_id, unit.key, len(unit.rows))
+                send_messages(conn, grouped(job.replay_id, rows, content, job.ack_queue))
+                commit_batch(conn, job.ledger, job.replay_id, unit.key, len(rows))
             except QueuelakeError as exc:
                 conn.rollback()
                 if unit.k in done_batches(conn, job.ledger, job.replay_id):  # sent meanwhile by another run
-                    yield {"k": unit.k, "rows": len(unit.rows), "status": "skipped"}
+                    yield {"k": unit.k, "rows": len(rows), "status": "skipped"}
                     continue
                 log.error("replay %s batch %s failed, nothing of it was sent: %s", job.replay_id, unit.key, exc)
-                yield {"k": unit.k, "rows": len(unit.rows), "status": "failed", "error": str(exc), "key": unit.key}
+                yield {"k": unit.k, "rows": len(rows), "status": "failed", "error": str(exc), "key": unit.key}
                 continue
-            sent_rows += len(unit.rows)
+            sent_rows += len(rows)
             elapsed = time.monotonic() - started
             log.info(
                 "replay %s batch %s sent from an executor; this task %d row(s) at %.0f msg/s",
@@ -146,8 +150,8 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
                 sent_rows,
                 sent_rows / elapsed if elapsed else 0,
             )
-            counts = collections.Counter(r.target.canonical for r in unit.rows if r.target is not None)
-            yield {"k": unit.k, "rows": len(unit.rows), "status": "sent", "destinations": dict(counts)}
+            counts = collections.Counter(r.target.canonical for r in rows if r.target is not None)
+            yield {"k": unit.k, "rows": len(rows), "status": "sent", "destinations": dict(counts)}
 
 
 def log_level() -> int:

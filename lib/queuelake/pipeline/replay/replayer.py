@@ -54,8 +54,9 @@ from queuelake.pipeline.replay import executors
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.arrow_selection import select_keys
 from queuelake.pipeline.replay.plan import Plan, ReplayOptions, batch_key, new_replay_id
+from queuelake.pipeline.replay.planned import Planned
 from queuelake.pipeline.replay.predicate import validate_against
-from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS, Content, Row, Verdicts, kinds
+from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS, Content, Row, Verdicts
 from queuelake.pipeline.runs import RUNS, append_runs, record_engine
 from queuelake.report import log
 from queuelake.transport import ledger, locks
@@ -187,29 +188,14 @@ class Replayer:
         )
         return keys.toArrow()
 
-    def _rows(self, keys: pa.Table) -> tuple[list[Row], pa.Table]:
+    def _planned(self, keys: pa.Table) -> tuple[Planned, pa.Table]:
         """(the landed rows to plan, first --limit of them), and the other selected rows."""
         landed_mask = pc.equal(keys.column("outcome"), "landed")
         landed = keys.filter(landed_mask)
         others = keys.filter(pc.invert(landed_mask))
         if self.options.limit is not None:
             landed = landed.slice(0, self.options.limit)
-        routes = kinds(landed, self.options.to)
-        rows = [
-            Row(q, s, i, m, t, kind, address, f, x, reason=reason)
-            for q, s, i, m, t, f, x, (kind, address, reason) in zip(
-                landed.column("queue").to_pylist(),
-                landed.column("seq").to_pylist(),
-                landed.column("id").to_pylist(),
-                landed.column("message_id").to_pylist(),
-                landed.column("message_type").to_pylist(),
-                landed.column("file").to_pylist(),
-                landed.column("row_index").to_pylist(),
-                routes,
-                strict=True,
-            )
-        ]
-        return rows, others
+        return Planned.of(landed, self.options.to), others
 
     # -- ledger ---------------------------------------------------------------------------------
 
@@ -323,7 +309,7 @@ class Replayer:
             t0 = time.monotonic()
             with self.timed("select"):
                 keys = self._select(version)
-                rows, others = self._rows(keys)
+                planned, others = self._planned(keys)
             result.matched = keys.num_rows
             log.info(
                 "replay %s: %d journal row(s) match at version %d, %d of them landed; %d selected%s (%.1fs)",
@@ -331,45 +317,42 @@ class Replayer:
                 keys.num_rows,
                 version,
                 int(pc.sum(pc.equal(keys.column("outcome"), "landed")).as_py() or 0),
-                len(rows),
+                planned.num_rows,
                 "" if opts.limit is None else f" (--limit {opts.limit})",
                 time.monotonic() - t0,
             )
-            if plan is not None and plan.total != len(rows):
+            if plan is not None and plan.total != planned.num_rows:
                 raise QueuelakeError(
-                    f"replay {replay_id}: the predicate now selects {len(rows)} landed row(s) at journal version "
-                    f"{version}, its plan {plan.total}: the selection is not reproducible; start a new replay"
+                    f"replay {replay_id}: the predicate now selects {planned.num_rows} landed row(s) at journal "
+                    f"version {version}, its plan {plan.total}: the selection is not reproducible; start a new replay"
                 )
             plan_started = time.perf_counter()
-            self._resolve(conn, rows)
+            planned.resolve(conn, self.verdicts)
             conn.rollback()
             size = plan.batch_size if plan is not None else opts.effective_batch_size()
-            result.selected = len(rows)
-            result.batches = (len(rows) + size - 1) // size
+            result.selected = planned.num_rows
+            result.batches = (planned.num_rows + size - 1) // size
             result.batches_done_before = len(done & set(range(result.batches)))
-            records = self._skip_records(replay_id or "", rows, others)
-            new, reasons, skip = self._settle_skips(replay_id, size, done, rows, records)
-            self._count(result, rows, reasons, skip)
+            records = self._skip_records(replay_id or "", planned, others)
+            new, reasons, skip = self._settle_skips(replay_id, size, done, planned, records)
+            planned.exclude(skip)
+            self._count(result, planned, reasons)
             self.steps["plan"] += time.perf_counter() - plan_started
             if opts.dry_run:
                 return result
             assert replay_id is not None
             if plan is None:
-                plan = Plan(opts.fingerprint(), version, len(rows), size)
+                plan = Plan(opts.fingerprint(), version, planned.num_rows, size)
                 self._insert_ledger(conn, replay_id, plan.key(), 0)
                 conn.commit()
             self.sending = True
             with self.timed("plan"):
                 self._record_skips(replay_id, new)
-            for r in rows:
-                if (r.queue, r.seq) in skip:
-                    r.target = None
-            # The plan's objects (a Row per selected row) live until the end: kept out of the garbage
-            # collector's full passes, which walked them all again and again while batches allocate
-            # (a third of the header rewriting's time at 100,000 rows).
+            # What lives until the end (modules, the plan) is kept out of the garbage collector's full
+            # passes, which walked it again and again while batches allocate.
             gc.freeze()
             try:
-                self._send(conn, replay_id, plan, done, rows)
+                self._send(conn, replay_id, plan, done, planned)
             finally:
                 gc.unfreeze()
         return result
@@ -378,19 +361,7 @@ class Replayer:
         if not locks.try_lock(conn, f"queuelake.replay:{replay_id}"):
             raise QueuelakeError(f"replay {replay_id} is already running in another process")
 
-    def _resolve(self, conn: Connection, rows: list[Row]) -> None:
-        for row in rows:
-            if row.reason is not None or row.address is None:
-                continue
-            row.target, row.reason = self.verdicts(conn, row.address, row.kind)
-        bad = {r.address for r in rows if r.reason is not None and r.address is not None}
-        for address in sorted(bad):
-            log.warning("replay: not sending to %s", self.verdicts.cache[address][1])
-        missing = sum(1 for r in rows if r.reason is not None and r.address is None)
-        if missing:
-            log.warning("replay: %d selected row(s) have no destination (no FailedQ / ProcessingEndpoint)", missing)
-
-    def _skip_records(self, replay_id: str, rows: list[Row], others: pa.Table) -> list[dict[str, Any]]:
+    def _skip_records(self, replay_id: str, planned: Planned, others: pa.Table) -> list[dict[str, Any]]:
         now = dt.datetime.now(dt.timezone.utc)
         records = []
         for q, s, i, m, t, outcome, error in zip(
@@ -404,37 +375,28 @@ class Replayer:
             else:
                 reason = f"{outcome}: its headers could not be decoded ({error or 'no reason recorded'})"
             records.append(_skip(replay_id, q, s, i, m, t, None, reason, now))
-        for r in rows:
-            if r.reason is not None:
-                records.append(
-                    _skip(replay_id, r.queue, r.seq, r.id, r.message_id, r.message_type, r.address, r.reason, now)
-                )
+        unsendable = planned.unsendable()
+        columns = ("queue", "seq", "id", "message_id", "message_type", "address", "reason")
+        for q, s, i, m, t, address, reason in zip(*(unsendable.column(c).to_pylist() for c in columns), strict=True):
+            records.append(_skip(replay_id, q, s, i, m, t, address, reason, now))
         return records
 
-    def _count(self, result: ReplayResult, rows: list[Row], reasons: list[str], skip: set[tuple[str, int]]) -> None:
+    def _count(self, result: ReplayResult, planned: Planned, reasons: list[str]) -> None:
         counted = collections.Counter(reasons)
         result.skipped = sum(counted.values())
         result.skipped_reasons = dict(counted.most_common())
-        destinations: collections.Counter[str] = collections.Counter()
-        types: dict[str, collections.Counter[str]] = {}
-        for r in rows:
-            if r.target is None or (r.queue, r.seq) in skip:
-                continue
-            destinations[r.target.canonical] += 1
-            types.setdefault(r.target.canonical, collections.Counter())[r.message_type or "(unknown)"] += 1
-        result.to_send = sum(destinations.values())
-        result.destinations = dict(destinations.most_common())
-        result.message_types = {d: dict(c.most_common()) for d, c in types.items()}
+        result.destinations, result.message_types = planned.counts()
+        result.to_send = sum(result.destinations.values())
 
     def _settle_skips(
-        self, replay_id: str | None, size: int, done: set[int], rows: list[Row], records: list[dict[str, Any]]
+        self, replay_id: str | None, size: int, done: set[int], planned: Planned, records: list[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], list[str], set[tuple[str, int]]]:
         """Which rows this run skips, and which of them are new to the record. The record is final: a
         row an earlier run recorded stays unsent; a row found undeliverable now is recorded only when
         its batch is still to be sent (one in a sent batch went out while its queue was there).
         Returns (new records, reasons to report, keys not to send)."""
         frozen = self._recorded_skips(replay_id) if replay_id else set()
-        position = {(r.queue, r.seq): k // size for k, r in enumerate(rows)}
+        position = planned.batches_of(frozen | {(rec["queue"], rec["seq"]) for rec in records}, size)
         new, reasons, current = [], [], set()
         for rec in records:
             key = (rec["queue"], rec["seq"])
@@ -449,14 +411,14 @@ class Replayer:
         skip = frozen | {(rec["queue"], rec["seq"]) for rec in new}
         return new, reasons, skip
 
-    def _send(self, conn: Connection, replay_id: str, plan: Plan, done: set[int], rows: list[Row]) -> None:
+    def _send(self, conn: Connection, replay_id: str, plan: Plan, done: set[int], planned: Planned) -> None:
         """The batches not in the ledger, in order. (Building the next batch in a thread while this
         one's COPY runs was tried: the GIL left nothing to overlap, the medians of five runs were equal.)"""
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
         threshold = self.config.replay.executors_from_rows
-        if threshold is not None and len(rows) >= threshold and opts.max_rate is None:
-            self._send_on_executors(replay_id, plan, done, rows)
+        if threshold is not None and planned.num_rows >= threshold and opts.max_rate is None:
+            self._send_on_executors(replay_id, plan, done, planned)
             return
         content = Content(self.journal_files(plan.version))
         started = time.monotonic()
@@ -467,7 +429,7 @@ class Replayer:
             if stopping.requested():
                 result.status = "interrupted"
                 break
-            batch = [r for r in rows[k * size : (k + 1) * size] if r.target is not None]
+            batch = planned.batch(k, size)
             key = batch_key(k, n, size)
             due = None if opts.max_rate is None else started + (sent + len(batch)) / opts.max_rate
             t_batch = time.monotonic()
@@ -502,18 +464,14 @@ class Replayer:
                 left,
             )
 
-    def _send_on_executors(self, replay_id: str, plan: Plan, done: set[int], rows: list[Row]) -> None:
+    def _send_on_executors(self, replay_id: str, plan: Plan, done: set[int], planned: Planned) -> None:
         """The batches not in the ledger, sent by Spark tasks (``executors.py``); the outcomes are
         counted here as the driver's loop counts its own."""
         from queuelake.lake.storage import registered
 
         result = self.result
         n, size = plan.batches, plan.batch_size
-        units = [
-            executors.Unit(k, batch_key(k, n, size), [r for r in rows[k * size : (k + 1) * size] if r.target])
-            for k in range(n)
-            if k not in done
-        ]
+        units = [executors.Unit(k, batch_key(k, n, size), planned.slice(k, size)) for k in range(n) if k not in done]
         files = self.journal_files(plan.version)
         job = executors.Job(
             config=self.config,
@@ -521,6 +479,7 @@ class Replayer:
             ledger=self.ledger,
             files=tuple(files),
             ack_queue=self.options.ack_queue,
+            targets=planned.targets,
             log_level=executors.log_level(),
             storage=registered(files[0]) if files else None,
         )

@@ -53,36 +53,6 @@ class Row:
     reason: str | None = None
 
 
-def kinds(keys: pa.Table, to: str | None) -> list[tuple[str, str | None, str | None]]:
-    """(kind, address, reason-if-none) per landed row, from the small columns."""
-    out: list[tuple[str, str | None, str | None]] = []
-    for failed_queue, failure, audited, endpoint, queue in zip(
-        keys.column("failed_queue").to_pylist(),
-        keys.column("is_failure").to_pylist(),
-        keys.column("is_audit").to_pylist(),
-        keys.column("processing_endpoint").to_pylist(),
-        keys.column("queue").to_pylist(),
-        strict=True,
-    ):
-        if to is not None:
-            out.append(("redirect" if failure else "replay", to, None))
-        elif failure:
-            if failed_queue is None or not failed_queue.strip():
-                out.append(
-                    ("retry", None, "no NServiceBus.FailedQ header: the queue it failed in is unknown (use --to)")
-                )
-            else:
-                out.append(("retry", failed_queue, None))
-        elif endpoint:
-            out.append(("replay", endpoint, None))
-        elif audited:
-            reason = "an audited message without NServiceBus.ProcessingEndpoint: its queue is unknown (use --to)"
-            out.append(("replay", None, reason))
-        else:
-            out.append(("replay", queue, None))  # drained from its own queue: back there
-    return out
-
-
 class Verdicts:
     """Each address parsed and checked once per run: (queue, None) or (None, reason naming it)."""
 

@@ -1,0 +1,176 @@
+"""The planned rows of a replay as one Arrow table: where each selected row goes, or why it does not,
+and which batch it is in. Python objects (``Row``) are made for one batch at a time.
+
+Why: the plan of a million-row replay held a ``Row`` object per row, about 2 GB, and every step
+(destinations, skips, counts, the sends) walked them in Python. As columns the plan costs ~100 bytes
+a row, the steps are Arrow kernels over the distinct destinations, and the driver's memory grows with
+the batch, not with the selection.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from queuelake.pipeline.replay.rows import Row, Verdicts
+from queuelake.report import log
+from queuelake.transport.db import Connection
+from queuelake.transport.tables import TableRef
+
+NO_FAILED_QUEUE = "no NServiceBus.FailedQ header: the queue it failed in is unknown (use --to)"
+NO_ENDPOINT = "an audited message without NServiceBus.ProcessingEndpoint: its queue is unknown (use --to)"
+
+_NULL = pa.scalar(None, pa.string())
+# the plan's columns beside the selection's identity: how each row is sent, where its content is
+_PLAN_COLUMNS = ["queue", "seq", "id", "message_id", "message_type", "kind", "address", "file", "row_index"]
+
+
+@dataclass
+class Planned:
+    """The landed rows a replay plans to send, in batch order: ``table`` has the columns of
+    ``_PLAN_COLUMNS`` plus ``target`` (the destination's canonical name, null when not sent) and
+    ``reason`` (why not); ``targets`` maps each canonical name to its table."""
+
+    table: pa.Table
+    targets: dict[str, TableRef]
+
+    @classmethod
+    def of(cls, landed: pa.Table, to: str | None) -> Planned:
+        """Each landed row's kind and address: a retry to its FailedQ, a replay to the endpoint
+        that processed it (or back to the queue it was drained from), or anything to ``--to``."""
+        n = landed.num_rows
+        failure = pc.fill_null(landed.column("is_failure"), False)
+        if to is not None:
+            kind = pc.if_else(failure, "redirect", "replay")
+            address = pa.repeat(pa.scalar(to, pa.string()), n)
+            reason = pa.nulls(n, pa.string())
+        else:
+            failed_queue = landed.column("failed_queue")
+            endpoint = landed.column("processing_endpoint")
+            has_failed_queue = pc.fill_null(pc.not_equal(pc.utf8_trim_whitespace(failed_queue), ""), False)
+            has_endpoint = pc.fill_null(pc.not_equal(endpoint, ""), False)
+            audited = pc.fill_null(landed.column("is_audit"), False)
+            kind = pc.if_else(failure, "retry", "replay")
+            # not a failure: the endpoint that processed it, else (not audited) the queue it came from
+            replayed_to = pc.if_else(has_endpoint, endpoint, pc.if_else(audited, _NULL, landed.column("queue")))
+            address = pc.if_else(failure, pc.if_else(has_failed_queue, failed_queue, _NULL), replayed_to)
+            no_endpoint = pc.and_(pc.invert(has_endpoint), audited)
+            reason = pc.if_else(
+                failure,
+                pc.if_else(has_failed_queue, _NULL, NO_FAILED_QUEUE),
+                pc.if_else(no_endpoint, NO_ENDPOINT, _NULL),
+            )
+        table = landed.select(["queue", "seq", "id", "message_id", "message_type", "file", "row_index"])
+        table = table.append_column("kind", kind).append_column("address", address)
+        table = table.append_column("target", pa.nulls(n, pa.string())).append_column("reason", reason)
+        return cls(table.combine_chunks(), {})
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    def resolve(self, conn: Connection, verdicts: Verdicts) -> None:
+        """Each distinct address parsed and its table checked once; rows to an undeliverable one get
+        its reason. Logs each address not sent to, and the rows that have none."""
+        address, reason = self.table.column("address"), self.table.column("reason")
+        open_rows = pc.and_(pc.is_null(reason), pc.is_valid(address))
+        candidates = self.table.filter(open_rows).select(["address", "kind"])
+        # the first row's kind names the header in the reason (FailedQ for a retry), as row order would
+        first = candidates.group_by("address", use_threads=False).aggregate([("kind", "first")])
+        canonical: dict[str, str | None] = {}
+        reasons: dict[str, str | None] = {}
+        for name, kind in zip(first.column("address").to_pylist(), first.column("kind_first").to_pylist(), strict=True):
+            ref, why = verdicts(conn, name, kind)
+            canonical[name] = None if ref is None else ref.canonical
+            reasons[name] = why
+            if ref is not None:
+                self.targets[ref.canonical] = ref
+        for name in sorted(a for a, why in reasons.items() if why is not None):
+            log.warning("replay: not sending to %s", verdicts.cache[name][1])
+        missing = int(pc.sum(pc.and_(pc.is_null(address), pc.is_valid(reason))).as_py() or 0)
+        if missing:
+            log.warning("replay: %d selected row(s) have no destination (no FailedQ / ProcessingEndpoint)", missing)
+        names = pa.array(list(canonical), pa.string())
+        at = pc.index_in(address, value_set=names)
+        target = pc.take(pa.array(list(canonical.values()), pa.string()), at)
+        found_reason = pc.take(pa.array(list(reasons.values()), pa.string()), at)
+        target = pc.if_else(open_rows, target, _NULL)
+        reason = pc.if_else(open_rows, found_reason, reason)
+        self.table = self.table.set_column(self.table.schema.get_field_index("target"), "target", target)
+        self.table = self.table.set_column(self.table.schema.get_field_index("reason"), "reason", reason)
+
+    def unsendable(self) -> pa.Table:
+        """The rows with a reason not to send them."""
+        return self.table.filter(pc.is_valid(self.table.column("reason")))
+
+    def batches_of(self, keys: set[tuple[str, int]], size: int) -> dict[tuple[str, int], int]:
+        """The batch index of each of ``keys`` (queue, seq) that is in the plan."""
+        if not keys:
+            return {}
+        queues, seqs = zip(*keys, strict=True)
+        wanted = pa.table({"queue": pa.array(queues, pa.string()), "seq": pa.array(seqs, pa.int64())})
+        positions = self.table.select(["queue", "seq"]).append_column(
+            "position", pa.array(np.arange(self.num_rows, dtype=np.int64))
+        )
+        found = wanted.join(positions, ["queue", "seq"], join_type="inner")
+        return {
+            (q, s): p // size
+            for q, s, p in zip(
+                found.column("queue").to_pylist(),
+                found.column("seq").to_pylist(),
+                found.column("position").to_pylist(),
+                strict=True,
+            )
+        }
+
+    def exclude(self, keys: set[tuple[str, int]]) -> None:
+        """Not to be sent: these rows' targets cleared (they were recorded as skipped)."""
+        if not keys:
+            return
+        excluded = self.batches_of(keys, 1)  # size 1: the position itself
+        mask = np.zeros(self.num_rows, dtype=bool)
+        mask[list(excluded.values())] = True
+        target = pc.if_else(pa.array(mask), _NULL, self.table.column("target"))
+        self.table = self.table.set_column(self.table.schema.get_field_index("target"), "target", target)
+
+    def counts(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """Rows to send per destination, and per destination and message type (most first)."""
+        sent = self.table.filter(pc.is_valid(self.table.column("target")))
+        types = pc.fill_null(sent.column("message_type"), "(unknown)")
+        grouped = (
+            pa.table({"target": sent.column("target"), "type": types})
+            .group_by(["target", "type"], use_threads=False)
+            .aggregate([([], "count_all")])
+        )
+        per_type: dict[str, collections.Counter[str]] = {}
+        for target, kind, count in zip(
+            grouped.column("target").to_pylist(),
+            grouped.column("type").to_pylist(),
+            grouped.column("count_all").to_pylist(),
+            strict=True,
+        ):
+            per_type.setdefault(target, collections.Counter())[kind] = count
+        destinations = collections.Counter({t: sum(c.values()) for t, c in per_type.items()})
+        return dict(destinations.most_common()), {t: dict(c.most_common()) for t, c in per_type.items()}
+
+    def slice(self, k: int, size: int) -> pa.Table:
+        """Batch k's rows that are sent, as their own compact table (one Spark task's share)."""
+        part = self.table.slice(k * size, size)
+        return part.filter(pc.is_valid(part.column("target"))).combine_chunks()
+
+    def batch(self, k: int, size: int) -> list[Row]:
+        """Batch k's rows that are sent, as ``Row`` objects."""
+        return rows_of(self.slice(k, size), self.targets)
+
+
+def rows_of(table: pa.Table, targets: dict[str, TableRef]) -> list[Row]:
+    """``Row`` objects of planned rows that are sent (``Planned.slice``)."""
+    columns = [table.column(c).to_pylist() for c in (*_PLAN_COLUMNS, "target")]
+    return [
+        Row(q, s, i, m, t, kind, address, f, x, target=targets[target])
+        for q, s, i, m, t, kind, address, f, x, target in zip(*columns, strict=True)
+    ]
