@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
+from _commands import import_seconds, queuelake, spark_start
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.transport import db, installer, subscriptions
@@ -47,17 +45,6 @@ IDLE = {
     "maintain": ["maintain"],
     "replay": ["replay", "--where", "exception_type = 'No.Such.Exception'"],
 }
-
-
-def timed(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
-    """(wall seconds, JSON summary) of one command in a new process; it must succeed."""
-    t0 = time.perf_counter()
-    done = subprocess.run(args, capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    lines = done.stdout.strip().splitlines()
-    return seconds, (json.loads(lines[-1]) if lines else {})
 
 
 def main() -> int:
@@ -97,23 +84,19 @@ def run(args: argparse.Namespace, work: Path) -> int:
         subscriptions.subscribe(conn, routing, "Monitoring", "Monitoring", "Lakehouse.Events.EndpointActivity")
         conn.commit()
         traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(args.rows, seed=4))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    queuelake = [sys.executable, "-m", "queuelake"]
-    _, first = timed([*queuelake, "run", "-c", str(config_file)], env)
+    first = queuelake(["run", "-c", str(config_file)]).summary
     assert first["status"] == "ok" and first["drain"]["landed"] == args.rows, first
 
     seconds: dict[str, float] = {}
     for name, command in IDLE.items():
         runs = []
         for _ in range(args.repeat):
-            spent, summary = timed([*queuelake, *command, "-c", str(config_file)], env)
-            assert summary.get("status", "ok") == "ok", (name, summary)
-            runs.append(spent)
+            ran = queuelake([*command, "-c", str(config_file)])
+            assert ran.summary.get("status", "ok") == "ok", (name, ran.summary)
+            runs.append(ran.seconds)
         seconds[name] = round(statistics.median(runs), 2)
         print(f"{name:>10}: {seconds[name]:6.2f} s with nothing to do", file=sys.stderr)
-    imports, _ = timed([sys.executable, "-c", "import queuelake.cli"], env)
-    spark_code = "from queuelake.config import SparkConfig; from queuelake.spark import get_spark; "
-    spark, _ = timed([sys.executable, "-c", spark_code + "get_spark(SparkConfig()).stop()"], env)
+    imports, spark = import_seconds(), spark_start()
     print(f"floors: import queuelake.cli {imports:.2f} s; a bare Spark start {spark:.2f} s", file=sys.stderr)
     print(
         json.dumps(

@@ -32,9 +32,7 @@ import argparse
 import datetime as dt
 import json
 import logging
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +42,7 @@ from pathlib import Path
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 import yaml
+from _commands import queuelake, spark_start
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
@@ -86,30 +85,6 @@ def raw_copy(uri: str, tables: dict[str, str], rows: int, batch: int) -> float:
             conn.commit()
             spent += time.perf_counter() - t0
     return spent
-
-
-def command(args: list[str]) -> tuple[float, dict]:
-    """(wall seconds, the JSON summary) of one queuelake command in a new process, checked to succeed."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "queuelake", *args], capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"queuelake {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    return seconds, summary
-
-
-def spark_start() -> float:
-    """Seconds for a bare local Spark session, started and stopped in a new process."""
-    code = (
-        "from queuelake.config import SparkConfig; from queuelake.spark import get_spark; "
-        "get_spark(SparkConfig()).stop()"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env)
-    return time.perf_counter() - t0
 
 
 def main() -> int:
@@ -160,11 +135,14 @@ def run(args: argparse.Namespace, work: Path) -> int:
             c.execute(f"VACUUM ANALYZE {qualified}")
 
     base = ["replay", "-c", str(config_file)]
-    empty_s, empty = command([*base, "--where", "exception_type = 'No.Such.Exception'"])
+    empty_run = queuelake([*base, "--where", "exception_type = 'No.Such.Exception'"])
+    empty_s, empty = empty_run.seconds, empty_run.summary
     assert empty["status"] == "ok" and empty["matched"] == 0 and empty["selected_by"] == "arrow", empty
-    dry_s, dry = command([*base, "--where", f"exception_type = '{EXCEPTION}'", "--dry-run"])
+    dry_run = queuelake([*base, "--where", f"exception_type = '{EXCEPTION}'", "--dry-run"])
+    dry_s, dry = dry_run.seconds, dry_run.summary
     assert dry["selected"] == args.rows, dry
-    spark_empty_s, spark_empty = command([*base, "--where", "lower(exception_type) = 'no.such.exception'"])
+    spark_empty_run = queuelake([*base, "--where", "lower(exception_type) = 'no.such.exception'"])
+    spark_empty_s, spark_empty = spark_empty_run.seconds, spark_empty_run.summary
     assert spark_empty["matched"] == 0 and spark_empty["selected_by"] == "spark", spark_empty
     spark_s = spark_start()
 
@@ -181,13 +159,14 @@ def run(args: argparse.Namespace, work: Path) -> int:
             with psycopg.connect(uri, autocommit=True) as c:
                 for qualified in tables.values():
                     c.execute(f"TRUNCATE {qualified}")
-            seconds, summary = command([*base, "--where", where, "--batch-size", str(args.batch_size)])
-            assert summary["status"] == "ok" and summary["rows_sent"] == args.rows, summary
+            ran = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
+            assert ran.summary["status"] == "ok" and ran.summary["rows_sent"] == args.rows, ran.summary
             with psycopg.connect(uri) as c:
                 total = sum(c.execute(f"SELECT count(*) FROM {q}").fetchone()[0] for q in tables.values())
             assert total == args.rows, total
-            runs.append((seconds, summary))
-        replay_s, summary = sorted(runs, key=lambda run: run[0])[len(runs) // 2]  # the median run
+            runs.append(ran)
+        median = sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
+        replay_s, summary = median.seconds, median.summary
         per_row_rate = args.rows / max(replay_s - empty_s, 1e-9)
         whole_rate = args.rows / replay_s
         steps = summary["seconds_by_step"]
@@ -198,9 +177,12 @@ def run(args: argparse.Namespace, work: Path) -> int:
             file=out,
         )
         print("  steps (s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), file=out)
+        peak = max(r.peak_rss_mb for r in runs)
+        print(f"  peak memory of the command's process: {peak:,.0f} MB", file=out)
         modes[mode] = {
             "command_seconds": round(replay_s, 2),
-            "command_seconds_all": [round(s, 2) for s, _ in runs],
+            "command_seconds_all": [round(r.seconds, 2) for r in runs],
+            "peak_rss_mb": round(peak),
             "seconds_by_step": steps,
             "rows_per_s": round(per_row_rate),
             "ratio": round(per_row_rate / raw_rate, 3),
@@ -209,7 +191,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
         }
     print(
         f"fixed costs (whole commands, s): empty replay {empty_s:.2f}; dry run of all {args.rows} {dry_s:.2f}; "
-        f"empty replay with a predicate only Spark evaluates {spark_empty_s:.2f}; a bare Spark start {spark_s:.2f}",
+        f"empty replay with a predicate only Spark evaluates {spark_empty_s:.2f}; a bare Spark start {spark_s:.2f}; "
+        f"peak memory (MB): empty replay {empty_run.peak_rss_mb:,.0f}, dry run of all {dry_run.peak_rss_mb:,.0f}",
         file=out,
     )
     print(
@@ -227,6 +210,10 @@ def run(args: argparse.Namespace, work: Path) -> int:
                     "dry_run_all": round(dry_s, 2),
                     "empty_replay_spark_predicate": round(spark_empty_s, 2),
                     "bare_spark_start": round(spark_s, 2),
+                },
+                "peak_rss_mb": {
+                    "empty_replay": round(empty_run.peak_rss_mb),
+                    "dry_run_all": round(dry_run.peak_rss_mb),
                 },
             }
         )

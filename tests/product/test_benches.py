@@ -102,6 +102,18 @@ def test_replay_bench_measures_whole_commands_steps_and_fixed_costs(fresh_pg_uri
     fixed = result["fixed_seconds"]
     assert set(fixed) == {"empty_replay", "dry_run_all", "empty_replay_spark_predicate", "bare_spark_start"}
     assert all(seconds > 0 for seconds in fixed.values())
+    # peak memory of the command's own process: a Python process holds tens of MB at least
+    assert all(mode["peak_rss_mb"] > 20 for mode in (driver, executors))
+    assert result["peak_rss_mb"]["empty_replay"] > 20 and result["peak_rss_mb"]["dry_run_all"] > 20
+
+
+@pytest.mark.slow
+def test_fixed_bench_times_every_idle_command_and_the_floors() -> None:
+    result = _bench("fixed.py", "--rows", "200", "--repeat", "1")
+    idle = result["idle_seconds"]
+    assert set(idle) == {"status", "drain", "transform", "publish", "run", "maintain", "replay"}
+    assert all(seconds > 0 for seconds in idle.values())
+    assert result["import_seconds"] > 0 and result["bare_spark_start_seconds"] > 0
 
 
 def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
@@ -120,7 +132,7 @@ def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
     assert out.stdout.strip() == "other tree"
     # and every bench script imports it before anything of queuelake
     for script in sorted((REPO / "bench").glob("*.py")):
-        if script.name == "_tree.py":
+        if script.name.startswith("_"):  # _tree itself, and helpers that import no queuelake
             continue
         lines = script.read_text().splitlines()
         first_queuelake = next(i for i, line in enumerate(lines) if line.startswith(("from queuelake", "import queue")))
