@@ -4,6 +4,10 @@ JSON summary, and its peak memory.
 
 Why one helper: each bench reports whole commands, fixed cost included, and the same measure must
 mean the same thing in every bench.
+
+The peak memory is the process's own ``VmHWM``, read by the process as it exits. ``ru_maxrss`` (from
+``wait4`` or ``getrusage``) would not do: Linux carries the high-water mark over ``exec``, so every
+command would report at least the bench's own size when it was started.
 """
 
 from __future__ import annotations
@@ -19,31 +23,39 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}  # this tree's queuelake, as _tree gives the bench
-QUEUELAKE = [sys.executable, "-m", "queuelake"]
+# ``python -m queuelake`` that writes its VmHWM (KiB) to $BENCH_PEAK_FILE as it exits
+QUEUELAKE = [
+    sys.executable,
+    "-c",
+    "import atexit, os, runpy, sys\n"
+    "def peak():\n"
+    "    with open('/proc/self/status') as f, open(os.environ['BENCH_PEAK_FILE'], 'w') as out:\n"
+    "        out.write(next(line.split()[1] for line in f if line.startswith('VmHWM:')))\n"
+    "atexit.register(peak)\n"
+    "sys.argv[0] = 'queuelake'\n"
+    "runpy.run_module('queuelake', run_name='__main__', alter_sys=True)\n",
+]
 
 
 @dataclass(frozen=True)
 class Ran:
     seconds: float  # wall clock, the whole process
     summary: dict  # the last line of its stdout as JSON ({} when it printed none)
-    peak_rss_mb: float  # the process's peak resident memory (its own, not a JVM it started)
+    peak_rss_mb: float | None  # a queuelake command's peak resident memory (its own, not a JVM it started)
 
 
 def run(argv: list[str]) -> Ran:
     """Runs ``argv`` to its end; it must exit 0 (else the bench stops with its stderr's tail)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryDirectory() as scratch:
+        peak_file = Path(scratch) / "peak"
         started = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=out, stderr=err, env=ENV)
-        _, status, usage = os.wait4(process.pid, 0)  # wait4: the rusage of this process alone
+        done = subprocess.run(argv, capture_output=True, text=True, env={**ENV, "BENCH_PEAK_FILE": str(peak_file)})
         seconds = time.perf_counter() - started
-        process.returncode = code = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode(errors="replace")
-    if code != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({code}):\n{stderr[-3000:]}")
-    lines = stdout.strip().splitlines()
-    return Ran(seconds, json.loads(lines[-1]) if lines else {}, usage.ru_maxrss / 1024)  # ru_maxrss: KiB
+        peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else None
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    lines = done.stdout.strip().splitlines()
+    return Ran(seconds, json.loads(lines[-1]) if lines else {}, peak)
 
 
 def queuelake(args: list[str]) -> Ran:

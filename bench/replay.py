@@ -177,7 +177,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
             file=out,
         )
         print("  steps (s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), file=out)
-        peak = max(r.peak_rss_mb for r in runs)
+        peak = max(r.peak_rss_mb or 0 for r in runs)
         print(f"  peak memory of the command's process: {peak:,.0f} MB", file=out)
         modes[mode] = {
             "command_seconds": round(replay_s, 2),
@@ -192,7 +192,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
     print(
         f"fixed costs (whole commands, s): empty replay {empty_s:.2f}; dry run of all {args.rows} {dry_s:.2f}; "
         f"empty replay with a predicate only Spark evaluates {spark_empty_s:.2f}; a bare Spark start {spark_s:.2f}; "
-        f"peak memory (MB): empty replay {empty_run.peak_rss_mb:,.0f}, dry run of all {dry_run.peak_rss_mb:,.0f}",
+        f"peak memory (MB): empty replay {empty_run.peak_rss_mb or 0:,.0f}, "
+        f"dry run of all {dry_run.peak_rss_mb or 0:,.0f}",
         file=out,
     )
     print(
@@ -212,8 +213,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
                     "bare_spark_start": round(spark_s, 2),
                 },
                 "peak_rss_mb": {
-                    "empty_replay": round(empty_run.peak_rss_mb),
-                    "dry_run_all": round(dry_run.peak_rss_mb),
+                    "empty_replay": round(empty_run.peak_rss_mb or 0),
+                    "dry_run_all": round(dry_run.peak_rss_mb or 0),
                 },
             }
         )
