@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from queuelake.transport import binary_copy, installer, queues
 from queuelake.transport import headers as hdr
-from queuelake.transport import installer, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef
@@ -89,6 +89,29 @@ def test_send_then_receive_is_byte_identical(queue: tuple[Connection, TableRef])
         assert row.expired is False and row.expires is None
     assert [r.seq for r in got] == sorted(r.seq for r in got)
     assert _receive(conn, ref, 10) == []
+
+
+def test_a_batch_sent_as_columns_is_the_batch_sent_row_by_row(queue: tuple[Connection, TableRef]) -> None:
+    """``binary_copy.send`` (one COPY stream assembled by Arrow on PostgreSQL, row by row elsewhere)
+    writes what ``queues.send`` writes: the same ids, headers and bodies byte for byte, and Expires
+    from the same database clock, for every header text, body (NULL, empty, binary, 10 MB) and TTBR."""
+    conn, ref = queue
+    ttbrs = [None, 1, 10_000, 86_400_000 * 365 * 99]  # none, a millisecond, ten seconds, 99 years
+    shapes = [(h, b) for h in HEADERS for b in BODIES[:-1]] + [(HEADERS[0], BODIES[-1])]
+    sent = [OutgoingMessage(h, b, id=str(uuid.uuid4()), ttbr_ms=ttbrs[i % 4]) for i, (h, b) in enumerate(shapes)]
+    by_rows = [OutgoingMessage(m.headers, m.body, id=str(uuid.uuid4()), ttbr_ms=m.ttbr_ms) for m in sent]
+    with conn.transaction():  # one transaction: both sends read the same now()
+        assert binary_copy.send(conn, ref, binary_copy.Messages.of(sent)) == len(sent)
+        queues.send(conn, ref, by_rows)
+        assert binary_copy.send(conn, ref, binary_copy.Messages.of([])) == 0
+    got = _receive(conn, ref, 2 * len(sent) + 5)
+    assert len(got) == 2 * len(sent)
+    columns, rows = got[: len(sent)], got[len(sent) :]
+    for message, row, twin in zip(sent, columns, rows, strict=True):
+        assert row.id == message.id
+        assert row.headers == message.headers == twin.headers
+        assert type(row.body) is type(message.body) and row.body == message.body == twin.body
+        assert row.expires == twin.expires and (row.expires is None) == (message.ttbr_ms is None)
 
 
 def test_receive_one_is_byte_identical(queue: tuple[Connection, TableRef]) -> None:
