@@ -227,9 +227,10 @@ def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) 
     content = pa.table(
         {"headers": pa.array(maps, HEADERS_TYPE), "body": pa.array([b"b%d" % i for i in range(len(maps))])}
     )
-    built = list(messages.build("r-1", rows, content, ack))
-    assert [row for row, _ in built] == rows
-    for (row, message), pairs in zip(built, maps, strict=True):
+    built = messages.build("r-1", rows, content, ack)
+    assert built.rows == rows
+    for row, message, pairs in zip(rows, built.messages.outgoing(), maps, strict=True):
+        assert message.id == name_uuid(f"replay-row\nr-1\nerror\n{row.seq}\n{row.id}")
         original = dict(pairs or [])
         if row.kind == "replay":
             expected = dict(original)

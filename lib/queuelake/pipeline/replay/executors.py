@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from queuelake import hooks
@@ -35,9 +36,8 @@ from queuelake.pipeline.replay import messages
 from queuelake.pipeline.replay.planned import rows_of
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.report import log
-from queuelake.transport import ledger, queues
+from queuelake.transport import binary_copy, ledger
 from queuelake.transport.db import Connection
-from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef
 
 if TYPE_CHECKING:
@@ -85,10 +85,10 @@ def done_batches(conn: Connection, ledger_ref: TableRef, replay_id: str) -> set[
     return {int(r.batch_key.split("/")[0]) for r in recorded if not r.batch_key.startswith("plan:")}
 
 
-def send_messages(conn: Connection, built: dict[str, tuple[TableRef, list[OutgoingMessage]]]) -> None:
+def send_messages(conn: Connection, built: dict[str, tuple[TableRef, binary_copy.Messages]]) -> None:
     """The batch's inserts into every destination (in the caller's transaction)."""
-    for ref, outgoing in built.values():
-        queues.send(conn, ref, outgoing)
+    for ref, batch in built.values():
+        binary_copy.send(conn, ref, batch)
 
 
 def commit_batch(conn: Connection, ledger_ref: TableRef, replay_id: str, key: str, rows: int) -> None:
@@ -101,15 +101,18 @@ def commit_batch(conn: Connection, ledger_ref: TableRef, replay_id: str, key: st
 
 def grouped(
     replay_id: str, rows: list[Row], content: Content | pa.Table, ack_queue: str | None
-) -> dict[str, tuple[TableRef, list[OutgoingMessage]]]:
+) -> dict[str, tuple[TableRef, binary_copy.Messages]]:
     """The batch's messages by destination (``content``: the journal's files, or the rows' content
     already read from them)."""
     read = content.read(rows) if isinstance(content, Content) else content
-    out: dict[str, tuple[TableRef, list[OutgoingMessage]]] = {}
-    for row, message in messages.build(replay_id, rows, read, ack_queue):
+    built = messages.build(replay_id, rows, read, ack_queue)
+    positions: dict[str, list[int]] = {}
+    targets: dict[str, TableRef] = {}
+    for i, row in enumerate(rows):
         assert row.target is not None
-        out.setdefault(row.target.canonical, (row.target, []))[1].append(message)
-    return out
+        positions.setdefault(row.target.canonical, []).append(i)
+        targets[row.target.canonical] = row.target
+    return {name: (targets[name], built.messages.take(np.array(at, dtype=np.int64))) for name, at in positions.items()}
 
 
 def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:

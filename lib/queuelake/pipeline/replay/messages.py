@@ -9,14 +9,14 @@ are joined into JSON by Arrow (``json_members``), and Python appends the few hea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.pipeline.outgoing import name_uuid
+from queuelake.pipeline.outgoing import name_uuid, name_uuid_bytes
 from queuelake.pipeline.replay import json_members
 from queuelake.pipeline.replay.headers import (
     REPLAY_ID,
@@ -31,8 +31,8 @@ from queuelake.pipeline.replay.headers import (
     unique_id_of,
 )
 from queuelake.pipeline.replay.rows import Row
+from queuelake.transport import binary_copy
 from queuelake.transport import headers as hdr
-from queuelake.transport.queues import OutgoingMessage
 
 
 def _lookup(headers: pa.MapArray, name: str) -> list[str | None]:
@@ -48,14 +48,20 @@ def _kept_mask(keys: pa.Array) -> np.ndarray:
     return np.asarray(pc.invert(pc.fill_null(dropped, False)).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def build(
-    replay_id: str, rows: list[Row], content: pa.Table, ack_queue: str | None
-) -> Iterator[tuple[Row, OutgoingMessage]]:
-    """(row, its message) for each row, in order. ``content`` holds each row's ``headers`` and ``body``
+@dataclass(frozen=True)
+class Built:
+    """A batch's messages, in the order of its rows."""
+
+    rows: list[Row]
+    messages: binary_copy.Messages
+
+
+def build(replay_id: str, rows: list[Row], content: pa.Table, ack_queue: str | None) -> Built:
+    """The message of each row. ``content`` holds each row's ``headers`` and ``body``
     (``Content.read``). A retry (or redirect) keeps the message's identity, strips what ServiceControl
-    strips and sets its unique id; a replay gets a new MessageId naming the original."""
+    strips and sets its unique id; a replay gets a new MessageId naming the original. Each message's
+    row id is a uuid5 of the replay and the journal row: a batch sent again has the same ids."""
     headers: pa.MapArray = content.column("headers").combine_chunks()
-    bodies = content.column("body").to_pylist()
     offsets = np.asarray(headers.offsets.to_numpy(), dtype=np.int64)
     first, entries = int(offsets[0]), int(offsets[-1] - offsets[0])
     names, values = headers.keys.slice(first, entries), headers.items.slice(first, entries)
@@ -79,28 +85,30 @@ def build(
     keep = _kept_entries(codes, distinct, counts, rows, extras)
     joined = json_members.members(values, codes, distinct, counts, keep)
     texts = joined.text.to_pylist()
-    ttbrs = _lookup(headers, hdr.TIME_TO_BE_RECEIVED)
+    for i in np.flatnonzero(joined.repeated).tolist():  # a name twice: the last one, as a dict keeps it
+        a, b = int(offsets[i]) - first, int(offsets[i + 1]) - first
+        at = [a + j for j in np.flatnonzero(keep[a:b]).tolist()]
+        out = dict(zip(names.take(at).to_pylist(), values.take(at).to_pylist(), strict=True))
+        texts[i] = orjson.dumps(out).decode()[1:-1]
+    json_texts = [
+        "{" + text + "," + orjson.dumps(more).decode()[1:] if text else orjson.dumps(more).decode()
+        for text, more in zip(texts, extras, strict=True)
+    ]
     ttbr_ms: dict[str | None, int | None] = {}
-    for i, row in enumerate(rows):
-        if joined.repeated[i]:  # a name twice: the last one, as a dict keeps it
-            a, b = int(offsets[i]) - first, int(offsets[i + 1]) - first
-            at = [a + j for j in np.flatnonzero(keep[a:b]).tolist()]
-            out = dict(zip(names.take(at).to_pylist(), values.take(at).to_pylist(), strict=True))
-            text = orjson.dumps(out | extras[i]).decode()
-        elif texts[i]:
-            text = "{" + texts[i] + "," + orjson.dumps(extras[i]).decode()[1:]
-        else:
-            text = orjson.dumps(extras[i]).decode()
-        ttbr = ttbrs[i]
-        if ttbr not in ttbr_ms:
-            ttbr_ms[ttbr] = timespan_ms(ttbr)
-        message = OutgoingMessage(
-            text,
-            bodies[i],
-            id=name_uuid(f"replay-row\n{replay_id}\n{row.queue}\n{row.seq}\n{row.id}"),
-            ttbr_ms=ttbr_ms[ttbr],
-        )
-        yield row, message
+    for ttbr in pc.unique(pc.map_lookup(headers, hdr.TIME_TO_BE_RECEIVED, "last")).to_pylist():
+        ttbr_ms[ttbr] = timespan_ms(ttbr)
+    ttbrs = [ttbr_ms[t] for t in _lookup(headers, hdr.TIME_TO_BE_RECEIVED)]
+    ids = name_uuid_bytes([f"replay-row\n{replay_id}\n{r.queue}\n{r.seq}\n{r.id}" for r in rows])
+    return Built(
+        rows,
+        binary_copy.Messages(
+            ids,
+            np.array([t or 0 for t in ttbrs], np.int64),
+            np.array([t is not None for t in ttbrs], bool),
+            pa.array(json_texts, pa.string()),
+            content.column("body").combine_chunks(),
+        ),
+    )
 
 
 def _set_by_the_rewrite(
