@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from queuelake.pipeline import plain_headers
+from queuelake.pipeline.string_bytes import offsets_and_data, rows_holding
 
 HEADER_MAP = pa.map_(pa.string(), pa.string())
 MAX_DISTINCT_KEYS = 512  # the key matrix is rows x keys booleans
@@ -108,16 +109,15 @@ def _control_byte_rows(texts: pa.Array) -> np.ndarray:
     batch-sized temporary cost 1 ms and, inside the drain, fresh pages (8% of its page faults)."""
     n = len(texts)
     rows = np.zeros(n, dtype=bool)
-    _, offset_buffer, data_buffer = texts.buffers()
-    if n == 0 or data_buffer is None:
+    if n == 0:
         return rows
-    offsets = np.frombuffer(offset_buffer, dtype=np.int32)[texts.offset : texts.offset + n + 1]
-    data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
+    offsets, whole = offsets_and_data(texts)
+    data = whole[offsets[0] : offsets[-1]]
     if len(data) == 0 or data.min() >= 0x20:
         return rows
     hits = np.flatnonzero(data < 0x20)
     if len(hits):
-        rows[np.searchsorted(offsets, hits + offsets[0], side="right") - 1] = True
+        rows[rows_holding(offsets, hits + offsets[0])] = True
     return rows
 
 

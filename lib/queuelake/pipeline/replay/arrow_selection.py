@@ -78,6 +78,7 @@ def _keys(table: pa.Table, uri: str) -> pa.Table:
         return out
 
     columns = [table.column(c) for c in KEY_COLUMNS]
-    columns += [any_valid(_FAILURE), any_valid(_AUDIT), pa.array([uri] * table.num_rows, pa.string())]
+    file = pa.DictionaryArray.from_arrays(pa.array(np.zeros(table.num_rows, np.int32)), pa.array([uri], pa.string()))
+    columns += [any_valid(_FAILURE), any_valid(_AUDIT), file]
     columns.append(table.column("row_index"))
     return pa.Table.from_arrays(columns, schema=EMPTY_KEYS)

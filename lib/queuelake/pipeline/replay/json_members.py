@@ -21,6 +21,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake.pipeline.string_bytes import offsets_and_data, rows_holding
+
 # bytes JSON must escape in a string: the quote, the backslash and the control characters
 _QUOTE, _BACKSLASH, _SPACE = 0x22, 0x5C, 0x20
 
@@ -59,11 +61,9 @@ def _needs_escape(strings: pa.Array, block: int = 1 << 18) -> np.ndarray:
     scanned a block at a time: each check's temporary then stays in the cache."""
     n = len(strings)
     out = np.zeros(n, dtype=bool)
-    _, offset_buffer, data_buffer = strings.buffers()
-    if n == 0 or data_buffer is None:
+    if n == 0:
         return out
-    offsets = np.frombuffer(offset_buffer, dtype=np.int32)[strings.offset : strings.offset + n + 1]
-    data = np.frombuffer(data_buffer, dtype=np.uint8)
+    offsets, data = offsets_and_data(strings)
     hits = []
     for lo in range(int(offsets[0]), int(offsets[-1]), block):
         chunk = data[lo : min(lo + block, int(offsets[-1]))]
@@ -71,7 +71,7 @@ def _needs_escape(strings: pa.Array, block: int = 1 << 18) -> np.ndarray:
         if len(found):
             hits.append(found + lo)
     if hits:
-        out[np.searchsorted(offsets, np.concatenate(hits), side="right") - 1] = True
+        out[rows_holding(offsets, np.concatenate(hits))] = True
     return out
 
 

@@ -150,8 +150,9 @@ class Replayer:
                 scan.rows_read,
             )
         # Sorted here, not by Spark: the keys are small, and a Spark sort costs a sampling job and a
-        # shuffle of spark.sql.shuffle.partitions tasks.
-        return keys.sort_by([(c, "ascending") for c in ("queue", "seq", "id", "file", "row_index")])
+        # shuffle of spark.sql.shuffle.partitions tasks. Arrow's sort is stable: rows equal in these
+        # (a journal row twice) keep the files' order, the same in every run.
+        return keys.sort_by([(c, "ascending") for c in ("queue", "seq", "id", "row_index")])
 
     def _time_zone(self) -> str:
         """The time zone Spark reads a time without one in (the session's, else queuelake's default)."""
@@ -186,13 +187,17 @@ class Replayer:
             F.col("_metadata.file_path").alias("file"),
             F.col("_metadata.row_index").alias("row_index"),
         )
-        return keys.toArrow()
+        arrow = keys.toArrow()
+        file_at = arrow.schema.get_field_index("file")
+        return arrow.set_column(file_at, "file", pc.dictionary_encode(arrow.column("file")))
 
     def _planned(self, keys: pa.Table) -> tuple[Planned, pa.Table]:
         """(the landed rows to plan, first --limit of them), and the other selected rows."""
         landed_mask = pc.equal(keys.column("outcome"), "landed")
-        landed = keys.filter(landed_mask)
-        others = keys.filter(pc.invert(landed_mask))
+        if pc.all(landed_mask).as_py() in (True, None):  # a retry's selection, mostly: no copy
+            landed, others = keys, keys.slice(0, 0)
+        else:
+            landed, others = keys.filter(landed_mask), keys.filter(pc.invert(landed_mask))
         if self.options.limit is not None:
             landed = landed.slice(0, self.options.limit)
         return Planned.of(landed, self.options.to), others
@@ -321,6 +326,7 @@ class Replayer:
                 "" if opts.limit is None else f" (--limit {opts.limit})",
                 time.monotonic() - t0,
             )
+            del keys  # the columns only the selection needed (the plan keeps its own)
             if plan is not None and plan.total != planned.num_rows:
                 raise QueuelakeError(
                     f"replay {replay_id}: the predicate now selects {planned.num_rows} landed row(s) at journal "

@@ -30,9 +30,12 @@ KEY_COLUMNS = [
     "processing_endpoint",
 ]
 
+# ``file``: the row's data file, dictionary-encoded (a selection spans few files; as text it was the
+# largest column of the plan, ~100 bytes a row)
+FILE_TYPE = pa.dictionary(pa.int32(), pa.string())
 EMPTY_KEYS = pa.schema(
     [(c, pa.int64() if c == "seq" else pa.string()) for c in KEY_COLUMNS]
-    + [("is_failure", pa.bool_()), ("is_audit", pa.bool_()), ("file", pa.string()), ("row_index", pa.int64())]
+    + [("is_failure", pa.bool_()), ("is_audit", pa.bool_()), ("file", FILE_TYPE), ("row_index", pa.int64())]
 )
 
 
