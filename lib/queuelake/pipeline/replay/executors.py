@@ -33,6 +33,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import storage
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.replay import messages
+from queuelake.pipeline.replay.ahead import ahead
 from queuelake.pipeline.replay.planned import rows_of
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.report import log
@@ -124,25 +125,34 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
     if job.storage is not None:  # this worker never opened the lake: give it the root's options
         storage.register(*job.storage)
     content = Content(list(job.files))
+
+    def prepare(unit: Unit) -> tuple[list[Row], dict[str, tuple[TableRef, binary_copy.Messages]]]:
+        rows = rows_of(unit.rows, job.targets)
+        return rows, grouped(job.replay_id, rows, content, job.ack_queue)
+
     with connect(job.config, "queuelake-replay") as conn:
         done = done_batches(conn, job.ledger, job.replay_id)
-        started = time.monotonic()
-        sent_rows = 0
+        todo = []
         for unit in units:
             if unit.k in done:
                 yield {"k": unit.k, "rows": unit.rows.num_rows, "status": "skipped"}
-                continue
-            rows = rows_of(unit.rows, job.targets)
+            else:
+                todo.append(unit)
+        started = time.monotonic()
+        sent_rows = 0
+        for unit, prepared in ahead(todo, prepare):  # the next batch built while this one is sent
             try:
-                send_messages(conn, grouped(job.replay_id, rows, content, job.ack_queue))
+                rows, built = prepared()
+                send_messages(conn, built)
                 commit_batch(conn, job.ledger, job.replay_id, unit.key, len(rows))
             except QueuelakeError as exc:
                 conn.rollback()
+                count = unit.rows.num_rows
                 if unit.k in done_batches(conn, job.ledger, job.replay_id):  # sent meanwhile by another run
-                    yield {"k": unit.k, "rows": len(rows), "status": "skipped"}
+                    yield {"k": unit.k, "rows": count, "status": "skipped"}
                     continue
                 log.error("replay %s batch %s failed, nothing of it was sent: %s", job.replay_id, unit.key, exc)
-                yield {"k": unit.k, "rows": len(rows), "status": "failed", "error": str(exc), "key": unit.key}
+                yield {"k": unit.k, "rows": count, "status": "failed", "error": str(exc), "key": unit.key}
                 continue
             sent_rows += len(rows)
             elapsed = time.monotonic() - started

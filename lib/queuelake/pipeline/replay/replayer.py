@@ -30,7 +30,6 @@ for, since a successful retry then sends an acknowledgement to that queue). Ever
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import datetime as dt
 import gc
@@ -52,6 +51,7 @@ from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.replay import executors
+from queuelake.pipeline.replay.ahead import ahead
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.arrow_selection import select_keys
 from queuelake.pipeline.replay.plan import Plan, ReplayOptions, batch_key, new_replay_id
@@ -418,10 +418,9 @@ class Replayer:
         return new, reasons, skip
 
     def _send(self, conn: Connection, replay_id: str, plan: Plan, done: set[int], planned: Planned) -> None:
-        """The batches not in the ledger, in order. The next batch is read and built in a second
-        thread while this one is sent: a batch goes to the database as one COPY stream, during which
-        the connection waits for the server without the GIL, so the two overlap. (With a COPY written
-        row by row in Python there was nothing to overlap: tried, the medians of five runs were equal.)"""
+        """The batches not in the ledger, in order; the next one read and built while this one is sent
+        (``ahead``). (With a COPY written row by row in Python there was nothing to overlap: tried
+        in round 16, the medians of five runs were equal.)"""
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
         threshold = self.config.replay.executors_from_rows
@@ -437,47 +436,43 @@ class Replayer:
         todo = [k for k in range(n) if k not in done]
         started = time.monotonic()
         sent = 0
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="queuelake-replay-build") as builder:
-            ahead = builder.submit(prepare, todo[0]) if todo else None
-            for position, k in enumerate(todo):
-                if stopping.requested():
-                    result.status = "interrupted"
-                    break
-                current, key, t_batch = ahead, batch_key(k, n, size), time.monotonic()
-                ahead = builder.submit(prepare, todo[position + 1]) if position + 1 < len(todo) else None
-                try:
-                    assert current is not None
-                    batch, built = current.result()
-                    due = None if opts.max_rate is None else started + (sent + len(batch)) / opts.max_rate
-                    self._send_batch(conn, replay_id, key, batch, built, due)
-                except QueuelakeError as exc:
-                    conn.rollback()
-                    result.status = "failed"
-                    result.failed_batches.append(key)
-                    result.error = str(exc)
-                    log.error("replay %s batch %s failed, nothing of it was sent: %s", replay_id, key, exc)
-                    continue
-                sent += len(batch)
-                result.rows_sent = sent
-                result.total_sent += len(batch)
-                result.batches_sent += 1
-                for r in batch:
-                    self.sent_per_destination[r.target.canonical] += 1  # type: ignore[union-attr]
-                elapsed = time.monotonic() - started
-                result.seconds_sending = round(elapsed, 3)
-                result.rate = round(sent / elapsed, 1) if elapsed else 0.0
-                left = sum(1 for j in range(k + 1, n) if j not in done)
-                log.info(
-                    "replay %s batch %d/%d: %d rows in %.2fs; %d sent at %.0f msg/s, %d batch(es) left",
-                    replay_id,
-                    k + 1,
-                    n,
-                    len(batch),
-                    time.monotonic() - t_batch,
-                    sent,
-                    result.rate,
-                    left,
-                )
+        for k, prepared in ahead(todo, prepare):
+            if stopping.requested():
+                result.status = "interrupted"
+                break
+            key, t_batch = batch_key(k, n, size), time.monotonic()
+            try:
+                batch, built = prepared()
+                due = None if opts.max_rate is None else started + (sent + len(batch)) / opts.max_rate
+                self._send_batch(conn, replay_id, key, batch, built, due)
+            except QueuelakeError as exc:
+                conn.rollback()
+                result.status = "failed"
+                result.failed_batches.append(key)
+                result.error = str(exc)
+                log.error("replay %s batch %s failed, nothing of it was sent: %s", replay_id, key, exc)
+                continue
+            sent += len(batch)
+            result.rows_sent = sent
+            result.total_sent += len(batch)
+            result.batches_sent += 1
+            for r in batch:
+                self.sent_per_destination[r.target.canonical] += 1  # type: ignore[union-attr]
+            elapsed = time.monotonic() - started
+            result.seconds_sending = round(elapsed, 3)
+            result.rate = round(sent / elapsed, 1) if elapsed else 0.0
+            left = sum(1 for j in range(k + 1, n) if j not in done)
+            log.info(
+                "replay %s batch %d/%d: %d rows in %.2fs; %d sent at %.0f msg/s, %d batch(es) left",
+                replay_id,
+                k + 1,
+                n,
+                len(batch),
+                time.monotonic() - t_batch,
+                sent,
+                result.rate,
+                left,
+            )
 
     def _send_on_executors(self, replay_id: str, plan: Plan, done: set[int], planned: Planned) -> None:
         """The batches not in the ledger, sent by Spark tasks (``executors.py``); the outcomes are
