@@ -102,3 +102,8 @@ def test_run_then_maintain(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert maintained["status"] == "ok"
     assert {"messages", "runs", "outbound_activity"} <= set(maintained["tables"])
     assert len(read_table(str(lake_root / "messages"))) == 250  # compaction keeps every row
+    # the compaction made new versions but brought no rows: the next run is still idle, without Spark
+    after, log = cli_logged(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert after["status"] == "ok" and after["publish"]["copies"] == 0, after
+    assert "transform: nothing new, no Spark session started" in log, log
+    assert "publish: nothing new, no Spark session started" in log and "incubator" not in log, log
