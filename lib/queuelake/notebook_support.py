@@ -586,9 +586,15 @@ def runs_figure(pdf: pd.DataFrame) -> Figure:
         top.set_xlabel("")  # the axis is shared: labelled once, below
         return fig
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.5 * pdf["queue"].nunique() * len(starts) + 2.4))
-    when = " and ".join(utc_text(s) for s in starts)
-    per_run_bars(left, pdf, "rate", f"drain rate of the run at {when}", RATE_LABEL)
-    per_run_bars(right, pdf, "backlog_left", f"backlog left after the run at {when}", BACKLOG_LABEL, counts=True)
+    if len(starts) == 1:
+        rate_title = f"drain rate of the run at {utc_text(starts[0])}"
+        backlog_title = f"backlog left after the run at {utc_text(starts[0])}"
+    else:  # each bar names its run's start time: the titles say the day once (two titles side by side)
+        days = " and ".join(sorted({f"{pd.Timestamp(s):%Y-%m-%d}" for s in starts}))
+        rate_title = f"drain rate per run on {days} (UTC)"
+        backlog_title = f"backlog left after each run on {days} (UTC)"
+    per_run_bars(left, pdf, "rate", rate_title, RATE_LABEL)
+    per_run_bars(right, pdf, "backlog_left", backlog_title, BACKLOG_LABEL, counts=True)
     return fig
 
 

@@ -335,6 +335,12 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     audit_and_error_traffic(demo, hours=2 / 60)
     write_deltalake(str(base / "demo" / "messages"), demo.table())
     write_deltalake(str(base / "demo" / "runs"), demo_runs())
+    # the demo, then the drain its "Next, try" prints: a second, idle run of every queue
+    write_deltalake(str(base / "demo_twice" / "messages"), demo.table())
+    everything_empty = frozenset((0, q) for q in range(len(QUEUES)))
+    idle_drain = runs_rows(QUEUES, 1, start=DEMO_DRAIN + dt.timedelta(minutes=3), idle=everything_empty)
+    twice = demo_runs().to_pylist() + [{**r, "run_id": str(uuid.UUID(int=99))} for r in idle_drain]
+    write_deltalake(str(base / "demo_twice" / "runs"), pa.Table.from_pylist(twice, schema=RUNS_SCHEMA))
 
     day = Journal(seed=3)
     business_traffic(day, hours=24)
@@ -359,6 +365,7 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "full": base / "full",
         "demo": base / "demo",
+        "demo_twice": base / "demo_twice",
         "day": base / "day",
         "business_only": base / "business_only",
         "missing": base / "no_such_lake",
@@ -458,6 +465,7 @@ def describe(fig):
             "collections": sum(1 for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())),
             "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
             "legend_box": box(legend.get_window_extent(renderer)) if legend else None,
+            "title_box": box(ax.title.get_window_extent(renderer)) if ax.get_title() else None,
             "figure_box": box(fig.bbox),
         })
     return panels
@@ -560,6 +568,14 @@ def runs(lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
             "lake_root": str(lakes["missing"]),
             "output": str(out / "databricks" / "error_queue"),
             "widgets": {"lake_root": str(lakes["full"]), "error_queue": "error"},
+        }
+    )
+    jobs.append(
+        {
+            "key": "demo_twice/journal_overview",
+            "notebook": str(NOTEBOOKS / "journal_overview.py"),
+            "lake_root": str(lakes["demo_twice"]),
+            "output": str(out / "demo_twice" / "journal_overview"),
         }
     )
     # The audit queue named through the environment, in its canonical PostgreSQL form.
@@ -694,11 +710,18 @@ def _check_pictures(result: dict[str, Any], name: str) -> None:
                     assert not (legend[0] <= x <= legend[2] and legend[1] <= y <= legend[3]), (*where, "legend")
                 figure = panel["figure_box"]
                 assert figure[0] <= legend[0] and legend[2] <= figure[2] + 1, (*where, legend, figure)
+        # Titles stay inside the picture and do not run into each other (panels side by side).
+        titles = [p["title_box"] for p in panels if p["title_box"] is not None]
+        for i, title in enumerate(titles):
+            figure = panels[0]["figure_box"]
+            assert figure[0] <= title[0] and title[2] <= figure[2] + 1, (plot, "title outside", title, figure)
+            for other in titles[i + 1 :]:
+                assert not _overlaps(title, other), (plot, "titles overlap", [p["title"] for p in panels])
         time_panels = [p for p in panels if p["time_axis"]]
         expected = TIME_PANELS.get(plot, 0)
         if plot in TREND_PLOTS and TREND_PLOTS[plot] in result["stdout"]:
             expected -= 1  # too few buckets for a trend: the panel is left out, and the notebook says so
-        if plot == "runs" and all(" the run at " in p["title"] for p in panels):
+        if plot == "runs" and all(" the run at " in p["title"] or " run on " in p["title"] for p in panels):
             expected = 0  # fewer than 3 runs: bars per queue, not lone points on a time axis
         assert len(time_panels) == expected, (plot, [p["title"] for p in panels])
         for panel in time_panels:
@@ -805,6 +828,17 @@ def test_plots_on_a_demo_like_lake(runs: dict[str, dict[str, Any]], name: str) -
     if name == "error_queue":
         over_time = _panel(result, "error_failures_over_time", "failures per")
         assert sum(b["height"] for b in over_time["bars"]) == 66
+
+
+def test_runs_plot_after_the_demo_and_a_second_drain(runs: dict[str, dict[str, Any]]) -> None:
+    """Two runs (the demo's, then the drain its "Next, try" prints, which finds every queue empty):
+    still bars, each naming its run's start; the two titles side by side do not run into each other."""
+    result = runs["demo_twice/journal_overview"]
+    _check_pictures(result, "journal_overview")
+    rate, backlog = _panel(result, "runs", "drain rate"), _panel(result, "runs", "backlog")
+    assert rate["title"] == "drain rate per run on 2026-05-01 (UTC)", rate["title"]
+    assert backlog["title"] == "backlog left after each run on 2026-05-01 (UTC)", backlog["title"]
+    assert rate["texts"].count("idle: queue empty") == 4 and backlog["texts"].count("0: queue empty") == 4
 
 
 @pytest.mark.slow
