@@ -419,9 +419,9 @@ def last_round(batch_keys: list[str]) -> tuple[Round | None, set[int], bool]:
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:
-    """The outputs with a round to send: rows added past the last round, or a round not finished
-    (cheap: the ledger's keys and Delta log lookups, no Spark). An idle scheduled run asks this
-    before starting a Spark session for nothing."""
+    """The outputs with a round to send: versions past the last round, or a round not finished
+    (cheap: the ledger's keys and a Delta log lookup each, no Spark). An idle scheduled run asks
+    this before starting a Spark session for nothing."""
     outputs = [o for o in config.publish.outputs if lake.exists(o)]
     if not outputs:
         return []
@@ -438,10 +438,8 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
                 conn.rollback()
             latest, _, finished = last_round(keys)
             upto = lake.table_version(output)
-            if latest is None or not finished:
+            if latest is None or not finished or (upto is not None and latest.upto < upto):
                 names.append(output)
-            elif upto is not None and latest.upto < upto and lake.added_files(output, latest.upto, upto):
-                names.append(output)  # new rows (versions that only compacted the output bring none)
     return names
 
 

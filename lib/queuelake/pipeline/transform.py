@@ -86,16 +86,15 @@ def rows_in_files(files: list[str]) -> int:
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:
-    """The transforms with journal rows to read (cheap: Delta log lookups, no Spark). An idle
-    scheduled run asks this before starting a Spark session for nothing. Versions that only
-    compacted the journal (``maintain``) bring no rows: they are not work."""
+    """The transforms with journal versions to read (cheap: two Delta log lookups each, no Spark).
+    An idle scheduled run asks this before starting a Spark session for nothing."""
     if not config.transforms or not lake.exists(MESSAGES):
         return []
     upto = lake.table_version(MESSAGES)
     names = []
     for t in config.transforms:
         after = lake.last_version(t.output, checkpoint_app_id(t.name)) if lake.exists(t.output) else None
-        if upto is not None and (after is None or (after < upto and lake.added_files(MESSAGES, after, upto))):
+        if upto is not None and (after is None or after < upto):
             names.append(t.name)
     return names
 
@@ -120,9 +119,6 @@ def run_transform(
         log.info("transform %s: nothing new in the journal since version %s, nothing to do", transform.name, after)
         return {**result, "status": "ok", "rows_in": 0, "rows_out": 0, "note": "nothing new"}
     files = lake.added_files(MESSAGES, after, upto)
-    if after is not None and not files:  # only compactions since: no rows, and no Spark to say so
-        log.info("transform %s: no new rows in the journal since version %s, nothing to do", transform.name, after)
-        return {**result, "status": "ok", "rows_in": 0, "rows_out": 0, "note": "nothing new"}
     source = _landed(spark, files)
     if suite is not None:
         blocked = _check_journal(lake, run_id, transform, suite, source, f"{'' if after is None else after}-{upto}")
