@@ -4,14 +4,23 @@ The SQL scripts live in the top-level ``sql/`` folder so that DBAs can review th
 into the wheel as the ``queuelake._sql`` package so a Databricks ``python_wheel_task`` finds them too.
 """
 
+import sys
 from pathlib import Path
 
 from setuptools import setup
 
+HERE = Path(__file__).parent
+
 # The Spark line and its Delta release, in one place (run, not imported: nothing is installed yet).
 VERSIONS: dict = {}
-exec((Path(__file__).parent / "lib" / "queuelake" / "versions.py").read_text(encoding="utf-8"), VERSIONS)
+exec((HERE / "lib" / "queuelake" / "versions.py").read_text(encoding="utf-8"), VERSIONS)
 SPARK = [VERSIONS["PYSPARK_REQUIREMENT"], VERSIONS["DELTA_SPARK_REQUIREMENT"]]
+
+# The console scripts come from the command registry: the CLI, and queuelake-<job> for each command
+# declared a job (also the entry points of Databricks python_wheel_task, databricks.yml). The command
+# modules import only the standard library at module level, so this works before anything is installed.
+sys.path.insert(0, str(HERE / "lib"))
+from queuelake.commands.registry import console_scripts  # noqa: E402
 
 setup(
     name="queuelake",
@@ -78,15 +87,6 @@ setup(
         ],
     },
     entry_points={
-        "console_scripts": [
-            "queuelake=queuelake.cli:main",
-            # the jobs, also the entry points of Databricks python_wheel_task (databricks.yml)
-            "queuelake-drain=queuelake.jobs:drain",
-            "queuelake-transform=queuelake.jobs:transform",
-            "queuelake-publish=queuelake.jobs:publish",
-            "queuelake-run=queuelake.jobs:run",
-            "queuelake-maintain=queuelake.jobs:maintain",
-            "queuelake-replay=queuelake.jobs:replay",
-        ]
+        "console_scripts": console_scripts(),
     },
 )

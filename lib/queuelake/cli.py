@@ -1,8 +1,9 @@
 """The ``queuelake`` command line: parse arguments, call the library, print the JSON summary.
 
 Every command logs progress to stderr and prints one JSON object as the last line of stdout, however
-it ends: 0 on success; 1 on failure (``"status": "failed"`` and why, never a traceback unless
-``--debug``, never the connection string) and on a drain that left rows other sessions held
+it ends: 0 on success; 1 on failure (``"status": "failed"``, why, and its ``error_kind``, see
+``queuelake.errors``; never a traceback unless ``--debug``, never the connection string); 2 when the
+arguments do not parse and on a drain that left rows other sessions held
 (``"status": "incomplete"``); 143 when SIGTERM stopped it (``"status": "interrupted"``),
 130 on Ctrl-C. ``drain`` and ``run`` take a first SIGTERM as "stop at the next batch boundary" and a
 second as "stop now"; the other commands stop at the first.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
 import os
 import re
@@ -25,27 +25,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from queuelake import __version__, stopping
+from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import QueuelakeError
 from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
 
-# command -> (module:function, help). Functions take the parsed args and return the summary dict.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("queuelake.commands.demo:run", "run the embedded demo end to end"),
-    "install": ("queuelake.commands.transport:install", "create missing queue and bridge tables"),
-    "status": ("queuelake.commands.transport:status", "depth, oldest age and schema warnings per queue"),
-    "drain": ("queuelake.commands.pipeline:drain", "drain queues into the lake"),
-    "transform": ("queuelake.commands.pipeline:transform", "run the configured transforms incrementally"),
-    "publish": ("queuelake.commands.pipeline:publish", "publish outbound tables to queues and subscribers"),
-    "run": ("queuelake.commands.pipeline:run_all", "drain, transform, publish"),
-    "purge-expired": ("queuelake.commands.transport:purge_expired", "purge expired rows in batches"),
-    "maintain": ("queuelake.commands.pipeline:maintain", "compact and vacuum the lake tables"),
-    "replay": ("queuelake.commands.replay:replay", "send journal rows back to queues: retry or replay, exactly once"),
-    "spark-packages": ("queuelake.commands.spark_packages:run", "print spark-submit --packages for this pyspark"),
-}
-
-# commands whose first SIGTERM only asks them to stop at a batch boundary (stopping.requested())
-GRACEFUL = frozenset({"drain", "run"})
 EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGTERM = 1, 130, 128 + signal.SIGTERM
 MAX_ERROR_CHARS = 2000
 
@@ -62,42 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help=debug_help)
     parser.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=log_help)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (_, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.help)
         # also accepted after the command; SUPPRESS keeps a global --debug from being reset
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         p.add_argument("--log-format", choices=LOG_FORMATS, default=argparse.SUPPRESS, help=log_help)
-        if name not in ("demo", "spark-packages"):
+        if command.takes_config:
             # None: conf/local.yaml when it exists, else the built-in local config (config.load)
             config_help = f"config file (default {DEFAULT_CONFIG}, else the built-in local embedded config)"
             p.add_argument("-c", "--config", default=None, help=config_help)
-        if name == "install":
-            p.add_argument("--print-sql", action="store_true", help="print the scripts instead of running them")
-        if name in ("drain", "run"):
-            p.add_argument("--queue", action="append", dest="queues", help="drain only this queue (repeatable)")
-            p.add_argument("--max-messages", type=int, default=None)
-            p.add_argument("--max-seconds", type=float, default=None)
-        if name == "replay":
-            p.add_argument("--where", required=True, help="Spark SQL predicate over messages (one boolean expression)")
-            p.add_argument("--to", default=None, help="send every selected message to this queue (default: its own)")
-            p.add_argument("--dry-run", action="store_true", help="count per destination and type; write nothing")
-            p.add_argument("--limit", type=int, default=None, help="at most N messages (the first by queue, seq)")
-            p.add_argument("--max-rate", type=float, default=None, help="at most N messages per second")
-            p.add_argument("--replay-id", default=None, help="resume this replay (default: a new id, printed)")
-            p.add_argument("--batch-size", type=int, default=5000, help="messages per DB transaction (default 5000)")
-            p.add_argument("--ack-queue", default=None, help="set ServiceControl.Retry.AcknowledgementQueue on retries")
-        if name == "spark-packages":
-            p.add_argument("--s3", action="store_true", help="add hadoop-aws, for s3a:// lake roots")
-        if name == "demo":
-            p.add_argument("--workdir", default=".", help="where ./lake and the demo database go")
-            p.add_argument("--messages", type=int, default=2000, help="messages to seed per business queue")
-            p.add_argument("--engine", choices=("auto", "delta-rs", "delta-spark"), default="auto", help="lake engine")
+        command.arguments(p)
     return parser
-
-
-def _resolve(target: str) -> Any:
-    module, func = target.split(":")
-    return getattr(importlib.import_module(module), func)
 
 
 @contextlib.contextmanager
@@ -115,7 +74,7 @@ def _sigterm(command: str) -> Iterator[dict[str, bool]]:
         stopping.request()
         if not state["armed"]:
             return
-        if first and command in GRACEFUL:
+        if first and COMMANDS[command].graceful:
             log.warning("SIGTERM: %s stops at the next batch boundary (a second SIGTERM stops it now)", command)
             return
         state["armed"] = False  # one Interrupted is enough; later signals only set the flag
@@ -185,7 +144,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
         code = exc.code if isinstance(exc.code, int) else 2
         if code:
             words = [a for a in (sys.argv[1:] if argv is None else argv) if a in COMMANDS]
-            emit_summary({"command": words[0] if words else None, "status": "failed", "error": "invalid arguments"})
+            command = words[0] if words else None
+            emit_summary({"command": command, "status": "failed", "error": "invalid arguments", "error_kind": "usage"})
         return code
 
 
@@ -208,7 +168,7 @@ def main(
         try:
             if prepare is not None:
                 prepare(args)
-            result = _resolve(COMMANDS[args.command][0])(args)
+            result = COMMANDS[args.command].run(args)
             sigterm["armed"] = False
             summary = {"command": args.command, "status": result.pop("status", "ok"), **result}
             if summary["status"] == "ok" and stopping.requested():
@@ -225,10 +185,9 @@ def main(
             sigterm["armed"] = False
             summary, code = _failure(args, exc), EXIT_FAILED
         summary["seconds"] = round(time.monotonic() - started, 3)
-        # install --print-sql: stdout is the SQL script alone (`> install.sql` for psql), so its
-        # summary goes to stderr, the one exception to "the summary is the last stdout line"
-        sql_only = args.command == "install" and getattr(args, "print_sql", False)
-        emit_summary(summary, sys.stderr if sql_only else sys.stdout)
+        # install --print-sql: stdout is the command's own output alone (see Command.summary_on_stderr)
+        on_stderr = COMMANDS[args.command].summary_on_stderr(args)
+        emit_summary(summary, sys.stderr if on_stderr else sys.stdout)
     return code
 
 
@@ -256,15 +215,17 @@ def _failure(args: argparse.Namespace, exc: Exception) -> dict[str, Any]:
     secrets = _secrets(args)
     # an error redacted where it was built (a driver's text inside our own) keeps its words
     error = _redact(describe(exc), secrets, words=not getattr(exc, "redacted", False))
+    kind = exc.kind if isinstance(exc, QueuelakeError) else "unexpected"
     package = missing_spark(exc)
     if package:
         error = f"{args.command} needs {package}, which is not installed: {SPARK_EXTRA} ({error})"
+        kind = "missing-dependency"
     if args.debug:
         trace = _redact("".join(traceback.format_exception(exc)), secrets)
         log.error("%s failed: %s\n%s", args.command, error, trace.rstrip())
     else:
         log.error("%s failed: %s (--debug shows the traceback)", args.command, error)
-    return {"command": args.command, "status": "failed", "error": error}
+    return {"command": args.command, "status": "failed", "error": error, "error_kind": kind}
 
 
 if __name__ == "__main__":

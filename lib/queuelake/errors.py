@@ -1,9 +1,18 @@
-"""Exceptions users see. Each names what failed (queue, row, key) and why, never a secret."""
+"""Exceptions users see. Each names what failed (queue, row, key) and why, never a secret.
+
+One class per layer or stage, each with a ``kind``: the JSON summary of a failed command carries it as
+``error_kind``, so a scheduler or a script can tell a bad config from an unreachable database from a
+lake that refused a commit without reading the message. The CLI adds three kinds of its own for what
+is not one of these: ``usage`` (the arguments did not parse, exit 2), ``missing-dependency`` (a Spark
+command without pyspark or delta-spark installed) and ``unexpected`` (any other exception: a library's
+error or a bug; the message names its type). Every failure but ``usage`` exits 1.
+"""
 
 
 class QueuelakeError(Exception):
     """Base class: the CLI turns these into a clean message and a non-zero exit."""
 
+    kind = "error"
     # True where the message was built with its foreign text (a driver's) already redacted: the CLI
     # then removes only distinctive secrets and password fields, and leaves the words of our own text
     # whole even when a short password is one of them (queuelake.redaction says why).
@@ -13,18 +22,70 @@ class QueuelakeError(Exception):
 class ConfigError(QueuelakeError):
     """The configuration file is invalid: unknown key, missing variable, bad value."""
 
+    kind = "config"
+
+
+class ArgumentError(QueuelakeError, ValueError):
+    """A command-line value is invalid where argparse cannot tell (replay's ``--where``, ``--limit``)."""
+
+    kind = "arguments"
+
 
 class AddressError(QueuelakeError, ValueError):
     """A queue address cannot be parsed or is not allowed (too long, empty)."""
+
+    kind = "address"
 
 
 class HeaderError(QueuelakeError, ValueError):
     """A Headers column cannot be decoded; the drain quarantines the row with this reason."""
 
+    kind = "wire"
+
 
 class TransportError(QueuelakeError):
     """The queue database refused something: missing table, bad connection, failed statement."""
 
+    kind = "transport"
+
 
 class LakeError(QueuelakeError):
     """The Delta lake refused something: engine mismatch, missing table."""
+
+    kind = "lake"
+
+
+class QualityError(QueuelakeError):
+    """An outbound table does not meet the contract that publishing needs (missing columns)."""
+
+    kind = "quality"
+
+
+class PipelineError(QueuelakeError):
+    """A pipeline stage cannot go on; the subclasses say which stage."""
+
+    kind = "pipeline"
+
+
+class DrainError(PipelineError):
+    """The drain cannot start or go on (no queues, a setting out of range)."""
+
+    kind = "drain"
+
+
+class PublishError(PipelineError):
+    """Publishing cannot go on: a missing outbound table, a destination it must not send to."""
+
+    kind = "publish"
+
+
+class ReplayError(PipelineError):
+    """A replay cannot go on: no journal, a replay id in another process, a plan that no longer fits."""
+
+    kind = "replay"
+
+
+class DemoError(QueuelakeError):
+    """The demo refuses its work folder (not its own) or lacks what an engine needs."""
+
+    kind = "demo"

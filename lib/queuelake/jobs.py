@@ -6,8 +6,9 @@ classes when spark-submit put them on the classpath, then runs the same code as 
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def run_job(command: str, argv: Sequence[str] | None = None) -> int:
@@ -41,25 +42,12 @@ def _entry(command: str) -> int:
     return 0
 
 
-def drain() -> int:
-    return _entry("drain")
+def __getattr__(name: str) -> Callable[[], int]:
+    """``queuelake.jobs.<job>``: the console script of each job command the registry declares
+    (``setup.py`` points ``queuelake-<job>`` here)."""
+    from queuelake.commands.registry import jobs
 
-
-def transform() -> int:
-    return _entry("transform")
-
-
-def publish() -> int:
-    return _entry("publish")
-
-
-def run() -> int:
-    return _entry("run")
-
-
-def maintain() -> int:
-    return _entry("maintain")
-
-
-def replay() -> int:
-    return _entry("replay")
+    for command in jobs():
+        if command.function_name == name:
+            return functools.partial(_entry, command.name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from queuelake.commands import demo
 from queuelake.errors import QueuelakeError
+from queuelake.examples import demo
 
 
 def queuelake(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:

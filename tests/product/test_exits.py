@@ -4,6 +4,7 @@ ends it with status "interrupted" and exit 143, and a drain stopped so loses and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from queuelake import cli, stopping
+from queuelake import cli, errors, stopping
 from queuelake.lake.reading import read_table
 
 from tests.pipeline.test_drain import install, make_config, seed_ids, write_config
@@ -81,13 +82,12 @@ def test_any_exception_is_a_clean_failure_without_the_secret(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("QUEUELAKE_CONNECTION", SECRET_URI)
-    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
-    monkeypatch.setitem(cli.COMMANDS, "status", ("queuelake_test_exits:_boom", "stand-in"))
+    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_boom))
     code = cli.main(["status", "-c", "/nonexistent.yaml"])
     out = capsys.readouterr()
     summary = _summary(out.out)
     assert code == 1 and summary["status"] == "failed" and summary["command"] == "status"
-    assert "RuntimeError: cannot reach" in summary["error"]
+    assert "RuntimeError: cannot reach" in summary["error"] and summary["error_kind"] == "unexpected"
     assert "s3cr3t-Pa55" not in out.out + out.err and SECRET_URI not in out.out + out.err
     assert "File " not in summary["error"] and "Traceback" not in out.err
 
@@ -99,8 +99,7 @@ def test_a_common_word_secret_is_hidden_and_the_message_kept(
     """A password that is a word (or part of the user, host or database names) is hidden as the
     secret it is, and the words of the message are left whole."""
     monkeypatch.setenv("QUEUELAKE_CONNECTION", f"postgresql://postgres:{password}@db.example.invalid:5432/queues")
-    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
-    monkeypatch.setitem(cli.COMMANDS, "status", ("queuelake_test_exits:_boom", "stand-in"))
+    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_boom))
     assert cli.main(["status", "-c", "/nonexistent.yaml"]) == 1
     out = capsys.readouterr()
     assert _summary(out.out)["error"] == "RuntimeError: cannot reach <connection string>"
@@ -113,9 +112,47 @@ def test_a_common_word_secret_is_hidden_and_the_message_kept(
     assert not shows_secret(out.out + out.err, password) and not cut_words(out.out + out.err), out.err
 
 
+def _raises(exc: BaseException) -> Any:
+    def run(args: Any) -> dict[str, Any]:
+        raise exc
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (errors.ConfigError("drain.batch_size must be at least 1"), "config"),
+        (errors.ArgumentError("--limit must be 0 or more"), "arguments"),
+        (errors.AddressError("queue address is empty"), "address"),
+        (errors.TransportError("Sales: table does not exist"), "transport"),
+        (errors.LakeError("messages: written by delta-spark"), "lake"),
+        (errors.DrainError("no queues to drain"), "drain"),
+        (errors.PublishError("outbound table x does not exist"), "publish"),
+        (errors.ReplayError("replay r1 is already running"), "replay"),
+        (ModuleNotFoundError("No module named 'pyspark'", name="pyspark"), "missing-dependency"),
+        (KeyError("x"), "unexpected"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else type(v).__name__,
+)
+def test_a_failure_names_its_kind(
+    exc: BaseException, kind: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary's ``error_kind`` tells a scheduler what failed without parsing the message."""
+    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_raises(exc)))
+    assert cli.main(["status", "-c", "/nonexistent.yaml"]) == 1
+    summary = _summary(capsys.readouterr().out)
+    assert summary["status"] == "failed" and summary["error_kind"] == kind, summary
+
+
+def test_a_missing_config_file_is_a_config_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["status", "-c", "/nonexistent/queuelake.yaml"]) == 1
+    summary = _summary(capsys.readouterr().out)
+    assert summary["error_kind"] == "config" and "/nonexistent/queuelake.yaml" in summary["error"], summary
+
+
 def test_sigterm_interrupts_a_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
-    monkeypatch.setitem(cli.COMMANDS, "status", ("queuelake_test_exits:_sigterm_self", "stand-in"))
+    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_sigterm_self))
     before = signal.getsignal(signal.SIGTERM)
     code = cli.main(["status"])
     assert not _SLEPT_THROUGH, "SIGTERM did not stop the command: it ran to its end"
@@ -128,8 +165,7 @@ def test_sigterm_interrupts_a_command(monkeypatch: pytest.MonkeyPatch, capsys: p
 def test_first_sigterm_lets_a_drain_stop_at_a_boundary(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "queuelake_test_exits", sys.modules[__name__])
-    monkeypatch.setitem(cli.COMMANDS, "drain", ("queuelake_test_exits:_sigterm_graceful", "stand-in"))
+    monkeypatch.setitem(cli.COMMANDS, "drain", dataclasses.replace(cli.COMMANDS["drain"], run=_sigterm_graceful))
     code = cli.main(["drain"])
     summary = _summary(capsys.readouterr().out)
     assert code == 143 and summary["status"] == "interrupted" and summary["batches"] == 1
@@ -164,6 +200,7 @@ def test_lake_error_is_a_clean_failure(fresh_pg_uri: str, tmp_path: Path) -> Non
     summary = _summary(proc.stdout)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert summary["status"] == "failed" and summary["command"] == "drain" and summary["error"]
+    assert summary["error_kind"] == "lake", summary
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert fresh_pg_uri not in proc.stdout + proc.stderr
 
@@ -250,7 +287,9 @@ def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -
 def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from queuelake.commands import pipeline as commands
+    from queuelake import config as config_mod
+    from queuelake.commands import sessions
+    from queuelake.commands.run import run_all
     from queuelake.pipeline import drain, publish, transform
 
     ran: list[str] = []
@@ -264,16 +303,16 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
 
         return run
 
-    monkeypatch.setattr(commands.config_mod, "load", lambda path: object())
-    monkeypatch.setattr(commands, "_spark", lambda cfg, spark: None)
-    monkeypatch.setattr(commands, "lake_for", lambda cfg, spark=None: None)
-    monkeypatch.setattr(commands, "runs_only_lake", lambda cfg: None)
+    monkeypatch.setattr(config_mod, "load", lambda path: object())
+    monkeypatch.setattr(sessions, "spark_for", lambda cfg, spark: None)
+    monkeypatch.setattr(sessions, "lake_for", lambda cfg, spark=None: None)
+    monkeypatch.setattr(sessions, "runs_only_lake", lambda cfg: None)
     monkeypatch.setattr(drain, "drain", step("drain", stop=True))
     monkeypatch.setattr(transform, "transform", step("transform"))
     monkeypatch.setattr(publish, "publish", step("publish"))
     args = argparse.Namespace(config="x.yaml", queues=None, max_messages=None, max_seconds=None)
     try:
-        out = commands.run_all(args)
+        out = run_all(args)
     finally:
         stopping.reset()
     assert ran == ["drain"]

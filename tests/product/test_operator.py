@@ -144,7 +144,12 @@ def test_json_formatter_keeps_a_multiline_message_on_one_line() -> None:
 def test_an_unknown_log_format_is_a_usage_error(tmp_path: Path) -> None:
     proc = queuelake(["--log-format", "xml", "status"], tmp_path)
     assert proc.returncode == 2
-    assert last_json(proc.stdout) == {"command": "status", "status": "failed", "error": "invalid arguments"}
+    assert last_json(proc.stdout) == {
+        "command": "status",
+        "status": "failed",
+        "error": "invalid arguments",
+        "error_kind": "usage",
+    }
 
 
 # ---------------------------------------------------------------- install --print-sql

@@ -20,24 +20,29 @@ from typing import Any
 
 import pytest
 import yaml
+from queuelake.commands.registry import COMMANDS, jobs
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB_COMMANDS = ["drain", "transform", "publish", "run", "maintain", "replay"]
+JOB_COMMANDS = [c.name for c in jobs()]
 SECRET_REF = "{{secrets/queuelake/connection}}"
 
 
 def console_scripts() -> dict[str, str]:
-    """``name -> module:function`` from setup.py's entry_points (the wheel's metadata), read without running it."""
-    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg == "entry_points":
-            entry_points = ast.literal_eval(node.value)
-            scripts = {}
-            for spec in entry_points.get("console_scripts", []):
-                name, target = (part.strip() for part in spec.split("=", 1))
-                scripts[name] = target
-            return scripts
-    raise AssertionError("setup.py has no entry_points")
+    """``name -> module:function`` from setup.py's entry_points (the wheel's metadata), as setup.py
+    computes them: run in a subprocess with ``setup()`` recording its arguments instead of building."""
+    probe = (
+        "import json, runpy, setuptools\n"
+        "seen = {}\n"
+        "setuptools.setup = lambda **kwargs: seen.update(kwargs)\n"
+        "runpy.run_path('setup.py')\n"
+        "print(json.dumps(seen['entry_points']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    scripts = {}
+    for spec in json.loads(out.stdout.splitlines()[-1])["console_scripts"]:
+        name, target = (part.strip() for part in spec.split("=", 1))
+        scripts[name] = target
+    return scripts
 
 
 def bundle() -> dict[str, Any]:
@@ -66,14 +71,20 @@ def test_job_entry_point_calls_run_job(command: str) -> None:
     ]
     assert len(calls) == 1, f"{path} must call run_job once"
     assert ast.literal_eval(calls[0].args[0]) == command
-    from queuelake.cli import COMMANDS
-
     assert command in COMMANDS
+
+
+def test_jobs_folder_holds_exactly_the_registrys_jobs() -> None:
+    """``jobs/`` has one thin entry point per command the registry declares a job, and no other:
+    a new job command fails here until its file exists (copy jobs/drain.py, change the name)."""
+    assert JOB_COMMANDS == ["drain", "transform", "publish", "run", "maintain", "replay"]
+    assert sorted(p.stem for p in (ROOT / "jobs").glob("*.py")) == sorted(JOB_COMMANDS)
 
 
 def test_console_scripts_point_at_job_functions() -> None:
     scripts = console_scripts()
     assert scripts["queuelake"] == "queuelake.cli:main"
+    assert sorted(scripts) == sorted(["queuelake", *(f"queuelake-{c}" for c in JOB_COMMANDS)])
     for command in JOB_COMMANDS:
         target = scripts[f"queuelake-{command}"]
         module, function = target.split(":")

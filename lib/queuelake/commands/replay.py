@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from queuelake import config as config_mod
-from queuelake.report import log
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from queuelake.commands.command import Command
 
 
-def replay(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    from queuelake.commands.pipeline import active_spark, lake_for
+def replay(args: argparse.Namespace) -> dict[str, Any]:
+    from queuelake import config as config_mod
+    from queuelake.commands.sessions import active_spark, lake_for
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline.replay.plan import ReplayOptions
     from queuelake.pipeline.replay.replayer import needs_spark
     from queuelake.pipeline.replay.replayer import replay as run_replay
+    from queuelake.report import log
     from queuelake.spark import get_spark
 
     options = ReplayOptions(
@@ -36,7 +34,7 @@ def replay(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[
     if args.to and not args.dry_run:
         # a replay into a queue the next drain takes back into the lake is almost always a mistake
         config_mod.check_send_target(cfg, args.to, "replay --to")
-    session = spark or active_spark()
+    session = active_spark()
     if session is None:
         # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting
         # a session was most of a small replay's time
@@ -46,3 +44,24 @@ def replay(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[
             return run_replay(cfg, None, lake, options, start_spark=lambda: get_spark(cfg.spark))
     session = session or get_spark(cfg.spark)
     return run_replay(cfg, session, lake_for(cfg, session), options)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--where", required=True, help="Spark SQL predicate over messages (one boolean expression)")
+    add("--to", default=None, help="send every selected message to this queue (default: its own)")
+    add("--dry-run", action="store_true", help="count per destination and type; write nothing")
+    add("--limit", type=int, default=None, help="at most N messages (the first by queue, seq)")
+    add("--max-rate", type=float, default=None, help="at most N messages per second")
+    add("--replay-id", default=None, help="resume this replay (default: a new id, printed)")
+    add("--batch-size", type=int, default=5000, help="messages per DB transaction (default 5000)")
+    add("--ack-queue", default=None, help="set ServiceControl.Retry.AcknowledgementQueue on retries")
+
+
+COMMAND = Command(
+    name="replay",
+    help="send journal rows back to queues: retry or replay, exactly once",
+    run=replay,
+    arguments=_arguments,
+    job=True,
+)

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from queuelake import versions
+from queuelake.commands.command import Command
 from queuelake.errors import ConfigError
 
 
@@ -61,3 +62,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if versions.spark_line(version) != versions.SPARK_LINE:
         summary["warning"] = f"pyspark {version} is not the pinned {versions.PYSPARK_REQUIREMENT}"
     return summary
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--s3", action="store_true", help="add hadoop-aws, for s3a:// lake roots")
+
+
+COMMAND = Command(
+    name="spark-packages",
+    help="print spark-submit --packages for this pyspark",
+    run=run,
+    arguments=_arguments,
+    takes_config=False,
+)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from queuelake.errors import QueuelakeError
+from queuelake.errors import QualityError
 from queuelake.transport.headers import FIRST_INSTANT, LAST_INSTANT, MAX_TTBR_MS
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def with_reasons(df: DataFrame) -> DataFrame:
 
     missing = [c for c in REQUIRED if c not in cols]
     if missing:
-        raise QueuelakeError(f"outbound table lacks required column(s): {', '.join(missing)}")
+        raise QualityError(f"outbound table lacks required column(s): {', '.join(missing)}")
     # duplicates from a key-only aggregation: a window over the rows would shuffle the bodies too
     dups = df.groupBy("key").count().where(F.col("count") > 1).select("key", F.lit(True).alias("_dup"))
     df = df.join(F.broadcast(dups), on="key", how="left")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from queuelake.errors import QueuelakeError
+from queuelake.errors import ArgumentError
 from queuelake.pipeline.replay.predicate import check_predicate
 
 DEFAULT_BATCH_SIZE = 5000
@@ -33,17 +33,17 @@ class ReplayOptions:
     def check(self) -> None:
         self.predicate = check_predicate(self.predicate)
         if self.limit is not None and self.limit < 0:
-            raise QueuelakeError("--limit must be 0 or more")
+            raise ArgumentError("--limit must be 0 or more")
         if self.max_rate is not None and self.max_rate <= 0:
-            raise QueuelakeError("--max-rate must be a positive number of messages per second")
+            raise ArgumentError("--max-rate must be a positive number of messages per second")
         if self.batch_size < 1:
-            raise QueuelakeError("--batch-size must be at least 1")
+            raise ArgumentError("--batch-size must be at least 1")
         if self.replay_id is not None and not _REPLAY_ID.fullmatch(self.replay_id):
-            raise QueuelakeError(
+            raise ArgumentError(
                 f"--replay-id {self.replay_id!r}: use 1-100 characters of letters, digits, '.', '_', ':' or '-'"
             )
         if self.to is not None and not self.to.strip():
-            raise QueuelakeError("--to is empty")
+            raise ArgumentError("--to is empty")
 
     def fingerprint(self) -> str:
         data = orjson.dumps({"where": self.predicate, "to": self.to, "limit": self.limit})

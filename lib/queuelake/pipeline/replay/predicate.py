@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from queuelake.errors import QueuelakeError
+from queuelake.errors import ArgumentError, QueuelakeError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -58,7 +58,7 @@ def _code_only(predicate: str) -> str:
                     break
                 j += 1
             if j >= n:
-                raise QueuelakeError(f"--where: unterminated {ch}-quoted text in {predicate!r}")
+                raise ArgumentError(f"--where: unterminated {ch}-quoted text in {predicate!r}")
             out.append(" x " if ch == "`" else " '' ")
             i = j + 1
         elif predicate.startswith("--", i):
@@ -68,7 +68,7 @@ def _code_only(predicate: str) -> str:
         elif predicate.startswith("/*", i):
             j = predicate.find("*/", i + 2)
             if j < 0:
-                raise QueuelakeError(f"--where: unterminated comment in {predicate!r}")
+                raise ArgumentError(f"--where: unterminated comment in {predicate!r}")
             i = j + 2
             out.append(" ")
         else:
@@ -81,17 +81,17 @@ def check_predicate(predicate: str | None) -> str:
     """Refuse what is not one deterministic boolean expression over ``messages``, naming the problem
     (Spark then parses and analyses it: ``validate_against``)."""
     if predicate is None or not predicate.strip():
-        raise QueuelakeError("--where is required: a Spark SQL predicate over messages, e.g. \"exception_type = 'X'\"")
+        raise ArgumentError("--where is required: a Spark SQL predicate over messages, e.g. \"exception_type = 'X'\"")
     code = _code_only(predicate)
     if ";" in code:
-        raise QueuelakeError(
+        raise ArgumentError(
             f"--where must be a single boolean expression over messages; {predicate!r} holds ';' "
             "(a second statement): refused"
         )
     words = [(m.group(0).lower(), m.end()) for m in _WORD.finditer(code)]
     for word, end in words:
         if word == "select":
-            raise QueuelakeError(
+            raise ArgumentError(
                 f"--where must be a single boolean expression over messages; {predicate!r} holds a subquery "
                 "(SELECT): refused"
             )
@@ -100,7 +100,7 @@ def check_predicate(predicate: str | None) -> str:
             continue
         called = code[end:].lstrip().startswith("(")
         if called or word in _BARE_TIME:
-            raise QueuelakeError(
+            raise ArgumentError(
                 f"--where {predicate!r} calls {word}(), which is {why}: a rerun of the replay must select the "
                 "same rows, so use literal values (e.g. time_of_failure >= '2026-05-01T00:00:00Z')"
             )
@@ -126,9 +126,9 @@ def validate_against(df: DataFrame, predicate: str) -> DataFrame:
         condition = F.expr(predicate)
         kind = df.select(condition.alias("p")).schema[0].dataType
         if not isinstance(kind, BooleanType):
-            raise QueuelakeError(f"--where {predicate!r} is a {kind.simpleString()}, not a boolean predicate")
+            raise ArgumentError(f"--where {predicate!r} is a {kind.simpleString()}, not a boolean predicate")
         return df.where(condition)
     except QueuelakeError:
         raise
     except Exception as exc:  # ParseException, AnalysisException (Spark Classic or Connect)
-        raise QueuelakeError(f"--where {predicate!r} is not a predicate over messages: {_spark_reason(exc)}") from None
+        raise ArgumentError(f"--where {predicate!r} is not a predicate over messages: {_spark_reason(exc)}") from None

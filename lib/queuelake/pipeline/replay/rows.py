@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from queuelake.config import Config
-from queuelake.errors import QueuelakeError
+from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.transport import schema
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef, queue_ref
@@ -102,7 +102,7 @@ class Content:
         try:
             return self.by_name[name]
         except KeyError:
-            raise QueuelakeError(f"journal file {name} is not in the planned journal version") from None
+            raise ReplayError(f"journal file {name} is not in the planned journal version") from None
 
     def _file(self, uri: str) -> pa.Table:
         table = self.cache.get(uri)

@@ -1,45 +1,28 @@
-"""install, status, purge-expired: commands that only touch the queue database."""
+"""``queuelake status``: depth, oldest age and schema warnings of every queue the config touches."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from queuelake import config as config_mod
-from queuelake.context import connect
-from queuelake.errors import HeaderError, QueuelakeError
-from queuelake.report import log
-from queuelake.transport import claims, installer, queues, schema, subscriptions
-from queuelake.transport import headers as hdr
-from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
+from queuelake.commands.command import Command
 
-
-def install_plan(cfg: config_mod.Config) -> installer.InstallPlan:
-    """Everything the deployment needs: drained queues and the Send destinations it names."""
-    return installer.plan(cfg)
-
-
-def install(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = config_mod.load(args.config)
-    plan = install_plan(cfg)
-    if args.print_sql:
-        # stdout holds the script alone (the CLI puts the summary on stderr), so that
-        # `queuelake install --print-sql > install.sql` gives psql / sqlcmd a file they accept
-        print(installer.script(cfg.transport.dialect, plan), flush=True)
-        return {"printed": [ref.canonical for _, ref in plan.steps()]}
-    with connect(cfg, "queuelake-install") as conn:
-        done = installer.install(conn, plan)
-    log.info("install: %d table(s) in place (missing ones created): %s", len(done), ", ".join(done))
-    return {"tables": done}
+if TYPE_CHECKING:
+    from queuelake import config as config_mod
+    from queuelake.transport.db import Connection
+    from queuelake.transport.tables import TableRef
 
 
 def status(args: argparse.Namespace) -> dict[str, Any]:
     """Every queue the config touches, with its depth: the drained queues, the Send destinations of
     the transforms, the delayed stores of ``transport.delayed_endpoints``, and each subscriber found
     in the subscription table (where published events go). Each entry says why it is listed (``role``)."""
+    from queuelake import config as config_mod
+    from queuelake.context import connect
+    from queuelake.report import log
+    from queuelake.transport import queues, schema
+
     cfg = config_mod.load(args.config)
     out: list[dict[str, Any]] = []
     with connect(cfg, "queuelake-status") as conn:
@@ -67,6 +50,11 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
 
 def _touched(conn: Connection, cfg: config_mod.Config) -> list[tuple[TableRef, str]]:
     """(table, role) of every queue the config touches, each once, in the order status lists them."""
+    from queuelake.errors import QueuelakeError
+    from queuelake.report import log
+    from queuelake.transport import schema, subscriptions
+    from queuelake.transport.tables import bridge_ref, queue_ref
+
     t = cfg.transport
     found: dict[str, tuple[TableRef, str]] = {}
 
@@ -95,6 +83,9 @@ def _unresolved_claims(conn: Connection, cfg: config_mod.Config) -> list[dict[st
     """Batches a killed drain left between its DB commit and its Delta commit: their rows are out of
     the queue and staged in the lake; the next drain of the queue commits them. Old ones mean that
     queue has not been drained since."""
+    from queuelake.report import log
+    from queuelake.transport import claims, schema
+
     table = claims.claims_ref(cfg.transport)
     if not schema.table_exists(conn, table):
         log.warning("%s does not exist: run `queuelake install` before draining", table.canonical)
@@ -111,6 +102,9 @@ def _unresolved_claims(conn: Connection, cfg: config_mod.Config) -> list[dict[st
 
 def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
     """Age of the oldest message by its TimeSent header; None when empty or unknown."""
+    from queuelake.errors import HeaderError
+    from queuelake.transport import headers as hdr
+
     if raw is None:
         return None
     try:
@@ -122,39 +116,4 @@ def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
     return None if sent is None else round((now - sent).total_seconds(), 3)
 
 
-def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
-    """The transport's batched purge of expired rows; each queue's count goes to the ``runs`` table
-    (the rows themselves are not journalled: a drain would record them as ``expired``)."""
-    from queuelake.commands.pipeline import runs_only_lake
-    from queuelake.pipeline import runs
-
-    cfg = config_mod.load(args.config)
-    run_id, started = runs.new_run_id(), runs.utc_now()
-    purged: dict[str, int] = {}
-    rows = []
-    with connect(cfg, "queuelake-purge") as conn:
-        for name in cfg.drain.queues:
-            ref = queue_ref(name, cfg.transport)
-            schema.require_table(conn, ref)
-            t0 = time.monotonic()
-            total = 0
-            while True:
-                with conn.transaction():
-                    n = queues.purge_expired_batch(conn, ref)
-                total += n
-                if n == 0:
-                    break
-                log.info("%s: removed %d expired message(s) (%d so far)", ref.canonical, n, total)
-            purged[ref.canonical] = total
-            rows.append(
-                {
-                    "queue": ref.canonical,
-                    "started_at": started,
-                    "ended_at": runs.utc_now(),
-                    "purged": total,
-                    "seconds": round(time.monotonic() - t0, 3),
-                    "status": "ok",
-                }
-            )
-    runs.append_runs(runs_only_lake(cfg), run_id, "purge-expired", rows)
-    return {"run_id": run_id, "purged": purged, "total": sum(purged.values())}
+COMMAND = Command(name="status", help="depth, oldest age and schema warnings per queue", run=status)

@@ -1,0 +1,42 @@
+"""``queuelake drain``: take messages off the configured queues into the lake's journal."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from queuelake.commands.command import Command
+
+
+def queue_arguments(parser: argparse.ArgumentParser) -> None:
+    """The drain's arguments, which ``run`` takes too."""
+    parser.add_argument("--queue", action="append", dest="queues", help="drain only this queue (repeatable)")
+    parser.add_argument("--max-messages", type=int, default=None)
+    parser.add_argument("--max-seconds", type=float, default=None)
+
+
+def drain(args: argparse.Namespace) -> dict[str, Any]:
+    from queuelake import config as config_mod
+    from queuelake.commands import sessions
+    from queuelake.pipeline.drain import drain as run_drain
+
+    cfg = config_mod.load(args.config)
+    spark = sessions.active_spark()
+    # the journal and runs are delta-rs's whatever lake.engine says: a drain never starts Spark
+    return run_drain(
+        cfg,
+        sessions.lake_for(cfg, spark) if spark is not None else sessions.runs_only_lake(cfg),
+        queue_names=args.queues,
+        max_messages=args.max_messages,
+        max_seconds=args.max_seconds,
+    )
+
+
+COMMAND = Command(
+    name="drain",
+    help="drain queues into the lake",
+    run=drain,
+    arguments=queue_arguments,
+    graceful=True,
+    job=True,
+)

@@ -1,0 +1,55 @@
+"""``queuelake purge-expired``: remove expired rows from the drained queues, in batches."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from queuelake.commands.command import Command
+
+
+def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
+    """The transport's batched purge of expired rows; each queue's count goes to the ``runs`` table
+    (the rows themselves are not journalled: a drain would record them as ``expired``)."""
+    from queuelake import config as config_mod
+    from queuelake.commands.sessions import runs_only_lake
+    from queuelake.context import connect
+    from queuelake.pipeline import runs
+    from queuelake.report import log
+    from queuelake.transport import queues, schema
+    from queuelake.transport.tables import queue_ref
+
+    cfg = config_mod.load(args.config)
+    run_id, started = runs.new_run_id(), runs.utc_now()
+    purged: dict[str, int] = {}
+    rows = []
+    with connect(cfg, "queuelake-purge") as conn:
+        for name in cfg.drain.queues:
+            ref = queue_ref(name, cfg.transport)
+            schema.require_table(conn, ref)
+            t0 = time.monotonic()
+            total = 0
+            while True:
+                with conn.transaction():
+                    n = queues.purge_expired_batch(conn, ref)
+                total += n
+                if n == 0:
+                    break
+                log.info("%s: removed %d expired message(s) (%d so far)", ref.canonical, n, total)
+            purged[ref.canonical] = total
+            rows.append(
+                {
+                    "queue": ref.canonical,
+                    "started_at": started,
+                    "ended_at": runs.utc_now(),
+                    "purged": total,
+                    "seconds": round(time.monotonic() - t0, 3),
+                    "status": "ok",
+                }
+            )
+    runs.append_runs(runs_only_lake(cfg), run_id, "purge-expired", rows)
+    return {"run_id": run_id, "purged": purged, "total": sum(purged.values())}
+
+
+COMMAND = Command(name="purge-expired", help="purge expired rows in batches", run=purge_expired)

@@ -1,0 +1,51 @@
+"""``queuelake run``: drain, transform, publish, the scheduled job."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from queuelake.commands.command import Command
+from queuelake.commands.drain import queue_arguments
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    """drain, transform, publish. Stops at the first failing step, and before the next step once
+    SIGTERM asked to stop (status "interrupted", the steps not run are listed). A drain that ended
+    "incomplete" (rows held by other sessions) does not stop the later steps, but the run reports
+    "incomplete"."""
+    from queuelake import config as config_mod
+    from queuelake import stopping
+    from queuelake.commands.sessions import Sessions
+    from queuelake.pipeline import publish as publish_mod
+    from queuelake.pipeline import transform as transform_mod
+    from queuelake.pipeline.drain import drain as run_drain
+
+    cfg = config_mod.load(args.config)
+    sessions = Sessions(cfg, None)
+    order = {
+        "drain": lambda: run_drain(cfg, sessions.quiet(), args.queues, args.max_messages, args.max_seconds),
+        "transform": lambda: sessions.step(transform_mod.transform, transform_mod.pending),
+        "publish": lambda: sessions.step(publish_mod.publish, publish_mod.pending),
+    }
+    steps: dict[str, Any] = {}
+    for name, step in order.items():
+        if stopping.requested():
+            break
+        steps[name] = step()
+        # an incomplete drain (rows other sessions held) journalled everything it took: go on
+        if steps[name].get("status") not in ("ok", "incomplete"):
+            break
+    statuses = {s.get("status") for s in steps.values()}
+    if statuses - {"ok", "incomplete"}:
+        return {"status": "failed", **steps}
+    if "incomplete" in statuses and len(steps) == len(order):
+        return {"status": "incomplete", **steps}
+    if len(steps) < len(order):
+        return {"status": "interrupted", **steps, "skipped": [n for n in order if n not in steps]}
+    return {"status": "ok", **steps}
+
+
+COMMAND = Command(
+    name="run", help="drain, transform, publish", run=run_all, arguments=queue_arguments, graceful=True, job=True
+)

@@ -1,0 +1,116 @@
+"""A command's Spark session and lake: which engine, and a session only when there is work.
+
+Why its own module: every lake command asks the same questions (is there a session spark-submit
+made? which engine wrote this table? does this step need Spark at all?), and starting Spark to find
+nothing to do was most of an idle run's cost.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from queuelake.config import Config
+from queuelake.lake.engines import open_lake
+from queuelake.lake.port import LakeEngine
+from queuelake.report import log
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def active_spark() -> SparkSession | None:
+    """The session spark-submit or Databricks made; the drain never starts one by itself."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return None
+    return SparkSession.getActiveSession()
+
+
+def lake_for(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
+    return open_lake(cfg.lake, spark if spark is not None else active_spark())
+
+
+def spark_for(cfg: Config, spark: SparkSession | None) -> SparkSession:
+    from queuelake.spark import get_spark
+
+    return spark or get_spark(cfg.spark)
+
+
+class Sessions:
+    """A command's Spark session and lake, the session started only for a step with work to do.
+
+    Why: transform and publish find nothing new on most scheduled runs, and starting Spark to say so
+    was the whole cost of an idle ``run`` (10-20 s). Each step says cheaply whether it has work
+    (``pending``: Delta log lookups and the ledger, no Spark); without work it runs on the lake a
+    drain uses (delta-rs, no session), says "nothing to do" and records its ``runs`` row."""
+
+    def __init__(self, cfg: Config, spark: SparkSession | None) -> None:
+        self.cfg = cfg
+        self.session = spark or active_spark()
+        self.spark_lake = lake_for(cfg, self.session) if self.session is not None else None
+        self._quiet: LakeEngine | None = None
+
+    def quiet(self) -> LakeEngine:
+        """The lake without a session (the drain's), or the session's when there is one."""
+        if self.spark_lake is not None:
+            return self.spark_lake
+        if self._quiet is None:
+            self._quiet = runs_only_lake(self.cfg)
+        return self._quiet
+
+    def with_spark(self) -> tuple[SparkSession, LakeEngine]:
+        if self.spark_lake is None:
+            self.session = spark_for(self.cfg, None)
+            self.spark_lake = lake_for(self.cfg, self.session)
+        assert self.session is not None
+        return self.session, self.spark_lake
+
+    def step(self, step: Any, pending: Any) -> dict[str, Any]:
+        """``step(cfg, spark, lake)``, with a session only when ``pending(cfg, lake)`` names work."""
+        if self.spark_lake is not None or pending(self.cfg, self.quiet()):
+            return step(self.cfg, *self.with_spark())
+        # nothing to do: the step says so without a session (one is still started if a concurrent
+        # drain added work in between: the step touches Spark only for work)
+        log.info("%s: nothing new, no Spark session started", step.__module__.rsplit(".", 1)[-1])
+        return step(self.cfg, LazySpark(lambda: self.with_spark()[0]), self.quiet())
+
+
+class LazySpark:
+    """A stand-in for the SparkSession that starts it on first use: what a step that finds nothing
+    to do is handed, so that it never pays for a session it does not touch."""
+
+    def __init__(self, start: Any) -> None:
+        self._start = start
+        self._session: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._session is None:
+            self._session = self._start()
+        return getattr(self._session, name)
+
+
+def runs_only_lake(cfg: Config) -> LakeEngine:
+    """The lake of a command whose only lake write is its ``runs`` rows (purge-expired). ``runs`` is
+    delta-rs's (``pipeline.runs.runs_engine``), so no Spark session is started for it, whatever
+    ``lake.engine`` says: starting one took longer than the purge. Only a ``runs`` table an older
+    version made with delta-spark still needs the session."""
+    import dataclasses
+
+    from queuelake.pipeline.runs import RUNS
+
+    session = active_spark()
+    if session is None:
+        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        if not lake.exists(RUNS) or lake.written_by(RUNS) != "delta-spark":
+            return lake
+    return writing_lake(cfg, session)
+
+
+def writing_lake(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
+    """The lake for a command that writes tables other commands created (maintain; purge-expired when
+    an older ``runs`` table is delta-spark's). The engine that wrote a table must write it again:
+    delta-spark (and auto, which may pick it, as transform does) needs a session; delta-rs does not
+    start one."""
+    session = spark or active_spark() or (None if cfg.lake.engine == "delta-rs" else spark_for(cfg, None))
+    return lake_for(cfg, session)

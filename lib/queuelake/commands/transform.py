@@ -1,0 +1,20 @@
+"""``queuelake transform``: run the configured transforms on what the journal gained since the last run."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from queuelake.commands.command import Command
+
+
+def transform(args: argparse.Namespace) -> dict[str, Any]:
+    from queuelake import config as config_mod
+    from queuelake.commands.sessions import Sessions
+    from queuelake.pipeline import transform as step
+
+    cfg = config_mod.load(args.config)
+    return Sessions(cfg, None).step(step.transform, step.pending)
+
+
+COMMAND = Command(name="transform", help="run the configured transforms incrementally", run=transform, job=True)
