@@ -138,10 +138,9 @@ class DrainConfig:
             raise ConfigError("drain.settle_seconds must be 0 or more")
         if self.statement_timeout_seconds <= 0 or self.idle_in_transaction_timeout_seconds <= 0:
             raise ConfigError("drain.statement_timeout_seconds and idle_in_transaction_timeout_seconds must be > 0")
-        if self.receive_driver not in ("auto", "adbc", "psycopg", "pyodbc"):
-            raise ConfigError(
-                f"drain.receive_driver must be auto, adbc, psycopg or pyodbc, not {self.receive_driver!r}"
-            )
+        choices = ["auto", *dict.fromkeys(name for rules in DIALECTS.values() for name in rules.drivers)]
+        if self.receive_driver not in choices:
+            raise ConfigError(f"drain.receive_driver must be {', '.join(choices)}, not {self.receive_driver!r}")
         if self.batch_size < 1:
             raise ConfigError("drain.batch_size must be at least 1")
         if self.workers_per_queue < 1:

@@ -64,10 +64,11 @@ def resolved_transport(config: Config) -> TransportConfig:
     t = config.transport
     if t.connection or not t.embedded:
         return t
+    from queuelake.transport.drivers import driver
     from queuelake.transport.embedded import odbc_from_uri
 
     uri = embedded_server(t.embedded).get_uri("postgres")
-    connection = odbc_from_uri(uri) if t.driver == "pyodbc" else uri
+    connection = odbc_from_uri(uri) if driver(t.driver).connection_string == "odbc" else uri
     with _servers_lock:
         if config.transport is t:
             config.transport = dataclasses.replace(t, connection=connection)

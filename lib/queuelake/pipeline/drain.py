@@ -41,9 +41,10 @@ from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch, isolate_unstorable
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
-from queuelake.transport import claims, db, locks, queues, schema
+from queuelake.transport import claims, db, drivers, locks, queues, schema
 from queuelake.transport.claims import Claim
 from queuelake.transport.db import Connection
+from queuelake.transport.dialects import dialect
 from queuelake.transport.tables import TableRef, queue_ref
 
 MAX_WORKERS_PER_QUEUE = 32
@@ -107,12 +108,9 @@ class _Budget:
 
 
 def receive_driver(config: Config) -> str:
-    wanted = config.drain.receive_driver
-    if wanted != "auto":
-        return wanted
-    if config.transport.driver == "psycopg" and db.adbc_available():  # a libpq connection string
-        return "adbc"
-    return config.transport.driver
+    """The name of the driver the drain receives with (``drivers.receive_driver`` says which)."""
+    reaches = dialect(config.transport.dialect).drivers
+    return drivers.receive_driver(config.transport.driver, config.drain.receive_driver, reaches).name
 
 
 def worker_app_id(queue: str, worker: int) -> str:
@@ -534,7 +532,11 @@ def drain(
     started = dt.datetime.now(dt.timezone.utc)
     # opened now, in the background: the workers' connections come from it once the set-up is done
     transport = resolved_transport(config)
-    shared = db.SharedAdbc(transport).start() if receive_driver(config) == "adbc" and transport.connection else None
+    shared = (
+        db.SharedAdbc(transport).start()
+        if receive_driver(config) == drivers.ADBC.name and transport.connection
+        else None
+    )
     try:
         journal = journal_engine(lake)
         journal.create_table(MESSAGES, MESSAGES_SCHEMA)

@@ -86,7 +86,7 @@ class Messages:
 def send(conn: Connection, queue: TableRef, messages: Messages) -> int:
     """Insert a batch given as columns: on PostgreSQL one binary COPY stream assembled in bulk
     (``rows``), with the other drivers message by message (``queues.send``)."""
-    if conn.driver != "psycopg":
+    if not conn.driver.binary_copy:
         return queues.send(conn, queue, messages.outgoing())
     if not len(messages):
         return 0

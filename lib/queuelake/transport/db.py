@@ -1,4 +1,4 @@
-"""Connections to the queue database through psycopg or pyodbc, behind one small wrapper.
+"""Connections to the queue database through any of its drivers (``drivers.py``), behind one small wrapper.
 
 The wrapper exists for three reasons: statements come from ``sql/`` rendered in the driver's
 parameter style; driver errors become ``TransportError`` naming the table, with the connection
@@ -20,6 +20,8 @@ from queuelake.config import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport import sqlfiles
 from queuelake.transport.dialects import dialect as named_dialect
+from queuelake.transport.drivers import ADBC, Driver
+from queuelake.transport.drivers import driver as named_driver
 from queuelake.transport.sqlfiles import Statement
 
 
@@ -43,9 +45,9 @@ class Connection:
         self.raw = raw
         self.dialect = config.dialect
         self.rules = named_dialect(config.dialect)
-        self.driver = config.driver
+        self.driver: Driver = named_driver(config.driver)
         self._secret = config.connection
-        self.paramstyle = {"psycopg": "format", "adbc": "dollar"}.get(self.driver, "qmark")
+        self.paramstyle = self.driver.paramstyle
 
     # -- statements -----------------------------------------------------------------------------
 
@@ -84,7 +86,7 @@ class Connection:
         adbc_options: Mapping[str, str] | None = None,
     ) -> Any:
         """``adbc_options``: ADBC statement options, used when the connection is an ADBC one."""
-        if adbc_options and self.driver == "adbc":
+        if adbc_options and self.driver.arrow_results:
             cur = self.raw.cursor(adbc_stmt_kwargs=dict(adbc_options))
         else:
             cur = self.raw.cursor()
@@ -96,7 +98,7 @@ class Connection:
 
     def executemany(self, stmt: Statement, rows: Sequence[Mapping[str, Any]], what: str | None = None) -> None:
         cur = self.raw.cursor()
-        if self.driver == "pyodbc":
+        if self.driver.odbc_array_binding:
             cur.fast_executemany = self.rules.odbc_array_binding
         try:
             cur.executemany(stmt.sql, [stmt.args(r) for r in rows])
@@ -166,45 +168,22 @@ def _first_line(exc: BaseException) -> str:
 
 
 def adbc_available() -> bool:
-    try:
-        import adbc_driver_postgresql.dbapi  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return ADBC.available()
 
 
 def connect(config: TransportConfig, application_name: str = "queuelake", driver: str | None = None) -> Connection:
     """Open a connection; errors name the driver and never print the connection string.
 
-    ``driver="adbc"`` (PostgreSQL only) opens an ADBC connection, whose results arrive as Arrow
-    without a Python object per value: the drain's receive path."""
+    ``driver`` overrides the configured one (the drain receives through ADBC, whose results arrive
+    as Arrow without a Python object per value, with a psycopg config's connection string)."""
     connection = config.connection
     if not connection:
         raise TransportError("transport.connection is empty: set it (e.g. ${QUEUELAKE_CONNECTION}) in the config")
     if driver is not None and driver != config.driver:
         config = dataclasses.replace(config, driver=driver)
+    chosen = named_driver(config.driver)
     try:
-        if config.driver == "adbc":
-            import adbc_driver_postgresql.dbapi as adbc
-
-            raw = adbc.connect(connection, autocommit=False)
-        elif config.driver == "psycopg":
-            import psycopg
-
-            raw = psycopg.connect(connection, autocommit=False, application_name=application_name)
-            # bytea and text arrive as bytes/str with no per-row Python adaptation beyond the default
-        else:
-            import pyodbc
-
-            raw = pyodbc.connect(connection, autocommit=False)
-            decoding = named_dialect(config.dialect).odbc_text_decoding
-            if decoding:
-                # psqlodbc: read text as UTF-8. Statements and str parameters keep pyodbc's default
-                # (UTF-16, the W entry points): with setencoding("utf-8") the statement text goes
-                # through the narrow API and psqlodbc re-encodes it, so a non-ASCII table name in
-                # the SQL ("ünï") reached the server as mojibake ("Ã¼nÃ¯").
-                raw.setdecoding(pyodbc.SQL_CHAR, encoding=decoding)
-                raw.setdecoding(pyodbc.SQL_WCHAR, encoding=decoding)
+        raw = chosen.open(connection, application_name, named_dialect(config.dialect))
     except Exception as exc:
         raise _connect_error(exc, config) from None
     return Connection(raw, config)
@@ -231,7 +210,7 @@ class SharedAdbc:
     than the workers' (idle, outside any transaction)."""
 
     def __init__(self, config: TransportConfig) -> None:
-        self._config = dataclasses.replace(config, driver="adbc")
+        self._config = dataclasses.replace(config, driver=ADBC.name)
         self._source: Any = None
         self._error: BaseException | None = None
         self._opened = threading.Event()

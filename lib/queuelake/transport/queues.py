@@ -118,7 +118,7 @@ def receive_batch_arrow(conn: Connection, queue: TableRef, batch_size: int, chun
     """``receive_batch`` as Arrow (RECEIVED_SCHEMA), sorted by seq. Through ADBC no Python object is
     made per value, and the columns come in chunks of about ``chunk_bytes`` (``RECEIVE_CHUNK_BYTES``
     by default); other drivers go through ReceivedRow."""
-    if conn.driver != "adbc":
+    if not conn.driver.arrow_results:
         rows = receive_batch(conn, queue, batch_size)
         return pa.Table.from_arrays(
             [
@@ -225,7 +225,7 @@ def send(conn: Connection, queue: TableRef, messages: Iterable[OutgoingMessage])
     batch = list(messages)
     if not batch:
         return 0
-    if conn.driver == "psycopg":  # a PostgreSQL-only driver
+    if conn.driver.binary_copy:
         return _copy_postgresql(conn, queue, batch)
     name = "send_recoverable" if has_recoverable(conn, queue) else "send"
     (stmt,) = conn.statements(name, queue.identifiers())
