@@ -26,6 +26,7 @@ setup(
         "queuelake.transport",
         "queuelake.lake",
         "queuelake.pipeline",
+        "queuelake.pipeline.drain",
         "queuelake.pipeline.replay",
         "queuelake.quality",
         "queuelake.examples",

@@ -19,7 +19,7 @@ from queuelake.config import from_dict
 from queuelake.examples import orders, traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.outgoing import message_id
 from queuelake.pipeline.publish import publish
 from queuelake.pipeline.transform import transform

@@ -25,7 +25,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.replay.headers import retry_headers, timespan_ms, unique_message_id
 from queuelake.pipeline.replay.predicate import check_predicate
 from queuelake.pipeline.replay.replayer import ReplayOptions, replay

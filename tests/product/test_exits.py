@@ -251,7 +251,8 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     import argparse
 
     from queuelake.commands import pipeline as commands
-    from queuelake.pipeline import drain, publish, transform
+    from queuelake.pipeline import publish, transform
+    from queuelake.pipeline.drain import run as drain
 
     ran: list[str] = []
 

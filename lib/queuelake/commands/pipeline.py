@@ -30,7 +30,7 @@ def lake_for(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
 
 
 def drain(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    from queuelake.pipeline.drain import drain as run_drain
+    from queuelake.pipeline.drain.run import drain as run_drain
 
     cfg = config_mod.load(args.config)
     # the journal and runs are delta-rs's whatever lake.engine says: a drain never starts Spark
@@ -71,7 +71,7 @@ def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
     from queuelake import stopping
     from queuelake.pipeline import publish as publish_mod
     from queuelake.pipeline import transform as transform_mod
-    from queuelake.pipeline.drain import drain as run_drain
+    from queuelake.pipeline.drain.run import drain as run_drain
 
     cfg = config_mod.load(args.config)
     sessions = Sessions(cfg, spark)
