@@ -27,6 +27,7 @@ setup(
         "queuelake.lake",
         "queuelake.pipeline",
         "queuelake.pipeline.drain",
+        "queuelake.pipeline.publish",
         "queuelake.pipeline.replay",
         "queuelake.quality",
         "queuelake.examples",

@@ -251,8 +251,9 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     import argparse
 
     from queuelake.commands import pipeline as commands
-    from queuelake.pipeline import publish, transform
+    from queuelake.pipeline import transform
     from queuelake.pipeline.drain import run as drain
+    from queuelake.pipeline.publish import run as publish
 
     ran: list[str] = []
 

@@ -57,7 +57,7 @@ def transform(args: argparse.Namespace, spark: SparkSession | None = None) -> di
 
 
 def publish(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
-    from queuelake.pipeline import publish as step
+    from queuelake.pipeline.publish import run as step
 
     cfg = config_mod.load(args.config)
     return Sessions(cfg, spark).step(step.publish, step.pending)
@@ -69,9 +69,9 @@ def run_all(args: argparse.Namespace, spark: SparkSession | None = None) -> dict
     A drain that ended "incomplete" (rows held by other sessions) does not stop the later steps, but
     the run reports "incomplete"."""
     from queuelake import stopping
-    from queuelake.pipeline import publish as publish_mod
     from queuelake.pipeline import transform as transform_mod
     from queuelake.pipeline.drain.run import drain as run_drain
+    from queuelake.pipeline.publish import run as publish_mod
 
     cfg = config_mod.load(args.config)
     sessions = Sessions(cfg, spark)
@@ -133,7 +133,7 @@ class Sessions:
             return step(self.cfg, *self.with_spark())
         # nothing to do: the step says so without a session (one is still started if a concurrent
         # drain added work in between: the step touches Spark only for work)
-        log.info("%s: nothing new, no Spark session started", step.__module__.rsplit(".", 1)[-1])
+        log.info("%s: nothing new, no Spark session started", step.__name__)
         return step(self.cfg, LazySpark(lambda: self.with_spark()[0]), self.quiet())
 
 
