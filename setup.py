@@ -7,7 +7,7 @@ into the wheel as the ``queuelake._sql`` package so a Databricks ``python_wheel_
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 
@@ -30,17 +30,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     package_dir={"": "lib", "queuelake._sql": "sql"},
-    packages=[
-        "queuelake",
-        "queuelake.transport",
-        "queuelake.lake",
-        "queuelake.pipeline",
-        "queuelake.pipeline.replay",
-        "queuelake.quality",
-        "queuelake.examples",
-        "queuelake.commands",
-        "queuelake._sql",
-    ],
+    # every package under lib/ (a new one needs no line here), and the SQL folder mapped in
+    packages=[*find_packages("lib"), "queuelake._sql"],
     package_data={"queuelake._sql": ["*/*.sql", "*.sql"], "queuelake": ["log4j2.properties"]},
     # No pyspark or delta-spark here (they are the `spark` extra): a Databricks runtime brings its own
     # Spark and Delta, and a python_wheel_task installing this wheel must leave them alone (pip would

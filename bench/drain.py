@@ -12,7 +12,7 @@ raw limit: the receive's own statement (sql/postgresql/receive_batch.sql, the ba
 ``DELETE ... RETURNING`` with SKIP LOCKED), k = --batch-size rows per statement, binary protocol,
 rows fetched and discarded, one commit per statement, on as many psycopg connections as the drain
 has workers, nothing else (no session settings).
-drain: ``queuelake.pipeline.drain.drain`` (delta-rs engine) of the same rows into a fresh temp lake.
+drain: ``queuelake.pipeline.drain.run.drain`` (delta-rs engine) of the same rows into a fresh temp lake.
 If the drain logs ``timing <step> <seconds> ...`` lines at DEBUG, each step's share of the summed
 thread time is printed too: receive, build, stage and claim on the worker thread; delta and clear on
 its lander thread, which overlaps them with the next batch's receive. The same lines carry the
@@ -68,7 +68,8 @@ import pyarrow as pa
 from queuelake.config import Config, from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
-from queuelake.pipeline.drain import drain, receive_driver
+from queuelake.pipeline.drain.receive import receive_driver
+from queuelake.pipeline.drain.run import drain
 from queuelake.report import log, setup_logging
 from queuelake.transport import db, installer, sqlfiles
 from queuelake.transport.embedded import start_embedded

@@ -40,7 +40,7 @@ import psycopg
 import pyarrow as pa
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
-from queuelake.pipeline.publish import publish
+from queuelake.pipeline.publish.run import publish
 from queuelake.report import setup_logging
 from queuelake.spark import get_spark
 from queuelake.transport import db, installer, queues

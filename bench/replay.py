@@ -46,7 +46,7 @@ from _commands import queuelake, spark_start
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 from queuelake.report import setup_logging
 from queuelake.transport import db, installer, queues
 from queuelake.transport.embedded import start_embedded

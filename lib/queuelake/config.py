@@ -179,7 +179,7 @@ class PublishConfig:
     # {expectation_type: {kwargs}}; a failing suite blocks that output's round (quality/expectations.py)
     expectations: dict[str, Any] = field(default_factory=dict)
     # a round of at least this many rows is sent from Spark executors, one task per Parquet row group
-    # (pipeline/publish_executors.py); null: always from the driver
+    # (pipeline/publish/executors.py); null: always from the driver
     executors_from_rows: int | None = 1_000_000
 
     def __post_init__(self) -> None:

@@ -22,7 +22,7 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer, queues
 from queuelake.transport import headers as hdr
 from queuelake.transport.embedded import odbc_from_uri
@@ -362,7 +362,7 @@ RSS_SCRIPT = """
 import json, resource, sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 cfg = load(sys.argv[1])
 summary = drain(cfg, open_lake(cfg.lake))
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

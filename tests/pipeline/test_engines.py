@@ -27,10 +27,10 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.jvm import DeltaSparkEngine
 from queuelake.lake.marks import engine_of
 from queuelake.lake.rust import DeltaRsEngine
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.journal import MESSAGES
-from queuelake.pipeline.outgoing import message_id
-from queuelake.pipeline.publish import publish
+from queuelake.pipeline.message_ids import message_id
+from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.runs import RUNS
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, queues, subscriptions

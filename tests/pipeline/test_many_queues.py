@@ -13,7 +13,7 @@ import pytest
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain import connection_plan, drain
+from queuelake.pipeline.drain.run import connection_plan, drain
 from queuelake.transport import db, installer
 from queuelake.transport.queues import OutgoingMessage, send
 from queuelake.transport.tables import queue_ref

@@ -16,7 +16,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake.config import from_dict
-from queuelake.pipeline.outgoing import NAMESPACE, Router, message_id, timespan
+from queuelake.pipeline.message_ids import NAMESPACE, message_id
+from queuelake.pipeline.publish.routing import Router, timespan
 from queuelake.transport import headers as hdr
 from queuelake.transport.tables import queue_ref
 

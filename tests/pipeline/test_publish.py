@@ -19,9 +19,9 @@ from queuelake.config import from_dict
 from queuelake.examples import orders, traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain import drain
-from queuelake.pipeline.outgoing import message_id
-from queuelake.pipeline.publish import publish
+from queuelake.pipeline.drain.run import drain
+from queuelake.pipeline.message_ids import message_id
+from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.transform import transform
 from queuelake.quality import outbound
 from queuelake.transport import db, installer, queues, subscriptions
@@ -326,7 +326,7 @@ KILL_SCRIPT = """
 import sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
-from queuelake.pipeline.publish import publish
+from queuelake.pipeline.publish.run import publish
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])
 spark = get_spark(cfg.spark)
@@ -422,7 +422,7 @@ def test_ids_are_the_uuids_the_uuid_module_gives() -> None:
     import random
     import uuid
 
-    from queuelake.pipeline.outgoing import NAMESPACE
+    from queuelake.pipeline.message_ids import NAMESPACE
 
     for pipeline, key, dest in [("Lakehouse/out", "k1", '"public"."Billing"'), ("p", "ключ\n", "[dbo].[Q]")]:
         assert message_id(pipeline, key, dest) == str(uuid.uuid5(NAMESPACE, f"{pipeline}\n{key}\n{dest}"))

@@ -17,8 +17,8 @@ import orjson
 import pytest
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.publish import publish
-from queuelake.pipeline.rounds import Round, parse_round
+from queuelake.pipeline.publish.rounds import Round, parse_round
+from queuelake.pipeline.publish.run import publish
 from queuelake.transport import db, ledger
 from queuelake.transport.tables import bridge_ref
 

@@ -25,7 +25,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.replay.headers import retry_headers, timespan_ms, unique_message_id
 from queuelake.pipeline.replay.predicate import check_predicate
 from queuelake.pipeline.replay.replayer import ReplayOptions, replay
@@ -148,7 +148,7 @@ def test_name_uuid_is_uuid5(name: str) -> None:
     """Replay's row and message ids come from ``name_uuid``, formatted by hand: uuid5's text."""
     import uuid
 
-    from queuelake.pipeline.outgoing import NAMESPACE, name_uuid
+    from queuelake.pipeline.message_ids import NAMESPACE, name_uuid
 
     try:
         expected = str(uuid.uuid5(NAMESPACE, name))
@@ -214,7 +214,7 @@ def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) 
     wins), names the replay sets itself, null values, text JSON must escape, no headers at all."""
     import pyarrow as pa
     from queuelake.config import from_dict as config_from
-    from queuelake.pipeline.outgoing import name_uuid
+    from queuelake.pipeline.message_ids import name_uuid
     from queuelake.pipeline.replay import messages
     from queuelake.pipeline.replay.rows import HEADERS_TYPE, Row
 

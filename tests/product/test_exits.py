@@ -290,7 +290,9 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     from queuelake import config as config_mod
     from queuelake.commands import sessions
     from queuelake.commands.run import run_all
-    from queuelake.pipeline import drain, publish, transform
+    from queuelake.pipeline import transform
+    from queuelake.pipeline.drain import run as drain
+    from queuelake.pipeline.publish import run as publish
 
     ran: list[str] = []
 

@@ -21,7 +21,7 @@ from queuelake.config import from_dict
 from queuelake.errors import ConfigError
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.publish import publish
+from queuelake.pipeline.publish.run import publish
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref
 
@@ -214,7 +214,7 @@ NO_GX_SCRIPT = """
 import json, sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
-from queuelake.pipeline.publish import publish
+from queuelake.pipeline.publish.run import publish
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])
 spark = get_spark(cfg.spark)

@@ -16,7 +16,7 @@ from queuelake.errors import ConfigError
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain import drain
+from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref

@@ -18,7 +18,7 @@ def queue_arguments(parser: argparse.ArgumentParser) -> None:
 def drain(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands import sessions
-    from queuelake.pipeline.drain import drain as run_drain
+    from queuelake.pipeline.drain.run import drain as run_drain
 
     cfg = config_mod.load(args.config)
     spark = sessions.active_spark()

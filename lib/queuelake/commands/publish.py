@@ -11,7 +11,7 @@ from queuelake.commands.command import Command
 def publish(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import Sessions
-    from queuelake.pipeline import publish as step
+    from queuelake.pipeline.publish import run as step
 
     cfg = config_mod.load(args.config)
     return Sessions(cfg, None).step(step.publish, step.pending)

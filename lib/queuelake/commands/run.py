@@ -17,9 +17,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake import stopping
     from queuelake.commands.sessions import Sessions
-    from queuelake.pipeline import publish as publish_mod
     from queuelake.pipeline import transform as transform_mod
-    from queuelake.pipeline.drain import drain as run_drain
+    from queuelake.pipeline.drain.run import drain as run_drain
+    from queuelake.pipeline.publish import run as publish_mod
 
     cfg = config_mod.load(args.config)
     sessions = Sessions(cfg, None)

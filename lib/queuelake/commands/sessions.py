@@ -72,7 +72,7 @@ class Sessions:
             return step(self.cfg, *self.with_spark())
         # nothing to do: the step says so without a session (one is still started if a concurrent
         # drain added work in between: the step touches Spark only for work)
-        log.info("%s: nothing new, no Spark session started", step.__module__.rsplit(".", 1)[-1])
+        log.info("%s: nothing new, no Spark session started", step.__name__)
         return step(self.cfg, LazySpark(lambda: self.with_spark()[0]), self.quiet())
 
 

@@ -227,8 +227,8 @@ def delivered(cfg: Config) -> dict[str, dict[str, int]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.commands.sessions import lake_for
-    from queuelake.pipeline.drain import drain
-    from queuelake.pipeline.publish import publish
+    from queuelake.pipeline.drain.run import drain
+    from queuelake.pipeline.publish.run import publish
     from queuelake.pipeline.transform import transform
     from queuelake.spark import get_spark, has_delta_jvm
 

@@ -16,7 +16,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.pipeline.outgoing import name_uuid, name_uuid_bytes
+from queuelake.pipeline.message_ids import name_uuid, name_uuid_bytes
 from queuelake.pipeline.replay import json_members
 from queuelake.pipeline.replay.headers import (
     REPLAY_ID,

@@ -1,65 +1,32 @@
-"""From an outbound row to the messages that go out: destinations checked, headers NServiceBus reads.
+"""From an outbound row to the messages that go out: destinations checked, fan-out to subscribers,
+the headers NServiceBus reads.
 
 Why a module of its own: the driver and Spark executors build messages the same way, so the routing
 (which queues, which are deliverable) and the wire format live here, in a picklable ``Router`` that a
-publish on executors ships to its tasks with every verdict already made on the driver (``freeze``):
-a task never decides a destination differently from the undeliverable records written before it ran.
+publish on executors ships to its tasks with every verdict already made on the driver
+(``executors.frozen``): a task never decides a destination differently from the undeliverable records
+written before it ran.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import socket
-import uuid
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from queuelake.config import Config, conflict_message, drained_as
 from queuelake.errors import QueuelakeError
+from queuelake.pipeline.message_ids import message_id
 from queuelake.transport import headers as hdr
 from queuelake.transport import queues, schema, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
 
-NAMESPACE = uuid.UUID("5f1d3a52-6a0e-4f3e-9d0e-7a1c0b7e2a11")  # queuelake's uuid5 namespace
-_NAMESPACE_BYTES = NAMESPACE.bytes
-
 Verdict = tuple[TableRef | None, str | None]  # (queue, None) when deliverable, else (None, reason)
-
-
-def message_id(pipeline: str, key: str, destination: str) -> str:
-    """uuid5(NAMESPACE, pipeline, key, destination) as text."""
-    return name_uuid(f"{pipeline}\n{key}\n{destination}")
-
-
-def name_uuid(name: str) -> str:
-    """``str(uuid.uuid5(NAMESPACE, name))``, built from hashlib directly: the uuid module's objects
-    were a quarter of a publish's per-row time, and 5 us of a replay's ~70 per row (checked equal
-    in the tests)."""
-    x = hashlib.sha1(_NAMESPACE_BYTES + name.encode()).hexdigest()
-    # version 5 in the 13th digit, the RFC 4122 variant (10xx) in the 17th
-    return f"{x[:8]}-{x[8:12]}-5{x[13:16]}-{_VARIANT[x[16]]}{x[17:20]}-{x[20:32]}"
-
-
-_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
-
-
-def name_uuid_bytes(names: list[str]) -> np.ndarray:
-    """``uuid.uuid5(NAMESPACE, name).bytes`` of each name, as an (n, 16) uint8 matrix: a hash per name
-    in Python, the version and variant bits set for all at once."""
-    digests = b"".join([hashlib.sha1(_NAMESPACE_BYTES + name.encode()).digest() for name in names])
-    ids = np.frombuffer(digests, np.uint8).reshape(len(names), 20)[:, :16].copy()
-    ids[:, 6] = (ids[:, 6] & 0x0F) | 0x50  # version 5
-    ids[:, 8] = (ids[:, 8] & 0x3F) | 0x80  # the RFC 4122 variant
-    return ids
 
 
 def timespan(ms: int) -> str:
@@ -74,68 +41,6 @@ def timespan(ms: int) -> str:
     if millis:
         text += f".{millis * 10_000:07d}"
     return text
-
-
-# What a send reads of an outbound row (the outbound contract's columns). Columns of the user's own
-# beside them are never converted to Python: a value there past what Python holds (a timestamp in year
-# 20000) failed the whole round, although nothing is sent from it.
-SENT_COLUMNS = [
-    "key",
-    "message_type",
-    "intent",
-    "destination",
-    "body",
-    "headers",
-    "ttbr_ms",
-    "deliver_at",
-    "correlation_id",
-    "conversation_id",
-]
-
-
-def accepted_rows(
-    parquet: Any, bad_keys: set[str] | frozenset[str], row_groups: list[int] | None = None
-) -> Iterator[dict[str, Any]]:
-    """The rows of one outbound Parquet file (or of some of its row groups) that are sent: a key,
-    not rejected; in file order, one Parquet batch in memory. The driver and the executors read a
-    round through this, so both cut the same rows into batches."""
-    columns = [c for c in SENT_COLUMNS if c in parquet.schema_arrow.names]
-    for record_batch in parquet.iter_batches(batch_size=5000, row_groups=row_groups, columns=columns):
-        mask = accepted(record_batch["key"], bad_keys)
-        rows = without_rejected_values(record_batch, mask).to_pylist()
-        yield from (row for row, ok in zip(rows, mask.to_pylist()) if ok)
-
-
-def without_rejected_values(batch: pa.RecordBatch | pa.Table, mask: pa.Array) -> pa.RecordBatch | pa.Table:
-    """``batch`` with the rejected rows' ``deliver_at`` made null (``mask``: the rows sent). A rejected
-    row may hold one Python cannot (year 20000, a BC date): the contract refuses it, and converting
-    it anyway failed the round. (Not a filter: pyarrow 26 has no take kernel for the string_view
-    columns delta-rs rewrites.)"""
-    if "deliver_at" not in batch.schema.names or pc.all(mask).as_py():
-        return batch
-    index = batch.schema.get_field_index("deliver_at")
-    return batch.set_column(index, "deliver_at", pc.if_else(mask, batch.column(index), None))
-
-
-def accepted(keys: pa.ChunkedArray | pa.Array, bad_keys: set[str] | frozenset[str]) -> pa.Array:
-    """True for the rows that are sent: a key, and not rejected by the outbound contract."""
-    keys = keys.cast(pa.string())  # files delta-rs rewrites store string_view (no is_in kernel)
-    mask = pc.is_valid(keys)
-    if bad_keys:
-        mask = pc.and_(mask, pc.invert(pc.is_in(keys, pa.array(sorted(bad_keys), pa.string()))))
-    return pc.fill_null(mask, False)
-
-
-def in_batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    """``rows`` cut into lists of ``size`` (the last may be shorter)."""
-    batch: list[dict[str, Any]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 @dataclass

@@ -32,10 +32,13 @@ from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
-from queuelake.lake import storage, tables
+from queuelake.lake import storage
 from queuelake.lake.storage import parquet_file
-from queuelake.pipeline.outgoing import Router, accepted, accepted_rows, in_batches, without_rejected_values
-from queuelake.pipeline.rounds import Round, parse_round, undeliverable_record
+from queuelake.pipeline.publish.result import OutputResult
+from queuelake.pipeline.publish.rounds import Round, parse_round
+from queuelake.pipeline.publish.routing import Router
+from queuelake.pipeline.publish.rows import accepted, accepted_rows, in_batches, without_rejected_values
+from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
 from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
@@ -161,22 +164,103 @@ def route_round(
     return records
 
 
-def record_undeliverable(lake: LakeEngine, output: str, round_name: str, records: list[dict]) -> int:
-    """Append the round's undeliverable records once. The first run of a round writes them all
-    (version 1 of the round's append id); a rerun of a round whose records are there already appends
-    only those not yet there (its routes may have changed in between), so each copy is recorded
-    once. Returns how many were appended."""
-    name = tables.UNDELIVERABLE.name_for(output)
-    app_id = f"queuelake.publish.undeliverable/{output}/{round_name}"
-    last = lake.last_version(name, app_id)
-    if last is not None:  # rare: a resumed round with undeliverable copies reads what it recorded
-        seen = lake.read_arrow(name, columns=["round", "batch_key", "key", "destination"]).to_pylist()
-        there = {(r["batch_key"], r["key"], r["destination"]) for r in seen if r["round"] == round_name}
-        records = [r for r in records if (r["batch_key"], r["key"], r["destination"]) not in there]
-    if records:
-        data = pa.Table.from_pylist(records, schema=tables.UNDELIVERABLE.schema)
-        lake.append(name, data, app_id, (last or 0) + 1)
-    return len(records)
+class ExecutorSender:
+    """Sends large rounds from Spark tasks: the driver plans the units and decides every route, then
+    the tasks send."""
+
+    def __init__(
+        self,
+        config: Config,
+        spark: SparkSession,
+        lake: LakeEngine,
+        router: Router,
+        ledger_ref: TableRef,
+        bad: BadDestinations,
+    ) -> None:
+        self.config = config
+        self.spark = spark
+        self.lake = lake
+        self.router = router
+        self.ledger = ledger_ref
+        self.bad = bad
+
+    def send_round(
+        self,
+        conn: Connection,
+        pipeline: str,
+        output: str,
+        rnd: Round,
+        files: list[str],
+        bad_keys: set[str],
+        done: set[int],
+        result: OutputResult,
+    ) -> None:
+        """Send the round from Spark tasks, one per row group (the module's docstring says why)."""
+        started = time.monotonic()
+        units, total = plan(files, bad_keys, rnd.batch_size)
+        records = route_round(conn, self.router, units, bad_keys, rnd, total, done)
+        if records:
+            record_round(self.lake, output, result.round or "", records)
+            for record in records:
+                self.bad.report(output, record["destination"], record["reason"])
+        result.undeliverable = len(records)
+        job = Job(
+            config=self.config,
+            router=frozen(self.router),
+            pipeline=pipeline,
+            output=output,
+            ledger=self.ledger,
+            round=rnd,
+            total=total,
+            bad_keys=frozenset(bad_keys),
+            log_level=log_level(),
+            storage=storage.registered(files[0]) if files else None,
+        )
+        log.info(
+            "publish %s: %d batch(es) from %d row group(s) sent by Spark tasks (routes checked in %.1fs)",
+            output,
+            total,
+            len(units),
+            time.monotonic() - started,
+        )
+        try:
+            outcomes = send_units(self.spark, job, units)
+        except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
+            result.status = "failed"
+            result.error = task_error(exc)
+            # what the tasks had committed when the failure was seen (the next run skips it)
+            for row in ledger.rows_of_pipeline(conn, self.ledger, pipeline):
+                batch_round, k, _ = parse_round(row.batch_key)
+                if row.output_table == output and batch_round == rnd and k not in done:
+                    result.batches += 1
+                    result.published += row.rows_sent
+            conn.rollback()
+            log.error("publish %s: %s (%d batch(es) had been sent)", output, result.error, result.batches)
+            return
+        for outcome in outcomes:
+            result.rows += outcome["rows"]
+            if outcome["status"] == "skipped":
+                result.batches_skipped += 1
+            elif outcome["status"] == "failed":
+                result.status = "failed"
+                result.failed_batches.append(outcome["batch_key"])
+                result.error = outcome["error"]
+            else:
+                result.batches += 1
+                result.published += outcome["rows"]
+                result.copies += outcome["copies"]
+        elapsed = time.monotonic() - started
+        log.info(
+            "publish %s: %d row(s) sent as %d message(s) from executors in %.1fs (%.0f rows/s), %d batch(es) "
+            "were already sent, %d failed",
+            output,
+            result.published,
+            result.copies,
+            elapsed,
+            result.published / elapsed if elapsed else 0,
+            result.batches_skipped,
+            len(result.failed_batches),
+        )
 
 
 def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[str, Any]]:

@@ -1,0 +1,42 @@
+"""Resolving the claims killed drains left, before a queue receives anything (the SQL of claims is
+``transport.claims``)."""
+
+from __future__ import annotations
+
+from queuelake.errors import LakeError
+from queuelake.lake.files import StagedFiles
+from queuelake.lake.port import LakeEngine
+from queuelake.report import log
+from queuelake.transport import claims
+from queuelake.transport.claims import Claim
+from queuelake.transport.db import Connection
+from queuelake.transport.tables import TableRef
+
+
+def resolve_claims(conn: Connection, lake: LakeEngine, claims_table: TableRef, queue: str) -> int:
+    """Finish what killed drains of this queue left between their DB commit and claim clearing,
+    whichever worker (or worker count) they ran with. Runs under the drain lock, before any
+    worker reads its last version, so versions stay in order."""
+    pending = claims.of_queue(conn, claims_table, queue)
+    conn.rollback()
+    for claim in pending:
+        land_claim(lake, claim, queue)
+        claims.delete(conn, claims_table, claim.app_id, claim.version)
+        conn.commit()
+        log.info(
+            "%s: finished the batch an interrupted drain left (%d message(s), now in the journal once)",
+            queue,
+            claim.row_count,
+        )
+    return len(pending)
+
+
+def land_claim(lake: LakeEngine, claim: Claim, queue: str) -> None:
+    """Commit a claim's staged files under its app id and version, unless the log has them already."""
+    committed = lake.last_version(claim.lake_table, claim.app_id) or 0
+    if committed >= claim.version:
+        return
+    staged = StagedFiles.from_json(claim.staged)
+    if not lake.commit_staged(claim.lake_table, staged, claim.app_id, claim.version, verify=True):
+        if (lake.last_version(claim.lake_table, claim.app_id) or 0) < claim.version:
+            raise LakeError(f"{queue}: could not commit claimed batch {claim.app_id}:{claim.version}")

@@ -1,0 +1,105 @@
+"""One queue's drain: under its drain lock, resolve the claims killed drains left, run the workers,
+then say how it ended (backlog left, status, error)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from queuelake import stopping
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.errors import QueuelakeError
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.drain.budget import Budget
+from queuelake.pipeline.drain.claims import resolve_claims
+from queuelake.pipeline.drain.result import QueueResult
+from queuelake.pipeline.drain.state import QueueState
+from queuelake.pipeline.drain.worker import Worker
+from queuelake.report import log
+from queuelake.transport import db, locks, queues, schema
+from queuelake.transport.db import Connection
+from queuelake.transport.tables import TableRef
+
+
+class QueueDrain:
+    """Drains one queue with N workers sharing a budget, under the queue's drain lock."""
+
+    def __init__(
+        self,
+        config: Config,
+        lake: LakeEngine,
+        ref: TableRef,
+        budget: Budget,
+        receive: db.SharedAdbc | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.config = config
+        self.workers = workers or config.drain.workers_per_queue
+        self.ref = ref
+        self.state = QueueState(config, lake, ref, budget, receive)
+        self.result = self.state.result
+
+    def run(self) -> QueueResult:
+        state = self.state
+        try:
+            with connect(self.config, "queuelake-drain-lock") as lock_conn:
+                if not self._acquire(lock_conn):
+                    self.result.status = "skipped"
+                    self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
+                    log.warning("%s", self.result.error)
+                    return self.result
+                schema.require_table(lock_conn, self.ref)
+                lock_conn.rollback()
+                self.result.claims_resolved = resolve_claims(
+                    lock_conn, state.lake, state.claims_table, self.ref.canonical
+                )
+                state.progress.start(lock_conn)
+                errors: list[BaseException] = []
+                threads = [
+                    threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True)
+                    for w in range(self.workers)
+                ]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                self._finish(lock_conn, errors)
+        except QueuelakeError as exc:  # the lock connection or the claim resolution failed
+            self.result.status = "failed"
+            self.result.error = str(exc)
+            log.error("drain of %s failed: %s", self.ref.canonical, exc)
+        self.result.seconds = round(time.monotonic() - state.started, 3)
+        self.result.rate = round(self.result.dequeued / self.result.seconds, 1) if self.result.seconds else 0.0
+        return self.result
+
+    def _finish(self, lock_conn: Connection, errors: list[BaseException]) -> None:
+        try:
+            self.result.backlog_left = queues.peek(lock_conn, self.ref)
+            lock_conn.rollback()
+        except QueuelakeError:
+            pass
+        if errors:
+            self.result.status = "failed"
+            self.result.error = "; ".join(sorted({str(e) for e in errors}))
+        elif self.result.held_by_others:
+            self.result.status = "incomplete"
+            self.result.error = (
+                f"{self.result.held_by_others} row(s) remain in {self.ref.canonical} that this run could not "
+                f"claim: other sessions held them for over {self.config.drain.settle_seconds:g}s "
+                "(a competing receiver's long transaction, or a dead drain's statement still running)"
+            )
+            log.warning("%s", self.result.error)
+        elif stopping.requested():
+            self.result.status = "interrupted"
+
+    def _acquire(self, conn: Connection) -> bool:
+        return locks.try_lock(conn, "queuelake.drain:" + self.ref.canonical, what=self.ref.canonical)
+
+    def _worker_safe(self, worker: int, errors: list[BaseException]) -> None:
+        try:
+            Worker(self.state, worker).run()
+        except BaseException as exc:  # reported in the summary; other workers stop claiming
+            self.state.budget.stop()
+            errors.append(exc)
+            log.error("%s worker %d failed: %s", self.ref.canonical, worker, exc)

@@ -1,0 +1,30 @@
+"""One queue's drain result: its counts, timing, status and error, for the summary and ``runs``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class QueueResult:
+    queue: str
+    dequeued: int = 0
+    landed: int = 0
+    expired: int = 0
+    quarantined: int = 0
+    claims_resolved: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    rate: float = 0.0
+    backlog_left: int | None = None
+    held_by_others: int = 0
+    status: str = "ok"
+    error: str | None = None
+    started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+
+    def summary(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("started_at")
+        return out

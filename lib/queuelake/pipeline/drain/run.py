@@ -1,0 +1,156 @@
+"""The drain command: the configured (or named) queues drained in parallel, never holding more than
+``drain.max_connections`` database connections; the summary, and one ``runs`` row per queue."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from queuelake.config import Config
+from queuelake.context import resolved_transport
+from queuelake.errors import QueuelakeError
+from queuelake.lake.engines import journal_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.drain.budget import Budget
+from queuelake.pipeline.drain.queue_drain import QueueDrain
+from queuelake.pipeline.drain.receive import receive_driver
+from queuelake.pipeline.drain.result import QueueResult
+from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA
+from queuelake.pipeline.runs import append_runs
+from queuelake.report import log
+from queuelake.transport import db, drivers
+from queuelake.transport.tables import queue_ref
+
+MAX_WORKERS_PER_QUEUE = 32
+
+
+def drain(
+    config: Config,
+    lake: LakeEngine,
+    queue_names: list[str] | None = None,
+    max_messages: int | None = None,
+    max_seconds: float | None = None,
+) -> dict[str, Any]:
+    """Drain the configured (or named) queues in parallel; returns the summary and writes ``runs``."""
+    names = queue_names or config.drain.queues
+    if not names:
+        raise QueuelakeError("no queues to drain: set drain.queues or pass --queue")
+    if config.drain.workers_per_queue > MAX_WORKERS_PER_QUEUE:
+        raise QueuelakeError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
+    refs = list({r.canonical: r for r in (queue_ref(n, config.transport) for n in names)}.values())
+    max_messages = max_messages if max_messages is not None else config.drain.max_messages
+    max_seconds = max_seconds if max_seconds is not None else config.drain.max_seconds
+    deadline = time.monotonic() + max_seconds if max_seconds else None
+    run_id = str(uuid.uuid4())
+    started = dt.datetime.now(dt.timezone.utc)
+    # opened now, in the background: the workers' connections come from it once the set-up is done
+    transport = resolved_transport(config)
+    through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
+    shared = db.SharedAdbc(transport).start() if through_adbc else None
+    try:
+        journal = journal_engine(lake)
+        journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+        evolve_journal(journal)
+        plan = connection_plan(config.drain.max_connections, config.drain.workers_per_queue, len(refs), shared)
+        drains = [
+            QueueDrain(
+                config, journal, r, Budget(config.drain.batch_size, max_messages, deadline), shared, plan.workers
+            )
+            for r in refs
+        ]
+        if plan.at_once < len(refs):
+            log.info(
+                "drain: %d queues, %d at a time with %d worker(s) each (drain.max_connections %d)",
+                len(refs),
+                plan.at_once,
+                plan.workers,
+                config.drain.max_connections,
+            )
+        # queues wait for a slot: a queue's drain lock and connections are taken when its turn comes
+        with ThreadPoolExecutor(max_workers=plan.at_once, thread_name_prefix="drain") as pool:
+            results = list(pool.map(lambda d: d.run(), drains))
+    finally:
+        if shared is not None:
+            shared.close()
+    record_runs(lake, run_id, "drain", started, results)
+    totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
+    _log_outcome(results, totals, started)
+    totals["claims_resolved"] = sum(r.claims_resolved for r in results)
+    totals["held_by_others"] = sum(r.held_by_others for r in results)
+    statuses = {r.status for r in results} - {"ok", "skipped"}
+    status = "failed" if "failed" in statuses else next(iter(sorted(statuses)), "ok")
+    return {"status": status, "run_id": run_id, **totals, "queues": [r.summary() for r in results]}
+
+
+@dataclass(frozen=True)
+class ConnectionPlan:
+    workers: int  # per queue
+    at_once: int  # queues drained at the same time
+
+
+def connection_plan(max_connections: int, workers_per_queue: int, queues: int, shared: object) -> ConnectionPlan:
+    """How many queues drain at once, and with how many workers, so that the run never holds more
+    than ``max_connections`` database connections. A queue holds 1 + 2 per worker (its lock, each
+    worker's receive and lander connections); a run with ADBC holds one more for the shared database.
+    Workers per queue shrink only when one queue alone would not fit."""
+    budget = max_connections - (1 if shared is not None else 0)
+    workers = max(1, min(workers_per_queue, (budget - 1) // 2))
+    at_once = max(1, min(queues, budget // (1 + 2 * workers)))
+    return ConnectionPlan(workers, at_once)
+
+
+def _log_outcome(results: list[QueueResult], totals: dict[str, int], started: dt.datetime) -> None:
+    """The run's last lines: which queues had nothing (a busy queue's batches were logged as they
+    went), then the totals. An idle scheduled drain says so instead of saying nothing."""
+    for r in results:
+        if r.status == "ok" and r.dequeued == 0 and not r.claims_resolved:
+            log.info("drain %s: nothing to do, the queue is empty", r.queue)
+    seconds = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+    log.info(
+        "drain: %d message(s) from %d queue(s) (%d landed, %d expired, %d quarantined) in %.1fs",
+        totals["dequeued"],
+        len(results),
+        totals["landed"],
+        totals["expired"],
+        totals["quarantined"],
+        seconds,
+    )
+
+
+def evolve_journal(journal: LakeEngine) -> None:
+    """Give a journal made by an older queuelake the columns added since (nullable, null in its old
+    rows): a batch is staged with the table's own schema, and a column the table lacks would fail it."""
+    have = set(journal.schema(MESSAGES).names)
+    missing = [f for f in MESSAGES_SCHEMA if f.name not in have]
+    if missing:
+        log.info("journal: adding column(s) %s", ", ".join(f.name for f in missing))
+        journal.add_columns(MESSAGES, [f.with_nullable(True) for f in missing])
+
+
+def record_runs(lake: LakeEngine, run_id: str, command: str, started: dt.datetime, results: list[QueueResult]) -> None:
+    ended = dt.datetime.now(dt.timezone.utc)
+    rows = [
+        {
+            "run_id": run_id,
+            "command": command,
+            "queue": r.queue,
+            "started_at": started,
+            "ended_at": ended,
+            "dequeued": r.dequeued,
+            "landed": r.landed,
+            "expired": r.expired,
+            "quarantined": r.quarantined,
+            "batches": r.batches,
+            "seconds": r.seconds,
+            "rate": r.rate,
+            "backlog_left": r.backlog_left,
+            "status": r.status,
+            "error": r.error,
+        }
+        for r in results
+    ]
+    append_runs(lake, run_id, command, rows)

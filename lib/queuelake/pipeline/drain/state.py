@@ -1,0 +1,65 @@
+"""What a queue's workers share: its settings and lake, the budget, the result they add to, the
+progress line, and the count of committed claims that a settling worker waits on."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from queuelake.config import Config
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.drain.budget import Budget
+from queuelake.pipeline.drain.progress import Progress
+from queuelake.pipeline.drain.receive import receive_driver
+from queuelake.pipeline.drain.result import QueueResult
+from queuelake.transport import claims, db
+from queuelake.transport.tables import TableRef
+
+
+class QueueState:
+    """One queue's drain, as its workers and their landers see it."""
+
+    def __init__(
+        self, config: Config, lake: LakeEngine, ref: TableRef, budget: Budget, receive: db.SharedAdbc | None
+    ) -> None:
+        self.config = config
+        self.lake = lake
+        self.ref = ref
+        self.budget = budget
+        self.claims_table = claims.claims_ref(config.transport)
+        self.result = QueueResult(ref.canonical)
+        self.started = time.monotonic()
+        self.progress = Progress(ref, self.started)
+        self.receive_driver = receive_driver(config)
+        self.receive = receive  # the run's shared ADBC database, when the receive goes through ADBC
+        self._lock = threading.Lock()
+        self._claimed = threading.Condition(self._lock)  # notified whenever a worker's claim commits
+        self._claims_committed = 0
+
+    def add_batch(self, got: int, counts: dict[str, int]) -> int:
+        """Count a claimed batch into the result; returns the messages dequeued so far."""
+        with self._lock:
+            r = self.result
+            r.dequeued += got
+            r.batches += 1
+            for k, v in counts.items():
+                setattr(r, k, getattr(r, k) + v)
+            return r.dequeued
+
+    def held_by_others(self, held: int) -> None:
+        with self._lock:
+            self.result.held_by_others = max(self.result.held_by_others, held)
+
+    def claims_committed(self) -> int:
+        with self._lock:
+            return self._claims_committed
+
+    def claim_committed(self) -> None:
+        with self._claimed:
+            self._claims_committed += 1
+            self._claimed.notify_all()
+
+    def wait_for_claim(self, seen: int, timeout: float) -> None:
+        """Until any worker commits a claim after ``seen`` of them had, or ``timeout`` seconds."""
+        with self._claimed:
+            self._claimed.wait_for(lambda: self._claims_committed != seen, timeout=timeout)

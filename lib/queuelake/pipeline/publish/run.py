@@ -1,0 +1,207 @@
+"""The publish command: per configured output, the round to send, its validation, then the round
+sent from the driver or, when large, from Spark tasks; the summary, and one ``runs`` row per output.
+``pending`` says, without Spark, which outputs have anything to send."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.errors import QueuelakeError
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.publish import executors
+from queuelake.pipeline.publish.driver import DriverSender
+from queuelake.pipeline.publish.result import OutputResult
+from queuelake.pipeline.publish.rounds import Round, last_round, next_round
+from queuelake.pipeline.publish.routing import Router
+from queuelake.pipeline.publish.rows import count_accepted
+from queuelake.pipeline.publish.undeliverable import BadDestinations
+from queuelake.pipeline.publish.validate import validate
+from queuelake.pipeline.runs import append_runs
+from queuelake.quality import expectations
+from queuelake.report import log
+from queuelake.transport import ledger
+from queuelake.transport.tables import bridge_ref
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class Publisher:
+    def __init__(self, config: Config, lake: LakeEngine, spark: SparkSession, run_id: str | None = None) -> None:
+        self.config = config
+        self.lake = lake
+        self.spark = spark
+        self.run_id = run_id or str(uuid.uuid4())
+        # loaded (and checked against GX's registry) before any output is touched: a typo in one
+        # suite is a config error, not a half-published run; {} and no GX import when none is set
+        self.suites = expectations.load(config)
+        self.endpoint = config.publish.endpoint
+        self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
+        self.router = Router(config)
+        self.bad = BadDestinations()  # warned about once per run, whichever output found them
+        self.driver_sender = DriverSender(lake, self.router, self.ledger, self.bad)
+        self.executor_sender = executors.ExecutorSender(config, spark, lake, self.router, self.ledger, self.bad)
+
+    def _validate(
+        self, output: str, files: list[str], rnd: Round, resumed: bool = False
+    ) -> tuple[set[str], int, expectations.Outcome | None]:
+        """``validate.validate`` with the output's suite. A resumed round (some batches already
+        sent) passed its suite when it started: it is not validated again, so it cannot be left half
+        sent by a suite edited in between."""
+        suite = None if resumed else self.suites.get(output)
+        return validate(self.spark, self.lake, self.run_id, output, files, rnd, suite)
+
+    def publish_output(self, output: str) -> OutputResult:
+        result = OutputResult(output)
+        pipeline = f"{self.endpoint}/{output}"
+        with connect(self.config, "queuelake-publish") as conn:
+            rnd, done = next_round(conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size)
+            result.round = rnd.key(0, 0).split(":")[0]
+            if rnd.after is not None and rnd.after >= rnd.upto:
+                log.info("publish %s: nothing new since the last round (version %d), nothing to do", output, rnd.upto)
+                return result
+            files = self.lake.added_files(output, rnd.after, rnd.upto)
+            t0 = time.monotonic()
+            bad_keys, result.rejected, outcome = (
+                self._validate(output, files, rnd, resumed=bool(done)) if files else (set(), 0, None)
+            )
+            if outcome is not None:
+                result.expectations = outcome.evaluated
+                result.failed_expectations = outcome.failed
+                if not outcome.success:
+                    # blocked: nothing sent, no ledger row, so the next run validates this round again
+                    result.status = "blocked"
+                    result.error = f"expectations failed: {expectations.summary(outcome.failed)}"
+                    log.error("publish %s: blocked, nothing sent: %s", output, result.error)
+                    return result
+            total_rows = count_accepted(files, bad_keys)
+            log.info(
+                "publish %s: %d new row(s) to send, %d rejected (checked in %.1fs)",
+                output,
+                total_rows,
+                result.rejected,
+                time.monotonic() - t0,
+            )
+            log.debug("publish %s: round %s, %d file(s)", output, result.round, len(files))
+            n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
+            if n == 0:
+                if 0 not in done:
+                    ledger.record(conn, self.ledger, pipeline, output, rnd.key(0, 0), 0, 0)
+                    conn.commit()
+                return result
+            threshold = self.config.publish.executors_from_rows
+            if rnd.layout == executors.LAYOUT or (not done and threshold is not None and total_rows >= threshold):
+                # a round resumes in the layout it started in, whatever the threshold says now
+                self.executor_sender.send_round(
+                    conn,
+                    pipeline,
+                    output,
+                    dataclasses.replace(rnd, layout=executors.LAYOUT),
+                    files,
+                    bad_keys,
+                    done,
+                    result,
+                )
+                result.bad_destinations = self.bad.names()
+                return result
+            self.driver_sender.send_round(conn, pipeline, output, rnd, n, files, bad_keys, done, result)
+        result.bad_destinations = self.bad.names()
+        return result
+
+
+def pending(config: Config, lake: LakeEngine) -> list[str]:
+    """The outputs with a round to send: versions past the last round, or a round not finished
+    (cheap: the ledger's keys and a Delta log lookup each, no Spark). An idle scheduled run asks
+    this before starting a Spark session for nothing."""
+    outputs = [o for o in config.publish.outputs if lake.exists(o)]
+    if not outputs:
+        return []
+    ledger_ref = bridge_ref(config.transport.ledger_table, config.transport)
+    names = []
+    with connect(config, "queuelake-publish") as conn:
+        for output in outputs:
+            try:
+                keys = ledger.batch_keys(conn, ledger_ref, f"{config.publish.endpoint}/{output}", output)
+            except QueuelakeError:
+                names.append(output)  # publish itself says what is wrong
+                continue
+            finally:
+                conn.rollback()
+            latest, _, finished = last_round(keys)
+            upto = lake.table_version(output)
+            if latest is None or not finished or (upto is not None and latest.upto < upto):
+                names.append(output)
+    return names
+
+
+def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
+    run_id = str(uuid.uuid4())
+    publisher = Publisher(config, lake, spark, run_id)
+    started = dt.datetime.now(dt.timezone.utc)
+    results = []
+    seconds: list[float] = []
+    if not config.publish.outputs:
+        log.info("publish: no outputs configured (publish.outputs), nothing to do")
+    for output in config.publish.outputs:
+        t0 = time.monotonic()
+        if not lake.exists(output):
+            log.info("publish %s: the table does not exist yet (its transform has not run), nothing to do", output)
+            results.append(OutputResult(output, "skipped", error=f"{output} does not exist yet"))
+        else:
+            try:
+                results.append(publisher.publish_output(output))
+            except QueuelakeError as exc:
+                log.error("publish %s failed: %s", output, exc)
+                results.append(OutputResult(output, "failed", error=str(exc)))
+        seconds.append(round(time.monotonic() - t0, 3))
+    record_runs(lake, run_id, started, results, seconds)
+    # a blocked round (failed expectations) fails the run too: the data needs a person's attention
+    status = "failed" if any(r.status in ("failed", "blocked") for r in results) else "ok"
+    summary = [r.__dict__ for r in results]
+    return {
+        "status": status,
+        "run_id": run_id,
+        "published": sum(r.published for r in results),
+        "copies": sum(r.copies for r in results),
+        "rejected": sum(r.rejected for r in results),
+        "undeliverable": sum(r.undeliverable for r in results),
+        "outputs": summary,
+    }
+
+
+def record_runs(
+    lake: LakeEngine, run_id: str, started: dt.datetime, results: list[OutputResult], seconds: list[float]
+) -> None:
+    """One ``runs`` row per output (in the ``table`` column): rows published, copies sent
+    (``fanned_out``), copies not deliverable, rows rejected, batches, status, and the failed
+    expectations (JSON, GX's details) of a blocked round."""
+    ended = dt.datetime.now(dt.timezone.utc)
+    rows = [
+        {
+            "run_id": run_id,
+            "command": "publish",
+            "table": r.output,
+            "started_at": started,
+            "ended_at": ended,
+            "published": r.published,
+            "fanned_out": r.copies,
+            "undeliverable": r.undeliverable,
+            "rejected": r.rejected,
+            "batches": r.batches,
+            "seconds": s,
+            "rate": round(r.published / s, 1) if s else 0.0,
+            "status": r.status,
+            "error": r.error,
+            "failed_expectations": orjson.dumps(r.failed_expectations).decode() if r.failed_expectations else None,
+        }
+        for r, s in zip(results, seconds)
+    ]
+    append_runs(lake, run_id, "publish", rows)

@@ -1,0 +1,30 @@
+"""One replay run's result: what was selected, planned, sent and skipped, and how fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ReplayResult:
+    replay_id: str | None
+    status: str = "ok"
+    dry_run: bool = False
+    journal_version: int | None = None
+    matched: int = 0  # journal rows the predicate matches, any outcome, before --limit
+    selected_by: str | None = None  # arrow (no Spark) | spark: which evaluated --where
+    selected: int = 0  # the landed rows of those that the replay plans to send (the first --limit)
+    to_send: int = 0
+    rows_sent: int = 0
+    total_sent: int = 0
+    batches: int = 0
+    batches_sent: int = 0
+    batches_done_before: int = 0
+    failed_batches: list[str] = field(default_factory=list)
+    skipped: int = 0
+    skipped_reasons: dict[str, int] = field(default_factory=dict)
+    destinations: dict[str, int] = field(default_factory=dict)
+    message_types: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds_sending: float = 0.0
+    rate: float = 0.0
+    error: str | None = None
