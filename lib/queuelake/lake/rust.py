@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 import threading
 import uuid
@@ -29,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import storage
 from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
+from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, landed
 from queuelake.lake.files import (
     KILL_ENV,
     WRITE_ID_KEY,
@@ -42,31 +41,15 @@ from queuelake.lake.files import (
     exactly_once,
     missing_files,
 )
-from queuelake.lake.marks import check_writable, description_for, engine_of
-from queuelake.lake.reading import read_arrow, read_spark
+from queuelake.lake.marks import description_for
+from queuelake.lake.reading import read_spark
 from queuelake.report import log
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
 _COMMIT_ATTEMPTS = 20
-_TABLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def normalise_root(root: str) -> str:
-    """An absolute local path or a URI, without a trailing slash: deltalake, pyarrow and Spark agree on it."""
-    if "://" in root:
-        return root.rstrip("/")
-    return os.path.abspath(os.path.expanduser(root))
-
-
-def table_path(root: str, table: str) -> str:
-    """``<root>/<table>``; table names are plain folder names (no slashes, no leading ``_`` or ``.``)."""
-    if not _TABLE_NAME.match(table or ""):
-        raise LakeError(f"lake table name {table!r} is not a plain folder name (letters, digits, _ . -)")
-    return f"{root}/{table}"
 
 
 # Tables this engine creates write a checkpoint every 10 commits, not Delta's default 100. Why:
@@ -77,7 +60,7 @@ CHECKPOINT_INTERVAL = 10
 CHECKPOINT_PROPERTY = "delta.checkpointInterval"
 
 
-class DeltaRsEngine:
+class DeltaRsEngine(EngineBase):
     """LakeEngine over deltalake; ``spark`` is needed only for ``read`` and ``append_dataframe``."""
 
     name = "delta-rs"
@@ -85,82 +68,14 @@ class DeltaRsEngine:
     def __init__(
         self, root: str, spark: SparkSession | None = None, storage_options: dict[str, str] | None = None
     ) -> None:
-        self.root = normalise_root(root)
-        self.spark = spark
-        # object storage credentials (lake.storage_options): on every deltalake call, registered for
-        # the root (pyarrow readers, increments) and set on the session for Spark's reads (s3a)
-        self.storage_options = storage.normalise(storage_options)
-        storage.register(self.root, self.storage_options)
-        if spark is not None:
-            storage.configure_spark(spark, self.storage_options)
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        super().__init__(root, spark, storage_options)
         self._registered: set[int] = set()
         self._stage_targets: dict[str, tuple[pa.Schema, list[str]]] = {}
         # per table: the snapshot staged commits start from, kept between them (``_newest``)
         self._snapshots: dict[str, DeltaTable] = {}
         self._snapshot_locks: dict[str, threading.Lock] = {}
 
-    # ------------------------------------------------------------ basics
-
-    def path(self, table: str) -> str:
-        return table_path(self.root, table)
-
-    def exists(self, table: str) -> bool:
-        from deltalake import DeltaTable
-
-        try:
-            return DeltaTable.is_deltatable(self.path(table), storage_options=self._options())
-        except OSError as exc:  # object storage unreachable or refusing: say so in one line
-            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
-
-    def _options(self) -> dict[str, str] | None:
-        """For deltalake's ``storage_options=`` (a fresh dict: deltalake may update the one it gets)."""
-        return dict(self.storage_options) or None
-
-    def tables(self) -> list[str]:
-        """The Delta tables directly under the root, by name, sorted (any storage: local, s3://, ...)."""
-        return storage.list_tables(self.root, self.storage_options)
-
-    def written_by(self, table: str) -> str | None:
-        """The engine recorded on the table at creation (None: no mark, made outside queuelake)."""
-        metadata = self._require(table).metadata()
-        return engine_of(metadata.configuration, metadata.description)
-
-    def schema(self, table: str, version: int | None = None) -> pa.Schema:
-        """The table's Arrow schema (of one version), from the Delta log."""
-        return pa.schema(self._require(table, version).schema().to_arrow())
-
-    def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
-        """Data files versions (after, upto] added, read from the Delta log (``increments.py``)."""
-        from queuelake.lake.increments import added_files
-
-        return added_files(self.path(table), after, upto, self.storage_options)
-
-    def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            return DeltaTable(self.path(table), version=version, storage_options=self._options())
-        except TableNotFoundError:
-            return None
-        except OSError as exc:  # object storage unreachable or refusing: say so in one line
-            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
-
-    def _require(self, table: str, version: int | None = None) -> DeltaTable:
-        dt = self._load(table, version)
-        if dt is None:
-            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
-        return dt
-
-    def _check_writable(self, table: str, dt: DeltaTable) -> None:
-        metadata = dt.metadata()
-        check_writable(table, self.path(table), engine_of(metadata.configuration, metadata.description), self.name)
-
-    def _lock(self, table: str, app_id: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault((table, app_id), threading.Lock())
+    # ------------------------------------------------------------ basics (the rest: common.EngineBase)
 
     def _snapshot_lock(self, table: str) -> threading.Lock:
         with self._locks_guard:
@@ -340,7 +255,7 @@ class DeltaRsEngine:
             if os.environ.get(KILL_ENV):
                 writer = writer.option("test_kill_pids", str(os.getpid()))
             writer.save()
-            return _landed(self._require(table), since, write_id)
+            return landed(self._require(table), since, WRITE_ID_KEY, write_id)
 
     # ------------------------------------------------------------ staged writes (the drain's claims)
 
@@ -437,25 +352,12 @@ class DeltaRsEngine:
                 log.debug("lake table %s: commit from the kept snapshot failed (%s)", table, type(exc).__name__)
                 return commit(None)
 
-    # ------------------------------------------------------------ versions
-
-    def last_version(self, table: str, app_id: str) -> int | None:
-        dt = self._load(table)
-        return None if dt is None else dt.transaction_version(app_id)
-
-    def table_version(self, table: str) -> int | None:
-        dt = self._load(table)
-        return None if dt is None else dt.version()
-
     # ------------------------------------------------------------ read
 
     def read(self, table: str, version: int | None = None) -> DataFrame:
         """Spark reads the Parquet files the Delta log lists for that version with its own reader (column
         pruning, predicate pushdown); partition values come from the log, not from folder names."""
         return read_spark(self._spark(), self._require(table, version))
-
-    def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
-        return read_arrow(self._require(table, version), columns)
 
     # ------------------------------------------------------------ maintain
 
@@ -508,12 +410,3 @@ def _same_delta_type(a: pa.DataType, b: pa.DataType) -> bool:
         return Schema.from_arrow(pa.schema([("x", a)])).to_json() == Schema.from_arrow(pa.schema([("x", b)])).to_json()
     except Exception:
         return False
-
-
-def _landed(dt: DeltaTable, since: int, write_id: str) -> bool:
-    """Did one of the commits after version ``since`` carry our write id? (commit() may have found the
-    app id already committed and written nothing; the data source cannot return that to the driver.)"""
-    newer = dt.version() - since
-    if newer <= 0:
-        return False
-    return any(commit.get(WRITE_ID_KEY) == write_id for commit in dt.history(limit=newer))
