@@ -30,17 +30,9 @@ import pyarrow as pa
 from queuelake.errors import LakeError
 from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
+from queuelake.lake.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, landed
-from queuelake.lake.files import (
-    KILL_ENV,
-    WRITE_ID_KEY,
-    FileSink,
-    StagedFiles,
-    commit_files,
-    delete_files,
-    exactly_once,
-    missing_files,
-)
+from queuelake.lake.files import FileSink, StagedFiles, commit_files, delete_files, missing_files
 from queuelake.lake.marks import description_for
 from queuelake.lake.reading import read_spark
 from queuelake.report import log
