@@ -11,7 +11,8 @@ Idempotency: Delta's ``txnAppId``/``txnVersion`` writer options skip a write who
 committed for that app id; we check first (to return False cheaply) and tag each write with
 ``userMetadata`` to tell whether our commit landed. Read-only metadata (the last committed version of an
 app id, which delta-spark has no API for; the table's version, marks, partition columns and history) is
-read from the log with deltalake: no Spark job per check.
+read from the log with deltalake: no Spark job per check. Those reads are ``common.EngineBase``'s,
+shared with the Rust engine.
 """
 
 from __future__ import annotations

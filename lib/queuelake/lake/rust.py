@@ -13,6 +13,10 @@ Guarantees the pipelines rely on:
   processes a concurrent commit with the same app id makes one side fail its commit; we reload and
   return False when the other side committed our version or later.
 - Tables stay at protocol 1/2 (no table features): timestamps are stored tz-aware UTC.
+
+Here: creating and evolving tables, both appends, Spark reads and maintenance. What both engines read
+from the log is ``common.py``'s, the drain's staged writes ``staging.py``'s, the commit loop
+``commits.py``'s.
 """
 
 from __future__ import annotations
