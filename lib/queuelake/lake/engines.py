@@ -1,4 +1,5 @@
-"""Which engine: ``open_lake`` builds the one config asks for, ``journal_engine`` the journal's.
+"""Which engine: ``open_lake`` builds the one config asks for, ``table_engine`` the one the table
+catalogue fixes for a table (``journal_engine``: the journal's).
 
 Why a module of its own: the interface (``port.py``) is what every pipeline imports, and it must not
 know its implementations. The choice between them, and the metastore names wrapped around the chosen
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from queuelake.errors import LakeError
+from queuelake.lake import tables as catalogue
 from queuelake.lake.catalog import registrar_for, with_names
 from queuelake.lake.jvm import DeltaSparkEngine
 from queuelake.lake.port import LakeEngine
@@ -109,16 +111,19 @@ class PerTableLake:
 
 
 def journal_engine(lake: LakeEngine) -> LakeEngine:
-    """The engine that writes the ``messages`` journal: always delta-rs.
+    """The engine that writes the ``messages`` journal: always delta-rs (``tables.MESSAGES.engine``;
+    why: ``tables.DELTA_RS``)."""
+    return table_engine(lake, catalogue.MESSAGES.name)
 
-    Why: the drain's claim protocol stages a batch's files before the DB commit and commits exactly
-    those files to the Delta log afterwards, possibly from another process after a crash. deltalake
-    exposes that (``create_write_transaction`` with add actions and an application transaction);
-    delta-spark has no Python API for committing pre-written files. The journal stays a plain Delta
-    table at protocol 1/2, which delta-spark, Databricks and every other engine read.
-    """
-    if lake.name == "delta-rs":
+
+def table_engine(lake: LakeEngine, table: str) -> LakeEngine:
+    """The engine that writes ``table``: the one the catalogue fixes for it (``tables.engine_for``),
+    else ``lake`` itself. The catalogue fixes only delta-rs (an engine every run can build)."""
+    wanted = catalogue.engine_for(table)
+    if wanted is None or wanted == lake.name:
         return lake
-    journal = DeltaRsEngine(lake.root, getattr(lake, "spark", None), getattr(lake, "storage_options", None))
+    if wanted != DeltaRsEngine.name:
+        raise LakeError(f"lake table {table}: the catalogue names {wanted}, and only delta-rs can be fixed")
+    engine = DeltaRsEngine(lake.root, getattr(lake, "spark", None), getattr(lake, "storage_options", None))
     # the same metastore names as the lake it serves (lake.catalog/lake.schema)
-    return with_names(journal, getattr(lake, "registrar", None), existing=False)
+    return with_names(engine, getattr(lake, "registrar", None), existing=False)

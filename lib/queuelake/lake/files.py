@@ -5,6 +5,10 @@ write files (``FileSink``) and one process commits all of them (``commit_files``
 transaction. Until that commit the files are invisible (Delta readers only see files the log names), so
 a process killed in between leaves orphan files and no rows; ``maintain`` vacuums orphans later.
 
+Here: the files (written, described with their Delta statistics, staged, deleted), and
+``commit_files``, which hands them to the commit as add actions. The commit itself, exactly once per
+(app_id, version), is ``commits.py``'s; the partition spellings are ``partitions.py``'s.
+
 Runs in Spark Python workers too: keep imports light and everything picklable.
 """
 
@@ -12,25 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from queuelake.errors import LakeError
+from queuelake.lake.commits import commit_actions
+from queuelake.lake.partitions import partition_dir, split_partitions
 
-WRITE_ID_KEY = "queuelake.writeId"  # commitInfo key: lets the driver tell its own commit from others
-KILL_ENV = "QUEUELAKE_TEST_KILL_BEFORE_COMMIT"  # test hook: SIGKILL right before the Delta commit
-NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 TARGET_FILE_BYTES = 256 * 1024 * 1024  # Arrow bytes per data file before rolling over to the next
 ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered per row group (bounded memory per open file)
 _STRING_STATS_MAX = 64  # longer strings get no min/max: a truncated max would be wrong for data skipping
@@ -194,47 +193,6 @@ def _iso_ms(value: datetime) -> str:
 
 def _is_nested(t: pa.DataType) -> bool:
     return pa.types.is_nested(t)
-
-
-# ---------------------------------------------------------------- partition values
-
-
-def partition_value(value: Any) -> str | None:
-    """A partition value as the Delta log spells it (``None`` for null)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime):
-        value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"  # %Y: see _iso_ms
-    if isinstance(value, bytes):
-        raise LakeError("binary partition columns are not supported")
-    return str(value)
-
-
-def partition_dir(partition_by: list[str], values: dict[str, str | None]) -> str:
-    """``col=value/...`` with values percent-encoded the way delta-rs does it, so paths are safe anywhere."""
-    return "/".join(f"{quote(col, safe='')}={_partition_value(values[col])}" for col in partition_by)
-
-
-def _partition_value(value: str | None) -> str:
-    return NULL_PARTITION if value is None else quote(value, safe="")
-
-
-def split_partitions(data: pa.Table, partition_by: list[str]) -> Iterable[tuple[dict[str, str | None], pa.Table]]:
-    """(partition values, rows without the partition columns) for each distinct partition in ``data``."""
-    if not partition_by:
-        yield {}, data
-        return
-    keys = data.select(partition_by).group_by(partition_by).aggregate([])
-    rest = [name for name in data.column_names if name not in partition_by]
-    for row in keys.to_pylist():
-        mask = None
-        for col, value in row.items():
-            test = pc.is_null(data[col]) if value is None else pc.equal(data[col], pa.scalar(value, data[col].type))
-            mask = test if mask is None else pc.and_(mask, test)
-        yield {col: partition_value(v) for col, v in row.items()}, data.filter(mask).select(rest)
 
 
 # ---------------------------------------------------------------- the sink
@@ -417,65 +375,6 @@ def _stats_json(open_file: _OpenFile) -> str:
 # ---------------------------------------------------------------- commit
 
 
-def kill_before_commit(pids: Iterable[int] = ()) -> None:
-    """Test hook: with ``QUEUELAKE_TEST_KILL_BEFORE_COMMIT`` set, SIGKILL the given processes (the Spark
-    driver, when the commit runs in a Python worker) and then this one, right before committing."""
-    pids = list(pids)
-    if not os.environ.get(KILL_ENV) and not pids:
-        return
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def exactly_once(
-    table_uri: str,
-    table: str,
-    app_id: str,
-    version: int,
-    engine: str,
-    write: Callable[[Any, int], None],
-    *,
-    storage_options: dict[str, str] | None = None,
-    on_committed: Callable[[], None] | None = None,
-    attempts: int = 20,
-    load: Callable[[], Any] | None = None,
-) -> bool:
-    """The exactly-once write loop both paths of the Rust engine share (``append`` of driver data and
-    ``commit_files`` of staged or executor-written files).
-
-    Each attempt loads the table, refuses another engine's table, and returns False (after
-    ``on_committed``) when app_id already committed ``version`` or later; otherwise it calls
-    ``write(table, attempt)``, which must make one Delta commit carrying (app_id, version). A
-    CommitFailedError means the log moved in a way deltalake would not resolve by itself (blind appends
-    it retries; the same app id committed concurrently it does not): reload and re-check, backing off.
-    ``load`` gives the table at its newest version (default: a fresh load each attempt).
-    """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import CommitFailedError
-
-    from queuelake.lake.marks import check_writable, engine_of
-
-    for attempt in range(attempts):
-        dt = load() if load is not None else DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
-        metadata = dt.metadata()
-        check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
-        committed = dt.transaction_version(app_id)
-        if committed is not None and committed >= version:
-            if on_committed is not None:
-                on_committed()
-            return False
-        try:
-            write(dt, attempt)
-            return True
-        except CommitFailedError:
-            time.sleep(min(0.05 * 2**attempt, 2.0))
-    raise LakeError(f"lake table {table}: could not commit ({app_id}, {version}) after {attempts} attempts")
-
-
 def commit_files(
     table_uri: str,
     table: str,
@@ -494,41 +393,25 @@ def commit_files(
 
     Returns False, deleting the files, when app_id already committed ``version`` or later (a retried
     batch, or another writer with the same app id won the race). ``delete_if_committed=False`` keeps
-    them: a drain claim's staged files may be the very files that earlier commit added. Conflicts are
-    retried by ``exactly_once``.
+    them: a drain claim's staged files may be the very files that earlier commit added. The commit
+    and its retries are ``commits.commit_actions``'s.
     """
-    from deltalake import CommitProperties, Transaction
-
-    actions = [f.add_action() for f in files]
-    kill_pids = list(kill_pids)
-
-    def write(dt: Any, attempt: int) -> None:
-        if attempt == 0:
-            kill_before_commit(kill_pids)
-        dt.create_write_transaction(
-            actions,
-            "append",
-            dt.schema(),
-            partition_by=dt.metadata().partition_columns,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id, version)],
-                custom_metadata={WRITE_ID_KEY: write_id},
-            ),
-        )
 
     def committed() -> None:
         if delete_if_committed:
             delete_files(table_uri, files, storage_options)
 
-    return exactly_once(
+    return commit_actions(
         table_uri,
         table,
+        [f.add_action() for f in files],
         app_id,
         version,
+        write_id,
         engine,
-        write,
-        storage_options=storage_options,
-        on_committed=committed,
+        kill_pids=kill_pids,
         attempts=attempts,
+        on_committed=committed,
+        storage_options=storage_options,
         load=load,
     )

@@ -11,24 +11,22 @@ Idempotency: Delta's ``txnAppId``/``txnVersion`` writer options skip a write who
 committed for that app id; we check first (to return False cheaply) and tag each write with
 ``userMetadata`` to tell whether our commit landed. Read-only metadata (the last committed version of an
 app id, which delta-spark has no API for; the table's version, marks, partition columns and history) is
-read from the log with deltalake: no Spark job per check.
+read from the log with deltalake: no Spark job per check. Those reads are ``common.EngineBase``'s,
+shared with the Rust engine.
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import storage
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
+from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, landed
 from queuelake.lake.files import StagedFiles
-from queuelake.lake.marks import ENGINE_PROPERTY, check_writable, description_for, engine_of
-from queuelake.lake.reading import read_arrow
-from queuelake.lake.rust import DEFAULT_RETENTION_HOURS, normalise_root, table_path
+from queuelake.lake.marks import ENGINE_PROPERTY, description_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,55 +36,18 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-class DeltaSparkEngine:
+class DeltaSparkEngine(EngineBase):
     """LakeEngine over delta-spark; same contract and thread-safety as ``DeltaRsEngine``."""
 
     name = "delta-spark"
 
     def __init__(self, root: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> None:
-        self.root = normalise_root(root)
-        self.spark = spark
         # object storage (lake.storage_options): s3a settings on the session for Delta Spark, and the
-        # same options for the deltalake metadata reads below and for pyarrow readers of the root
-        self.storage_options = storage.normalise(storage_options)
-        storage.register(self.root, self.storage_options)
-        storage.configure_spark(spark, self.storage_options)
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        # same options for the deltalake metadata reads and for pyarrow readers of the root
+        super().__init__(root, spark, storage_options)
+        self.spark: SparkSession = spark
 
-    def path(self, table: str) -> str:
-        return table_path(self.root, table)
-
-    def exists(self, table: str) -> bool:
-        from deltalake import DeltaTable
-
-        try:
-            return DeltaTable.is_deltatable(self.path(table), storage_options=dict(self.storage_options) or None)
-        except OSError as exc:  # object storage unreachable or refusing: say so in one line
-            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
-
-    def tables(self) -> list[str]:
-        """The Delta tables directly under the root, by name, sorted (any storage: local, s3://, ...)."""
-        return storage.list_tables(self.root, self.storage_options)
-
-    def written_by(self, table: str) -> str | None:
-        """The engine recorded on the table at creation (None: no mark, made outside queuelake)."""
-        metadata = self._rs_require(table).metadata()
-        return engine_of(metadata.configuration, metadata.description)
-
-    def schema(self, table: str, version: int | None = None) -> pa.Schema:
-        """The table's Arrow schema (of one version), from the Delta log."""
-        return pa.schema(self._rs_require(table, version).schema().to_arrow())
-
-    def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
-        """Data files versions (after, upto] added, read from the Delta log (``increments.py``)."""
-        from queuelake.lake.increments import added_files
-
-        return added_files(self.path(table), after, upto, self.storage_options)
-
-    def _lock(self, table: str, app_id: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault((table, app_id), threading.Lock())
+    # ------------------------------------------------------------ basics (the rest: common.EngineBase)
 
     def _delta(self, table: str):  # -> delta.tables.DeltaTable
         from delta.tables import DeltaTable
@@ -94,28 +55,6 @@ class DeltaSparkEngine:
         if not self.exists(table):
             raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
         return DeltaTable.forPath(self.spark, self.path(table))
-
-    def _check_writable(self, table: str) -> None:
-        metadata = self._rs_require(table).metadata()
-        recorded = engine_of(metadata.configuration, metadata.description)
-        check_writable(table, self.path(table), recorded, self.name)
-
-    def _rs_table(self, table: str, version: int | None = None):  # -> deltalake.DeltaTable | None
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            return DeltaTable(self.path(table), version=version, storage_options=dict(self.storage_options) or None)
-        except TableNotFoundError:
-            return None
-        except OSError as exc:  # object storage unreachable or refusing: say so in one line
-            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
-
-    def _rs_require(self, table: str, version: int | None = None):  # -> deltalake.DeltaTable
-        dt = self._rs_table(table, version)
-        if dt is None:
-            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
-        return dt
 
     # ------------------------------------------------------------ create / evolve
 
@@ -140,7 +79,7 @@ class DeltaSparkEngine:
                     if not self.exists(table):  # else another process created it first: checked below
                         raise
         self._check_writable(table)
-        existing = self._rs_require(table).metadata().partition_columns
+        existing = self._require(table).metadata().partition_columns
         if partition_by and list(existing) != partition_by:
             raise LakeError(f"lake table {table} exists partitioned by {existing or 'nothing'}, not by {partition_by}")
 
@@ -204,11 +143,7 @@ class DeltaSparkEngine:
                 return False
             raise
         # Delta also skips the write silently when the (app_id, version) was committed meanwhile.
-        dt = self._rs_require(table)
-        newer = dt.version() - since
-        if newer <= 0:
-            return False
-        return any(commit.get("userMetadata") == write_id for commit in dt.history(limit=newer))
+        return landed(self._require(table), since, "userMetadata", write_id)
 
     # ------------------------------------------------------------ staged writes: delta-rs only
 
@@ -230,15 +165,7 @@ class DeltaSparkEngine:
         than lack the methods."""
         return LakeError(f"lake table {table}: staged writes need the delta-rs engine (engines.journal_engine)")
 
-    # ------------------------------------------------------------ versions and reads
-
-    def last_version(self, table: str, app_id: str) -> int | None:
-        dt = self._rs_table(table)
-        return None if dt is None else dt.transaction_version(app_id)
-
-    def table_version(self, table: str) -> int | None:
-        dt = self._rs_table(table)
-        return None if dt is None else dt.version()
+    # ------------------------------------------------------------ reads
 
     def read(self, table: str, version: int | None = None) -> DataFrame:
         reader = self.spark.read.format("delta")
@@ -246,15 +173,12 @@ class DeltaSparkEngine:
             reader = reader.option("versionAsOf", version)
         return reader.load(self.path(table))
 
-    def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
-        return read_arrow(self._rs_require(table, version), columns)
-
     # ------------------------------------------------------------ maintain
 
     def maintain(self, table: str, retention_hours: float = DEFAULT_RETENTION_HOURS) -> dict[str, Any]:
         self._check_writable(table)
         delta = self._delta(table)
-        files_before = len(self._rs_require(table).file_uris())
+        files_before = len(self._require(table).file_uris())
         metrics = delta.optimize().executeCompaction().first()["metrics"]
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
         previous = self.spark.conf.get(key, "true") or "true"
@@ -264,7 +188,7 @@ class DeltaSparkEngine:
             delta.vacuum(float(retention_hours))
         finally:
             self.spark.conf.set(key, previous)
-        dt = self._rs_require(table)
+        dt = self._require(table)
         return {
             "table": table,
             "engine": self.name,

@@ -13,60 +13,35 @@ Guarantees the pipelines rely on:
   processes a concurrent commit with the same app id makes one side fail its commit; we reload and
   return False when the other side committed our version or later.
 - Tables stay at protocol 1/2 (no table features): timestamps are stored tz-aware UTC.
+
+Here: creating and evolving tables, both appends, Spark reads and maintenance. What both engines read
+from the log is ``common.py``'s, the drain's staged writes ``staging.py``'s, the commit loop
+``commits.py``'s.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
-import tempfile
-import threading
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import storage
-from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
-from queuelake.lake.files import (
-    KILL_ENV,
-    WRITE_ID_KEY,
-    FileSink,
-    StagedFiles,
-    commit_files,
-    delete_files,
-    exactly_once,
-    missing_files,
-)
-from queuelake.lake.marks import check_writable, description_for, engine_of
-from queuelake.lake.reading import read_arrow, read_spark
+from queuelake.lake.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
+from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
+from queuelake.lake.marks import description_for
+from queuelake.lake.reading import read_spark
+from queuelake.lake.staging import StagedWrites
 from queuelake.report import log
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
 _COMMIT_ATTEMPTS = 20
-_TABLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def normalise_root(root: str) -> str:
-    """An absolute local path or a URI, without a trailing slash: deltalake, pyarrow and Spark agree on it."""
-    if "://" in root:
-        return root.rstrip("/")
-    return os.path.abspath(os.path.expanduser(root))
-
-
-def table_path(root: str, table: str) -> str:
-    """``<root>/<table>``; table names are plain folder names (no slashes, no leading ``_`` or ``.``)."""
-    if not _TABLE_NAME.match(table or ""):
-        raise LakeError(f"lake table name {table!r} is not a plain folder name (letters, digits, _ . -)")
-    return f"{root}/{table}"
 
 
 # Tables this engine creates write a checkpoint every 10 commits, not Delta's default 100. Why:
@@ -77,115 +52,19 @@ CHECKPOINT_INTERVAL = 10
 CHECKPOINT_PROPERTY = "delta.checkpointInterval"
 
 
-class DeltaRsEngine:
-    """LakeEngine over deltalake; ``spark`` is needed only for ``read`` and ``append_dataframe``."""
+class DeltaRsEngine(StagedWrites):
+    """LakeEngine over deltalake; ``spark`` is needed only for ``read`` and ``append_dataframe``. The
+    basics and Delta log reads are ``common.EngineBase``'s, the staged writes ``staging.StagedWrites``'s."""
 
     name = "delta-rs"
 
     def __init__(
         self, root: str, spark: SparkSession | None = None, storage_options: dict[str, str] | None = None
     ) -> None:
-        self.root = normalise_root(root)
-        self.spark = spark
-        # object storage credentials (lake.storage_options): on every deltalake call, registered for
-        # the root (pyarrow readers, increments) and set on the session for Spark's reads (s3a)
-        self.storage_options = storage.normalise(storage_options)
-        storage.register(self.root, self.storage_options)
-        if spark is not None:
-            storage.configure_spark(spark, self.storage_options)
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        super().__init__(root, spark, storage_options)
         self._registered: set[int] = set()
-        self._stage_targets: dict[str, tuple[pa.Schema, list[str]]] = {}
-        # per table: the snapshot staged commits start from, kept between them (``_newest``)
-        self._snapshots: dict[str, DeltaTable] = {}
-        self._snapshot_locks: dict[str, threading.Lock] = {}
 
-    # ------------------------------------------------------------ basics
-
-    def path(self, table: str) -> str:
-        return table_path(self.root, table)
-
-    def exists(self, table: str) -> bool:
-        from deltalake import DeltaTable
-
-        try:
-            return DeltaTable.is_deltatable(self.path(table), storage_options=self._options())
-        except OSError as exc:  # object storage unreachable or refusing: say so in one line
-            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
-
-    def _options(self) -> dict[str, str] | None:
-        """For deltalake's ``storage_options=`` (a fresh dict: deltalake may update the one it gets)."""
-        return dict(self.storage_options) or None
-
-    def tables(self) -> list[str]:
-        """The Delta tables directly under the root, by name, sorted (any storage: local, s3://, ...)."""
-        return storage.list_tables(self.root, self.storage_options)
-
-    def written_by(self, table: str) -> str | None:
-        """The engine recorded on the table at creation (None: no mark, made outside queuelake)."""
-        metadata = self._require(table).metadata()
-        return engine_of(metadata.configuration, metadata.description)
-
-    def schema(self, table: str, version: int | None = None) -> pa.Schema:
-        """The table's Arrow schema (of one version), from the Delta log."""
-        return pa.schema(self._require(table, version).schema().to_arrow())
-
-    def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
-        """Data files versions (after, upto] added, read from the Delta log (``increments.py``)."""
-        from queuelake.lake.increments import added_files
-
-        return added_files(self.path(table), after, upto, self.storage_options)
-
-    def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            return DeltaTable(self.path(table), version=version, storage_options=self._options())
-        except TableNotFoundError:
-            return None
-        except OSError as exc:  # object storage unreachable or refusing: say so in one line
-            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
-
-    def _require(self, table: str, version: int | None = None) -> DeltaTable:
-        dt = self._load(table, version)
-        if dt is None:
-            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
-        return dt
-
-    def _check_writable(self, table: str, dt: DeltaTable) -> None:
-        metadata = dt.metadata()
-        check_writable(table, self.path(table), engine_of(metadata.configuration, metadata.description), self.name)
-
-    def _lock(self, table: str, app_id: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault((table, app_id), threading.Lock())
-
-    def _snapshot_lock(self, table: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._snapshot_locks.setdefault(table, threading.Lock())
-
-    def _newest(self, table: str) -> DeltaTable:
-        """The table at its newest version, for a commit: the snapshot of the previous commit brought
-        up to date with only the log entries written since (``update_incremental``), else a fresh load.
-
-        Why: a fresh load reads the last checkpoint, which lists every file of the table, on every
-        commit; a drain commits once per batch, so each commit cost more as the journal grew (11.6 ms
-        of CPU at first, 22.8 ms after 1,000 files, ``bench/commits.py``). The caller holds
-        ``_snapshot_lock(table)``. Any failure to update (log entries cleaned up meanwhile, a table
-        replaced) falls back to a fresh load: the snapshot is a cache, never the source of truth."""
-        cached = self._snapshots.pop(table, None)
-        if cached is not None:
-            try:
-                cached.update_incremental()
-            except Exception as exc:  # noqa: BLE001 - any failure: load afresh
-                # the type only: storage errors may quote a URL, and this is a cache miss, not a failure
-                log.debug("lake table %s: snapshot not updated (%s); loading afresh", table, type(exc).__name__)
-                cached = None
-        dt = cached if cached is not None else self._require(table)
-        self._snapshots[table] = dt
-        return dt
+    # ------------------------------------------------------------ basics (the rest: common.EngineBase)
 
     def _spark(self, df: DataFrame | None = None) -> SparkSession:
         if df is not None:
@@ -340,112 +219,7 @@ class DeltaRsEngine:
             if os.environ.get(KILL_ENV):
                 writer = writer.option("test_kill_pids", str(os.getpid()))
             writer.save()
-            return _landed(self._require(table), since, write_id)
-
-    # ------------------------------------------------------------ staged writes (the drain's claims)
-
-    def stage(self, table: str, data: pa.Table) -> StagedFiles:
-        """Write ``data`` as Parquet files into the table's folder without committing them: invisible
-        to readers until ``commit_staged``; orphans for vacuum if nobody ever commits them."""
-        return self._stage_into(table, data, self.path(table), self.storage_options)
-
-    def check_stageable(self, table: str, data: pa.Table) -> None:
-        with tempfile.TemporaryDirectory(prefix="queuelake-probe-") as scratch:
-            self._stage_into(table, data, scratch, None)
-
-    def _stage_into(
-        self, table: str, data: pa.Table, folder: str, storage_options: dict[str, str] | None
-    ) -> StagedFiles:
-        target, partition_by = self._stage_target(table)
-        sink = FileSink(
-            folder,
-            target,
-            partition_by,
-            storage_options=storage_options,
-            dictionary_columns=catalogue.dictionary_columns(table),
-            statistics_columns=catalogue.statistics_columns(table),
-            uncompressed_columns=catalogue.uncompressed_columns(table),
-        )
-        try:
-            sink.write(conform(data, target, table))
-            files = sink.close()
-        except BaseException:
-            sink.abort()
-            raise
-        return StagedFiles(files, uuid.uuid4().hex)
-
-    def _stage_target(self, table: str) -> tuple[pa.Schema, list[str]]:
-        """The table's schema and partitioning, read once per engine (a drain run): staging every
-        batch must not replay the log. A column added meanwhile reads as null in these files."""
-        with self._locks_guard:
-            cached = self._stage_targets.get(table)
-        if cached is None:
-            dt = self._require(table)
-            self._check_writable(table, dt)
-            cached = (pa.schema(dt.schema().to_arrow()), list(dt.metadata().partition_columns))
-            with self._locks_guard:
-                self._stage_targets[table] = cached
-        return cached
-
-    def discard_staged(self, table: str, staged: StagedFiles) -> None:
-        """Best effort: what stays behind is an orphan that vacuum removes."""
-        delete_files(self.path(table), staged.files, self.storage_options)
-
-    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
-        """Commit staged files in one Delta commit carrying (app_id, version). False when that version
-        is already committed: the files are then left alone (they may be the ones it added).
-        ``verify`` first checks that every file is still there (files staged by another process, long
-        ago): committing a missing file would corrupt the table.
-
-        A drain's batches (``verify`` False) start from the snapshot kept since the previous commit
-        (``_newest``); claims being resolved (``verify`` True) load the table afresh. If the kept
-        snapshot fails in any way but the table's own refusals, the commit is tried again from fresh
-        loads: a commit the first try made is then found by its app version."""
-        with self._lock(table, app_id), self._snapshot_lock(table):
-            if verify:
-                gone = missing_files(self.path(table), staged.files, self.storage_options)
-                if gone:
-                    raise LakeError(
-                        f"lake table {table}: staged files of ({app_id}, {version}) are missing "
-                        f"({', '.join(gone[:3])}); they were removed before being committed (a vacuum "
-                        "with a retention shorter than the claim's age?)"
-                    )
-
-            def commit(load: Callable[[], DeltaTable] | None) -> bool:
-                return commit_files(
-                    self.path(table),
-                    table,
-                    staged.files,
-                    app_id,
-                    version,
-                    staged.write_id,
-                    self.name,
-                    delete_if_committed=False,
-                    storage_options=self.storage_options,
-                    load=load,
-                )
-
-            if verify:
-                self._snapshots.pop(table, None)
-                return commit(None)
-            try:
-                return commit(lambda: self._newest(table))
-            except LakeError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the kept snapshot is suspect: start afresh
-                self._snapshots.pop(table, None)
-                log.debug("lake table %s: commit from the kept snapshot failed (%s)", table, type(exc).__name__)
-                return commit(None)
-
-    # ------------------------------------------------------------ versions
-
-    def last_version(self, table: str, app_id: str) -> int | None:
-        dt = self._load(table)
-        return None if dt is None else dt.transaction_version(app_id)
-
-    def table_version(self, table: str) -> int | None:
-        dt = self._load(table)
-        return None if dt is None else dt.version()
+            return landed(self._require(table), since, WRITE_ID_KEY, write_id)
 
     # ------------------------------------------------------------ read
 
@@ -453,9 +227,6 @@ class DeltaRsEngine:
         """Spark reads the Parquet files the Delta log lists for that version with its own reader (column
         pruning, predicate pushdown); partition values come from the log, not from folder names."""
         return read_spark(self._spark(), self._require(table, version))
-
-    def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
-        return read_arrow(self._require(table, version), columns)
 
     # ------------------------------------------------------------ maintain
 
@@ -508,12 +279,3 @@ def _same_delta_type(a: pa.DataType, b: pa.DataType) -> bool:
         return Schema.from_arrow(pa.schema([("x", a)])).to_json() == Schema.from_arrow(pa.schema([("x", b)])).to_json()
     except Exception:
         return False
-
-
-def _landed(dt: DeltaTable, since: int, write_id: str) -> bool:
-    """Did one of the commits after version ``since`` carry our write id? (commit() may have found the
-    app id already committed and written nothing; the data source cannot return that to the driver.)"""
-    newer = dt.version() - since
-    if newer <= 0:
-        return False
-    return any(commit.get(WRITE_ID_KEY) == write_id for commit in dt.history(limit=newer))

@@ -1,4 +1,5 @@
-"""The table catalogue: every lake table queuelake writes, declared once with its schema.
+"""The table catalogue: every lake table queuelake writes, declared once with its schema, the command
+that writes it and, where it is not the lake's own, the engine (``engine``, read by ``engines.py``).
 
 Why: names and schemas used to live where each table was first written (the journal builder,
 publish, replay, the quality module) and were spelt again by notebooks, the demo and tests. A new
@@ -17,6 +18,16 @@ import pyarrow as pa
 UTC_TS = pa.timestamp("us", tz="UTC")
 _STR_MAP = pa.map_(pa.string(), pa.string())
 
+# Tables with ``engine=DELTA_RS`` are delta-rs's under either ``lake.engine``. The journal
+# (``messages``): the drain stages a batch's files before the queue's DB commit and commits exactly
+# those files afterwards, maybe from another process; deltalake can commit files written earlier,
+# delta-spark has no Python API for it (``staging.py``). The records of commands that may run without
+# Spark (``runs``, ``replays``, ``replay_skipped``): drain, purge-expired and replay never start a
+# session, and delta-rs is the engine every command has (a record table an older queuelake made with
+# delta-spark stays delta-spark's: ``pipeline.runs.record_engine``). All stay plain Delta tables at
+# protocol 1/2, which delta-spark, Databricks and every other engine read.
+DELTA_RS = "delta-rs"
+
 
 @dataclass(frozen=True)
 class LakeTable:
@@ -26,6 +37,9 @@ class LakeTable:
     schema: pa.Schema | None  # None: the columns come from the user's transform
     written_by: str  # the command that appends to it
     about: str  # one line for the README and `describe`
+    # The engine that creates and writes the table whatever ``lake.engine`` says (None: the lake's own,
+    # ``engines.open_lake``). ``engines.table_engine`` reads it; see ``DELTA_RS`` for why a table has one.
+    engine: str | None = None
     # Parquet dictionary encoding only for these columns (None: every column). Building a dictionary
     # for a column of unique values (ids, bodies) until Parquet gives up on it was a quarter of the
     # drain's file writing.
@@ -90,6 +104,7 @@ MESSAGES = LakeTable(
     ),
     "drain",
     "the journal: every row ever dequeued, exactly once, landed / expired / quarantined",
+    engine=DELTA_RS,
     dictionary_columns=(
         "queue",
         "batch_id",
@@ -161,6 +176,7 @@ RUNS = LakeTable(
     ),
     "every command",
     "one row per command run and queue or table, with the counts that apply to that command",
+    engine=DELTA_RS,
 )
 
 # Which runs columns each command fills (besides run_id, command, times, seconds, status, error).
@@ -211,6 +227,7 @@ REPLAYS = LakeTable(
     ),
     "replay",
     "one row per replay run: the selection, where it went, how far it got",
+    engine=DELTA_RS,
 )
 
 REPLAY_SKIPPED = LakeTable(
@@ -230,6 +247,7 @@ REPLAY_SKIPPED = LakeTable(
     ),
     "replay",
     "journal rows a replay selected but will never send, with the reason (final per replay id)",
+    engine=DELTA_RS,
 )
 
 REJECTED = LakeTable(
@@ -302,6 +320,14 @@ def by_name(name: str) -> LakeTable:
         if table.name == name:
             return table
     raise KeyError(f"no lake table {name!r} in the catalogue")
+
+
+def engine_for(name: str) -> str | None:
+    """The engine the catalogue fixes for a table (None: the lake's own, also for tables not catalogued)."""
+    for table in CATALOGUE:
+        if table.name == name:
+            return table.engine
+    return None
 
 
 def statistics_columns(name: str) -> list[str] | None:

@@ -1,0 +1,135 @@
+"""The exactly-once commit: one Delta commit per (app_id, version), whoever else is committing.
+
+Both of the Rust engine's write paths end here: ``append`` (``write_deltalake`` of driver data) and
+``files.commit_files`` (files staged by a drain or written by Spark executors, committed from the
+driver or from the data source's Python worker). Why a module of its own: the loop (load, refuse
+another engine's table, return False when the app id is already at ``version``, retry a conflict
+from a fresh load) is the lake's exactly-once guarantee, and it is the same whatever wrote the files.
+
+Runs in Spark Python workers too (the data source's ``commit()``): keep imports light.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from queuelake.errors import LakeError
+
+WRITE_ID_KEY = "queuelake.writeId"  # commitInfo key: lets the driver tell its own commit from others
+KILL_ENV = "QUEUELAKE_TEST_KILL_BEFORE_COMMIT"  # test hook: SIGKILL right before the Delta commit
+
+
+def kill_before_commit(pids: Iterable[int] = ()) -> None:
+    """Test hook: with ``QUEUELAKE_TEST_KILL_BEFORE_COMMIT`` set, SIGKILL the given processes (the Spark
+    driver, when the commit runs in a Python worker) and then this one, right before committing."""
+    pids = list(pids)
+    if not os.environ.get(KILL_ENV) and not pids:
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def exactly_once(
+    table_uri: str,
+    table: str,
+    app_id: str,
+    version: int,
+    engine: str,
+    write: Callable[[Any, int], None],
+    *,
+    storage_options: dict[str, str] | None = None,
+    on_committed: Callable[[], None] | None = None,
+    attempts: int = 20,
+    load: Callable[[], Any] | None = None,
+) -> bool:
+    """The exactly-once write loop both paths of the Rust engine share (``append`` of driver data and
+    ``commit_files`` of staged or executor-written files).
+
+    Each attempt loads the table, refuses another engine's table, and returns False (after
+    ``on_committed``) when app_id already committed ``version`` or later; otherwise it calls
+    ``write(table, attempt)``, which must make one Delta commit carrying (app_id, version). A
+    CommitFailedError means the log moved in a way deltalake would not resolve by itself (blind appends
+    it retries; the same app id committed concurrently it does not): reload and re-check, backing off.
+    ``load`` gives the table at its newest version (default: a fresh load each attempt).
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    from queuelake.lake.marks import check_writable, engine_of
+
+    for attempt in range(attempts):
+        dt = load() if load is not None else DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
+        metadata = dt.metadata()
+        check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
+        committed = dt.transaction_version(app_id)
+        if committed is not None and committed >= version:
+            if on_committed is not None:
+                on_committed()
+            return False
+        try:
+            write(dt, attempt)
+            return True
+        except CommitFailedError:
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+    raise LakeError(f"lake table {table}: could not commit ({app_id}, {version}) after {attempts} attempts")
+
+
+def commit_actions(
+    table_uri: str,
+    table: str,
+    actions: list[Any],
+    app_id: str,
+    version: int,
+    write_id: str,
+    engine: str,
+    *,
+    kill_pids: Iterable[int] = (),
+    attempts: int = 20,
+    on_committed: Callable[[], None] | None = None,
+    storage_options: dict[str, str] | None = None,
+    load: Callable[[], Any] | None = None,
+) -> bool:
+    """Commit add ``actions`` (deltalake ``AddAction``s of files already written, ``files.commit_files``)
+    in one Delta transaction carrying (app_id, version) and ``write_id`` in its commit info.
+
+    Returns False (after ``on_committed``) when app_id already committed ``version`` or later.
+    Conflicts are retried by ``exactly_once``; ``kill_pids``: the test hook (``kill_before_commit``).
+    """
+    from deltalake import CommitProperties, Transaction
+
+    kill_pids = list(kill_pids)
+
+    def write(dt: Any, attempt: int) -> None:
+        if attempt == 0:
+            kill_before_commit(kill_pids)
+        dt.create_write_transaction(
+            actions,
+            "append",
+            dt.schema(),
+            partition_by=dt.metadata().partition_columns,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id, version)],
+                custom_metadata={WRITE_ID_KEY: write_id},
+            ),
+        )
+
+    return exactly_once(
+        table_uri,
+        table,
+        app_id,
+        version,
+        engine,
+        write,
+        storage_options=storage_options,
+        on_committed=on_committed,
+        attempts=attempts,
+        load=load,
+    )

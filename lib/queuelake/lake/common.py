@@ -1,0 +1,154 @@
+"""What both engines share, written once: the root and its storage, table paths, the per-(table, app id)
+locks, and everything they read from a table's Delta log with deltalake.
+
+Why: delta-spark has no cheap Python API for a table's metadata (the last version an app id committed,
+the creating engine's mark, the schema of one version), so the JVM engine reads the log with deltalake
+as the Rust engine does. The two used to carry a copy each of ``exists``, ``tables``, ``written_by``,
+``schema``, ``added_files``, ``last_version``, ``table_version`` and ``read_arrow``, and the JVM engine
+imported its path helpers from the Rust engine's module. Both engines now subclass ``EngineBase``; what
+differs between them (writing, compacting, vacuuming, Spark reads) stays in ``rust.py`` and ``jvm.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from queuelake.errors import LakeError
+from queuelake.lake import storage
+from queuelake.lake.marks import check_writable, engine_of
+from queuelake.lake.reading import read_arrow
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import SparkSession
+
+DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def normalise_root(root: str) -> str:
+    """An absolute local path or a URI, without a trailing slash: deltalake, pyarrow and Spark agree on it."""
+    if "://" in root:
+        return root.rstrip("/")
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def table_path(root: str, table: str) -> str:
+    """``<root>/<table>``; table names are plain folder names (no slashes, no leading ``_`` or ``.``)."""
+    if not _TABLE_NAME.match(table or ""):
+        raise LakeError(f"lake table name {table!r} is not a plain folder name (letters, digits, _ . -)")
+    return f"{root}/{table}"
+
+
+class EngineBase:
+    """The part of ``LakeEngine`` both engines implement the same way (see the module docstring)."""
+
+    name: str
+
+    def __init__(
+        self, root: str, spark: SparkSession | None = None, storage_options: dict[str, str] | None = None
+    ) -> None:
+        self.root = normalise_root(root)
+        self.spark = spark
+        # object storage credentials (lake.storage_options): on every deltalake call, registered for
+        # the root (pyarrow readers, increments) and set on the session for Spark's reads and writes (s3a)
+        self.storage_options = storage.normalise(storage_options)
+        storage.register(self.root, self.storage_options)
+        if spark is not None:
+            storage.configure_spark(spark, self.storage_options)
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # ------------------------------------------------------------ basics
+
+    def path(self, table: str) -> str:
+        return table_path(self.root, table)
+
+    def exists(self, table: str) -> bool:
+        from deltalake import DeltaTable
+
+        try:
+            return DeltaTable.is_deltatable(self.path(table), storage_options=self._options())
+        except OSError as exc:  # object storage unreachable or refusing: say so in one line
+            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
+
+    def _options(self) -> dict[str, str] | None:
+        """For deltalake's ``storage_options=`` (a fresh dict: deltalake may update the one it gets)."""
+        return dict(self.storage_options) or None
+
+    def tables(self) -> list[str]:
+        """The Delta tables directly under the root, by name, sorted (any storage: local, s3://, ...)."""
+        return storage.list_tables(self.root, self.storage_options)
+
+    def written_by(self, table: str) -> str | None:
+        """The engine recorded on the table at creation (None: no mark, made outside queuelake)."""
+        metadata = self._require(table).metadata()
+        return engine_of(metadata.configuration, metadata.description)
+
+    def schema(self, table: str, version: int | None = None) -> pa.Schema:
+        """The table's Arrow schema (of one version), from the Delta log."""
+        return pa.schema(self._require(table, version).schema().to_arrow())
+
+    def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
+        """Data files versions (after, upto] added, read from the Delta log (``increments.py``)."""
+        from queuelake.lake.increments import added_files
+
+        return added_files(self.path(table), after, upto, self.storage_options)
+
+    def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
+        """The table's log read with deltalake (of one version), None when there is no table."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(self.path(table), version=version, storage_options=self._options())
+        except TableNotFoundError:
+            return None
+        except OSError as exc:  # object storage unreachable or refusing: say so in one line
+            raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
+
+    def _require(self, table: str, version: int | None = None) -> DeltaTable:
+        dt = self._load(table, version)
+        if dt is None:
+            raise LakeError(f"lake table {table!r} does not exist at {self.path(table)}")
+        return dt
+
+    def _check_writable(self, table: str, dt: DeltaTable | None = None) -> None:
+        """Refuse a table another engine created (``marks.py``); ``dt``: the table already loaded."""
+        metadata = (dt if dt is not None else self._require(table)).metadata()
+        check_writable(table, self.path(table), engine_of(metadata.configuration, metadata.description), self.name)
+
+    def _lock(self, table: str, app_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault((table, app_id), threading.Lock())
+
+    # ------------------------------------------------------------ versions
+
+    def last_version(self, table: str, app_id: str) -> int | None:
+        dt = self._load(table)
+        return None if dt is None else dt.transaction_version(app_id)
+
+    def table_version(self, table: str) -> int | None:
+        dt = self._load(table)
+        return None if dt is None else dt.version()
+
+    # ------------------------------------------------------------ read
+
+    def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
+        return read_arrow(self._require(table, version), columns)
+
+
+def landed(dt: DeltaTable, since: int, key: str, value: str) -> bool:
+    """Did one of the commits after version ``since`` carry ``key: value`` in its commit info? How
+    either engine tells its own write from none: a write whose (app_id, version) was committed
+    meanwhile is skipped without an error (delta-spark), or in a place that cannot return it (the data
+    source's ``commit()`` runs in a Python worker)."""
+    newer = dt.version() - since
+    if newer <= 0:
+        return False
+    return any(commit.get(key) == value for commit in dt.history(limit=newer))

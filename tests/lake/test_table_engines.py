@@ -1,0 +1,39 @@
+"""The table catalogue says which engine writes each table, and ``engines.table_engine`` follows it.
+
+Why: "the journal is delta-rs under either engine" used to be a rule written in ``engines.py`` alone,
+beside a catalogue that said which command writes each table but not which engine. No Spark here: a
+lake named delta-spark is only its name, root and storage options to ``table_engine``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from queuelake.lake import tables
+from queuelake.lake.engines import journal_engine, table_engine
+from queuelake.lake.rust import DeltaRsEngine
+
+
+@dataclass
+class _SparkLake:
+    root: str
+    name: str = "delta-spark"
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+def test_the_catalogue_fixes_delta_rs_for_the_journal_and_the_records_and_nothing_else() -> None:
+    fixed = {t.name: t.engine for t in tables.CATALOGUE if t.engine is not None}
+    assert fixed == {"messages": "delta-rs", "runs": "delta-rs", "replays": "delta-rs", "replay_skipped": "delta-rs"}
+    assert tables.engine_for("messages") == "delta-rs"
+    assert tables.engine_for("orders") is None  # not catalogued: the lake's own engine
+
+
+def test_table_engine_gives_a_fixed_table_to_delta_rs_and_the_rest_to_the_lake(tmp_path: Path) -> None:
+    spark_lake = _SparkLake(str(tmp_path / "lake"))
+    journal = table_engine(spark_lake, "messages")  # type: ignore[arg-type]
+    assert isinstance(journal, DeltaRsEngine) and journal.root == spark_lake.root
+    assert isinstance(journal_engine(spark_lake), DeltaRsEngine)  # type: ignore[arg-type]
+    assert table_engine(spark_lake, "orders") is spark_lake  # type: ignore[arg-type]
+    rs = DeltaRsEngine(str(tmp_path / "lake"))
+    assert table_engine(rs, "messages") is rs and journal_engine(rs) is rs and table_engine(rs, "orders") is rs
