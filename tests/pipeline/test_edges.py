@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from queuelake.config import from_dict
 from queuelake.errors import HeaderError
 from queuelake.lake.reading import read_table
+from queuelake.nsb import headers as hdr
 from queuelake.transport import db, installer
-from queuelake.transport import headers as hdr
 from queuelake.transport.embedded import odbc_from_uri
 
 UTC = dt.timezone.utc

@@ -27,6 +27,7 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.jvm import DeltaSparkEngine
 from queuelake.lake.marks import engine_of
 from queuelake.lake.rust import DeltaRsEngine
+from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain import drain
 from queuelake.pipeline.journal import MESSAGES
 from queuelake.pipeline.outgoing import message_id
@@ -34,7 +35,6 @@ from queuelake.pipeline.publish import publish
 from queuelake.pipeline.runs import RUNS
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport import headers as hdr
 from queuelake.transport.tables import bridge_ref, queue_ref
 
 from tests.conftest import require_delta_jvm

@@ -10,9 +10,10 @@ from typing import Any
 from queuelake import config as config_mod
 from queuelake.context import connect
 from queuelake.errors import HeaderError, QueuelakeError
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.times import parse_time
 from queuelake.report import log
 from queuelake.transport import claims, installer, queues, schema, subscriptions
-from queuelake.transport import headers as hdr
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
 
@@ -116,7 +117,7 @@ def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
     try:
         # only TimeSent matters here: another malformed header must not hide the age
         value = hdr.decode_map(raw).get(hdr.TIME_SENT)
-        sent = hdr.parse_time(value, hdr.TIME_SENT) if value else None
+        sent = parse_time(value, hdr.TIME_SENT) if value else None
     except HeaderError:
         return None
     return None if sent is None else round((now - sent).total_seconds(), 3)

@@ -1,12 +1,12 @@
 """The ``messages`` journal: turning a received batch into its rows (the schema is the catalogue's).
 
-The header JSON of a batch is decoded natively by Arrow's JSON reader (``native_headers``, outside
-the GIL) for the rows it reads exactly as the reference does, and with orjson row by row for the
-rest; every typed column is then extracted from the map in Arrow. The split into landed / expired /
-quarantined happens here, so one batch is one Delta commit.
+The header JSON of a batch is decoded natively (``nsb.native``, outside the GIL) for the rows it
+reads exactly as the reference does, and with orjson row by row (``nsb.row_path``) for the rest;
+every typed column is then extracted from the map in Arrow (``nsb.columns``). The split into landed /
+expired / quarantined happens here, so one batch is one Delta commit.
 
 ``build_batch`` is total: nothing in a row's content can make it raise (design section 3). Both
-paths refer doubtful rows to the reference decoder (``headers.decode``); should the build still
+paths refer doubtful rows to the reference decoder (``nsb.headers.decode``); should the build still
 fail, the batch is bisected until the rows that fail are isolated and quarantined one by one, with
 the error and the raw text.
 """
@@ -16,78 +16,24 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.errors import HeaderError
 from queuelake.lake import tables
-from queuelake.pipeline import native_headers
-from queuelake.transport import headers as hdr
+from queuelake.nsb import columns as nsb_columns
+from queuelake.nsb import headers as hdr
+from queuelake.nsb import native as nsb_native
+from queuelake.nsb import row_path
 
 log = logging.getLogger("queuelake")
 
 MESSAGES = tables.MESSAGES.name
 MESSAGES_SCHEMA: pa.Schema = tables.MESSAGES.schema
 UTC_TS = tables.UTC_TS
-
-
-_STRING_HEADERS = {
-    "message_id": hdr.MESSAGE_ID,
-    "content_type": hdr.CONTENT_TYPE,
-    "conversation_id": hdr.CONVERSATION_ID,
-    "correlation_id": hdr.CORRELATION_ID,
-    "reply_to_address": hdr.REPLY_TO_ADDRESS,
-    "originating_endpoint": hdr.ORIGINATING_ENDPOINT,
-    "originating_machine": hdr.ORIGINATING_MACHINE,
-    "processing_endpoint": hdr.PROCESSING_ENDPOINT,
-    "failed_queue": hdr.FAILED_QUEUE,
-    "exception_type": hdr.EXCEPTION_TYPE,
-    "exception_message": hdr.EXCEPTION_MESSAGE,
-}
-_TIME_HEADERS = {
-    "time_sent": hdr.TIME_SENT,
-    "processing_started": hdr.PROCESSING_STARTED,
-    "processing_ended": hdr.PROCESSING_ENDED,
-    "time_of_failure": hdr.TIME_OF_FAILURE,
-}
-
-
-_STR_OR_NONE = {str, type(None)}
-# The wire form, year 0001 at least: Arrow parses year 0000, Python's datetime (the reference) does not.
-_WIRE_TIME = (
-    r"^((?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-[0-9]{2}-[0-9]{2}) "
-    r"([0-9]{2}:[0-9]{2}:[0-9]{2}):([0-9]{6}) Z$"
-)
-
-
-def _parse_fast(raw: str | None) -> dict[str, Any] | None:
-    """The header object, or {} for no headers; None sends the row to the reference decoder, which
-    gives the verdict and the reason. Value types and intents are checked later, vectorised."""
-    if not raw or raw.isspace():
-        return {}
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return data if type(data) is dict else None
-
-
-def _non_string_rows(maps: list[dict[str, Any] | None]) -> list[int]:
-    return [i for i, m in enumerate(maps) if m and not set(map(type, m.values())) <= _STR_OR_NONE]
-
-
-def _reason(raw: str | None, row_id: str | None) -> str | None:
-    """Why ``headers.decode`` refuses this row, or None when it accepts it."""
-    try:
-        hdr.decode(raw, row_id)
-    except HeaderError as exc:
-        return str(exc)
-    return None
 
 
 def _texts(column: pa.Array | pa.ChunkedArray) -> list[str | None]:
@@ -99,13 +45,6 @@ def _texts(column: pa.Array | pa.ChunkedArray) -> list[str | None]:
     except UnicodeDecodeError:
         raw = column.cast(pa.binary()).to_pylist()
         return [None if b is None else b.decode("utf-8", errors="surrogateescape") for b in raw]
-
-
-_DECODED = [*_STRING_HEADERS, "message_intent", "enclosed_message_types", "message_type", *_TIME_HEADERS]
-
-
-def _type_name(first: str) -> str:
-    return hdr.full_type_name(first) if ("[" in first or "\\" in first) else first.split(",", 1)[0].strip()
 
 
 def _safe_text(raw: str | None) -> str | None:
@@ -124,183 +63,15 @@ def _escape_surrogate(c: str) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
-def _lookup(headers: pa.MapArray, names: list[str]) -> dict[str, pa.Array]:
-    """Several headers as columns, straight from the map column's flattened entries (the map is
-    built here, from offset 0, null rows without entries): one
-    ``index_in`` over all keys, then a scatter per header. No Python object per row (the per-row
-    dict comprehension it replaces was a third of the build's time)."""
-    n = len(headers)
-    which = pc.index_in(headers.keys, value_set=pa.array(names, pa.string()))
-    which_np = which.fill_null(-1).to_numpy(zero_copy_only=False)
-    # the row of each entry (pc.list_parent_indices aborts on a MapArray in pyarrow 26)
-    offsets = headers.offsets.to_numpy(zero_copy_only=False)
-    parents = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
-    out: dict[str, pa.Array] = {}
-    for j, name in enumerate(names):
-        entries = np.flatnonzero(which_np == j)
-        pos = np.full(n, -1, dtype=np.int64)
-        pos[parents[entries]] = entries  # keys are unique within a row (they come from dicts)
-        out[name] = pc.take(headers.items, pa.array(pos, mask=pos < 0)).cast(pa.string())
-    return out
-
-
-def _blank_to_null(arr: pa.Array) -> pa.Array:
-    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
-
-
-def _header_map(maps: list[dict[str, Any] | None]) -> pa.MapArray:
-    """The ``headers`` column. Raises pa.ArrowTypeError/ArrowInvalid when a value is not a string."""
-    offsets = [0]
-    keys: list[str] = []
-    values: list[str | None] = []
-    for m in maps:
-        if m:
-            keys.extend(m.keys())
-            values.extend(m.values())
-        offsets.append(len(keys))
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.array(keys, pa.string()),
-        pa.array(values, pa.string()),
-        mask=pa.array([m is None for m in maps], pa.bool_()),
-    )
-
-
-_LOOKED_UP = [
-    *_STRING_HEADERS.values(),
-    hdr.MESSAGE_INTENT,
-    *_TIME_HEADERS.values(),
-    hdr.ENCLOSED_MESSAGE_TYPES,
-]
-
-
-def _typed_columns(
-    headers: pa.MapArray, ids: pa.Array, by_name: Mapping[str, pa.Array] | None = None
-) -> tuple[set[int], dict[str, Any]]:
-    """Every decoded column, and the rows whose intent or times the reference decoder would refuse.
-    ``by_name``: the headers already as columns (the native decode of a whole batch), which saves
-    the lookup in the map."""
-    if by_name is None:
-        found = _lookup(headers, _LOOKED_UP)
-    else:
-        absent = pa.nulls(len(headers), pa.string())
-        found = {key: by_name[key] if key in by_name else absent for key in _LOOKED_UP}
-    columns: dict[str, Any] = {name: found[key] for name, key in _STRING_HEADERS.items()}
-    columns["message_intent"], unknown = _intents(found[hdr.MESSAGE_INTENT])
-    bad = set(unknown)
-    for name, key in _TIME_HEADERS.items():
-        columns[name], unparsable = _times(found[key])
-        bad.update(unparsable)
-    present = pc.is_valid(headers)
-    message_id = pc.coalesce(_blank_to_null(columns["message_id"]), ids)
-    columns["message_id"] = pc.if_else(present, message_id, pa.scalar(None, pa.string()))
-    columns["enclosed_message_types"], columns["message_type"] = _enclosed_types(found[hdr.ENCLOSED_MESSAGE_TYPES])
-    return bad, columns
-
-
-_CANONICAL_INTENTS = pa.array(list(hdr.INTENTS.values()), pa.string())
-_NULL_STRING = pa.scalar(None, pa.string())
-
-
-def _intents(values: pa.Array) -> tuple[pa.Array, list[int]]:
-    """MessageIntent in canonical case, and the rows whose intent the reference refuses. The exact
-    canonical names are looked up in Arrow; any other spelling goes to the codec row by row (Arrow's
-    case mapping differs from Python's for some letters, e.g. U+0130)."""
-    index = pc.index_in(values, value_set=_CANONICAL_INTENTS)
-    intent = pc.take(_CANONICAL_INTENTS, index)
-    odd = pc.and_(pc.is_valid(values), pc.is_null(index))
-    if not pc.any(odd).as_py():
-        return intent, []
-    out = intent.to_pylist()
-    raw = values.to_pylist()
-    bad = []
-    for i in pc.indices_nonzero(odd).to_pylist():
-        try:
-            out[i] = hdr.normalize_intent(raw[i])
-        except HeaderError:
-            bad.append(i)
-    return pa.array(out, pa.string()), bad
-
-
-def _times(values: pa.Array) -> tuple[pa.Array, list[int]]:
-    """Wire-form times to timestamp[us, UTC] in one vectorised pass, and the indexes of the rows the
-    reference refuses (wrong shape, or right shape but impossible, e.g. 2024-02-30); those are null."""
-    if values.null_count == len(values):  # a header the batch does not carry (most of the four)
-        return pa.nulls(len(values), UTC_TS), []
-    arr = _blank_to_null(values)
-    wrong = pc.invert(pc.match_substring_regex(arr, _WIRE_TIME))  # null (absent) stays null
-    bad: list[int] = []
-    if pc.any(wrong).as_py():
-        bad = pc.indices_nonzero(wrong).to_pylist()
-        arr = pc.if_else(wrong, _NULL_STRING, arr)
-    try:
-        return _cast_times(arr), bad
-    except pa.ArrowInvalid:  # right shape, impossible date: find the rows one by one
-        impossible = []
-        for i, v in enumerate(arr.to_pylist()):
-            try:
-                if v is not None:
-                    hdr.parse_time(v)
-            except HeaderError:
-                impossible.append(i)
-        refused = set(impossible)
-        mask = pa.array([i in refused for i in range(len(arr))], pa.bool_())
-        return _cast_times(pc.if_else(mask, _NULL_STRING, arr)), sorted(bad + impossible)
-
-
-def _cast_times(arr: pa.Array) -> pa.Array:
-    """Texts of the wire shape (``_WIRE_TIME``; anything else null) to timestamps: the fixed width
-    makes two slices enough (``2024-05-01 13:45:10:123456 Z`` to ``2024-05-01 13:45:10.123456``),
-    2.5x cheaper than a regex rewrite. Raises ArrowInvalid on an impossible date (2024-02-30)."""
-    iso = pc.utf8_replace_slice(pc.utf8_slice_codeunits(arr, 0, 26), 19, 20, ".")
-    return pc.cast(pc.cast(iso, pa.timestamp("us")), UTC_TS)
-
-
-# characters Python's str.strip() removes but Arrow's utf8_trim_whitespace may not
-_EXOTIC_SPACE = (
-    r"[\t\n\x0b\x0c\r\x1c-\x1f\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]"
-)
-_NEEDS_PYTHON = r"(^ | ;|; | $|;;|^;|;$|^$|\[|\\|" + _EXOTIC_SPACE + ")"
-
-
-def _enclosed_types(values: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """EnclosedMessageTypes as a list, and the first type's full name. A queue carries a handful of
-    message types, so the work is done once per distinct value and spread back to the rows: 1.2-1.7
-    ms per 10,000 rows, against 6.6-8.4 when done per row (12-15 when odd values among them sent
-    every row through the codec)."""
-    encoded = pc.dictionary_encode(values)
-    types, names = _split_enclosed_types(encoded.dictionary)
-    return pc.take(types, encoded.indices), pc.take(names, encoded.indices)
-
-
-def _split_enclosed_types(values: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """The common shape (no stray spaces or empty parts, no generics) is split in Arrow; the rest
-    value by value with the codec."""
-    types = pc.split_pattern(values, ";")
-    first = pc.list_element(types, 0)
-    names = pc.utf8_trim_whitespace(pc.list_element(pc.split_pattern(first, ",", max_splits=1), 0))
-    odd = pc.match_substring_regex(values, _NEEDS_PYTHON).to_pylist()
-    if not any(odd):
-        return types, names
-    py_types = types.to_pylist()
-    py_names = names.to_pylist()
-    raw = values.to_pylist()
-    for i, flag in enumerate(odd):
-        if flag:
-            py_types[i] = hdr.split_types(raw[i])
-            py_names[i] = hdr.full_type_name(py_types[i][0]) if py_types[i] else None
-    return pa.array(py_types, pa.list_(pa.string())), pa.array(py_names, pa.string())
-
-
 def build_batch(
     received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime, native: bool = True
 ) -> tuple[pa.Table, dict[str, int]]:
     """The journal rows of one received batch (``queues.RECEIVED_SCHEMA``), and counts per outcome.
 
-    The header text is decoded natively for the bulk of the rows (``native_headers``; ``native``
+    The header text is decoded natively for the bulk of the rows (``nsb.native``; ``native``
     False turns that off, for the equivalence tests) and with orjson, row by row, for the rest; every
     typed column is extracted from the map in Arrow. Rows neither path can judge go to
-    ``headers.decode``, the reference, which names the reason.
+    ``nsb.headers.decode``, the reference, which names the reason.
 
     Never raises because of a row's content: if the vectorised build fails anyway (a bug, or an input
     nobody foresaw), the batch is bisected, every half that builds is kept, and each single row that
@@ -374,7 +145,7 @@ def _quarantine_row(
     (raw,) = _texts(received["headers"])
     (row_id,) = _texts(received["id"])
     try:
-        reason = _reason(raw, row_id) if stage == "built" else None
+        reason = row_path.reason(raw, row_id) if stage == "built" else None
     except Exception:  # the reference failing too: the original error says more
         reason = None
     if not reason:
@@ -485,13 +256,13 @@ def _null_rows(headers: pa.MapArray, rows: np.ndarray) -> pa.MapArray:
     return pc.take(headers, pa.array(index, mask=rows))
 
 
-def _native_maps(texts: pa.Array, candidates: np.ndarray) -> native_headers.NativeMaps | None:
+def _native_maps(texts: pa.Array, candidates: np.ndarray) -> nsb_native.NativeMaps | None:
     """The native decode of the candidate rows, or None to decode them all row by row. A failure of
     the native path is never a verdict on a row: the reference path below gives that."""
     if len(candidates) == 0:
         return None
     try:
-        return native_headers.parse(texts if len(candidates) == len(texts) else texts.take(pa.array(candidates)))
+        return nsb_native.parse(texts if len(candidates) == len(texts) else texts.take(pa.array(candidates)))
     except Exception as exc:  # noqa: BLE001 - e.g. invalid UTF-8 in the regex pass
         log.debug("journal: native header decode declined a batch (%s)", _error_text(exc, 200))
         return None
@@ -502,7 +273,7 @@ def _build(
 ) -> tuple[pa.Table, dict[str, int]]:
     """The vectorised build (see ``build_batch``); may raise on inputs it does not foresee.
 
-    Rows go one of two ways: the native decode (``native_headers``) for the bulk, and, for the rows
+    Rows go one of two ways: the native decode (``nsb.native``) for the bulk, and, for the rows
     it leaves (and every row when it declines the batch), orjson row by row with the reference
     decoder's verdict on anything doubtful. Both give a map; the typed columns come from the merged
     map in Arrow."""
@@ -529,22 +300,22 @@ def _build(
     py_maps: list[dict[str, Any] | None] = []
     for i, raw in zip(python_rows.tolist(), py_texts):
         raws[i] = raw
-        data = _parse_fast(raw)
+        data = row_path.parse_fast(raw)
         if data is None:
-            reason = _reason(raw, _text_at(ids, i))
+            reason = row_path.reason(raw, _text_at(ids, i))
             if reason is None:  # stricter than the reference: accept what it accepts
                 data = hdr.decode_map(raw)
             else:
                 reasons[i] = reason
         py_maps.append(data)
     try:
-        py_headers = _header_map(py_maps)
+        py_headers = row_path.header_map(py_maps)
     except (pa.ArrowTypeError, pa.ArrowInvalid):  # a non-string value somewhere: find the rows
-        for k in _non_string_rows(py_maps):
+        for k in row_path.non_string_rows(py_maps):
             i = int(python_rows[k])
-            reasons[i] = _reason(raws[i], _text_at(ids, i)) or "header values must be strings"
+            reasons[i] = row_path.reason(raws[i], _text_at(ids, i)) or "header values must be strings"
             py_maps[k] = None
-        py_headers = _header_map(py_maps)
+        py_headers = row_path.header_map(py_maps)
 
     # one map column in row order: native rows, then row-by-row ones; expired rows null
     position = np.full(n, -1, dtype=np.int64)
@@ -562,16 +333,18 @@ def _build(
         merged = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
         headers = pc.take(merged, pa.array(position, mask=position < 0))
 
-    bad, typed = _typed_columns(headers, ids, by_name)
+    bad, typed = nsb_columns.typed_columns(headers, ids, by_name)
     refused = np.zeros(n, dtype=bool)
     while bad:  # typed columns are computed again without the refused rows, until none is left
         if refused[list(bad)].any():
             raise RuntimeError("journal: a row refused once was flagged again")
         for i in bad:
-            reasons[i] = reasons.get(i) or _reason(raw_of(i), _text_at(ids, i)) or "headers could not be decoded"
+            reasons[i] = (
+                reasons.get(i) or row_path.reason(raw_of(i), _text_at(ids, i)) or "headers could not be decoded"
+            )
         refused[list(bad)] = True
         headers = _null_rows(headers, refused)
-        bad, typed = _typed_columns(headers, ids)
+        bad, typed = nsb_columns.typed_columns(headers, ids)
     quarantined = np.zeros(n, dtype=bool)
     quarantined[list(reasons)] = True
 

@@ -37,13 +37,13 @@ from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import filesystem as lake_filesystem
 from queuelake.lake.storage import parquet_file
+from queuelake.nsb.times import format_time
 from queuelake.pipeline import publish_executors as executors
 from queuelake.pipeline.outgoing import Router, accepted_rows, in_batches
 from queuelake.pipeline.rounds import Round, parse_round, undeliverable_record
 from queuelake.quality import expectations
 from queuelake.quality import outbound as quality
 from queuelake.report import log
-from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import bridge_ref
@@ -188,7 +188,7 @@ class Publisher:
         cannot be delivered are recorded first (an idempotent lake append keyed by the batch), so a
         rerun after a crash records them once. Returns (copies sent, copies undeliverable)."""
         now = queues.db_utc_now(conn)
-        sent = hdr.format_time(now)
+        sent = format_time(now)
         out, lost = self.router.build(conn, pipeline, rows, now, sent)
         bad: list[dict[str, Any]] = []
         for row, address, reason in lost:
