@@ -29,7 +29,7 @@ from queuelake.lake.marks import engine_of
 from queuelake.lake.rust import DeltaRsEngine
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain import drain
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.outgoing import message_id
 from queuelake.pipeline.publish import publish
 from queuelake.pipeline.runs import RUNS

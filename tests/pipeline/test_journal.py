@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake.errors import HeaderError
 from queuelake.nsb import headers as hdr
-from queuelake.pipeline.journal import MESSAGES_SCHEMA, build_batch
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.transport.queues import RECEIVED_SCHEMA
 
 T = "2024-05-01 13:45:10:123456 Z"

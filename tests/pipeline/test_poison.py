@@ -20,8 +20,10 @@ from queuelake.examples.traffic import MALFORMED_HEADERS, ORDER_EVENT, ORDER_PLA
 from queuelake.nsb import columns, native, row_path
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.times import format_time, parse_time
-from queuelake.pipeline import journal
-from queuelake.pipeline.journal import MESSAGES_SCHEMA, build_batch
+from queuelake.pipeline.journal import build
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
+from queuelake.pipeline.journal.text import safe_text
 from queuelake.transport.queues import RECEIVED_SCHEMA
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
@@ -424,7 +426,7 @@ def check(rows: list[tuple[str, bool, Raw]]) -> tuple[pa.Table, dict[str, int]]:
                 assert row[f] == getattr(ref, f), (f, where)
             continue
         assert row["error"], where
-        assert row["raw_headers"] == journal._safe_text(t), where
+        assert row["raw_headers"] == safe_text(t), where
         assert row["headers"] is None and all(row[f] is None for f in FIELDS), where
     tally = collections.Counter(r["outcome"] for r in out)
     assert counts == {o: tally[o] for o in ("expired", "quarantined", "landed")}
@@ -457,7 +459,7 @@ def test_wrong_shape_and_impossible_time_in_one_batch(order: list[int]) -> None:
     """Issue 10: a wrong-shaped and a wire-shaped but impossible TimeSent in one batch raised
     ArrowInvalid. The fast path itself must handle it (not only the fallback)."""
     raws = [NOW_AND_IMPOSSIBLE[k] for k in order]
-    table, counts = journal._build(received(rows_of(raws)), "q", "b:1", NOW)
+    table, counts = build._build(received(rows_of(raws)), "q", "b:1", NOW)
     assert counts == {"expired": 0, "quarantined": 2, "landed": 1}
     by_raw = dict(zip(raws, table.to_pylist()))
     assert by_raw[NOW_AND_IMPOSSIBLE[0]]["outcome"] == "quarantined"
@@ -476,7 +478,7 @@ def test_every_time_header_wrong_in_different_ways() -> None:
         for j, value in enumerate(wrong):
             raws.append(dumps({key: value, TIME_KEYS[(k + 1) % 4]: wrong[(j + k) % 4] if j % 2 else T}))
         raws.append(dumps({key: T}))
-    table, counts = journal._build(received(rows_of(raws)), "q", "b:1", NOW)
+    table, counts = build._build(received(rows_of(raws)), "q", "b:1", NOW)
     assert counts["landed"] == 4 and counts["quarantined"] == len(raws) - 4
     check(rows_of(raws))
 
@@ -488,7 +490,7 @@ def test_invalid_utf8_and_lone_surrogates_are_quarantined_with_escaped_text() ->
     assert first["raw_headers"] == '{"a": "\\xed\\xa0\\x80"}' and second["raw_headers"] == "\\xff"
     assert third["outcome"] == "landed"
     # text from UTF-16 (nvarchar) may hold surrogates that are not escaped bytes
-    assert journal._safe_text('{"a": "\ud800\udcff"}') == '{"a": "\\ud800\\xff"}'
+    assert safe_text('{"a": "\ud800\udcff"}') == '{"a": "\\ud800\\xff"}'
 
 
 def test_empty_batch() -> None:

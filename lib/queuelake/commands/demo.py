@@ -36,7 +36,7 @@ from queuelake.examples.local_config import LOCAL_YAML
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb import headers as hdr
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import installer, subscriptions
 from queuelake.transport.queues import OutgoingMessage

@@ -38,7 +38,9 @@ from queuelake.errors import LakeError, QueuelakeError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch, isolate_unstorable
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.quarantine import isolate_unstorable
+from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import claims, db, locks, queues, schema

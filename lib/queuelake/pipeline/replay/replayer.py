@@ -49,7 +49,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import tables
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import executors
 from queuelake.pipeline.replay.ahead import ahead
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
