@@ -30,7 +30,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from queuelake.lake.arrow_types import lake_schema
 from queuelake.lake.rust import CHECKPOINT_INTERVAL, DeltaRsEngine
-from queuelake.pipeline.journal import MESSAGES_SCHEMA, build_batch
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.transport.queues import RECEIVED_SCHEMA
 
 

@@ -266,7 +266,8 @@ def journal_with_history(cfg: Config, files: int) -> None:
     from deltalake import DeltaTable
     from queuelake.lake.engines import journal_engine
     from queuelake.lake.files import commit_files
-    from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
+    from queuelake.pipeline.journal.build import build_batch
+    from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
     from queuelake.transport.queues import RECEIVED_SCHEMA
 
     shutil.rmtree(cfg.lake.root, ignore_errors=True)

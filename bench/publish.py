@@ -40,11 +40,11 @@ import psycopg
 import pyarrow as pa
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
+from queuelake.nsb import headers as hdr
 from queuelake.pipeline.publish.run import publish
 from queuelake.report import setup_logging
 from queuelake.spark import get_spark
 from queuelake.transport import db, installer, queues
-from queuelake.transport import headers as hdr
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.tables import bridge_ref, queue_ref
 

@@ -36,7 +36,8 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.examples.orders import customer_totals
 from queuelake.lake.engines import journal_engine, open_lake
-from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA, build_batch
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.pipeline.transform import new_landed, transform
 from queuelake.report import setup_logging
 from queuelake.spark import get_spark

@@ -22,9 +22,9 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
+from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer, queues
-from queuelake.transport import headers as hdr
 from queuelake.transport.embedded import odbc_from_uri
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from queuelake.config import from_dict
 from queuelake.errors import HeaderError
 from queuelake.lake.reading import read_table
+from queuelake.nsb import headers as hdr
 from queuelake.transport import db, installer
-from queuelake.transport import headers as hdr
 from queuelake.transport.embedded import odbc_from_uri
 
 UTC = dt.timezone.utc
@@ -328,7 +328,7 @@ def test_a_journal_made_before_raw_expires_gains_it(edge_database: Callable[[], 
     """A journal an older queuelake made has no raw_expires: the next drain adds the column (old rows
     read it as null) and lands a clamped Expires with its original text."""
     from queuelake.lake.rust import DeltaRsEngine
-    from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA
+    from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 
     old = DeltaRsEngine(str(tmp_path / "lake"))
     old.create_table(MESSAGES, pa.schema([f for f in MESSAGES_SCHEMA if f.name != "raw_expires"]))

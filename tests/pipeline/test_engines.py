@@ -27,14 +27,14 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.jvm import DeltaSparkEngine
 from queuelake.lake.marks import engine_of
 from queuelake.lake.rust import DeltaRsEngine
+from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain.run import drain
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.message_ids import message_id
 from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.runs import RUNS
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport import headers as hdr
 from queuelake.transport.tables import bridge_ref, queue_ref
 
 from tests.conftest import require_delta_jvm

@@ -9,8 +9,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake.errors import HeaderError
-from queuelake.pipeline.journal import MESSAGES_SCHEMA, build_batch
-from queuelake.transport import headers as hdr
+from queuelake.nsb import headers as hdr
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.transport.queues import RECEIVED_SCHEMA
 
 T = "2024-05-01 13:45:10:123456 Z"
@@ -227,17 +228,17 @@ def test_native_decode_takes_clean_rows_and_refers_the_rest(monkeypatch) -> None
     """The native path really runs: clean NServiceBus headers never reach the row-by-row decoder;
     a null value, a number and an escaped lone surrogate each do, and only those rows."""
     from queuelake.examples import traffic
-    from queuelake.pipeline import journal
+    from queuelake.nsb import row_path
 
     clean = [m.headers for m in traffic.order_events(50, seed=3)]
     seen: list[str | None] = []
-    real = journal._parse_fast
+    real = row_path.parse_fast
 
     def spy(raw):
         seen.append(raw)
         return real(raw)
 
-    monkeypatch.setattr(journal, "_parse_fast", spy)
+    monkeypatch.setattr(row_path, "parse_fast", spy)
     check_native_matches_row_by_row(clean)
     assert len([r for r in seen if r in clean]) == 50  # only the row-by-row build saw them
     seen.clear()
@@ -263,8 +264,8 @@ def test_native_decode_takes_clean_rows_and_refers_the_rest(monkeypatch) -> None
 )
 def test_control_byte_rows_finds_exactly_the_rows_with_one(rows: list[str], skip: int) -> None:
     """Rows at either end of the buffer, empty rows, and an array that is a slice of another."""
-    from queuelake.pipeline import native_headers
+    from queuelake.nsb import native
 
     texts = pa.array(["\n"] * skip + rows + ["x\r"], pa.string()).slice(skip, len(rows))
-    found = native_headers._control_byte_rows(texts).tolist()
+    found = native._control_byte_rows(texts).tolist()
     assert found == [any(ord(c) < 0x20 for c in row) for row in rows]

@@ -16,13 +16,15 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake.config import from_dict
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.times import format_time
+from queuelake.nsb.timespan import timespan
 from queuelake.pipeline.message_ids import NAMESPACE, message_id
-from queuelake.pipeline.publish.routing import Router, timespan
-from queuelake.transport import headers as hdr
+from queuelake.pipeline.publish.routing import Router
 from queuelake.transport.tables import queue_ref
 
 NOW = dt.datetime(2026, 11, 24, 8, 0, 0, 123456, tzinfo=dt.timezone.utc)
-SENT = hdr.format_time(NOW)
+SENT = format_time(NOW)
 CFG = from_dict(
     {
         "transport": {"connection": "postgresql://unused/db"},
@@ -83,7 +85,7 @@ def reference(r: Router, pipeline: str, rows: list[dict[str, Any]]) -> tuple[lis
             if row.get("ttbr_ms") is not None:
                 headers[hdr.TIME_TO_BE_RECEIVED] = timespan(int(row["ttbr_ms"]))
             if delay is not None:
-                headers[hdr.DELIVER_AT] = hdr.format_time(deliver_at)
+                headers[hdr.DELIVER_AT] = format_time(deliver_at)
                 headers[hdr.FORWARD_DESTINATION] = target.canonical
                 table = target.delayed().canonical
             else:

@@ -17,9 +17,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from queuelake.errors import HeaderError
 from queuelake.examples.traffic import MALFORMED_HEADERS, ORDER_EVENT, ORDER_PLACED, order_events
-from queuelake.pipeline import journal, native_headers
-from queuelake.pipeline.journal import MESSAGES_SCHEMA, build_batch
-from queuelake.transport import headers as hdr
+from queuelake.nsb import columns, native, row_path
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.times import format_time, parse_time
+from queuelake.pipeline.journal import build
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
+from queuelake.pipeline.journal.text import safe_text
 from queuelake.transport.queues import RECEIVED_SCHEMA
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
@@ -78,7 +82,7 @@ SPAN_US = (dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc)
     microseconds=1
 )
 valid_times = st.integers(min_value=0, max_value=SPAN_US).map(
-    lambda us: hdr.format_time(EPOCH + dt.timedelta(microseconds=us))
+    lambda us: format_time(EPOCH + dt.timedelta(microseconds=us))
 )
 # wire-shaped, mostly impossible (month 13, day 31 of April, hour 24, year 0000)
 wire_shaped = st.tuples(*(st.integers(min_value=0, max_value=m) for m in (9999, 19, 39, 29, 69, 69, 999999))).map(
@@ -422,7 +426,7 @@ def check(rows: list[tuple[str, bool, Raw]]) -> tuple[pa.Table, dict[str, int]]:
                 assert row[f] == getattr(ref, f), (f, where)
             continue
         assert row["error"], where
-        assert row["raw_headers"] == journal._safe_text(t), where
+        assert row["raw_headers"] == safe_text(t), where
         assert row["headers"] is None and all(row[f] is None for f in FIELDS), where
     tally = collections.Counter(r["outcome"] for r in out)
     assert counts == {o: tally[o] for o in ("expired", "quarantined", "landed")}
@@ -455,14 +459,14 @@ def test_wrong_shape_and_impossible_time_in_one_batch(order: list[int]) -> None:
     """Issue 10: a wrong-shaped and a wire-shaped but impossible TimeSent in one batch raised
     ArrowInvalid. The fast path itself must handle it (not only the fallback)."""
     raws = [NOW_AND_IMPOSSIBLE[k] for k in order]
-    table, counts = journal._build(received(rows_of(raws)), "q", "b:1", NOW)
+    table, counts = build._build(received(rows_of(raws)), "q", "b:1", NOW)
     assert counts == {"expired": 0, "quarantined": 2, "landed": 1}
     by_raw = dict(zip(raws, table.to_pylist()))
     assert by_raw[NOW_AND_IMPOSSIBLE[0]]["outcome"] == "quarantined"
     assert "'now'" in by_raw[NOW_AND_IMPOSSIBLE[0]]["error"]
     assert by_raw[NOW_AND_IMPOSSIBLE[1]]["outcome"] == "quarantined"
     assert "2024-02-30" in by_raw[NOW_AND_IMPOSSIBLE[1]]["error"]
-    assert by_raw[NOW_AND_IMPOSSIBLE[2]]["time_sent"] == hdr.parse_time(T)
+    assert by_raw[NOW_AND_IMPOSSIBLE[2]]["time_sent"] == parse_time(T)
     check(rows_of(raws))
 
 
@@ -474,7 +478,7 @@ def test_every_time_header_wrong_in_different_ways() -> None:
         for j, value in enumerate(wrong):
             raws.append(dumps({key: value, TIME_KEYS[(k + 1) % 4]: wrong[(j + k) % 4] if j % 2 else T}))
         raws.append(dumps({key: T}))
-    table, counts = journal._build(received(rows_of(raws)), "q", "b:1", NOW)
+    table, counts = build._build(received(rows_of(raws)), "q", "b:1", NOW)
     assert counts["landed"] == 4 and counts["quarantined"] == len(raws) - 4
     check(rows_of(raws))
 
@@ -486,7 +490,7 @@ def test_invalid_utf8_and_lone_surrogates_are_quarantined_with_escaped_text() ->
     assert first["raw_headers"] == '{"a": "\\xed\\xa0\\x80"}' and second["raw_headers"] == "\\xff"
     assert third["outcome"] == "landed"
     # text from UTF-16 (nvarchar) may hold surrogates that are not escaped bytes
-    assert journal._safe_text('{"a": "\ud800\udcff"}') == '{"a": "\\ud800\\xff"}'
+    assert safe_text('{"a": "\ud800\udcff"}') == '{"a": "\\ud800\\xff"}'
 
 
 def test_empty_batch() -> None:
@@ -513,7 +517,7 @@ def test_fallback_when_header_map_fails_once(monkeypatch: pytest.MonkeyPatch) ->
     """The whole-batch build fails once: the halves build, and the rows equal the fast path's."""
     rows = sample_rows()
     expected, expected_counts = check(rows)
-    real = journal._header_map
+    real = row_path.header_map
     calls = []
 
     def fail_first(maps):
@@ -522,7 +526,7 @@ def test_fallback_when_header_map_fails_once(monkeypatch: pytest.MonkeyPatch) ->
             raise pa.ArrowInvalid("injected")
         return real(maps)
 
-    monkeypatch.setattr(journal, "_header_map", fail_first)
+    monkeypatch.setattr(row_path, "header_map", fail_first)
     table, counts = check(rows)
     assert len(calls) > 1
     assert counts == expected_counts
@@ -533,14 +537,14 @@ def test_fallback_down_to_single_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """A vectorised helper that only works on one row at a time: every row is built alone."""
     rows = sample_rows()
     expected, expected_counts = check(rows)
-    real = journal._typed_columns
+    real = columns.typed_columns
 
     def one_row_only(maps, ids, by_name=None):
         if len(maps) > 1:
             raise RuntimeError("injected")
         return real(maps, ids, by_name)
 
-    monkeypatch.setattr(journal, "_typed_columns", one_row_only)
+    monkeypatch.setattr(columns, "typed_columns", one_row_only)
     table, counts = check(rows)
     assert counts == expected_counts
     assert table.to_pylist() == expected.to_pylist()
@@ -553,22 +557,22 @@ def test_row_that_always_fails_is_quarantined_with_the_error(monkeypatch: pytest
     rows = sample_rows()
     expected = check(rows)[0].to_pylist()
     poison = rows[9][2]
-    real = journal._parse_fast
+    real = row_path.parse_fast
 
     def choke(raw):
         if raw == poison:
             raise MemoryError("injected " + "x" * 5000)
         return real(raw)
 
-    real_native = native_headers.parse
+    real_native = native.parse
 
     def native_choke(texts: pa.Array):  # the native decode cannot take it either
         if _as_text(poison) in texts.cast(pa.binary()).to_pylist():
             raise MemoryError("injected in the native decode")
         return real_native(texts)
 
-    monkeypatch.setattr(journal, "_parse_fast", choke)
-    monkeypatch.setattr(native_headers, "parse", native_choke)
+    monkeypatch.setattr(row_path, "parse_fast", choke)
+    monkeypatch.setattr(native, "parse", native_choke)
     table, counts = build_batch(received(rows), "q", "b:1", NOW)
     out = table.to_pylist()
     assert [r["id"] for r in out] == [i for i, _, _ in rows]
@@ -589,7 +593,7 @@ def _as_text(value: str | bytes) -> bytes:
 def test_quarantined_by_fallback_keeps_the_reference_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row that fails the build and that the reference refuses gets the reference's reason."""
     rows = rows_of([NOW_AND_IMPOSSIBLE[0], NOW_AND_IMPOSSIBLE[2]])
-    monkeypatch.setattr(journal, "_typed_columns", lambda maps, ids, by_name=None: 1 / 0)
+    monkeypatch.setattr(columns, "typed_columns", lambda maps, ids, by_name=None: 1 / 0)
     table, counts = build_batch(received(rows), "q", "b:1", NOW)
     first, second = table.to_pylist()
     with pytest.raises(HeaderError) as refused:

@@ -19,13 +19,15 @@ from queuelake.config import from_dict
 from queuelake.examples import orders, traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.times import FIRST_INSTANT, LAST_INSTANT
+from queuelake.nsb.timespan import MAX_TTBR_MS
 from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.message_ids import message_id
 from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.transform import transform
 from queuelake.quality import outbound
 from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport import headers as hdr
 from queuelake.transport.tables import bridge_ref, queue_ref
 
 OUTBOUND = pa.schema(
@@ -449,11 +451,11 @@ def test_values_at_the_edges_of_their_types_are_rejected_row_by_row_or_sent(
     setup_db(cfg, ["Billing"])
     lake = open_lake(cfg.lake, spark)
     send = {"intent": "Send", "destination": "Billing", "message_type": "Billing.Messages.Commands.Charge, Billing"}
-    ttbrs = {"ttbr-1ms": 1, "ttbr-under-100y": hdr.MAX_TTBR_MS - 1, "ttbr-100y": hdr.MAX_TTBR_MS, "ttbr-max": 2**63 - 1}
+    ttbrs = {"ttbr-1ms": 1, "ttbr-under-100y": MAX_TTBR_MS - 1, "ttbr-100y": MAX_TTBR_MS, "ttbr-max": 2**63 - 1}
     ttbrs |= {"ttbr-min": -(2**63), "ttbr-0": 0}
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-    last = (hdr.LAST_INSTANT - epoch) // dt.timedelta(microseconds=1)
-    first = (hdr.FIRST_INSTANT - epoch) // dt.timedelta(microseconds=1)
+    last = (LAST_INSTANT - epoch) // dt.timedelta(microseconds=1)
+    first = (FIRST_INSTANT - epoch) // dt.timedelta(microseconds=1)
     delays = {
         "due-first-instant": first,
         "due-last-instant": last,

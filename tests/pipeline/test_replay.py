@@ -25,12 +25,13 @@ from queuelake.errors import QueuelakeError
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.retry import retry_headers, unique_message_id
+from queuelake.nsb.timespan import timespan_ms
 from queuelake.pipeline.drain.run import drain
-from queuelake.pipeline.replay.headers import retry_headers, timespan_ms, unique_message_id
 from queuelake.pipeline.replay.predicate import check_predicate
 from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 from queuelake.transport import db, installer, queues
-from queuelake.transport import headers as hdr
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref
 

@@ -21,7 +21,10 @@ above; where a layer has parts (``lake | transport``), the parts do not import e
  8. config         ``config``: every layer above reads its settings from it
  9. dialects       ``transport.dialects``, ``transport.address``: pure per-dialect rules (no settings),
                    which config validates ``transport.dialect`` and compares addresses with
-10. base           ``errors``, ``report``, ``redaction``, ``stopping``, ``hooks``, ``versions``,
+10. nsb            ``nsb.*``: the NServiceBus wire format (header names and codec, wire times, TimeSpans,
+                   type names, ServiceControl's retry headers, the bulk header decoders): no queue
+                   database, lake or setting, so every layer that meets the wire can use it
+11. base           ``errors``, ``report``, ``redaction``, ``stopping``, ``hooks``, ``versions``,
                    ``examples.local_config`` (the YAML config falls back to)
 
 Package ``__init__`` modules import nothing from queuelake: every submodule's import runs them, so
@@ -52,6 +55,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("spark", [["spark"]]),
     ("config", [["config"]]),
     ("dialects", [["transport.dialects", "transport.address"]]),
+    ("nsb", [["nsb", "nsb.*"]]),
     ("base", [["errors", "report", "redaction", "stopping", "hooks", "versions", "examples.local_config"]]),
 ]
 

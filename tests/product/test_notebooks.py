@@ -40,7 +40,7 @@ pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib: pi
 import matplotlib.dates as mdates  # noqa: E402
 from deltalake import write_deltalake  # noqa: E402
 from queuelake import notebook_support  # noqa: E402
-from queuelake.pipeline.journal import MESSAGES_SCHEMA  # noqa: E402
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA  # noqa: E402
 from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

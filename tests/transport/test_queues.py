@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from queuelake.nsb import headers as hdr
 from queuelake.transport import binary_copy, installer, queues
-from queuelake.transport import headers as hdr
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef

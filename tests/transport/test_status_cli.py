@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from queuelake.transport import headers as hdr
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.times import format_time
 from queuelake.transport import installer, queues
 from queuelake.transport.queues import OutgoingMessage
 
@@ -21,9 +22,9 @@ def test_status_reports_depth_age_and_schema_warnings(fresh_pg_uri: str, pg_driv
         installer.install(conn, plan)
         with conn.transaction():
             now = queues.db_utc_now(conn)
-        sent = hdr.format_time(now - dt.timedelta(hours=1))
+        sent = format_time(now - dt.timedelta(hours=1))
         oldest = hdr.encode({hdr.TIME_SENT: sent, hdr.MESSAGE_INTENT: "not-an-intent"})
-        newer = hdr.encode({hdr.TIME_SENT: hdr.format_time(now)})
+        newer = hdr.encode({hdr.TIME_SENT: format_time(now)})
         with conn.transaction():
             queues.send(
                 conn, sales, [OutgoingMessage(oldest, b"1"), OutgoingMessage(newer, b"2"), OutgoingMessage("", None)]

@@ -103,14 +103,15 @@ def _unresolved_claims(conn: Connection, cfg: config_mod.Config) -> list[dict[st
 def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
     """Age of the oldest message by its TimeSent header; None when empty or unknown."""
     from queuelake.errors import HeaderError
-    from queuelake.transport import headers as hdr
+    from queuelake.nsb import headers as hdr
+    from queuelake.nsb.times import parse_time
 
     if raw is None:
         return None
     try:
         # only TimeSent matters here: another malformed header must not hide the age
         value = hdr.decode_map(raw).get(hdr.TIME_SENT)
-        sent = hdr.parse_time(value, hdr.TIME_SENT) if value else None
+        sent = parse_time(value, hdr.TIME_SENT) if value else None
     except HeaderError:
         return None
     return None if sent is None else round((now - sent).total_seconds(), 3)

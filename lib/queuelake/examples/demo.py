@@ -36,9 +36,9 @@ from queuelake.examples import traffic
 from queuelake.examples.local_config import LOCAL_YAML
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.nsb import headers as hdr
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
-from queuelake.transport import headers as hdr
 from queuelake.transport import installer, subscriptions
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import bridge_ref, queue_ref

@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from queuelake.transport import headers as hdr
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.times import format_time
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage, send
 from queuelake.transport.tables import TableRef
@@ -36,7 +37,7 @@ PRODUCTS = ["espresso-beans", "grinder", "kettle", "filter-papers", "mug", "scal
 
 
 def wire_time(value: dt.datetime) -> str:
-    return hdr.format_time(value)
+    return format_time(value)
 
 
 def order_headers(

@@ -28,7 +28,7 @@ from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import parquet_file
 from queuelake.pipeline import runs
-from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA
+from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
 from queuelake.report import log
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from queuelake.errors import QualityError
-from queuelake.transport.headers import FIRST_INSTANT, LAST_INSTANT, MAX_TTBR_MS
+from queuelake.nsb.times import FIRST_INSTANT, LAST_INSTANT
+from queuelake.nsb.timespan import MAX_TTBR_MS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -1,1 +1,1 @@
-"""Everything queuelake does to a queue database: addresses, header codec, dialect SQL, drivers."""
+"""Everything queuelake does to a queue database: addresses, dialect SQL, drivers, queues and subscriptions."""

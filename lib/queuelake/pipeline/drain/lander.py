@@ -10,7 +10,7 @@ from queuelake import hooks
 from queuelake.context import connect
 from queuelake.lake.files import StagedFiles
 from queuelake.pipeline.drain.state import QueueState
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims
 from queuelake.transport.db import Connection

@@ -19,7 +19,7 @@ from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.journal import MESSAGES, MESSAGES_SCHEMA
+from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.pipeline.runs import append_runs
 from queuelake.report import log
 from queuelake.transport import db, drivers

@@ -12,7 +12,9 @@ from queuelake import hooks, stopping
 from queuelake.pipeline.drain.lander import Lander
 from queuelake.pipeline.drain.receive import receive_connection
 from queuelake.pipeline.drain.state import QueueState
-from queuelake.pipeline.journal import MESSAGES, build_batch, isolate_unstorable
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.quarantine import isolate_unstorable
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims, queues
 from queuelake.transport.claims import Claim

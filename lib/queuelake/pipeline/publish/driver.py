@@ -9,13 +9,13 @@ from typing import Any
 from queuelake import hooks
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine
+from queuelake.nsb.times import format_time
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round
 from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import round_batches
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_batch, undeliverable_record
 from queuelake.report import log
-from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
@@ -85,7 +85,7 @@ class DriverSender:
         cannot be delivered are recorded first (an idempotent lake append keyed by the batch), so a
         rerun after a crash records them once. Returns (copies sent, copies undeliverable)."""
         now = queues.db_utc_now(conn)
-        sent = hdr.format_time(now)
+        sent = format_time(now)
         out, lost = self.router.build(conn, pipeline, rows, now, sent)
         bad: list[dict[str, Any]] = []
         for row, address, reason in lost:

@@ -34,13 +34,13 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake import storage
 from queuelake.lake.storage import parquet_file
+from queuelake.nsb.times import format_time
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round, parse_round
 from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import accepted, accepted_rows, in_batches, without_rejected_values
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
-from queuelake.transport import headers as hdr
 from queuelake.transport import ledger, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
@@ -334,7 +334,7 @@ def _done(conn: Connection, job: Job) -> set[int]:
 def _send(conn: Connection, job: Job, batch_key: str, rows: list[dict[str, Any]]) -> int:
     """One DB transaction: every deliverable copy of the batch's rows and its ledger row."""
     now = queues.db_utc_now(conn)
-    sent = hdr.format_time(now)
+    sent = format_time(now)
     out, _lost = job.router.build(None, job.pipeline, rows, now, sent)  # lost: recorded by the driver already
     out.insert(conn)
     ledger.record(conn, job.ledger, job.pipeline, job.output, batch_key, len(rows), out.copies)

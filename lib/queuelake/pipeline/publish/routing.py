@@ -19,28 +19,17 @@ import orjson
 
 from queuelake.config import Config, conflict_message, drained_as
 from queuelake.errors import QueuelakeError
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.message_types import full_type_name, split_types
+from queuelake.nsb.times import format_time
+from queuelake.nsb.timespan import timespan
 from queuelake.pipeline.message_ids import message_id
-from queuelake.transport import headers as hdr
 from queuelake.transport import queues, schema, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
 
 Verdict = tuple[TableRef | None, str | None]  # (queue, None) when deliverable, else (None, reason)
-
-
-def timespan(ms: int) -> str:
-    """A .NET TimeSpan string ("c" format), as NServiceBus writes TimeToBeReceived."""
-    days, rest = divmod(ms, 86_400_000)
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    text = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
-    if days:
-        text = f"{days}.{text}"
-    if millis:
-        text += f".{millis * 10_000:07d}"
-    return text
 
 
 @dataclass
@@ -89,7 +78,7 @@ class Router:
         if found is None:
             if self.frozen or conn is None:
                 raise QueuelakeError(f"subscribers of {message_type!r} were not looked up before the round was sent")
-            topics = [hdr.full_type_name(t) for t in hdr.split_types(message_type) or []]
+            topics = [full_type_name(t) for t in split_types(message_type) or []]
             ref = bridge_ref(self.config.transport.subscription_table, self.config.transport)
             found = self.subscribers_of[message_type] = subscriptions.find_subscribers(conn, ref, topics)
         return found
@@ -174,7 +163,7 @@ class Router:
                 if delay is None or deliver_at is None:  # both set or neither
                     out.add_direct(target, OutgoingMessage(orjson.dumps(headers).decode(), body, None, ttbr))
                 else:
-                    headers[hdr.DELIVER_AT] = hdr.format_time(deliver_at)
+                    headers[hdr.DELIVER_AT] = format_time(deliver_at)
                     headers[hdr.FORWARD_DESTINATION] = target.canonical
                     out.add_delayed(target, orjson.dumps(headers).decode(), body, delay)
         return out, lost

@@ -31,7 +31,7 @@ from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake import storage
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import messages
 from queuelake.pipeline.replay.ahead import ahead
 from queuelake.pipeline.replay.planned import rows_of

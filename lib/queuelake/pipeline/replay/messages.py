@@ -4,7 +4,7 @@ Why: the headers were the largest step of a replay (2.9 s of a 100,000-row retry
 after the names were decided in bulk, beside 1.7 s for the COPY). Now only the headers the rewrite
 reads (MessageId, ProcessingEndpoint, FailedQ, ...) and sets become Python values: which entries a
 message keeps is decided per distinct name and spread to the entries as a mask, the kept entries
-are joined into JSON by Arrow (``json_members``), and Python appends the few headers it sets.
+are joined into JSON by Arrow (``nsb.json_members``), and Python appends the few headers it sets.
 """
 
 from __future__ import annotations
@@ -16,36 +16,27 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.pipeline.message_ids import name_uuid, name_uuid_bytes
-from queuelake.pipeline.replay import json_members
-from queuelake.pipeline.replay.headers import (
+from queuelake.nsb import headers as hdr
+from queuelake.nsb import json_members
+from queuelake.nsb.retry import (
     REPLAY_ID,
     REPLAY_KIND,
     REPLAY_ORIGINAL_MESSAGE_ID,
     REPLAY_SOURCE,
     RETRY_ACKNOWLEDGEMENT_QUEUE,
     RETRY_UNIQUE_MESSAGE_ID,
-    STAGING_HEADERS,
-    STRIPPED_PREFIXES,
-    timespan_ms,
+    kept_mask,
     unique_id_of,
 )
+from queuelake.nsb.timespan import timespan_ms
+from queuelake.pipeline.message_ids import name_uuid, name_uuid_bytes
 from queuelake.pipeline.replay.rows import Row
 from queuelake.transport import binary_copy
-from queuelake.transport import headers as hdr
 
 
 def _lookup(headers: pa.MapArray, name: str) -> list[str | None]:
     """Each row's value of header ``name``; the last one where a name repeats (as a dict keeps it)."""
     return pc.map_lookup(headers, name, "last").to_pylist()
-
-
-def _kept_mask(keys: pa.Array) -> np.ndarray:
-    """True for each header name a retry keeps (not a failure or ServiceControl staging header)."""
-    dropped = pc.is_in(keys, value_set=pa.array(STAGING_HEADERS, pa.string()))
-    for prefix in STRIPPED_PREFIXES:
-        dropped = pc.or_(dropped, pc.starts_with(keys, prefix))
-    return np.asarray(pc.invert(pc.fill_null(dropped, False)).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -164,7 +155,7 @@ def _kept_entries(
         return np.zeros(0, dtype=bool)
     entry_row = np.repeat(np.arange(n, dtype=np.int64), counts)
     replays = np.fromiter((row.kind == "replay" for row in rows), dtype=bool, count=n)
-    keep = _kept_mask(pa.array(names, pa.string()))[codes] | replays[entry_row]
+    keep = kept_mask(pa.array(names, pa.string()))[codes] | replays[entry_row]
     for code, name in enumerate(names):
         if name in _SETTABLE:
             setting = np.fromiter((name in e for e in extras), dtype=bool, count=n)

@@ -45,7 +45,7 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.journal import MESSAGES
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import skips
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.arrow_selection import select_keys

@@ -10,20 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake.examples import traffic
-from queuelake.pipeline import plain_headers
+from queuelake.nsb import plain
 
 # text NServiceBus writes without escapes: anything but a quote, a backslash or a control character
 plain_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters='"\\', min_codepoint=0x20))
 plain_maps = st.dictionaries(plain_text, plain_text, max_size=6)
 
 
-def decode(rows: list[str]) -> plain_headers.PlainMaps:
-    return plain_headers.decode(pa.array(rows, pa.string()), np.ones(len(rows), dtype=bool))
+def decode(rows: list[str]) -> plain.PlainMaps:
+    return plain.decode(pa.array(rows, pa.string()), np.ones(len(rows), dtype=bool))
 
 
-@pytest.mark.parametrize("positions_limit", [plain_headers._POSITIONS_LIMIT, 0])  # 0: a scan per column
+@pytest.mark.parametrize("positions_limit", [plain._POSITIONS_LIMIT, 0])  # 0: a scan per column
 def test_nservicebus_headers_are_taken_with_every_entry_in_order(monkeypatch, positions_limit: int) -> None:
-    monkeypatch.setattr(plain_headers, "_POSITIONS_LIMIT", positions_limit)
+    monkeypatch.setattr(plain, "_POSITIONS_LIMIT", positions_limit)
     rows = [m.headers for m in traffic.order_events(200, seed=3)] + ["{}", '{"only":"this"}']
     found = decode(rows)
     assert found.taken.all()
@@ -38,7 +38,7 @@ def test_a_slice_is_read_at_its_own_offset() -> None:
     """Texts that are a slice of a larger array (a bisected batch) start inside its buffers."""
     rows = ['{"a":"1"}', '{"b":"2","c":"3"}', '{"d":"4"}', '{"e": "5"}', '{"f":"6"}']
     texts = pa.array(rows, pa.string()).slice(1, 4)
-    found = plain_headers.decode(texts, np.ones(4, dtype=bool))
+    found = plain.decode(texts, np.ones(4, dtype=bool))
     assert found.taken.tolist() == [True, True, False, True]
     assert found.maps.to_pylist() == [[("b", "2"), ("c", "3")], [("d", "4")], None, [("f", "6")]]
     assert found.columns["c"].to_pylist() == ["3", None, None, None]
@@ -77,9 +77,9 @@ def test_anything_but_the_plain_form_is_left_to_the_caller(raw: str) -> None:
     assert found.maps.to_pylist() == [[("k", "v")], None, [("k", "v")]]
 
 
-@pytest.mark.parametrize("bincount_limit", [plain_headers._BINCOUNT_LIMIT, 0])  # 0: the sort path
+@pytest.mark.parametrize("bincount_limit", [plain._BINCOUNT_LIMIT, 0])  # 0: the sort path
 def test_a_row_repeating_a_key_is_left_to_the_caller_either_way(monkeypatch, bincount_limit: int) -> None:
-    monkeypatch.setattr(plain_headers, "_BINCOUNT_LIMIT", bincount_limit)
+    monkeypatch.setattr(plain, "_BINCOUNT_LIMIT", bincount_limit)
     rows = ['{"a":"1","b":"2"}', '{"a":"1","b":"2","a":"3"}', '{"b":"2","a":"1"}', '{"c":"1","c":"1"}']
     found = decode(rows)
     assert found.taken.tolist() == [True, False, True, False]

@@ -7,13 +7,13 @@ for quotes and a few vectorised checks replace Arrow's JSON reader for those row
 10,000 typical rows against ~26 for the reader and the map's assembly from its struct.
 
 A row is taken only when it is exactly that form, so that it reads the same as the reference
-(``transport.headers.decode``) would:
+(``headers.decode``) would:
 - ``{}``, or ``{"`` then pairs ``"k":"v"`` joined by ``","`` then ``"}``: no whitespace between
   tokens, no other value type (a number, ``null``, ``true``, an object would show as something else
   between two quotes);
 - no backslash anywhere in the row (an escape would change the text, and ``\\"`` hides a quote);
 - no key twice in the row (the reference keeps the last one; such rows are left to it).
-The caller guarantees valid UTF-8 and no control byte (``native_headers`` checks both first). Every
+The caller guarantees valid UTF-8 and no control byte (``native`` checks both first). Every
 other row is left to the caller, which reads it as before. Entries keep each row's own order.
 """
 

@@ -1,4 +1,6 @@
-"""The NServiceBus Headers column: a flat JSON object of string to string (or null).
+"""The NServiceBus Headers column: the header names queuelake reads and writes, and the codec of the
+column's text, a flat JSON object of string to string (or null). This is the reference: the bulk
+decoders (``native``, ``plain``, ``row_path``) take only rows they read exactly as it does.
 
 Decoding is strict where NServiceBus is strict (an object of strings) and lenient where writers in
 the wild differ (``\\/`` escapes, surrogate pairs, empty or NULL meaning "no headers"). Anything we
@@ -8,13 +10,14 @@ cannot decode raises ``HeaderError`` with a reason; the drain quarantines that r
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
 
 from queuelake.errors import HeaderError
+from queuelake.nsb.message_types import full_type_name, split_types
+from queuelake.nsb.times import parse_time
 
 MESSAGE_ID = "NServiceBus.MessageId"
 MESSAGE_INTENT = "NServiceBus.MessageIntent"
@@ -39,43 +42,6 @@ TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
 FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
 
 INTENTS = {name.lower(): name for name in ("Send", "Publish", "Subscribe", "Unsubscribe", "Reply")}
-
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"
-# The span every column that carries a time holds (.NET's DateTime, SQL Server's datetime up to its
-# last tick, Python's datetime, Spark's timestamp): a time outside it cannot be sent faithfully.
-FIRST_INSTANT = dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)
-LAST_INSTANT = dt.datetime(9999, 12, 31, 23, 59, 59, 997000, tzinfo=dt.timezone.utc)
-# A TimeToBeReceived this long or longer means "never expires" (TimeSpan.MaxValue is ~29,000 years,
-# and now + it would pass LAST_INSTANT): replay drops it, and publish refuses it as a ttbr_ms.
-MAX_TTBR_MS = 100 * 365 * 86_400_000
-# Exactly the .NET "yyyy-MM-dd HH:mm:ss:ffffff Z" (ASCII digits, fixed widths), as ParseExact reads it.
-_TIME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}):([0-9]{6}) Z")
-
-
-def parse_time(value: str, header: str = "time") -> dt.datetime:
-    """Parse ``2024-05-01 13:45:10:123456 Z`` (colon before the microseconds) as aware UTC."""
-    match = _TIME_RE.fullmatch(value) if isinstance(value, str) else None
-    try:
-        if match is None:
-            raise ValueError
-        year, month, day, hour, minute, second, micro = (int(g) for g in match.groups())
-        return dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=dt.timezone.utc)
-    except ValueError:
-        raise HeaderError(
-            f"header {header}: {value!r} is not a time in the form 'yyyy-MM-dd HH:mm:ss:ffffff Z'"
-        ) from None
-
-
-def format_time(value: dt.datetime) -> str:
-    """The 28-character wire form NServiceBus writes and reads."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError("format_time needs a timezone-aware datetime")
-    try:
-        v = value.astimezone(dt.timezone.utc)
-    except OverflowError:
-        raise ValueError(f"format_time: {value!r} is outside the range of UTC datetimes") from None
-    # Not strftime: %Y is not zero-padded to four digits for years before 1000 on every platform.
-    return f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}:{v.microsecond:06d} Z"
 
 
 _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
@@ -143,36 +109,6 @@ class DecodedHeaders:
     exception_type: str | None = None
     exception_message: str | None = None
     time_of_failure: dt.datetime | None = None
-
-
-def full_type_name(assembly_qualified: str) -> str:
-    """``Ns.Type, Assembly, Version=...`` -> ``Ns.Type`` (the subscription Topic form).
-
-    The assembly part starts at the first comma outside generic-argument brackets, so
-    ``Ns.Wrapper`1[[Ns.Inner, Asm]], Asm`` -> ``Ns.Wrapper`1[[Ns.Inner, Asm]]`` (as ``Type.FullName``).
-    A backslash escapes the next character, as in .NET type names.
-    """
-    depth = 0
-    i = 0
-    while i < len(assembly_qualified):
-        ch = assembly_qualified[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(depth - 1, 0)
-        elif ch == "," and depth == 0:
-            return assembly_qualified[:i].strip()
-        i += 1
-    return assembly_qualified.strip()
-
-
-def split_types(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    return [t.strip() for t in value.split(";") if t.strip()]
 
 
 def normalize_intent(value: str | None) -> str | None:

@@ -1,15 +1,19 @@
-"""The headers a retried or replayed message carries: what ServiceControl strips and sets on a retry,
-the queuelake.Replay.* headers naming the replay, and the TTBR read back from a .NET TimeSpan.
+"""The headers a retried or replayed message carries: what ServiceControl strips and sets on a retry
+(and the unique id it gives a failed message), and the queuelake.Replay.* headers naming the replay.
+
+Why a module of its own: a replay sends messages as a ServiceControl retry would, and these are the
+rules of ServiceControl's wire, not of the replay's selection or sending.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 
-from queuelake.transport import headers as hdr
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-MAX_TTBR_MS = hdr.MAX_TTBR_MS  # TimeSpan.MaxValue and the like: no expiry
+from queuelake.nsb import headers as hdr
 
 # What a ServiceControl retry strips: every header *starting with* one of these
 # (ServiceControl src/ServiceControl/Recoverability/Retrying/HeaderFilter.cs).
@@ -33,26 +37,6 @@ REPLAY_ID = "queuelake.Replay.Id"
 REPLAY_KIND = "queuelake.Replay.Kind"  # retry | redirect | replay
 REPLAY_SOURCE = "queuelake.Replay.Source"  # the journal row: <queue>@<seq>
 REPLAY_ORIGINAL_MESSAGE_ID = "queuelake.Replay.OriginalMessageId"  # replays get a new MessageId
-
-
-_TIMESPAN = re.compile(r"^(-)?(?:(\d+)\.)?(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,7}))?)?$")
-
-
-def timespan_ms(text: str | None) -> int | None:
-    """A .NET TimeSpan string (``00:00:10``, ``1.00:00:00``, ``00:00:01.5000000``) in milliseconds;
-    None when absent, unreadable, not positive or practically infinite (TimeSpan.MaxValue)."""
-    if not text:
-        return None
-    m = _TIMESPAN.match(text.strip())
-    if m is None:
-        return None
-    sign, days, hours, minutes, seconds, fraction = m.groups()
-    ms = (int(days or 0) * 86_400 + int(hours) * 3600 + int(minutes) * 60 + int(seconds or 0)) * 1000 + int(
-        (fraction or "0").ljust(7, "0")
-    ) // 10_000
-    if sign or ms <= 0 or ms >= MAX_TTBR_MS:
-        return None
-    return ms
 
 
 def _queue_part(address: str) -> str:
@@ -105,6 +89,15 @@ def _kept(name: str) -> bool:
         if len(_KEPT) < 100_000:
             _KEPT[name] = kept
     return kept
+
+
+def kept_mask(keys: pa.Array) -> np.ndarray:
+    """True for each header name a retry keeps (not a failure or ServiceControl staging header): what
+    ``retry_headers`` keeps, for a whole batch's names at once."""
+    dropped = pc.is_in(keys, value_set=pa.array(STAGING_HEADERS, pa.string()))
+    for prefix in STRIPPED_PREFIXES:
+        dropped = pc.or_(dropped, pc.starts_with(keys, prefix))
+    return np.asarray(pc.invert(pc.fill_null(dropped, False)).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def retry_headers(headers: dict[str, str | None], ack_queue: str | None) -> dict[str, str | None]:

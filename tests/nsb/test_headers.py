@@ -10,18 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake.errors import HeaderError
-from queuelake.transport import headers as h
-from queuelake.transport.headers import (
-    DecodedHeaders,
-    decode,
-    decode_map,
-    encode,
-    format_time,
-    full_type_name,
-    normalize_intent,
-    parse_time,
-    split_types,
-)
+from queuelake.nsb import headers as h
+from queuelake.nsb.headers import DecodedHeaders, decode, decode_map, encode, normalize_intent
+from queuelake.nsb.message_types import full_type_name, split_types
+from queuelake.nsb.times import format_time, parse_time
 
 UTC = dt.timezone.utc
 ROW_ID = "6a1e8f0e-3c1b-4b7a-9a55-0f1e2d3c4b5a"

@@ -4,11 +4,11 @@ Why: decoding headers row by row with orjson was the drain's largest client cost
 GIL, so two drain workers queued for it while the database waited. Two native paths now take the
 rows, and whatever neither takes is left to the caller's row-by-row path, which gives the verdict:
 1. rows in NServiceBus's compact form without escapes (nearly all of a business queue's) are
-   decoded from their quotes' positions (``plain_headers``): ~12 ms per 10,000 rows;
+   decoded from their quotes' positions (``plain``): ~12 ms per 10,000 rows;
 2. the rest go through Arrow's JSON reader (~26 ms per 10,000 for a whole batch), which parses them
    as newline-delimited JSON; the map column is then assembled from the inferred struct.
 
-The reader is not the reference (``transport.headers.decode``) and differs from it in places, so
+The reader is not the reference (``headers.decode``) and differs from it in places, so
 it only takes rows it is known to read the same way:
 - refused up front, by Arrow kernels (RE2 per row for the patterns): rows not shaped ``{...}``, a
   ``null`` value (a struct cannot tell null from absent), an escaped surrogate (the reader and
@@ -37,8 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from queuelake.pipeline import plain_headers
-from queuelake.pipeline.string_bytes import offsets_and_data, rows_holding
+from queuelake.nsb import plain as plain_form
+from queuelake.nsb.string_bytes import offsets_and_data, rows_holding
 
 HEADER_MAP = pa.map_(pa.string(), pa.string())
 MAX_DISTINCT_KEYS = 512  # the key matrix is rows x keys booleans
@@ -60,7 +60,7 @@ def parse(texts: pa.Array) -> NativeMaps | None:
     """Decode non-null header texts (a string array without nulls) into a map column; None when the
     whole batch should take the row-by-row path (its text is not valid UTF-8).
 
-    Rows in NServiceBus's own compact form go through ``plain_headers`` (their quotes' positions
+    Rows in NServiceBus's own compact form go through ``plain`` (their quotes' positions
     are enough); the rest through Arrow's JSON reader, after the up-front checks. A reader that
     fails on them refers those rows, not the batch, to the caller."""
     n = len(texts)
@@ -71,7 +71,7 @@ def parse(texts: pa.Array) -> NativeMaps | None:
     shaped = pc.and_(pc.starts_with(texts, "{"), pc.ends_with(texts, "}"))
     referred = ~_bools(shaped)
     referred |= _control_byte_rows(texts)
-    plain = plain_headers.decode(texts, ~referred)
+    plain = plain_form.decode(texts, ~referred)
     if plain.taken.all():
         return NativeMaps(plain.maps, ~plain.taken, plain.columns)
     referred |= plain.taken  # from here on: the rows left to the reader, or to the caller

@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.pipeline.string_bytes import offsets_and_data, rows_holding
+from queuelake.nsb.string_bytes import offsets_and_data, rows_holding
 
 # bytes JSON must escape in a string: the quote, the backslash and the control characters
 _QUOTE, _BACKSLASH, _SPACE = 0x22, 0x5C, 0x20
