@@ -29,6 +29,7 @@ from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import QueuelakeError
 from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
+from queuelake.status import Status
 
 EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGTERM = 1, 130, 128 + signal.SIGTERM
 MAX_ERROR_CHARS = 2000
@@ -145,7 +146,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
         if code:
             words = [a for a in (sys.argv[1:] if argv is None else argv) if a in COMMANDS]
             command = words[0] if words else None
-            emit_summary({"command": command, "status": "failed", "error": "invalid arguments", "error_kind": "usage"})
+            emit_summary(
+                {"command": command, "status": Status.FAILED, "error": "invalid arguments", "error_kind": "usage"}
+            )
         return code
 
 
@@ -170,17 +173,17 @@ def main(
                 prepare(args)
             result = COMMANDS[args.command].run(args)
             sigterm["armed"] = False
-            summary = {"command": args.command, "status": result.pop("status", "ok"), **result}
-            if summary["status"] == "ok" and stopping.requested():
-                summary["status"] = "interrupted"  # stopped early, at a batch boundary, by SIGTERM
-            code = {"ok": 0, "interrupted": EXIT_SIGTERM}.get(summary["status"], EXIT_FAILED)
+            summary = {"command": args.command, "status": Status(result.pop("status", Status.OK)), **result}
+            if summary["status"] == Status.OK and stopping.requested():
+                summary["status"] = Status.INTERRUPTED  # stopped early, at a batch boundary, by SIGTERM
+            code = {Status.OK: 0, Status.INTERRUPTED: EXIT_SIGTERM}.get(summary["status"], EXIT_FAILED)
         except Interrupted as exc:
             sigterm["armed"] = False
             log.warning("%s interrupted: %s", args.command, exc)
-            summary, code = {"command": args.command, "status": "interrupted", "error": str(exc)}, EXIT_SIGTERM
+            summary, code = {"command": args.command, "status": Status.INTERRUPTED, "error": str(exc)}, EXIT_SIGTERM
         except KeyboardInterrupt:
             sigterm["armed"] = False
-            summary, code = {"command": args.command, "status": "interrupted"}, EXIT_INTERRUPTED
+            summary, code = {"command": args.command, "status": Status.INTERRUPTED}, EXIT_INTERRUPTED
         except Exception as exc:
             sigterm["armed"] = False
             summary, code = _failure(args, exc), EXIT_FAILED
@@ -225,7 +228,7 @@ def _failure(args: argparse.Namespace, exc: Exception) -> dict[str, Any]:
         log.error("%s failed: %s\n%s", args.command, error, trace.rstrip())
     else:
         log.error("%s failed: %s (--debug shows the traceback)", args.command, error)
-    return {"command": args.command, "status": "failed", "error": error, "error_kind": kind}
+    return {"command": args.command, "status": Status.FAILED, "error": error, "error_kind": kind}
 
 
 if __name__ == "__main__":

@@ -107,3 +107,22 @@ def test_the_catalogue_names_every_table_the_readme_lists() -> None:
             continue
         shown = table.name.replace("{output}", "<output>")
         assert f"`{shown}`" in readme, f"README does not describe {shown}"
+
+
+def test_statuses_are_the_words_runs_and_summaries_hold() -> None:
+    """``Status`` members are the words: equal to them, and written as them by JSON and Arrow."""
+    import json
+
+    import orjson
+    import pyarrow as pa
+    from queuelake.status import Status, worst
+
+    assert Status.OK == "ok" and Status("incomplete") is Status.INCOMPLETE
+    assert json.dumps({"s": Status.FAILED}) == '{"s": "failed"}'
+    assert orjson.dumps({"s": Status.FAILED}) == b'{"s":"failed"}'
+    assert pa.array([Status.BLOCKED], pa.string()).to_pylist() == ["blocked"]
+    # the run's status: failed (or blocked) > incomplete > interrupted > ok; skipped counts as ok
+    assert worst([Status.OK, Status.SKIPPED]) is Status.OK
+    assert worst([Status.OK, Status.INTERRUPTED, Status.INCOMPLETE]) is Status.INCOMPLETE
+    assert worst(["ok", "blocked", "incomplete"]) is Status.FAILED
+    assert worst([]) is Status.OK

@@ -24,7 +24,7 @@ above; where a layer has parts (``lake | transport``), the parts do not import e
 10. nsb            ``nsb.*``: the NServiceBus wire format (header names and codec, wire times, TimeSpans,
                    type names, ServiceControl's retry headers, the bulk header decoders): no queue
                    database, lake or setting, so every layer that meets the wire can use it
-11. base           ``errors``, ``report``, ``redaction``, ``stopping``, ``hooks``, ``versions``,
+11. base           ``errors``, ``status``, ``report``, ``redaction``, ``stopping``, ``hooks``, ``versions``,
                    ``examples.local_config`` (the YAML config falls back to)
 
 Package ``__init__`` modules import nothing from queuelake: every submodule's import runs them, so
@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("config", [["config"]]),
     ("dialects", [["transport.dialects", "transport.address"]]),
     ("nsb", [["nsb", "nsb.*"]]),
-    ("base", [["errors", "report", "redaction", "stopping", "hooks", "versions", "examples.local_config"]]),
+    ("base", [["errors", "status", "report", "redaction", "stopping", "hooks", "versions", "examples.local_config"]]),
 ]
 
 _ENTRY_POINT = re.compile(r"queuelake(?:\.\w+)+:\w+")  # a "module:function" string, as entry points name one

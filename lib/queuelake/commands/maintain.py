@@ -17,11 +17,12 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.lake.engines import journal_engine
     from queuelake.pipeline import runs
     from queuelake.report import log
+    from queuelake.status import Status
 
     cfg = config_mod.load(args.config)
     lake = writing_lake(cfg, None)
     journal = journal_engine(lake)  # the tables delta-rs wrote under a delta-spark job: messages, ...
-    run_id, started = runs.new_run_id(), runs.utc_now()
+    run = runs.Run("maintain")
     figures: dict[str, Any] = {}
     rows = []
     names = lake.tables()
@@ -40,16 +41,15 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
         rows.append(
             {
                 "table": name,
-                "started_at": started,
                 "ended_at": runs.utc_now(),
                 "files_compacted": figures[name].get("files_compacted"),
                 "files_vacuumed": figures[name].get("files_vacuumed"),
                 "seconds": round(time.monotonic() - t0, 3),
-                "status": "ok",
+                "status": Status.OK,
             }
         )
-    runs.append_runs(lake, run_id, "maintain", rows)
-    return {"run_id": run_id, "tables": figures}
+    run.record(lake, rows)
+    return {"run_id": run.run_id, "tables": figures}
 
 
 COMMAND = Command(name="maintain", help="compact and vacuum the lake tables", run=maintain, job=True)

@@ -17,11 +17,12 @@ def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.context import connect
     from queuelake.pipeline import runs
     from queuelake.report import log
+    from queuelake.status import Status
     from queuelake.transport import queues, schema
     from queuelake.transport.tables import queue_ref
 
     cfg = config_mod.load(args.config)
-    run_id, started = runs.new_run_id(), runs.utc_now()
+    run = runs.Run("purge-expired")
     purged: dict[str, int] = {}
     rows = []
     with connect(cfg, "queuelake-purge") as conn:
@@ -41,15 +42,14 @@ def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(
                 {
                     "queue": ref.canonical,
-                    "started_at": started,
                     "ended_at": runs.utc_now(),
                     "purged": total,
                     "seconds": round(time.monotonic() - t0, 3),
-                    "status": "ok",
+                    "status": Status.OK,
                 }
             )
-    runs.append_runs(runs_only_lake(cfg), run_id, "purge-expired", rows)
-    return {"run_id": run_id, "purged": purged, "total": sum(purged.values())}
+    run.record(runs_only_lake(cfg), rows)
+    return {"run_id": run.run_id, "purged": purged, "total": sum(purged.values())}
 
 
 COMMAND = Command(name="purge-expired", help="purge expired rows in batches", run=purge_expired)

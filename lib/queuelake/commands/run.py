@@ -20,6 +20,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline import transform as transform_mod
     from queuelake.pipeline.drain.run import drain as run_drain
     from queuelake.pipeline.publish import run as publish_mod
+    from queuelake.status import Status
 
     cfg = config_mod.load(args.config)
     sessions = Sessions(cfg, None)
@@ -29,21 +30,22 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "publish": lambda: sessions.step(publish_mod.publish, publish_mod.pending),
     }
     steps: dict[str, Any] = {}
+    going_on = (Status.OK, Status.INCOMPLETE)
     for name, step in order.items():
         if stopping.requested():
             break
         steps[name] = step()
         # an incomplete drain (rows other sessions held) journalled everything it took: go on
-        if steps[name].get("status") not in ("ok", "incomplete"):
+        if steps[name].get("status") not in going_on:
             break
     statuses = {s.get("status") for s in steps.values()}
-    if statuses - {"ok", "incomplete"}:
-        return {"status": "failed", **steps}
-    if "incomplete" in statuses and len(steps) == len(order):
-        return {"status": "incomplete", **steps}
+    if statuses - set(going_on):
+        return {"status": Status.FAILED, **steps}
+    if Status.INCOMPLETE in statuses and len(steps) == len(order):
+        return {"status": Status.INCOMPLETE, **steps}
     if len(steps) < len(order):
-        return {"status": "interrupted", **steps, "skipped": [n for n in order if n not in steps]}
-    return {"status": "ok", **steps}
+        return {"status": Status.INTERRUPTED, **steps, "skipped": [n for n in order if n not in steps]}
+    return {"status": Status.OK, **steps}
 
 
 COMMAND = Command(

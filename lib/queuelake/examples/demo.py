@@ -39,6 +39,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
+from queuelake.status import Status
 from queuelake.transport import installer, subscriptions
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import bridge_ref, queue_ref
@@ -261,7 +262,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         commands = next_commands(config_file, lake_root)
         report = _report(counts, to_whom, lake_root, lake.name, drained, transformed, published, commands)
         print(report)
-        status = "ok" if all(s["status"] == "ok" for s in (drained, transformed, published)) else "failed"
+        ok = all(s["status"] == Status.OK for s in (drained, transformed, published))
+        status = Status.OK if ok else Status.FAILED
         return {
             "status": status,
             "lake": str(lake_root),

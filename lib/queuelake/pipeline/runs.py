@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +21,7 @@ from queuelake.errors import LakeError
 from queuelake.lake import tables
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.status import Status
 
 RUNS = tables.RUNS.name
 RUNS_SCHEMA: pa.Schema = tables.RUNS.schema
@@ -31,6 +34,38 @@ def new_run_id() -> str:
 
 def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class Run:
+    """One command run: its id, when it started, and the ``runs`` rows it leaves.
+
+    Every command records the same way: its parts' rows (a queue drained, an output published, a
+    replay's destinations, a table maintained) with the run's id, command and start, and the time
+    they were recorded as their end."""
+
+    command: str
+    run_id: str = field(default_factory=lambda: new_run_id())
+    started: dt.datetime = field(default_factory=lambda: utc_now())
+
+    def record(self, lake: LakeEngine, rows: Iterable[Mapping[str, Any]]) -> None:
+        ended = utc_now()
+        timed = [{"started_at": self.started, "ended_at": ended, **r} for r in rows]
+        append_runs(lake, self.run_id, self.command, timed)
+
+
+@dataclass(kw_only=True)
+class PartResult:
+    """What each part of a run ends with (a queue drained, an output published, a replay): its status
+    and, unless ok, why. The subclasses add their counts and say which ``runs`` rows they make."""
+
+    status: str = Status.OK  # a Status; str while some modules still assign its words
+    error: str | None = None
+
+    def runs_rows(self) -> list[dict[str, Any]]:
+        """This part's ``runs`` rows: the counts its command declares (``RUNS_COLUMNS_BY_COMMAND``),
+        seconds, status and error."""
+        raise NotImplementedError
 
 
 def runs_engine(lake: LakeEngine) -> LakeEngine:

@@ -31,6 +31,7 @@ from queuelake.pipeline import runs
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
 from queuelake.report import log
+from queuelake.status import Status
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -117,7 +118,7 @@ def run_transform(
     result: dict[str, Any] = {"transform": transform.name, "output": transform.output, "journal_version": upto}
     if upto is None or (after is not None and after >= upto):
         log.info("transform %s: nothing new in the journal since version %s, nothing to do", transform.name, after)
-        return {**result, "status": "ok", "rows_in": 0, "rows_out": 0, "note": "nothing new"}
+        return {**result, "status": Status.OK, "rows_in": 0, "rows_out": 0, "note": "nothing new"}
     files = lake.added_files(MESSAGES, after, upto)
     source = _landed(spark, files)
     if suite is not None:
@@ -151,7 +152,7 @@ def run_transform(
     log.debug("transform %s: journal versions (%s, %s]", transform.name, after, upto)
     return {
         **result,
-        "status": "ok",
+        "status": Status.OK,
         "after_version": after,
         "rows_in": rows_in,
         "rows_out": rows_out,
@@ -178,7 +179,7 @@ def _check_journal(
     verdict: dict[str, Any] = {"expectations": outcome.evaluated}
     if not outcome.success:
         # blocked: nothing written and the checkpoint stays, so the next run checks this increment again
-        verdict["status"] = "blocked"
+        verdict["status"] = Status.BLOCKED
         verdict["error"] = f"journal expectations failed: {expectations.summary(outcome.failed)}"
         verdict["failed_expectations"] = outcome.failed
         log.error("transform %s: blocked, nothing written: %s", transform.name, verdict["error"])
@@ -191,43 +192,36 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
     if not lake.exists(MESSAGES):
         if config.transforms:
             log.info("transform: no journal yet, nothing to do (run drain first)")
-        return {"status": "ok", "transforms": [], "note": "no journal yet: run drain first"}
+        return {"status": Status.OK, "transforms": [], "note": "no journal yet: run drain first"}
     suites = expectations.load_journal(config)  # a mistake in a suite fails before any transform runs
-    run_id, started = runs.new_run_id(), runs.utc_now()
+    run = runs.Run("transform")
     results = []
-    status = "ok"
+    status = Status.OK
     for t in config.transforms:
         t0 = time.monotonic()
         try:
-            results.append(run_transform(spark, lake, t, suites.get(t.name), run_id))
-            if results[-1]["status"] == "blocked":
-                status = "failed"  # the data needs a person's attention
+            results.append(run_transform(spark, lake, t, suites.get(t.name), run.run_id))
+            if results[-1]["status"] == Status.BLOCKED:
+                status = Status.FAILED  # the data needs a person's attention
         except QueuelakeError as exc:
             log.error("transform %s failed: %s", t.name, exc)
-            results.append({"transform": t.name, "output": t.output, "status": "failed", "error": str(exc)})
-            status = "failed"
+            results.append({"transform": t.name, "output": t.output, "status": Status.FAILED, "error": str(exc)})
+            status = Status.FAILED
         results[-1].setdefault("seconds", round(time.monotonic() - t0, 3))
-    _record_runs(lake, run_id, started, results)
-    return {"status": status, "run_id": run_id, "transforms": results}
+    run.record(lake, [_runs_row(r) for r in results])
+    return {"status": status, "run_id": run.run_id, "transforms": results}
 
 
-def _record_runs(lake: LakeEngine, run_id: str, started: Any, results: list[dict[str, Any]]) -> None:
-    """One ``runs`` row per transform: its output (``table``), journal rows in, rows out."""
-    ended = runs.utc_now()
-    rows = [
-        {
-            "table": r["output"],
-            "started_at": started,
-            "ended_at": ended,
-            "rows_in": r.get("rows_in"),
-            "rows_out": r.get("rows_out"),
-            "seconds": r.get("seconds"),
-            "status": r["status"],
-            "error": r.get("error"),
-            "failed_expectations": orjson.dumps(r["failed_expectations"]).decode()
-            if r.get("failed_expectations")
-            else None,
-        }
-        for r in results
-    ]
-    runs.append_runs(lake, run_id, "transform", rows)
+def _runs_row(result: dict[str, Any]) -> dict[str, Any]:
+    """A transform's ``runs`` row: its output (``table``), journal rows in, rows out, and GX's
+    details of the failed expectations that blocked it."""
+    failed = result.get("failed_expectations")
+    return {
+        "table": result["output"],
+        "rows_in": result.get("rows_in"),
+        "rows_out": result.get("rows_out"),
+        "seconds": result.get("seconds"),
+        "status": result["status"],
+        "error": result.get("error"),
+        "failed_expectations": orjson.dumps(failed).decode() if failed else None,
+    }

@@ -17,6 +17,7 @@ from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.state import QueueState
 from queuelake.pipeline.drain.worker import Worker
 from queuelake.report import log
+from queuelake.status import Status
 from queuelake.transport import db, locks, queues, schema
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
@@ -45,7 +46,7 @@ class QueueDrain:
         try:
             with connect(self.config, "queuelake-drain-lock") as lock_conn:
                 if not self._acquire(lock_conn):
-                    self.result.status = "skipped"
+                    self.result.status = Status.SKIPPED
                     self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
                     log.warning("%s", self.result.error)
                     return self.result
@@ -66,7 +67,7 @@ class QueueDrain:
                     t.join()
                 self._finish(lock_conn, errors)
         except QueuelakeError as exc:  # the lock connection or the claim resolution failed
-            self.result.status = "failed"
+            self.result.status = Status.FAILED
             self.result.error = str(exc)
             log.error("drain of %s failed: %s", self.ref.canonical, exc)
         self.result.seconds = round(time.monotonic() - state.started, 3)
@@ -80,10 +81,10 @@ class QueueDrain:
         except QueuelakeError:
             pass
         if errors:
-            self.result.status = "failed"
+            self.result.status = Status.FAILED
             self.result.error = "; ".join(sorted({str(e) for e in errors}))
         elif self.result.held_by_others:
-            self.result.status = "incomplete"
+            self.result.status = Status.INCOMPLETE
             self.result.error = (
                 f"{self.result.held_by_others} row(s) remain in {self.ref.canonical} that this run could not "
                 f"claim: other sessions held them for over {self.config.drain.settle_seconds:g}s "
@@ -91,7 +92,7 @@ class QueueDrain:
             )
             log.warning("%s", self.result.error)
         elif stopping.requested():
-            self.result.status = "interrupted"
+            self.result.status = Status.INTERRUPTED
 
     def _acquire(self, conn: Connection) -> bool:
         return locks.try_lock(conn, "queuelake.drain:" + self.ref.canonical, what=self.ref.canonical)

@@ -6,9 +6,11 @@ import datetime as dt
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from queuelake.pipeline.runs import PartResult
+
 
 @dataclass
-class QueueResult:
+class QueueResult(PartResult):
     queue: str
     dequeued: int = 0
     landed: int = 0
@@ -20,11 +22,14 @@ class QueueResult:
     rate: float = 0.0
     backlog_left: int | None = None
     held_by_others: int = 0
-    status: str = "ok"
-    error: str | None = None
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("started_at")
         return out
+
+    def runs_rows(self) -> list[dict[str, Any]]:
+        counts = ("dequeued", "landed", "expired", "quarantined", "batches", "seconds", "rate", "backlog_left")
+        row = {"queue": self.queue, **{k: getattr(self, k) for k in counts}}
+        return [{**row, "status": self.status, "error": self.error}]

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from queuelake.config import Config
 from queuelake.context import resolved_transport
-from queuelake.errors import QueuelakeError
+from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.budget import Budget
@@ -20,8 +19,9 @@ from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
-from queuelake.pipeline.runs import append_runs
+from queuelake.pipeline.runs import Run
 from queuelake.report import log
+from queuelake.status import Status, worst
 from queuelake.transport import db, drivers
 from queuelake.transport.tables import queue_ref
 
@@ -38,15 +38,14 @@ def drain(
     """Drain the configured (or named) queues in parallel; returns the summary and writes ``runs``."""
     names = queue_names or config.drain.queues
     if not names:
-        raise QueuelakeError("no queues to drain: set drain.queues or pass --queue")
+        raise DrainError("no queues to drain: set drain.queues or pass --queue")
     if config.drain.workers_per_queue > MAX_WORKERS_PER_QUEUE:
-        raise QueuelakeError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
+        raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
     refs = list({r.canonical: r for r in (queue_ref(n, config.transport) for n in names)}.values())
     max_messages = max_messages if max_messages is not None else config.drain.max_messages
     max_seconds = max_seconds if max_seconds is not None else config.drain.max_seconds
     deadline = time.monotonic() + max_seconds if max_seconds else None
-    run_id = str(uuid.uuid4())
-    started = dt.datetime.now(dt.timezone.utc)
+    run = Run("drain")
     # opened now, in the background: the workers' connections come from it once the set-up is done
     transport = resolved_transport(config)
     through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
@@ -76,14 +75,13 @@ def drain(
     finally:
         if shared is not None:
             shared.close()
-    record_runs(lake, run_id, "drain", started, results)
+    run.record(lake, [row for r in results for row in r.runs_rows()])
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
-    _log_outcome(results, totals, started)
+    _log_outcome(results, totals, run.started)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results)
     totals["held_by_others"] = sum(r.held_by_others for r in results)
-    statuses = {r.status for r in results} - {"ok", "skipped"}
-    status = "failed" if "failed" in statuses else next(iter(sorted(statuses)), "ok")
-    return {"status": status, "run_id": run_id, **totals, "queues": [r.summary() for r in results]}
+    status = worst([r.status for r in results])
+    return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
 
 
 @dataclass(frozen=True)
@@ -107,7 +105,7 @@ def _log_outcome(results: list[QueueResult], totals: dict[str, int], started: dt
     """The run's last lines: which queues had nothing (a busy queue's batches were logged as they
     went), then the totals. An idle scheduled drain says so instead of saying nothing."""
     for r in results:
-        if r.status == "ok" and r.dequeued == 0 and not r.claims_resolved:
+        if r.status == Status.OK and r.dequeued == 0 and not r.claims_resolved:
             log.info("drain %s: nothing to do, the queue is empty", r.queue)
     seconds = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
     log.info(
@@ -129,28 +127,3 @@ def evolve_journal(journal: LakeEngine) -> None:
     if missing:
         log.info("journal: adding column(s) %s", ", ".join(f.name for f in missing))
         journal.add_columns(MESSAGES, [f.with_nullable(True) for f in missing])
-
-
-def record_runs(lake: LakeEngine, run_id: str, command: str, started: dt.datetime, results: list[QueueResult]) -> None:
-    ended = dt.datetime.now(dt.timezone.utc)
-    rows = [
-        {
-            "run_id": run_id,
-            "command": command,
-            "queue": r.queue,
-            "started_at": started,
-            "ended_at": ended,
-            "dequeued": r.dequeued,
-            "landed": r.landed,
-            "expired": r.expired,
-            "quarantined": r.quarantined,
-            "batches": r.batches,
-            "seconds": r.seconds,
-            "rate": r.rate,
-            "backlog_left": r.backlog_left,
-            "status": r.status,
-            "error": r.error,
-        }
-        for r in results
-    ]
-    append_runs(lake, run_id, command, rows)

@@ -5,12 +5,9 @@ sent from the driver or, when large, from Spark tasks; the summary, and one ``ru
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from queuelake.config import Config
 from queuelake.context import connect
@@ -24,9 +21,10 @@ from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import count_accepted
 from queuelake.pipeline.publish.undeliverable import BadDestinations
 from queuelake.pipeline.publish.validate import validate
-from queuelake.pipeline.runs import append_runs
+from queuelake.pipeline.runs import Run
 from queuelake.quality import expectations
 from queuelake.report import log
+from queuelake.status import Status, worst
 from queuelake.transport import ledger
 from queuelake.transport.tables import bridge_ref
 
@@ -78,7 +76,7 @@ class Publisher:
                 result.failed_expectations = outcome.failed
                 if not outcome.success:
                     # blocked: nothing sent, no ledger row, so the next run validates this round again
-                    result.status = "blocked"
+                    result.status = Status.BLOCKED
                     result.error = f"expectations failed: {expectations.summary(outcome.failed)}"
                     log.error("publish %s: blocked, nothing sent: %s", output, result.error)
                     return result
@@ -143,65 +141,33 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
 
 
 def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
-    run_id = str(uuid.uuid4())
-    publisher = Publisher(config, lake, spark, run_id)
-    started = dt.datetime.now(dt.timezone.utc)
-    results = []
-    seconds: list[float] = []
+    run = Run("publish")
+    publisher = Publisher(config, lake, spark, run.run_id)
+    results: list[OutputResult] = []
     if not config.publish.outputs:
         log.info("publish: no outputs configured (publish.outputs), nothing to do")
     for output in config.publish.outputs:
         t0 = time.monotonic()
         if not lake.exists(output):
             log.info("publish %s: the table does not exist yet (its transform has not run), nothing to do", output)
-            results.append(OutputResult(output, "skipped", error=f"{output} does not exist yet"))
+            results.append(OutputResult(output, status=Status.SKIPPED, error=f"{output} does not exist yet"))
         else:
             try:
                 results.append(publisher.publish_output(output))
             except QueuelakeError as exc:
                 log.error("publish %s failed: %s", output, exc)
-                results.append(OutputResult(output, "failed", error=str(exc)))
-        seconds.append(round(time.monotonic() - t0, 3))
-    record_runs(lake, run_id, started, results, seconds)
+                results.append(OutputResult(output, status=Status.FAILED, error=str(exc)))
+        results[-1].seconds = round(time.monotonic() - t0, 3)
+    run.record(lake, [row for r in results for row in r.runs_rows()])
     # a blocked round (failed expectations) fails the run too: the data needs a person's attention
-    status = "failed" if any(r.status in ("failed", "blocked") for r in results) else "ok"
+    status = worst([r.status for r in results])
     summary = [r.__dict__ for r in results]
     return {
         "status": status,
-        "run_id": run_id,
+        "run_id": run.run_id,
         "published": sum(r.published for r in results),
         "copies": sum(r.copies for r in results),
         "rejected": sum(r.rejected for r in results),
         "undeliverable": sum(r.undeliverable for r in results),
         "outputs": summary,
     }
-
-
-def record_runs(
-    lake: LakeEngine, run_id: str, started: dt.datetime, results: list[OutputResult], seconds: list[float]
-) -> None:
-    """One ``runs`` row per output (in the ``table`` column): rows published, copies sent
-    (``fanned_out``), copies not deliverable, rows rejected, batches, status, and the failed
-    expectations (JSON, GX's details) of a blocked round."""
-    ended = dt.datetime.now(dt.timezone.utc)
-    rows = [
-        {
-            "run_id": run_id,
-            "command": "publish",
-            "table": r.output,
-            "started_at": started,
-            "ended_at": ended,
-            "published": r.published,
-            "fanned_out": r.copies,
-            "undeliverable": r.undeliverable,
-            "rejected": r.rejected,
-            "batches": r.batches,
-            "seconds": s,
-            "rate": round(r.published / s, 1) if s else 0.0,
-            "status": r.status,
-            "error": r.error,
-            "failed_expectations": orjson.dumps(r.failed_expectations).decode() if r.failed_expectations else None,
-        }
-        for r, s in zip(results, seconds)
-    ]
-    append_runs(lake, run_id, "publish", rows)

@@ -11,7 +11,7 @@ from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.replay.plan import ReplayOptions
 from queuelake.pipeline.replay.result import ReplayResult
-from queuelake.pipeline.runs import append_runs, record_engine
+from queuelake.pipeline.runs import Run, record_engine
 
 REPLAYS = tables.REPLAYS.name
 REPLAYS_SCHEMA: pa.Schema = tables.REPLAYS.schema
@@ -54,22 +54,4 @@ def record_run(
     record_engine(lake, REPLAYS).append(
         REPLAYS, pa.Table.from_pylist([replay], schema=REPLAYS_SCHEMA), f"queuelake.replays/{run_id}", 1
     )
-    # a replay that sent nothing still gets its one runs row
-    per_destination: list[tuple[str | None, int]] = [*sorted(sent_per_destination.items())] or [(None, 0)]
-    runs = [
-        {
-            "run_id": run_id,
-            "command": "replay",
-            "queue": destination,
-            "started_at": started,
-            "ended_at": ended,
-            "published": count,
-            "batches": result.batches_sent,
-            "seconds": result.seconds_sending,
-            "rate": result.rate,
-            "status": result.status,
-            "error": result.error,
-        }
-        for destination, count in per_destination
-    ]
-    append_runs(lake, run_id, "replay", runs)
+    Run("replay", run_id, started).record(lake, result.runs_rows(sent_per_destination))

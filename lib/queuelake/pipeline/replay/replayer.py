@@ -59,6 +59,7 @@ from queuelake.pipeline.replay.sending import Sender
 from queuelake.pipeline.replay.steps import Steps
 from queuelake.pipeline.runs import RUNS
 from queuelake.report import log
+from queuelake.status import Status
 from queuelake.transport import ledger, locks
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import bridge_ref
@@ -308,10 +309,10 @@ def replay(
         if not replayer.sending:
             raise
         result = replayer.result
-        result.status, result.error = "failed", str(exc)
+        result.status, result.error = Status.FAILED, str(exc)
     except BaseException as exc:  # SIGTERM's Interrupted, Ctrl-C: record what was sent, then go on
         if replayer.sending:
-            replayer.result.status, replayer.result.error = "interrupted", str(exc) or type(exc).__name__
+            replayer.result.status, replayer.result.error = Status.INTERRUPTED, str(exc) or type(exc).__name__
             replayer.record(replayer.result)
         raise
     if not options.dry_run:

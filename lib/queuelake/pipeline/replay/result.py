@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from queuelake.pipeline.runs import PartResult
 
 
 @dataclass
-class ReplayResult:
+class ReplayResult(PartResult):
     replay_id: str | None
-    status: str = "ok"
     dry_run: bool = False
     journal_version: int | None = None
     matched: int = 0  # journal rows the predicate matches, any outcome, before --limit
@@ -27,4 +30,20 @@ class ReplayResult:
     message_types: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds_sending: float = 0.0
     rate: float = 0.0
-    error: str | None = None
+
+    def runs_rows(self, sent_per_destination: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+        """One row per destination, with the messages sent there; a replay that sent nothing still
+        gets its one row."""
+        per_destination: list[tuple[str | None, int]] = [*sorted((sent_per_destination or {}).items())]
+        return [
+            {
+                "queue": destination,
+                "published": count,
+                "batches": self.batches_sent,
+                "seconds": self.seconds_sending,
+                "rate": self.rate,
+                "status": self.status,
+                "error": self.error,
+            }
+            for destination, count in per_destination or [(None, 0)]
+        ]
