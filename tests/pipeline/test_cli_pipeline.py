@@ -102,6 +102,11 @@ def test_run_then_maintain(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert maintained["status"] == "ok"
     assert {"messages", "runs", "outbound_activity"} <= set(maintained["tables"])
     assert len(read_table(str(lake_root / "messages"))) == 250  # compaction keeps every row
+    listed = cli(["tables", "-c", str(conf)], fresh_pg_uri, tmp_path)  # the lake, as an operator sees it
+    by_name = {t["table"]: t for t in listed["tables"]}
+    assert {"messages", "runs", "outbound_activity"} <= set(by_name), listed
+    assert by_name["messages"]["engine"] == "delta-rs" and by_name["messages"]["files"] >= 1, listed
+    assert by_name["messages"]["version"] >= 1 and by_name["outbound_activity"]["about"], listed  # outbound_{output}
     # The compaction made new versions but brought no rows: the next run starts Spark once to move the
     # checkpoints past them (one left behind would fail once the Delta log's retention drops those
     # commits), sends nothing, and the runs after it are idle again, without Spark.
@@ -112,3 +117,11 @@ def test_run_then_maintain(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert again["status"] == "ok" and again["publish"]["copies"] == 0, again
     assert "transform: nothing new, no Spark session started" in log, log
     assert "publish: nothing new, no Spark session started" in log and "incubator" not in log, log
+
+
+def test_tables_on_an_empty_lake_says_so(tmp_path: Path) -> None:
+    conf = tmp_path / "job.yaml"
+    conf.write_text(json.dumps({"transport": {"connection": "unused"}, "lake": {"root": str(tmp_path / "lake")}}))
+    summary, log = cli_logged(["tables", "-c", str(conf)], "unused", tmp_path)
+    assert summary["status"] == "ok" and summary["tables"] == [], summary
+    assert "tables: no lake tables under" in log and "nothing to show" in log, log

@@ -18,6 +18,7 @@ from queuelake.commands import (
     run,
     spark_packages,
     status,
+    tables,
     transform,
 )
 from queuelake.commands.command import Command
@@ -35,6 +36,7 @@ COMMANDS: dict[str, Command] = {
         run,
         purge_expired,
         maintain,
+        tables,
         replay,
         spark_packages,
     )
