@@ -11,7 +11,9 @@ dodged by an import inside a function, where nothing saw it. This test reads eve
 The layers, top to bottom. A module may import its own layer and the layers below it, never one
 above; where a layer has parts (``lake | transport``), the parts do not import each other:
 
- 1. entry points   ``cli``, ``__main__``, ``jobs``, ``notebook_support``
+ 1. entry points   ``cli``, ``__main__``, ``jobs``, ``notebook_support`` (the notebooks' one import) and
+                   ``notebooks.*`` (its parts, one job each: runner, frames, tables, queues, units,
+                   axes, time_charts, runs_figure)
  2. commands       ``commands.*``, and the demo: ``examples.demo``, ``examples.traffic``, ``examples.orders``
  3. pipeline       ``pipeline.*``: drain, transform, publish, replay, the runs writer
  4. quality        ``quality.*``: the outbound contract and users' suites, which publish and transform run
@@ -46,7 +48,7 @@ PACKAGE = "queuelake"
 # top to bottom; each layer is a list of parts, each part a list of module patterns (without the
 # ``queuelake.`` prefix). An exact name wins over a pattern: transport.dialects is in "dialects".
 LAYERS: list[tuple[str, list[list[str]]]] = [
-    ("entry points", [["cli", "__main__", "jobs", "notebook_support"]]),
+    ("entry points", [["cli", "__main__", "jobs", "notebook_support", "notebooks", "notebooks.*"]]),
     ("commands", [["commands", "commands.*", "examples.demo", "examples.traffic", "examples.orders"]]),
     ("pipeline", [["pipeline", "pipeline.*"]]),
     ("quality", [["quality", "quality.*"]]),

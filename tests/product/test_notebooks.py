@@ -39,7 +39,7 @@ pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib: pi
 
 import matplotlib.dates as mdates  # noqa: E402
 from deltalake import write_deltalake  # noqa: E402
-from queuelake import notebook_support  # noqa: E402
+from queuelake.notebooks import runner as notebook_runner  # noqa: E402
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA  # noqa: E402
 from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 
@@ -773,8 +773,8 @@ def test_notebook_is_databricks_source_format(name: str) -> None:
     for cell in markdown:
         assert all(line == "# MAGIC" or line.startswith("# MAGIC ") for line in cell.splitlines()), cell
     text = "\n".join(lines)
-    # The widgets are made by the shared support module, with the dbutils the notebook hands it.
-    support = Path(notebook_support.__file__).read_text(encoding="utf-8")
+    # The widgets are made by the notebooks' runner (Notebook.param), with the dbutils the notebook hands it.
+    support = Path(notebook_runner.__file__).read_text(encoding="utf-8")
     assert 'dbutils=globals().get("dbutils")' in text and "from queuelake.notebook_support import" in text
     assert "dbutils.widgets.text(name, value)" in support and 'param("lake_root", "./lake")' in text
     assert "QUEUELAKE_NOTEBOOK_OUTPUT" in text and "open_lake(LakeConfig(root=LAKE_ROOT" in text
