@@ -260,7 +260,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         counts = journal_counts(journal_engine(lake))
         to_whom = delivered(cfg)
         commands = next_commands(config_file, lake_root)
-        report = _report(counts, to_whom, lake_root, lake.name, drained, transformed, published, commands)
+        tables = lake.tables()  # through the port: the Delta tables under the root
+        report = _report(counts, to_whom, lake_root, tables, lake.name, drained, transformed, published, commands)
         print(report)
         ok = all(s["status"] == Status.OK for s in (drained, transformed, published))
         status = Status.OK if ok else Status.FAILED
@@ -283,7 +284,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         context._servers.clear()
 
 
-def _report(counts, to_whom, lake_root: Path, engine: str, drained, transformed, published, commands) -> str:
+def _report(
+    counts, to_whom, lake_root: Path, tables: list[str], engine: str, drained, transformed, published, commands
+) -> str:
     lines = ["", "queuelake demo", "=" * 60, "", "Drained into the journal (queue: outcome counts)"]
     for queue, outcomes in sorted(counts.items()):
         text = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
@@ -303,9 +306,7 @@ def _report(counts, to_whom, lake_root: Path, engine: str, drained, transformed,
         for kind, n in sorted(types.items()):
             lines.append(f"  {n:>5} x {kind:<60} -> {queue}")
     lines += ["", f"Lake tables ({engine}) under {lake_root}:"]
-    for p in sorted(lake_root.iterdir()):
-        if (p / "_delta_log").is_dir():
-            lines.append(f"  {p}")
+    lines += [f"  {lake_root / name}" for name in tables]
     lines += ["", "The database and the lake stay. Next, try:"]
     lines += [f"  {command}" for command in commands]
     lines.append("")

@@ -85,15 +85,6 @@ def is_s3(uri: str) -> bool:
     return urlparse(uri).scheme in ("s3", "s3a")
 
 
-def parquet_file(uri: str):
-    """One data file of a lake table (as ``added_files`` names it), opened with the lake's storage
-    options: for reading its footer (row counts) or a few columns without Spark."""
-    import pyarrow.parquet as pq
-
-    fs, path = filesystem(uri)
-    return pq.ParquetFile(path, filesystem=fs)
-
-
 def filesystem(uri: str, options: Mapping[str, str] | None = None):
     """(pyarrow FileSystem, path inside it) for a local path or URI, with the lake's storage options
     (``options``, else those registered for the URI's root)."""

@@ -26,7 +26,7 @@ from queuelake.config import Config, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError
 from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.port import LakeEngine
-from queuelake.lake.storage import parquet_file
+from queuelake.lake.round_files import open_file, spark_frame
 from queuelake.pipeline import runs
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
@@ -69,21 +69,21 @@ def _landed(spark: SparkSession, files: list[str]) -> DataFrame:
     schema = to_spark_schema(MESSAGES_SCHEMA)  # given, never inferred: no job to sample the files
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files).where(F.col("outcome") == "landed")
+    return spark_frame(spark, files, schema).where(F.col("outcome") == "landed")
 
 
 def count_landed(files: list[str]) -> int:
     """Landed rows in journal files, from their ``outcome`` column alone (pyarrow, no Spark job)."""
     total = 0
     for uri in files:
-        outcome = parquet_file(uri).read(columns=["outcome"])["outcome"]
+        outcome = open_file(uri).read(columns=["outcome"])["outcome"]
         total += pc.sum(pc.equal(outcome, "landed")).as_py() or 0
     return total
 
 
 def rows_in_files(files: list[str]) -> int:
     """Rows in data files, from their Parquet footers."""
-    return sum(parquet_file(uri).metadata.num_rows for uri in files)
+    return sum(open_file(uri).metadata.num_rows for uri in files)
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:

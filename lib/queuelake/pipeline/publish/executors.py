@@ -32,8 +32,8 @@ from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
-from queuelake.lake import storage
-from queuelake.lake.storage import parquet_file
+from queuelake.lake import round_files
+from queuelake.lake.round_files import open_file
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round, parse_round
@@ -86,7 +86,7 @@ def plan(files: list[str], bad_keys: set[str], size: int) -> tuple[list[Unit], i
     units: list[Unit] = []
     total = 0
     for uri in files:
-        parquet = parquet_file(uri)
+        parquet = open_file(uri)
         for group in range(parquet.metadata.num_row_groups):
             keys = parquet.read_row_group(group, columns=["key"])["key"]
             sent = int(pc.sum(accepted(keys, bad_keys)).as_py() or 0)
@@ -99,7 +99,7 @@ def plan(files: list[str], bad_keys: set[str], size: int) -> tuple[list[Unit], i
 
 def _unit_batches(unit: Unit, bad_keys: frozenset[str], size: int) -> Iterator[list[dict[str, Any]]]:
     """The unit's accepted rows in file order, ``size`` at a time; one Parquet batch in memory."""
-    return in_batches(accepted_rows(parquet_file(unit.uri), bad_keys, [unit.row_group]), size)
+    return in_batches(accepted_rows(open_file(unit.uri), bad_keys, [unit.row_group]), size)
 
 
 def route_round(
@@ -120,7 +120,7 @@ def route_round(
     for unit in units:
         if all(k in done for k in range(unit.first, unit.first + unit.batches)):
             continue
-        parquet = parquet_file(unit.uri)
+        parquet = open_file(unit.uri)
         names = set(parquet.schema_arrow.names)
         columns = [c for c in _ROUTING_COLUMNS if c in names] + (["deliver_at"] if "deliver_at" in names else [])
         table = parquet.read_row_group(unit.row_group, columns=columns)
@@ -214,7 +214,7 @@ class ExecutorSender:
             total=total,
             bad_keys=frozenset(bad_keys),
             log_level=log_level(),
-            storage=storage.registered(files[0]) if files else None,
+            storage=round_files.access(files),
         )
         log.info(
             "publish %s: %d batch(es) from %d row group(s) sent by Spark tasks (routes checked in %.1fs)",
@@ -279,8 +279,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
         from queuelake.report import setup_logging
 
         setup_logging(job.log_level)
-    if job.storage is not None:  # this worker never opened the lake: give it the root's options
-        storage.register(*job.storage)
+    round_files.grant(job.storage)  # this worker never opened the lake: give it the root's options
     size = job.round.batch_size
     with connect(job.config, "queuelake-publish") as conn:
         done = _done(conn, job)

@@ -9,10 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from queuelake.lake.storage import filesystem as lake_filesystem
-from queuelake.lake.storage import parquet_file
+from queuelake.lake.round_files import open_file, read_table
 
 # What a send reads of an outbound row (the outbound contract's columns). Columns of the user's own
 # beside them are never converted to Python: a value there past what Python holds (a timestamp in year
@@ -78,7 +76,7 @@ def in_batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[
 
 def round_batches(files: list[str], bad_keys: set[str], size: int) -> Iterator[list[dict[str, Any]]]:
     """Accepted rows in the round's fixed order (files by path, rows in file order), in batches."""
-    return in_batches((row for uri in files for row in accepted_rows(parquet_file(uri), bad_keys)), size)
+    return in_batches((row for uri in files for row in accepted_rows(open_file(uri), bad_keys)), size)
 
 
 def count_accepted(files: list[str], bad_keys: set[str]) -> int:
@@ -86,8 +84,7 @@ def count_accepted(files: list[str], bad_keys: set[str]) -> int:
     total = 0
     for uri in files:
         # files delta-rs rewrites (DELETE/UPDATE) store string_view, which is_in has no kernel for
-        filesystem, path = lake_filesystem(uri)
-        keys = pq.read_table(path, columns=["key"], filesystem=filesystem)["key"].cast(pa.string())
+        keys = read_table(uri, ["key"])["key"].cast(pa.string())
         total += len(keys) - keys.null_count
         if bad_keys:
             total -= pc.sum(pc.is_in(keys, pa.array(list(bad_keys), pa.string()))).as_py() or 0

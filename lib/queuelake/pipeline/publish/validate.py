@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
-from queuelake.lake.storage import parquet_file
+from queuelake.lake.round_files import open_file, spark_frame
 from queuelake.pipeline.publish.rounds import Round
 from queuelake.quality import expectations
 from queuelake.quality import outbound as quality
@@ -46,7 +46,7 @@ def validate(
     Returns (keys not to send, rows rejected, the suite's outcome or None). A failed suite
     returns before anything is written for the round (not even the rejects): the round is
     blocked and starts again, on the fixed data, at the next run."""
-    if suite is None and not quality.arrow_may_reject(files, parquet_file):
+    if suite is None and not quality.arrow_may_reject(files, open_file):
         return set(), 0, None  # every row passes: no Spark job for the round
 
     from pyspark.sql import functions as F
@@ -54,7 +54,7 @@ def validate(
     from queuelake.lake.arrow_types import to_spark_schema
 
     schema = lake.schema(output, rnd.upto)  # the port opens the table (storage options)
-    df = spark.read.schema(to_spark_schema(schema)).parquet(*files)
+    df = spark_frame(spark, files, to_spark_schema(schema))
     for name, kind in OPTIONAL.items():
         if name not in df.columns:
             df = df.withColumn(name, F.lit(None).cast(to_spark_schema(pa.schema([(name, kind)]))[0].dataType))

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 
+from queuelake.lake import round_files
 from queuelake.pipeline.replay.arrow_predicate import ArrowPredicate
 from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS
 
@@ -37,18 +37,13 @@ class Scan:
 def select_keys(files: list[str], schema: pa.Schema, predicate: ArrowPredicate) -> tuple[pa.Table, Scan]:
     """The selected rows' key columns, ``is_failure``, ``is_audit``, ``file`` and ``row_index``, in
     the order the Spark selection returns them (sorted by the caller)."""
-    from queuelake.lake.storage import filesystem, path_in
-
     scan = Scan(files=len(files))
     if not files:
         return EMPTY_KEYS.empty_table(), scan
     needed = sorted(set(KEY_COLUMNS) | set(_FAILURE) | set(_AUDIT) | predicate.columns)
     read_schema = pa.schema([schema.field(name) for name in needed])
-    fs, _ = filesystem(files[0])  # with the lake's storage options (object storage)
-    paths = [path_in(f) for f in files]
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
     # schema=: a file written before a column was added reads it as nulls, as Delta readers do
-    dataset = ds.dataset(paths, schema=read_schema, format=fmt, filesystem=fs)
+    dataset = round_files.dataset(files, read_schema)  # with the lake's storage options (object storage)
     parts: list[pa.Table] = []
     for uri, fragment in zip(files, dataset.get_fragments(), strict=True):
         starts = np.cumsum([0] + [rg.num_rows for rg in fragment.row_groups])

@@ -30,7 +30,7 @@ from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
-from queuelake.lake import storage
+from queuelake.lake import round_files
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import messages
 from queuelake.pipeline.replay.ahead import ahead
@@ -122,8 +122,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
         from queuelake.report import setup_logging
 
         setup_logging(job.log_level)
-    if job.storage is not None:  # this worker never opened the lake: give it the root's options
-        storage.register(*job.storage)
+    round_files.grant(job.storage)  # this worker never opened the lake: give it the root's options
     content = Content(list(job.files))
 
     def prepare(unit: Unit) -> tuple[list[Row], dict[str, tuple[TableRef, binary_copy.Messages]]]:

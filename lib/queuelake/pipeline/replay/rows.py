@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from queuelake.config import Config
 from queuelake.errors import QueuelakeError, ReplayError
+from queuelake.lake.round_files import open_file
 from queuelake.transport import schema
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef, queue_ref
@@ -109,10 +109,7 @@ class Content:
         if table is not None:
             self.cache.move_to_end(uri)
             return table
-        from queuelake.lake.storage import filesystem as lake_filesystem
-
-        filesystem, path = lake_filesystem(uri)  # with the lake's storage options (object storage)
-        table = pq.ParquetFile(path, filesystem=filesystem).read(columns=["headers", "body"])
+        table = open_file(uri).read(columns=["headers", "body"])  # with the lake's storage options
         self.cache[uri] = table
         while len(self.cache) > self.CACHED_FILES:
             self.cache.popitem(last=False)

@@ -143,7 +143,7 @@ class Sender:
     ) -> None:
         """The batches not in the ledger, sent by Spark tasks (``executors.py``); the outcomes are
         counted here as the driver's loop counts its own."""
-        from queuelake.lake.storage import registered
+        from queuelake.lake.round_files import access
 
         result = self.result
         n, size = plan.batches, plan.batch_size
@@ -156,7 +156,7 @@ class Sender:
             ack_queue=self.options.ack_queue,
             targets=planned.targets,
             log_level=executors.log_level(),
-            storage=registered(files[0]) if files else None,
+            storage=access(files),
         )
         log.info("replay %s: %d batch(es) sent by Spark tasks", replay_id, len(units))
         started = time.monotonic()

@@ -1,0 +1,83 @@
+"""The reader of round files: the Parquet data files a range of table versions added (what
+``LakeEngine.added_files`` names), for the pipelines that consume a table by increments.
+
+Why it exists: publish, replay and transform read exactly the files of a version range (publish's
+batch keys follow their row order and row groups; replay names a row by file and row index), so
+they cannot read a table through ``LakeEngine.read``. They used to open those files themselves, each
+with the lake's storage internals (``storage.filesystem``, ``pyarrow.parquet``, Spark's
+``.parquet(...)``). Here is the one place they do it now, so nothing outside ``lake/`` opens a lake
+file or knows how object storage is reached (issue 31, "the lake port closed"); a test
+(``tests/lake/test_port_closed.py``) keeps it so.
+
+What a caller gets is pyarrow's own (a ``ParquetFile``, a ``Table``, a ``Dataset``) or Spark's
+(a ``DataFrame``): the same calls as before, behind this module, so rows, their order and the
+row groups are what the files hold, with no copy added.
+
+On Spark executors: a task's Python worker never opened the lake, so it knows no storage options.
+The driver resolves them (``access``: the lake root the files are under and its options, picklable)
+and ships them with the task, which hands them to ``grant`` before opening any file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from queuelake.lake import storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+Access = tuple[str, dict[str, str]]  # (a lake root, its storage options): what a Spark task needs
+
+
+def open_file(uri: str) -> pq.ParquetFile:
+    """One data file (as ``added_files`` names it, local or ``s3://``), opened with the lake's storage
+    options: its footer (``metadata``: rows, row groups and their statistics; ``schema_arrow``),
+    ``iter_batches`` (columns, row groups, batch size), ``read_row_group`` and ``read``."""
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(uri)
+    return pq.ParquetFile(path, filesystem=fs)
+
+
+def read_table(uri: str, columns: list[str]) -> pa.Table:
+    """Some columns of one data file as one Arrow table (``pyarrow.parquet.read_table``)."""
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(uri)
+    return pq.read_table(path, columns=columns, filesystem=fs)
+
+
+def dataset(uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:
+    """The files as one Arrow dataset read with ``schema`` (a column a file lacks, one added to the
+    table after it was written, reads as nulls, as Delta readers do; INT96 times as microseconds),
+    its fragments in the order of ``uris``: to filter by row group statistics before reading any."""
+    import pyarrow.dataset as ds
+
+    fs, _ = storage.filesystem(uris[0])  # one filesystem for them all (a round's files share a root)
+    paths = [storage.path_in(uri) for uri in uris]
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    return ds.dataset(paths, schema=schema, format=fmt, filesystem=fs)
+
+
+def spark_frame(spark: SparkSession, uris: Sequence[str], schema: StructType) -> DataFrame:
+    """The files as a Spark DataFrame with ``schema`` given (never inferred: no job to sample them);
+    Spark reaches object storage through the session's S3A settings (``storage.configure_spark``)."""
+    return spark.read.schema(schema).parquet(*uris)
+
+
+def access(uris: Sequence[str]) -> Access | None:
+    """On the driver: what a Spark task needs to open ``uris`` (the registered lake root they are
+    under and its storage options); None for no files or a root with none registered."""
+    return storage.registered(uris[0]) if uris else None
+
+
+def grant(access: Access | None) -> None:
+    """In a Spark task, before opening a file: the storage options the driver resolved (``access``)."""
+    if access is not None:
+        storage.register(*access)
