@@ -18,6 +18,7 @@ from the outcomes; the loop logs only a failed batch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -77,6 +78,15 @@ class Batch(Generic[P]):
     k: int
     content: Callable[[], P]
     rows: int = 0
+
+
+def ready(k: int, content: P, rows: int) -> Batch[P]:
+    """Batch ``k`` whose content is built already (a stream of rows cut into batches)."""
+    return Batch(k, functools.partial(_given, content), rows)
+
+
+def _given(content: P) -> P:
+    return content
 
 
 @dataclass(frozen=True)

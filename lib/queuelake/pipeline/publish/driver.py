@@ -10,7 +10,7 @@ from typing import Any
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import RoundKeys
-from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Batch, Book, Sent, send_batches
+from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Book, Sent, ready, send_batches
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round
 from queuelake.pipeline.publish.routing import Router
@@ -46,10 +46,7 @@ class DriverSender:
         """The round's ``n`` batches, skipping those ``done`` already; a batch that fails is rolled
         back whole and recorded in the result, and the next one goes on (``batches.sender``)."""
         book = Book(self.ledger, pipeline, output, RoundKeys(rnd, n), f"publish {output}", "publish")
-        batches = (
-            Batch(k, partial(_same, rows), len(rows))
-            for k, rows in enumerate(round_batches(files, bad_keys, rnd.batch_size))
-        )
+        batches = (ready(k, rows, len(rows)) for k, rows in enumerate(round_batches(files, bad_keys, rnd.batch_size)))
         started = time.monotonic()
         for outcome in send_batches(conn, book, batches, partial(self.insert_batch, pipeline, output), done):
             result.rows += outcome.rows
@@ -96,7 +93,3 @@ class DriverSender:
             record_batch(self.lake, output, batch_key, bad)
         out.insert(conn)
         return Sent(len(rows), out.copies, len(bad))
-
-
-def _same(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return rows

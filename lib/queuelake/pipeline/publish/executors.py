@@ -34,7 +34,7 @@ from queuelake.lake import storage
 from queuelake.lake.storage import parquet_file
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import Round, RoundKeys
-from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Batch, Book, Sent, send_batches
+from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Book, Sent, ready, send_batches
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import accepted, accepted_rows, in_batches, without_rejected_values
@@ -285,7 +285,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
     size = job.round.batch_size
     book = _book(job)
     batches = (
-        Batch(unit.first + j, partial(_same, rows), len(rows))
+        ready(unit.first + j, rows, len(rows))
         for unit in units
         for j, rows in enumerate(_unit_batches(unit, job.bad_keys, size))
     )
@@ -322,10 +322,6 @@ def _book(job: Job) -> Book:
     """Where the round's batches are recorded, and their keys."""
     keys = RoundKeys(job.round, job.total)
     return Book(job.ledger, job.pipeline, job.output, keys, f"publish {job.output}", "publish")
-
-
-def _same(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return rows
 
 
 def _send(job: Job, conn: Connection, batch_key: str, rows: list[dict[str, Any]]) -> Sent:
