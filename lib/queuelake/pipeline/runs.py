@@ -59,7 +59,7 @@ class PartResult:
     """What each part of a run ends with (a queue drained, an output published, a replay): its status
     and, unless ok, why. The subclasses add their counts and say which ``runs`` rows they make."""
 
-    status: str = Status.OK  # a Status; str while some modules still assign its words
+    status: Status = Status.OK
     error: str | None = None
 
     def runs_rows(self) -> list[dict[str, Any]]:

@@ -28,19 +28,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
-from queuelake.errors import QueuelakeError
 from queuelake.lake import round_files
 from queuelake.lake.round_files import open_file
 from queuelake.nsb.times import format_time
+from queuelake.pipeline.batches.keys import Round, RoundKeys
+from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Book, Sent, ready, send_batches
 from queuelake.pipeline.publish.result import OutputResult
-from queuelake.pipeline.publish.rounds import Round, parse_round
 from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import accepted, accepted_rows, in_batches, without_rejected_values
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
+from queuelake.status import Status
 from queuelake.transport import ledger, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
@@ -226,12 +226,13 @@ class ExecutorSender:
         try:
             outcomes = send_units(self.spark, job, units)
         except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
-            result.status = "failed"
+            result.status = Status.FAILED
             result.error = task_error(exc)
             # what the tasks had committed when the failure was seen (the next run skips it)
+            keys = RoundKeys(rnd, total)
             for row in ledger.rows_of_pipeline(conn, self.ledger, pipeline):
-                batch_round, k, _ = parse_round(row.batch_key)
-                if row.output_table == output and batch_round == rnd and k not in done:
+                k = keys.index(row.batch_key)
+                if row.output_table == output and k is not None and k not in done:
                     result.batches += 1
                     result.published += row.rows_sent
             conn.rollback()
@@ -242,7 +243,7 @@ class ExecutorSender:
             if outcome["status"] == "skipped":
                 result.batches_skipped += 1
             elif outcome["status"] == "failed":
-                result.status = "failed"
+                result.status = Status.FAILED
                 result.failed_batches.append(outcome["batch_key"])
                 result.error = outcome["error"]
             else:
@@ -274,73 +275,63 @@ def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[st
 
 
 def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
-    """A task: send each batch of its units not yet in the ledger, each in its own transaction."""
+    """A task: send each batch of its units not yet in the ledger, each in its own transaction
+    (``batches.sender``; a batch that fails is looked up again, in case another run sent it)."""
     if not log.handlers:  # a fresh Python worker: progress to its stderr (the executor's log)
         from queuelake.report import setup_logging
 
         setup_logging(job.log_level)
     round_files.grant(job.storage)  # this worker never opened the lake: give it the root's options
     size = job.round.batch_size
+    book = _book(job)
+    batches = (
+        ready(unit.first + j, rows, len(rows))
+        for unit in units
+        for j, rows in enumerate(_unit_batches(unit, job.bad_keys, size))
+    )
     with connect(job.config, "queuelake-publish") as conn:
-        done = _done(conn, job)
+        done = book.done(conn)
         started = time.monotonic()
         sent_rows = 0
-        for unit in units:
-            for j, rows in enumerate(_unit_batches(unit, job.bad_keys, size)):
-                k = unit.first + j
-                batch_key = job.round.key(k, job.total)
-                if k in done:
-                    yield {"k": k, "rows": len(rows), "status": "skipped"}
-                    continue
-                try:
-                    copies = _send(conn, job, batch_key, rows)
-                except QueuelakeError as exc:
-                    conn.rollback()
-                    if k in _done(conn, job):  # sent meanwhile by another run (the ledger's key held)
-                        yield {"k": k, "rows": len(rows), "status": "skipped"}
-                        continue
-                    log.error("publish %s batch %s failed, nothing of it was sent: %s", job.output, batch_key, exc)
-                    yield {"k": k, "rows": len(rows), "status": "failed", "error": str(exc), "batch_key": batch_key}
-                    continue
-                sent_rows += len(rows)
-                elapsed = time.monotonic() - started
-                log.info(
-                    "publish %s: batch %d of %d sent from an executor, %d row(s) as %d message(s); "
-                    "this task %d row(s) at %.0f rows/s",
-                    job.output,
-                    k + 1,
-                    job.total,
-                    len(rows),
-                    copies,
-                    sent_rows,
-                    sent_rows / elapsed if elapsed else 0,
-                )
-                yield {"k": k, "rows": len(rows), "status": "sent", "copies": copies}
+        for outcome in send_batches(conn, book, batches, partial(_send, job), done, recheck=True):
+            k = outcome.k
+            if outcome.status == SKIPPED:
+                yield {"k": k, "rows": outcome.rows, "status": "skipped"}
+                continue
+            if outcome.status == FAILED:
+                failed = {"status": "failed", "error": outcome.error, "batch_key": outcome.key}
+                yield {"k": k, "rows": outcome.rows, **failed}
+                continue
+            sent_rows += outcome.rows
+            elapsed = time.monotonic() - started
+            log.info(
+                "publish %s: batch %d of %d sent from an executor, %d row(s) as %d message(s); "
+                "this task %d row(s) at %.0f rows/s",
+                job.output,
+                k + 1,
+                job.total,
+                outcome.rows,
+                outcome.copies,
+                sent_rows,
+                sent_rows / elapsed if elapsed else 0,
+            )
+            yield {"k": k, "rows": outcome.rows, "status": "sent", "copies": outcome.copies}
 
 
-def _done(conn: Connection, job: Job) -> set[int]:
-    """Batch indexes of this round already in the ledger."""
-    keys = ledger.batch_keys(conn, job.ledger, job.pipeline, job.output)
-    conn.rollback()
-    done = set()
-    for batch_key in keys:
-        rnd, k, _ = parse_round(batch_key)
-        if rnd == job.round:
-            done.add(k)
-    return done
+def _book(job: Job) -> Book:
+    """Where the round's batches are recorded, and their keys."""
+    keys = RoundKeys(job.round, job.total)
+    return Book(job.ledger, job.pipeline, job.output, keys, f"publish {job.output}", "publish")
 
 
-def _send(conn: Connection, job: Job, batch_key: str, rows: list[dict[str, Any]]) -> int:
-    """One DB transaction: every deliverable copy of the batch's rows and its ledger row."""
+def _send(job: Job, conn: Connection, batch_key: str, rows: list[dict[str, Any]]) -> Sent:
+    """Every deliverable copy of the batch's rows, in its transaction (the sender adds the ledger
+    row and commits)."""
     now = queues.db_utc_now(conn)
     sent = format_time(now)
     out, _lost = job.router.build(None, job.pipeline, rows, now, sent)  # lost: recorded by the driver already
     out.insert(conn)
-    ledger.record(conn, job.ledger, job.pipeline, job.output, batch_key, len(rows), out.copies)
-    hooks.checkpoint("before_publish_commit")
-    conn.commit()
-    hooks.checkpoint("after_publish_commit")
-    return out.copies
+    return Sent(len(rows), out.copies)
 
 
 def frozen(router: Router) -> Router:

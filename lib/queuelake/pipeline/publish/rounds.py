@@ -3,44 +3,18 @@ ledger already holds.
 
 A round is Delta versions (P, V] of an output cut into batches; batch k of N is recorded in the
 ledger as ``P-V:k/N@B`` (``@Bg`` when its batches follow Parquet row groups, sent from executors).
-The driver's and the executors' sends write these keys and read them back to resume a round.
+The driver's and the executors' sends write these keys and read them back to resume a round; the
+grammar itself (``Round``, ``parse_round``) lives with the other ledger keys in ``batches.keys``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.batches.keys import Round, parse_round
 from queuelake.transport import ledger
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
-
-
-@dataclass(frozen=True)
-class Round:
-    """Delta versions (after, upto] of an output, cut into batches of ``batch_size`` rows: one stream
-    of rows (``layout`` "") or batches that follow Parquet row groups (``g``, sent from executors)."""
-
-    after: int | None
-    upto: int
-    batch_size: int
-    layout: str = ""
-
-    def key(self, k: int, n: int) -> str:
-        return f"{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}{self.layout}"
-
-
-def parse_round(batch_key: str) -> tuple[Round, int, int]:
-    """``P-V:k/N@B`` (``@Bg`` from executors) -> (the round, k, N): how a rerun finds, in the ledger,
-    the batches of a round already sent."""
-    span, _, rest = batch_key.partition(":")
-    after, _, upto = span.partition("-")
-    kn, _, size = rest.partition("@")
-    k, _, n = kn.partition("/")
-    layout = size.lstrip("0123456789")
-    size = size[: len(size) - len(layout)]
-    return Round(int(after) if after else None, int(upto), int(size), layout), int(k), int(n)
 
 
 def last_round(batch_keys: list[str]) -> tuple[Round | None, set[int], bool]:

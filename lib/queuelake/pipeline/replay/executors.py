@@ -16,6 +16,7 @@ reaches its destination exactly once, as from the driver. ``--max-rate`` replays
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -26,18 +27,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
-from queuelake.errors import QueuelakeError
 from queuelake.lake import round_files
+from queuelake.pipeline.batches.keys import ReplayKeys
+from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Batch, Book, Sent, send_batches
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import messages
 from queuelake.pipeline.replay.ahead import ahead
 from queuelake.pipeline.replay.planned import rows_of
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.report import log
-from queuelake.transport import binary_copy, ledger
+from queuelake.transport import binary_copy
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
 
@@ -54,6 +55,7 @@ class Job:
     config: Config
     replay_id: str
     ledger: TableRef
+    keys: ReplayKeys  # the batches' ledger keys
     files: tuple[str, ...]  # the journal's files at the planned version (rows name theirs)
     ack_queue: str | None
     targets: dict[str, TableRef]  # the destinations, by canonical name (the rows name theirs)
@@ -63,11 +65,10 @@ class Job:
 
 @dataclass(frozen=True)
 class Unit:
-    """One batch of the plan: its index, its ledger key and its deliverable rows (``Planned.slice``:
-    compact Arrow, turned into ``Row`` objects by the task)."""
+    """One batch of the plan: its index and its deliverable rows (``Planned.slice``: compact Arrow,
+    turned into ``Row`` objects by the task)."""
 
     k: int
-    key: str
     rows: pa.Table
 
 
@@ -79,11 +80,9 @@ def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[st
     return rdd.mapPartitions(partial(_run_units, job)).collect()
 
 
-def done_batches(conn: Connection, ledger_ref: TableRef, replay_id: str) -> set[int]:
-    """Indexes of the replay's batches in the ledger (the plan row aside)."""
-    recorded = ledger.rows_of_pipeline(conn, ledger_ref, f"replay/{replay_id}")
-    conn.rollback()
-    return {int(r.batch_key.split("/")[0]) for r in recorded if not r.batch_key.startswith("plan:")}
+def book(ledger_ref: TableRef, replay_id: str, keys: ReplayKeys) -> Book:
+    """Where a replay's batches are recorded: ledger rows of pipeline ``replay/<id>``, beside its plan."""
+    return Book(ledger_ref, f"replay/{replay_id}", MESSAGES, keys, f"replay {replay_id}", "replay")
 
 
 def send_messages(conn: Connection, built: dict[str, tuple[TableRef, binary_copy.Messages]]) -> None:
@@ -92,12 +91,13 @@ def send_messages(conn: Connection, built: dict[str, tuple[TableRef, binary_copy
         binary_copy.send(conn, ref, batch)
 
 
-def commit_batch(conn: Connection, ledger_ref: TableRef, replay_id: str, key: str, rows: int) -> None:
-    """The batch's ledger row, then the commit: the batch and its record go together."""
-    ledger.record(conn, ledger_ref, f"replay/{replay_id}", MESSAGES, key, rows, rows)
-    hooks.checkpoint("before_replay_commit")
-    conn.commit()
-    hooks.checkpoint("after_replay_commit")
+def send_built(
+    conn: Connection, key: str, prepared: tuple[list[Row], dict[str, tuple[TableRef, binary_copy.Messages]]]
+) -> Sent:
+    """A built batch's inserts, in its transaction (the sender adds its ledger row and commits)."""
+    rows, built = prepared
+    send_messages(conn, built)
+    return Sent(len(rows), len(rows))
 
 
 def grouped(
@@ -117,7 +117,8 @@ def grouped(
 
 
 def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
-    """A task: send each of its batches not yet in the ledger, each in its own transaction."""
+    """A task: send each of its batches not yet in the ledger, each in its own transaction
+    (``batches.sender``; a batch that fails is looked up again, in case another run sent it)."""
     if not log.handlers:  # a fresh Python worker: progress to its stderr (the executor's log)
         from queuelake.report import setup_logging
 
@@ -129,41 +130,44 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
         rows = rows_of(unit.rows, job.targets)
         return rows, grouped(job.replay_id, rows, content, job.ack_queue)
 
+    mine = list(units)
+    sending = book(job.ledger, job.replay_id, job.keys)
     with connect(job.config, "queuelake-replay") as conn:
-        done = done_batches(conn, job.ledger, job.replay_id)
-        todo = []
-        for unit in units:
-            if unit.k in done:
-                yield {"k": unit.k, "rows": unit.rows.num_rows, "status": "skipped"}
-            else:
-                todo.append(unit)
+        done = sending.done(conn)
+        todo = [unit for unit in mine if unit.k not in done]
+        batches = itertools.chain(
+            (Batch(unit.k, partial(prepare, unit), unit.rows.num_rows) for unit in mine if unit.k in done),
+            # the next batch built while this one is sent
+            (Batch(unit.k, prepared, unit.rows.num_rows) for unit, prepared in ahead(todo, prepare)),
+        )
         started = time.monotonic()
         sent_rows = 0
-        for unit, prepared in ahead(todo, prepare):  # the next batch built while this one is sent
-            try:
-                rows, built = prepared()
-                send_messages(conn, built)
-                commit_batch(conn, job.ledger, job.replay_id, unit.key, len(rows))
-            except QueuelakeError as exc:
-                conn.rollback()
-                count = unit.rows.num_rows
-                if unit.k in done_batches(conn, job.ledger, job.replay_id):  # sent meanwhile by another run
-                    yield {"k": unit.k, "rows": count, "status": "skipped"}
-                    continue
-                log.error("replay %s batch %s failed, nothing of it was sent: %s", job.replay_id, unit.key, exc)
-                yield {"k": unit.k, "rows": count, "status": "failed", "error": str(exc), "key": unit.key}
+        for outcome in send_batches(conn, sending, batches, send_built, done, recheck=True):
+            if outcome.status == SKIPPED:
+                yield {"k": outcome.k, "rows": outcome.rows, "status": "skipped"}
                 continue
+            if outcome.status == FAILED:
+                yield {
+                    "k": outcome.k,
+                    "rows": outcome.rows,
+                    "status": "failed",
+                    "error": outcome.error,
+                    "key": outcome.key,
+                }
+                continue
+            assert outcome.content is not None
+            rows = outcome.content[0]
             sent_rows += len(rows)
             elapsed = time.monotonic() - started
             log.info(
                 "replay %s batch %s sent from an executor; this task %d row(s) at %.0f msg/s",
                 job.replay_id,
-                unit.key,
+                outcome.key,
                 sent_rows,
                 sent_rows / elapsed if elapsed else 0,
             )
             counts = collections.Counter(r.target.canonical for r in rows if r.target is not None)
-            yield {"k": unit.k, "rows": len(rows), "status": "sent", "destinations": dict(counts)}
+            yield {"k": outcome.k, "rows": len(rows), "status": "sent", "destinations": dict(counts)}
 
 
 def log_level() -> int:

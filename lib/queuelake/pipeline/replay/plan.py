@@ -1,5 +1,6 @@
 """What a replay was asked (options) and what its first run decided (the plan in the ledger): a rerun
-with the same replay id reads the plan back and cuts the same batches.
+with the same replay id reads the plan back and cuts the same batches (the plan row's and the
+batches' ledger keys: ``batches.keys``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 import orjson
 
 from queuelake.errors import ArgumentError
+from queuelake.pipeline.batches.keys import parse_plan_key, plan_key
 from queuelake.pipeline.replay.predicate import check_predicate
 
 DEFAULT_BATCH_SIZE = 5000
@@ -71,7 +73,7 @@ class Plan:
     batch_size: int
 
     def key(self) -> str:
-        return f"plan:{self.fingerprint}:v{self.version}:n{self.total}:b{self.batch_size}"
+        return plan_key(self.fingerprint, self.version, self.total, self.batch_size)
 
     @property
     def batches(self) -> int:
@@ -79,9 +81,4 @@ class Plan:
 
     @staticmethod
     def parse(key: str) -> Plan:
-        _, fp, v, n, b = key.split(":")
-        return Plan(fp, int(v[1:]), int(n[1:]), int(b[1:]))
-
-
-def batch_key(k: int, n: int, size: int) -> str:
-    return f"{k}/{n}@{size}"
+        return Plan(*parse_plan_key(key))

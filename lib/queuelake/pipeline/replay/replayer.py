@@ -45,6 +45,7 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.batches.keys import is_plan_key, replay_batch_index
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import skips
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
@@ -176,11 +177,11 @@ class Replayer:
         recorded = ledger.rows_of_pipeline(conn, self.ledger, f"replay/{replay_id}")
         conn.rollback()
         rows = [(r.output_table, r.batch_key, r.rows_sent) for r in recorded]
-        plans = [Plan.parse(key) for _, key, _ in rows if key.startswith("plan:")]
+        plans = [Plan.parse(key) for _, key, _ in rows if is_plan_key(key)]
         if len(plans) > 1:
             raise QueuelakeError(f"replay {replay_id} has {len(plans)} plans in the ledger; start a new replay id")
-        done = {int(key.split("/")[0]) for _, key, _ in rows if not key.startswith("plan:")}
-        sent = sum(int(n) for _, key, n in rows if not key.startswith("plan:"))
+        done = {k for _, key, _ in rows if (k := replay_batch_index(key)) is not None}
+        sent = sum(int(n) for _, key, n in rows if not is_plan_key(key))
         return (plans[0] if plans else None), done, sent
 
     def _insert_ledger(self, conn: Connection, replay_id: str, key: str, rows_sent: int) -> None:

@@ -11,15 +11,17 @@ from typing import TYPE_CHECKING
 
 from queuelake import stopping
 from queuelake.config import Config
-from queuelake.errors import QueuelakeError
+from queuelake.pipeline.batches.keys import ReplayKeys
+from queuelake.pipeline.batches.sender import FAILED, STOPPED, Batch, Sent, send_batches
 from queuelake.pipeline.replay import executors
 from queuelake.pipeline.replay.ahead import ahead
-from queuelake.pipeline.replay.plan import Plan, ReplayOptions, batch_key
+from queuelake.pipeline.replay.plan import Plan, ReplayOptions
 from queuelake.pipeline.replay.planned import Planned
 from queuelake.pipeline.replay.result import ReplayResult
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.pipeline.replay.steps import Steps
 from queuelake.report import log
+from queuelake.status import Status
 from queuelake.transport import binary_copy
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
@@ -67,25 +69,36 @@ class Sender:
             batch = planned.batch(k, size)
             return batch, self._messages(replay_id, batch, content)
 
+        keys = ReplayKeys(n, size)
         todo = [k for k in range(n) if k not in done]
         started = time.monotonic()
         sent = 0
-        for k, prepared in ahead(todo, prepare):
-            if stopping.requested():
-                result.status = "interrupted"
+
+        def pace(batch: Sent) -> None:
+            """With --max-rate, the commit waits until the batch is due, so the rows become visible on pace."""
+            if opts.max_rate is not None:
+                wait = started + (sent + batch.rows) / opts.max_rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+
+        # the next batch read and built while this one is sent
+        batches = (Batch(k, prepared) for k, prepared in ahead(todo, prepare))
+        book = executors.book(self.ledger, replay_id, keys)
+        outcomes = send_batches(
+            conn, book, batches, executors.send_built, done, stop=stopping.requested, pace=pace, timed=self.steps.timed
+        )
+        for outcome in outcomes:
+            if outcome.status == STOPPED:
+                result.status = Status.INTERRUPTED
                 break
-            key, t_batch = batch_key(k, n, size), time.monotonic()
-            try:
-                batch, built = prepared()
-                due = None if opts.max_rate is None else started + (sent + len(batch)) / opts.max_rate
-                self._send_batch(conn, replay_id, key, batch, built, due)
-            except QueuelakeError as exc:
-                conn.rollback()
-                result.status = "failed"
-                result.failed_batches.append(key)
-                result.error = str(exc)
-                log.error("replay %s batch %s failed, nothing of it was sent: %s", replay_id, key, exc)
+            if outcome.status == FAILED:
+                result.status = Status.FAILED
+                result.failed_batches.append(outcome.key)
+                result.error = outcome.error
                 continue
+            assert outcome.content is not None
+            batch = outcome.content[0]
+            k = outcome.k
             sent += len(batch)
             result.rows_sent = sent
             result.total_sent += len(batch)
@@ -102,7 +115,7 @@ class Sender:
                 k + 1,
                 n,
                 len(batch),
-                time.monotonic() - t_batch,
+                outcome.seconds,
                 sent,
                 result.rate,
                 left,
@@ -118,26 +131,6 @@ class Sender:
         with self.steps.timed("headers"):
             return executors.grouped(replay_id, rows, contents, self.options.ack_queue)
 
-    def _send_batch(
-        self,
-        conn: Connection,
-        replay_id: str,
-        key: str,
-        rows: list[Row],
-        built: dict[str, tuple[TableRef, binary_copy.Messages]],
-        due: float | None,
-    ) -> None:
-        """One DB transaction: the batch's inserts into every destination and its ledger row. With
-        --max-rate, the commit waits until ``due`` (monotonic), so the rows become visible on pace."""
-        with self.steps.timed("send"):
-            executors.send_messages(conn, built)
-        if due is not None:
-            wait = due - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-        with self.steps.timed("ledger"):
-            executors.commit_batch(conn, self.ledger, replay_id, key, len(rows))
-
     def _send_on_executors(
         self, replay_id: str, plan: Plan, done: set[int], planned: Planned, files: list[str]
     ) -> None:
@@ -147,11 +140,12 @@ class Sender:
 
         result = self.result
         n, size = plan.batches, plan.batch_size
-        units = [executors.Unit(k, batch_key(k, n, size), planned.slice(k, size)) for k in range(n) if k not in done]
+        units = [executors.Unit(k, planned.slice(k, size)) for k in range(n) if k not in done]
         job = executors.Job(
             config=self.config,
             replay_id=replay_id,
             ledger=self.ledger,
+            keys=ReplayKeys(n, size),
             files=tuple(files),
             ack_queue=self.options.ack_queue,
             targets=planned.targets,
@@ -164,12 +158,12 @@ class Sender:
             try:
                 outcomes = executors.send_units(self.session(), job, units)
             except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
-                result.status, result.error = "failed", executors.task_error(exc)
+                result.status, result.error = Status.FAILED, executors.task_error(exc)
                 log.error("replay %s: %s", replay_id, result.error)
                 return
         for outcome in outcomes:
             if outcome["status"] == "failed":
-                result.status = "failed"
+                result.status = Status.FAILED
                 result.failed_batches.append(outcome["key"])
                 result.error = outcome["error"]
             elif outcome["status"] == "sent":

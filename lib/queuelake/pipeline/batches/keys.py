@@ -1,0 +1,99 @@
+"""The ledger's batch keys: every key publish and replay write, formatted and parsed here only.
+
+The keys are persisted in users' ledgers, and a rerun finds what it has already sent by reading them
+back: a format written here must never change, or a resumed round or replay would resend.
+
+- a publish round's batch k of N: ``P-V:k/N@B`` (Delta versions (P, V] of the output, ``P`` empty for
+  the first round, batches of B rows), ``@Bg`` when its batches follow Parquet row groups (sent from
+  executors);
+- a replay's batch k of N: ``k/N@B``, beside the replay's one plan row
+  ``plan:<fingerprint>:v<V>:n<rows>:b<B>``.
+
+``RoundKeys`` and ``ReplayKeys`` are what the batch sender (``sender``) is given: the key of batch
+k, and which batch (if any of this round or replay) a key read from the ledger names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PLAN_PREFIX = "plan:"
+
+
+@dataclass(frozen=True)
+class Round:
+    """Delta versions (after, upto] of an output, cut into batches of ``batch_size`` rows: one stream
+    of rows (``layout`` "") or batches that follow Parquet row groups (``g``, sent from executors)."""
+
+    after: int | None
+    upto: int
+    batch_size: int
+    layout: str = ""
+
+    def key(self, k: int, n: int) -> str:
+        return f"{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}{self.layout}"
+
+
+def parse_round(batch_key: str) -> tuple[Round, int, int]:
+    """``P-V:k/N@B`` (``@Bg`` from executors) -> (the round, k, N): how a rerun finds, in the ledger,
+    the batches of a round already sent."""
+    span, _, rest = batch_key.partition(":")
+    after, _, upto = span.partition("-")
+    kn, _, size = rest.partition("@")
+    k, _, n = kn.partition("/")
+    layout = size.lstrip("0123456789")
+    size = size[: len(size) - len(layout)]
+    return Round(int(after) if after else None, int(upto), int(size), layout), int(k), int(n)
+
+
+@dataclass(frozen=True)
+class RoundKeys:
+    """The keys of one publish round's ``total`` batches."""
+
+    round: Round
+    total: int
+
+    def key(self, k: int) -> str:
+        return self.round.key(k, self.total)
+
+    def index(self, batch_key: str) -> int | None:
+        """k when ``batch_key`` is a batch of this round (whatever N it was written with), else None."""
+        rnd, k, _ = parse_round(batch_key)
+        return k if rnd == self.round else None
+
+
+def replay_batch_key(k: int, n: int, size: int) -> str:
+    return f"{k}/{n}@{size}"
+
+
+def replay_batch_index(batch_key: str) -> int | None:
+    """k of a replay's ``k/N@B`` key; None for its plan row."""
+    return None if is_plan_key(batch_key) else int(batch_key.split("/")[0])
+
+
+def is_plan_key(batch_key: str) -> bool:
+    return batch_key.startswith(PLAN_PREFIX)
+
+
+def plan_key(fingerprint: str, version: int, total: int, batch_size: int) -> str:
+    return f"{PLAN_PREFIX}{fingerprint}:v{version}:n{total}:b{batch_size}"
+
+
+def parse_plan_key(batch_key: str) -> tuple[str, int, int, int]:
+    """``plan:<fingerprint>:v<V>:n<rows>:b<B>`` -> (fingerprint, V, rows, B)."""
+    _, fp, v, n, b = batch_key.split(":")
+    return fp, int(v[1:]), int(n[1:]), int(b[1:])
+
+
+@dataclass(frozen=True)
+class ReplayKeys:
+    """The keys of one replay's ``total`` batches of ``batch_size`` rows."""
+
+    total: int
+    batch_size: int
+
+    def key(self, k: int) -> str:
+        return replay_batch_key(k, self.total, self.batch_size)
+
+    def index(self, batch_key: str) -> int | None:
+        return replay_batch_index(batch_key)
