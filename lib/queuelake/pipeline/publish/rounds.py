@@ -9,7 +9,7 @@ grammar itself (``Round``, ``parse_round``) lives with the other ledger keys in 
 
 from __future__ import annotations
 
-from queuelake.errors import QueuelakeError
+from queuelake.errors import PublishError
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.batches.keys import Round, parse_round
 from queuelake.transport import ledger
@@ -43,6 +43,6 @@ def next_round(
         return latest, done  # resume an unfinished round, batch for batch
     upto = lake.table_version(output)
     if upto is None:
-        raise QueuelakeError(f"outbound table {output} does not exist in the lake")
+        raise PublishError(f"outbound table {output} does not exist in the lake")
     after = latest.upto if latest is not None else None
     return Round(after, upto, batch_size), set()

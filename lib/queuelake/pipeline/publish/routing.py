@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from queuelake.config import Config, conflict_message, drained_as
-from queuelake.errors import QueuelakeError
+from queuelake.errors import PublishError, QueuelakeError
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.message_types import full_type_name, split_types
 from queuelake.nsb.times import format_time
@@ -56,15 +56,15 @@ class Router:
         verdict = self.verdicts.get((address, delayed))
         if verdict is None:
             if self.frozen or conn is None:
-                raise QueuelakeError(f"destination {address!r} was not checked before the round was sent")
+                raise PublishError(f"destination {address!r} was not checked before the round was sent")
             try:
                 if address is None or not address.strip():
-                    raise QueuelakeError("queue address is empty")
+                    raise PublishError("queue address is empty")
                 ref = queue_ref(address, self.config.transport)
                 drained = drained_as(self.config, address)
                 if drained is not None:  # a Send row's destination or a subscriber, found only now
                     where = f"an outbound row or subscription ({address!r})"
-                    raise QueuelakeError(conflict_message(drained, address, where))
+                    raise PublishError(conflict_message(drained, address, where))
                 problem = schema.delivery_problem(conn, ref.delayed() if delayed else ref, delayed)
                 verdict = (ref, None) if problem is None else (None, problem)
             except QueuelakeError as exc:
@@ -77,7 +77,7 @@ class Router:
         found = self.subscribers_of.get(message_type)
         if found is None:
             if self.frozen or conn is None:
-                raise QueuelakeError(f"subscribers of {message_type!r} were not looked up before the round was sent")
+                raise PublishError(f"subscribers of {message_type!r} were not looked up before the round was sent")
             topics = [full_type_name(t) for t in split_types(message_type) or []]
             ref = bridge_ref(self.config.transport.subscription_table, self.config.transport)
             found = self.subscribers_of[message_type] = subscriptions.find_subscribers(conn, ref, topics)

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from queuelake.config import Config
 from queuelake.context import connect
-from queuelake.errors import QueuelakeError
+from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.batches.keys import is_plan_key, replay_batch_index
@@ -133,7 +133,7 @@ class Replayer:
     def _session(self) -> SparkSession:
         if self.spark is None:
             if self.start_spark is None:
-                raise QueuelakeError(f"--where {self.options.predicate!r} needs Spark, and no session was given")
+                raise ReplayError(f"--where {self.options.predicate!r} needs Spark, and no session was given")
             self.spark = self.start_spark()
         return self.spark
 
@@ -179,7 +179,7 @@ class Replayer:
         rows = [(r.output_table, r.batch_key, r.rows_sent) for r in recorded]
         plans = [Plan.parse(key) for _, key, _ in rows if is_plan_key(key)]
         if len(plans) > 1:
-            raise QueuelakeError(f"replay {replay_id} has {len(plans)} plans in the ledger; start a new replay id")
+            raise ReplayError(f"replay {replay_id} has {len(plans)} plans in the ledger; start a new replay id")
         done = {k for _, key, _ in rows if (k := replay_batch_index(key)) is not None}
         sent = sum(int(n) for _, key, n in rows if not is_plan_key(key))
         return (plans[0] if plans else None), done, sent
@@ -193,7 +193,7 @@ class Replayer:
         opts = self.options
         opts.check()
         if not self.journal.exists(MESSAGES):
-            raise QueuelakeError("there is no journal (lake table messages) to replay from: run a drain first")
+            raise ReplayError("there is no journal (lake table messages) to replay from: run a drain first")
         replay_id = opts.replay_id or (None if opts.dry_run else new_replay_id())
         result = self.result = ReplayResult(replay_id, dry_run=opts.dry_run)
         with connect(self.config, "queuelake-replay") as conn:
@@ -209,7 +209,7 @@ class Replayer:
                         raise
                     conn.rollback()  # a dry run before `install`: no ledger, nothing sent yet
                 if plan is not None and plan.fingerprint != opts.fingerprint():
-                    raise QueuelakeError(
+                    raise ReplayError(
                         f"replay {replay_id} was started with a different --where, --to or --limit; rerun it with "
                         "the same ones to resume, or start a new replay (another --replay-id)"
                     )
@@ -233,7 +233,7 @@ class Replayer:
             )
             del keys  # the columns only the selection needed (the plan keeps its own)
             if plan is not None and plan.total != planned.num_rows:
-                raise QueuelakeError(
+                raise ReplayError(
                     f"replay {replay_id}: the predicate now selects {planned.num_rows} landed row(s) at journal "
                     f"version {version}, its plan {plan.total}: the selection is not reproducible; start a new replay"
                 )
@@ -273,7 +273,7 @@ class Replayer:
 
     def _lock(self, conn: Connection, replay_id: str) -> None:
         if not locks.try_lock(conn, f"queuelake.replay:{replay_id}"):
-            raise QueuelakeError(f"replay {replay_id} is already running in another process")
+            raise ReplayError(f"replay {replay_id} is already running in another process")
 
     def _count(self, result: ReplayResult, planned: Planned, reasons: list[str]) -> None:
         counted = collections.Counter(reasons)
