@@ -40,6 +40,7 @@ class QueueDrain:
         self.ref = ref
         self.state = QueueState(config, lake, ref, budget, receive)
         self.result = self.state.result
+        self.result.workers = self.workers
 
     def run(self) -> QueueResult:
         state = self.state
