@@ -174,3 +174,55 @@ def test_an_unknown_conversation_fails_and_writes_nothing(drained: tuple[str, Pa
     assert summary["error_kind"] == "arguments"
     assert "no journal row has this conversation_id" in summary["error"], summary
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_notebook_helper_draws_the_same_picture(
+    drained: tuple[str, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from queuelake.config import LakeConfig
+    from queuelake.lake.engines import open_lake
+    from queuelake.notebook_support import draw_conversation
+
+    _, _, folder = drained
+    _, _, from_command = draw(drained, SMALL, "small-again.svg")
+    lake = open_lake(LakeConfig(root=str(folder / "lake"), engine="delta-rs"))
+    picture = draw_conversation(lake, SMALL)
+    assert picture is not None and picture._repr_svg_() == picture.svg == from_command
+    assert picture.svg in picture._repr_html_()
+    assert [m.status for m in picture.conversation.messages] == ["processed", "retried", "failed"]
+    saved = picture.save(str(folder / "nb" / "small.svg"))
+    assert Path(saved).read_text(encoding="utf-8") == from_command
+    assert draw_conversation(lake, "no-such-conversation") is None
+    assert "no journal row has conversation_id 'no-such-conversation'" in capsys.readouterr().out
+
+
+def test_names_and_text_from_rows() -> None:
+    """What the drawing takes from rows: short type names, endpoint names however addresses are spelled,
+    and text XML could not hold."""
+    from queuelake.pipeline.conversation.model import build, endpoint_name, short_type_name
+    from queuelake.pipeline.conversation.svg import escape, render
+
+    assert short_type_name(traffic.PLACE_ORDER) == "PlaceOrder"
+    assert short_type_name("Ns.Envelope`1[[Ns.Inner, Asm, Version=1.0.0.0]], Asm") == "Envelope<Inner>"
+    assert short_type_name("Shipping.ShippingPolicy+CheckShipment, Shipping") == "ShippingPolicy+CheckShipment"
+    assert short_type_name(None) == "(no type)"
+    for address in ("Sales", "Sales@[dbo]@[nsb]", "Sales@public", '"public"."Sales"'):
+        assert endpoint_name(address) == "Sales", address
+    assert escape('\x01<&">') == "\ufffd&lt;&amp;&quot;&gt;"
+    row = {
+        "queue": '"public"."audit"',
+        "seq": 1,
+        "outcome": "landed",
+        "message_id": "m1",
+        "message_intent": "Send",
+        "message_type": "A.B\x02, C",
+        "originating_endpoint": "Bad\x00Name]]>",
+        "processing_endpoint": "Sales",
+        "time_sent": START,
+        "processing_started": START,
+        "processing_ended": START + dt.timedelta(seconds=2),
+    }
+    svg = ET.fromstring(render(build("c\x03", [row])))  # parses: nothing from the row broke the XML
+    assert lanes(svg) == ["Bad\ufffdName]]>", "Sales"]
+    assert label(arrows(svg)[0]) == "B\ufffd \u00b7 Send \u00b7 2 s"
