@@ -261,7 +261,11 @@ def render(conversation: Conversation) -> str:
         f'<text class="gutter-head" x="{MARGIN}" y="{plan.top - 8}" fill="#6b7280" xml:space="preserve">'
         f"{escape(plan.gutter_head)}</text>"
     )
-    out.extend(_lanes(plan, plan.top - 38, bottom + 4, bottom + 8 if len(conversation.messages) > 20 else None))
+    out.extend(
+        _lanes(
+            plan, plan.top - 38, bottom + 4, bottom + 8 if len(conversation.messages) > REPEAT_HEADERS_AFTER else None
+        )
+    )
     for i, message in enumerate(conversation.messages):
         out.extend(_row(plan, i, message))
     out.append("</svg>")
