@@ -8,6 +8,7 @@ and naming it here.
 from __future__ import annotations
 
 from queuelake.commands import (
+    conversation,
     demo,
     drain,
     install,
@@ -37,6 +38,7 @@ COMMANDS: dict[str, Command] = {
         purge_expired,
         maintain,
         tables,
+        conversation,
         replay,
         spark_packages,
     )

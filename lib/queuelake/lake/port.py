@@ -91,6 +91,11 @@ class LakeEngine(Protocol):
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         """The table (or one version) as Arrow on the driver; for small tables and tests."""
 
+    def read_conversation(self, table: str, conversation_id: str, columns: list[str] | None = None) -> pa.Table:
+        """The rows of the table (the journal) whose ``conversation_id`` is ``conversation_id``, as
+        Arrow on the driver, with ``columns`` (default: all but ``body``); the files are scanned with
+        the equality as a filter, so only a conversation's rows are kept (``conversation_rows.py``)."""
+
     def add_columns(self, table: str, fields: list[pa.Field]) -> None:
         """Add nullable columns (schema evolution); old rows read them as null."""
 
