@@ -15,8 +15,8 @@ has workers, nothing else (no session settings).
 drain: ``queuelake.pipeline.drain.run.drain`` (delta-rs engine) of the same rows into a fresh temp lake.
 If the drain logs ``timing <step> <seconds> ...`` lines at DEBUG, each step's share of the summed
 thread time is printed too: receive, build, stage and claim on the worker thread; delta and clear on
-its lander thread, which overlaps them with the next batch's receive. The same lines carry the
-worker thread's own CPU seconds for receive, build and stage+claim.
+the run's journal committer thread (group commits), which overlaps them with the next batch's
+receive. The same lines carry the worker thread's own CPU seconds for receive, build and stage+claim.
 
 CPU: for each consumer the CPU this process spent (the client) and, on Linux, the machine's busy and
 stolen CPU seconds over the run (``/proc/stat``): busy minus client is the server, plus anything else
@@ -100,7 +100,7 @@ class StepTimes(logging.Handler):
                     into[name] += float(value)
                 except ValueError:
                     continue
-        if words and words[0] == "receive":  # the worker's line; the lander's (delta, clear) overlaps it
+        if words and words[0] == "receive":  # the worker's line; the committer's (delta, clear) overlaps it
             self.batches += 1
 
     def reset(self) -> None:

@@ -54,7 +54,7 @@ def test_the_plan_never_exceeds_the_budget() -> None:
         for workers in (1, 2, 3, 8, 32):
             for shared in (None, object()):
                 plan = connection_plan(budget, workers, 500, shared)
-                held = plan.at_once * (1 + 2 * plan.workers) + (shared is not None)
+                held = plan.at_once * (1 + plan.workers) + 1 + (shared is not None)  # + the committer's
                 assert held <= budget and plan.at_once >= 1 and 1 <= plan.workers <= workers, (budget, workers)
     assert connection_plan(24, 2, 500, object()) == connection_plan(24, 2, 500, object())
     assert connection_plan(24, 2, 3, None).at_once == 3  # a few queues: all at once, as before

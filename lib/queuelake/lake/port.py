@@ -79,6 +79,12 @@ class LakeEngine(Protocol):
         app_id already committed >= version. With ``verify``, raises LakeError when a staged file is
         missing (resolving a claim another process left)."""
 
+    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
+        """Commit many staged batches, each (files, app_id, version), in one Delta commit carrying each
+        app id's highest version; batches whose version is already committed are left out. Returns
+        how many batches the commit carried. What the drain's run-wide committer calls: the journal's
+        commits per run are bounded by time, not by queues x batches."""
+
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""
 

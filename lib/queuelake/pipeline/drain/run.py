@@ -16,6 +16,7 @@ from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.backlog import Backlog, ConnectionBudget, estimate, workers_for
 from queuelake.pipeline.drain.budget import Budget
+from queuelake.pipeline.drain.committer import JournalCommitter
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
@@ -63,7 +64,8 @@ def drain(
         )
         for r in idle:  # nothing to receive, no claim to resolve: the estimate was the whole drain
             log.info("drain %s: nothing to do, the queue is empty", r.canonical)
-        budget = ConnectionBudget(config.drain.max_connections - (1 if shared is not None else 0))
+        budget = ConnectionBudget(queue_connections(config.drain.max_connections, shared))
+        committer = JournalCommitter(config, journal)
         drains = [
             QueueDrain(
                 config,
@@ -72,6 +74,7 @@ def drain(
                 Budget(config.drain.batch_size, max_messages, deadline),
                 shared,
                 workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, plan.workers),
+                committer,
             )
             for r in busy
         ]
@@ -85,9 +88,12 @@ def drain(
                 config.drain.max_connections,
             )
         # biggest first; a queue waits for its connections, and takes its drain lock only then
-        at_once = max(1, min(len(busy), budget.total // 3))
-        with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="drain") as pool:
-            drained = list(pool.map(lambda d: _run_within(budget, d), drains))
+        at_once = max(1, min(len(busy), budget.total // 2))
+        try:
+            with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="drain") as pool:
+                drained = list(pool.map(lambda d: _run_within(budget, d), drains))
+        finally:
+            committer.close()
         by_queue = {r.queue: r for r in drained}
         results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
     finally:
@@ -98,7 +104,9 @@ def drain(
     _log_outcome(results, totals, run.started)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results)
     totals["held_by_others"] = sum(r.held_by_others for r in results)
-    totals["peak_connections"] = budget.peak + (1 if shared is not None else 0)
+    totals["peak_connections"] = budget.peak + (1 if committer.commits else 0) + (1 if shared is not None else 0)
+    totals["journal_commits"] = committer.commits
+    totals["largest_group"] = committer.largest_group
     status = worst([r.status for r in results])
     return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
 
@@ -111,19 +119,24 @@ class ConnectionPlan:
 
 def connection_plan(max_connections: int, workers_per_queue: int, queues: int, shared: object) -> ConnectionPlan:
     """How many queues drain at once, and with how many workers, so that the run never holds more
-    than ``max_connections`` database connections. A queue holds 1 + 2 per worker (its lock, each
-    worker's receive and lander connections); a run with ADBC holds one more for the shared database.
-    Workers per queue shrink only when one queue alone would not fit."""
-    budget = max_connections - (1 if shared is not None else 0)
-    workers = max(1, min(workers_per_queue, (budget - 1) // 2))
-    at_once = max(1, min(queues, budget // (1 + 2 * workers)))
+    than ``max_connections`` database connections. A queue holds 1 + 1 per worker (its lock, each
+    worker's receive connection); the run holds one for its journal committer (clearing claims) and,
+    with ADBC, one for the shared database. Workers per queue shrink only when one queue alone would
+    not fit."""
+    budget = queue_connections(max_connections, shared)
+    workers = max(1, min(workers_per_queue, budget - 1))
+    at_once = max(1, min(queues, budget // (1 + workers)))
     return ConnectionPlan(workers, at_once)
 
 
+def queue_connections(max_connections: int, shared: object) -> int:
+    """The connections the queues share: the run's own (the committer's, ADBC's) set aside."""
+    return max_connections - 1 - (1 if shared is not None else 0)
+
+
 def _run_within(budget: ConnectionBudget, queue: QueueDrain) -> QueueResult:
-    """A queue's drain once its connections are free: its lock and, per worker, a receive and a
-    landing connection."""
-    with budget.hold(1 + 2 * queue.workers):
+    """A queue's drain once its connections are free: its lock and each worker's receive connection."""
+    with budget.hold(1 + queue.workers):
         return queue.run()
 
 
