@@ -39,7 +39,11 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
         json.dumps(
             {
                 "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
-                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "lake": {
+                    "root": str(lake_root),
+                    "engine": "delta-rs",
+                    "retention": {"rules": [{"outcome": "quarantined", "days": 400}]},  # maintain's counts
+                },
                 "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
                 "drain": {"queues": ["Sales"], "batch_size": 100},
                 "transforms": [
