@@ -78,6 +78,8 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
     )
     assert replayed["status"] == "ok", replayed
     assert cli(["maintain", "-c", str(conf)], fresh_pg_uri, tmp_path)["status"] == "ok"
+    erased = cli(["erase", "-c", str(conf), "--where", "seq < 0"], fresh_pg_uri, tmp_path)  # selects nothing
+    assert erased["status"] == "ok" and erased["tables"]["messages"]["rows"] == 0, erased
 
     rows = read_table(str(lake_root / tables.RUNS.name)).to_pylist()
     by_command: dict[str, list[dict]] = {}

@@ -57,7 +57,7 @@ def test_the_parser_offers_every_command(capsys: pytest.CaptureFixture[str]) -> 
     listed = " ".join(capsys.readouterr().out.split())  # argparse wraps long help lines
     for name, command in COMMANDS.items():
         assert f"{name} {command.help}" in listed
-        args = cli.build_parser().parse_args([name, *(["--where", "true"] if name == "replay" else [])])
+        args = cli.build_parser().parse_args([name, *(["--where", "true"] if name in ("replay", "erase") else [])])
         assert args.command == name and hasattr(args, "config") == command.takes_config
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from queuelake.commands import (
     demo,
     drain,
+    erase,
     install,
     maintain,
     publish,
@@ -38,6 +39,7 @@ COMMANDS: dict[str, Command] = {
         maintain,
         tables,
         replay,
+        erase,
         spark_packages,
     )
 }

@@ -98,20 +98,14 @@ def reached(dt: DeltaTable | None, where: RowFilter) -> Reached:
 
 def matching(dt: DeltaTable | None, where: RowFilter, columns: list[str]) -> pa.Table:
     """The matching rows' ``columns`` in ``dt``'s version (for an erase's keys)."""
-    import pyarrow.dataset as ds
-
     if dt is None:
         return pa.schema([]).empty_table()
     schema = pa.schema(dt.schema().to_arrow())
     wanted = sorted(set(columns) | set(where.columns))
-    read_schema = pa.schema([schema.field(c) for c in wanted])
-    parts = [
-        fragment.to_table(schema=read_schema, columns=columns, filter=where.arrow)
-        for _, _, fragment in _fragments(dt, where, wanted)
-    ]
+    parts = [dataset.to_table(columns=columns, filter=where.arrow) for _, _, dataset in _fragments(dt, where, wanted)]
     if not parts:
         return pa.schema([schema.field(c) for c in columns]).empty_table()
-    return ds.dataset(parts).to_table() if len(parts) > 1 else parts[0]
+    return pa.concat_tables(parts)
 
 
 def _fragments(dt: DeltaTable, where: RowFilter, columns: list[str] | None = None) -> list[tuple[str, int, Any]]:

@@ -176,6 +176,7 @@ RUNS = LakeTable(
             pa.field("rows_removed", pa.int64()),
             pa.field("files_removed", pa.int64()),
             pa.field("files_rewritten", pa.int64()),
+            pa.field("predicate", pa.string()),  # erase's --where (never the rows' content)
             # every command
             pa.field("batches", pa.int64()),
             pa.field("seconds", pa.float64()),
@@ -206,6 +207,7 @@ RUNS_COLUMNS_BY_COMMAND: dict[str, tuple[str, ...]] = {
     "replay": ("queue", "published", "batches", "rate"),
     "purge-expired": ("queue", "purged"),
     "maintain": ("table", "files_compacted", "files_vacuumed", "rows_removed", "files_removed", "files_rewritten"),
+    "erase": ("table", "rows_removed", "files_removed", "files_rewritten", "files_vacuumed", "predicate"),
 }
 
 REPLAYS = LakeTable(
