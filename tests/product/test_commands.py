@@ -55,7 +55,11 @@ def test_the_parser_offers_every_command(capsys: pytest.CaptureFixture[str]) -> 
         cli.build_parser().parse_args(["--help"])
     assert exited.value.code == 0
     listed = " ".join(capsys.readouterr().out.split())  # argparse wraps long help lines
-    required = {"replay": ["--where", "true"], "conversation": ["a-conversation-id"]}  # what they cannot do without
+    required = {
+        "replay": ["--where", "true"],
+        "erase": ["--where", "true"],
+        "conversation": ["a-conversation-id"],
+    }  # what they cannot do without
     for name, command in COMMANDS.items():
         assert f"{name} {command.help}" in listed
         args = cli.build_parser().parse_args([name, *required.get(name, [])])

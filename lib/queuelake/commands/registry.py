@@ -11,6 +11,7 @@ from queuelake.commands import (
     conversation,
     demo,
     drain,
+    erase,
     install,
     maintain,
     publish,
@@ -40,6 +41,7 @@ COMMANDS: dict[str, Command] = {
         tables,
         conversation,
         replay,
+        erase,
         spark_packages,
     )
 }

@@ -14,6 +14,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from queuelake.lake.deletes import Deleted, Reached, RowFilter
     from queuelake.lake.files import StagedFiles
 
 
@@ -109,3 +110,20 @@ class LakeEngine(Protocol):
         """Compact small files and vacuum removed and orphan files older than retention_hours (orphans
         are what a killed writer leaves; keep retention above the longest write). Returns figures for
         the JSON summary."""
+
+    def count_rows(self, table: str, where: RowFilter) -> Reached:
+        """What ``where`` reaches in the table's current version: rows, files wholly and partly
+        matching (a dry run's figures); nothing read but the filter's columns, nothing written."""
+
+    def matching_rows(self, table: str, where: RowFilter, columns: list[str], version: int | None = None) -> pa.Table:
+        """The ``columns`` of the rows ``where`` matches in a version (default: the current one)."""
+
+    def delete_rows(self, table: str, where: RowFilter) -> Deleted:
+        """Delete ``where``'s rows in one commit, beside concurrent appends (a conflict is retried from a
+        fresh snapshot); the rows removed are those matching in ``Deleted.read_version``. Whole files
+        leave the log unread beyond the filter's columns; partly matching ones are rewritten."""
+
+    def purge_removed(self, table: str) -> int:
+        """Delete from storage, now, every file the table's log has removed (no retention), and never a
+        file the log does not name (the drain's staged files); returns how many. Time travel to versions
+        that named them fails afterwards."""
