@@ -186,8 +186,20 @@ class DrainConfig:
     # database connections a drain holds at once, whatever the number of queues: PostgreSQL's default
     # max_connections is 100, shared with every endpoint (a drain of 100 queues opened ~300 and failed)
     max_connections: int = 24
+    # a batch's received bytes (headers and bodies, as Arrow) at most: batch_size rows of 66 KB audit
+    # bodies would be 690 MB per batch, two per worker in flight. A worker's first batch takes
+    # batch_megabytes / 16 KB rows at most, later ones as many as the bytes per row seen so far allow.
+    batch_megabytes: int = 64
 
     def __post_init__(self) -> None:
+        if (
+            isinstance(self.batch_megabytes, bool)
+            or not isinstance(self.batch_megabytes, int)
+            or self.batch_megabytes < 1
+        ):
+            raise ConfigError(
+                f"drain.batch_megabytes must be a whole number of megabytes, 1 or more, not {self.batch_megabytes!r}"
+            )
         if self.settle_seconds < 0:
             raise ConfigError("drain.settle_seconds must be 0 or more")
         if self.statement_timeout_seconds <= 0 or self.idle_in_transaction_timeout_seconds <= 0:
@@ -200,7 +212,9 @@ class DrainConfig:
         if self.workers_per_queue < 1:
             raise ConfigError("drain.workers_per_queue must be at least 1")
         if self.max_connections < 4:
-            raise ConfigError("drain.max_connections must be at least 4 (a queue's lock, a worker's two, ADBC's)")
+            raise ConfigError(
+                "drain.max_connections must be at least 4 (the committer's, ADBC's, a queue's lock, a worker's)"
+            )
 
 
 @dataclass

@@ -22,6 +22,10 @@ from queuelake.transport.claims import Claim
 from queuelake.transport.db import Connection
 
 SETTLE_POLL_SECONDS = 0.25
+MEGABYTE = 1024 * 1024
+# what a worker's first batch assumes of a row (headers and body): 64 MB then bound it at 4,096 rows,
+# so a first batch of 66 KB audit copies stays near 270 MB; later batches use the rows' own size
+FIRST_BATCH_ROW_BYTES = 16 * 1024
 
 
 def worker_app_id(queue: str, worker: int) -> str:
@@ -57,10 +61,15 @@ class Worker:
             queues.configure_drain_session(
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )
+            row_bytes = FIRST_BATCH_ROW_BYTES  # until a batch says how large this queue's rows are
             while True:
                 want = state.budget.claim()
                 if want == 0:
                     return
+                within = max(1, drain_cfg.batch_megabytes * MEGABYTE // row_bytes)
+                if want > within:  # the batch's bytes bound it, not its rows
+                    state.budget.give_back(want - within)
+                    want = within
                 t0, cpu0 = time.monotonic(), time.thread_time()
                 hooks.checkpoint("before_receive")
                 received = queues.receive_batch_arrow(conn, state.ref, want)
@@ -74,6 +83,7 @@ class Worker:
                         return
                     continue
                 settle_until = None
+                row_bytes = max(1, received.nbytes // got)
                 version += 1
                 t_recv, cpu_recv = time.monotonic(), time.thread_time()
                 last_seq = received["seq"][-1].as_py()  # sorted by seq
