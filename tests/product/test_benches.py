@@ -164,3 +164,14 @@ def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
         lines = script.read_text().splitlines()
         first_queuelake = next(i for i, line in enumerate(lines) if line.startswith(("from queuelake", "import queue")))
         assert any(line.startswith("import _tree") for line in lines[:first_queuelake]), script.name
+
+
+@pytest.mark.slow
+def test_queues_bench_drains_many_queues_and_one_with_whole_commands(fresh_pg_uri: str) -> None:
+    result = _bench("queues.py", "--queues", "30", "--per-queue", "40", "--dsn", fresh_pg_uri)
+    (run,) = result["runs"]
+    assert run["many"]["rows"] == run["one"]["rows"] == 1200 and run["many"]["queues"] == 30
+    for label in ("many", "one"):
+        assert run[label]["msgs_per_s"] > 0 and run[label]["journal_commits"] >= 1
+        assert 0 < run[label]["peak_connections_seen"] <= run[label]["max_connections"], run[label]
+    assert result["ratio_median"] > 0
