@@ -10,6 +10,7 @@ from __future__ import annotations
 from queuelake.commands import (
     demo,
     drain,
+    find,
     install,
     maintain,
     publish,
@@ -37,6 +38,7 @@ COMMANDS: dict[str, Command] = {
         purge_expired,
         maintain,
         tables,
+        find,
         replay,
         spark_packages,
     )

@@ -1,0 +1,113 @@
+"""The rows of one table version whose one column holds one of a few values, found without Spark and
+without reading whole rows: what ``queuelake find`` asks of a journal of millions of rows.
+
+Why not ``read_arrow`` and a filter, or Spark: both read every column of every file (bodies and header
+maps are nearly all of a journal's bytes) for the few rows of one message. Here, in three steps:
+
+1. the files the Delta log lists for the version (never the folder: it also holds the drain's staged
+   files of claims not yet committed), with their log statistics: a file whose ``[min, max]`` of the
+   column excludes every value is skipped unopened;
+2. of the others, only the column is read (row groups whose Parquet statistics exclude the values
+   skipped unread), with pyarrow's threads, to learn which files hold a match;
+3. only those files are read whole, filtered again.
+
+On a drain's layout (one file per batch of random GUIDs) step 1 prunes nothing and step 2 reads one
+short column of every file; on a clustered journal (``maintain``'s Z-order) step 1 keeps a few files.
+Log statistics may be truncated prefixes (Delta writers cut long strings); a bound is compared on
+its own length, so a truncated maximum never drops a file that holds a match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from queuelake.errors import LakeError
+from queuelake.lake import storage
+from queuelake.lake.reading import local_paths, table_schema
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What ``LakeEngine.lookup`` found, and what it read to find it (for logs and summaries)."""
+
+    rows: pa.Table  # the matching rows, every column of the table (in no particular order)
+    version: int  # the table version searched
+    files: int  # data files that version lists
+    files_pruned: int  # skipped by their Delta log statistics, never opened
+    files_scanned: int  # whose column was read (``files - files_pruned``)
+    files_matched: int  # holding at least one match: the only files read whole
+    rows_scanned: int  # values of the column read in step 2
+
+
+def lookup(dt: DeltaTable, column: str, values: Sequence[str]) -> Lookup:
+    """Rows of the loaded version of ``dt`` whose string ``column`` equals one of ``values``."""
+    schema = table_schema(dt)
+    if column not in schema.names:
+        raise LakeError(f"lake table {dt.metadata().name or dt.table_uri}: no column {column!r}")
+    if dt.metadata().partition_columns:
+        raise LakeError("lookup reads unpartitioned tables (the journal is one)")
+    wanted = sorted({str(v) for v in values})
+    files = _files_with_bounds(dt, column)
+    kept = [f for f in files if _may_hold(f.low, f.high, wanted)]
+    pruned = len(files) - len(kept)
+    version = dt.version()
+    if not kept or not wanted:
+        return Lookup(schema.empty_table(), version, len(files), pruned, len(kept), 0, 0)
+    match = pc.field(column).isin(wanted)
+    fs, paths = _paths([f.uri for f in kept])
+    found = _dataset(fs, paths, pa.schema([schema.field(column)])).to_table(columns=["__filename"], filter=match)
+    hits = sorted(set(found.column("__filename").to_pylist()))
+    rows = _dataset(fs, hits, schema).to_table(filter=match) if hits else schema.empty_table()
+    scanned = sum(f.rows or 0 for f in kept)
+    return Lookup(rows, version, len(files), pruned, len(kept), len(hits), scanned)
+
+
+@dataclass(frozen=True)
+class _File:
+    uri: str  # as pyarrow opens it (a local path, s3://...)
+    low: str | None  # the column's bounds from the log, None without statistics
+    high: str | None
+    rows: int | None
+
+
+def _files_with_bounds(dt: DeltaTable, column: str) -> list[_File]:
+    """Every data file of the version with the column's min and max from the log."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    base = dt.table_uri.rstrip("/")
+    relative = actions.column("path").to_pylist()
+    uris = local_paths(dt, [p if "://" in p else f"{base}/{unquote(p)}" for p in relative])
+    none: list[str | None] = [None] * len(uris)
+    low_name, high_name = f"min.{column}", f"max.{column}"
+    lows = actions.column(low_name).to_pylist() if low_name in actions.column_names else none
+    highs = actions.column(high_name).to_pylist() if high_name in actions.column_names else none
+    rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else none
+    return [_File(*entry) for entry in zip(uris, lows, highs, rows, strict=True)]
+
+
+def _may_hold(low: str | None, high: str | None, values: list[str]) -> bool:
+    """Can a file whose column lies within [low, high] hold one of ``values``? A bound may be a
+    truncated prefix: a value is compared with the maximum on the maximum's length."""
+    if low is None or high is None:
+        return True
+    return any(value >= low and value[: len(high)] <= high for value in values)
+
+
+def _paths(uris: list[str]) -> tuple[object, list[str]]:
+    fs, first = storage.filesystem(uris[0])  # the lake's storage options, registered by its engine
+    return fs, [first] + [storage.path_in(uri) for uri in uris[1:]]
+
+
+def _dataset(fs: object, paths: list[str], schema: pa.Schema) -> ds.Dataset:
+    """``paths`` read with ``schema``: a column a file lacks (added to the table later) reads as nulls."""
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    return ds.dataset(paths, schema=schema, format=fmt, filesystem=fs)
