@@ -10,7 +10,9 @@ modules. The code lives in ``queuelake/notebooks/``, one job per module:
 * ``units``: durations in the unit that fits them;
 * ``axes``: linear value axes from zero, bars that carry their values, legends outside the axes;
 * ``time_charts``: UTC time axes, counts per bucket, trends of a per-bucket statistic;
-* ``runs_figure``: the ``runs`` table's drain rate and backlog left per run.
+* ``runs_figure``: the ``runs`` table's drain rate and backlog left per run;
+* ``find``: one message's or conversation's journal rows in time order, as pandas, without Spark
+  (``queuelake find`` in a cell).
 
 Plots are meant to read well on the demo's lake (a few thousand rows drained within seconds) and on a
 day of traffic alike, because a picture that misleads is worse than none:
@@ -29,6 +31,7 @@ day of traffic alike, because a picture that misleads is worse than none:
 from __future__ import annotations
 
 from queuelake.notebooks.axes import decimals_for, grouped_bars, label_bars, legend_outside, value_axis
+from queuelake.notebooks.find import find_conversation, find_message
 from queuelake.notebooks.frames import (
     BUCKET_TARGET,
     BUCKETS,
@@ -86,6 +89,8 @@ __all__ = [
     "decimals_for",
     "duration_unit",
     "every_bucket",
+    "find_conversation",
+    "find_message",
     "grouped_bars",
     "idle_runs",
     "in_unit",
