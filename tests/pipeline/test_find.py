@@ -239,3 +239,14 @@ def test_truncated_log_bounds_never_drop_a_match() -> None:
     assert _may_hold("6490", "6490acfe-514d-4d8b-b387-65a8", [value])  # a maximum cut short still holds it
     assert _may_hold(None, None, [value])
     assert not _may_hold("7", "8", [value]) and not _may_hold("0", "5", [value])
+
+
+def test_after_maintain_the_same_rows_in_the_same_order(drained: tuple[Path, Path]) -> None:
+    """Last in this module: it compacts the shared journal."""
+    conf, work = drained
+    _, before, _ = _cli(["find", "-c", str(conf), "--conversation-id", CONVERSATION, "--json"], work)
+    maintained, _, proc = _cli(["maintain", "-c", str(conf)], work)
+    assert maintained["status"] == "ok" and maintained["tables"]["messages"]["files_after"] == 1, proc.stderr[-2000:]
+    summary, after, _ = _cli(["find", "-c", str(conf), "--conversation-id", CONVERSATION, "--json"], work)
+    assert summary["files"] == 1 and summary["found"] == 6
+    assert after == before

@@ -137,3 +137,15 @@ def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
         lines = script.read_text().splitlines()
         first_queuelake = next(i for i, line in enumerate(lines) if line.startswith(("from queuelake", "import queue")))
         assert any(line.startswith("import _tree") for line in lines[:first_queuelake]), script.name
+
+
+@pytest.mark.slow
+def test_find_bench_times_whole_find_commands_against_full_scans() -> None:
+    result = _bench("find.py", "--rows", "6000", "--batch-size", "1000", "--repeat", "1")
+    assert result["rows"] == 6000 and result["files"] >= 6
+    for phase in ("find_before_maintain", "find_after_maintain"):
+        finds = result[phase]
+        assert finds["message"]["found"] >= 2 and finds["conversation"]["found"] >= 2 and finds["unknown"]["found"] == 0
+        assert all(f["seconds"] > 0 and f["find_seconds"] >= 0 for f in finds.values())
+    assert result["full_scan"]["arrow"]["found"] == result["find_before_maintain"]["message"]["found"]
+    assert result["full_scan"]["spark"]["seconds"] > 0 and result["maintain_seconds"] > 0

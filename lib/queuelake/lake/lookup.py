@@ -9,7 +9,7 @@ maps are nearly all of a journal's bytes) for the few rows of one message. Here,
    column excludes every value is skipped unopened;
 2. of the others, only the column is read (row groups whose Parquet statistics exclude the values
    skipped unread), a few files at once on a pool of threads, to learn which files hold a match;
-3. only those files are read whole, filtered again.
+3. only the row groups holding a match are read whole, filtered again.
 
 On a drain's layout (one file per batch of random GUIDs) step 1 prunes nothing and step 2 reads one
 short column of every file: ~1-2 s at 10,000,000 rows on 2 cores. Clustering the journal so that
@@ -54,7 +54,7 @@ class Lookup:
     files: int  # data files that version lists
     files_pruned: int  # skipped by their Delta log statistics, never opened
     files_scanned: int  # whose column was read (``files - files_pruned``)
-    files_matched: int  # holding at least one match: the only files read whole
+    files_matched: int  # holding at least one match: only their matching row groups are read whole
     rows_scanned: int  # values of the column read in step 2
 
 
@@ -75,9 +75,15 @@ def lookup(dt: DeltaTable, column: str, values: Sequence[str]) -> Lookup:
     fs, paths = _paths([f.uri for f in kept])
     value_set = pa.array(wanted, pa.string())
     with ThreadPoolExecutor(max_workers=min(_THREADS, len(paths))) as pool:
-        hits = [path for path, hit in zip(paths, pool.map(lambda p: _holds(fs, p, column, value_set), paths)) if hit]
+        groups = list(pool.map(lambda p: _holds(fs, p, column, value_set), paths))
+    hits = [(path, found) for path, found in zip(paths, groups, strict=True) if found]
     match = pc.field(column).isin(wanted)
-    rows = _dataset(fs, hits, schema).to_table(filter=match) if hits else schema.empty_table()
+    parts = []
+    if hits:
+        dataset = _dataset(fs, [path for path, _ in hits], schema)
+        for fragment, (_, found) in zip(dataset.get_fragments(), hits, strict=True):
+            parts.append(fragment.subset(row_group_ids=found).to_table(schema=schema, filter=match))
+    rows = pa.concat_tables(parts) if parts else schema.empty_table()
     scanned = sum(f.rows or 0 for f in kept)
     return Lookup(rows, version, len(files), pruned, len(kept), len(hits), scanned)
 
@@ -112,17 +118,18 @@ def _may_hold(low: str | None, high: str | None, values: list[str]) -> bool:
     return any(value >= low and value[: len(high)] <= high for value in values)
 
 
-def _holds(fs: Any, path: str, column: str, value_set: pa.Array) -> bool:
-    """Does the file hold one of the values in ``column``? Reads that column alone, of the row groups
-    whose Parquet statistics do not exclude the values (a file written before the column was added
-    to the table holds none)."""
+def _holds(fs: Any, path: str, column: str, value_set: pa.Array) -> list[int]:
+    """The row groups of the file that hold one of the values in ``column``. Reads that column alone,
+    of the row groups whose Parquet statistics do not exclude the values (a file written before the
+    column was added to the table holds none)."""
     import pyarrow.parquet as pq
 
     file = pq.ParquetFile(path, filesystem=fs)
     parquet = file.metadata.schema  # leaf columns: a map or a list before ours shifts its index
     index = next((i for i in range(len(parquet)) if parquet.column(i).path == column), None)
     if index is None:
-        return False
+        return []
+    found = []
     wanted = value_set.to_pylist()
     for group in range(file.metadata.num_row_groups):
         stats = file.metadata.row_group(group).column(index).statistics
@@ -131,8 +138,8 @@ def _holds(fs: Any, path: str, column: str, value_set: pa.Array) -> bool:
                 continue
         values = file.read_row_group(group, columns=[column], use_threads=False).column(0)
         if pc.any(pc.is_in(values, value_set=value_set)).as_py():
-            return True
-    return False
+            found.append(group)
+    return found
 
 
 def _paths(uris: list[str]) -> tuple[Any, list[str]]:

@@ -51,6 +51,11 @@ class LakeTable:
     # Columns written without compression: GUIDs as text, which snappy shrinks by a tenth for a fifth
     # of the file's writing time (per 10,000 journal rows: 18.3 ms against 22.4, 4% larger files).
     uncompressed_columns: tuple[str, ...] = ()
+    # Rows per Parquet row group when ``maintain`` rewrites the table's files (None: the engine's own,
+    # a million rows). The journal keeps the drain's 10,000: ``queuelake find`` reads a row group that
+    # holds a match whole, and a compacted file of 300,000 rows in one group made a lookup 3-4 times
+    # slower than on the drain's files (bench/find.py, README "Find").
+    row_group_rows: int | None = None
 
     @property
     def per_output(self) -> bool:
@@ -132,6 +137,7 @@ MESSAGES = LakeTable(
         "raw_expires",
     ),
     uncompressed_columns=("id", "message_id", "conversation_id", "correlation_id"),
+    row_group_rows=10_000,
 )
 
 RUNS = LakeTable(
@@ -344,6 +350,14 @@ def uncompressed_columns(name: str) -> tuple[str, ...]:
         if table.name == name:
             return table.uncompressed_columns
     return ()
+
+
+def row_group_rows(name: str) -> int | None:
+    """Rows per row group of the files ``maintain`` rewrites (None: the engine's default)."""
+    for table in CATALOGUE:
+        if table.name == name:
+            return table.row_group_rows
+    return None
 
 
 def dictionary_columns(name: str) -> tuple[str, ...] | None:
