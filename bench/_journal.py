@@ -121,8 +121,9 @@ def skeleton(rows: int, seed: int = 34) -> Skeleton:
         moment = sent[idx] + delay + rng.integers(0, 100_000, size=len(idx)) * (kind > 0)
         drained = moment + rng.integers(1_000_000, 60_000_000, size=len(idx))
         parts.append((message[idx], conversation[idx], np.full(len(idx), kind), queue[idx], sent[idx], moment, drained))
-    columns = [np.concatenate([p[i] for p in parts])[:rows] for i in range(7)]
-    rows_ = Skeleton(*columns)
+    columns = [np.concatenate([p[i] for p in parts]) for i in range(7)]
+    keep = np.sort(rng.permutation(len(columns[0]))[:rows])  # every kind kept, whatever is cut to fit
+    rows_ = Skeleton(*(c[keep] for c in columns))
     return rows_.take(np.lexsort((rows_.drained_us, rows_.queue)))
 
 
