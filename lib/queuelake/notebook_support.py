@@ -12,6 +12,8 @@ modules. The code lives in ``queuelake/notebooks/``, one job per module:
 * ``time_charts``: UTC time axes, counts per bucket, trends of a per-bucket statistic;
 * ``runs_figure``: the ``runs`` table's drain rate and backlog left per run;
 * ``conversation``: one conversation drawn as ``queuelake conversation`` draws it (SVG), shown under the cell.
+* ``find``: one message's or conversation's journal rows in time order, as pandas, without Spark
+  (``queuelake find`` in a cell).
 
 Plots are meant to read well on the demo's lake (a few thousand rows drained within seconds) and on a
 day of traffic alike, because a picture that misleads is worse than none:
@@ -32,6 +34,7 @@ from __future__ import annotations
 from queuelake.notebooks.axes import decimals_for, grouped_bars, label_bars, legend_outside, value_axis
 from queuelake.notebooks.conversation import ConversationPicture
 from queuelake.notebooks.conversation import draw as draw_conversation
+from queuelake.notebooks.find import find_conversation, find_message
 from queuelake.notebooks.frames import (
     BUCKET_TARGET,
     BUCKETS,
@@ -91,6 +94,8 @@ __all__ = [
     "draw_conversation",
     "duration_unit",
     "every_bucket",
+    "find_conversation",
+    "find_message",
     "grouped_bars",
     "idle_runs",
     "in_unit",

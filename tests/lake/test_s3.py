@@ -410,3 +410,20 @@ def test_bad_credential_is_a_clear_error_without_the_secret(fresh_pg_uri: str, t
             assert "Traceback" not in out
     finally:
         _stop(proc)
+
+
+def test_find_reads_a_journal_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path) -> None:
+    """``queuelake find`` through the lake port's lookup, with the credentials only in
+    lake.storage_options: the journal's log and files read from the store."""
+    root = f"s3://{BUCKET}/find-{uuid.uuid4().hex[:8]}"
+    _install(fresh_pg_uri, ["Sales"])
+    _seed(fresh_pg_uri, "Sales", 60, seed=34)
+    conf = tmp_path / "find.yaml"
+    conf.write_text(json.dumps(_config(root, s3, "delta-rs", ["Sales"], batch_size=20)))
+    env = _env(fresh_pg_uri)
+    drained, _ = _cli(["drain", "-c", str(conf)], env, tmp_path)
+    assert drained["status"] == "ok", drained
+    target = list(traffic.order_events(60, seed=34))[41].id
+    found, out = _cli(["find", "-c", str(conf), "--message-id", target, "--json"], env, tmp_path)
+    assert found["found"] == 1 and found["files"] >= 3, found
+    assert f'"message_id":"{target}"' in out

@@ -175,3 +175,14 @@ def test_queues_bench_drains_many_queues_and_one_with_whole_commands(fresh_pg_ur
         assert run[label]["msgs_per_s"] > 0 and run[label]["journal_commits"] >= 1
         assert 0 < run[label]["peak_connections_seen"] <= run[label]["max_connections"], run[label]
     assert result["ratio_median"] > 0
+
+
+def test_find_bench_times_whole_find_commands_against_full_scans() -> None:
+    result = _bench("find.py", "--rows", "6000", "--batch-size", "1000", "--repeat", "1")
+    assert result["rows"] == 6000 and result["files"] >= 6
+    for phase in ("find_before_maintain", "find_after_maintain"):
+        finds = result[phase]
+        assert finds["message"]["found"] >= 2 and finds["conversation"]["found"] >= 2 and finds["unknown"]["found"] == 0
+        assert all(f["seconds"] > 0 and f["find_seconds"] >= 0 for f in finds.values())
+    assert result["full_scan"]["arrow"]["found"] == result["find_before_maintain"]["message"]["found"]
+    assert result["full_scan"]["spark"]["seconds"] > 0 and result["maintain_seconds"] > 0

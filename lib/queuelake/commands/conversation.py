@@ -38,7 +38,7 @@ def conversation(args: argparse.Namespace) -> dict[str, Any]:
         raise ArgumentError("conversation: the conversation id is empty")
     cfg = config_mod.load(args.config)
     lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # the journal is delta-rs's
-    rows = lake.read_conversation(MESSAGES.name, conversation_id, COLUMNS).to_pylist()
+    rows = lake.lookup(MESSAGES.name, "conversation_id", [conversation_id]).rows.select(COLUMNS).to_pylist()
     log.info("conversation %s: %d journal row(s)", conversation_id, len(rows))
     drawn = build(conversation_id, rows)
     if not drawn.messages:

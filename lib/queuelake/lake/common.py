@@ -24,8 +24,12 @@ from queuelake.lake.marks import check_writable, engine_of
 from queuelake.lake.reading import read_arrow
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
+
+    from queuelake.lake.lookup import Lookup
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -142,10 +146,12 @@ class EngineBase:
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         return read_arrow(self._require(table, version), columns)
 
-    def read_conversation(self, table: str, conversation_id: str, columns: list[str] | None = None) -> pa.Table:
-        from queuelake.lake.conversation_rows import read_conversation_rows
+    def lookup(self, table: str, column: str, values: Sequence[str], version: int | None = None) -> Lookup:
+        """Rows whose ``column`` holds one of ``values``, reading whole rows only of files that hold
+        one (``lookup.py``); either engine, since both tables are Delta logs deltalake reads."""
+        from queuelake.lake.lookup import lookup
 
-        return read_conversation_rows(self._require(table), conversation_id, columns)
+        return lookup(self._require(table, version), column, values)
 
 
 def landed(dt: DeltaTable, since: int, key: str, value: str) -> bool:

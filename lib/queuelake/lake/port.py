@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import DataFrame
 
     from queuelake.lake.deletes import Deleted, Reached, RowFilter
     from queuelake.lake.files import StagedFiles
+    from queuelake.lake.lookup import Lookup
 
 
 class LakeEngine(Protocol):
@@ -98,10 +101,12 @@ class LakeEngine(Protocol):
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         """The table (or one version) as Arrow on the driver; for small tables and tests."""
 
-    def read_conversation(self, table: str, conversation_id: str, columns: list[str] | None = None) -> pa.Table:
-        """The rows of the table (the journal) whose ``conversation_id`` is ``conversation_id``, as
-        Arrow on the driver, with ``columns`` (default: all but ``body``); the files are scanned with
-        the equality as a filter, so only a conversation's rows are kept (``conversation_rows.py``)."""
+    def lookup(self, table: str, column: str, values: Sequence[str], version: int | None = None) -> Lookup:
+        """The rows (of the current version, or ``version``) whose string ``column`` equals one of
+        ``values``, on the driver, without Spark: files the Delta log's statistics exclude are never
+        opened, of the rest only ``column`` is read, and only files holding a match are read whole
+        (``lookup.py``). Only the files the log lists are read, never the drain's staged ones. What
+        ``queuelake find`` asks of the journal; the result says what was read (files, pruned, rows)."""
 
     def add_columns(self, table: str, fields: list[pa.Field]) -> None:
         """Add nullable columns (schema evolution); old rows read them as null."""

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import deletes
+from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
@@ -254,11 +255,14 @@ class DeltaRsEngine(StagedWrites):
         """Compact small files, then vacuum removed files and orphans (files no commit names, e.g. from a
         killed writer) older than ``retention_hours``. Keep the retention longer than the longest write:
         an in-flight write's files are orphans until it commits."""
+        from deltalake import WriterProperties
+
         dt = self._require(table)
         self._check_writable(table, dt)
         interval_set = self._set_checkpoint_interval(table, dt)
         files_before = len(dt.file_uris())
-        compacted = dt.optimize.compact()
+        rows = catalogue.row_group_rows(table)
+        compacted = dt.optimize.compact(writer_properties=WriterProperties(max_row_group_size=rows) if rows else None)
         hours = max(0, math.ceil(retention_hours))
         vacuumed = dt.vacuum(
             retention_hours=hours,

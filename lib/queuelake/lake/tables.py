@@ -56,6 +56,11 @@ class LakeTable:
     # (``pipeline/store/erase.py``). Empty: not derived from journal rows row by row. The one place a
     # new derived table (typed body tables, say) declares how its rows are erased.
     erased_by_journal_key: tuple[str, ...] = ()
+    # Rows per Parquet row group when ``maintain`` rewrites the table's files (None: the engine's own,
+    # a million rows). The journal keeps the drain's 10,000: ``queuelake find`` reads a row group that
+    # holds a match whole, and a compacted file of 300,000 rows in one group made a lookup 3-4 times
+    # slower than on the drain's files (bench/find.py, README "Find").
+    row_group_rows: int | None = None
 
     @property
     def per_output(self) -> bool:
@@ -137,6 +142,7 @@ MESSAGES = LakeTable(
         "raw_expires",
     ),
     uncompressed_columns=("id", "message_id", "conversation_id", "correlation_id"),
+    row_group_rows=10_000,
 )
 
 RUNS = LakeTable(
@@ -357,6 +363,14 @@ def uncompressed_columns(name: str) -> tuple[str, ...]:
         if table.name == name:
             return table.uncompressed_columns
     return ()
+
+
+def row_group_rows(name: str) -> int | None:
+    """Rows per row group of the files ``maintain`` rewrites (None: the engine's default)."""
+    for table in CATALOGUE:
+        if table.name == name:
+            return table.row_group_rows
+    return None
 
 
 def dictionary_columns(name: str) -> tuple[str, ...] | None:

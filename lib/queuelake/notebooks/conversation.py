@@ -48,7 +48,7 @@ def draw(lake: LakeEngine, conversation_id: str) -> ConversationPicture | None:
     if not lake.exists(MESSAGES.name):
         print(f"note: no lake table {MESSAGES.name!r} under {lake.root}: no conversation to draw")
         return None
-    rows = lake.read_conversation(MESSAGES.name, conversation_id, COLUMNS).to_pylist()
+    rows = lake.lookup(MESSAGES.name, "conversation_id", [conversation_id]).rows.select(COLUMNS).to_pylist()
     conversation = build(conversation_id, rows)
     if not conversation.messages:
         print(f"note: no journal row has conversation_id {conversation_id!r}: nothing to draw")
