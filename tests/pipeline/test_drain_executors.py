@@ -177,20 +177,8 @@ def test_exactly_once_with_executors_and_the_driver_sigkilled(
         assert killed >= 1, f"no task was killed at {point}"
         assert claim_count(cfg) == 0
 
-    # 2. the driver killed: inside its poller (after a group's Delta commit, claims not cleared), and
-    # from outside at a random instant while the tasks run
+    # 2a. the driver killed from outside at a random instant while the tasks run
     conf = write_conf(tmp_path / "drain.yaml", cluster, lake_root, names, batch_size=150)
-    proc = subprocess.run(
-        drain_cmd(conf),
-        env={**base, "QUEUELAKE_TEST_KILL_AT": "after_delta_commit:3"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-    driver_kills += 1
-    wait_for_no_drain(fresh_pg_uri)
-    claims_left += claim_count(cfg)
     for i, name in enumerate(names):  # more to drain, so that the outside kill lands mid-run
         seeded |= seed_ids(cfg, name, 1_500, seed=900 + i)
     driver = subprocess.Popen(
@@ -206,14 +194,31 @@ def test_exactly_once_with_executors_and_the_driver_sigkilled(
     driver.wait()
     driver_kills += 1
     wait_for_no_drain(fresh_pg_uri)
-    left_after_outside_kill = claim_count(cfg)
-    claims_left += left_after_outside_kill
+    claims_left += claim_count(cfg)
+
+    # 2b. ... and inside its poller, after a group's Delta commit, its claims not cleared yet
+    for i, name in enumerate(names):
+        seeded |= seed_ids(cfg, name, 1_000, seed=1900 + i)
+    proc = subprocess.run(
+        drain_cmd(conf),
+        env={**base, "QUEUELAKE_TEST_KILL_AT": "after_delta_commit:3"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    driver_kills += 1
+    wait_for_no_drain(fresh_pg_uri)
+    left = claim_count(cfg)
+    assert left > 0, "the kill after the Delta commit left no claim"
+    claims_left += left
 
     # 3. a normal run resolves everything
     final = subprocess.run(drain_cmd(conf), env=base, capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stderr[-4000:]
     summary = summary_of(final)
     assert summary["status"] == "ok", summary
+    assert summary["claims_resolved"] == left, summary  # what the killed poller left, resolved first
     got = journal(lake_root)["id"].to_pylist()
     duplicates = len(got) - len(set(got))
     lost = len(seeded - set(got))
