@@ -232,3 +232,21 @@ def test_exactly_once_with_executors_and_the_driver_sigkilled(
     assert all(queue_depth(cfg, n) == 0 for n in names)
     assert claim_count(cfg) == 0
     assert task_kills >= len(TASK_POINTS)
+
+
+def test_drain_on_is_driver_or_executors_and_tasks_fit_the_connection_budget() -> None:
+    from queuelake.config import from_dict
+    from queuelake.errors import ConfigError
+    from queuelake.pipeline.drain.executors import queues_at_once, task_connections
+
+    with pytest.raises(ConfigError, match="drain.on"):
+        from_dict({"drain": {"on": "nowhere"}}, env={})
+    assert from_dict({}, env={}).drain.on == "driver"
+    for most in range(4, 40):
+        cfg = from_dict(
+            {"transport": {"connection": "x"}, "drain": {"on": "executors", "max_connections": most}}, env={}
+        )
+        for workers in (1, 2, 5):
+            at_once = queues_at_once(cfg, [workers] * 300)
+            fits = at_once * task_connections(cfg, workers) + 1 <= most  # + the driver's poller
+            assert at_once >= 1 and (fits or at_once == 1), (most, workers, at_once)
