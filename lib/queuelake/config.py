@@ -190,8 +190,13 @@ class DrainConfig:
     # bodies would be 690 MB per batch, two per worker in flight. A worker's first batch takes
     # batch_megabytes / 16 KB rows at most, later ones as many as the bytes per row seen so far allow.
     batch_megabytes: int = 64
+    # where the queues' workers run: driver (threads of this process) or executors (Spark tasks, a
+    # task per queue, each in its own Python process; the driver commits what they claim)
+    on: str = "driver"
 
     def __post_init__(self) -> None:
+        if self.on not in ("driver", "executors"):
+            raise ConfigError(f"drain.on must be driver or executors, not {self.on!r}")
         if (
             isinstance(self.batch_megabytes, bool)
             or not isinstance(self.batch_megabytes, int)

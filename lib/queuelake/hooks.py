@@ -2,6 +2,9 @@
 
 ``QUEUELAKE_TEST_KILL_AT=point[:n]`` sends SIGKILL to the process the n-th time (default 1st) it
 passes ``point``. Unset in production, where ``checkpoint`` is a dictionary lookup and nothing else.
+``QUEUELAKE_TEST_KILL_TOKENS=folder`` bounds the kills across processes (Spark tasks, their retries):
+a kill happens only when it can delete one file of that folder, so a test makes N files for N kills
+at most, and counts the kills by the files gone.
 """
 
 from __future__ import annotations
@@ -28,5 +31,20 @@ def checkpoint(point: str) -> None:
         return
     with _lock:
         _counts[point] = _counts.get(point, 0) + 1
-        if _counts[point] >= target[1]:
+        if _counts[point] >= target[1] and _take_token():
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _take_token() -> bool:
+    """One kill's token (``QUEUELAKE_TEST_KILL_TOKENS``): True without a folder, else when this
+    process deleted a file of it (a deletion succeeds for one process only)."""
+    folder = os.environ.get("QUEUELAKE_TEST_KILL_TOKENS")
+    if not folder:
+        return True
+    for name in sorted(os.listdir(folder)):
+        try:
+            os.unlink(os.path.join(folder, name))
+            return True
+        except FileNotFoundError:
+            continue
+    return False

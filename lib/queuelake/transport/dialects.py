@@ -60,6 +60,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "claim_insert",
         "claim_delete",
         "claims_of_queue",
+        "claims_all",
         "claims_summary",
         "drain_lock",
         "drain_session",

@@ -19,16 +19,19 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Protocol
 
 from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.drain.claims import resolve_claims
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims
 from queuelake.transport.db import Connection
+from queuelake.transport.tables import TableRef
 
 MOST_PENDING_PER_WORKER = 2  # a worker runs at most this far ahead of the journal
 MOST_PER_GROUP = 512  # batches in one commit (its log entry lists every file)
@@ -42,6 +45,37 @@ class Claimed:
     staged: StagedFiles
     app_id: str
     version: int
+
+
+class Committer(Protocol):
+    """What a queue's drain needs of whoever commits its claimed batches to the journal: the run's
+    ``JournalCommitter`` on the driver, or in a Spark task the driver's poller seen from the task
+    (``task.TaskCommitter``)."""
+
+    def begin(self, conn: Connection, queue: str) -> int:
+        """Under the queue's drain lock, before anything is received: the claims killed drains left
+        are committed and cleared when this returns (how many there were)."""
+        ...
+
+    def submit(self, claimed: Claimed) -> None:
+        """A batch whose claim the worker has just committed; may block to keep the worker near the journal."""
+        ...
+
+    def wait(self, app_id: str) -> None:
+        """Until every batch of ``app_id`` submitted is in the journal and its claim cleared."""
+        ...
+
+
+def land_group(lake: LakeEngine, conn: Connection, claims_table: TableRef, group: list[Claimed]) -> int:
+    """One Delta commit for the group (each app id's highest version in it), then its claims cleared
+    in one transaction. Returns how many batches the commit carried (the rest were in the log)."""
+    carried = lake.commit_staged_group(MESSAGES, [(c.staged, c.app_id, c.version) for c in group])
+    hooks.checkpoint("after_delta_commit")
+    for claimed in group:
+        claims.delete(conn, claims_table, claimed.app_id, claimed.version)
+    conn.commit()
+    hooks.checkpoint("after_claim_cleared")
+    return carried
 
 
 class JournalCommitter:
@@ -60,6 +94,10 @@ class JournalCommitter:
         self.commits = 0
         self.batches = 0
         self.largest_group = 0
+
+    def begin(self, conn: Connection, queue: str) -> int:
+        """The claims killed drains of ``queue`` left, committed one by one (``claims.resolve_claims``)."""
+        return resolve_claims(conn, self._lake, self._claims_table, queue)
 
     def submit(self, claimed: Claimed) -> None:
         """Hand over a claimed batch; blocks while its worker has ``MOST_PENDING_PER_WORKER`` waiting."""
@@ -116,19 +154,13 @@ class JournalCommitter:
     def _land(self, conn: Connection, group: list[Claimed]) -> None:
         """One Delta commit for the group, then its claims cleared in one transaction."""
         t0 = time.monotonic()
-        carried = self._lake.commit_staged_group(MESSAGES, [(c.staged, c.app_id, c.version) for c in group])
+        carried = land_group(self._lake, conn, self._claims_table, group)
         if carried < len(group):
             # under the queues' drain locks nobody else writes these app ids: the rest landed in
             # our own earlier attempt (a commit that raised after writing)
             log.debug("journal: %d of %d batch(es) were already committed", len(group) - carried, len(group))
-        hooks.checkpoint("after_delta_commit")
-        t_delta = time.monotonic()
-        for claimed in group:
-            claims.delete(conn, self._claims_table, claimed.app_id, claimed.version)
-        conn.commit()
-        hooks.checkpoint("after_claim_cleared")
         self.commits += 1
         self.batches += len(group)
         self.largest_group = max(self.largest_group, len(group))
-        log.debug("timing delta %.3f clear %.3f", t_delta - t0, time.monotonic() - t_delta)
+        log.debug("timing delta and clear %.3f", time.monotonic() - t0)
         log.debug("journal: one commit for %d claimed batch(es)", len(group))

@@ -12,8 +12,7 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.budget import Budget
-from queuelake.pipeline.drain.claims import resolve_claims
-from queuelake.pipeline.drain.committer import JournalCommitter
+from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.state import QueueState
 from queuelake.pipeline.drain.worker import Worker
@@ -35,7 +34,7 @@ class QueueDrain:
         budget: Budget,
         receive: db.SharedAdbc | None,
         workers: int,
-        committer: JournalCommitter,
+        committer: Committer,
     ) -> None:
         self.config = config
         self.workers = workers
@@ -55,9 +54,9 @@ class QueueDrain:
                     return self.result
                 schema.require_table(lock_conn, self.ref)
                 lock_conn.rollback()
-                self.result.claims_resolved = resolve_claims(
-                    lock_conn, state.lake, state.claims_table, self.ref.canonical
-                )
+                # the claims killed drains left, committed before anything is received (by the run's
+                # committer on the driver; in a Spark task, by the driver's poller, waited for)
+                self.result.claims_resolved = state.committer.begin(lock_conn, self.ref.canonical)
                 state.progress.start(lock_conn)
                 errors: list[BaseException] = []
                 threads = [
@@ -98,7 +97,7 @@ class QueueDrain:
             self.result.status = Status.INTERRUPTED
 
     def _acquire(self, conn: Connection) -> bool:
-        return locks.try_lock(conn, "queuelake.drain:" + self.ref.canonical, what=self.ref.canonical)
+        return take_drain_lock(conn, self.ref)
 
     def _worker_safe(self, worker: int, errors: list[BaseException]) -> None:
         try:
@@ -107,3 +106,8 @@ class QueueDrain:
             self.state.budget.stop()
             errors.append(exc)
             log.error("%s worker %d failed: %s", self.ref.canonical, worker, exc)
+
+
+def take_drain_lock(conn: Connection, ref: TableRef) -> bool:
+    """The queue's drain lock, held by ``conn``'s session until it closes; False when another holds it."""
+    return locks.try_lock(conn, "queuelake.drain:" + ref.canonical, what=ref.canonical)

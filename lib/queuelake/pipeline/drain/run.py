@@ -7,7 +7,7 @@ import datetime as dt
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queuelake.config import Config
 from queuelake.context import resolved_transport
@@ -27,6 +27,9 @@ from queuelake.status import Status, worst
 from queuelake.transport import db, drivers
 from queuelake.transport.tables import TableRef, queue_ref
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 MAX_WORKERS_PER_QUEUE = 32
 
 
@@ -36,8 +39,11 @@ def drain(
     queue_names: list[str] | None = None,
     max_messages: int | None = None,
     max_seconds: float | None = None,
+    spark: SparkSession | None = None,
 ) -> dict[str, Any]:
-    """Drain the configured (or named) queues in parallel; returns the summary and writes ``runs``."""
+    """Drain the configured (or named) queues in parallel; returns the summary and writes ``runs``.
+    With ``drain.on: executors`` the queues are drained by Spark tasks (``executors.py``) of ``spark``
+    (or the session ``spark.master`` builds)."""
     names = queue_names or config.drain.queues
     if not names:
         raise DrainError("no queues to drain: set drain.queues or pass --queue")
@@ -50,7 +56,9 @@ def drain(
     run = Run("drain")
     # opened now, in the background: the workers' connections come from it once the set-up is done
     transport = resolved_transport(config)
-    through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
+    on_executors = config.drain.on == "executors"
+    # on executors each task opens its own ADBC database: the driver receives nothing
+    through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection and not on_executors
     shared = db.SharedAdbc(transport).start() if through_adbc else None
     try:
         journal = journal_engine(lake)
@@ -66,6 +74,10 @@ def drain(
             log.info("drain %s: nothing to do, the queue is empty", r.canonical)
         budget = ConnectionBudget(queue_connections(config.drain.max_connections, shared))
         committer = JournalCommitter(config, journal)
+        if on_executors:
+            return _on_executors(
+                config, spark, lake, journal, run, refs, busy, backlogs, plan.workers, max_messages, max_seconds
+            )
         drains = [
             QueueDrain(
                 config,
@@ -109,6 +121,50 @@ def drain(
     totals["largest_group"] = committer.largest_group
     status = worst([r.status for r in results])
     return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
+
+
+def _on_executors(
+    config: Config,
+    spark: SparkSession | None,
+    lake: LakeEngine,
+    journal: LakeEngine,
+    run: Run,
+    refs: list[TableRef],
+    busy: list[TableRef],
+    backlogs: dict[str, Backlog],
+    most_workers: int,
+    max_messages: int | None,
+    max_seconds: float | None,
+) -> dict[str, Any]:
+    """The run with its queues drained by Spark tasks (``executors.drain_on_executors``): the same
+    summary and ``runs`` rows as on the driver."""
+    from queuelake.pipeline.drain.executors import drain_on_executors
+    from queuelake.spark import get_spark
+
+    planned = [
+        (r, workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, most_workers)) for r in busy
+    ]
+    outcome = None
+    drained: list[QueueResult] = []
+    if planned:
+        outcome = drain_on_executors(
+            config, spark or get_spark(config.spark), journal, planned, backlogs, max_messages, max_seconds
+        )
+        drained = outcome.results
+    by_queue = {r.queue: r for r in drained}
+    results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
+    run.record(lake, [row for r in results for row in r.runs_rows()])
+    totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
+    _log_outcome(results, totals, run.started)
+    totals["claims_resolved"] = sum(r.claims_resolved for r in results)
+    totals["held_by_others"] = sum(r.held_by_others for r in results)
+    # on executors the driver cannot count the tasks' connections: the bound the plan keeps to
+    totals["peak_connections"] = outcome.connection_bound if outcome else 0
+    totals["journal_commits"] = outcome.commits if outcome else 0
+    totals["largest_group"] = outcome.largest_group if outcome else 0
+    status = worst([r.status for r in results])
+    summary = {"status": status, "run_id": run.run_id, "on": "executors", **totals}
+    return {**summary, "queues": [r.summary() for r in results]}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from queuelake.config import Config
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.budget import Budget
-from queuelake.pipeline.drain.committer import JournalCommitter
+from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.progress import Progress
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
@@ -29,7 +29,7 @@ class QueueState:
         ref: TableRef,
         budget: Budget,
         receive: db.SharedAdbc | None,
-        committer: JournalCommitter,
+        committer: Committer,
     ) -> None:
         self.config = config
         self.committer = committer  # the run's: claimed batches of every queue go to the journal together

@@ -1,0 +1,117 @@
+"""The driver's journal writer while Spark tasks drain queues (``drain.on: executors``): it polls
+the claims table and group-commits what the tasks claimed, then clears those claims.
+
+Why polling the claims table: the tasks run in other processes, on other machines; the claim row is
+their hand-over, durable and complete (app id, version, staged files), so the driver needs no
+channel but the database it already reads. One thread, one connection, one journal writer per run.
+
+Order per app id is safe: a worker commits its claims one by one in version order, and a poll reads
+every claim in one statement, so a claim seen at version N means N-1 was seen in the same read or
+was already cleared. Only the claims of queues whose task is running (``watch``) are committed:
+another run may drain a queue once this run's task released its lock. In the moment between a
+killed attempt and its retry, the lock is free and another run could resolve the same claims: both
+commits go through the lake's exactly-once group commit (versions already in the log are left out,
+conflicting commits retried from a fresh load), so a batch lands once whoever commits it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.lake.files import StagedFiles
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.drain.committer import MOST_PER_GROUP, Claimed, land_group
+from queuelake.report import log
+from queuelake.transport import claims
+from queuelake.transport.db import Connection
+
+POLL_SECONDS = 0.2
+
+
+class ClaimsPoller:
+    """Started for a run's Spark jobs, closed after them. ``watch`` a queue before its task starts,
+    ``release`` it after the task ended (the claims its last attempt left are committed first)."""
+
+    def __init__(self, config: Config, journal: LakeEngine, on_failure: Callable[[BaseException], None]) -> None:
+        self._config = config
+        self._journal = journal
+        self._on_failure = on_failure
+        self._claims_table = claims.claims_ref(config.transport)
+        self._watched: Counter[str] = Counter()
+        self._cycles = 0  # polls completed
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="drain-claims-poller", daemon=True)
+        self.error: BaseException | None = None
+        self.commits = 0
+        self.batches = 0
+        self.largest_group = 0
+        self.rows: Counter[str] = Counter()  # per queue: the rows of the claims this run committed
+
+    def start(self) -> ClaimsPoller:
+        self._thread.start()
+        return self
+
+    def watch(self, queue: str) -> None:
+        with self._changed:
+            self._watched[queue] += 1
+            self._changed.notify_all()
+
+    def release(self, queue: str) -> None:
+        """Stop watching ``queue`` once a whole poll that began after this call is done: a task that
+        died left claims, and they are committed now rather than by the next run."""
+        with self._changed:
+            until = self._cycles + 2
+            self._changed.wait_for(lambda: self._cycles >= until or self.error is not None or self._closed)
+            self._watched[queue] -= 1
+            if self._watched[queue] <= 0:
+                del self._watched[queue]
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            with connect(self._config, "queuelake-drain-commit") as conn:
+                while True:
+                    with self._changed:
+                        if self._closed:
+                            return
+                        watched = set(self._watched)
+                    found = [c for c in claims.every_claim(conn, self._claims_table) if c.queue in watched]
+                    conn.rollback()
+                    # each app id's claims in version order: a group never holds N+1 without N before it
+                    for start in range(0, len(found), MOST_PER_GROUP):
+                        self._land(conn, found[start : start + MOST_PER_GROUP])
+                    with self._changed:
+                        self._cycles += 1
+                        self._changed.notify_all()
+                        if not found:
+                            self._changed.wait_for(lambda: self._closed, timeout=POLL_SECONDS)
+        except BaseException as exc:  # the claims stay for the next run; the tasks are cancelled
+            log.error("drain: the driver's journal commit failed; claimed batches wait for the next run: %s", exc)
+            with self._changed:
+                self.error = exc
+                self._changed.notify_all()
+            self._on_failure(exc)
+
+    def _land(self, conn: Connection, found: list[claims.Claim]) -> None:
+        t0 = time.monotonic()
+        group = [Claimed(c.queue, StagedFiles.from_json(c.staged), c.app_id, c.version) for c in found]
+        land_group(self._journal, conn, self._claims_table, group)
+        for c in found:
+            self.rows[c.queue] += c.row_count
+        self.commits += 1
+        self.batches += len(group)
+        self.largest_group = max(self.largest_group, len(group))
+        log.debug(
+            "journal: one commit for %d batch(es) claimed by Spark tasks in %.3fs", len(group), time.monotonic() - t0
+        )

@@ -1,0 +1,252 @@
+"""The drain on Spark executors (``drain.on: executors``, issue 32) on a real standalone cluster
+started from the installed pyspark (``standalone.py``): tasks receive, build, stage and claim in
+their own Python processes; the driver commits. The drain runs as ``queuelake drain`` in a
+subprocess whose fresh SparkSession connects to the cluster (``spark.master`` in its config); the
+suite's own local session (conftest) is not involved.
+
+Kills: the tasks' Python workers SIGKILLed at each step of the claim protocol (Spark retries the
+task: a new drain of that queue), and the driver SIGKILLed (from inside its poller, and from outside
+at a random instant); then a normal run. Every seeded row is in the journal exactly once, nothing is
+left in the queues or the claims table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from queuelake.lake.reading import read_table
+
+from tests.pipeline.standalone import Cluster, standalone_cluster
+from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids
+from tests.pipeline.test_drain_kills import claim_count
+
+LIB = str(Path(__file__).resolve().parents[2] / "lib")
+# each step of the claim protocol a task's worker passes (the Delta commit is the driver's)
+TASK_POINTS = ["before_receive", "after_stage", "before_db_commit", "after_db_commit"]
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    yield from standalone_cluster(workers=2)
+
+
+def write_conf(path: Path, cluster: Cluster, lake_root: Path, names: list[str], batch_size: int, **conf: str) -> Path:
+    spark_conf = {
+        "spark.executor.memory": "768m",
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",
+        # the executors' Python is the driver's (PYSPARK_PYTHON, set by queuelake to its own
+        # interpreter); queuelake's source reaches it through the executors' environment
+        "spark.executorEnv.PYTHONPATH": LIB,
+        "spark.task.maxFailures": "12",
+        **conf,
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "spark": {"master": cluster.master, "app_name": "queuelake-drain-executors-test", "conf": spark_conf},
+                "drain": {"queues": names, "batch_size": batch_size, "workers_per_queue": 2, "on": "executors"},
+            }
+        )
+    )
+    return path
+
+
+def drain_cmd(conf: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), *args]
+
+
+def env_for(uri: str, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "QUEUELAKE_CONNECTION": uri, "PYTHONPATH": LIB, "PYSPARK_PYTHON": sys.executable, **extra}
+    env.pop("QUEUELAKE_TEST_KILL_AT", None)
+    return {**env, **extra}
+
+
+def summary_of(proc: subprocess.CompletedProcess[str]) -> dict:
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def drain_sessions(uri: str) -> int:
+    """The drain's connections still open (a killed driver's tasks until their executors are gone)."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name LIKE 'queuelake-drain%'"
+        ).fetchone()
+    return count
+
+
+def wait_for_no_drain(uri: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while drain_sessions(uri) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert drain_sessions(uri) == 0, "a killed driver's tasks still hold connections"
+
+
+@pytest.mark.slow
+def test_many_queues_drained_by_spark_tasks(fresh_pg_uri: str, tmp_path: Path, cluster: Cluster) -> None:
+    names = [f"Endpoint{i:02d}" for i in range(12)]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names)
+    install(cfg)
+    seeded = {name: seed_ids(cfg, name, 2_000, seed=100 + i) for i, name in enumerate(names)}
+    conf = write_conf(tmp_path / "drain.yaml", cluster, lake_root, names, batch_size=250)
+    proc = subprocess.run(drain_cmd(conf), env=env_for(fresh_pg_uri), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    assert summary["status"] == "ok" and summary["on"] == "executors", summary
+    assert summary["dequeued"] == summary["landed"] == 24_000, summary
+    for q in summary["queues"]:
+        assert (q["status"], q["dequeued"], q["landed"], q["backlog_left"]) == ("ok", 2_000, 2_000, 0), q
+        assert q["batches"] == 8 and q["workers"] == 2, q
+    assert summary["journal_commits"] < 12 * 8, summary  # group commits of the tasks' batches
+    assert summary["peak_connections"] <= 24, summary
+
+    rows = journal(lake_root)
+    ids = rows["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 24_000
+    for name in names:
+        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
+        assert got == seeded[name], name
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in names)
+    runs = read_table(str(lake_root / "runs")).to_pylist()
+    mine = [r for r in runs if r["run_id"] == summary["run_id"]]
+    assert sorted(r["queue"] for r in mine) == sorted(f'"public"."{n}"' for n in names)
+    assert all(r["dequeued"] == 2_000 and r["status"] == "ok" for r in mine), mine
+    # the tasks ran on the cluster's executors, in this venv's Python, with queuelake importable there
+    logs = cluster.executor_logs()
+    assert logs.count(f"a Spark task, python {sys.executable}") >= 12, logs[-3000:]
+    assert "a Spark task" not in proc.stderr  # not in the driver
+
+
+@pytest.mark.slow
+def test_exactly_once_with_executors_and_the_driver_sigkilled(
+    fresh_pg_uri: str, tmp_path: Path, cluster: Cluster
+) -> None:
+    names = [f"Endpoint{i}" for i in range(8)]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names)
+    install(cfg)
+    seeded: set[str] = set()
+    for i, name in enumerate(names):
+        seeded |= seed_ids(cfg, name, 3_000, seed=500 + i)
+    tokens = tmp_path / "kill-tokens"
+    rng = random.Random(32)
+    task_kills = driver_kills = claims_left = retried = 0
+    base = env_for(fresh_pg_uri)
+
+    # 1. the tasks' Python workers killed at each protocol step: Spark retries the task, a new drain
+    for n, point in enumerate(TASK_POINTS):
+        tokens.mkdir(exist_ok=True)
+        for k in range(3):
+            (tokens / f"{n}-{k}").touch()
+        conf = write_conf(
+            tmp_path / f"kill-{point}.yaml",
+            cluster,
+            lake_root,
+            names,
+            batch_size=150,
+            **{
+                "spark.executorEnv.QUEUELAKE_TEST_KILL_AT": f"{point}:{rng.randint(2, 3)}",
+                "spark.executorEnv.QUEUELAKE_TEST_KILL_TOKENS": str(tokens),
+            },
+        )
+        proc = subprocess.run(
+            drain_cmd(conf, "--max-messages", "450"), env=base, capture_output=True, text=True, timeout=600
+        )
+        killed = 3 - len(list(tokens.iterdir()))
+        task_kills += killed
+        assert proc.returncode == 0, proc.stderr[-4000:]  # every killed task was retried and finished
+        summary = summary_of(proc)
+        assert summary["status"] == "ok", summary
+        retried += summary["claims_resolved"]
+        assert killed >= 1, f"no task was killed at {point}"
+        assert claim_count(cfg) == 0
+
+    # 2a. the driver killed from outside at a random instant while the tasks run
+    conf = write_conf(tmp_path / "drain.yaml", cluster, lake_root, names, batch_size=150)
+    for i, name in enumerate(names):  # more to drain, so that the outside kill lands mid-run
+        seeded |= seed_ids(cfg, name, 1_500, seed=900 + i)
+    driver = subprocess.Popen(
+        drain_cmd(conf), env=base, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert driver.stderr is not None
+    for line in driver.stderr:
+        if "on Spark executors" in line:
+            break
+    time.sleep(rng.uniform(2.0, 5.0))
+    assert driver.poll() is None, "the run ended before the kill"
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver's Python and its JVM
+    driver.wait()
+    driver_kills += 1
+    wait_for_no_drain(fresh_pg_uri)
+    claims_left += claim_count(cfg)
+
+    # 2b. ... and inside its poller, after a group's Delta commit, its claims not cleared yet
+    for i, name in enumerate(names):
+        seeded |= seed_ids(cfg, name, 1_000, seed=1900 + i)
+    proc = subprocess.run(
+        drain_cmd(conf),
+        env={**base, "QUEUELAKE_TEST_KILL_AT": "after_delta_commit:3"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    driver_kills += 1
+    wait_for_no_drain(fresh_pg_uri)
+    left = claim_count(cfg)
+    assert left > 0, "the kill after the Delta commit left no claim"
+    claims_left += left
+
+    # 3. a normal run resolves everything
+    final = subprocess.run(drain_cmd(conf), env=base, capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr[-4000:]
+    summary = summary_of(final)
+    assert summary["status"] == "ok", summary
+    assert summary["claims_resolved"] == left, summary  # what the killed poller left, resolved first
+    got = journal(lake_root)["id"].to_pylist()
+    duplicates = len(got) - len(set(got))
+    lost = len(seeded - set(got))
+    print(
+        f"task kills {task_kills}, driver kills {driver_kills}, rows {len(seeded)}, journal {len(got)}, "
+        f"duplicates {duplicates}, lost {lost}, claims left by driver kills {claims_left}, "
+        f"resolved by retries and runs {retried + summary['claims_resolved']}"
+    )
+    assert duplicates == 0
+    assert set(got) == seeded, f"missing {lost}, unknown {len(set(got) - seeded)}"
+    assert all(queue_depth(cfg, n) == 0 for n in names)
+    assert claim_count(cfg) == 0
+    assert task_kills >= len(TASK_POINTS)
+
+
+def test_drain_on_is_driver_or_executors_and_tasks_fit_the_connection_budget() -> None:
+    from queuelake.config import from_dict
+    from queuelake.errors import ConfigError
+    from queuelake.pipeline.drain.executors import queues_at_once, task_connections
+
+    with pytest.raises(ConfigError, match="drain.on"):
+        from_dict({"drain": {"on": "nowhere"}}, env={})
+    assert from_dict({}, env={}).drain.on == "driver"
+    for most in range(4, 40):
+        cfg = from_dict(
+            {"transport": {"connection": "x"}, "drain": {"on": "executors", "max_connections": most}}, env={}
+        )
+        for workers in (1, 2, 5):
+            at_once = queues_at_once(cfg, [workers] * 300)
+            fits = at_once * task_connections(cfg, workers) + 1 <= most  # + the driver's poller
+            assert at_once >= 1 and (fits or at_once == 1), (most, workers, at_once)
