@@ -363,29 +363,30 @@ def test_concurrent_drains_of_two_queues_lose_no_commit(s3: str, fresh_pg_uri: s
     queue_of_row = lake.read_arrow("messages", columns=["queue"])["queue"].to_pylist()
     landed = {q: sum(1 for name in queue_of_row if name.split(".")[-1].strip('"') == q) for q in counts}
     assert landed == counts, sorted(set(queue_of_row))
-    # every batch is its own commit carrying its app transaction, one log entry per version, no gap
+    # one log entry per version, no gap; a group commit carries several batches (each worker's
+    # highest version): per queue, the workers' last versions add up to the batches it claimed
     log_keys = sorted(k for k in _objects(s3, f"{prefix}/messages/_delta_log/") if k.endswith(".json"))
     assert len(log_keys) == lake.table_version("messages") + 1
-    writers = [_app_id(s3, key) for key in log_keys]
-    per_queue = {q: sum(1 for w in writers if w and q in w) for q in counts}
-    assert all(per_queue[q] >= -(-n // 20) for q, n in counts.items()), per_queue
-    # for the record (-s): how often the queue changed between consecutive commits (1: no overlap)
-    drained = [next(q for q in counts if q in w) for w in writers if w and any(q in w for q in counts)]
-    switches = sum(a != b for a, b in zip(drained, drained[1:]))
-    print(f"journal on S3: {len(log_keys)} versions, commits per queue {per_queue}, writer switches {switches}")
+    txns = [_txns(s3, key) for key in log_keys]
+    last: dict[str, int] = {}
+    for entry in txns:
+        for app_id, version in entry.items():
+            last[app_id] = max(version, last.get(app_id, 0))
+    batches = {q: sum(v for a, v in last.items() if q in a) for q in counts}
+    claimed = {q: s["queues"][0]["batches"] for q, s in zip(counts, summaries)}
+    assert batches == claimed and all(batches[q] >= -(-n // 20) for q, n in counts.items()), (batches, claimed)
+    commits = {q: sum(1 for entry in txns if any(q in a for a in entry)) for q in counts}
+    print(f"journal on S3: {len(log_keys)} versions, commits per queue {commits}, batches {batches}")
 
 
-def _app_id(url: str, key: str) -> str | None:
-    """The application transaction's app id of one Delta log entry (None: no txn, e.g. the creation)."""
+def _txns(url: str, key: str) -> dict[str, int]:
+    """The application transactions (app id: version) of one Delta log entry."""
     client = boto3.client(
         "s3", endpoint_url=url, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, region_name="us-east-1"
     )
     text = client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode("utf-8")
-    for line in text.splitlines():
-        action = json.loads(line) if line.strip() else {}
-        if "txn" in action:
-            return action["txn"]["appId"]
-    return None
+    actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return {a["txn"]["appId"]: int(a["txn"]["version"]) for a in actions if "txn" in a}
 
 
 @pytest.mark.slow
