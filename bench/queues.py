@@ -26,7 +26,6 @@ import os
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,38 +37,11 @@ from _receive import checkpoint
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.transport import db, installer
+from queuelake.transport.activity import PeakConnections
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.tables import queue_ref
 
 TARGET = 0.8
-
-
-class PeakConnections:
-    """The most connections to the database (other than this poller's) seen while a command runs."""
-
-    def __init__(self, uri: str) -> None:
-        self.uri = uri
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> PeakConnections:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        with psycopg.connect(self.uri, autocommit=True) as conn:
-            while not self._stop.is_set():
-                (count,) = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                ).fetchone()
-                self.peak = max(self.peak, count)
-                time.sleep(0.01)
 
 
 def write_config(path: Path, uri: str, lake: Path, queues: list[str]) -> Path:

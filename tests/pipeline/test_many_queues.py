@@ -8,7 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
@@ -16,37 +15,9 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.backlog import ConnectionBudget, estimate
 from queuelake.pipeline.drain.run import connection_plan, drain
 from queuelake.transport import claims, db, installer, locks, queues
+from queuelake.transport.activity import PeakConnections
 from queuelake.transport.queues import OutgoingMessage, send
 from queuelake.transport.tables import queue_ref
-
-
-class PeakConnections:
-    """Polls pg_stat_activity for the connections to one database (other than its own) while a
-    drain runs, and keeps the highest count seen."""
-
-    def __init__(self, uri: str) -> None:
-        self.uri = uri
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> PeakConnections:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        with psycopg.connect(self.uri, autocommit=True) as conn:
-            while not self._stop.is_set():
-                (count,) = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                ).fetchone()
-                self.peak = max(self.peak, count)
-                time.sleep(0.01)
 
 
 def test_the_plan_never_exceeds_the_budget() -> None:

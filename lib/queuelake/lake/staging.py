@@ -17,7 +17,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
@@ -32,6 +32,9 @@ from queuelake.report import log
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
+
+
+T = TypeVar("T")
 
 
 class StagedWrites(EngineBase):
@@ -131,14 +134,7 @@ class StagedWrites(EngineBase):
             if verify:
                 self._snapshots.pop(table, None)
                 return commit(None)
-            try:
-                return commit(lambda: self._newest(table))
-            except LakeError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the kept snapshot is suspect: start afresh
-                self._snapshots.pop(table, None)
-                log.debug("lake table %s: commit from the kept snapshot failed (%s)", table, type(exc).__name__)
-                return commit(None)
+            return self._from_kept_snapshot(table, commit)
 
     def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
         """One commit for many claimed batches (``commits.commit_group``), from the kept snapshot as
@@ -158,14 +154,20 @@ class StagedWrites(EngineBase):
                     load=load,
                 )
 
-            try:
-                return commit(lambda: self._newest(table))
-            except LakeError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the kept snapshot is suspect: start afresh
-                self._snapshots.pop(table, None)
-                log.debug("lake table %s: group commit from the kept snapshot failed (%s)", table, type(exc).__name__)
-                return commit(None)
+            return self._from_kept_snapshot(table, commit)
+
+    def _from_kept_snapshot(self, table: str, commit: Callable[[Callable[[], DeltaTable] | None], T]) -> T:
+        """``commit(load)`` from the snapshot kept since the previous commit; if that fails in any
+        way but the table's own refusals (``LakeError``), again from fresh loads: a commit the first
+        try made is then found by its app versions. The caller holds ``_snapshot_lock(table)``."""
+        try:
+            return commit(lambda: self._newest(table))
+        except LakeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the kept snapshot is suspect: start afresh
+            self._snapshots.pop(table, None)
+            log.debug("lake table %s: commit from the kept snapshot failed (%s)", table, type(exc).__name__)
+            return commit(None)
 
     def _snapshot_lock(self, table: str) -> threading.Lock:
         with self._locks_guard:
