@@ -8,6 +8,7 @@ and naming it here.
 from __future__ import annotations
 
 from queuelake.commands import (
+    bodies,
     demo,
     drain,
     install,
@@ -31,6 +32,7 @@ COMMANDS: dict[str, Command] = {
         install,
         status,
         drain,
+        bodies,
         transform,
         publish,
         run,

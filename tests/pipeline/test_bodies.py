@@ -1,0 +1,171 @@
+"""Typed body tables (issue 33) against a real PostgreSQL queue, a real drain, real Spark and real
+Delta tables, on both engines: the corpus of bodies as the serializers write them
+(``bodies_corpus/corpus.py``), schema evolution across increments, audit copies counted once, and
+reruns that add nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from queuelake.config import from_dict
+from queuelake.examples import traffic
+from queuelake.lake.engines import open_lake
+from queuelake.pipeline.bodies import run as bodies_run
+from queuelake.pipeline.drain.run import drain
+from queuelake.transport import db, installer
+from queuelake.transport.tables import queue_ref
+
+from tests.conftest import require_delta_jvm
+from tests.pipeline.bodies_corpus import corpus as c
+
+ORDERS = "body_sales_contracts_orderplaced"
+SHIPPED = "body_shipping_contracts_ordershipped"
+INVOICES = "body_billing_contracts_invoiceissued"
+STOCK = "body_stock_contracts_stockcounted"
+ODD = "body_odd_contracts_everything"
+
+
+def config(uri: str, root: Path, engine: str, **bodies: object):
+    return from_dict(
+        {
+            "transport": {"connection": uri},
+            "lake": {"root": str(root), "engine": engine},
+            "drain": {"queues": ["Sales", "audit"], "batch_size": 50},
+            "bodies": bodies,
+        },
+        env={},
+    )
+
+
+def send(cfg, queue: str, messages) -> None:
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref(queue, cfg.transport), list(messages))
+
+
+def rows(lake, table: str) -> list[dict]:
+    return sorted(lake.read_arrow(table).to_pylist(), key=lambda r: (r.get("message_id") or "", r.get("queue") or ""))
+
+
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def engine(request, spark) -> str:
+    if request.param == "delta-spark":
+        require_delta_jvm(spark)
+    return request.param
+
+
+@pytest.mark.slow
+def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path, spark, engine: str) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", engine)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    first = list(c.corpus())
+    send(cfg, "Sales", first)
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    out = bodies_run.bodies(cfg, spark, lake)
+    assert out["status"] == "ok", out
+    assert {t["table"] for t in out["tables"]} == {ORDERS, SHIPPED, INVOICES, STOCK, ODD}
+
+    # System.Text.Json, versions 1 and 2 in one table, the version a column, the field v2 gained
+    orders = rows(lake, ORDERS)
+    assert len(orders) == 12
+    schema = lake.schema(ORDERS)
+    assert schema.names[:10] == [
+        "message_id", "queue", "message_type", "type_version", "conversation_id", "time_sent",
+        "originating_endpoint", "processing_endpoint", "processing_started", "processing_ended",
+    ]  # fmt: skip
+    assert str(schema.field("Total").type) == "double"  # 12 and 18.5 in one sample: double
+    assert str(schema.field("PlacedAt").type).startswith("timestamp")
+    assert str(schema.field("Express").type) == "bool"
+    assert schema.field("Lines").type.value_type.names == ["Product", "Quantity", "UnitPrice"]
+    assert schema.field("ShippingAddress").type.names == ["Street", "City"]
+    by_id = {r["OrderId"]: r for r in orders}
+    assert by_id["order-9"]["DiscountCode"] == "SPRING-9" and by_id["order-1"]["DiscountCode"] is None
+    assert by_id["order-9"]["type_version"] == "2.0.0.0" and by_id["order-1"]["type_version"] == "1.0.0.0"
+    assert by_id["order-0"]["Total"] == 12.0 and by_id["order-3"]["Total"] == 13.5
+    assert by_id["order-2"]["PlacedAt"] == c.START + dt.timedelta(minutes=2)
+    assert by_id["order-2"]["Lines"] == [{"Product": "mug", "Quantity": 3, "UnitPrice": 4.5}]
+    assert by_id["order-2"]["message_type"] == c.ORDER_V1 and by_id["order-2"]["queue"] == '"public"."Sales"'
+
+    # Newtonsoft: BOM, indented, $type dropped at the root, kept inside (it says which subtype)
+    shipped = rows(lake, SHIPPED)
+    assert len(shipped) == 5 and "$type" not in lake.schema(SHIPPED).names
+    assert shipped[0]["Carrier"] == "PostNL" and shipped[0]["Parcels"][0]["Weight"] == 1.25
+
+    # XmlSerializer: namespaces, a list as repeated elements (one element too), xsi:nil, a zip code
+    invoices = {r["InvoiceId"]: r for r in rows(lake, INVOICES)}
+    assert len(invoices) == 4
+    assert invoices["inv-2"]["Lines"]["InvoiceLine"] == [
+        {"Product": "p0", "Amount": 5.25},
+        {"Product": "p1", "Amount": 6.25},
+        {"Product": "p2", "Amount": 7.25},
+    ]
+    assert invoices["inv-0"]["Lines"]["InvoiceLine"] == [{"Product": "p0", "Amount": 5.25}]
+    assert invoices["inv-1"]["Note"] is None and invoices["inv-0"]["Note"] == "paid by card"
+    assert invoices["inv-1"]["Zip"] == "01123" and invoices["inv-3"]["Total"] == 103.5
+
+    # a field whose type changes within the sample: a string keeping the text, the conflict recorded
+    stock = {r["Sku"]: r for r in rows(lake, STOCK)}
+    assert stock["sku-0"]["Location"] == "7" and stock["sku-4"]["Location"] == "aisle 4"
+    changes = lake.read_arrow("body_schema_changes").to_pylist()
+    assert any(ch["table"] == STOCK and ch["change"] == "conflict" and ch["column"] == "Location" for ch in changes), (
+        changes
+    )
+    assert any(
+        ch["table"] == ORDERS and ch["change"] == "added" and ch["column"] == "DiscountCode"
+        and ch["type_version"] == "2.0.0.0"
+        for ch in changes
+    ), changes  # fmt: skip
+    assert {ch["table"] for ch in changes if ch["change"] == "created"} == {ORDERS, SHIPPED, INVOICES, STOCK, ODD}
+
+    # what does not parse goes to body_unparsed with its reason; the type's parseable bodies still land
+    odd = rows(lake, ODD)
+    assert sorted(r["Name"] for r in odd) == ["fine", "xml sniffed"]
+    unparsed = lake.read_arrow("body_unparsed").to_pylist()
+    reasons = sorted(r["reason"] for r in unparsed)
+    assert reasons == sorted(
+        [
+            "empty body",
+            "no body",
+            "the body is JSON null",
+            "malformed JSON",  # garbage bytes
+            "the JSON body is not an object",
+            "content type application/x-protobuf is neither JSON nor XML",
+            "malformed JSON",  # {"Name": "broken"
+        ]
+    ), reasons
+
+    # a rerun adds nothing
+    again = bodies_run.bodies(cfg, spark, lake)
+    assert again.get("note") == "nothing new"
+    assert len(rows(lake, ORDERS)) == 12
+
+    # increment 2: widening, a conflict against the table, audit copies of messages already in it
+    later = [c.message(c.ORDER_V1, c.system_text_json(i, 1), "application/json", i) for i in range(20, 23)]
+    stock_text = [
+        c.message(c.STOCK, b'{"Sku": "sku-9", "Count": 2.5, "Location": {"Aisle": 3}}', "application/json", 9)
+    ]
+    send(cfg, "Sales", later + stock_text)
+    audit = [traffic.audit_copy(m, "Billing", c.START, 30) for m in first[:4]]
+    audit += [traffic.audit_copy(m, "Billing", c.START, 30) for m in later[:1]]
+    send(cfg, "audit", audit)
+    assert drain(cfg, lake)["status"] == "ok"
+    out = bodies_run.bodies(cfg, spark, lake)
+    assert out["status"] == "ok", out
+    orders = rows(lake, ORDERS)
+    assert len(orders) == 15  # 12 + 3 new; their audit copies counted once
+    assert len({r["message_id"] for r in orders}) == 15
+    by_id = {r["OrderId"]: r for r in orders}
+    assert by_id["order-20"]["queue"] == '"public"."Sales"'  # the business copy preferred
+    stock = {r["Sku"]: r for r in rows(lake, STOCK)}
+    assert str(lake.schema(STOCK).field("Count").type) == "double"  # widened: long -> double
+    assert stock["sku-1"]["Count"] == 1.0 and stock["sku-9"]["Count"] == 2.5
+    assert stock["sku-9"]["Location"] == '{"Aisle":3}'  # the JSON text, the column already a string
+    changes = lake.read_arrow("body_schema_changes").to_pylist()
+    assert any(ch["table"] == STOCK and ch["change"] == "widened" and ch["column"] == "Count" for ch in changes)
+
+    again = bodies_run.bodies(cfg, spark, lake)
+    assert again.get("note") == "nothing new" and len(rows(lake, ORDERS)) == 15
