@@ -42,25 +42,27 @@ class Ran:
     seconds: float  # wall clock, the whole process
     summary: dict  # the last line of its stdout as JSON ({} when it printed none)
     peak_rss_mb: float | None  # a queuelake command's peak resident memory (its own, not a JVM it started)
+    exit_code: int = 0
 
 
-def run(argv: list[str]) -> Ran:
-    """Runs ``argv`` to its end; it must exit 0 (else the bench stops with its stderr's tail)."""
+def run(argv: list[str], check: bool = True) -> Ran:
+    """Runs ``argv`` to its end; it must exit 0 (else the bench stops with its stderr's tail), unless
+    ``check`` is false: then its exit code is returned, for a bench that reports a failure as a finding."""
     with tempfile.TemporaryDirectory() as scratch:
         peak_file = Path(scratch) / "peak"
         started = time.perf_counter()
         done = subprocess.run(argv, capture_output=True, text=True, env={**ENV, "BENCH_PEAK_FILE": str(peak_file)})
         seconds = time.perf_counter() - started
         peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else None
-    if done.returncode != 0:
+    if done.returncode != 0 and check:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     lines = done.stdout.strip().splitlines()
-    return Ran(seconds, json.loads(lines[-1]) if lines else {}, peak)
+    return Ran(seconds, json.loads(lines[-1]) if lines else {}, peak, done.returncode)
 
 
-def queuelake(args: list[str]) -> Ran:
+def queuelake(args: list[str], check: bool = True) -> Ran:
     """``queuelake <args>`` as a command."""
-    return run([*QUEUELAKE, *args])
+    return run([*QUEUELAKE, *args], check)
 
 
 def spark_start() -> float:

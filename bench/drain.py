@@ -15,8 +15,8 @@ has workers, nothing else (no session settings).
 drain: ``queuelake.pipeline.drain.run.drain`` (delta-rs engine) of the same rows into a fresh temp lake.
 If the drain logs ``timing <step> <seconds> ...`` lines at DEBUG, each step's share of the summed
 thread time is printed too: receive, build, stage and claim on the worker thread; delta and clear on
-its lander thread, which overlaps them with the next batch's receive. The same lines carry the
-worker thread's own CPU seconds for receive, build and stage+claim.
+the run's journal committer thread (group commits), which overlaps them with the next batch's
+receive. The same lines carry the worker thread's own CPU seconds for receive, build and stage+claim.
 
 CPU: for each consumer the CPU this process spent (the client) and, on Linux, the machine's busy and
 stolen CPU seconds over the run (``/proc/stat``): busy minus client is the server, plus anything else
@@ -45,7 +45,6 @@ consumers and the ratio drain/raw for each table (target >= 0.6), and ends with 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import logging
@@ -54,24 +53,23 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 import pyarrow as pa
+from _receive import checkpoint, raw_copy_drain, raw_drain, recreate
 from queuelake.config import Config, from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.run import drain
 from queuelake.report import log, setup_logging
-from queuelake.transport import db, installer, sqlfiles
+from queuelake.transport import db
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.tables import TableRef, queue_ref
 
@@ -100,7 +98,7 @@ class StepTimes(logging.Handler):
                     into[name] += float(value)
                 except ValueError:
                     continue
-        if words and words[0] == "receive":  # the worker's line; the lander's (delta, clear) overlaps it
+        if words and words[0] == "receive":  # the worker's line; the committer's (delta, clear) overlaps it
             self.batches += 1
 
     def reset(self) -> None:
@@ -177,12 +175,7 @@ def rel_stats(uri: str, ref: TableRef) -> tuple[float, int]:
 def build(cfg: Config, uri: str, ref: TableRef, rows: int, churned: bool, dead: int) -> float:
     """(Re)create the bench table in the wanted state; seconds spent."""
     t0 = time.perf_counter()
-    with psycopg.connect(uri, autocommit=True) as c:
-        c.execute(f"DROP TABLE IF EXISTS {ref.qualified}")
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
-    with psycopg.connect(uri, autocommit=True) as c:
-        c.execute(f"ALTER TABLE {ref.qualified} SET (autovacuum_enabled = false)")
+    recreate(cfg, uri, ref)
     if churned:
         with db.connect(cfg.transport) as conn:
             traffic.seed(conn, ref, traffic.order_events(dead, seed=41), chunk=50_000)
@@ -198,64 +191,8 @@ def build(cfg: Config, uri: str, ref: TableRef, rows: int, churned: bool, dead: 
     else:
         with psycopg.connect(uri, autocommit=True) as c:
             c.execute(f"VACUUM ANALYZE {ref.qualified}")
-    # flush the seeding's dirty pages now, not during the measurement (needs superuser or pg_checkpoint)
-    with psycopg.connect(uri, autocommit=True) as c, contextlib.suppress(psycopg.Error):
-        c.execute("CHECKPOINT")
+    checkpoint(uri)
     return time.perf_counter() - t0
-
-
-def raw_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
-    (stmt,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), "format")
-
-    def receive(conn: psycopg.Connection) -> int:
-        with conn.cursor(binary=True) as cur:
-            cur.execute(stmt.sql, stmt.args({"batch_size": batch}))
-            return len(cur.fetchall())
-
-    return _until_empty(uri, connections, receive)
-
-
-def raw_copy_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
-    """``raw_drain`` through COPY: the bytes are read and dropped, rows counted by COPY's command tag."""
-    (stmt,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), "format", {"batch_size": batch})
-    copy_sql = f"COPY ({stmt.sql}) TO STDOUT (FORMAT binary)"
-
-    def receive(conn: psycopg.Connection) -> int:
-        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            for _ in copy:  # raw blocks, never parsed
-                pass
-            return max(cur.rowcount, 0)
-
-    return _until_empty(uri, connections, receive)
-
-
-def _until_empty(uri: str, connections: int, receive: Callable[[psycopg.Connection], int]) -> tuple[int, float]:
-    """``receive`` (one statement, returns its row count) then commit, on each of ``connections``
-    psycopg connections in parallel, until it returns no row; rows received and seconds taken."""
-    counts = [0] * connections
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            with psycopg.connect(uri) as conn:
-                while True:
-                    rows = receive(conn)
-                    conn.commit()
-                    if not rows:
-                        return
-                    counts[i] += rows
-        except BaseException as exc:
-            errors.append(exc)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(counts), time.perf_counter() - t0
 
 
 def journal_with_history(cfg: Config, files: int) -> None:

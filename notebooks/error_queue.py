@@ -227,3 +227,20 @@ if failures is not None:
         options = ReplayOptions(predicate, dry_run=RETRY_DRY_RUN, max_rate=RETRY_MAX_RATE, replay_id=RETRY_ID)
         summary = replay(retry_cfg, nb.spark, open_lake(retry_cfg.lake, nb.spark), options)
         print(summary)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## One failed conversation, drawn
+# MAGIC
+# MAGIC To see where a failure sits in its conversation (who sent what to whom, which attempt failed, what was
+# MAGIC retried), draw the conversation as a sequence diagram, in a cell of its own:
+# MAGIC
+# MAGIC ```python
+# MAGIC from queuelake.notebook_support import draw_conversation
+# MAGIC latest = failures.orderBy(F.desc("failed_at")).select("conversation_id").first()["conversation_id"]
+# MAGIC draw_conversation(lake, latest)  # shows under the cell; .save("flow.svg") writes the SVG
+# MAGIC ```
+# MAGIC
+# MAGIC From a shell, `queuelake conversation -c <config> <conversation id> --out flow.svg` writes the same picture
+# MAGIC (see the README, *Conversations*).

@@ -62,6 +62,56 @@ class TransportConfig:
             raise ConfigError(f"transport.default_catalog: {self.dialect} addresses have no catalog part")
 
 
+_OUTCOMES = ("landed", "expired", "quarantined")
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """How long journal rows of one queue and/or outcome are kept: ``days`` after their ``drained_at``
+    (null: for ever). ``queue`` is an address as ``drain.queues`` names it (canonicalised by the
+    retention, ``pipeline/store/retention.py``); a missing ``queue`` or ``outcome`` matches any."""
+
+    days: int | None
+    queue: str | None = None
+    outcome: str | None = None
+
+
+@dataclass
+class RetentionConfig:
+    """``lake.retention``: rules, the first that matches a row decides its age limit; rows no rule
+    matches keep ``default_days`` (null: for ever). Why first-match: an operator reads the list top
+    down, and ``{queue: audit, days: 400}`` after ``{outcome: expired, days: 30}`` means what it says."""
+
+    rules: list[RetentionRule] = field(default_factory=list)
+    default_days: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_days(self.default_days, "lake.retention.default_days")
+        if not isinstance(self.rules, list):
+            raise ConfigError("lake.retention.rules must be a list of {queue, outcome, days}")
+        rules = []
+        for i, raw in enumerate(self.rules):
+            where = f"lake.retention.rules[{i}]"
+            if isinstance(raw, RetentionRule):
+                rules.append(raw)
+                continue
+            if isinstance(raw, dict) and "days" not in raw:
+                raise ConfigError(f"{where}: give days (a whole number of days, or null: keep for ever)")
+            rule = _build(RetentionRule, raw, where)
+            _check_days(rule.days, f"{where}.days")
+            if rule.outcome is not None and rule.outcome not in _OUTCOMES:
+                raise ConfigError(f"{where}.outcome must be one of {', '.join(_OUTCOMES)}, not {rule.outcome!r}")
+            if rule.queue is not None and (not isinstance(rule.queue, str) or not rule.queue.strip()):
+                raise ConfigError(f"{where}.queue must be a queue address")
+            rules.append(rule)
+        self.rules = rules
+
+
+def _check_days(days: Any, where: str) -> None:
+    if days is not None and (isinstance(days, bool) or not isinstance(days, int) or days < 0):
+        raise ConfigError(f"{where} must be a whole number of days (0 or more) or null (keep for ever), not {days!r}")
+
+
 @dataclass
 class LakeConfig:
     root: str = "./lake"
@@ -74,8 +124,12 @@ class LakeConfig:
     # notebooks read `queuelake.messages` rather than a path (lake/catalog.py)
     catalog: str | None = None
     schema: str | None = None
+    # how long journal rows are kept (maintain applies it): rules by queue and outcome, by drained_at
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.retention, RetentionConfig):
+            self.retention = _build(RetentionConfig, self.retention, "lake.retention")
         if self.engine not in ("auto", "delta-spark", "delta-rs"):
             raise ConfigError(f"lake.engine must be auto, delta-spark or delta-rs, not {self.engine!r}")
         if self.catalog is not None and self.schema is None:
@@ -132,8 +186,20 @@ class DrainConfig:
     # database connections a drain holds at once, whatever the number of queues: PostgreSQL's default
     # max_connections is 100, shared with every endpoint (a drain of 100 queues opened ~300 and failed)
     max_connections: int = 24
+    # a batch's received bytes (headers and bodies, as Arrow) at most: batch_size rows of 66 KB audit
+    # bodies would be 690 MB per batch, two per worker in flight. A worker's first batch takes
+    # batch_megabytes / 16 KB rows at most, later ones as many as the bytes per row seen so far allow.
+    batch_megabytes: int = 64
 
     def __post_init__(self) -> None:
+        if (
+            isinstance(self.batch_megabytes, bool)
+            or not isinstance(self.batch_megabytes, int)
+            or self.batch_megabytes < 1
+        ):
+            raise ConfigError(
+                f"drain.batch_megabytes must be a whole number of megabytes, 1 or more, not {self.batch_megabytes!r}"
+            )
         if self.settle_seconds < 0:
             raise ConfigError("drain.settle_seconds must be 0 or more")
         if self.statement_timeout_seconds <= 0 or self.idle_in_transaction_timeout_seconds <= 0:
@@ -146,7 +212,9 @@ class DrainConfig:
         if self.workers_per_queue < 1:
             raise ConfigError("drain.workers_per_queue must be at least 1")
         if self.max_connections < 4:
-            raise ConfigError("drain.max_connections must be at least 4 (a queue's lock, a worker's two, ADBC's)")
+            raise ConfigError(
+                "drain.max_connections must be at least 4 (the committer's, ADBC's, a queue's lock, a worker's)"
+            )
 
 
 @dataclass

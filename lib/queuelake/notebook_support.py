@@ -10,7 +10,8 @@ modules. The code lives in ``queuelake/notebooks/``, one job per module:
 * ``units``: durations in the unit that fits them;
 * ``axes``: linear value axes from zero, bars that carry their values, legends outside the axes;
 * ``time_charts``: UTC time axes, counts per bucket, trends of a per-bucket statistic;
-* ``runs_figure``: the ``runs`` table's drain rate and backlog left per run.
+* ``runs_figure``: the ``runs`` table's drain rate and backlog left per run;
+* ``conversation``: one conversation drawn as ``queuelake conversation`` draws it (SVG), shown under the cell.
 
 Plots are meant to read well on the demo's lake (a few thousand rows drained within seconds) and on a
 day of traffic alike, because a picture that misleads is worse than none:
@@ -29,6 +30,8 @@ day of traffic alike, because a picture that misleads is worse than none:
 from __future__ import annotations
 
 from queuelake.notebooks.axes import decimals_for, grouped_bars, label_bars, legend_outside, value_axis
+from queuelake.notebooks.conversation import ConversationPicture
+from queuelake.notebooks.conversation import draw as draw_conversation
 from queuelake.notebooks.frames import (
     BUCKET_TARGET,
     BUCKETS,
@@ -70,6 +73,7 @@ __all__ = [
     "BAR_LIMIT",
     "BUCKETS",
     "BUCKET_TARGET",
+    "ConversationPicture",
     "DEFAULT_OUTPUT",
     "DURATION_UNITS",
     "LEAST_TREND_BUCKETS",
@@ -84,6 +88,7 @@ __all__ = [
     "counts_over_time",
     "date_numbers",
     "decimals_for",
+    "draw_conversation",
     "duration_unit",
     "every_bucket",
     "grouped_bars",

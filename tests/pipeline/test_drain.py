@@ -394,6 +394,23 @@ def _drain_rss(uri: str, tmp_path: Path, name: str, count: int) -> int:
 
 
 @pytest.mark.slow
+def test_batches_are_bounded_by_bytes_as_well_as_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """300 messages of 40 KB with batch_size 1,000 and batch_megabytes 1: a worker's batches hold
+    about 25 of them (its first at most 64), never the 1,000 rows, and every message lands once."""
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Audit"], batch_size=1000, batch_megabytes=1)
+    install(cfg)
+    body = bytes(range(256)) * 160  # 40 KB
+    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
+        queues.send(conn, queue_ref("Audit", cfg.transport), [OutgoingMessage("{}", body)] * 300)  # type: ignore[attr-defined]
+        conn.commit()
+    summary = drain(cfg, open_lake(cfg.lake))  # type: ignore[arg-type]
+    (queue,) = summary["queues"]
+    assert summary["dequeued"] == 300 and queue["status"] == "ok", summary
+    assert queue["batches"] >= 300 // 64, queue  # without the byte bound: one batch
+    landed = journal(tmp_path / "lake")
+    assert landed.num_rows == 300 and len(set(landed["id"].to_pylist())) == 300
+
+
 def test_memory_bounded_by_batch_not_backlog(fresh_pg_uri: str, tmp_path: Path) -> None:
     # 5x the backlog, ~0.8 GB of messages in the large queue: memory growing with the backlog would
     # show many times over the 20% allowed (CI time: 100k + 500k rows take half of 200k + 1M)

@@ -180,3 +180,56 @@ def test_exactly_once_under_sigkill_with_live_traffic_and_a_competitor(fresh_pg_
     assert pc.all(pc.equal(landed["outcome"], "landed")).as_py()
     assert queue_depth(cfg, "Sales") == 0
     assert claim_count(cfg) == 0
+
+
+@pytest.mark.slow
+def test_exactly_once_under_sigkill_with_many_queues_and_group_commits(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Six queues drained by one run whose claimed batches go to the journal in group commits (one
+    Delta commit carrying several workers' and queues' batches), killed at every step of the protocol,
+    inside a group commit included, and at random instants: every row is in the journal exactly once."""
+    lake_root = tmp_path / "lake"
+    names = [f"Endpoint{i}" for i in range(6)]
+    cfg = make_config(fresh_pg_uri, lake_root, names)
+    install(cfg)
+    seeded: set[str] = set()
+    conf = write_config(tmp_path / "drain.yaml", lake_root, names, batch_size=200)
+    rng = random.Random(32)
+    env_base = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-messages", "800"]
+    kills, attempt, grouped = 0, 0, 0
+    points_killed: set[str] = set()
+    while kills < 24 and attempt < 80:
+        attempt += 1
+        for i, name in enumerate(names):
+            if queue_depth(cfg, name) < 2 * 800:
+                seeded |= seed_ids(cfg, name, 3_000, seed=7000 + 100 * attempt + i)
+        env = dict(env_base)
+        if attempt % 3:
+            point = PROTOCOL_POINTS[attempt % len(PROTOCOL_POINTS)]
+            if point == "lake_before_commit":
+                env["QUEUELAKE_TEST_KILL_BEFORE_COMMIT"] = "1"
+            else:
+                env["QUEUELAKE_TEST_KILL_AT"] = f"{point}:{rng.randint(1, 6)}"
+            proc = subprocess.run(cmd, env=env, capture_output=True, timeout=300, text=True)
+            if proc.returncode == -9:
+                kills += 1
+                points_killed.add(point)
+        else:
+            proc = subprocess.run(cmd, env=env, capture_output=True, timeout=300, text=True)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            summary = json.loads(proc.stdout.strip().splitlines()[-1])
+            grouped = max(grouped, summary["largest_group"])
+            assert summary["journal_commits"] < summary["dequeued"] / 200, summary  # fewer commits than batches
+    assert kills >= 20, f"only {kills} kills landed in {attempt} attempts"
+    assert points_killed == set(PROTOCOL_POINTS), f"no kill landed at {set(PROTOCOL_POINTS) - points_killed}"
+    assert grouped > 1, "no commit carried more than one batch: group commits were never exercised"
+    final = subprocess.run(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)], env=env_base, capture_output=True, timeout=900
+    )
+    assert final.returncode == 0, final.stderr[-3000:]
+    got = journal(lake_root)["id"].to_pylist()
+    print(f"kills {kills}, seeded {len(seeded)}, journal {len(got)}, largest group {grouped}")
+    assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates in the journal"
+    assert set(got) == seeded, f"missing {len(seeded - set(got))}, unknown {len(set(got) - seeded)}"
+    assert all(queue_depth(cfg, name) == 0 for name in names)
+    assert claim_count(cfg) == 0

@@ -13,8 +13,9 @@ import pytest
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
+from queuelake.pipeline.drain.backlog import ConnectionBudget, estimate
 from queuelake.pipeline.drain.run import connection_plan, drain
-from queuelake.transport import db, installer
+from queuelake.transport import claims, db, installer, locks, queues
 from queuelake.transport.queues import OutgoingMessage, send
 from queuelake.transport.tables import queue_ref
 
@@ -53,7 +54,7 @@ def test_the_plan_never_exceeds_the_budget() -> None:
         for workers in (1, 2, 3, 8, 32):
             for shared in (None, object()):
                 plan = connection_plan(budget, workers, 500, shared)
-                held = plan.at_once * (1 + 2 * plan.workers) + (shared is not None)
+                held = plan.at_once * (1 + plan.workers) + 1 + (shared is not None)  # + the committer's
                 assert held <= budget and plan.at_once >= 1 and 1 <= plan.workers <= workers, (budget, workers)
     assert connection_plan(24, 2, 500, object()) == connection_plan(24, 2, 500, object())
     assert connection_plan(24, 2, 3, None).at_once == 3  # a few queues: all at once, as before
@@ -83,3 +84,94 @@ def test_hundreds_of_queues_within_the_connection_budget(
     expected = 4 * sum(1 for i in range(queues) if i % 3)
     assert summary["dequeued"] == expected and read_table(str(tmp_path / "lake" / "messages")).num_rows == expected
     assert 0 < watch.peak <= max_connections, watch.peak
+    assert summary["peak_connections"] <= max_connections
+    empty = [q for q in summary["queues"] if q["dequeued"] == 0]
+    assert len(empty) == len(names) - len([i for i in range(queues) if i % 3])
+    assert all(q["workers"] == 0 and q["backlog_left"] == 0 for q in empty)  # one check each, no lock
+
+
+def test_workers_follow_the_backlog_and_empty_queues_take_no_lock(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Batch 50, at most 4 workers: 0 rows get none (and no lock), 30 one, 120 three, 1,000 four; an
+    empty queue whose lock another drain holds is still 'nothing to do', a busy one is skipped."""
+    depths = {"Idle": 0, "Small": 30, "Middle": 120, "Deep": 1000, "Locked": 10, "LockedIdle": 0}
+    cfg = from_dict(
+        {
+            "transport": {"connection": fresh_pg_uri},
+            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+            "drain": {"queues": list(depths), "batch_size": 50, "workers_per_queue": 4},
+        },
+        env={},
+    )
+    refs = {name: queue_ref(name, cfg.transport) for name in depths}
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        for name, n in depths.items():
+            if n:
+                send(conn, refs[name], [OutgoingMessage("{}", b"x")] * n)
+        conn.commit()
+    with db.connect(cfg.transport) as other:
+        for name in ("Locked", "LockedIdle"):
+            assert locks.try_lock(other, "queuelake.drain:" + refs[name].canonical)
+        summary = drain(cfg, open_lake(cfg.lake))
+    by_name = {q["queue"]: q for q in summary["queues"]}
+    workers = {name: by_name[refs[name].canonical]["workers"] for name in depths}
+    assert workers == {"Idle": 0, "Small": 1, "Middle": 3, "Deep": 4, "Locked": 1, "LockedIdle": 0}
+    assert by_name[refs["Locked"].canonical]["status"] == "skipped"
+    assert by_name[refs["LockedIdle"].canonical]["status"] == "ok"
+    assert summary["dequeued"] == 30 + 120 + 1000
+
+
+def test_depths_of_many_queues_with_a_missing_table(fresh_pg_uri: str) -> None:
+    """One statement for all; a table that does not exist fails the union, and then only its own peek."""
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["A", "B"]}}, env={})
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        send(conn, queue_ref("B", cfg.transport), [OutgoingMessage("{}", b"x")] * 7)
+        conn.commit()
+        refs = [queue_ref(n, cfg.transport) for n in ("A", "B")]
+        assert queues.depths(conn, refs) == {refs[0].canonical: 0, refs[1].canonical: 7}
+        missing = queue_ref("Missing", cfg.transport)
+        got = queues.depths(conn, [*refs, missing])
+        assert got == {refs[0].canonical: 0, refs[1].canonical: 7, missing.canonical: None}
+
+
+def test_an_empty_queue_with_a_claim_left_is_not_idle(fresh_pg_uri: str) -> None:
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["A", "B"]}}, env={})
+    refs = [queue_ref(n, cfg.transport) for n in ("A", "B")]
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        claim = claims.Claim("drain-x", 1, refs[1].canonical, "messages", 3, "{}")
+        claims.insert(conn, claims.claims_ref(cfg.transport), claim)
+        conn.commit()
+    found = estimate(cfg, refs)
+    assert found[refs[0].canonical].idle and not found[refs[1].canonical].idle
+
+
+def test_the_connection_budget_is_first_come_first_served() -> None:
+    """A queue needing many connections is not overtaken by later ones needing few."""
+    budget = ConnectionBudget(6)
+    order: list[str] = []
+    first = threading.Event()
+    release = threading.Event()
+
+    def hold(name: str, n: int, wait: threading.Event | None = None) -> None:
+        with budget.hold(n):
+            order.append(name)
+            if wait is not None:
+                first.set()
+                wait.wait()
+
+    a = threading.Thread(target=hold, args=("a", 3, release))
+    a.start()
+    first.wait()
+    big = threading.Thread(target=hold, args=("big", 5))
+    big.start()
+    time.sleep(0.2)  # big waits for a
+    small = threading.Thread(target=hold, args=("small", 1))
+    small.start()
+    time.sleep(0.2)  # small fits now, but waits its turn behind big
+    assert order == ["a"]
+    release.set()
+    for t in (a, big, small):
+        t.join(5)
+    assert order == ["a", "big", "small"] and budget.free == 6 and budget.peak == 5

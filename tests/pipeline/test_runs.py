@@ -39,7 +39,11 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
         json.dumps(
             {
                 "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
-                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "lake": {
+                    "root": str(lake_root),
+                    "engine": "delta-rs",
+                    "retention": {"rules": [{"outcome": "quarantined", "days": 400}]},  # maintain's counts
+                },
                 "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
                 "drain": {"queues": ["Sales"], "batch_size": 100},
                 "transforms": [
@@ -74,6 +78,8 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
     )
     assert replayed["status"] == "ok", replayed
     assert cli(["maintain", "-c", str(conf)], fresh_pg_uri, tmp_path)["status"] == "ok"
+    erased = cli(["erase", "-c", str(conf), "--where", "seq < 0"], fresh_pg_uri, tmp_path)  # selects nothing
+    assert erased["status"] == "ok" and erased["tables"]["messages"]["rows"] == 0, erased
 
     rows = read_table(str(lake_root / tables.RUNS.name)).to_pylist()
     by_command: dict[str, list[dict]] = {}

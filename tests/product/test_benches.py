@@ -1,7 +1,7 @@
 """The benchmarks still run: each script end to end at a tiny size, its JSON line read back.
 
 Why: the benches are run by hand, rarely, and import the library's internals. A rename in the library
-broke nothing in CI until someone next measured. The drain and commits scripts run here, and the
+broke nothing in CI until someone next measured. The drain, audit and commits scripts run here, and the
 publish script (with its local Spark session, both modes); no figure is asserted, only that every
 measurement the script promises is there.
 """
@@ -67,6 +67,33 @@ def test_drain_bench_measures_both_tables_against_both_raw_limits(fresh_pg_uri: 
                 assert run["cpu"]["drain"]["machine_busy_cpu_s"] > 0
         assert summary["ratio_vs_raw_copy_median"] > 0
         assert summary["drain_cpu_median"]["client_cpu_s"] > 0
+
+
+@pytest.mark.slow
+def test_audit_bench_measures_both_sizes_raw_drain_command_and_memory(fresh_pg_uri: str) -> None:
+    result = _bench(
+        "audit.py",
+        *("--sizes", "13,66", "--rows", "300,80", "--batch-mb", "1", "--repeat", "2", "--dsn", fresh_pg_uri),
+    )
+    assert result["receive_driver"] == "adbc" and not result["embedded"] and result["repeat"] == 2
+    assert result["idle_command_seconds"] > 0 and result["idle_peak_rss_mb"] > 20
+    thirteen, sixty_six = result["results"]
+    assert (thirteen["body_kib"], thirteen["rows"], sixty_six["body_kib"], sixty_six["rows"]) == (13, 300, 66, 80)
+    assert thirteen["servicecontrol_msgs_per_s"] == 140 and sixty_six["servicecontrol_msgs_per_s"] == 80
+    for size in (thirteen, sixty_six):
+        # the messages are the sizes asked for: the body within 1%, plus the audit copy's headers
+        body = size["message_bytes_avg"] - size["header_bytes_avg"]
+        assert abs(body - size["body_kib"] * 1024) < size["body_kib"] * 1024 * 0.01, size
+        assert 900 < size["header_bytes_avg"] < 2000
+        # bodies compress as JSON does: neither padding (far more) nor random bytes (about 1x)
+        assert 2.5 < size["body_compression"]["zlib6"] < 7 and size["body_compression"]["snappy"] > 1.5
+        assert size["lake_mb"] > 0 and size["lake_compression"] > 1
+        assert len(size["runs"]) == 2 and size["batch_size"] >= 100
+        for key in ("raw", "drain", "command"):
+            assert size[f"{key}_msgs_per_s"] > 0 and size[f"{key}_mb_per_s"] > 0
+        assert size["ratio"] > 0 and size["command_ratio"] > 0
+        assert size["peak_rss_mb"] > 20 and size["half_rows_peak_rss_mb"] > 20
+        assert size["default_batch_size"] == 10_000 and size["default_batch_peak_rss_mb"] > 20
 
 
 def test_commits_bench_compares_both_checkpoint_intervals() -> None:
@@ -137,3 +164,14 @@ def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
         lines = script.read_text().splitlines()
         first_queuelake = next(i for i, line in enumerate(lines) if line.startswith(("from queuelake", "import queue")))
         assert any(line.startswith("import _tree") for line in lines[:first_queuelake]), script.name
+
+
+@pytest.mark.slow
+def test_queues_bench_drains_many_queues_and_one_with_whole_commands(fresh_pg_uri: str) -> None:
+    result = _bench("queues.py", "--queues", "30", "--per-queue", "40", "--dsn", fresh_pg_uri)
+    (run,) = result["runs"]
+    assert run["many"]["rows"] == run["one"]["rows"] == 1200 and run["many"]["queues"] == 30
+    for label in ("many", "one"):
+        assert run[label]["msgs_per_s"] > 0 and run[label]["journal_commits"] >= 1
+        assert 0 < run[label]["peak_connections_seen"] <= run[label]["max_connections"], run[label]
+    assert result["ratio_median"] > 0

@@ -55,9 +55,14 @@ def test_the_parser_offers_every_command(capsys: pytest.CaptureFixture[str]) -> 
         cli.build_parser().parse_args(["--help"])
     assert exited.value.code == 0
     listed = " ".join(capsys.readouterr().out.split())  # argparse wraps long help lines
+    required = {
+        "replay": ["--where", "true"],
+        "erase": ["--where", "true"],
+        "conversation": ["a-conversation-id"],
+    }  # what they cannot do without
     for name, command in COMMANDS.items():
         assert f"{name} {command.help}" in listed
-        args = cli.build_parser().parse_args([name, *(["--where", "true"] if name == "replay" else [])])
+        args = cli.build_parser().parse_args([name, *required.get(name, [])])
         assert args.command == name and hasattr(args, "config") == command.takes_config
 
 

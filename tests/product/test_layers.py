@@ -13,9 +13,9 @@ above; where a layer has parts (``lake | transport``), the parts do not import e
 
  1. entry points   ``cli``, ``__main__``, ``jobs``, ``notebook_support`` (the notebooks' one import) and
                    ``notebooks.*`` (its parts, one job each: runner, frames, tables, queues, units,
-                   axes, time_charts, runs_figure)
+                   axes, time_charts, runs_figure, conversation)
  2. commands       ``commands.*``, and the demo: ``examples.demo``, ``examples.traffic``, ``examples.orders``
- 3. pipeline       ``pipeline.*``: drain, transform, publish, replay, the runs writer
+ 3. pipeline       ``pipeline.*``: drain, transform, publish, replay, the runs writer, a conversation drawn
  4. quality        ``quality.*``: the outbound contract and users' suites, which publish and transform run
  5. context        ``context``: opens the queue database (maybe embedded) for pipelines and commands
  6. lake | transport   ``lake.*`` (the Delta port and its engines) | ``transport.*`` (the queue database)

@@ -193,3 +193,21 @@ def test_sqlserver_install_script_parses_batch_by_batch() -> None:
         assert literal is not None or "N'" in batch
         assert "N'" + (ref.canonical + "_lock").replace("'", "''") + "'" in batch
         assert "?" not in batch.replace(ref.qualified, "")
+
+
+@pytest.mark.parametrize(
+    ("dialect", "read", "addresses"),
+    [("sqlserver", "tsql", SQLSERVER_ADDRESSES), ("postgresql", "postgres", POSTGRES_ADDRESSES)],
+)
+def test_the_union_of_peeks_parses_and_names_every_queue(dialect: str, read: str, addresses: list[str]) -> None:
+    """The drain estimates every queue in one statement made of the dialect's own peek.sql."""
+    from queuelake.transport.queues import peek_union
+
+    default_schema = dialects.dialect(dialect).default_schema
+    refs = [_ref(a, dialect, default_schema) for a in addresses]
+    peeks = [sqlfiles.render(dialect, "peek", r.identifiers())[0].sql for r in refs]
+    (tree,) = _parse(peek_union(peeks), read)
+    assert {t for t in _tables([tree])} == {
+        t for r in refs for t in _tables(_parse(sqlfiles.render(dialect, "peek", r.identifiers())[0].sql, read))
+    }
+    assert len(list(tree.find_all(exp.Union))) == len(refs) - 1

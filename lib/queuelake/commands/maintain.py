@@ -1,4 +1,4 @@
-"""``queuelake maintain``: compact and vacuum every lake table."""
+"""``queuelake maintain``: retention of journal rows, then compaction and vacuum of every lake table."""
 
 from __future__ import annotations
 
@@ -10,19 +10,31 @@ from queuelake.commands.command import Command
 
 
 def maintain(args: argparse.Namespace) -> dict[str, Any]:
-    """Compact and vacuum every lake table under lake.root. The lake port lists the tables, so an
-    object-storage root (``s3://...``) is maintained like a local folder, never silently skipped."""
+    """Apply ``lake.retention`` to the journal (rows past their age leave it), then compact and vacuum
+    every lake table under lake.root. The lake port lists the tables, so an object-storage root
+    (``s3://...``) is maintained like a local folder, never silently skipped. ``--dry-run`` says what
+    retention would remove, per rule, and changes nothing (no compaction, vacuum or ``runs`` row)."""
+    import dataclasses
+
     from queuelake import config as config_mod
     from queuelake.commands.sessions import writing_lake
-    from queuelake.lake.engines import journal_engine
+    from queuelake.lake.engines import journal_engine, open_lake
     from queuelake.pipeline import runs
+    from queuelake.pipeline.store import retention
     from queuelake.report import log
     from queuelake.status import Status
 
     cfg = config_mod.load(args.config)
+    if args.dry_run:  # reads only: the Delta log and the filter's columns, no Spark
+        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        kept = retention.apply(cfg, lake, dry_run=True)
+        return {"dry_run": True, "retention": kept.summary()}
     lake = writing_lake(cfg, None)
     journal = journal_engine(lake)  # the tables delta-rs wrote under a delta-spark job: messages, ...
     run = runs.Run("maintain")
+    t0 = time.monotonic()
+    kept = retention.apply(cfg, lake)  # before compaction: what leaves is not compacted first
+    retention_seconds = time.monotonic() - t0
     figures: dict[str, Any] = {}
     rows = []
     names = lake.tables()
@@ -38,18 +50,36 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
             figures[name].get("files_vacuumed", "?"),
             time.monotonic() - t0,
         )
-        rows.append(
-            {
-                "table": name,
-                "ended_at": runs.utc_now(),
-                "files_compacted": figures[name].get("files_compacted"),
-                "files_vacuumed": figures[name].get("files_vacuumed"),
-                "seconds": round(time.monotonic() - t0, 3),
-                "status": Status.OK,
-            }
-        )
+        row = {
+            "table": name,
+            "ended_at": runs.utc_now(),
+            "files_compacted": figures[name].get("files_compacted"),
+            "files_vacuumed": figures[name].get("files_vacuumed"),
+            "seconds": round(time.monotonic() - t0, 3),
+            "status": Status.OK,
+        }
+        if name == retention.JOURNAL and kept.rules:
+            row.update(
+                rows_removed=kept.total("rows"),
+                files_removed=kept.total("files_removed"),
+                files_rewritten=kept.total("files_rewritten"),
+                seconds=round(row["seconds"] + retention_seconds, 3),
+            )
+        rows.append(row)
     run.record(lake, rows)
-    return {"run_id": run.run_id, "tables": figures}
+    return {"run_id": run.run_id, "retention": kept.summary(), "tables": figures}
 
 
-COMMAND = Command(name="maintain", help="compact and vacuum the lake tables", run=maintain, job=True)
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run", action="store_true", help="say what retention would remove (rows, files per rule); change nothing"
+    )
+
+
+COMMAND = Command(
+    name="maintain",
+    help="retention of journal rows, then compaction and vacuum of the lake tables",
+    run=maintain,
+    arguments=_arguments,
+    job=True,
+)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from queuelake.commands import (
     bodies,
+    conversation,
     demo,
     drain,
+    erase,
     install,
     maintain,
     publish,
@@ -39,7 +41,9 @@ COMMANDS: dict[str, Command] = {
         purge_expired,
         maintain,
         tables,
+        conversation,
         replay,
+        erase,
         spark_packages,
     )
 }

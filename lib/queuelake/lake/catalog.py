@@ -204,6 +204,11 @@ class RegisteringLake:
         self.register(table)
         return landed
 
+    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
+        landed = self.inner.commit_staged_group(table, batches)
+        self.register(table)
+        return landed
+
 
 def with_names(engine: LakeEngine, registrar: Registrar | None, existing: bool = True) -> LakeEngine:
     """``engine`` registering its tables through ``registrar`` (unchanged when there is none)."""

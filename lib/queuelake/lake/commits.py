@@ -133,3 +133,58 @@ def commit_actions(
         attempts=attempts,
         load=load,
     )
+
+
+def commit_group(
+    table_uri: str,
+    table: str,
+    batches: list[tuple[list[Any], str, int]],
+    write_id: str,
+    engine: str,
+    *,
+    attempts: int = 20,
+    storage_options: dict[str, str] | None = None,
+    load: Callable[[], Any] | None = None,
+) -> int:
+    """Commit many batches, each (add actions, app_id, version), in ONE Delta commit carrying every
+    app id's highest version (a group commit: the drain's claimed batches of many workers and queues).
+
+    Each attempt loads the table and leaves out the batches whose app id already committed their
+    version (a retry after a commit that raised, a claim another run resolved); the rest commit
+    together, or not at all. A batch may be left out only with every lower version of its app id
+    committed or in the same group: the caller stops submitting an app id after a failed group.
+    Returns how many batches this commit carried (0: all were committed already)."""
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.exceptions import CommitFailedError
+
+    from queuelake.lake.marks import check_writable, engine_of
+
+    for attempt in range(attempts):
+        dt = load() if load is not None else DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
+        metadata = dt.metadata()
+        check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
+        todo = [(a, app_id, v) for a, app_id, v in batches if (dt.transaction_version(app_id) or 0) < v]
+        if not todo:
+            return 0
+        versions: dict[str, int] = {}
+        for _, app_id, v in todo:
+            versions[app_id] = max(v, versions.get(app_id, 0))
+        if attempt == 0:
+            kill_before_commit()
+        try:
+            dt.create_write_transaction(
+                [action for actions, _, _ in todo for action in actions],
+                "append",
+                dt.schema(),
+                partition_by=metadata.partition_columns,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(a, v) for a, v in versions.items()],
+                    custom_metadata={WRITE_ID_KEY: write_id},
+                ),
+            )
+            return len(todo)
+        except CommitFailedError:
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+    raise LakeError(
+        f"lake table {table}: could not commit a group of {len(batches)} batch(es) after {attempts} attempts"
+    )

@@ -142,6 +142,11 @@ class EngineBase:
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         return read_arrow(self._require(table, version), columns)
 
+    def read_conversation(self, table: str, conversation_id: str, columns: list[str] | None = None) -> pa.Table:
+        from queuelake.lake.conversation_rows import read_conversation_rows
+
+        return read_conversation_rows(self._require(table), conversation_id, columns)
+
 
 def landed(dt: DeltaTable, since: int, key: str, value: str) -> bool:
     """Did one of the commits after version ``since`` carry ``key: value`` in its commit info? How

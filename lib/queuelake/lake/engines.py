@@ -58,6 +58,8 @@ _WRITES = frozenset(
         "commit_staged",
         "add_columns",
         "maintain",
+        "delete_rows",
+        "purge_removed",
     }
 )
 

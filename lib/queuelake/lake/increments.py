@@ -3,7 +3,9 @@
 Transform and publish consume tables incrementally. Delta's change data feed would need writer
 protocol 4 (our tables stay at 1/2 so every engine can write them), so increments come from the
 commit log itself: the ``add`` actions with ``dataChange: true`` of versions (after, upto]. A
-compaction re-adds rows with ``dataChange: false`` and is rightly ignored. Works for tables written
+compaction re-adds rows with ``dataChange: false`` and is rightly ignored; a delete (retention,
+``erase``) re-adds the kept rows of the files it rewrote with ``dataChange: true``, and its commits
+are skipped too: those rows were consumed when they first landed. Works for tables written
 by either engine: the log format is the same.
 """
 
@@ -15,6 +17,7 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 
 from queuelake.errors import LakeError
+from queuelake.lake.deletes import DELETE_OPERATION
 from queuelake.lake.reading import local_paths
 from queuelake.lake.storage import filesystem, options_for
 
@@ -55,10 +58,12 @@ def added_files(
                 f"{table_uri}: commit {version} is no longer in the Delta log (log retention); "
                 "the increment cannot be computed. Run transform/publish more often than the log retention."
             ) from None
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            action = json.loads(line)
+        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+        if any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions):
+            # a delete (retention, erase) re-adds the kept rows of the files it rewrote with
+            # dataChange: true; they are not new rows, and a transform must not see them twice
+            continue
+        for action in actions:
             add = action.get("add")
             if add and add.get("dataChange", True):
                 added.append(_absolute(table_uri, add["path"]))

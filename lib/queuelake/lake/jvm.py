@@ -31,6 +31,8 @@ from queuelake.lake.marks import ENGINE_PROPERTY, description_for
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from queuelake.lake.deletes import Deleted, Reached, RowFilter
+
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
@@ -170,11 +172,37 @@ class DeltaSparkEngine(EngineBase):
     def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
         raise self._no_staging(table)
 
+    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
+        raise self._no_staging(table)
+
     def _no_staging(self, table: str) -> LakeError:
         """delta-spark has no Python API to commit files written earlier (``engines.journal_engine``: the
         journal, the one table written that way, is always delta-rs's), so this engine says so rather
         than lack the methods."""
         return LakeError(f"lake table {table}: staged writes need the delta-rs engine (engines.journal_engine)")
+
+    # ------------------------------------------------------------ deletes: delta-rs's tables only
+
+    def count_rows(self, table: str, where: RowFilter) -> Reached:
+        from queuelake.lake import deletes
+
+        return deletes.reached(self._load(table), where)  # a read of the log and the files: any table
+
+    def matching_rows(self, table: str, where: RowFilter, columns: list[str], version: int | None = None) -> pa.Table:
+        from queuelake.lake import deletes
+
+        return deletes.matching(self._load(table, version), where, columns)
+
+    def delete_rows(self, table: str, where: RowFilter) -> Deleted:
+        raise self._no_deletes(table)
+
+    def purge_removed(self, table: str) -> int:
+        raise self._no_deletes(table)
+
+    def _no_deletes(self, table: str) -> LakeError:
+        """Rows are deleted from the journal and the tables derived from its rows (retention, erase),
+        which are all delta-rs's (``tables.DELTA_RS``; ``engines.table_engine`` gives them to it)."""
+        return LakeError(f"lake table {table}: row deletes are for delta-rs's tables (the journal and its records)")
 
     # ------------------------------------------------------------ reads
 

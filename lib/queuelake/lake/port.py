@@ -14,6 +14,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from queuelake.lake.deletes import Deleted, Reached, RowFilter
     from queuelake.lake.files import StagedFiles
 
 
@@ -84,6 +85,12 @@ class LakeEngine(Protocol):
         app_id already committed >= version. With ``verify``, raises LakeError when a staged file is
         missing (resolving a claim another process left)."""
 
+    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
+        """Commit many staged batches, each (files, app_id, version), in one Delta commit carrying each
+        app id's highest version; batches whose version is already committed are left out. Returns
+        how many batches the commit carried. What the drain's run-wide committer calls: the journal's
+        commits per run are bounded by time, not by queues x batches."""
+
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""
 
@@ -96,6 +103,11 @@ class LakeEngine(Protocol):
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         """The table (or one version) as Arrow on the driver; for small tables and tests."""
 
+    def read_conversation(self, table: str, conversation_id: str, columns: list[str] | None = None) -> pa.Table:
+        """The rows of the table (the journal) whose ``conversation_id`` is ``conversation_id``, as
+        Arrow on the driver, with ``columns`` (default: all but ``body``); the files are scanned with
+        the equality as a filter, so only a conversation's rows are kept (``conversation_rows.py``)."""
+
     def add_columns(self, table: str, fields: list[pa.Field]) -> None:
         """Add nullable columns (schema evolution); old rows read them as null."""
 
@@ -103,3 +115,20 @@ class LakeEngine(Protocol):
         """Compact small files and vacuum removed and orphan files older than retention_hours (orphans
         are what a killed writer leaves; keep retention above the longest write). Returns figures for
         the JSON summary."""
+
+    def count_rows(self, table: str, where: RowFilter) -> Reached:
+        """What ``where`` reaches in the table's current version: rows, files wholly and partly
+        matching (a dry run's figures); nothing read but the filter's columns, nothing written."""
+
+    def matching_rows(self, table: str, where: RowFilter, columns: list[str], version: int | None = None) -> pa.Table:
+        """The ``columns`` of the rows ``where`` matches in a version (default: the current one)."""
+
+    def delete_rows(self, table: str, where: RowFilter) -> Deleted:
+        """Delete ``where``'s rows in one commit, beside concurrent appends (a conflict is retried from a
+        fresh snapshot); the rows removed are those matching in ``Deleted.read_version``. Whole files
+        leave the log unread beyond the filter's columns; partly matching ones are rewritten."""
+
+    def purge_removed(self, table: str) -> int:
+        """Delete from storage, now, every file the table's log has removed (no retention), and never a
+        file the log does not name (the drain's staged files); returns how many. Time travel to versions
+        that named them fails afterwards."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from queuelake.errors import LakeError
+from queuelake.lake import deletes
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
@@ -40,6 +41,8 @@ from queuelake.report import log
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
+
+    from queuelake.lake.deletes import Deleted, Reached, RowFilter
 
 _COMMIT_ATTEMPTS = 20
 
@@ -246,6 +249,23 @@ class DeltaRsEngine(StagedWrites):
         """Spark reads the Parquet files the Delta log lists for that version with its own reader (column
         pruning, predicate pushdown); partition values come from the log, not from folder names."""
         return read_spark(self._spark(), self._require(table, version))
+
+    # ------------------------------------------------------------ deletes (lake/deletes.py)
+
+    def count_rows(self, table: str, where: RowFilter) -> Reached:
+        return deletes.reached(self._load(table), where)
+
+    def matching_rows(self, table: str, where: RowFilter, columns: list[str], version: int | None = None) -> pa.Table:
+        return deletes.matching(self._load(table, version), where, columns)
+
+    def delete_rows(self, table: str, where: RowFilter) -> Deleted:
+        self._check_writable(table)
+        return deletes.delete(lambda: self._require(table), table, where, {WRITE_ID_KEY: uuid.uuid4().hex})
+
+    def purge_removed(self, table: str) -> int:
+        dt = self._require(table)
+        self._check_writable(table, dt)
+        return len(deletes.purge_removed(dt))
 
     # ------------------------------------------------------------ maintain
 

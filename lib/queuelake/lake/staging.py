@@ -24,6 +24,7 @@ import pyarrow as pa
 from queuelake.errors import LakeError
 from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform
+from queuelake.lake.commits import commit_group
 from queuelake.lake.common import EngineBase
 from queuelake.lake.files import FileSink, StagedFiles, commit_files, delete_files, missing_files
 from queuelake.report import log
@@ -137,6 +138,33 @@ class StagedWrites(EngineBase):
             except Exception as exc:  # noqa: BLE001 - the kept snapshot is suspect: start afresh
                 self._snapshots.pop(table, None)
                 log.debug("lake table %s: commit from the kept snapshot failed (%s)", table, type(exc).__name__)
+                return commit(None)
+
+    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
+        """One commit for many claimed batches (``commits.commit_group``), from the kept snapshot as
+        ``commit_staged`` does, and from fresh loads if that snapshot fails in any way."""
+        group = [([f.add_action() for f in staged.files], app_id, version) for staged, app_id, version in batches]
+        write_id = uuid.uuid4().hex
+        with self._snapshot_lock(table):
+
+            def commit(load: Callable[[], DeltaTable] | None) -> int:
+                return commit_group(
+                    self.path(table),
+                    table,
+                    group,
+                    write_id,
+                    self.name,
+                    storage_options=self.storage_options,
+                    load=load,
+                )
+
+            try:
+                return commit(lambda: self._newest(table))
+            except LakeError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the kept snapshot is suspect: start afresh
+                self._snapshots.pop(table, None)
+                log.debug("lake table %s: group commit from the kept snapshot failed (%s)", table, type(exc).__name__)
                 return commit(None)
 
     def _snapshot_lock(self, table: str) -> threading.Lock:

@@ -40,6 +40,8 @@ TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
 DELIVER_AT = "NServiceBus.DeliverAt"
 TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
 FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
+# the MessageId of the message being handled when this one was sent: which message caused which
+RELATED_TO = "NServiceBus.RelatedTo"
 
 INTENTS = {name.lower(): name for name in ("Send", "Publish", "Subscribe", "Unsubscribe", "Reply")}
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from queuelake.errors import TransportError
 from queuelake.transport.db import Connection
+from queuelake.transport.sqlfiles import Statement
 from queuelake.transport.tables import TableRef
 
 SEND_CHUNK = 1000  # rows per executemany: bounds the parameter array pyodbc holds in memory
@@ -184,6 +186,42 @@ def receive_one(conn: Connection, queue: TableRef) -> ReceivedRow | None:
 def peek(conn: Connection, queue: TableRef) -> int:
     rows = conn.run("peek", queue.identifiers(), {}, what=queue.canonical)
     return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+
+DEPTHS_PER_STATEMENT = 200
+
+
+def depths(conn: Connection, refs: list[TableRef]) -> dict[str, int | None]:
+    """Every queue's ``peek``, as one ``UNION ALL`` statement per 200 queues: a drain of hundreds of
+    queues estimates them all in a few round trips. Each part is the dialect's own ``peek.sql``, so
+    the estimate is the one ``status`` shows. When a statement fails (a missing table fails the
+    whole union), its queues are peeked one by one, and a queue whose own peek fails is None."""
+    out: dict[str, int | None] = {}
+    for start in range(0, len(refs), DEPTHS_PER_STATEMENT):
+        chunk = refs[start : start + DEPTHS_PER_STATEMENT]
+        peeks = [conn.statements("peek", ref.identifiers())[0].sql for ref in chunk]
+        try:
+            union = Statement("peek", peek_union(peeks), ())
+            rows = conn.execute(union, {}, what=f"{len(chunk)} queue(s)").fetchall()
+            conn.rollback()
+            for i, depth in rows:
+                out[chunk[int(i)].canonical] = int(depth) if depth is not None else 0
+        except TransportError:
+            conn.rollback()
+            for ref in chunk:
+                try:
+                    out[ref.canonical] = peek(conn, ref)
+                    conn.rollback()
+                except TransportError:
+                    conn.rollback()
+                    out[ref.canonical] = None
+    return out
+
+
+def peek_union(peeks: list[str]) -> str:
+    """One statement of many rendered ``peek`` statements: rows of (position, depth)."""
+    parts = [f"SELECT {i} AS i, d.depth FROM ({sql.strip().rstrip(';')}\n) d" for i, sql in enumerate(peeks)]
+    return "\nUNION ALL\n".join(parts)
 
 
 def newest_seq(conn: Connection, queue: TableRef) -> int | None:

@@ -13,6 +13,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.claims import resolve_claims
+from queuelake.pipeline.drain.committer import JournalCommitter
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.state import QueueState
 from queuelake.pipeline.drain.worker import Worker
@@ -32,14 +33,16 @@ class QueueDrain:
         lake: LakeEngine,
         ref: TableRef,
         budget: Budget,
-        receive: db.SharedAdbc | None = None,
-        workers: int | None = None,
+        receive: db.SharedAdbc | None,
+        workers: int,
+        committer: JournalCommitter,
     ) -> None:
         self.config = config
-        self.workers = workers or config.drain.workers_per_queue
+        self.workers = workers
         self.ref = ref
-        self.state = QueueState(config, lake, ref, budget, receive)
+        self.state = QueueState(config, lake, ref, budget, receive, committer)
         self.result = self.state.result
+        self.result.workers = self.workers
 
     def run(self) -> QueueResult:
         state = self.state

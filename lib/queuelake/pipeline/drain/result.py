@@ -22,6 +22,7 @@ class QueueResult(PartResult):
     rate: float = 0.0
     backlog_left: int | None = None
     held_by_others: int = 0
+    workers: int = 0  # given by backlog (0: the queue was empty, only its estimate was read)
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
 
     def summary(self) -> dict[str, Any]:

@@ -14,7 +14,9 @@ from queuelake.context import resolved_transport
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.drain.backlog import Backlog, ConnectionBudget, estimate, workers_for
 from queuelake.pipeline.drain.budget import Budget
+from queuelake.pipeline.drain.committer import JournalCommitter
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
@@ -23,7 +25,7 @@ from queuelake.pipeline.runs import Run
 from queuelake.report import log
 from queuelake.status import Status, worst
 from queuelake.transport import db, drivers
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.tables import TableRef, queue_ref
 
 MAX_WORKERS_PER_QUEUE = 32
 
@@ -55,23 +57,45 @@ def drain(
         journal.create_table(MESSAGES, MESSAGES_SCHEMA)
         evolve_journal(journal)
         plan = connection_plan(config.drain.max_connections, config.drain.workers_per_queue, len(refs), shared)
+        backlogs = estimate(config, refs)
+        idle = [r for r in refs if backlogs[r.canonical].idle]
+        busy = sorted(
+            (r for r in refs if not backlogs[r.canonical].idle), key=lambda r: -(backlogs[r.canonical].depth or 0)
+        )
+        for r in idle:  # nothing to receive, no claim to resolve: the estimate was the whole drain
+            log.info("drain %s: nothing to do, the queue is empty", r.canonical)
+        budget = ConnectionBudget(queue_connections(config.drain.max_connections, shared))
+        committer = JournalCommitter(config, journal)
         drains = [
             QueueDrain(
-                config, journal, r, Budget(config.drain.batch_size, max_messages, deadline), shared, plan.workers
+                config,
+                journal,
+                r,
+                Budget(config.drain.batch_size, max_messages, deadline),
+                shared,
+                workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, plan.workers),
+                committer,
             )
-            for r in refs
+            for r in busy
         ]
-        if plan.at_once < len(refs):
+        if drains:
             log.info(
-                "drain: %d queues, %d at a time with %d worker(s) each (drain.max_connections %d)",
+                "drain: %d queue(s), %d empty, %d to drain with %s worker(s), at most %d connection(s)",
                 len(refs),
-                plan.at_once,
-                plan.workers,
+                len(idle),
+                len(busy),
+                "/".join(str(n) for n in sorted({d.workers for d in drains}, reverse=True)),
                 config.drain.max_connections,
             )
-        # queues wait for a slot: a queue's drain lock and connections are taken when its turn comes
-        with ThreadPoolExecutor(max_workers=plan.at_once, thread_name_prefix="drain") as pool:
-            results = list(pool.map(lambda d: d.run(), drains))
+        # biggest first; a queue waits for its connections, and takes its drain lock only then
+        at_once = max(1, min(len(busy), budget.total // 2))
+        try:
+            with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="drain") as pool:
+                drained = list(pool.map(lambda d: _run_within(budget, d), drains))
+        finally:
+            committer.close()
+        by_queue = {r.queue: r for r in drained}
+        results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
     finally:
         if shared is not None:
             shared.close()
@@ -80,6 +104,9 @@ def drain(
     _log_outcome(results, totals, run.started)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results)
     totals["held_by_others"] = sum(r.held_by_others for r in results)
+    totals["peak_connections"] = budget.peak + (1 if committer.commits else 0) + (1 if shared is not None else 0)
+    totals["journal_commits"] = committer.commits
+    totals["largest_group"] = committer.largest_group
     status = worst([r.status for r in results])
     return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
 
@@ -92,20 +119,38 @@ class ConnectionPlan:
 
 def connection_plan(max_connections: int, workers_per_queue: int, queues: int, shared: object) -> ConnectionPlan:
     """How many queues drain at once, and with how many workers, so that the run never holds more
-    than ``max_connections`` database connections. A queue holds 1 + 2 per worker (its lock, each
-    worker's receive and lander connections); a run with ADBC holds one more for the shared database.
-    Workers per queue shrink only when one queue alone would not fit."""
-    budget = max_connections - (1 if shared is not None else 0)
-    workers = max(1, min(workers_per_queue, (budget - 1) // 2))
-    at_once = max(1, min(queues, budget // (1 + 2 * workers)))
+    than ``max_connections`` database connections. A queue holds 1 + 1 per worker (its lock, each
+    worker's receive connection); the run holds one for its journal committer (clearing claims) and,
+    with ADBC, one for the shared database. Workers per queue shrink only when one queue alone would
+    not fit."""
+    budget = queue_connections(max_connections, shared)
+    workers = max(1, min(workers_per_queue, budget - 1))
+    at_once = max(1, min(queues, budget // (1 + workers)))
     return ConnectionPlan(workers, at_once)
+
+
+def queue_connections(max_connections: int, shared: object) -> int:
+    """The connections the queues share: the run's own (the committer's, ADBC's) set aside."""
+    return max_connections - 1 - (1 if shared is not None else 0)
+
+
+def _run_within(budget: ConnectionBudget, queue: QueueDrain) -> QueueResult:
+    """A queue's drain once its connections are free: its lock and each worker's receive connection."""
+    with budget.hold(1 + queue.workers):
+        return queue.run()
+
+
+def _idle_result(ref: TableRef, backlog: Backlog) -> QueueResult:
+    result = QueueResult(ref.canonical, backlog_left=backlog.depth)
+    result.workers = 0
+    return result
 
 
 def _log_outcome(results: list[QueueResult], totals: dict[str, int], started: dt.datetime) -> None:
     """The run's last lines: which queues had nothing (a busy queue's batches were logged as they
     went), then the totals. An idle scheduled drain says so instead of saying nothing."""
     for r in results:
-        if r.status == Status.OK and r.dequeued == 0 and not r.claims_resolved:
+        if r.workers and r.status == Status.OK and r.dequeued == 0 and not r.claims_resolved:
             log.info("drain %s: nothing to do, the queue is empty", r.queue)
     seconds = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
     log.info(

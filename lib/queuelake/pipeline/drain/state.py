@@ -3,12 +3,15 @@ progress line, and the count of committed claims that a settling worker waits on
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 from queuelake.config import Config
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.budget import Budget
+from queuelake.pipeline.drain.committer import JournalCommitter
 from queuelake.pipeline.drain.progress import Progress
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
@@ -17,12 +20,19 @@ from queuelake.transport.tables import TableRef
 
 
 class QueueState:
-    """One queue's drain, as its workers and their landers see it."""
+    """One queue's drain, as its workers see it."""
 
     def __init__(
-        self, config: Config, lake: LakeEngine, ref: TableRef, budget: Budget, receive: db.SharedAdbc | None
+        self,
+        config: Config,
+        lake: LakeEngine,
+        ref: TableRef,
+        budget: Budget,
+        receive: db.SharedAdbc | None,
+        committer: JournalCommitter,
     ) -> None:
         self.config = config
+        self.committer = committer  # the run's: claimed batches of every queue go to the journal together
         self.lake = lake
         self.ref = ref
         self.budget = budget
@@ -35,6 +45,7 @@ class QueueState:
         self._lock = threading.Lock()
         self._claimed = threading.Condition(self._lock)  # notified whenever a worker's claim commits
         self._claims_committed = 0
+        self._in_flight = 0  # batches received by a worker and not yet claimed or rolled back
 
     def add_batch(self, got: int, counts: dict[str, int]) -> int:
         """Count a claimed batch into the result; returns the messages dequeued so far."""
@@ -49,6 +60,23 @@ class QueueState:
     def held_by_others(self, held: int) -> None:
         with self._lock:
             self.result.held_by_others = max(self.result.held_by_others, held)
+
+    @contextlib.contextmanager
+    def batch_in_flight(self) -> Iterator[None]:
+        """Around a batch received and not yet claimed (or rolled back): its rows are locked by this
+        drain, which a sibling's settling must not take for another session's."""
+        with self._lock:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._claimed:
+                self._in_flight -= 1
+                self._claimed.notify_all()
+
+    def batches_in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
 
     def claims_committed(self) -> int:
         with self._lock:

@@ -1,5 +1,6 @@
 """One queue worker: receive a batch, build its journal rows, stage them, claim them with the
-DELETE, and hand the claimed batch to its lander; until the budget or the queue runs out."""
+DELETE, and hand the claimed batch to the run's journal committer; until the budget or the queue
+runs out."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import pyarrow as pa
 
 from queuelake import hooks, stopping
-from queuelake.pipeline.drain.lander import Lander
+from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.receive import receive_connection
 from queuelake.pipeline.drain.state import QueueState
 from queuelake.pipeline.journal.build import build_batch
@@ -21,6 +22,10 @@ from queuelake.transport.claims import Claim
 from queuelake.transport.db import Connection
 
 SETTLE_POLL_SECONDS = 0.25
+MEGABYTE = 1024 * 1024
+# what a worker's first batch assumes of a row (headers and body): 64 MB then bound it at 4,096 rows,
+# so a first batch of 66 KB audit copies stays near 270 MB; later batches use the rows' own size
+FIRST_BATCH_ROW_BYTES = 16 * 1024
 
 
 def worker_app_id(queue: str, worker: int) -> str:
@@ -36,17 +41,19 @@ class Worker:
         self.worker = worker
 
     def run(self) -> None:
-        lander = Lander(self.state, self.worker)
+        app_id = worker_app_id(self.state.ref.canonical, self.worker)
         try:
-            self._receive_loop(lander)
+            self._receive_loop(app_id)
         except BaseException:
-            lander.close(raise_error=False)  # the worker's own error is the one to report
+            try:  # what was claimed so far lands; the worker's own error is the one to report
+                self.state.committer.wait(app_id)
+            except BaseException:  # noqa: BLE001 - the claims wait for the next run
+                pass
             raise
-        lander.close()  # every batch claimed so far lands (or its claim waits for the next run)
+        self.state.committer.wait(app_id)  # every batch claimed lands (or its claim waits for the next run)
 
-    def _receive_loop(self, lander: Lander) -> None:
+    def _receive_loop(self, app_id: str) -> None:
         state, worker = self.state, self.worker
-        app_id = worker_app_id(state.ref.canonical, worker)
         version = state.lake.last_version(MESSAGES, app_id) or 0
         settle_until: float | None = None
         drain_cfg = state.config.drain
@@ -54,10 +61,15 @@ class Worker:
             queues.configure_drain_session(
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )
+            row_bytes = FIRST_BATCH_ROW_BYTES  # until a batch says how large this queue's rows are
             while True:
                 want = state.budget.claim()
                 if want == 0:
                     return
+                within = max(1, drain_cfg.batch_megabytes * MEGABYTE // row_bytes)
+                if want > within:  # the batch's bytes bound it, not its rows
+                    state.budget.give_back(want - within)
+                    want = within
                 t0, cpu0 = time.monotonic(), time.thread_time()
                 hooks.checkpoint("before_receive")
                 received = queues.receive_batch_arrow(conn, state.ref, want)
@@ -71,13 +83,15 @@ class Worker:
                         return
                     continue
                 settle_until = None
+                row_bytes = max(1, received.nbytes // got)
                 version += 1
                 t_recv, cpu_recv = time.monotonic(), time.thread_time()
                 last_seq = received["seq"][-1].as_py()  # sorted by seq
                 drained_at = dt.datetime.now(dt.timezone.utc)
-                table, counts = build_batch(received, state.ref.canonical, f"{app_id}:{version}", drained_at)
-                t_build, cpu_build = time.monotonic(), time.thread_time()
-                stage, claim, counts = self._claim(conn, app_id, version, table, counts, received, drained_at, lander)
+                with state.batch_in_flight():
+                    table, counts = build_batch(received, state.ref.canonical, f"{app_id}:{version}", drained_at)
+                    t_build, cpu_build = time.monotonic(), time.thread_time()
+                    stage, claim, counts = self._claim(conn, app_id, version, table, counts, received, drained_at)
                 # wall seconds per step, then this thread's CPU seconds: on a machine the database
                 # shares, the bench tells waiting (for the server, for a core) from work by the two
                 log.debug(
@@ -114,6 +128,12 @@ class Worker:
         if held == 0:
             return None
         now = time.monotonic()
+        if state.batches_in_flight():
+            # a sibling worker holds rows it received and has not claimed yet: however long its batch
+            # takes to build and stage (a batch of large bodies took 6.6 s, past settle_seconds, and the
+            # run reported its rows as held by others), the clock starts once it has claimed them
+            state.wait_for_claim(seen, SETTLE_POLL_SECONDS)
+            return now + state.config.drain.settle_seconds
         settle_until = settle_until if settle_until is not None else now + state.config.drain.settle_seconds
         if now >= settle_until or stopping.requested():
             state.held_by_others(held)
@@ -130,11 +150,11 @@ class Worker:
         counts: dict[str, int],
         received: pa.Table,
         drained_at: dt.datetime,
-        lander: Lander,
     ) -> tuple[float, float, dict[str, int]]:
-        """Stage, claim with the DELETE, then hand the batch to the lander (Delta commit, then clear
-        the claim). Returns the seconds of staging and claiming, for the bench's per-step shares, and
-        the batch's counts per outcome (rows that could not be staged are quarantined)."""
+        """Stage, claim with the DELETE, then hand the batch to the run's journal committer (a group
+        Delta commit, then the claims cleared). Returns the seconds of staging and claiming, for the
+        bench's per-step shares, and the batch's counts per outcome (rows that could not be staged
+        are quarantined)."""
         state = self.state
         lake = state.lake
         t0 = time.monotonic()
@@ -174,5 +194,5 @@ class Worker:
         state.claim_committed()
         hooks.checkpoint("after_db_commit")
         t_claim = time.monotonic()
-        lander.submit(staged, app_id, version)
+        state.committer.submit(Claimed(state.ref.canonical, staged, app_id, version))
         return t_stage - t0, t_claim - t_stage, counts

@@ -1,0 +1,62 @@
+"""``queuelake erase``: remove journal rows a predicate selects, and the rows derived from them, and
+purge their files from storage (time travel included). ``--dry-run`` counts first.
+
+Why a command: a request to forget must reach every copy the lake keeps (``pipeline/store/erase.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from queuelake.commands.command import Command
+
+
+def erase(args: argparse.Namespace) -> dict[str, Any]:
+    import dataclasses
+
+    from queuelake import config as config_mod
+    from queuelake.commands.sessions import runs_only_lake
+    from queuelake.lake.engines import open_lake
+    from queuelake.pipeline import runs
+    from queuelake.pipeline.replay.predicate import check_predicate
+    from queuelake.pipeline.store.erase import erase as run_erase
+    from queuelake.status import Status
+
+    predicate = check_predicate(args.where)  # a bad --where fails before anything is opened
+    cfg = config_mod.load(args.config)
+    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # the journal and its records: delta-rs's
+    run = runs.Run("erase")
+    summary = run_erase(cfg, lake, predicate, dry_run=args.dry_run)
+    if not args.dry_run and summary["tables"]:
+        rows = [
+            {
+                "table": name,
+                "ended_at": runs.utc_now(),
+                "rows_removed": figures["rows"],
+                "files_removed": figures["files_removed"],
+                "files_rewritten": figures["files_rewritten"],
+                "files_vacuumed": figures["files_vacuumed"],
+                "predicate": predicate,
+                "seconds": summary.get("seconds"),
+                "status": Status.OK,
+            }
+            for name, figures in summary["tables"].items()
+        ]
+        run.record(runs_only_lake(cfg), rows)
+        summary["run_id"] = run.run_id
+    return {"predicate": predicate, **summary}
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--where", required=True, help="predicate over the journal's columns (comparisons with literals)")
+    add("--dry-run", action="store_true", help="count the rows and files per table; change nothing")
+
+
+COMMAND = Command(
+    name="erase",
+    help="remove journal rows (and rows derived from them) and purge their files",
+    run=erase,
+    arguments=_arguments,
+)

@@ -1,0 +1,183 @@
+"""Rows leaving a table: counted, deleted by predicate, and their files purged (delta-rs).
+
+Why a module of its own: retention (``maintain``) and ``queuelake erase`` remove journal rows, and
+both need the same three things from the lake: how many rows and files a predicate reaches (a dry
+run says so and changes nothing), a delete that commits beside a running drain, and afterwards the
+removed files gone from storage. The pipelines hand a ``RowFilter`` to the port
+(``LakeEngine.delete_rows`` ...); only this module turns it into deltalake calls.
+
+What was measured on deltalake 1.6.6 (``tests/pipeline/test_retention.py`` keeps it true):
+``DeltaTable.delete`` drops a file all of whose rows match without rewriting it (its add action is
+removed, nothing is written: ``num_added_files`` 0, ``num_copied_rows`` 0); it still opens such a
+file to evaluate the predicate on its columns (a whole-file delete of a file missing from storage
+fails), which for ``drained_at`` is one small column. A file with some matching rows is rewritten
+with the others (``num_added_files``, ``num_copied_rows``).
+
+Concurrency: the drain appends to the journal with ``create_write_transaction`` (blind appends with
+an application transaction). A delete whose read predicate the appended files' statistics may
+satisfy fails its commit with a conflict rather than miss them; it is retried from a fresh snapshot
+(``_ATTEMPTS``). The rows a delete removes are exactly the rows that match in the snapshot it read
+(``Deleted.read_version``): files appended after that snapshot are never touched, whatever they hold.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from queuelake.errors import LakeError
+from queuelake.lake import storage
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+_ATTEMPTS = 20
+DELETE_OPERATION = "DELETE"  # the commitInfo operation of a delete (delta-rs and delta-spark alike)
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """Which rows: the same condition as SQL text for the engine's DELETE (DataFusion's dialect:
+    double-quoted identifiers, single-quoted text, times as UTC ISO text) and as a pyarrow expression
+    (to count and list the rows without deleting). ``columns``: the columns it reads."""
+
+    sql: str
+    arrow: ds.Expression
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reached:
+    """What a filter reaches in one version: rows, and files (all of whose rows match: ``files_whole``;
+    some: ``files_partial``, which a delete rewrites)."""
+
+    rows: int
+    files_whole: int
+    files_partial: int
+    version: int | None
+
+    @property
+    def files(self) -> int:
+        return self.files_whole + self.files_partial
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """A delete's commit: rows removed, files that left the log, files written anew with the kept
+    rows of partly matching files, the version it read (its rows are those matching there) and the
+    version it made (None: nothing matched, no commit)."""
+
+    rows: int
+    files_removed: int
+    files_rewritten: int
+    read_version: int | None
+    version: int | None
+    attempts: int = 1
+
+
+def reached(dt: DeltaTable | None, where: RowFilter) -> Reached:
+    """Count what ``where`` reaches in ``dt``'s version, file by file, reading only its columns
+    (row groups whose statistics exclude it are skipped unread)."""
+    if dt is None:
+        return Reached(0, 0, 0, None)
+    rows = whole = partial = 0
+    for _uri, records, fragment in _fragments(dt, where):
+        matched = fragment.count_rows(filter=where.arrow)
+        if matched:
+            rows += matched
+            if matched == records:
+                whole += 1
+            else:
+                partial += 1
+    return Reached(rows, whole, partial, dt.version())
+
+
+def matching(dt: DeltaTable | None, where: RowFilter, columns: list[str]) -> pa.Table:
+    """The matching rows' ``columns`` in ``dt``'s version (for an erase's keys)."""
+    if dt is None:
+        return pa.schema([]).empty_table()
+    schema = pa.schema(dt.schema().to_arrow())
+    wanted = sorted(set(columns) | set(where.columns))
+    parts = [dataset.to_table(columns=columns, filter=where.arrow) for _, _, dataset in _fragments(dt, where, wanted)]
+    if not parts:
+        return pa.schema([schema.field(c) for c in columns]).empty_table()
+    return pa.concat_tables(parts)
+
+
+def _fragments(dt: DeltaTable, where: RowFilter, columns: list[str] | None = None) -> list[tuple[str, int, Any]]:
+    """(uri, rows per the log, pyarrow fragment read with the table's schema) for each live file."""
+    import pyarrow.dataset as ds
+
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    uris = dt.file_uris()
+    by_path = {uri.rsplit("/", 1)[-1]: uri for uri in uris}
+    schema = pa.schema(dt.schema().to_arrow())
+    read_schema = pa.schema([schema.field(c) for c in sorted(set(columns or where.columns))])
+    fs, _ = storage.filesystem(uris[0])
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    out = []
+    for path, records in zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist()):
+        uri = by_path.get(path.rsplit("/", 1)[-1])
+        if uri is None:
+            raise LakeError(f"{dt.table_uri}: the log's file {path} is not among its file URIs")
+        dataset = ds.dataset([storage.path_in(uri)], schema=read_schema, format=fmt, filesystem=fs)
+        out.append((uri, int(records) if records is not None else dataset.count_rows(), dataset))
+    return out
+
+
+def delete(load: Any, table: str, where: RowFilter, metadata: dict[str, str] | None = None) -> Deleted:
+    """Delete ``where``'s rows in one commit, retried from a fresh snapshot when a concurrent commit
+    conflicts (``load()``: the table at its newest version). Nothing matching: no commit."""
+    from deltalake import CommitProperties
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(1, _ATTEMPTS + 1):
+        dt = load()
+        if reached(dt, where).rows == 0:
+            return Deleted(0, 0, 0, dt.version(), None, attempt)
+        try:
+            metrics = dt.delete(where.sql, commit_properties=CommitProperties(custom_metadata=metadata or {}))
+        except CommitFailedError:
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+            continue
+        except Exception as exc:  # noqa: BLE001 - DataFusion's plan errors: say which table and predicate
+            if "conflict" in str(exc).lower() or "concurrent" in str(exc).lower():
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+                continue
+            raise LakeError(f"lake table {table}: delete where {where.sql} failed: {exc}") from exc
+        dt = load()
+        commit = dt.history(limit=1)[0]
+        return Deleted(
+            rows=int(metrics.get("num_deleted_rows", 0)),
+            files_removed=int(metrics.get("num_removed_files", 0)),
+            files_rewritten=int(metrics.get("num_added_files", 0)),
+            read_version=_read_version(dt, metadata),
+            version=int(commit.get("version", dt.version())),
+            attempts=attempt,
+        )
+    raise LakeError(f"lake table {table}: the delete where {where.sql} kept conflicting ({_ATTEMPTS} attempts)")
+
+
+def _read_version(dt: DeltaTable, metadata: dict[str, str] | None) -> int | None:
+    """The snapshot our delete read (its commitInfo ``readVersion``), found by its metadata."""
+    for commit in dt.history(limit=50):
+        if commit.get("operation") == DELETE_OPERATION and all(commit.get(k) == v for k, v in (metadata or {}).items()):
+            value = commit.get("readVersion")
+            return int(value) if value is not None else None
+    return None
+
+
+def purge_removed(dt: DeltaTable) -> list[str]:
+    """Delete from storage every file the log has tombstoned (removed by a delete, a compaction), now:
+    what makes erased rows physically gone, time travel to earlier versions included.
+
+    Never a "full" vacuum: that also deletes files no commit names, among them the drain's staged,
+    not yet committed files of in-flight claims (the claim protocol), which would lose rows. deltalake's
+    ``full=False`` (its "lite" mode) deletes only the log's tombstones, so staged files stay."""
+    return list(dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=False))

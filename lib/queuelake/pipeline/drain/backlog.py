@@ -1,0 +1,96 @@
+"""Workers given to queues by backlog (issue 32): every queue's depth estimated up front, in a few
+statements on one connection, so that a system of hundreds of endpoints drains its big queues with
+several workers and its empty ones for the price of that one check.
+
+Why: giving every queue ``workers_per_queue`` workers and a drain lock spent most of a 300-queue run
+opening connections to empty tables, and left a deep queue with no more workers than an idle one.
+A queue is skipped (no lock, no connection of its own) only when its estimate is 0 and no claim of
+it waits to be resolved; a queue whose estimate failed (a missing table, say) is drained as before,
+which reports its error.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.errors import QueuelakeError
+from queuelake.report import log
+from queuelake.transport import claims, queues
+from queuelake.transport.tables import TableRef
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the run knows of a queue before draining it."""
+
+    depth: int | None  # the transport's estimate (seq span of committed rows); None: it failed
+    claims: int  # claims a killed drain left, to resolve before receiving
+
+    @property
+    def idle(self) -> bool:
+        return self.depth == 0 and not self.claims
+
+
+def estimate(config: Config, refs: list[TableRef]) -> dict[str, Backlog]:
+    """Every queue's estimated depth and pending claims, on one connection. When the database cannot
+    be reached, every queue is unknown: each queue's drain then fails with its own error, as before."""
+    try:
+        with connect(config, "queuelake-drain-estimate") as conn:
+            depths = queues.depths(conn, refs)
+            try:
+                pending = {c.queue: c.claims for c in claims.summary(conn, claims.claims_ref(config.transport))}
+            except QueuelakeError as exc:  # no claims table yet: each queue's drain says so
+                log.debug("drain: could not read the claims summary (%s)", exc)
+                pending = {r.canonical: 1 for r in refs}
+            conn.rollback()
+    except QueuelakeError as exc:
+        log.warning("drain: could not estimate the queues' depths (%s); draining each as if deep", exc)
+        return {r.canonical: Backlog(None, 0) for r in refs}
+    return {r.canonical: Backlog(depths.get(r.canonical), pending.get(r.canonical, 0)) for r in refs}
+
+
+def workers_for(backlog: Backlog, batch_size: int, max_messages: int | None, most: int) -> int:
+    """One worker per batch the backlog holds, at most ``most``: a queue of one batch gets one
+    worker, a deep queue all it may have. A failed estimate counts as deep."""
+    if backlog.depth is None:
+        return most
+    depth = backlog.depth if max_messages is None else min(backlog.depth, max_messages)
+    return max(1, min(most, math.ceil(depth / batch_size)))
+
+
+class ConnectionBudget:
+    """The run's database connections as a counted resource, handed out first come, first served:
+    a queue waits until all the connections it needs are free, and a queue that needs many is not
+    overtaken forever by queues that need few."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self.peak = 0
+        self._turns: deque[object] = deque()
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def hold(self, n: int) -> Iterator[None]:
+        n = min(n, self.total)
+        turn = object()
+        with self._changed:
+            self._turns.append(turn)
+            self._changed.wait_for(lambda: self._turns[0] is turn and self.free >= n)
+            self._turns.popleft()
+            self.free -= n
+            self.peak = max(self.peak, self.total - self.free)
+            self._changed.notify_all()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.free += n
+                self._changed.notify_all()

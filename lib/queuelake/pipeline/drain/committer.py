@@ -1,0 +1,134 @@
+"""The drain run's journal committer: claimed batches of every worker and queue committed to the
+journal together (group commits), then their claims cleared, on one thread and one connection.
+
+Why: a worker's own lander made one Delta commit per claimed batch, so a run of hundreds of queues
+made hundreds of commits on the one journal, each paying for the log, and held a landing connection
+per worker. Now whatever was claimed while the previous group committed goes in the next one: the
+commits per run are bounded by time (one at a time, back to back), not by queues x batches.
+
+The claim protocol is unchanged: each batch's claim is durable before it is handed over, a group's
+files and every app id's version are one atomic Delta commit, and claims are cleared only after it.
+A kill at any instant leaves claims the next run resolves. After a failed group nothing more is
+committed (a later version of an app id must never land before an earlier one): every worker's next
+hand-over or wait raises, and the claims wait for the next run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from queuelake import hooks
+from queuelake.config import Config
+from queuelake.context import connect
+from queuelake.lake.files import StagedFiles
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.journal.schema import MESSAGES
+from queuelake.report import log
+from queuelake.transport import claims
+from queuelake.transport.db import Connection
+
+MOST_PENDING_PER_WORKER = 2  # a worker runs at most this far ahead of the journal
+MOST_PER_GROUP = 512  # batches in one commit (its log entry lists every file)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A batch whose claim is committed in the queue's database, waiting for its Delta commit."""
+
+    queue: str
+    staged: StagedFiles
+    app_id: str
+    version: int
+
+
+class JournalCommitter:
+    """One per drain run. Workers ``submit`` claimed batches and ``wait`` for theirs before they end."""
+
+    def __init__(self, config: Config, lake: LakeEngine) -> None:
+        self._config = config
+        self._lake = lake
+        self._claims_table = claims.claims_ref(config.transport)
+        self._waiting: list[Claimed] = []
+        self._pending: dict[str, int] = defaultdict(int)  # per app id: handed over, not yet landed
+        self._changed = threading.Condition()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.commits = 0
+        self.batches = 0
+        self.largest_group = 0
+
+    def submit(self, claimed: Claimed) -> None:
+        """Hand over a claimed batch; blocks while its worker has ``MOST_PENDING_PER_WORKER`` waiting."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._error is not None or self._pending[claimed.app_id] < MOST_PENDING_PER_WORKER
+            )
+            self._raise_if_failed()
+            self._waiting.append(claimed)
+            self._pending[claimed.app_id] += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="journal-commit", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def wait(self, app_id: str) -> None:
+        """Until every batch of ``app_id`` handed over has landed; raises the committer's error."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._error is not None or self._pending[app_id] == 0)
+            self._raise_if_failed()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        try:
+            with connect(self._config, "queuelake-drain-commit") as conn:
+                while True:
+                    with self._changed:
+                        self._changed.wait_for(lambda: bool(self._waiting) or self._closed)
+                        if not self._waiting:
+                            return
+                        group = self._waiting[:MOST_PER_GROUP]
+                        del self._waiting[:MOST_PER_GROUP]
+                    self._land(conn, group)
+                    with self._changed:
+                        for claimed in group:
+                            self._pending[claimed.app_id] -= 1
+                        self._changed.notify_all()
+        except BaseException as exc:  # the claims stay: the next run lands them
+            log.error("drain: the journal commit failed; claimed batches wait for the next run: %s", exc)
+            with self._changed:
+                self._error = exc
+                self._changed.notify_all()
+
+    def _land(self, conn: Connection, group: list[Claimed]) -> None:
+        """One Delta commit for the group, then its claims cleared in one transaction."""
+        t0 = time.monotonic()
+        carried = self._lake.commit_staged_group(MESSAGES, [(c.staged, c.app_id, c.version) for c in group])
+        if carried < len(group):
+            # under the queues' drain locks nobody else writes these app ids: the rest landed in
+            # our own earlier attempt (a commit that raised after writing)
+            log.debug("journal: %d of %d batch(es) were already committed", len(group) - carried, len(group))
+        hooks.checkpoint("after_delta_commit")
+        t_delta = time.monotonic()
+        for claimed in group:
+            claims.delete(conn, self._claims_table, claimed.app_id, claimed.version)
+        conn.commit()
+        hooks.checkpoint("after_claim_cleared")
+        self.commits += 1
+        self.batches += len(group)
+        self.largest_group = max(self.largest_group, len(group))
+        log.debug("timing delta %.3f clear %.3f", t_delta - t0, time.monotonic() - t_delta)
+        log.debug("journal: one commit for %d claimed batch(es)", len(group))

@@ -1,0 +1,151 @@
+"""Erasure: the journal rows a predicate selects, and the rows derived from them, removed from the
+lake and their files purged from storage, Delta time travel included (``queuelake erase``).
+
+Why a module of its own: a request to forget (a customer's messages, a leaked secret in a body)
+must reach every copy queuelake keeps, not only the journal's current version.
+
+1. The selection: ``--where`` over the journal's columns (``where.py``). A dry run counts what it
+   reaches (rows, files wholly or partly matching, and derived rows) and changes nothing.
+2. The journal delete: one commit (``LakeEngine.delete_rows``), retried from a fresh snapshot on a
+   conflict with a concurrent drain. The rows it removes are exactly those matching in the snapshot
+   it read (``journal_version`` in the summary); rows a concurrent drain lands after that snapshot are
+   not selected, even when they match: run the erase again once the drain has landed them.
+3. Derived tables: every catalogued table with ``erased_by_journal_key`` (today ``replay_skipped``,
+   keyed by (queue, seq)) loses its rows whose key is an erased row's.
+4. The purge: each touched table's removed files deleted from storage now (``purge_removed``: only
+   the log's tombstones, never the drain's staged files, which a "full" vacuum would destroy).
+   Older versions that named them can no longer be read. Delta's log keeps per-file statistics
+   (min/max of each column) of the removed files until log cleanup (``delta.logRetentionDuration``,
+   30 days): an erased value that was a file's min or max stays there until then.
+
+The ``runs`` rows carry counts and the predicate, never a row's content.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from queuelake.config import Config
+from queuelake.lake import tables as catalogue
+from queuelake.lake.deletes import RowFilter
+from queuelake.lake.engines import table_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.store.where import row_filter
+from queuelake.report import log
+
+JOURNAL = catalogue.MESSAGES.name
+
+
+def derived_tables() -> list[catalogue.LakeTable]:
+    """The catalogued tables whose rows come from journal rows and go with them."""
+    return [t for t in catalogue.CATALOGUE if t.erased_by_journal_key]
+
+
+def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) -> dict[str, Any]:
+    """Erase (``dry_run``: count) the journal rows ``predicate`` selects and their derived rows.
+    Returns the summary: per table rows, files, and what was purged."""
+    journal = table_engine(lake, JOURNAL)
+    if not journal.exists(JOURNAL):
+        row_filter(predicate, catalogue.MESSAGES.schema)  # a bad --where still fails (no journal needed)
+        log.info("erase: no journal yet under %s, nothing to do", cfg.lake.root)
+        return {"dry_run": dry_run, "note": "no journal yet: nothing to do", "tables": {}}
+    where = row_filter(predicate, journal.schema(JOURNAL))
+    t0 = time.monotonic()
+    if dry_run:
+        reached = journal.count_rows(JOURNAL, where)
+        keys = journal.matching_rows(JOURNAL, where, ["queue", "seq"])
+        tables: dict[str, dict[str, Any]] = {
+            JOURNAL: {
+                "rows": reached.rows,
+                "files_removed": reached.files,
+                "files_rewritten": reached.files_partial,
+                "journal_version": reached.version,
+            }
+        }
+        for table in derived_tables():
+            engine = table_engine(lake, table.name)
+            key = _key_filter(engine, table, keys)
+            if key is not None:
+                counted = engine.count_rows(table.name, key)
+                tables[table.name] = {"rows": counted.rows, "files_removed": counted.files}
+        for name, figures in tables.items():
+            log.info(
+                "erase --dry-run %s: would remove %d row(s) from %d file(s)",
+                name,
+                figures["rows"],
+                figures["files_removed"],
+            )
+        return {"dry_run": True, "tables": tables}
+
+    deleted = journal.delete_rows(JOURNAL, where)
+    tables = {
+        JOURNAL: {
+            "rows": deleted.rows,
+            "files_removed": deleted.files_removed,
+            "files_rewritten": deleted.files_rewritten,
+            "journal_version": deleted.read_version,
+            "version": deleted.version,
+            "attempts": deleted.attempts,
+        }
+    }
+    log.info(
+        "erase %s: %d row(s) removed (those matching at version %s), %d file(s) left the log, %d rewritten",
+        JOURNAL,
+        deleted.rows,
+        deleted.read_version,
+        deleted.files_removed,
+        deleted.files_rewritten,
+    )
+    keys = (
+        journal.matching_rows(JOURNAL, where, ["queue", "seq"], deleted.read_version)
+        if deleted.version is not None
+        else pa.table({"queue": pa.array([], pa.string()), "seq": pa.array([], pa.int64())})
+    )
+    engines = {JOURNAL: journal}
+    for table in derived_tables():
+        engine = table_engine(lake, table.name)
+        key = _key_filter(engine, table, keys)
+        if key is None:
+            continue
+        removed = engine.delete_rows(table.name, key)
+        engines[table.name] = engine
+        tables[table.name] = {
+            "rows": removed.rows,
+            "files_removed": removed.files_removed,
+            "files_rewritten": removed.files_rewritten,
+        }
+        log.info("erase %s: %d derived row(s) removed", table.name, removed.rows)
+    for name, engine in engines.items():
+        tables[name]["files_vacuumed"] = engine.purge_removed(name)
+        log.info("erase %s: %d removed file(s) purged from storage", name, tables[name]["files_vacuumed"])
+    return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _key_filter(engine: LakeEngine, table: catalogue.LakeTable, keys: pa.Table) -> RowFilter | None:
+    """The rows of a derived table whose journal key is among ``keys``; None when the table does not
+    exist or holds none of them. The table's keys are read (a record table: small) and joined with
+    the erased ones, so the delete names only the keys it holds."""
+    columns = list(table.erased_by_journal_key)
+    if keys.num_rows == 0 or not engine.exists(table.name):
+        return None
+    held = engine.read_arrow(table.name, columns=columns)
+    hit = held.join(keys.select(columns).group_by(columns).aggregate([]), keys=columns, join_type="inner")
+    if hit.num_rows == 0:
+        return None
+    hit = hit.group_by(columns).aggregate([])
+    sql: list[str] = []
+    arrow: ds.Expression | None = None
+    queue, seq = columns  # (queue, seq): the one journal key the catalogue uses
+    for name in pc.unique(hit.column(queue)).to_pylist():
+        seqs = hit.filter(pc.equal(hit.column(queue), name)).column(seq).to_pylist()
+        quoted = "'" + str(name).replace("'", "''") + "'"
+        sql.append(f'("{queue}" = {quoted} AND "{seq}" IN ({", ".join(str(int(s)) for s in seqs)}))')
+        part = (ds.field(queue) == name) & ds.field(seq).isin(seqs)
+        arrow = part if arrow is None else arrow | part
+    assert arrow is not None
+    return RowFilter(" OR ".join(sql), arrow, tuple(columns))

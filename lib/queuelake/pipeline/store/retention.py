@@ -1,0 +1,191 @@
+"""Retention: journal rows past the age ``lake.retention`` gives them leave the journal (``maintain``).
+
+Why a module of its own: the rules are the audit store's policy (issue 34), and ``maintain`` only
+applies them before it compacts. Each rule becomes one ``RowFilter`` over the journal's ``queue``,
+``outcome`` and ``drained_at``; the lake port counts (``--dry-run``) or deletes what it reaches.
+
+Age is judged by ``drained_at``, the instant the lake took the row, not ``time_sent``: every row has
+it (``time_sent`` is null for quarantined rows, expired rows whose headers are dropped, and senders
+that omit the header), it comes from one clock (the drain's host, not each sender's), and the
+journal's files are written in ``drained_at`` order, so a file's min/max statistics are tight and an
+old file is dropped whole rather than rewritten (``lake/deletes.py``).
+
+First match: a row is governed by the first rule whose ``queue`` and ``outcome`` both match it (an
+absent one matches anything), and by ``default_days`` when none does; ``days: null`` keeps for ever.
+The filters are disjoint (each excludes the rows earlier rules match), so no row is counted twice.
+A row leaves only when its ``drained_at`` is strictly before ``now - days``: nothing younger is touched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from queuelake.config import Config, RetentionRule
+from queuelake.lake import tables as catalogue
+from queuelake.lake.deletes import RowFilter
+from queuelake.lake.engines import journal_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.report import log
+from queuelake.transport.tables import queue_ref
+
+JOURNAL = catalogue.MESSAGES.name
+_UTC = catalogue.UTC_TS
+
+
+@dataclass(frozen=True)
+class RetentionFilter:
+    """One rule (or the default) as the rows it removes now."""
+
+    rule: str  # e.g. ``queue="public"."audit" outcome=landed days=400`` or ``default days=30``
+    days: int
+    cutoff: dt.datetime
+    where: RowFilter
+
+
+@dataclass
+class RetentionResult:
+    """What retention did (or, in a dry run, would do), per rule and in total."""
+
+    dry_run: bool
+    rules: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+
+    def total(self, key: str) -> int:
+        return sum(int(r.get(key) or 0) for r in self.rules)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "dry_run": self.dry_run,
+            "rows_removed": self.total("rows"),
+            "files_removed": self.total("files_removed"),
+            "files_rewritten": self.total("files_rewritten"),
+            "rules": self.rules,
+        }
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+def sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_time(value: dt.datetime) -> str:
+    return sql_text(value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+
+
+def _match(rule: RetentionRule, cfg: Config) -> tuple[list[str], list[ds.Expression]]:
+    """The rule's queue/outcome conditions, as SQL and as pyarrow (empty: it matches every row)."""
+    sql: list[str] = []
+    arrow: list[ds.Expression] = []
+    if rule.queue is not None:
+        queue = queue_ref(rule.queue, cfg.transport).canonical  # as the drain records it
+        sql.append(f'"queue" = {sql_text(queue)}')
+        arrow.append(ds.field("queue") == queue)
+    if rule.outcome is not None:
+        sql.append(f'"outcome" = {sql_text(rule.outcome)}')
+        arrow.append(ds.field("outcome") == rule.outcome)
+    return sql, arrow
+
+
+def _all(sql: list[str], arrow: list[ds.Expression]) -> tuple[str, ds.Expression]:
+    if not sql:
+        return "TRUE", ds.scalar(True)
+    out = arrow[0]
+    for more in arrow[1:]:
+        out = out & more
+    return "(" + " AND ".join(sql) + ")", out
+
+
+def describe(rule: RetentionRule, cfg: Config) -> str:
+    parts = []
+    if rule.queue is not None:
+        parts.append(f"queue={queue_ref(rule.queue, cfg.transport).canonical}")
+    if rule.outcome is not None:
+        parts.append(f"outcome={rule.outcome}")
+    return " ".join(parts + [f"days={rule.days if rule.days is not None else 'forever'}"])
+
+
+def filters(cfg: Config, now: dt.datetime) -> list[RetentionFilter]:
+    """The rules with an age limit, as disjoint filters of the rows past it at ``now``."""
+    out: list[RetentionFilter] = []
+    earlier: list[tuple[str, ds.Expression]] = []
+    retention = cfg.lake.retention
+    for rule in retention.rules:
+        matched = _all(*_match(rule, cfg))
+        if rule.days is not None:
+            out.append(_filter(describe(rule, cfg), rule.days, now, matched, earlier))
+        earlier.append(matched)
+    if retention.default_days is not None:
+        days = retention.default_days
+        out.append(_filter(f"default days={days}", days, now, ("TRUE", ds.scalar(True)), earlier))
+    return out
+
+
+def _filter(
+    label: str,
+    days: int,
+    now: dt.datetime,
+    matched: tuple[str, ds.Expression],
+    earlier: list[tuple[str, ds.Expression]],
+) -> RetentionFilter:
+    cutoff = now - dt.timedelta(days=days)
+    sql = [matched[0], f'"drained_at" < {sql_time(cutoff)}']
+    arrow = matched[1] & (ds.field("drained_at") < pa.scalar(cutoff, _UTC))
+    for before_sql, before_arrow in earlier:  # what an earlier rule matches is that rule's
+        sql.append(f"NOT {before_sql}")
+        arrow = arrow & ~before_arrow
+    where = RowFilter(" AND ".join(s for s in sql if s != "TRUE"), arrow, ("queue", "outcome", "drained_at"))
+    return RetentionFilter(label, days, cutoff, where)
+
+
+def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime | None = None) -> RetentionResult:
+    """Remove (``dry_run``: count) the journal rows past their age. Safe beside a running drain: each
+    rule is one delete commit, retried on a conflict (``LakeEngine.delete_rows``)."""
+    result = RetentionResult(dry_run=dry_run)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    rules = filters(cfg, now)
+    journal = journal_engine(lake)
+    if not rules:
+        result.note = "no retention rule with an age limit (lake.retention): nothing to do"
+    elif not journal.exists(JOURNAL):
+        result.note = "no journal yet: nothing to do"
+    if result.note:
+        log.info("retention: %s", result.note)
+        return result
+    for rule in rules:
+        t0 = time.monotonic()
+        figures: dict[str, Any] = {"rule": rule.rule, "days": rule.days, "cutoff": rule.cutoff.isoformat()}
+        if dry_run:
+            reached = journal.count_rows(JOURNAL, rule.where)
+            figures.update(rows=reached.rows, files_removed=reached.files, files_rewritten=reached.files_partial)
+            verb = "would remove"
+        else:
+            deleted = journal.delete_rows(JOURNAL, rule.where)
+            figures.update(
+                rows=deleted.rows,
+                files_removed=deleted.files_removed,
+                files_rewritten=deleted.files_rewritten,
+                version=deleted.version,
+                attempts=deleted.attempts,
+            )
+            verb = "removed"
+        figures["seconds"] = round(time.monotonic() - t0, 3)
+        log.info(
+            "retention %s (drained before %s): %s %d row(s), %d file(s) left the journal, %d rewritten, in %.1fs",
+            rule.rule,
+            figures["cutoff"],
+            verb,
+            figures["rows"],
+            figures["files_removed"],
+            figures["files_rewritten"],
+            figures["seconds"],
+        )
+        result.rules.append(figures)
+    return result

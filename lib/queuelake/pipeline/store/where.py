@@ -1,0 +1,71 @@
+"""``erase --where``: the predicate checked as replay's is, then as one ``RowFilter`` for the lake.
+
+Why here and not in Spark: an erase deletes, so the predicate must mean one thing wherever it is
+evaluated. It is accepted only in the small language both pyarrow and the delete's SQL engine
+(DataFusion, inside delta-rs) read alike, the language replay already evaluates without Spark
+(``pipeline/replay/arrow_predicate.py``): comparisons, ``IN``, ``BETWEEN``, ``LIKE`` and ``IS NULL``
+of journal columns with literals, joined by ``AND``/``OR``/``NOT``. The pyarrow form counts and lists
+the rows (dry run, derived tables' keys); the SQL form, rendered from the same parsed tree with the
+columns spelt as the journal spells them and times as UTC instants, is what the delete runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+
+from queuelake.errors import ArgumentError
+from queuelake.lake.deletes import RowFilter
+from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
+from queuelake.pipeline.replay.predicate import check_predicate
+
+
+def row_filter(predicate: str | None, schema: pa.Schema) -> RowFilter:
+    """The erase's selection over the journal (``schema``); ArgumentError names what is wrong."""
+    import sqlglot
+    from sqlglot import errors, exp
+
+    text = check_predicate(predicate)
+    try:
+        tree = sqlglot.parse_one(text, read="spark")
+    except (errors.ParseError, errors.TokenError) as exc:
+        raise ArgumentError(f"--where {text!r} does not parse: {str(exc).splitlines()[0]}") from None
+    fields = {f.name.lower(): f for f in schema}
+    columns = list(tree.find_all(exp.Column))
+    unknown = sorted({c.name for c in columns if c.name.lower() not in fields})
+    if unknown:
+        raise ArgumentError(
+            f"--where names unknown column(s) {', '.join(unknown)}: the journal's columns are {', '.join(schema.names)}"
+        )
+    selection = arrow_predicate(text, schema)
+    if selection is None:
+        raise ArgumentError(
+            f"--where {text!r}: erase takes comparisons (=, <>, <, <=, >, >=, BETWEEN, IN, LIKE, IS [NOT] NULL) of "
+            "journal text, seq and time columns with literals, joined by AND, OR, NOT; no functions, maps, lists "
+            "or bodies (what it deletes must mean the same to every engine)"
+        )
+    for column in columns:
+        field = fields[column.name.lower()]
+        column.set("this", exp.to_identifier(field.name, quoted=True))
+        if pa.types.is_timestamp(field.type):
+            _times_as_utc(column)
+    sql = tree.sql(dialect="postgres", identify=True)
+    return RowFilter(sql, selection.expression, tuple(sorted(selection.columns)))
+
+
+def _times_as_utc(column: object) -> None:
+    """The text literals a time column is compared with, as UTC instants (as ``arrow_predicate`` reads
+    them: a time without a zone is UTC), so the delete's engine reads the same instant."""
+    from sqlglot import exp
+
+    parent = column.parent  # type: ignore[attr-defined]
+    for literal in parent.find_all(exp.Literal) if parent is not None else ():
+        if not literal.is_string:
+            continue
+        text = str(literal.this)
+        value = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        utc = value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        literal.replace(exp.Literal.string(utc))

@@ -1,0 +1,238 @@
+"""``queuelake erase``: the selected journal rows and the rows derived from them are removed, their
+files purged (time travel included) without touching the drain's staged files; a dry run changes
+nothing; beside a real drain exactly the rows matching in the erase's snapshot go."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from queuelake.config import from_dict
+from queuelake.errors import ArgumentError
+from queuelake.examples import traffic
+from queuelake.lake.engines import open_lake
+from queuelake.lake.increments import added_files
+from queuelake.lake.reading import read_table
+from queuelake.lake.tables import REPLAY_SKIPPED
+from queuelake.pipeline.store.erase import erase
+from queuelake.transport import db, installer
+from queuelake.transport.tables import queue_ref
+
+from tests.pipeline.journal_rows import UTC, append, batch
+
+NOW = dt.datetime.now(UTC)
+SALES = '"public"."Sales"'
+AUDIT = '"public"."audit"'
+
+
+def config(root: Path):
+    return from_dict({"transport": {"connection": "x"}, "lake": {"root": str(root), "engine": "delta-rs"}}, env={})
+
+
+def ids(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}-{i:05d}" for i in range(n)]
+
+
+def seeded(root: Path):
+    """Three journal files (one all-erased, one mixed, one untouched), a compaction's tombstones,
+    replay_skipped rows for some of them, and a staged (uncommitted) file of an in-flight claim."""
+    cfg = config(root)
+    lake = open_lake(cfg.lake)
+    append(lake, batch(SALES, range(0, 50), NOW, message_ids=ids("gone", 50)))
+    append(lake, batch(SALES, range(50, 100), NOW, message_ids=ids("gone", 100)[50:70] + ids("kept", 30)))
+    append(lake, batch(AUDIT, range(0, 40), NOW, message_ids=ids("audit", 40)))
+    skipped = pa.table(
+        {
+            "replay_id": ["r1"] * 4,
+            "queue": [SALES, SALES, SALES, AUDIT],
+            "seq": [1, 60, 90, 1],  # seq 90 is a kept row (kept-00020), audit 1 another queue's
+            "id": ["a", "b", "c", "d"],
+            "message_id": [None] * 4,
+            "message_type": [None] * 4,
+            "destination": [None] * 4,
+            "reason": ["x"] * 4,
+            "recorded_at": [NOW] * 4,
+        },
+        schema=REPLAY_SKIPPED.schema,
+    )
+    lake.append(REPLAY_SKIPPED.name, skipped, "t", 1)
+    staged = lake.stage("messages", batch(SALES, range(100, 110), NOW, message_ids=ids("gone-staged", 10)))
+    return cfg, lake, staged
+
+
+PREDICATE = "message_id LIKE 'gone-%'"
+
+
+def data_files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*.parquet") if "_delta_log" not in p.parts]
+
+
+def message_ids_on_disk(folder: Path) -> set[str]:
+    found: set[str] = set()
+    for path in data_files(folder):
+        found |= set(pq.read_table(path, columns=["message_id"]).column("message_id").to_pylist())
+    return found
+
+
+def test_erase_removes_the_rows_their_derived_rows_and_every_file_holding_them(tmp_path: Path) -> None:
+    cfg, lake, staged = seeded(tmp_path)
+    lake.maintain("messages")  # compaction: older versions' files become tombstones too
+    versions_before = lake.table_version("messages")
+    erased = set(ids("gone", 70))
+    assert erased <= message_ids_on_disk(tmp_path / "messages")
+
+    dry = erase(cfg, lake, PREDICATE, dry_run=True)
+    assert dry["tables"]["messages"]["rows"] == 70 and dry["tables"]["replay_skipped"]["rows"] == 2, dry
+    assert lake.table_version("messages") == versions_before  # the dry run changed nothing
+
+    done = erase(cfg, lake, PREDICATE)
+    journal = done["tables"]["messages"]
+    assert journal["rows"] == 70 and journal["files_vacuumed"] >= 1, done
+    assert done["tables"]["replay_skipped"]["rows"] == 2, done
+    left = set(lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist())
+    assert left == set(ids("kept", 30)) | set(ids("audit", 40))
+    skipped = lake.read_arrow("replay_skipped", columns=["queue", "seq"]).to_pylist()
+    assert sorted((r["queue"], r["seq"]) for r in skipped) == sorted([(AUDIT, 1), (SALES, 90)])
+
+    # physically gone: no data file in the folder holds an erased id, but the staged file is intact
+    on_disk = message_ids_on_disk(tmp_path / "messages")
+    assert not (on_disk & erased), sorted(on_disk & erased)[:5]
+    assert set(ids("gone-staged", 10)) <= on_disk  # a full vacuum would have deleted the in-flight claim's file
+    assert all((tmp_path / "messages" / f.path).exists() for f in staged.files)
+    # time travel: every earlier version fails to read (its files are gone) or lacks the erased rows
+    for version in range(lake.table_version("messages") + 1):
+        try:
+            table = lake.read_arrow("messages", version=version, columns=["message_id"])
+        except Exception:  # noqa: BLE001 - a purged file: the version can no longer be read
+            continue
+        assert not (set(table.column("message_id").to_pylist()) & erased), version
+
+    again = erase(cfg, lake, PREDICATE)  # nothing left to erase
+    assert again["tables"]["messages"]["rows"] == 0
+
+
+def test_erase_edges(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    lake = open_lake(cfg.lake)
+    assert erase(cfg, lake, PREDICATE)["note"] == "no journal yet: nothing to do"
+    append(lake, batch(SALES, range(0, 5), NOW))
+    for bad, words in (
+        ("colour = 'red'", "unknown column"),
+        ("lower(queue) = 'x'", "erase takes comparisons"),
+        ("queue = 'x'; drop table t", "single boolean expression"),
+        ("seq > rand()", "random"),
+    ):
+        with pytest.raises(ArgumentError, match=words):
+            erase(cfg, lake, bad, dry_run=True)
+    assert (
+        erase(cfg, lake, "seq >= 3 AND time_sent IS NULL AND drained_at <= '2999-01-01'")["tables"]["messages"]["rows"]
+        == 2
+    )
+
+
+def cli(args: list[str], uri: str, cwd: Path) -> tuple[dict, str, int]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr, proc.returncode
+
+
+def write_config(path: Path, root: Path, **drain) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(root), "engine": "delta-rs"},
+                "drain": {"queues": ["Sales"], **drain},
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_erase_cli_dry_run_then_erase_recorded_in_runs(tmp_path: Path) -> None:
+    root = tmp_path / "lake"
+    cfg, lake, _ = seeded(root)
+    conf = write_config(tmp_path / "job.yaml", root)
+    version = lake.table_version("messages")
+    dry, log, code = cli(["erase", "-c", str(conf), "--where", PREDICATE, "--dry-run"], "x", tmp_path)
+    assert code == 0 and dry["status"] == "ok" and dry["dry_run"] is True, (dry, log)
+    assert dry["tables"]["messages"] == {
+        **dry["tables"]["messages"],
+        "rows": 70,
+        "files_removed": 2,
+        "files_rewritten": 1,
+    }
+    assert lake.table_version("messages") == version and not lake.exists("runs")
+
+    done, log, code = cli(["erase", "-c", str(conf), "--where", PREDICATE], "x", tmp_path)
+    assert code == 0 and done["tables"]["messages"]["rows"] == 70, (done, log)
+    runs = read_table(str(root / "runs")).to_pylist()
+    by_table = {r["table"]: r for r in runs if r["command"] == "erase"}
+    assert by_table["messages"]["rows_removed"] == 70 and by_table["messages"]["predicate"] == PREDICATE
+    assert by_table["replay_skipped"]["rows_removed"] == 2
+    assert "gone-00001" not in json.dumps(done) + log  # counts and the predicate, never content
+
+    bad, log, code = cli(["erase", "-c", str(conf), "--where", "colour = 'red'"], "x", tmp_path)
+    assert code == 1 and bad["status"] == "failed" and bad["error_kind"] == "arguments", bad
+    assert "unknown column(s) colour" in bad["error"], bad
+
+
+@pytest.mark.slow
+def test_erase_beside_a_running_drain_removes_exactly_the_selected_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A real drain (subprocess, 40 batches) lands Sales while an erase removes `seq < 8000`. The erase
+    removes exactly the matching rows of the snapshot it read; matching rows the drain landed after
+    it stay (not selected), and every other drained row is in the journal once."""
+    root = tmp_path / "lake"
+    conf = write_config(tmp_path / "job.yaml", root, batch_size=500, workers_per_queue=2)
+    cfg = config(root)
+    lake = open_lake(cfg.lake)
+    setup = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Sales"]}}, env={})
+    with db.connect(setup.transport) as conn:
+        installer.install(conn, installer.plan(setup))
+        conn.commit()
+        traffic.seed(conn, queue_ref("Sales", setup.transport), traffic.order_events(20000, seed=9))
+    outcome: dict = {}
+
+    def erase_once_rows_landed() -> None:
+        while (lake.table_version("messages") or 0) < 5:
+            time.sleep(0.05)
+        outcome.update(erase(cfg, lake, "seq < 8000"))
+
+    eraser = threading.Thread(target=erase_once_rows_landed)
+    eraser.start()
+    drained, log, code = cli(["drain", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    eraser.join()
+    assert code == 0 and drained["dequeued"] == 20000, (drained, log)
+    journal = outcome["tables"]["messages"]
+    snapshot = journal["journal_version"]
+    assert journal["rows"] > 0
+
+    seqs = lake.read_arrow("messages", columns=["seq"]).column("seq")
+    assert len(seqs) == len(set(seqs.to_pylist()))  # no row twice
+    left = set(seqs.to_pylist())
+    assert {s for s in range(1, 20001) if s >= 8000} <= left  # nothing unselected went
+    # the matching rows still there were all landed after the erase's snapshot
+    later = added_files(lake.path("messages"), snapshot, lake.table_version("messages"))
+    later_seqs: set[int] = set()
+    for uri in later:
+        later_seqs |= set(pq.read_table(uri.replace("file://", ""), columns=["seq"]).column("seq").to_pylist())
+    assert {s for s in left if s < 8000} <= later_seqs
+    assert len(left) + journal["rows"] == 20000  # every drained row: in the journal, or erased once
+    assert pc.min(seqs).as_py() >= 1

@@ -1,0 +1,289 @@
+"""Retention (``maintain`` with ``lake.retention``): journal rows past their age leave the journal,
+whole files dropped, mixed files rewritten, nothing younger touched; a dry run changes nothing; and
+beside a real drain nothing drained is lost."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from queuelake.config import from_dict
+from queuelake.errors import ConfigError
+from queuelake.examples import traffic
+from queuelake.lake.engines import open_lake
+from queuelake.lake.increments import added_files
+from queuelake.lake.reading import read_table
+from queuelake.pipeline.store import retention
+from queuelake.transport import db, installer
+from queuelake.transport.tables import queue_ref
+
+from tests.pipeline.journal_rows import UTC, append, batch
+
+NOW = dt.datetime.now(UTC)
+AUDIT = '"public"."audit"'
+ERROR = '"public"."error"'
+SALES = '"public"."Sales"'
+BILLING = '"public"."Billing"'
+
+
+def days_ago(days: float) -> dt.datetime:
+    return NOW - dt.timedelta(days=days)
+
+
+def config(root: Path, rules: list[dict], default_days: int | None = None, **more):
+    lake = {"root": str(root), "engine": "delta-rs", "retention": {"rules": rules, "default_days": default_days}}
+    return from_dict({"transport": {"connection": "x"}, "lake": lake, **more}, env={})
+
+
+RULES = [
+    {"queue": "audit", "outcome": "landed", "days": 400},  # a short address, canonicalised as the drain does
+    {"outcome": "expired", "days": 30},  # expired rows' identities; error rows: no rule, kept for ever
+]
+
+
+def seeded(root: Path):
+    """Five files: audit all old, audit mixed, audit young, error very old, expired rows old."""
+    cfg = config(root, RULES)
+    lake = open_lake(cfg.lake)
+    append(lake, batch(AUDIT, range(0, 100), days_ago(500)))
+    append(lake, batch(AUDIT, range(100, 200), [days_ago(500 if i < 40 else 399) for i in range(100)]))
+    append(lake, batch(AUDIT, range(200, 300), days_ago(1)))
+    append(lake, batch(ERROR, range(0, 50), days_ago(3000)))
+    append(lake, batch(BILLING, range(0, 20), days_ago(31), outcome="expired"))
+    append(lake, batch(BILLING, range(20, 30), days_ago(29), outcome="expired"))
+    return cfg, lake
+
+
+def keys(lake) -> set[tuple[str, int]]:
+    table = lake.read_arrow("messages", columns=["queue", "seq"])
+    return set(zip(table.column("queue").to_pylist(), table.column("seq").to_pylist(), strict=True))
+
+
+def test_rules_remove_what_is_past_its_age_whole_files_unrewritten(tmp_path: Path) -> None:
+    cfg, lake = seeded(tmp_path)
+    before_version = lake.table_version("messages")
+    before = keys(lake)
+
+    dry = retention.apply(cfg, lake, dry_run=True).summary()
+    assert lake.table_version("messages") == before_version and keys(lake) == before  # changed nothing
+    audit, expired = dry["rules"]
+    assert audit["rule"] == 'queue="public"."audit" outcome=landed days=400'
+    assert (audit["rows"], audit["files_removed"], audit["files_rewritten"]) == (140, 2, 1)
+    assert (expired["rows"], expired["files_removed"], expired["files_rewritten"]) == (20, 1, 0)
+
+    done = retention.apply(cfg, lake).summary()
+    audit, expired = done["rules"]
+    # the all-old file leaves the log unrewritten; the mixed one is rewritten with its 60 young rows
+    assert (audit["rows"], audit["files_removed"], audit["files_rewritten"]) == (140, 2, 1)
+    assert (expired["rows"], expired["files_removed"], expired["files_rewritten"]) == (20, 1, 0)
+    gone = {(AUDIT, s) for s in range(140)} | {(BILLING, s) for s in range(20)}
+    assert keys(lake) == before - gone  # nothing younger than its limit, no error row, touched
+
+    again = retention.apply(cfg, lake).summary()  # idempotent: nothing is past its age any more
+    assert again["rows_removed"] == 0 and lake.table_version("messages") == before_version + 2
+
+
+def test_rewritten_rows_are_not_new_to_increments(tmp_path: Path) -> None:
+    """A delete re-adds a rewritten file's kept rows with dataChange: true; transform and publish must
+    not see them as new journal rows."""
+    cfg, lake = seeded(tmp_path)
+    version = lake.table_version("messages")
+    retention.apply(cfg, lake)
+    assert added_files(lake.path("messages"), version, lake.table_version("messages")) == []
+    append(lake, batch(AUDIT, range(300, 310), NOW))
+    assert len(added_files(lake.path("messages"), version, lake.table_version("messages"))) == 1
+
+
+def test_first_matching_rule_decides_and_default_applies_to_the_rest(tmp_path: Path) -> None:
+    cfg, lake = seeded(tmp_path)
+    cfg = config(tmp_path, [{"queue": "error", "days": None}, *RULES], default_days=100)
+    figures = retention.apply(cfg, lake, dry_run=True).summary()
+    assert [r["rule"] for r in figures["rules"]] == [
+        'queue="public"."audit" outcome=landed days=400',
+        "outcome=expired days=30",
+        "default days=100",
+    ]
+    assert figures["rules"][2]["rows"] == 0  # the error rows (3000 days) are kept by the first rule
+    cfg = config(tmp_path, RULES, default_days=100)
+    assert retention.apply(cfg, lake, dry_run=True).summary()["rules"][2]["rows"] == 50  # now they are not
+
+
+def test_zero_days_and_no_journal_and_bad_rules(tmp_path: Path) -> None:
+    cfg = config(tmp_path, [{"queue": "audit", "days": 0}])
+    lake = open_lake(cfg.lake)
+    assert retention.apply(cfg, lake).note == "no journal yet: nothing to do"
+    assert retention.apply(config(tmp_path, []), lake).note.startswith("no retention rule")
+    append(lake, batch(AUDIT, range(0, 10), days_ago(0.001)))
+    append(lake, batch(SALES, range(0, 10), days_ago(900)))
+    assert retention.apply(cfg, lake).summary()["rows_removed"] == 10  # 0 days: everything drained before now
+    assert keys(lake) == {(SALES, s) for s in range(10)}
+    for bad, words in (
+        ({"days": -1}, "0 or more"),
+        ({"days": "30"}, "whole number"),
+        ({"outcome": "lost", "days": 3}, "outcome must be"),
+        ({"queue": "audit"}, "give days"),
+        ({"queue": "audit", "days": 3, "age": 1}, "unknown key"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            config(tmp_path, [bad])
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(args: list[str], uri: str, cwd: Path) -> tuple[dict, str, int]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr, proc.returncode
+
+
+def write_config(path: Path, root: Path, rules: list[dict], **drain) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(root), "engine": "delta-rs", "retention": {"rules": rules}},
+                "drain": {"queues": ["Sales"], **drain},
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_maintain_cli_dry_run_then_retention_recorded_in_runs(tmp_path: Path) -> None:
+    cfg, lake = seeded(tmp_path / "lake")
+    conf = write_config(tmp_path / "job.yaml", tmp_path / "lake", RULES)
+    before = keys(lake)
+    dry, log, code = cli(["maintain", "-c", str(conf), "--dry-run"], "x", tmp_path)
+    assert code == 0 and dry["status"] == "ok" and dry["dry_run"] is True, dry
+    assert dry["retention"]["rows_removed"] == 160 and dry["retention"]["files_removed"] == 3, dry
+    assert "would remove 140 row(s)" in log, log
+    assert keys(lake) == before and not lake.exists("runs")  # nothing changed, nothing recorded
+
+    done, log, code = cli(["maintain", "-c", str(conf)], "x", tmp_path)
+    assert code == 0 and done["retention"]["rows_removed"] == 160, done
+    assert len(keys(lake)) == len(before) - 160
+    runs = read_table(str(tmp_path / "lake" / "runs"))
+    row = runs.filter(pc.equal(runs.column("table"), "messages")).to_pylist()[0]
+    assert (row["rows_removed"], row["files_removed"], row["files_rewritten"]) == (160, 3, 1)
+
+
+@pytest.mark.slow
+def test_runs_made_before_the_retention_columns_gain_them(tmp_path: Path) -> None:
+    """A ``runs`` table an older version made (without the new columns) takes maintain's row."""
+    from queuelake.lake.tables import RUNS
+
+    cfg, lake = seeded(tmp_path / "lake")
+    old = pa.schema(
+        [f for f in RUNS.schema if f.name not in ("rows_removed", "files_removed", "files_rewritten", "predicate")]
+    )
+    lake.create_table("runs", old)
+    conf = write_config(tmp_path / "job.yaml", tmp_path / "lake", RULES)
+    done, _, code = cli(["maintain", "-c", str(conf)], "x", tmp_path)
+    assert code == 0, done
+    assert "rows_removed" in lake.schema("runs").names
+
+
+@pytest.mark.slow
+def test_retention_beside_a_running_drain_loses_nothing(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A real drain (subprocess, many batches) lands Sales while retention keeps deleting: old audit
+    rows (whole files and a mixed one) and, with a 0-day rule, Sales rows already landed. Afterwards
+    the journal holds every drained row except exactly those retention reports it removed."""
+    root = tmp_path / "lake"
+    cfg, lake = seeded(root)
+    rules = [{"queue": "audit", "outcome": "landed", "days": 400}, {"queue": "Sales", "outcome": "landed", "days": 0}]
+    conf = write_config(tmp_path / "job.yaml", root, rules, batch_size=500, workers_per_queue=2)
+    cfg = config(root, rules, drain={"queues": ["Sales"]})
+    setup = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Sales"]}}, env={})
+    with db.connect(setup.transport) as conn:
+        installer.install(conn, installer.plan(setup))
+        conn.commit()
+        traffic.seed(conn, queue_ref("Sales", setup.transport), traffic.order_events(20000, seed=3))
+    old_audit = {(AUDIT, s) for s in range(140)}
+    before = keys(lake)
+
+    removed: list[dict] = []
+    stop = threading.Event()
+
+    def keep_deleting() -> None:
+        while not stop.is_set():
+            removed.append(retention.apply(cfg, lake).summary())
+
+    deleter = threading.Thread(target=keep_deleting)
+    deleter.start()
+    try:
+        drained, log, code = cli(["drain", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    finally:
+        stop.set()
+        deleter.join()
+    assert code == 0 and drained["status"] == "ok", (drained, log)
+    dequeued = drained["dequeued"]
+    assert dequeued == 20000
+
+    def removed_by(rule: str) -> int:
+        return sum(r["rows"] for s in removed for r in s["rules"] if r["rule"].startswith(rule))
+
+    after = keys(lake)
+    sales_left = {k for k in after if k[0] == SALES}
+    assert removed_by('queue="public"."audit"') == 140 and not (after & old_audit)
+    assert after - {k for k in after if k[0] == SALES} == before - old_audit  # young audit, error, expired kept
+    # every drained row is in the journal or was removed by retention, once
+    table = lake.read_arrow("messages", columns=["queue", "seq"])
+    assert table.num_rows == len(after)  # no duplicates
+    assert len(sales_left) + removed_by('queue="public"."Sales"') == dequeued
+    assert removed_by('queue="public"."Sales"') > 0  # the 0-day rule removed landed rows mid-drain
+    assert len(removed) > 1  # retention ran during the drain
+
+
+@pytest.mark.slow
+@pytest.mark.deltaspark
+def test_maintain_with_retention_on_a_delta_spark_lake(tmp_path: Path, spark) -> None:
+    """Under lake.engine delta-spark the journal is still delta-rs's: retention deletes there, and the
+    delta-spark tables are compacted and vacuumed as before."""
+    import argparse
+
+    from queuelake.commands.maintain import maintain
+    from queuelake.lake.engines import journal_engine
+
+    from tests.conftest import require_delta_jvm
+
+    require_delta_jvm(spark)
+    root = tmp_path / "lake"
+    conf = tmp_path / "job.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "x"},
+                "lake": {"root": str(root), "engine": "delta-spark", "retention": {"rules": RULES}},
+            }
+        )
+    )
+    cfg = from_dict(json.loads(conf.read_text()), env={})
+    lake = open_lake(cfg.lake, spark)
+    assert lake.name == "delta-spark"
+    rs = journal_engine(lake)
+    for table in (batch(AUDIT, range(0, 100), days_ago(500)), batch(AUDIT, range(100, 150), days_ago(1))):
+        append(rs, table)
+    for version in (1, 2):
+        lake.append("outbound_x", pa.table({"key": [f"k{version}"], "body": ["{}"]}), "t", version)
+    summary = maintain(argparse.Namespace(config=str(conf), dry_run=False))
+    assert summary["retention"]["rows_removed"] == 100, summary
+    assert summary["tables"]["outbound_x"]["engine"] == "delta-spark", summary
+    assert summary["tables"]["messages"]["engine"] == "delta-rs", summary
+    assert lake.read_arrow("messages").num_rows == 50 and lake.read_arrow("outbound_x").num_rows == 2
+    assert lake.written_by("outbound_x") == "delta-spark"
