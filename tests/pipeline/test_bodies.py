@@ -169,3 +169,63 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
 
     again = bodies_run.bodies(cfg, spark, lake)
     assert again.get("note") == "nothing new" and len(rows(lake, ORDERS)) == 15
+
+
+@pytest.mark.slow
+def test_bodies_command_as_a_subprocess(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """``queuelake bodies`` through its real entry point: one JSON summary line, exit 0, the typed
+    table of the seeded type; a rerun finds nothing new and adds nothing; an idle rerun starts no Spark."""
+    import json
+
+    from tests.pipeline.test_cli_pipeline import cli_logged
+
+    root = tmp_path / "lake"
+    conf = tmp_path / "bodies.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(root), "engine": "delta-rs"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+                "drain": {"queues": ["Sales"], "batch_size": 100},
+            }
+        ),
+        encoding="utf-8",
+    )
+    cfg = config(fresh_pg_uri, root, "delta-rs")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+    send(cfg, "Sales", traffic.order_events(40, seed=5))
+    drained, _ = cli_logged(["drain", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert drained["landed"] == 40, drained
+    first, _ = cli_logged(["bodies", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert first["status"] == "ok" and first["rows_read"] == 40 and first["rows_written"] == 40, first
+    (table,) = first["tables"]
+    assert table["table"] == "body_sales_messages_events_orderplaced" and table["rows_out"] == 40, table
+    lake = open_lake(cfg.lake, None)
+    typed = lake.read_arrow(table["table"])
+    assert typed.num_rows == 40 and {"OrderId", "CustomerId", "Total", "Currency"} <= set(typed.column_names)
+    assert typed.schema.field("Total").type == "double"
+    again, stderr = cli_logged(["bodies", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert again["status"] == "ok" and again["tables"] == [] and again["note"] == "nothing new", again
+    assert "no Spark session started" in stderr and "SparkContext" not in stderr, stderr[-2000:]
+    assert lake.read_arrow(table["table"]).num_rows == 40
+    bad = subprocess_exit(["bodies", "-c", str(tmp_path / "missing.yaml")], fresh_pg_uri, tmp_path)
+    assert bad[0] != 0 and bad[1]["status"] == "failed" and bad[1]["error_kind"], bad
+
+
+def subprocess_exit(args: list[str], uri: str, cwd: Path) -> tuple[int, dict]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
