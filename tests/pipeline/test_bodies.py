@@ -229,3 +229,69 @@ def subprocess_exit(args: list[str], uri: str, cwd: Path) -> tuple[int, dict]:
         cwd=cwd,
     )
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_dedupe_reads_only_the_rows_sent_at_the_increments_times(tmp_path: Path) -> None:
+    """The duplicate check asks the table only for rows whose ``time_sent`` is one of the increment's
+    ranges (every copy of a message carries its TimeSent): rows sent at other times are not returned,
+    rows without a time are checked against the table's rows without one."""
+    import pyarrow as pa
+    from queuelake.pipeline.bodies.seen import GAP_US, MAX_RANGES, Times, seen_ids
+
+    ts = pa.timestamp("us", tz="UTC")
+    day = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    lake = open_lake(config("postgresql://unused/none", tmp_path / "lake", "delta-rs").lake, None)
+    schema = pa.schema([pa.field("message_id", pa.string()), pa.field("time_sent", ts)])
+    for n, start in enumerate((day, day + dt.timedelta(days=30))):  # two files, a month apart
+        sent = [start + dt.timedelta(seconds=i) for i in range(100)] + [None]
+        ids = [f"m{n}-{i}" for i in range(101)]
+        lake.append("body_x", pa.table([ids, pa.array(sent, ts)], schema=schema), "t", n)
+    increment = Times.of([pa.array([day + dt.timedelta(seconds=5), day + dt.timedelta(seconds=7)], ts)])
+    assert increment.ranges and not increment.nulls
+    held = sorted(seen_ids(lake, "body_x", increment)["message_id"].to_pylist())
+    assert held == ["m0-5", "m0-6", "m0-7"]
+    with_null = Times.of([pa.array([None, day + dt.timedelta(days=30, seconds=99)], ts)])
+    assert sorted(seen_ids(lake, "body_x", with_null)["message_id"].to_pylist()) == ["m0-100", "m1-100", "m1-99"]
+    assert seen_ids(lake, "body_x", Times.of([])).num_rows == 0
+    # send times far apart: at most MAX_RANGES ranges, every time inside one of them
+    spread = [day + dt.timedelta(microseconds=i * 3 * GAP_US) for i in range(500)]
+    wide = Times.of([pa.array(spread, ts)])
+    assert len(wide.ranges) == MAX_RANGES
+    micros = [int((t - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) / dt.timedelta(microseconds=1)) for t in spread]
+    assert all(any(lo <= m <= hi for lo, hi in wide.ranges) for m in micros)
+
+
+@pytest.mark.slow
+def test_a_failure_between_two_tables_is_redone_without_duplicates(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that wrote one type's table and then failed on the next (a crash between table writes):
+    no checkpoint is committed; the rerun skips the table already written (its application
+    transaction holds the journal version) and writes the other, each message once."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", "delta-rs")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    stock = [c.message(c.STOCK, b'{"Sku": "s%d", "Count": %d}' % (i, i), "application/json", i) for i in range(5)]
+    send(cfg, "Sales", list(traffic.order_events(6, seed=2)) + stock)
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    orders, counted = "body_sales_messages_events_orderplaced", "body_stock_contracts_stockcounted"
+    real = type(lake).append_dataframe
+
+    def crash_on_stock(self, table: str, df, app_id: str, version: int) -> bool:
+        if table == counted:
+            raise OSError("the driver died here")
+        return real(self, table, df, app_id, version)
+
+    monkeypatch.setattr(type(lake), "append_dataframe", crash_on_stock)
+    failed = bodies_run.bodies(cfg, spark, lake)
+    assert failed["status"] == "failed", failed
+    assert len(rows(lake, orders)) == 6 and not lake.exists("body_increments")
+    monkeypatch.setattr(type(lake), "append_dataframe", real)
+    again = bodies_run.bodies(cfg, spark, lake)
+    assert again["status"] == "ok", again
+    by_table = {t["table"]: t for t in again["tables"]}
+    assert by_table[orders].get("note") == "already written" and by_table[counted]["rows_out"] == 5
+    assert len(rows(lake, orders)) == 6 and len(rows(lake, counted)) == 5
+    assert bodies_run.bodies(cfg, spark, lake).get("note") == "nothing new"

@@ -175,3 +175,11 @@ def test_queues_bench_drains_many_queues_and_one_with_whole_commands(fresh_pg_ur
         assert run[label]["msgs_per_s"] > 0 and run[label]["journal_commits"] >= 1
         assert 0 < run[label]["peak_connections_seen"] <= run[label]["max_connections"], run[label]
     assert result["ratio_median"] > 0
+
+
+@pytest.mark.slow
+def test_bodies_bench_compares_typed_tables_with_a_hand_written_job() -> None:
+    result = _bench("bodies.py", "--rows", "400", "--types", "3", "--commit-rows", "200")
+    assert result["rows"] == 400 and result["types"] == 3
+    assert result["bodies_seconds"] > 0 and result["hand_seconds"] > 0 and result["rate_ratio"] > 0
+    assert result["idle_seconds"] >= 0 and result["one_row_increment_seconds"] > 0

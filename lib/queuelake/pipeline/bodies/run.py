@@ -5,8 +5,9 @@ application transaction (``queuelake.bodies``, journal version) of the ``body_in
 commits last, after every table of the increment is written. Each typed table is appended with its
 own transaction (``queuelake.bodies/<table>``, journal version), so a rerun after a crash skips the
 tables already written; rows already in a table are also never added again (an anti-join on the
-message id), which is what keeps a message that the journal holds twice (its business queue's copy
-and its audit copy, in one increment or two) one row. Within an increment the business copy is
+message id, against the table's rows sent at the increment's send times only: ``seen.py``),
+which is what keeps a message that the journal holds twice (its business queue's copy and its
+audit copy, in one increment or two) one row. Within an increment the business copy is
 preferred, then the first drained.
 
 A type that fails (its table cannot be written) is reported and the others go on; the increment's
@@ -27,7 +28,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import tables as catalogue
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline import runs
-from queuelake.pipeline.bodies import evolve, names, parse, select
+from queuelake.pipeline.bodies import evolve, names, parse, seen, select
 from queuelake.pipeline.bodies.infer import Change, infer
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.transform import rows_in_files
@@ -269,8 +270,11 @@ def _write_type(
         if name in selected.repeated_ids:  # a business copy and its audit copy: one row
             order = Window.partitionBy("message_id").orderBy("copy_rank", "drained_at", "queue", "seq")
             rows = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1).drop("_n")
-        if had_rows:
-            rows = rows.join(lake.read(table).select("message_id"), "message_id", "left_anti")
+        if had_rows:  # only the table's rows sent when this increment's were (``seen.py``)
+            held = seen.seen_ids(lake, table, selected.times.get(name, seen.Times([], False)))
+            if held.num_rows:
+                ids = rows.sparkSession.createDataFrame(held.select(["message_id"]).combine_chunks())
+                rows = rows.join(F.broadcast(ids.distinct()), "message_id", "left_anti")
         parsed = parse.parsed(rows, evolution.schema).persist(StorageLevel.MEMORY_AND_DISK)
         before = lake.table_version(table)
         if lake.append_dataframe(table, parse.typed(parsed, evolution.schema), app_id, upto):

@@ -29,6 +29,7 @@ from queuelake.config import Config
 from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.round_files import open_file, spark_frame
 from queuelake.pipeline.bodies import names
+from queuelake.pipeline.bodies.seen import Times
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.transport.tables import queue_ref
 
@@ -43,6 +44,7 @@ _PLAN_COLUMNS = [
     "failed_queue",
     "processing_ended",
     "message_id",
+    "time_sent",
 ]
 
 
@@ -56,6 +58,7 @@ class Plan:
     types: dict[str, str] = field(default_factory=dict)
     strata: Counter[tuple[str, str | None]] = field(default_factory=Counter)
     repeated_ids: set[str] = field(default_factory=set)  # type names whose message ids repeat
+    times: dict[str, Times] = field(default_factory=dict)  # type name -> its rows' send times
     queues: list[str] | None = None  # canonical addresses; None: every queue
 
     @property
@@ -75,6 +78,7 @@ def plan(config: Config, files: list[str]) -> Plan:
     queues = sorted({queue_ref(q, config.transport).canonical for q in cfg.queues}) if cfg.queues else None
     out = Plan(files, queues=queues)
     ids: dict[str, list[pa.Array]] = {}
+    sent: dict[str, list[pa.Array]] = {}
     for uri in files:
         data = open_file(uri).read(columns=_PLAN_COLUMNS)
         keep = pc.and_(pc.equal(data["outcome"], "landed"), pc.is_valid(data["message_type"]))
@@ -95,11 +99,14 @@ def plan(config: Config, files: list[str]) -> Plan:
                 continue
             out.types[full] = name
             out.strata[(name, names.type_version(full))] += count
-            ids.setdefault(name, []).append(rows.filter(pc.equal(rows["aqn"], full))["message_id"])
+            of_type = rows.filter(pc.equal(rows["aqn"], full))
+            ids.setdefault(name, []).append(of_type["message_id"])
+            sent.setdefault(name, []).append(of_type["time_sent"])
     for name, chunks in ids.items():
         values = pa.chunked_array(chunks, pa.string())
         if pc.count_distinct(values).as_py() < len(values):
             out.repeated_ids.add(name)
+    out.times = {name: Times.of(chunks) for name, chunks in sent.items()}
     return out
 
 
