@@ -27,7 +27,7 @@ from queuelake.config import Config, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError
 from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.port import LakeEngine
-from queuelake.lake.round_files import open_file, spark_frame
+from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
 from queuelake.pipeline import runs
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
@@ -80,11 +80,6 @@ def count_landed(files: list[str]) -> int:
         outcome = open_file(uri).read(columns=["outcome"])["outcome"]
         total += pc.sum(pc.equal(outcome, "landed")).as_py() or 0
     return total
-
-
-def rows_in_files(files: list[str]) -> int:
-    """Rows in data files, from their Parquet footers."""
-    return sum(open_file(uri).metadata.num_rows for uri in files)
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:

@@ -27,11 +27,11 @@ from queuelake.config import Config
 from queuelake.errors import QueuelakeError
 from queuelake.lake import tables as catalogue
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.round_files import rows_in_files
 from queuelake.pipeline import runs
 from queuelake.pipeline.bodies import evolve, names, parse, seen, select
 from queuelake.pipeline.bodies.infer import Change, infer
 from queuelake.pipeline.journal.schema import MESSAGES
-from queuelake.pipeline.transform import rows_in_files
 from queuelake.report import log
 from queuelake.status import Status
 
