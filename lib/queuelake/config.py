@@ -289,6 +289,57 @@ class ReplayConfig:
             raise ConfigError("replay.executors_from_rows must be a row count of at least 1, or null")
 
 
+_TABLE_PREFIX = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+@dataclass
+class BodiesConfig:
+    """Typed body tables (``queuelake bodies``, a step of ``run``): one Delta table per message type,
+    its columns inferred from the bodies (pipeline/bodies/). The defaults make a table of every type
+    the journal holds, from every queue, business and audit copies counted once."""
+
+    # a step of `queuelake run` (between drain and transform); `queuelake bodies` runs it whatever this says
+    enabled: bool = True
+    # journal queues to read (names as in drain.queues); empty: every queue in the journal
+    queues: list[str] = field(default_factory=list)
+    # message type names (no assembly part; `*` and `?` wildcards, e.g. Sales.*); empty: every type
+    types: list[str] = field(default_factory=list)
+    # audit copies (rows with a ProcessingEnded header): counted once with the business queue's copy
+    include_audit: bool = True
+    # copies in the error queue (rows with a FailedQ header)
+    include_failed: bool = False
+    # table name = prefix + the type name in lower case, non-alphanumerics as `_`
+    table_prefix: str = "body_"
+    # type name -> table name, where the derived one will not do
+    tables: dict[str, str] = field(default_factory=dict)
+    # rows per message type and version the schema is inferred from in each increment (a random
+    # sample beyond that); null: every row
+    sample_rows: int | None = 5000
+    # keep Newtonsoft's `$type` member of the body's root as a column (it repeats the message type)
+    keep_type_member: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table_prefix, str) or not _TABLE_PREFIX.fullmatch(self.table_prefix):
+            raise ConfigError(
+                f"bodies.table_prefix {self.table_prefix!r}: start with a lower-case letter; letters, digits, '_'"
+            )
+        if self.sample_rows is not None and (
+            isinstance(self.sample_rows, bool) or not isinstance(self.sample_rows, int) or self.sample_rows < 1
+        ):
+            raise ConfigError("bodies.sample_rows must be a row count of at least 1, or null (every row)")
+        for key in ("queues", "types"):
+            value = getattr(self, key)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ConfigError(f"bodies.{key} must be a list of names")
+        if not isinstance(self.tables, dict):
+            raise ConfigError("bodies.tables must map a message type name to a table name")
+        for type_name, table in self.tables.items():
+            if not isinstance(table, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,127}", table):
+                raise ConfigError(
+                    f"bodies.tables.{type_name}: {table!r} is not a table name (lower-case letters, digits, '_')"
+                )
+
+
 @dataclass
 class Config:
     transport: TransportConfig = field(default_factory=TransportConfig)
@@ -298,6 +349,7 @@ class Config:
     transforms: list[TransformConfig] = field(default_factory=list)
     publish: PublishConfig = field(default_factory=PublishConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    bodies: BodiesConfig = field(default_factory=BodiesConfig)
     source: str | None = None  # the file it came from, for messages
 
 
@@ -308,6 +360,7 @@ _SECTIONS: dict[str, type] = {
     "drain": DrainConfig,
     "publish": PublishConfig,
     "replay": ReplayConfig,
+    "bodies": BodiesConfig,
 }
 
 

@@ -111,7 +111,7 @@ def test_the_catalogue_names_every_table_the_readme_lists() -> None:
     for table in tables.CATALOGUE:
         if table is tables.OUTBOUND:
             continue
-        shown = table.name.replace("{output}", "<output>")
+        shown = table.name.replace("{output}", "<output>").replace("{type}", "<type>")
         assert f"`{shown}`" in readme, f"README does not describe {shown}"
 
 

@@ -186,3 +186,11 @@ def test_find_bench_times_whole_find_commands_against_full_scans() -> None:
         assert all(f["seconds"] > 0 and f["find_seconds"] >= 0 for f in finds.values())
     assert result["full_scan"]["arrow"]["found"] == result["find_before_maintain"]["message"]["found"]
     assert result["full_scan"]["spark"]["seconds"] > 0 and result["maintain_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_bodies_bench_compares_typed_tables_with_a_hand_written_job() -> None:
+    result = _bench("bodies.py", "--rows", "400", "--types", "3", "--commit-rows", "200")
+    assert result["rows"] == 400 and result["types"] == 3
+    assert result["bodies_seconds"] > 0 and result["hand_seconds"] > 0 and result["rate_ratio"] > 0
+    assert result["idle_seconds"] >= 0 and result["one_row_increment_seconds"] > 0

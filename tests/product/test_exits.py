@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -291,6 +292,7 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     from queuelake.commands import sessions
     from queuelake.commands.run import run_all
     from queuelake.pipeline import transform
+    from queuelake.pipeline.bodies import run as bodies
     from queuelake.pipeline.drain import run as drain
     from queuelake.pipeline.publish import run as publish
 
@@ -305,11 +307,12 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
 
         return run
 
-    monkeypatch.setattr(config_mod, "load", lambda path: object())
+    monkeypatch.setattr(config_mod, "load", lambda path: SimpleNamespace(bodies=SimpleNamespace(enabled=True)))
     monkeypatch.setattr(sessions, "spark_for", lambda cfg, spark: None)
     monkeypatch.setattr(sessions, "lake_for", lambda cfg, spark=None: None)
     monkeypatch.setattr(sessions, "runs_only_lake", lambda cfg: None)
     monkeypatch.setattr(drain, "drain", step("drain", stop=True))
+    monkeypatch.setattr(bodies, "bodies", step("bodies"))
     monkeypatch.setattr(transform, "transform", step("transform"))
     monkeypatch.setattr(publish, "publish", step("publish"))
     args = argparse.Namespace(config="x.yaml", queues=None, max_messages=None, max_seconds=None)
@@ -318,4 +321,4 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     finally:
         stopping.reset()
     assert ran == ["drain"]
-    assert out["status"] == "interrupted" and out["skipped"] == ["transform", "publish"]
+    assert out["status"] == "interrupted" and out["skipped"] == ["bodies", "transform", "publish"]

@@ -284,6 +284,7 @@ def test_idle_commands_say_what_they_did(tmp_path: Path, fresh_pg_uri: str) -> N
     lines = own_lines(maintained.stderr)
     assert lines[0] == f"config: {cfg.resolve()}"
     assert [line.split(":")[0] for line in lines[1:]] == ["retention", "maintain messages", "maintain runs"], lines
+    assert lines[1] == "retention: no retention rule with an age limit (lake.retention): nothing to do"
 
 
 def test_a_typo_in_replay_where_is_one_line_not_a_java_trace(tmp_path: Path, fresh_pg_uri: str) -> None:

@@ -77,7 +77,7 @@ def test_job_entry_point_calls_run_job(command: str) -> None:
 def test_jobs_folder_holds_exactly_the_registrys_jobs() -> None:
     """``jobs/`` has one thin entry point per command the registry declares a job, and no other:
     a new job command fails here until its file exists (copy jobs/drain.py, change the name)."""
-    assert JOB_COMMANDS == ["drain", "transform", "publish", "run", "maintain", "replay"]
+    assert JOB_COMMANDS == ["drain", "bodies", "transform", "publish", "run", "maintain", "replay"]
     assert sorted(p.stem for p in (ROOT / "jobs").glob("*.py")) == sorted(JOB_COMMANDS)
 
 

@@ -8,6 +8,7 @@ and naming it here.
 from __future__ import annotations
 
 from queuelake.commands import (
+    bodies,
     conversation,
     demo,
     drain,
@@ -34,6 +35,7 @@ COMMANDS: dict[str, Command] = {
         install,
         status,
         drain,
+        bodies,
         transform,
         publish,
         run,

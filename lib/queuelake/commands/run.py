@@ -1,4 +1,4 @@
-"""``queuelake run``: drain, transform, publish, the scheduled job."""
+"""``queuelake run``: drain, bodies (when ``bodies.enabled``), transform, publish, the scheduled job."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from queuelake.commands.drain import queue_arguments
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    """drain, transform, publish. Stops at the first failing step, and before the next step once
-    SIGTERM asked to stop (status "interrupted", the steps not run are listed). A drain that ended
-    "incomplete" (rows held by other sessions) does not stop the later steps, but the run reports
-    "incomplete"."""
+    """drain, bodies, transform, publish (bodies before transform: a transform may read the typed
+    tables of the same journal versions; skipped when ``bodies.enabled`` is false). Stops at the
+    first failing step, and before the next step once SIGTERM asked to stop (status "interrupted",
+    the steps not run are listed). A drain that ended "incomplete" (rows held by other sessions)
+    does not stop the later steps, but the run reports "incomplete"."""
     from queuelake import config as config_mod
     from queuelake import stopping
     from queuelake.commands.sessions import Sessions
     from queuelake.pipeline import transform as transform_mod
+    from queuelake.pipeline.bodies import run as bodies_mod
     from queuelake.pipeline.drain.run import drain as run_drain
     from queuelake.pipeline.publish import run as publish_mod
     from queuelake.status import Status
@@ -26,9 +28,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     sessions = Sessions(cfg, None)
     order = {
         "drain": lambda: run_drain(cfg, sessions.quiet(), args.queues, args.max_messages, args.max_seconds),
+        "bodies": lambda: sessions.step(bodies_mod.bodies, bodies_mod.pending),
         "transform": lambda: sessions.step(transform_mod.transform, transform_mod.pending),
         "publish": lambda: sessions.step(publish_mod.publish, publish_mod.pending),
     }
+    if not cfg.bodies.enabled:
+        del order["bodies"]
     steps: dict[str, Any] = {}
     going_on = (Status.OK, Status.INCOMPLETE)
     for name, step in order.items():
@@ -49,5 +54,10 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
 
 
 COMMAND = Command(
-    name="run", help="drain, transform, publish", run=run_all, arguments=queue_arguments, graceful=True, job=True
+    name="run",
+    help="drain, bodies, transform, publish",
+    run=run_all,
+    arguments=queue_arguments,
+    graceful=True,
+    job=True,
 )

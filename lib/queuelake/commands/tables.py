@@ -39,7 +39,7 @@ def tables(args: argparse.Namespace) -> dict[str, Any]:
 
 def _names(pattern: str, name: str) -> bool:
     """Does a catalogue name (``outbound_{output}_rejected``: one per publish output) name this table?"""
-    return fnmatch.fnmatchcase(name, pattern.replace("{output}", "*"))
+    return fnmatch.fnmatchcase(name, pattern.replace("{output}", "*").replace("{type}", "*"))
 
 
 COMMAND = Command(name="tables", help="list the lake's tables: version, engine, data files", run=tables)

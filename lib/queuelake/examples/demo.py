@@ -3,7 +3,8 @@ on a laptop, in a couple of minutes.
 
 An embedded PostgreSQL (pgserver), local Spark and a lake, all in the work folder. It installs an
 NServiceBus topology (Sales, Billing, Shipping endpoints; audit and error queues; subscriptions),
-seeds traffic with expired, malformed and failed messages, runs drain, transform and publish, and
+seeds traffic with expired, malformed and failed messages, runs drain, bodies (the typed tables),
+transform (which reads the typed ``OrderPlaced`` table) and publish, and
 prints a report and the next commands to try.
 
 It never deletes what it did not create: in a folder holding a ``lake``, a ``.queuelake`` database
@@ -228,6 +229,7 @@ def delivered(cfg: Config) -> dict[str, dict[str, int]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.commands.sessions import lake_for
+    from queuelake.pipeline.bodies.run import bodies
     from queuelake.pipeline.drain.run import drain
     from queuelake.pipeline.publish.run import publish
     from queuelake.pipeline.transform import transform
@@ -255,15 +257,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         install_topology(cfg)
         expected = seed_traffic(cfg, args.messages)
         drained = drain(cfg, lake)
+        typed = bodies(cfg, spark, lake)  # as ``queuelake run`` does: before the transform that reads them
         transformed = transform(cfg, spark, lake)
         published = publish(cfg, spark, lake)
         counts = journal_counts(journal_engine(lake))
         to_whom = delivered(cfg)
         commands = next_commands(config_file, lake_root)
         tables = lake.tables()  # through the port: the Delta tables under the root
-        report = _report(counts, to_whom, lake_root, tables, lake.name, drained, transformed, published, commands)
+        report = _report(
+            counts, to_whom, lake_root, tables, lake.name, drained, typed, transformed, published, commands
+        )
         print(report)
-        ok = all(s["status"] == Status.OK for s in (drained, transformed, published))
+        ok = all(s["status"] == Status.OK for s in (drained, typed, transformed, published))
         status = Status.OK if ok else Status.FAILED
         return {
             "status": status,
@@ -274,6 +279,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "engine": lake.name,
             "expected": {q: dict(c) for q, c in expected.items()},
             "journal": counts,
+            "typed_tables": {t["table"]: t.get("rows_out", 0) for t in typed["tables"]},
             "published": {"rows": published["published"], "copies": published["copies"], "to": to_whom},
         }
     finally:
@@ -285,13 +291,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _report(
-    counts, to_whom, lake_root: Path, tables: list[str], engine: str, drained, transformed, published, commands
+    counts, to_whom, lake_root: Path, tables: list[str], engine: str, drained, typed, transformed, published, commands
 ) -> str:
     lines = ["", "queuelake demo", "=" * 60, "", "Drained into the journal (queue: outcome counts)"]
     for queue, outcomes in sorted(counts.items()):
         text = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
         lines.append(f"  {queue:<24} {text}")
     lines.append(f"  total {drained['dequeued']} messages at {sum(q['rate'] for q in drained['queues']):.0f} msg/s")
+    lines += ["", f"Typed body tables (queuelake bodies; {typed.get('unparsed', 0)} bodies unparsed -> body_unparsed)"]
+    for t in typed["tables"]:
+        lines.append(f"  {t['type_name']:<44} {t.get('rows_out', 0):>5} rows -> {t['table']}")
     lines += ["", "Transforms"]
     for t in transformed["transforms"]:
         lines.append(

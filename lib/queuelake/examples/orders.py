@@ -1,7 +1,9 @@
 """The worked example: OrderPlaced events in, per-customer totals out, published as an event, and
 a loyalty-discount command sent to the Billing endpoint for customers who spent a lot.
 
-Input: the journal's new landed rows (``messages`` columns). Output: an outbound table
+Input: the journal's new landed rows (``messages`` columns), and the typed ``OrderPlaced`` table the
+bodies stage builds from them (``queuelake bodies``, a step of ``queuelake run``): the orders' fields
+come from that table's inferred columns, not from a schema written here. Output: an outbound table
 (``key, message_type, intent, destination, body, headers, ttbr_ms, deliver_at, correlation_id,
 conversation_id``). Keys are content hashes of the input, so a rerun over the same increment makes
 the same keys, and publish makes the same message ids (uuid5 of pipeline, key, destination).
@@ -13,6 +15,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from queuelake.pipeline.bodies.reader import BodyTables
 
 ORDER_PLACED = "Sales.Messages.Events.OrderPlaced"
 TOTALS_UPDATED = (
@@ -27,35 +31,33 @@ DISCOUNT_THRESHOLD = 4000.0
 DISCOUNT_QUEUE = "Billing"
 
 
-def _orders(df: DataFrame) -> DataFrame:
+def _orders(df: DataFrame, bodies: BodyTables) -> DataFrame:
+    """This increment's orders, typed: no schema here. The bodies stage made ``OrderPlaced``'s table
+    (its columns inferred from the bodies); the journal increment says which orders are new."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
-    body = StructType(
-        [
-            StructField("OrderId", StringType()),
-            StructField("CustomerId", StringType()),
-            StructField("Total", DoubleType()),
-            StructField("Currency", StringType()),
-        ]
-    )
-    return (
-        # the events themselves, not audit copies (ProcessingEnded) or failures (FailedQ) of them
+    new = (
+        # the events themselves, not audit copies (ProcessingEnded) or failures (FailedQ) of them: an
+        # order counts in the increment its business copy landed in, once
         df.where(F.col("message_type") == ORDER_PLACED)
         .where(F.col("processing_ended").isNull() & F.col("failed_queue").isNull())
-        .withColumn("order", F.from_json(F.decode(F.col("body"), "UTF-8"), body))
-        .select("message_id", "conversation_id", "time_sent", "order.*")
-        .where(F.col("CustomerId").isNotNull())
+        .select("message_id")
+        .distinct()
     )
+    typed = bodies.table(ORDER_PLACED).join(new, "message_id", "left_semi")
+    return typed.select(
+        "message_id", "conversation_id", "time_sent", "OrderId", "CustomerId", "Total", "Currency"
+    ).where(F.col("CustomerId").isNotNull())
 
 
-def customer_totals(df: DataFrame) -> DataFrame:
+def customer_totals(df: DataFrame, bodies: BodyTables) -> DataFrame:
     """One CustomerTotalsUpdated event per customer with new orders, plus ApplyLoyaltyDiscount
-    commands to Billing for customers whose new orders exceed the threshold."""
+    commands to Billing for customers whose new orders exceed the threshold. ``bodies``: the typed
+    body tables (a transform function that names this parameter is given them)."""
     from pyspark.sql import functions as F
 
     per_customer = (
-        _orders(df)
+        _orders(df, bodies)
         .groupBy("CustomerId", "Currency")
         .agg(
             F.count("*").alias("Orders"),

@@ -51,6 +51,7 @@ _WRITES = frozenset(
         "create_table",
         "append",
         "append_dataframe",
+        "replace_dataframe",
         "stage",
         "discard_staged",
         "check_stageable",

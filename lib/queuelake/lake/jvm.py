@@ -147,6 +147,17 @@ class DeltaSparkEngine(EngineBase):
         # Delta also skips the write silently when the (app_id, version) was committed meanwhile.
         return landed(self._require(table), since, "userMetadata", write_id)
 
+    def replace_dataframe(self, table: str, df: DataFrame) -> None:
+        self._check_writable(table)
+        with self._lock(table, ""):
+            (
+                _utc_timestamps(df)
+                .write.format("delta")
+                .mode("overwrite")
+                .option("overwriteSchema", "true")
+                .save(self.path(table))
+            )
+
     # ------------------------------------------------------------ staged writes: delta-rs only
 
     def stage(self, table: str, data: pa.Table) -> StagedFiles:

@@ -66,6 +66,11 @@ class LakeEngine(Protocol):
         """Same contract for a Spark DataFrame (executors write files, one commit on the driver). The
         version is checked before the DataFrame is computed, so an already-landed batch costs nothing."""
 
+    def replace_dataframe(self, table: str, df: DataFrame) -> None:
+        """Replace the table's rows and schema with ``df`` in one commit (a column's type changed:
+        widened, or made a string). Application transactions committed before stay. Rare and costly:
+        every row is rewritten."""
+
     def stage(self, table: str, data: pa.Table) -> StagedFiles:
         """Write Arrow data as files into the (existing) table's folder without committing them."""
 

@@ -45,6 +45,11 @@ def open_file(uri: str) -> pq.ParquetFile:
     return pq.ParquetFile(path, filesystem=fs)
 
 
+def rows_in_files(uris: Sequence[str]) -> int:
+    """Rows in data files, from their Parquet footers (what a write added: its rows, no Spark job)."""
+    return sum(open_file(uri).metadata.num_rows for uri in uris)
+
+
 def read_table(uri: str, columns: list[str]) -> pa.Table:
     """Some columns of one data file as one Arrow table (``pyarrow.parquet.read_table``)."""
     import pyarrow.parquet as pq

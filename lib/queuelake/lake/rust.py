@@ -225,6 +225,25 @@ class DeltaRsEngine(StagedWrites):
             writer.save()
             return landed(self._require(table), since, WRITE_ID_KEY, write_id)
 
+    def replace_dataframe(self, table: str, df: DataFrame) -> None:
+        """The rows come to the driver as Arrow (a rewrite is rare: a column's type changed), then one
+        overwrite commit; the table keeps its mark, and its application transactions stay in the log."""
+        from deltalake import write_deltalake
+
+        dt = self._require(table)
+        self._check_writable(table, dt)
+        data = lake_schema(from_spark_schema(df.schema, all_nullable=True), all_nullable=True).empty_table()
+        arrow = df.toArrow()
+        data = conform(arrow, data.schema, table) if arrow.num_rows else data
+        with self._lock(table, ""):
+            write_deltalake(
+                dt,
+                data,
+                mode="overwrite",
+                schema_mode="overwrite",
+                description=description_for(self.name),
+            )
+
     # ------------------------------------------------------------ read
 
     def read(self, table: str, version: int | None = None) -> DataFrame:

@@ -214,6 +214,7 @@ RUNS_COLUMNS_BY_COMMAND: dict[str, tuple[str, ...]] = {
     "purge-expired": ("queue", "purged"),
     "maintain": ("table", "files_compacted", "files_vacuumed", "rows_removed", "files_removed", "files_rewritten"),
     "erase": ("table", "rows_removed", "files_removed", "files_rewritten", "files_vacuumed", "predicate"),
+    "bodies": ("table", "rows_in", "rows_out"),
 }
 
 REPLAYS = LakeTable(
@@ -321,6 +322,89 @@ OUTBOUND = LakeTable(
     "what a transform produces and publish sends",
 )
 
+# The identity columns every typed body table starts with (``pipeline/bodies``); the body's own
+# fields follow, inferred. ``processing_*`` are set for rows that came from audit copies.
+BODY_IDENTITY = pa.schema(
+    [
+        pa.field("message_id", pa.string()),
+        pa.field("queue", pa.string()),
+        pa.field("message_type", pa.string()),
+        pa.field("type_version", pa.string()),
+        pa.field("conversation_id", pa.string()),
+        pa.field("time_sent", UTC_TS),
+        pa.field("originating_endpoint", pa.string()),
+        pa.field("processing_endpoint", pa.string()),
+        pa.field("processing_started", UTC_TS),
+        pa.field("processing_ended", UTC_TS),
+    ]
+)
+
+BODY = LakeTable(
+    "body_{type}",
+    None,  # BODY_IDENTITY, then the body's fields as inferred (``bodies.table_prefix`` may change the name)
+    "bodies",
+    "one per message type: the message's identity beside its body's fields as typed columns",
+)
+
+BODY_UNPARSED = LakeTable(
+    "body_unparsed",
+    pa.schema(
+        [
+            pa.field("message_id", pa.string()),
+            pa.field("queue", pa.string()),
+            pa.field("seq", pa.int64()),
+            pa.field("id", pa.string()),
+            pa.field("message_type", pa.string()),
+            pa.field("type_name", pa.string()),
+            pa.field("content_type", pa.string()),
+            pa.field("reason", pa.string()),
+            pa.field("body_start", pa.string()),  # the first 200 characters of the body's text
+            pa.field("journal_version", pa.int64()),
+            pa.field("recorded_at", UTC_TS),
+        ]
+    ),
+    "bodies",
+    "bodies that did not parse (or only partly), with the reason; the journal row is (queue, seq)",
+)
+
+BODY_SCHEMA_CHANGES = LakeTable(
+    "body_schema_changes",
+    pa.schema(
+        [
+            pa.field("type_name", pa.string()),
+            pa.field("table", pa.string()),
+            pa.field("type_version", pa.string()),  # the version whose bodies showed the change
+            pa.field("change", pa.string()),  # created | added | widened | conflict
+            pa.field("column", pa.string()),  # a dotted path; null for created
+            pa.field("old_type", pa.string()),
+            pa.field("new_type", pa.string()),
+            pa.field("journal_version", pa.int64()),
+            pa.field("run_id", pa.string()),
+            pa.field("changed_at", UTC_TS),
+        ]
+    ),
+    "bodies",
+    "every schema change of a typed body table (created, column added, widened, conflict); the type-to-table map",
+)
+
+BODY_INCREMENTS = LakeTable(
+    "body_increments",
+    pa.schema(
+        [
+            pa.field("run_id", pa.string()),
+            pa.field("journal_after", pa.int64()),
+            pa.field("journal_version", pa.int64()),
+            pa.field("rows_read", pa.int64()),
+            pa.field("rows_written", pa.int64()),
+            pa.field("unparsed", pa.int64()),
+            pa.field("tables", pa.list_(pa.string())),
+            pa.field("recorded_at", UTC_TS),
+        ]
+    ),
+    "bodies",
+    "one row per journal increment the bodies stage consumed; its application transaction is the checkpoint",
+)
+
 CATALOGUE: tuple[LakeTable, ...] = (
     MESSAGES,
     RUNS,
@@ -330,6 +414,10 @@ CATALOGUE: tuple[LakeTable, ...] = (
     REJECTED,
     UNDELIVERABLE,
     EXPECTATION_RESULTS,
+    BODY,
+    BODY_UNPARSED,
+    BODY_SCHEMA_CHANGES,
+    BODY_INCREMENTS,
 )
 
 

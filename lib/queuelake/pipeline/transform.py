@@ -14,6 +14,7 @@ details in the summary, ``runs`` and ``expectation_results``) until the suite pa
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from queuelake.config import Config, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError
 from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.port import LakeEngine
-from queuelake.lake.round_files import open_file, spark_frame
+from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
 from queuelake.pipeline import runs
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
@@ -41,7 +42,7 @@ def checkpoint_app_id(name: str) -> str:
     return f"queuelake.transform/{name}"
 
 
-def load_function(spec: str) -> Callable[[DataFrame], DataFrame]:
+def load_function(spec: str) -> Callable[..., DataFrame]:
     module, _, attr = spec.partition(":")
     if not attr:
         raise ConfigError(f"transform function {spec!r}: use module.path:function")
@@ -81,11 +82,6 @@ def count_landed(files: list[str]) -> int:
     return total
 
 
-def rows_in_files(files: list[str]) -> int:
-    """Rows in data files, from their Parquet footers."""
-    return sum(open_file(uri).metadata.num_rows for uri in files)
-
-
 def pending(config: Config, lake: LakeEngine) -> list[str]:
     """The transforms with journal versions to read (cheap: two Delta log lookups each, no Spark).
     An idle scheduled run asks this before starting a Spark session for nothing."""
@@ -106,6 +102,7 @@ def run_transform(
     transform: TransformConfig,
     suite: expectations.Suite | None = None,
     run_id: str = "",
+    config: Config | None = None,
 ) -> dict[str, Any]:
     """One Spark job per increment: the write. The rows in are counted from the journal files'
     ``outcome`` column and the rows out from the footers of the files the write added (it used to
@@ -127,7 +124,14 @@ def run_transform(
         if blocked:
             return {**result, **blocked, "after_version": after, "rows_in": 0, "rows_out": 0}
     if transform.function:
-        out = load_function(transform.function)(source)
+        function = load_function(transform.function)
+        if config is not None and "bodies" in inspect.signature(function).parameters:
+            # it reads the typed body tables: current with the journal versions it consumes
+            from queuelake.pipeline.bodies.reader import BodyTables
+
+            out = function(source, bodies=BodyTables(config, spark, lake))
+        else:
+            out = function(source)
     else:
         assert transform.sql is not None
         source.createOrReplaceTempView("new_messages")
@@ -200,7 +204,7 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
     for t in config.transforms:
         t0 = time.monotonic()
         try:
-            results.append(run_transform(spark, lake, t, suites.get(t.name), run.run_id))
+            results.append(run_transform(spark, lake, t, suites.get(t.name), run.run_id, config))
             if results[-1]["status"] == Status.BLOCKED:
                 status = Status.FAILED  # the data needs a person's attention
         except QueuelakeError as exc:

@@ -1,0 +1,25 @@
+"""``queuelake bodies``: the journal's new bodies into one typed table per message type."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from queuelake.commands.command import Command
+
+
+def bodies(args: argparse.Namespace) -> dict[str, Any]:
+    from queuelake import config as config_mod
+    from queuelake.commands.sessions import Sessions
+    from queuelake.pipeline.bodies import run as step
+
+    cfg = config_mod.load(args.config)
+    return Sessions(cfg, None).step(step.bodies, step.pending)
+
+
+COMMAND = Command(
+    name="bodies",
+    help="the journal's new message bodies into typed tables, one per message type",
+    run=bodies,
+    job=True,
+)

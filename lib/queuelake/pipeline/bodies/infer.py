@@ -1,0 +1,255 @@
+"""Schemas from bodies: a Spark type inferred from sampled JSON or XML texts, and the rules that
+merge it with a table's columns (schema evolution), each change named.
+
+Why in Python on a sample, not Spark's JSON reader: the sample is bounded (``bodies.sample_rows``
+per type and version), so inference costs the same for ten rows or ten million; and the rules are
+ours, the same for JSON and XML and for merging with a table: a field seen for the first time adds a
+column (in first-seen order, not sorted); a whole number then a fraction widens long to double; any
+other disagreement (text and number, an object and a list, ...) makes the column a string, which
+Spark fills with the value's original JSON text, and is recorded as a conflict.
+
+Types: JSON true/false -> boolean, whole numbers -> long (beyond 64 bits: string), other numbers ->
+double, ISO 8601 date-times with a zone (``2024-05-01T13:45:10.1234567Z``, ``...+02:00``: what
+System.Text.Json, Newtonsoft and the XmlSerializer write for UTC DateTime and DateTimeOffset) ->
+timestamp, other text -> string, objects -> structs, lists -> arrays. A field only ever null is a
+string. XML (``from_xml``'s conventions): child elements are fields, a repeated element an array,
+attributes ``_name`` fields, an element with attributes and text keeps the text in ``_VALUE``;
+values are typed from their text (a number with a leading zero stays text: a zip code).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    NullType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})")
+_LONG = re.compile(r"-?(0|[1-9]\d{0,18})")
+_DOUBLE = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
+# characters a Delta column name cannot hold without column mapping (which would lift the protocol)
+_BAD_NAME = re.compile(r"[ ,;{}()\n\t=]")
+_XSI = "{http://www.w3.org/2001/XMLSchema-instance}"
+VALUE_TAG = "_VALUE"
+CORRUPT = "_corrupt_record"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One schema change: ``column`` (a dotted path), its ``kind`` (added, widened, conflict) and types."""
+
+    column: str
+    kind: str
+    old: str | None
+    new: str
+
+
+def _path(parent: str, name: str) -> str:
+    return f"{parent}.{name}" if parent else name
+
+
+def merge(a: DataType, b: DataType, path: str, changes: list[Change]) -> DataType:
+    """``a`` evolved to hold ``b`` too; what changed is appended to ``changes``."""
+    if isinstance(b, NullType) or a == b:
+        return a
+    if isinstance(a, NullType):
+        return b
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        fields = list(a.fields)
+        have = {f.name.lower(): i for i, f in enumerate(fields)}
+        for f in b.fields:
+            i = have.get(f.name.lower())
+            if i is None:
+                fields.append(StructField(f.name, f.dataType, True))
+                have[f.name.lower()] = len(fields) - 1
+                changes.append(Change(_path(path, f.name), "added", None, _show(f.dataType)))
+            else:
+                old = fields[i]
+                fields[i] = StructField(old.name, merge(old.dataType, f.dataType, _path(path, old.name), changes), True)
+        return StructType(fields)
+    if isinstance(a, ArrayType) and isinstance(b, ArrayType):
+        return ArrayType(merge(a.elementType, b.elementType, path + "[]", changes), True)
+    if isinstance(a, LongType) and isinstance(b, DoubleType):
+        changes.append(Change(path, "widened", _show(a), _show(b)))
+        return b
+    if isinstance(a, DoubleType) and isinstance(b, LongType):
+        return a
+    if isinstance(a, StringType):
+        return a  # a string column holds any value's text
+    changes.append(Change(path, "conflict", _show(a), "string"))
+    return StringType()
+
+
+def _show(t: DataType) -> str:
+    return t.simpleString()
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def json_type(value: Any, path: str, changes: list[Change]) -> DataType:
+    if value is None:
+        return NullType()
+    if isinstance(value, bool):
+        return BooleanType()
+    if isinstance(value, int):
+        return LongType() if -(2**63) <= value < 2**63 else StringType()
+    if isinstance(value, float):
+        return DoubleType()
+    if isinstance(value, str):
+        return TimestampType() if _TIMESTAMP.fullmatch(value) else StringType()
+    if isinstance(value, list):
+        element: DataType = NullType()
+        for item in value:
+            element = merge(element, json_type(item, path + "[]", changes), path + "[]", changes)
+        return ArrayType(element, True)
+    if isinstance(value, dict):
+        return _struct(((k, json_type(v, _path(path, k), changes)) for k, v in value.items()), path, changes)
+    return StringType()
+
+
+def _struct(members: Any, path: str, changes: list[Change]) -> StructType:
+    fields: list[StructField] = []
+    seen: dict[str, int] = {}
+    for name, dtype in members:
+        if not name or _BAD_NAME.search(name):
+            continue  # not a Delta column name; its values stay in the journal's body
+        i = seen.get(name.lower())
+        if i is None:
+            seen[name.lower()] = len(fields)
+            fields.append(StructField(name, dtype, True))
+        else:  # a repeated XML element, or JSON names differing in case only (one column)
+            old = fields[i]
+            fields[i] = StructField(old.name, merge(old.dataType, dtype, _path(path, name), changes), True)
+    return StructType(fields)
+
+
+def json_root(text: str, keep_type_member: bool) -> StructType | None:
+    """The type of one JSON body (None: not a JSON object)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if not keep_type_member:
+        value.pop("$type", None)  # Newtonsoft's type name: the table is the type
+    return json_type(value, "", [])  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- XML
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _text_type(text: str | None) -> DataType:
+    value = (text or "").strip()
+    if not value:
+        return NullType()
+    if value in ("true", "false"):
+        return BooleanType()
+    if _LONG.fullmatch(value):
+        return LongType()
+    if _DOUBLE.fullmatch(value):
+        return DoubleType()
+    if _TIMESTAMP.fullmatch(value):
+        return TimestampType()
+    return StringType()
+
+
+def xml_type(element: ET.Element, path: str, changes: list[Change]) -> DataType:
+    if element.get(_XSI + "nil") == "true":
+        return NullType()
+    attributes = [("_" + name, _text_type(value)) for name, value in element.attrib.items() if not name.startswith("{")]
+    children = list(element)
+    if not children and not attributes:
+        return _text_type(element.text)
+    members: list[tuple[str, DataType]] = list(attributes)
+    counts: dict[str, int] = {}
+    for child in children:
+        counts[_local(child.tag)] = counts.get(_local(child.tag), 0) + 1
+    for child in children:
+        name = _local(child.tag)
+        child_type = xml_type(child, _path(path, name), changes)
+        members.append((name, ArrayType(child_type, True) if counts[name] > 1 else child_type))
+    if not children and (element.text or "").strip():
+        members.append((VALUE_TAG, _text_type(element.text)))
+    # a name seen once here and repeated elsewhere becomes one array (``repeated_as_arrays``): from_xml
+    # reads a single element into a list of one
+    return _struct(members, path, changes)
+
+
+def xml_root(text: str) -> StructType | None:
+    """The type of one XML body: its root element's children and attributes (None: not XML)."""
+    try:
+        root = ET.fromstring(text.encode("utf-8"))
+    except ET.ParseError:
+        return None
+    found = xml_type(root, "", [])
+    return found if isinstance(found, StructType) else StructType([StructField(VALUE_TAG, found, True)])
+
+
+# ---------------------------------------------------------------- samples to one schema
+
+
+def infer(texts: list[str], fmt: str, keep_type_member: bool) -> tuple[StructType, list[Change]]:
+    """One schema for the sampled bodies of a type (and version), and the conflicts among them."""
+    schema: DataType = StructType([])
+    changes: list[Change] = []
+    for text in texts:
+        found = json_root(text, keep_type_member) if fmt == "json" else xml_root(text)
+        if found is not None:
+            seen: DataType = found
+            if fmt == "xml":
+                seen, schema = repeated_as_arrays(found, schema), repeated_as_arrays(schema, found)
+            schema = merge(schema, seen, "", changes)
+    assert isinstance(schema, StructType)
+    return schema, [c for c in changes if c.kind == "conflict"]
+
+
+def finish(t: DataType) -> DataType:
+    """Storable: a type never seen with a value is a string; a struct with no fields too."""
+    if isinstance(t, NullType):
+        return StringType()
+    if isinstance(t, ArrayType):
+        return ArrayType(finish(t.elementType), True)
+    if isinstance(t, StructType):
+        if not t.fields:
+            return StringType()
+        return StructType([StructField(f.name, finish(f.dataType), True) for f in t.fields])
+    return t
+
+
+def repeated_as_arrays(t: DataType, other: DataType) -> DataType:
+    """XML: a field that is a list in ``other`` (another sample) is a list here too, not a conflict."""
+    if isinstance(t, StructType) and isinstance(other, StructType):
+        theirs = {f.name.lower(): f.dataType for f in other.fields}
+        fields = []
+        for f in t.fields:
+            o = theirs.get(f.name.lower())
+            dtype = f.dataType
+            if isinstance(o, ArrayType) and not isinstance(dtype, ArrayType):
+                dtype = ArrayType(repeated_as_arrays(dtype, o.elementType), True)
+            elif o is not None:
+                dtype = repeated_as_arrays(dtype, o)
+            fields.append(StructField(f.name, dtype, True))
+        return StructType(fields)
+    if isinstance(t, ArrayType) and isinstance(other, ArrayType):
+        return ArrayType(repeated_as_arrays(t.elementType, other.elementType), True)
+    return t

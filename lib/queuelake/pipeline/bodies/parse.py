@@ -1,0 +1,98 @@
+"""Bodies to typed columns in Spark: ``from_json`` or ``from_xml`` by each row's format, with the
+table's schema, and each row's verdict.
+
+A row is written to its type's table when it parsed, or parsed in part (its JSON is a valid object,
+but a value did not fit its column's type: a shape the sampled rows did not show; that field is
+null). A row that did not parse at all, or only in part, is recorded in ``body_unparsed`` with the
+reason; it never stops its type's table or any other.
+
+Body fields become top-level columns after the identity columns; a field named like one of them
+(case-insensitively, ``Queue``, ``message_id``) is stored as ``body_<field>``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.types import StringType, StructField, StructType
+
+from queuelake.lake.tables import BODY_IDENTITY
+from queuelake.pipeline.bodies.infer import CORRUPT
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+IDENTITY = BODY_IDENTITY.names
+_RESERVED = {n.lower() for n in IDENTITY} | {CORRUPT}
+PARTLY = "partly parsed: a value does not fit its column's type (a shape the sampled bodies did not show)"
+
+
+def column_of(key: str) -> str:
+    return f"body_{key}" if key.lower() in _RESERVED else key
+
+
+def key_of(column: str) -> str:
+    if column.startswith("body_") and column[5:].lower() in _RESERVED:
+        return column[5:]
+    return column
+
+
+def to_keys(columns: StructType) -> StructType:
+    """A table's body columns as the bodies' own field names."""
+    return StructType([StructField(key_of(f.name), f.dataType, True) for f in columns.fields])
+
+
+def to_columns(keys: StructType) -> StructType:
+    return StructType([StructField(column_of(f.name), f.dataType, True) for f in keys.fields])
+
+
+def parsed(rows: DataFrame, schema: StructType) -> DataFrame:
+    """``rows`` (the selection's columns) with ``p``: the body as ``schema`` (field names as in the
+    body), ``verdict`` (null: written; else the reason it goes to ``body_unparsed``) and ``written``."""
+    from pyspark.sql import functions as F
+
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType(), True)])
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    as_json = F.from_json(F.col("text"), with_corrupt, options)
+    as_xml = F.from_xml(F.col("text"), with_corrupt, {**options, "nullValue": ""})
+    p = F.when(F.col("format") == "json", as_json).when(F.col("format") == "xml", as_xml)
+    df = rows.withColumn("p", p)
+    corrupt = F.col("p").getField(CORRUPT)
+    json_object = F.from_json(F.col("text"), "map<string,string>").isNotNull()
+    any_field = F.coalesce(*[F.col("p").getField(f.name).cast("string") for f in schema.fields], F.lit(None))
+    partly = F.when(F.col("format") == "json", json_object).otherwise(any_field.isNotNull())
+    malformed = F.concat(F.lit("malformed "), F.upper(F.col("format")))
+    verdict = (
+        F.when(F.col("reason").isNotNull(), F.col("reason"))
+        .when(F.col("p").isNull(), malformed)
+        .when(corrupt.isNotNull(), F.when(partly, F.lit(PARTLY)).otherwise(malformed))
+    )
+    written = F.col("reason").isNull() & F.col("p").isNotNull() & (corrupt.isNull() | partly)
+    return df.withColumn("verdict", verdict).withColumn("written", written)
+
+
+def typed(df: DataFrame, schema: StructType) -> DataFrame:
+    """The rows to write: identity columns, then the body's fields as columns."""
+    from pyspark.sql import functions as F
+
+    body = [F.col("p").getField(f.name).alias(column_of(f.name)) for f in schema.fields]
+    return df.where(F.col("written")).select(*[F.col(c) for c in IDENTITY], *body)
+
+
+def unparsed(df: DataFrame, journal_version: int) -> DataFrame:
+    """The rows for ``body_unparsed``."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("verdict").isNotNull()).select(
+        "message_id",
+        "queue",
+        "seq",
+        "id",
+        "message_type",
+        "type_name",
+        "content_type",
+        F.col("verdict").alias("reason"),
+        F.substring(F.col("text"), 1, 200).alias("body_start"),
+        F.lit(journal_version).cast("long").alias("journal_version"),
+        F.current_timestamp().alias("recorded_at"),
+    )

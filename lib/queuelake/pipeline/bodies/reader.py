@@ -1,0 +1,59 @@
+"""The typed body tables as a transform reads them: ``bodies.table("Sales.OrderPlaced")``.
+
+Why its own module: a transform that reads a typed table must see the same journal versions it
+consumes, or an order drained in this increment would be missing from the table and never counted
+(the transform's checkpoint moves on). So the reader first brings the tables up to the journal
+version (the bodies step, when its checkpoint is behind: ``queuelake run`` has already done it, a
+lone ``queuelake transform`` does it here), then resolves the type's table by its name as the bodies
+stage recorded it (``body_schema_changes``), whatever ``bodies.table_prefix`` or ``bodies.tables`` say.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from queuelake.config import Config
+from queuelake.errors import PipelineError
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.bodies import names
+from queuelake.pipeline.bodies import run as stage
+from queuelake.pipeline.journal.schema import MESSAGES
+from queuelake.status import Status
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class BodyTables:
+    """What a transform function declaring a ``bodies`` parameter is given."""
+
+    def __init__(self, config: Config, spark: SparkSession, lake: LakeEngine) -> None:
+        self._config, self._spark, self._lake = config, spark, lake
+        self._current = False
+
+    def _catch_up(self) -> None:
+        if self._current:
+            return
+        upto = self._lake.table_version(MESSAGES)
+        after = stage.checkpoint(self._lake)
+        if upto is not None and (after is None or after < upto):
+            result = stage.bodies(self._config, self._spark, self._lake)
+            if result.get("status") != Status.OK:
+                raise PipelineError(f"the bodies step failed, so the typed tables are behind the journal: {result}")
+        self._current = True
+
+    def name_of(self, message_type: str) -> str:
+        """The table holding ``message_type`` (a full type name; an assembly-qualified name works too)."""
+        self._catch_up()
+        type_name = names.type_name(message_type)
+        table = stage.claimed(self._lake).get(type_name)
+        if table is None:
+            raise PipelineError(
+                f"no typed table for message type {type_name!r} (none of its bodies was read yet, "
+                "or bodies.types / bodies.queues leave it out)"
+            )
+        return table
+
+    def table(self, message_type: str) -> DataFrame:
+        """The type's typed table, current with the journal."""
+        return self._lake.read(self.name_of(message_type))

@@ -1,0 +1,318 @@
+"""The bodies stage: every selected message type's bodies as a typed Delta table, exactly once.
+
+Checkpoint: the stage consumes the journal by increments, as a transform does. Its position is the
+application transaction (``queuelake.bodies``, journal version) of the ``body_increments`` row it
+commits last, after every table of the increment is written. Each typed table is appended with its
+own transaction (``queuelake.bodies/<table>``, journal version), so a rerun after a crash skips the
+tables already written; rows already in a table are also never added again (an anti-join on the
+message id, against the table's rows sent at the increment's send times only: ``seen.py``),
+which is what keeps a message that the journal holds twice (its business queue's copy and its
+audit copy, in one increment or two) one row. Within an increment the business copy is
+preferred, then the first drained.
+
+A type that fails (its table cannot be written) is reported and the others go on; the increment's
+checkpoint is then not committed, so the next run redoes it, and the tables already written skip it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from queuelake.config import Config
+from queuelake.errors import QueuelakeError
+from queuelake.lake import tables as catalogue
+from queuelake.lake.port import LakeEngine
+from queuelake.lake.round_files import rows_in_files
+from queuelake.pipeline import runs
+from queuelake.pipeline.bodies import evolve, names, parse, seen, select
+from queuelake.pipeline.bodies.infer import Change, infer
+from queuelake.pipeline.journal.schema import MESSAGES
+from queuelake.report import log
+from queuelake.status import Status
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+APP_ID = "queuelake.bodies"
+INCREMENTS = catalogue.BODY_INCREMENTS.name
+CHANGES = catalogue.BODY_SCHEMA_CHANGES.name
+UNPARSED = catalogue.BODY_UNPARSED.name
+
+
+def table_app_id(table: str) -> str:
+    return f"{APP_ID}/{table}"
+
+
+def checkpoint(lake: LakeEngine) -> int | None:
+    return lake.last_version(INCREMENTS, APP_ID) if lake.exists(INCREMENTS) else None
+
+
+def pending(config: Config, lake: LakeEngine) -> list[str]:
+    """["bodies"] when the journal has versions the stage has not read (two log lookups, no Spark)."""
+    if not lake.exists(MESSAGES):
+        return []
+    upto = lake.table_version(MESSAGES)
+    after = checkpoint(lake)
+    return ["bodies"] if upto is not None and (after is None or after < upto) else []
+
+
+def claimed(lake: LakeEngine) -> dict[str, str]:
+    """Type name -> table, as earlier runs created them (``body_schema_changes``' created rows)."""
+    if not lake.exists(CHANGES):
+        return {}
+    rows = lake.read_arrow(CHANGES, columns=["type_name", "table", "change"])
+    rows = rows.filter(pc.equal(rows["change"], "created"))
+    return dict(zip(rows["type_name"].to_pylist(), rows["table"].to_pylist()))
+
+
+def _reserved() -> set[str]:
+    return {t.name for t in catalogue.CATALOGUE if "{" not in t.name}
+
+
+def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
+    run = runs.Run("bodies")
+    started = time.monotonic()
+    if not lake.exists(MESSAGES):
+        log.info("bodies: no journal yet, nothing to do (run drain first)")
+        return {"status": Status.OK, "tables": [], "note": "no journal yet: run drain first"}
+    upto = lake.table_version(MESSAGES)
+    assert upto is not None
+    after = checkpoint(lake)
+    if after is not None and after >= upto:
+        log.info("bodies: nothing new in the journal since version %s, nothing to do", after)
+        run.record(lake, [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}])
+        return {"status": Status.OK, "run_id": run.run_id, "journal_version": upto, "tables": [], "note": "nothing new"}
+    selected = select.plan(config, lake.added_files(MESSAGES, after, upto))
+    cfg = config.bodies
+    tables = names.assign(selected.type_names, claimed(lake), cfg.table_prefix, cfg.tables, _reserved())
+    log.info(
+        "bodies: journal versions (%s, %s]: %d row(s) of %d message type(s)", after, upto, selected.rows, len(tables)
+    )
+    results: list[dict[str, Any]] = []
+    unparsed_count = 0
+    if selected.rows:
+        from pyspark import StorageLevel
+
+        frame = select.frame(spark, selected).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            samples = _samples(frame, selected, cfg.sample_rows)
+            # a new type none of whose bodies parse gets no table (its rows go to body_unparsed)
+            tables = {n: t for n, t in tables.items() if n in samples or lake.exists(t)}
+            evolutions = {name: _evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
+            _record_changes(lake, run.run_id, upto, tables, evolutions)
+            unparsed_parts = [select_unparsed(frame, upto).toArrow()]
+            for name in sorted(tables):
+                result, bad = _write_type(lake, frame, selected, name, evolutions[name], upto)
+                results.append(result)
+                if bad is not None:
+                    unparsed_parts.append(bad)
+            unparsed_count = _write_unparsed(lake, unparsed_parts, after, upto)
+        finally:
+            frame.unpersist()
+    failed = [r for r in results if r["status"] != Status.OK]
+    written = sum(r.get("rows_out", 0) for r in results)
+    if not failed:
+        row = {
+            "run_id": run.run_id,
+            "journal_after": after,
+            "journal_version": upto,
+            "rows_read": selected.rows,
+            "rows_written": written,
+            "unparsed": unparsed_count,
+            "tables": sorted(tables.values()),
+            "recorded_at": dt.datetime.now(dt.timezone.utc),
+        }
+        lake.append(INCREMENTS, pa.Table.from_pylist([row], schema=catalogue.BODY_INCREMENTS.schema), APP_ID, upto)
+    seconds = round(time.monotonic() - started, 3)
+    log.info(
+        "bodies: %d row(s) read, %d written to %d table(s), %d unparsed (%.1fs)",
+        selected.rows,
+        written,
+        len(results),
+        unparsed_count,
+        seconds,
+    )
+    rows = [{k: r.get(k) for k in ("table", "rows_in", "rows_out", "seconds", "status", "error")} for r in results]
+    rows = rows or [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}]
+    run.record(lake, rows)
+    return {
+        "status": Status.FAILED if failed else Status.OK,
+        "run_id": run.run_id,
+        "after_version": after,
+        "journal_version": upto,
+        "rows_read": selected.rows,
+        "rows_written": written,
+        "unparsed": unparsed_count,
+        "tables": results,
+        "seconds": seconds,
+    }
+
+
+def select_unparsed(frame: DataFrame, upto: int) -> DataFrame:
+    """Rows that cannot be parsed at all (no body, empty, null, not JSON or XML)."""
+    from pyspark.sql import functions as F
+
+    df = frame.where(F.col("reason").isNotNull()).withColumn("verdict", F.col("reason"))
+    return parse.unparsed(df, upto)
+
+
+def _samples(
+    frame: DataFrame, selected: select.Plan, rows: int | None
+) -> dict[str, dict[str | None, dict[str, list[str]]]]:
+    """type name -> version -> format -> sampled texts (at most about ``rows`` per type and version)."""
+    from pyspark.sql import functions as F
+
+    stratum = F.concat_ws("|", F.col("type_name"), F.coalesce(F.col("type_version"), F.lit("")))
+    fractions = {
+        f"{name}|{version or ''}": 1.0 if rows is None else min(1.0, rows / count)
+        for (name, version), count in selected.strata.items()
+    }
+    candidates = frame.where(F.col("reason").isNull()).withColumn("stratum", stratum)
+    if any(f < 1.0 for f in fractions.values()):
+        candidates = candidates.sampleBy("stratum", fractions, seed=33)
+    data = candidates.select("type_name", "type_version", "format", "text").toArrow()
+    out: dict[str, dict[str | None, dict[str, list[str]]]] = {}
+    for name, version, fmt, text in zip(*(data[c].to_pylist() for c in data.column_names)):
+        out.setdefault(name, {}).setdefault(version, {}).setdefault(fmt, []).append(text)
+    return out
+
+
+def _evolution(
+    lake: LakeEngine, table: str, versions: dict[str | None, dict[str, list[str]]], cfg: Any
+) -> evolve.Evolution:
+    from pyspark.sql.types import DataType, StructType
+
+    from queuelake.pipeline.bodies.infer import merge
+
+    per_version: dict[str | None, tuple[StructType, list[Change]]] = {}
+    xml = False
+    for version, by_format in versions.items():
+        schema: DataType | None = None
+        conflicts: list[Change] = []
+        for fmt, texts in sorted(by_format.items()):
+            xml = xml or fmt == "xml"
+            found, found_conflicts = infer(texts, fmt, cfg.keep_type_member)
+            conflicts += found_conflicts
+            schema = found if schema is None else merge(schema, found, "", conflicts)
+        per_version[version] = (schema if isinstance(schema, StructType) else StructType([]), conflicts)
+    return evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
+
+
+def _record_changes(
+    lake: LakeEngine, run_id: str, upto: int, tables: dict[str, str], evolutions: dict[str, evolve.Evolution]
+) -> None:
+    now = dt.datetime.now(dt.timezone.utc)
+    rows: list[dict[str, Any]] = []
+    for name, evolution in sorted(evolutions.items()):
+        if evolution.created:
+            rows.append(
+                {
+                    "type_name": name,
+                    "table": tables[name],
+                    "type_version": None,
+                    "change": "created",
+                    "new_type": evolution.schema.simpleString(),
+                }
+            )
+        for version, change in evolution.changes:
+            rows.append(_change_row(name, tables[name], version, change))
+    if not rows:
+        return
+    for row in rows:
+        row.update(journal_version=upto, run_id=run_id, changed_at=now)
+        log.info("bodies: %s %s %s%s", row["table"], row["change"], row.get("column") or "", _types(row))
+    lake.append(CHANGES, pa.Table.from_pylist(rows, schema=catalogue.BODY_SCHEMA_CHANGES.schema), APP_ID, upto)
+
+
+def _types(row: dict[str, Any]) -> str:
+    if row["change"] == "created":
+        return ""
+    return f" ({row.get('old_type') or '-'} -> {row['new_type']}, version {row['type_version']})"
+
+
+def _change_row(name: str, table: str, version: str | None, change: Change) -> dict[str, Any]:
+    return {
+        "type_name": name,
+        "table": table,
+        "type_version": version,
+        "change": change.kind,
+        "column": change.column,
+        "old_type": change.old,
+        "new_type": change.new,
+    }
+
+
+def _write_type(
+    lake: LakeEngine, frame: DataFrame, selected: select.Plan, name: str, evolution: evolve.Evolution, upto: int
+) -> tuple[dict[str, Any], pa.Table | None]:
+    """One type's increment into its table, and its unparsed rows."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    table = evolution.table
+    started = time.monotonic()
+    result: dict[str, Any] = {"type_name": name, "table": table, "rows_in": selected.rows_of(name), "rows_out": 0}
+    app_id = table_app_id(table)
+    try:
+        committed = lake.last_version(table, app_id) if lake.exists(table) else None
+        if committed is not None and committed >= upto:
+            log.info("bodies: %s already holds journal version %d, skipped", table, upto)
+            return {**result, "status": Status.OK, "note": "already written"}, None
+        had_rows = lake.exists(table) and bool(lake.added_files(table, None, lake.table_version(table) or 0))
+        evolve.apply(lake, evolution)
+        rows = frame.where((F.col("type_name") == name) & F.col("reason").isNull())
+        if name in selected.repeated_ids:  # a business copy and its audit copy: one row
+            order = Window.partitionBy("message_id").orderBy("copy_rank", "drained_at", "queue", "seq")
+            rows = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1).drop("_n")
+        if had_rows:  # only the table's rows sent when this increment's were (``seen.py``)
+            held = seen.seen_ids(lake, table, selected.times.get(name, seen.Times([], False)))
+            if held.num_rows:
+                ids = rows.sparkSession.createDataFrame(held.select(["message_id"]).combine_chunks())
+                rows = rows.join(F.broadcast(ids.distinct()), "message_id", "left_anti")
+        parsed = parse.parsed(rows, evolution.schema).persist(StorageLevel.MEMORY_AND_DISK)
+        before = lake.table_version(table)
+        if lake.append_dataframe(table, parse.typed(parsed, evolution.schema), app_id, upto):
+            result["rows_out"] = rows_in_files(lake.added_files(table, before, lake.table_version(table) or 0))
+        bad = parse.unparsed(parsed, upto)
+        bad_rows = bad.toArrow()
+        parsed.unpersist()
+        seconds = round(time.monotonic() - started, 3)
+        log.info(
+            "bodies: %s: %d row(s) in, %d written to %s, %d unparsed (%.1fs)",
+            name,
+            result["rows_in"],
+            result["rows_out"],
+            table,
+            bad_rows.num_rows,
+            seconds,
+        )
+        return {**result, "unparsed": bad_rows.num_rows, "status": Status.OK, "seconds": seconds}, bad_rows
+    except (QueuelakeError, Exception) as exc:  # noqa: BLE001 - one type's failure never blocks another
+        log.error("bodies: %s -> %s failed: %s", name, table, exc)
+        return {**result, "status": Status.FAILED, "error": f"{type(exc).__name__}: {exc}"[:2000]}, None
+
+
+def _write_unparsed(lake: LakeEngine, parts: list[pa.Table], after: int | None, upto: int) -> int:
+    """Append this increment's unparsed rows once: rows an earlier attempt at it recorded are left out."""
+    schema = catalogue.BODY_UNPARSED.schema
+    assert schema is not None
+    # one chunk: delta-spark's append (createDataFrame from Arrow) kept only the first chunk's rows
+    data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts]).combine_chunks()
+    if lake.exists(UNPARSED) and data.num_rows:
+        seen = lake.read_arrow(UNPARSED, columns=["queue", "id", "journal_version"])
+        if after is not None:
+            seen = seen.filter(pc.greater(seen["journal_version"], after))
+        keys = {(q, i) for q, i in zip(seen["queue"].to_pylist(), seen["id"].to_pylist())}
+        if keys:
+            mask = [(q, i) not in keys for q, i in zip(data["queue"].to_pylist(), data["id"].to_pylist())]
+            data = data.filter(pa.array(mask))
+    if not data.num_rows:
+        return 0
+    lake.append(UNPARSED, data, APP_ID, upto)
+    return data.num_rows

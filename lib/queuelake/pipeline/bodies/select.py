@@ -1,0 +1,191 @@
+"""Which journal rows a bodies increment reads, and what each is: type, version, format, text.
+
+An increment is the journal versions (after, upto] (``increments.py``: the files those commits
+added). A row is read when it landed, has a message type, comes from a configured queue
+(``bodies.queues``; default every queue) and type (``bodies.types``), and is not an audit copy
+(``ProcessingEnded`` set) when ``include_audit`` is off, nor an error-queue copy (``FailedQ`` set)
+unless ``include_failed`` is on. Rows without a message type (subscription control messages) have
+no table and are not read.
+
+First a pass in Arrow on the driver over the few small columns (no body, no Spark job): which types
+and versions are there, how many rows each, and whether any message id repeats within a type (a
+business queue and its audit copy): the sampling and the deduplication are planned from it. Then the
+same selection in Spark, with each body's text (UTF-8, a byte-order mark removed, trimmed) and its
+format: the ``NServiceBus.ContentType`` header when it names JSON or XML, else, when the header is
+missing, the first character (``{`` or ``[``: JSON, ``<``: XML). Rows that cannot be parsed at all
+carry a ``reason`` here and go to ``body_unparsed``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from queuelake.config import Config
+from queuelake.lake.arrow_types import to_spark_schema
+from queuelake.lake.round_files import open_file, spark_frame
+from queuelake.pipeline.bodies import names
+from queuelake.pipeline.bodies.seen import Times
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
+from queuelake.transport.tables import queue_ref
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+_PLAN_COLUMNS = [
+    "outcome",
+    "queue",
+    "message_type",
+    "enclosed_message_types",
+    "failed_queue",
+    "processing_ended",
+    "message_id",
+    "time_sent",
+]
+
+
+@dataclass
+class Plan:
+    """What the increment holds, from the Arrow pass: the selected rows per (type name, version)."""
+
+    files: list[str]
+    # the first EnclosedMessageTypes entry (assembly-qualified; the journal's ``message_type`` is its
+    # full name alone) -> type name
+    types: dict[str, str] = field(default_factory=dict)
+    strata: Counter[tuple[str, str | None]] = field(default_factory=Counter)
+    repeated_ids: set[str] = field(default_factory=set)  # type names whose message ids repeat
+    times: dict[str, Times] = field(default_factory=dict)  # type name -> its rows' send times
+    queues: list[str] | None = None  # canonical addresses; None: every queue
+
+    @property
+    def rows(self) -> int:
+        return sum(self.strata.values())
+
+    def rows_of(self, name: str) -> int:
+        return sum(n for (t, _), n in self.strata.items() if t == name)
+
+    @property
+    def type_names(self) -> list[str]:
+        return sorted({t for t, _ in self.strata})
+
+
+def plan(config: Config, files: list[str]) -> Plan:
+    cfg = config.bodies
+    queues = sorted({queue_ref(q, config.transport).canonical for q in cfg.queues}) if cfg.queues else None
+    out = Plan(files, queues=queues)
+    ids: dict[str, list[pa.Array]] = {}
+    sent: dict[str, list[pa.Array]] = {}
+    for uri in files:
+        data = open_file(uri).read(columns=_PLAN_COLUMNS)
+        keep = pc.and_(pc.equal(data["outcome"], "landed"), pc.is_valid(data["message_type"]))
+        if queues is not None:
+            keep = pc.and_(keep, pc.is_in(data["queue"], value_set=pa.array(queues, pa.string())))
+        if not cfg.include_failed:
+            keep = pc.and_(keep, pc.is_null(data["failed_queue"]))
+        if not cfg.include_audit:
+            keep = pc.and_(keep, pc.or_(pc.is_null(data["processing_ended"]), pc.is_valid(data["failed_queue"])))
+        rows = data.filter(keep)
+        if not rows.num_rows:
+            continue
+        rows = rows.append_column("aqn", _first_type(rows))
+        grouped = rows.group_by("aqn").aggregate([("message_id", "count")])
+        for full, count in zip(grouped["aqn"].to_pylist(), grouped["message_id_count"].to_pylist()):
+            name = out.types.get(full) or names.type_name(full)
+            if not names.wanted(name, cfg.types):
+                continue
+            out.types[full] = name
+            out.strata[(name, names.type_version(full))] += count
+            of_type = rows.filter(pc.equal(rows["aqn"], full))
+            ids.setdefault(name, []).append(of_type["message_id"])
+            sent.setdefault(name, []).append(of_type["time_sent"])
+    for name, chunks in ids.items():
+        values = pa.chunked_array(chunks, pa.string())
+        if pc.count_distinct(values).as_py() < len(values):
+            out.repeated_ids.add(name)
+    out.times = {name: Times.of(chunks) for name, chunks in sent.items()}
+    return out
+
+
+def _first_type(rows: pa.Table) -> pa.ChunkedArray:
+    """The first EnclosedMessageTypes entry, else the journal's ``message_type``."""
+    enclosed = rows["enclosed_message_types"]
+    lengths = pc.fill_null(pc.list_value_length(enclosed), 0)
+    first = pc.list_element(pc.if_else(pc.greater(lengths, 0), enclosed, pa.scalar([""], enclosed.type)), 0)
+    return pc.if_else(pc.greater(lengths, 0), first, rows["message_type"])
+
+
+def _aqn() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.get(F.col("enclosed_message_types"), 0), F.col("message_type"))
+
+
+def _text(body: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    # bytes that are not UTF-8 become U+FFFD (``decode`` would fail the job): such a body then fails
+    # to parse and goes to body_unparsed, as it should
+    text = F.make_valid_utf8(body.cast("string"))
+    return F.trim(F.regexp_replace(text, "^\ufeff", ""))
+
+
+def frame(spark: SparkSession, selected: Plan) -> DataFrame:
+    """The selected rows in Spark: identity columns, ``type_name``, ``type_version``, ``table``
+    (filled by the caller's map), ``text``, ``format`` (json, xml or null) and ``reason``."""
+    from pyspark.sql import functions as F
+
+    df = spark_frame(spark, selected.files, to_spark_schema(MESSAGES_SCHEMA)).where(F.col("outcome") == "landed")
+    full = list(selected.types)
+    df = df.withColumn("aqn", _aqn()).where(F.col("aqn").isin(full))
+    if selected.queues is not None:
+        df = df.where(F.col("queue").isin(selected.queues))
+    type_map = F.create_map(*[F.lit(x) for t in full for x in (t, selected.types[t])])
+    version_map = F.create_map(*[F.lit(x) for t in full for x in (t, names.type_version(t) or "")])
+    text = _text(F.col("body"))
+    content = F.lower(F.trim(F.col("content_type")))
+    first = F.substring(F.col("text"), 1, 1)
+    fmt = (
+        F.when(content.contains("json"), "json")
+        .when(content.contains("xml"), "xml")
+        .when(F.coalesce(content, F.lit("")) == "", F.when(first.isin("{", "["), "json").when(first == "<", "xml"))
+    )
+    copy_rank = F.when(F.col("failed_queue").isNotNull(), 2).when(F.col("processing_ended").isNotNull(), 1).otherwise(0)
+    df = df.select(
+        "message_id",
+        "queue",
+        "seq",
+        "id",
+        "drained_at",
+        F.col("aqn").alias("message_type"),  # the full name, assembly and version included
+        type_map[F.col("aqn")].alias("type_name"),
+        F.nullif(version_map[F.col("aqn")], F.lit("")).alias("type_version"),
+        "content_type",
+        "conversation_id",
+        "time_sent",
+        "originating_endpoint",
+        "processing_endpoint",
+        "processing_started",
+        "processing_ended",
+        "failed_queue",
+        copy_rank.alias("copy_rank"),
+        text.alias("text"),
+    ).withColumn("format", fmt)
+    reason = (
+        F.when(F.col("text").isNull(), "no body")
+        .when(F.col("text") == "", "empty body")
+        .when(
+            F.col("format").isNull(),
+            F.when(
+                F.coalesce(content, F.lit("")) == "",
+                "no content type, and the body is neither JSON nor XML",
+            ).otherwise(F.concat(F.lit("content type "), F.col("content_type"), F.lit(" is neither JSON nor XML"))),
+        )
+        .when((F.col("format") == "json") & (F.col("text") == "null"), "the body is JSON null")
+        .when((F.col("format") == "json") & first.isin("[", '"'), "the JSON body is not an object")
+        .when((F.col("format") == "json") & (first != "{"), "malformed JSON")
+    )
+    return df.withColumn("reason", reason)

@@ -1,0 +1,297 @@
+"""Typed body tables (issue 33) against a real PostgreSQL queue, a real drain, real Spark and real
+Delta tables, on both engines: the corpus of bodies as the serializers write them
+(``bodies_corpus/corpus.py``), schema evolution across increments, audit copies counted once, and
+reruns that add nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from queuelake.config import from_dict
+from queuelake.examples import traffic
+from queuelake.lake.engines import open_lake
+from queuelake.pipeline.bodies import run as bodies_run
+from queuelake.pipeline.drain.run import drain
+from queuelake.transport import db, installer
+from queuelake.transport.tables import queue_ref
+
+from tests.conftest import require_delta_jvm
+from tests.pipeline.bodies_corpus import corpus as c
+
+ORDERS = "body_sales_contracts_orderplaced"
+SHIPPED = "body_shipping_contracts_ordershipped"
+INVOICES = "body_billing_contracts_invoiceissued"
+STOCK = "body_stock_contracts_stockcounted"
+ODD = "body_odd_contracts_everything"
+
+
+def config(uri: str, root: Path, engine: str, **bodies: object):
+    return from_dict(
+        {
+            "transport": {"connection": uri},
+            "lake": {"root": str(root), "engine": engine},
+            "drain": {"queues": ["Sales", "audit"], "batch_size": 50},
+            "bodies": bodies,
+        },
+        env={},
+    )
+
+
+def send(cfg, queue: str, messages) -> None:
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref(queue, cfg.transport), list(messages))
+
+
+def rows(lake, table: str) -> list[dict]:
+    return sorted(lake.read_arrow(table).to_pylist(), key=lambda r: (r.get("message_id") or "", r.get("queue") or ""))
+
+
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def engine(request, spark) -> str:
+    if request.param == "delta-spark":
+        require_delta_jvm(spark)
+    return request.param
+
+
+@pytest.mark.slow
+def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path, spark, engine: str) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", engine)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    first = list(c.corpus())
+    send(cfg, "Sales", first)
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    out = bodies_run.bodies(cfg, spark, lake)
+    assert out["status"] == "ok", out
+    assert {t["table"] for t in out["tables"]} == {ORDERS, SHIPPED, INVOICES, STOCK, ODD}
+
+    # System.Text.Json, versions 1 and 2 in one table, the version a column, the field v2 gained
+    orders = rows(lake, ORDERS)
+    assert len(orders) == 12
+    schema = lake.schema(ORDERS)
+    assert schema.names[:10] == [
+        "message_id", "queue", "message_type", "type_version", "conversation_id", "time_sent",
+        "originating_endpoint", "processing_endpoint", "processing_started", "processing_ended",
+    ]  # fmt: skip
+    assert str(schema.field("Total").type) == "double"  # 12 and 18.5 in one sample: double
+    assert str(schema.field("PlacedAt").type).startswith("timestamp")
+    assert str(schema.field("Express").type) == "bool"
+    assert schema.field("Lines").type.value_type.names == ["Product", "Quantity", "UnitPrice"]
+    assert schema.field("ShippingAddress").type.names == ["Street", "City"]
+    by_id = {r["OrderId"]: r for r in orders}
+    assert by_id["order-9"]["DiscountCode"] == "SPRING-9" and by_id["order-1"]["DiscountCode"] is None
+    assert by_id["order-9"]["type_version"] == "2.0.0.0" and by_id["order-1"]["type_version"] == "1.0.0.0"
+    assert by_id["order-0"]["Total"] == 12.0 and by_id["order-3"]["Total"] == 13.5
+    assert by_id["order-2"]["PlacedAt"] == c.START + dt.timedelta(minutes=2)
+    assert by_id["order-2"]["Lines"] == [{"Product": "mug", "Quantity": 3, "UnitPrice": 4.5}]
+    assert by_id["order-2"]["message_type"] == c.ORDER_V1 and by_id["order-2"]["queue"] == '"public"."Sales"'
+
+    # Newtonsoft: BOM, indented, $type dropped at the root, kept inside (it says which subtype)
+    shipped = rows(lake, SHIPPED)
+    assert len(shipped) == 5 and "$type" not in lake.schema(SHIPPED).names
+    assert shipped[0]["Carrier"] == "PostNL" and shipped[0]["Parcels"][0]["Weight"] == 1.25
+
+    # XmlSerializer: namespaces, a list as repeated elements (one element too), xsi:nil, a zip code
+    invoices = {r["InvoiceId"]: r for r in rows(lake, INVOICES)}
+    assert len(invoices) == 4
+    assert invoices["inv-2"]["Lines"]["InvoiceLine"] == [
+        {"Product": "p0", "Amount": 5.25},
+        {"Product": "p1", "Amount": 6.25},
+        {"Product": "p2", "Amount": 7.25},
+    ]
+    assert invoices["inv-0"]["Lines"]["InvoiceLine"] == [{"Product": "p0", "Amount": 5.25}]
+    assert invoices["inv-1"]["Note"] is None and invoices["inv-0"]["Note"] == "paid by card"
+    assert invoices["inv-1"]["Zip"] == "01123" and invoices["inv-3"]["Total"] == 103.5
+
+    # a field whose type changes within the sample: a string keeping the text, the conflict recorded
+    stock = {r["Sku"]: r for r in rows(lake, STOCK)}
+    assert stock["sku-0"]["Location"] == "7" and stock["sku-4"]["Location"] == "aisle 4"
+    changes = lake.read_arrow("body_schema_changes").to_pylist()
+    assert any(ch["table"] == STOCK and ch["change"] == "conflict" and ch["column"] == "Location" for ch in changes), (
+        changes
+    )
+    assert any(
+        ch["table"] == ORDERS and ch["change"] == "added" and ch["column"] == "DiscountCode"
+        and ch["type_version"] == "2.0.0.0"
+        for ch in changes
+    ), changes  # fmt: skip
+    assert {ch["table"] for ch in changes if ch["change"] == "created"} == {ORDERS, SHIPPED, INVOICES, STOCK, ODD}
+
+    # what does not parse goes to body_unparsed with its reason; the type's parseable bodies still land
+    odd = rows(lake, ODD)
+    assert sorted(r["Name"] for r in odd) == ["fine", "xml sniffed"]
+    unparsed = lake.read_arrow("body_unparsed").to_pylist()
+    reasons = sorted(r["reason"] for r in unparsed)
+    assert reasons == sorted(
+        [
+            "empty body",
+            "no body",
+            "the body is JSON null",
+            "malformed JSON",  # garbage bytes
+            "the JSON body is not an object",
+            "content type application/x-protobuf is neither JSON nor XML",
+            "malformed JSON",  # {"Name": "broken"
+        ]
+    ), reasons
+
+    # a rerun adds nothing
+    again = bodies_run.bodies(cfg, spark, lake)
+    assert again.get("note") == "nothing new"
+    assert len(rows(lake, ORDERS)) == 12
+
+    # increment 2: widening, a conflict against the table, audit copies of messages already in it
+    later = [c.message(c.ORDER_V1, c.system_text_json(i, 1), "application/json", i) for i in range(20, 23)]
+    stock_text = [
+        c.message(c.STOCK, b'{"Sku": "sku-9", "Count": 2.5, "Location": {"Aisle": 3}}', "application/json", 9)
+    ]
+    send(cfg, "Sales", later + stock_text)
+    audit = [traffic.audit_copy(m, "Billing", c.START, 30) for m in first[:4]]
+    audit += [traffic.audit_copy(m, "Billing", c.START, 30) for m in later[:1]]
+    send(cfg, "audit", audit)
+    assert drain(cfg, lake)["status"] == "ok"
+    out = bodies_run.bodies(cfg, spark, lake)
+    assert out["status"] == "ok", out
+    orders = rows(lake, ORDERS)
+    assert len(orders) == 15  # 12 + 3 new; their audit copies counted once
+    assert len({r["message_id"] for r in orders}) == 15
+    by_id = {r["OrderId"]: r for r in orders}
+    assert by_id["order-20"]["queue"] == '"public"."Sales"'  # the business copy preferred
+    stock = {r["Sku"]: r for r in rows(lake, STOCK)}
+    assert str(lake.schema(STOCK).field("Count").type) == "double"  # widened: long -> double
+    assert stock["sku-1"]["Count"] == 1.0 and stock["sku-9"]["Count"] == 2.5
+    assert stock["sku-9"]["Location"] == '{"Aisle":3}'  # the JSON text, the column already a string
+    changes = lake.read_arrow("body_schema_changes").to_pylist()
+    assert any(ch["table"] == STOCK and ch["change"] == "widened" and ch["column"] == "Count" for ch in changes)
+
+    again = bodies_run.bodies(cfg, spark, lake)
+    assert again.get("note") == "nothing new" and len(rows(lake, ORDERS)) == 15
+
+
+@pytest.mark.slow
+def test_bodies_command_as_a_subprocess(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """``queuelake bodies`` through its real entry point: one JSON summary line, exit 0, the typed
+    table of the seeded type; a rerun finds nothing new and adds nothing; an idle rerun starts no Spark."""
+    import json
+
+    from tests.pipeline.test_cli_pipeline import cli_logged
+
+    root = tmp_path / "lake"
+    conf = tmp_path / "bodies.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(root), "engine": "delta-rs"},
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}},
+                "drain": {"queues": ["Sales"], "batch_size": 100},
+            }
+        ),
+        encoding="utf-8",
+    )
+    cfg = config(fresh_pg_uri, root, "delta-rs")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+    send(cfg, "Sales", traffic.order_events(40, seed=5))
+    drained, _ = cli_logged(["drain", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert drained["landed"] == 40, drained
+    first, _ = cli_logged(["bodies", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert first["status"] == "ok" and first["rows_read"] == 40 and first["rows_written"] == 40, first
+    (table,) = first["tables"]
+    assert table["table"] == "body_sales_messages_events_orderplaced" and table["rows_out"] == 40, table
+    lake = open_lake(cfg.lake, None)
+    typed = lake.read_arrow(table["table"])
+    assert typed.num_rows == 40 and {"OrderId", "CustomerId", "Total", "Currency"} <= set(typed.column_names)
+    assert typed.schema.field("Total").type == "double"
+    again, stderr = cli_logged(["bodies", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert again["status"] == "ok" and again["tables"] == [] and again["note"] == "nothing new", again
+    assert "no Spark session started" in stderr and "SparkContext" not in stderr, stderr[-2000:]
+    assert lake.read_arrow(table["table"]).num_rows == 40
+    bad = subprocess_exit(["bodies", "-c", str(tmp_path / "missing.yaml")], fresh_pg_uri, tmp_path)
+    assert bad[0] != 0 and bad[1]["status"] == "failed" and bad[1]["error_kind"], bad
+
+
+def subprocess_exit(args: list[str], uri: str, cwd: Path) -> tuple[int, dict]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_dedupe_reads_only_the_rows_sent_at_the_increments_times(tmp_path: Path) -> None:
+    """The duplicate check asks the table only for rows whose ``time_sent`` is one of the increment's
+    ranges (every copy of a message carries its TimeSent): rows sent at other times are not returned,
+    rows without a time are checked against the table's rows without one."""
+    import pyarrow as pa
+    from queuelake.pipeline.bodies.seen import GAP_US, MAX_RANGES, Times, seen_ids
+
+    ts = pa.timestamp("us", tz="UTC")
+    day = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    lake = open_lake(config("postgresql://unused/none", tmp_path / "lake", "delta-rs").lake, None)
+    schema = pa.schema([pa.field("message_id", pa.string()), pa.field("time_sent", ts)])
+    for n, start in enumerate((day, day + dt.timedelta(days=30))):  # two files, a month apart
+        sent = [start + dt.timedelta(seconds=i) for i in range(100)] + [None]
+        ids = [f"m{n}-{i}" for i in range(101)]
+        lake.append("body_x", pa.table([ids, pa.array(sent, ts)], schema=schema), "t", n)
+    increment = Times.of([pa.array([day + dt.timedelta(seconds=5), day + dt.timedelta(seconds=7)], ts)])
+    assert increment.ranges and not increment.nulls
+    held = sorted(seen_ids(lake, "body_x", increment)["message_id"].to_pylist())
+    assert held == ["m0-5", "m0-6", "m0-7"]
+    with_null = Times.of([pa.array([None, day + dt.timedelta(days=30, seconds=99)], ts)])
+    assert sorted(seen_ids(lake, "body_x", with_null)["message_id"].to_pylist()) == ["m0-100", "m1-100", "m1-99"]
+    assert seen_ids(lake, "body_x", Times.of([])).num_rows == 0
+    # send times far apart: at most MAX_RANGES ranges, every time inside one of them
+    spread = [day + dt.timedelta(microseconds=i * 3 * GAP_US) for i in range(500)]
+    wide = Times.of([pa.array(spread, ts)])
+    assert len(wide.ranges) == MAX_RANGES
+    micros = [int((t - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) / dt.timedelta(microseconds=1)) for t in spread]
+    assert all(any(lo <= m <= hi for lo, hi in wide.ranges) for m in micros)
+
+
+@pytest.mark.slow
+def test_a_failure_between_two_tables_is_redone_without_duplicates(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that wrote one type's table and then failed on the next (a crash between table writes):
+    no checkpoint is committed; the rerun skips the table already written (its application
+    transaction holds the journal version) and writes the other, each message once."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", "delta-rs")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    stock = [c.message(c.STOCK, b'{"Sku": "s%d", "Count": %d}' % (i, i), "application/json", i) for i in range(5)]
+    send(cfg, "Sales", list(traffic.order_events(6, seed=2)) + stock)
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    orders, counted = "body_sales_messages_events_orderplaced", "body_stock_contracts_stockcounted"
+    real = type(lake).append_dataframe
+
+    def crash_on_stock(self, table: str, df, app_id: str, version: int) -> bool:
+        if table == counted:
+            raise OSError("the driver died here")
+        return real(self, table, df, app_id, version)
+
+    monkeypatch.setattr(type(lake), "append_dataframe", crash_on_stock)
+    failed = bodies_run.bodies(cfg, spark, lake)
+    assert failed["status"] == "failed", failed
+    assert len(rows(lake, orders)) == 6 and not lake.exists("body_increments")
+    monkeypatch.setattr(type(lake), "append_dataframe", real)
+    again = bodies_run.bodies(cfg, spark, lake)
+    assert again["status"] == "ok", again
+    by_table = {t["table"]: t for t in again["tables"]}
+    assert by_table[orders].get("note") == "already written" and by_table[counted]["rows_out"] == 5
+    assert len(rows(lake, orders)) == 6 and len(rows(lake, counted)) == 5
+    assert bodies_run.bodies(cfg, spark, lake).get("note") == "nothing new"
