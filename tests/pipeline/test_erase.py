@@ -28,7 +28,9 @@ from queuelake.pipeline.store.erase import erase
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref
 
+from tests.conftest import require_delta_jvm
 from tests.pipeline.journal_rows import UTC, append, batch
+from tests.pipeline.typed_lake import ORDERS, ids_of, typed_lake
 
 NOW = dt.datetime.now(UTC)
 SALES = '"public"."Sales"'
@@ -236,3 +238,42 @@ def test_erase_beside_a_running_drain_removes_exactly_the_selected_rows(fresh_pg
     assert {s for s in left if s < 8000} <= later_seqs
     assert len(left) + journal["rows"] == 20000  # every drained row: in the journal, or erased once
     assert pc.min(seqs).as_py() >= 1
+
+
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def lake_engine(request, spark) -> str:
+    if request.param == "delta-spark":
+        require_delta_jvm(spark)
+    return request.param
+
+
+@pytest.mark.slow
+def test_erase_reaches_the_typed_body_tables(fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str) -> None:
+    root = tmp_path / "lake"
+    cfg, lake = typed_lake(fresh_pg_uri, root, spark, lake_engine)
+    orders = ids_of(lake, ORDERS)
+    gone = orders[0]
+    assert orders.count(gone) == 1 and gone in ids_of(lake, "messages")
+    assert gone in message_ids_on_disk(root / ORDERS)
+    version = lake.table_version(ORDERS)
+
+    dry = erase(cfg, lake, f"message_id = '{gone}'", dry_run=True)
+    assert dry["tables"]["messages"]["rows"] == 1 and dry["tables"][ORDERS]["rows"] == 1, dry
+    assert lake.table_version(ORDERS) == version  # the dry run changed nothing
+
+    done = erase(cfg, lake, f"message_id = '{gone}'")
+    assert done["tables"]["messages"]["rows"] == 1 and done["tables"][ORDERS]["rows"] == 1, done
+    assert done["tables"][ORDERS]["files_vacuumed"] >= 1, done
+    assert gone not in ids_of(lake, "messages") and gone not in ids_of(lake, ORDERS)
+    assert sorted(ids_of(lake, ORDERS)) == sorted(orders[1:])  # the others stay
+    assert gone not in message_ids_on_disk(root / ORDERS)  # purged: no file of the table holds it
+    assert gone not in message_ids_on_disk(root / "messages")
+    again = erase(cfg, lake, f"message_id = '{gone}'")
+    assert again["tables"]["messages"]["rows"] == 0 and ORDERS not in again["tables"], again
+
+
+def test_the_spark_condition_of_a_row_filter_quotes_identifiers_not_text() -> None:
+    from queuelake.lake.jvm import spark_condition
+
+    assert spark_condition("\"message_id\" IN ('a', 'b\"c')") == "`message_id` IN ('a', 'b\"c')"
+    assert spark_condition("(\"queue\" = 'x''y' AND \"seq\" IN (1, 2))") == "(`queue` = 'x\\'y' AND `seq` IN (1, 2))"

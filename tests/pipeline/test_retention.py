@@ -22,10 +22,13 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.increments import added_files
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.store import retention
+from queuelake.pipeline.store.typed import body_tables as typed_tables
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref
 
+from tests.conftest import require_delta_jvm
 from tests.pipeline.journal_rows import UTC, append, batch
+from tests.pipeline.typed_lake import ORDERS, ids_of, typed_lake
 
 NOW = dt.datetime.now(UTC)
 AUDIT = '"public"."audit"'
@@ -287,3 +290,33 @@ def test_maintain_with_retention_on_a_delta_spark_lake(tmp_path: Path, spark) ->
     assert summary["tables"]["messages"]["engine"] == "delta-rs", summary
     assert lake.read_arrow("messages").num_rows == 50 and lake.read_arrow("outbound_x").num_rows == 2
     assert lake.written_by("outbound_x") == "delta-spark"
+
+
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def lake_engine(request, spark) -> str:
+    if request.param == "delta-spark":
+        require_delta_jvm(spark)
+    return request.param
+
+
+@pytest.mark.slow
+def test_retention_removes_the_typed_rows_of_the_journal_rows_it_removes(
+    fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str
+) -> None:
+    cfg, lake = typed_lake(fresh_pg_uri, tmp_path / "lake", spark, lake_engine, retention={"default_days": 0})
+    typed = typed_tables(lake)
+    assert ORDERS in typed and all(ids_of(lake, t) for t in typed)
+    journal = len(ids_of(lake, "messages"))
+
+    dry = retention.apply(cfg, lake, dry_run=True).summary()
+    counted = dry["rules"][0]["typed"]
+    assert dry["rows_removed"] == journal and counted[ORDERS]["rows"] == len(ids_of(lake, ORDERS)), dry
+    assert all(ids_of(lake, t) for t in typed)  # the dry run changed nothing
+
+    done = retention.apply(cfg, lake).summary()
+    assert done["rows_removed"] == journal, done
+    removed = done["rules"][0]["typed"]
+    assert set(removed) >= set(typed) and removed[ORDERS]["rows"] == counted[ORDERS]["rows"], done
+    assert ids_of(lake, "messages") == [] and all(ids_of(lake, t) == [] for t in typed)
+    if lake.exists("body_unparsed"):
+        assert lake.read_arrow("body_unparsed").num_rows == 0

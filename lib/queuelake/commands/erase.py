@@ -16,7 +16,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     import dataclasses
 
     from queuelake import config as config_mod
-    from queuelake.commands.sessions import runs_only_lake
+    from queuelake.commands.sessions import runs_only_lake, writing_lake
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline import runs
     from queuelake.pipeline.replay.predicate import check_predicate
@@ -25,7 +25,10 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
 
     predicate = check_predicate(args.where)  # a bad --where fails before anything is opened
     cfg = config_mod.load(args.config)
-    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # the journal and its records: delta-rs's
+    if args.dry_run:  # reads only: the Delta logs and the filter's columns, no Spark
+        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+    else:  # the typed body tables are the lake engine's (delta-spark: a session); the journal stays delta-rs's
+        lake = writing_lake(cfg, None)
     run = runs.Run("erase")
     summary = run_erase(cfg, lake, predicate, dry_run=args.dry_run)
     if not args.dry_run and summary["tables"]:

@@ -86,7 +86,7 @@ def reached(dt: DeltaTable | None, where: RowFilter) -> Reached:
         return Reached(0, 0, 0, None)
     rows = whole = partial = 0
     for _uri, records, fragment in _fragments(dt, where):
-        matched = fragment.count_rows(filter=where.arrow)
+        matched = _filtered(fragment, where, list(where.columns)).num_rows
         if matched:
             rows += matched
             if matched == records:
@@ -102,10 +102,21 @@ def matching(dt: DeltaTable | None, where: RowFilter, columns: list[str]) -> pa.
         return pa.schema([]).empty_table()
     schema = pa.schema(dt.schema().to_arrow())
     wanted = sorted(set(columns) | set(where.columns))
-    parts = [dataset.to_table(columns=columns, filter=where.arrow) for _, _, dataset in _fragments(dt, where, wanted)]
+    parts = [_filtered(dataset, where, wanted).select(columns) for _, _, dataset in _fragments(dt, where, wanted)]
     if not parts:
         return pa.schema([schema.field(c) for c in columns]).empty_table()
     return pa.concat_tables(parts)
+
+
+def _filtered(dataset: Any, where: RowFilter, columns: list[str]) -> pa.Table:
+    """The file's rows matching ``where`` (its ``columns``). A file a delete rewrote (delta-rs 1.x)
+    stores its text columns as ``string_view``, against which pyarrow cannot evaluate a ``string``
+    literal on the row groups' statistics (``equal(string, string_view)`` has no kernel): such a file
+    is read whole (its columns cast to the table's types) and filtered in memory."""
+    try:
+        return dataset.to_table(columns=columns, filter=where.arrow)
+    except pa.ArrowNotImplementedError:
+        return dataset.to_table(columns=columns).filter(where.arrow)
 
 
 def _fragments(dt: DeltaTable, where: RowFilter, columns: list[str] | None = None) -> list[tuple[str, int, Any]]:

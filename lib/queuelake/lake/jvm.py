@@ -17,6 +17,7 @@ shared with the Rust engine.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,17 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from queuelake.lake.deletes import Deleted, Reached, RowFilter
+
+
+_ATTEMPTS = 20
+
+
+def spark_condition(sql: str) -> str:
+    """A ``RowFilter``'s SQL (DataFusion's dialect, as PostgreSQL: double-quoted identifiers) in Spark
+    SQL, where double quotes would make text literals: identifiers in backticks, literals re-escaped."""
+    import sqlglot
+
+    return str(sqlglot.transpile(sql, read="postgres", write="spark")[0])
 
 
 def _quote(name: str) -> str:
@@ -181,7 +193,7 @@ class DeltaSparkEngine(EngineBase):
         than lack the methods."""
         return LakeError(f"lake table {table}: staged writes need the delta-rs engine (engines.journal_engine)")
 
-    # ------------------------------------------------------------ deletes: delta-rs's tables only
+    # ------------------------------------------------------------ deletes (erase, retention: the typed tables)
 
     def count_rows(self, table: str, where: RowFilter) -> Reached:
         from queuelake.lake import deletes
@@ -194,15 +206,61 @@ class DeltaSparkEngine(EngineBase):
         return deletes.matching(self._load(table, version), where, columns)
 
     def delete_rows(self, table: str, where: RowFilter) -> Deleted:
-        raise self._no_deletes(table)
+        """Delete ``where``'s rows with delta-spark's ``DeltaTable.delete``, one commit, retried when a
+        concurrent commit conflicts; figures from the commit's ``operationMetrics``."""
+        from queuelake.lake import deletes
+
+        self._check_writable(table)
+        condition = spark_condition(where.sql)
+        for attempt in range(1, _ATTEMPTS + 1):
+            dt = self._require(table)
+            if deletes.reached(dt, where).rows == 0:
+                return deletes.Deleted(0, 0, 0, dt.version(), None, attempt)
+            try:
+                with self._lock(table, ""):
+                    self._delta(table).delete(condition)
+            except Exception as exc:  # noqa: BLE001 - Delta's ConcurrentModificationException family: retry
+                if "Concurrent" in type(exc).__name__ or "Concurrent" in str(exc)[:300]:
+                    time.sleep(min(0.05 * 2**attempt, 2.0))
+                    continue
+                raise LakeError(f"lake table {table}: delete where {condition} failed: {exc}") from exc
+            commit = self._delta(table).history(1).collect()[0].asDict()
+            if commit.get("operation") != deletes.DELETE_OPERATION:
+                raise LakeError(f"lake table {table}: the newest commit is {commit.get('operation')}, not our delete")
+            metrics = commit.get("operationMetrics") or {}
+            read = commit.get("readVersion")
+            return deletes.Deleted(
+                rows=int(metrics.get("numDeletedRows", 0)),
+                files_removed=int(metrics.get("numRemovedFiles", 0)),
+                files_rewritten=int(metrics.get("numAddedFiles", 0)),
+                read_version=int(read) if read is not None else None,
+                version=int(commit["version"]),
+                attempts=attempt,
+            )
+        raise LakeError(f"lake table {table}: the delete where {condition} kept conflicting ({_ATTEMPTS} attempts)")
 
     def purge_removed(self, table: str) -> int:
-        raise self._no_deletes(table)
+        """Delete the removed files from storage now: ``VACUUM ... RETAIN 0 HOURS`` (Delta's retention
+        check off for the call, restored after). A vacuum also deletes files no commit names, which is
+        safe only on tables written in one commit per write (the typed tables, the records): never on
+        the journal, whose drain stages files before it commits them (the journal is delta-rs's, whose
+        purge deletes only the log's tombstones)."""
+        from queuelake.lake import tables as catalogue
 
-    def _no_deletes(self, table: str) -> LakeError:
-        """Rows are deleted from the journal and the tables derived from its rows (retention, erase),
-        which are all delta-rs's (``tables.DELTA_RS``; ``engines.table_engine`` gives them to it)."""
-        return LakeError(f"lake table {table}: row deletes are for delta-rs's tables (the journal and its records)")
+        if table == catalogue.MESSAGES.name or catalogue.engine_for(table) is not None:
+            raise LakeError(f"lake table {table}: delta-spark never vacuums a table with staged writes (the journal)")
+        self._check_writable(table)
+        key = "spark.databricks.delta.retentionDurationCheck.enabled"
+        previous = self.spark.conf.get(key, "true") or "true"
+        location = f"delta.{_quote(self.path(table))}"
+        self.spark.conf.set(key, "false")
+        try:
+            with self._lock(table, ""):
+                doomed = self.spark.sql(f"VACUUM {location} RETAIN 0 HOURS DRY RUN").count()
+                self.spark.sql(f"VACUUM {location} RETAIN 0 HOURS").collect()
+        finally:
+            self.spark.conf.set(key, previous)
+        return int(doomed)
 
     # ------------------------------------------------------------ reads
 

@@ -54,7 +54,8 @@ class LakeTable:
     # A table whose rows are derived from journal rows names the journal columns that key them
     # (``("queue", "seq")``): ``queuelake erase`` removes its rows whose key is an erased journal row's
     # (``pipeline/store/erase.py``). Empty: not derived from journal rows row by row. The one place a
-    # new derived table (typed body tables, say) declares how its rows are erased.
+    # new derived table declares how its rows are erased (the typed body tables, whose names come from
+    # the message types, are found through ``body_schema_changes``: ``pipeline/store/typed.py``).
     erased_by_journal_key: tuple[str, ...] = ()
     # Rows per Parquet row group when ``maintain`` rewrites the table's files (None: the engine's own,
     # a million rows). The journal keeps the drain's 10,000: ``queuelake find`` reads a row group that
@@ -365,6 +366,7 @@ BODY_UNPARSED = LakeTable(
     ),
     "bodies",
     "bodies that did not parse (or only partly), with the reason; the journal row is (queue, seq)",
+    erased_by_journal_key=("queue", "seq"),
 )
 
 BODY_SCHEMA_CHANGES = LakeTable(

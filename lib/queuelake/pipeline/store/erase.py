@@ -10,8 +10,10 @@ must reach every copy queuelake keeps, not only the journal's current version.
    conflict with a concurrent drain. The rows it removes are exactly those matching in the snapshot
    it read (``journal_version`` in the summary); rows a concurrent drain lands after that snapshot are
    not selected, even when they match: run the erase again once the drain has landed them.
-3. Derived tables: every catalogued table with ``erased_by_journal_key`` (today ``replay_skipped``,
-   keyed by (queue, seq)) loses its rows whose key is an erased row's.
+3. Derived tables: every catalogued table with ``erased_by_journal_key`` (``replay_skipped`` and
+   ``body_unparsed``, keyed by (queue, seq)) loses its rows whose key is an erased row's; every typed
+   body table (``body_<type>``, as ``body_schema_changes`` records them: ``typed.py``) loses its rows
+   whose ``message_id`` is an erased row's.
 4. The purge: each touched table's removed files deleted from storage now (``purge_removed``: only
    the log's tombstones, never the drain's staged files, which a "full" vacuum would destroy).
    Older versions that named them can no longer be read. Delta's log keeps per-file statistics
@@ -35,10 +37,12 @@ from queuelake.lake import tables as catalogue
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.store import typed
 from queuelake.pipeline.store.where import row_filter
 from queuelake.report import log
 
 JOURNAL = catalogue.MESSAGES.name
+KEYS = ["queue", "seq", "message_id"]  # an erased row's keys: (queue, seq) for records, message_id for typed rows
 
 
 def derived_tables() -> list[catalogue.LakeTable]:
@@ -58,7 +62,7 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
     t0 = time.monotonic()
     if dry_run:
         reached = journal.count_rows(JOURNAL, where)
-        keys = journal.matching_rows(JOURNAL, where, ["queue", "seq"])
+        keys = journal.matching_rows(JOURNAL, where, KEYS)
         tables: dict[str, dict[str, Any]] = {
             JOURNAL: {
                 "rows": reached.rows,
@@ -69,10 +73,11 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
         }
         for table in derived_tables():
             engine = table_engine(lake, table.name)
-            key = _key_filter(engine, table, keys)
+            key = key_filter(engine, table, keys)
             if key is not None:
                 counted = engine.count_rows(table.name, key)
                 tables[table.name] = {"rows": counted.rows, "files_removed": counted.files}
+        tables.update(typed.remove(lake, keys["message_id"], True, "erase")[0])
         for name, figures in tables.items():
             log.info(
                 "erase --dry-run %s: would remove %d row(s) from %d file(s)",
@@ -102,14 +107,20 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
         deleted.files_rewritten,
     )
     keys = (
-        journal.matching_rows(JOURNAL, where, ["queue", "seq"], deleted.read_version)
+        journal.matching_rows(JOURNAL, where, KEYS, deleted.read_version)
         if deleted.version is not None
-        else pa.table({"queue": pa.array([], pa.string()), "seq": pa.array([], pa.int64())})
+        else pa.table(
+            {
+                "queue": pa.array([], pa.string()),
+                "seq": pa.array([], pa.int64()),
+                "message_id": pa.array([], pa.string()),
+            }
+        )
     )
     engines = {JOURNAL: journal}
     for table in derived_tables():
         engine = table_engine(lake, table.name)
-        key = _key_filter(engine, table, keys)
+        key = key_filter(engine, table, keys)
         if key is None:
             continue
         removed = engine.delete_rows(table.name, key)
@@ -120,13 +131,16 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
             "files_rewritten": removed.files_rewritten,
         }
         log.info("erase %s: %d derived row(s) removed", table.name, removed.rows)
+    typed_tables, typed_engines = typed.remove(lake, keys["message_id"], False, "erase")
+    tables.update(typed_tables)
+    engines.update(typed_engines)
     for name, engine in engines.items():
         tables[name]["files_vacuumed"] = engine.purge_removed(name)
         log.info("erase %s: %d removed file(s) purged from storage", name, tables[name]["files_vacuumed"])
     return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
 
 
-def _key_filter(engine: LakeEngine, table: catalogue.LakeTable, keys: pa.Table) -> RowFilter | None:
+def key_filter(engine: LakeEngine, table: catalogue.LakeTable, keys: pa.Table) -> RowFilter | None:
     """The rows of a derived table whose journal key is among ``keys``; None when the table does not
     exist or holds none of them. The table's keys are read (a record table: small) and joined with
     the erased ones, so the delete names only the keys it holds."""

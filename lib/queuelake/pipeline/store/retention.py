@@ -14,6 +14,11 @@ First match: a row is governed by the first rule whose ``queue`` and ``outcome``
 absent one matches anything), and by ``default_days`` when none does; ``days: null`` keeps for ever.
 The filters are disjoint (each excludes the rows earlier rules match), so no row is counted twice.
 A row leaves only when its ``drained_at`` is strictly before ``now - days``: nothing younger is touched.
+
+Typed body tables: a typed row goes when a journal row of its message goes (``typed.py``): after each
+rule's journal delete, the typed rows whose ``message_id`` is among the removed rows' (those matching
+in the snapshot the delete read) are deleted, and ``body_unparsed`` loses the removed rows' (queue, seq).
+Their files are purged as the journal's are, by ``maintain``'s vacuum after its retention period.
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ import pyarrow.dataset as ds
 from queuelake.config import Config, RetentionRule
 from queuelake.lake import tables as catalogue
 from queuelake.lake.deletes import RowFilter
-from queuelake.lake.engines import journal_engine
+from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.store import typed
+from queuelake.pipeline.store.erase import key_filter
 from queuelake.report import log
 from queuelake.transport.tables import queue_ref
 
 JOURNAL = catalogue.MESSAGES.name
+UNPARSED = catalogue.BODY_UNPARSED
 _UTC = catalogue.UTC_TS
 
 
@@ -176,6 +184,14 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
                 attempts=deleted.attempts,
             )
             verb = "removed"
+        if dry_run:
+            keys = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"])
+        elif figures.get("version") is not None:
+            keys = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"], deleted.read_version)
+        else:
+            keys = None
+        if keys is not None and keys.num_rows:
+            figures["typed"] = _typed(lake, keys, dry_run)
         figures["seconds"] = round(time.monotonic() - t0, 3)
         log.info(
             "retention %s (drained before %s): %s %d row(s), %d file(s) left the journal, %d rewritten, in %.1fs",
@@ -189,3 +205,23 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
         )
         result.rules.append(figures)
     return result
+
+
+def _typed(lake: LakeEngine, keys: pa.Table, dry_run: bool) -> dict[str, Any]:
+    """The removed journal rows' typed rows (by message id) and unparsed rows (by queue, seq)."""
+
+    figures, _ = typed.remove(lake, keys["message_id"], dry_run, "retention")
+    engine = table_engine(lake, UNPARSED.name)
+    where = key_filter(engine, UNPARSED, keys)
+    if where is not None:
+        if dry_run:
+            figures[UNPARSED.name] = {"rows": engine.count_rows(UNPARSED.name, where).rows}
+        else:
+            figures[UNPARSED.name] = {"rows": engine.delete_rows(UNPARSED.name, where).rows}
+        log.info(
+            "retention %s: %d row(s) %s",
+            UNPARSED.name,
+            figures[UNPARSED.name]["rows"],
+            "counted" if dry_run else "removed",
+        )
+    return figures

@@ -1,0 +1,82 @@
+"""The typed body tables (``pipeline/bodies``) as erase and retention reach them.
+
+Why a module of its own: the typed tables (``body_<type>``) are not catalogued one by one (their names
+come from the message types the journal holds), so ``erased_by_journal_key`` cannot name them. The
+bodies stage records which table each type owns in ``body_schema_changes`` (its ``created`` rows);
+that registry, not a guess from the ``bodies.table_prefix``, is the list of tables reached here.
+
+The rule: a typed row goes when a journal row of its message goes. A typed row is keyed by the
+message's ``message_id`` (one row per message, even when the journal holds its business copy and its
+audit copy), so erasing or retiring either copy removes the typed row. Rows are deleted by the
+table's own engine (delta-rs or delta-spark: the lake's), one commit per table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from queuelake.lake import tables as catalogue
+from queuelake.lake.deletes import RowFilter
+from queuelake.lake.engines import table_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.report import log
+
+CHANGES = catalogue.BODY_SCHEMA_CHANGES.name
+KEY = "message_id"
+
+
+def body_tables(lake: LakeEngine) -> list[str]:
+    """The typed tables the bodies stage created (``body_schema_changes``), those that exist."""
+    if not lake.exists(CHANGES):
+        return []
+    rows = lake.read_arrow(CHANGES, columns=["table", "change"])
+    created = rows.filter(pc.equal(rows["change"], "created"))["table"].to_pylist()
+    return sorted({t for t in created if t and lake.exists(t)})
+
+
+def message_filter(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray | pa.Array) -> RowFilter | None:
+    """The rows of ``table`` whose ``message_id`` is among ``message_ids``; None when it holds none.
+    The table's ids are read first so the delete names only ids it holds."""
+    wanted = pc.unique(pc.drop_null(message_ids))
+    if len(wanted) == 0:
+        return None
+    held = engine.read_arrow(table, columns=[KEY])[KEY]
+    hit = pc.unique(pc.drop_null(held.filter(pc.is_in(held, value_set=wanted)))).to_pylist()
+    if not hit:
+        return None
+    quoted = ", ".join("'" + str(v).replace("'", "''") + "'" for v in sorted(hit))
+    return RowFilter(f'"{KEY}" IN ({quoted})', ds.field(KEY).isin(hit), (KEY,))
+
+
+def remove(
+    lake: LakeEngine, message_ids: pa.ChunkedArray | pa.Array, dry_run: bool, step: str
+) -> tuple[dict[str, dict[str, Any]], dict[str, LakeEngine]]:
+    """Delete (``dry_run``: count) the typed rows of ``message_ids`` in every typed table. Returns the
+    figures per table touched and the engines that deleted (for the caller's purge)."""
+    figures: dict[str, dict[str, Any]] = {}
+    engines: dict[str, LakeEngine] = {}
+    if len(message_ids) == 0:
+        return figures, engines
+    for table in body_tables(lake):
+        engine = table_engine(lake, table)
+        where = message_filter(engine, table, message_ids)
+        if where is None:
+            continue
+        if dry_run:
+            counted = engine.count_rows(table, where)
+            figures[table] = {"rows": counted.rows, "files_removed": counted.files}
+            log.info("%s --dry-run %s: would remove %d typed row(s)", step, table, counted.rows)
+            continue
+        removed = engine.delete_rows(table, where)
+        engines[table] = engine
+        figures[table] = {
+            "rows": removed.rows,
+            "files_removed": removed.files_removed,
+            "files_rewritten": removed.files_rewritten,
+        }
+        log.info("%s %s: %d typed row(s) removed", step, table, removed.rows)
+    return figures, engines
