@@ -271,6 +271,15 @@ def test_erase_reaches_the_typed_body_tables(fresh_pg_uri: str, tmp_path: Path, 
     again = erase(cfg, lake, f"message_id = '{gone}'")
     assert again["tables"]["messages"]["rows"] == 0 and ORDERS not in again["tables"], again
 
+    # an unparsed body's record goes with its journal row, by (queue, seq)
+    unparsed = lake.read_arrow("body_unparsed", columns=["queue", "seq"]).to_pylist()
+    queue, seq = unparsed[0]["queue"], unparsed[0]["seq"]
+    where = "queue = '" + queue.replace("'", "''") + f"' AND seq = {seq}"
+    done = erase(cfg, lake, where)
+    assert done["tables"]["messages"]["rows"] == 1 and done["tables"]["body_unparsed"]["rows"] >= 1, done
+    left = lake.read_arrow("body_unparsed", columns=["queue", "seq"]).to_pylist()
+    assert (queue, seq) not in {(r["queue"], r["seq"]) for r in left} and len(left) < len(unparsed)
+
 
 def test_the_spark_condition_of_a_row_filter_quotes_identifiers_not_text() -> None:
     from queuelake.lake.jvm import spark_condition
