@@ -103,7 +103,7 @@ def drain_on_executors(
         out.at_once,
         out.connection_bound,
     )
-    jobs = [QueueJob(config, r, w, max_messages, deadline, log.level or 20) for r, w in todo]
+    jobs = [QueueJob(config, r, w, max_messages, deadline, log.level or 20, poller.lock_name) for r, w in todo]
     try:
         with ThreadPoolExecutor(max_workers=out.at_once, thread_name_prefix="drain-job") as pool:
             drained = list(pool.map(partial(_run_job, spark, group, poller), jobs))

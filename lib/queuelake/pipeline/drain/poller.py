@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 
 from queuelake.config import Config
 from queuelake.context import connect
+from queuelake.errors import DrainError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.committer import MOST_PER_GROUP, Claimed, land_group
 from queuelake.report import log
-from queuelake.transport import claims
+from queuelake.transport import claims, locks
 from queuelake.transport.db import Connection
 
 POLL_SECONDS = 0.2
@@ -38,6 +40,11 @@ class ClaimsPoller:
     ``release`` it after the task ended (the claims its last attempt left are committed first)."""
 
     def __init__(self, config: Config, journal: LakeEngine, on_failure: Callable[[BaseException], None]) -> None:
+        # held by the poller's connection while it runs: a task that can take it knows the driver is
+        # gone (its process killed: the server released the lock with the connection) and stops
+        # waiting for commits that will never come, instead of holding its connections for minutes
+        self.lock_name = f"queuelake.drain.poller:{uuid.uuid4().hex}"
+        self._locked = threading.Event()
         self._config = config
         self._journal = journal
         self._on_failure = on_failure
@@ -54,7 +61,9 @@ class ClaimsPoller:
         self.rows: Counter[str] = Counter()  # per queue: the rows of the claims this run committed
 
     def start(self) -> ClaimsPoller:
+        """Start polling; returns once the poller holds its lock (or failed), before any task runs."""
         self._thread.start()
+        self._locked.wait()
         return self
 
     def watch(self, queue: str) -> None:
@@ -81,6 +90,9 @@ class ClaimsPoller:
     def _run(self) -> None:
         try:
             with connect(self._config, "queuelake-drain-commit") as conn:
+                if not locks.try_lock(conn, self.lock_name, what="the drain's claims poller"):
+                    raise DrainError(f"the claims poller's lock {self.lock_name} is held by another session")
+                self._locked.set()
                 while True:
                     with self._changed:
                         if self._closed:
@@ -101,6 +113,7 @@ class ClaimsPoller:
             with self._changed:
                 self.error = exc
                 self._changed.notify_all()
+            self._locked.set()
             self._on_failure(exc)
 
     def _land(self, conn: Connection, found: list[claims.Claim]) -> None:

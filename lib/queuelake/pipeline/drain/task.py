@@ -38,7 +38,7 @@ from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.report import log
-from queuelake.transport import claims, db, drivers
+from queuelake.transport import claims, db, drivers, locks
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
 
@@ -48,6 +48,8 @@ MOST_AHEAD = 3
 # how long a task waits for the driver to commit its claims before it gives up (the driver is gone,
 # or its poller failed and could not cancel the job): the claims then wait for the next run
 CLEARED_WITHIN_SECONDS = 300.0
+# how often a waiting task asks whether the driver is still there (its claims poller's lock)
+DRIVER_CHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class QueueJob:
     max_messages: int | None
     deadline: float | None  # wall clock (time.time()): the driver's and the task's monotonic clocks differ
     log_level: int
+    poller_lock: str  # the driver's claims poller holds it: a task that can take it knows the driver is gone
 
 
 def drain_queue_task(job: QueueJob, _partition: Iterator[Any]) -> Iterator[QueueResult]:
@@ -86,7 +89,7 @@ def drain_queue_task(job: QueueJob, _partition: Iterator[Any]) -> Iterator[Queue
             Budget(config.drain.batch_size, job.max_messages, deadline),
             shared,
             job.workers,
-            TaskCommitter(config),
+            TaskCommitter(config, job.poller_lock),
         )
         yield drain.run()
     finally:
@@ -98,8 +101,9 @@ class TaskCommitter:
     """The ``Committer`` of a queue drained in a Spark task: the driver's poller commits the claims;
     this watches them go, on the queue's lock connection (the task opens no connection for it)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, poller_lock: str) -> None:
         self._claims_table = claims.claims_ref(config.transport)
+        self._poller_lock = poller_lock
         self._conn: Connection | None = None
         self._queue = ""
         self._mutex = threading.Lock()  # the lock connection, shared by the queue's workers
@@ -136,13 +140,29 @@ class TaskCommitter:
 
     def _until(self, done: Any, what: str) -> None:
         give_up = time.monotonic() + CLEARED_WITHIN_SECONDS
+        next_check = time.monotonic() + DRIVER_CHECK_SECONDS
         while not done(self._claims()):
-            if time.monotonic() >= give_up:
+            now = time.monotonic()
+            if now >= give_up:
                 raise DrainError(
                     f"drain {self._queue}: the driver did not commit {what} within {CLEARED_WITHIN_SECONDS:g}s; "
                     "their claims wait for the next run"
                 )
+            if now >= next_check:
+                next_check = now + DRIVER_CHECK_SECONDS
+                if self._driver_gone():
+                    raise DrainError(
+                        f"drain {self._queue}: the driver's claims poller is gone (its lock is free); "
+                        f"{what} wait for the next run"
+                    )
             time.sleep(POLL_SECONDS)
+
+    def _driver_gone(self) -> bool:
+        """Whether the driver's poller no longer holds its lock. Taking it keeps it on this task's lock
+        connection, which the task closes as it ends (it raises right after)."""
+        assert self._conn is not None, "begin() first"
+        with self._mutex:
+            return locks.try_lock(self._conn, self._poller_lock, what="the drain's claims poller")
 
     def _claims(self) -> list[claims.Claim]:
         assert self._conn is not None, "begin() first"
