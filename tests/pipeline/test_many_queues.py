@@ -118,6 +118,14 @@ def test_an_empty_queue_with_a_claim_left_is_not_idle(fresh_pg_uri: str) -> None
     assert found[refs[0].canonical].idle and not found[refs[1].canonical].idle
 
 
+def waiting(budget: ConnectionBudget, n: int) -> None:
+    """Until ``n`` holders are queued for their connections (however slow the machine)."""
+    deadline = time.monotonic() + 30
+    while len(budget._turns) < n:  # noqa: SLF001 - the queue of turns is what the test watches
+        assert time.monotonic() < deadline, "the holders never queued"
+        time.sleep(0.01)
+
+
 def test_the_connection_budget_is_first_come_first_served() -> None:
     """A queue needing many connections is not overtaken by later ones needing few."""
     budget = ConnectionBudget(6)
@@ -137,10 +145,11 @@ def test_the_connection_budget_is_first_come_first_served() -> None:
     first.wait()
     big = threading.Thread(target=hold, args=("big", 5))
     big.start()
-    time.sleep(0.2)  # big waits for a
+    waiting(budget, 1)  # big waits for a
     small = threading.Thread(target=hold, args=("small", 1))
     small.start()
-    time.sleep(0.2)  # small fits now, but waits its turn behind big
+    waiting(budget, 2)  # small would fit now, but waits its turn behind big
+    time.sleep(0.1)  # room for small to (wrongly) go ahead
     assert order == ["a"]
     release.set()
     for t in (a, big, small):
