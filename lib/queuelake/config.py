@@ -317,8 +317,14 @@ class BodiesConfig:
     sample_rows: int | None = 5000
     # keep Newtonsoft's `$type` member of the body's root as a column (it repeats the message type)
     keep_type_member: bool = False
+    # typed tables written at once (each its own Spark job and commit): jobs submitted together keep
+    # the executors busy while the driver reads one table's log or commits another's files
+    parallel_tables: int = 4
 
     def __post_init__(self) -> None:
+        tables_at_once = self.parallel_tables
+        if isinstance(tables_at_once, bool) or not isinstance(tables_at_once, int) or tables_at_once < 1:
+            raise ConfigError("bodies.parallel_tables must be a number of tables of at least 1")
         if not isinstance(self.table_prefix, str) or not _TABLE_PREFIX.fullmatch(self.table_prefix):
             raise ConfigError(
                 f"bodies.table_prefix {self.table_prefix!r}: start with a lower-case letter; letters, digits, '_'"

@@ -295,3 +295,20 @@ def test_a_failure_between_two_tables_is_redone_without_duplicates(
     assert by_table[orders].get("note") == "already written" and by_table[counted]["rows_out"] == 5
     assert len(rows(lake, orders)) == 6 and len(rows(lake, counted)) == 5
     assert bodies_run.bodies(cfg, spark, lake).get("note") == "nothing new"
+
+
+@pytest.mark.parametrize(
+    ("bodies", "named"),
+    [
+        ({"sample_rows": 0}, "bodies.sample_rows"),
+        ({"parallel_tables": 0}, "bodies.parallel_tables"),
+        ({"parallel_tables": True}, "bodies.parallel_tables"),
+        ({"table_prefix": "Body"}, "bodies.table_prefix"),
+        ({"tables": {"Sales.OrderPlaced": "Orders"}}, "bodies.tables.Sales.OrderPlaced"),
+    ],
+)
+def test_bodies_config_is_checked(bodies: dict, named: str, tmp_path: Path) -> None:
+    from queuelake.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        config("postgresql://unused/none", tmp_path, "delta-rs", **bodies)

@@ -146,3 +146,17 @@ class DeltaRsWriter(DataSourceArrowWriter):
 def register(spark) -> None:
     """Register the data source on this session (idempotent, cheap)."""
     spark.dataSource.register(DeltaRsDataSource)
+
+
+def activate(spark) -> None:
+    """Make ``spark`` the JVM thread's active session before a write through the data source.
+
+    Why: Spark looks a Python data source up in the active session of the JVM thread that runs the
+    write, and a Python thread other than the main one gets a JVM thread with none (pyspark 4.1: a
+    write from a thread pool fails with "data source not found"). Cheap: one py4j call."""
+    jvm = spark._jvm
+    companion = jvm.org.apache.spark.sql.classic.SparkSession  # Spark 4; Spark 3.5 has no classic
+    try:
+        companion.setActiveSession(spark._jsparkSession)
+    except Exception:  # noqa: BLE001 - Spark 3.5: the session class is org.apache.spark.sql.SparkSession
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

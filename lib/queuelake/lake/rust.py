@@ -184,7 +184,7 @@ class DeltaRsEngine(StagedWrites):
         """
         import json
 
-        from queuelake.lake.datasource import FORMAT, SECRET_OPTIONS_KEY, encode_schema, register
+        from queuelake.lake.datasource import FORMAT, SECRET_OPTIONS_KEY, activate, encode_schema, register
 
         spark = self._spark(df)
         with self._lock(table, app_id):
@@ -202,6 +202,7 @@ class DeltaRsEngine(StagedWrites):
             if id(spark) not in self._registered:
                 register(spark)
                 self._registered.add(id(spark))
+            activate(spark)
             write_id = uuid.uuid4().hex
             since = dt.version()
             writer = (

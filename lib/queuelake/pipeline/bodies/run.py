@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -106,11 +107,14 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             evolutions = {name: _evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
             _record_changes(lake, run.run_id, upto, tables, evolutions)
             unparsed_parts = [select_unparsed(frame, upto).toArrow()]
-            for name in sorted(tables):
-                result, bad = _write_type(lake, frame, selected, name, evolutions[name], upto)
-                results.append(result)
-                if bad is not None:
-                    unparsed_parts.append(bad)
+            with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
+                written_types = pool.map(
+                    lambda name: _write_type(lake, frame, selected, name, evolutions[name], upto), sorted(tables)
+                )
+                for result, bad in written_types:
+                    results.append(result)
+                    if bad is not None:
+                        unparsed_parts.append(bad)
             unparsed_count = _write_unparsed(lake, unparsed_parts, after, upto)
         finally:
             frame.unpersist()
@@ -251,8 +255,7 @@ def _write_type(
     lake: LakeEngine, frame: DataFrame, selected: select.Plan, name: str, evolution: evolve.Evolution, upto: int
 ) -> tuple[dict[str, Any], pa.Table | None]:
     """One type's increment into its table, and its unparsed rows."""
-    from pyspark import StorageLevel
-    from pyspark.sql import Window
+    from pyspark.sql import Observation, Window
     from pyspark.sql import functions as F
 
     table = evolution.table
@@ -275,13 +278,19 @@ def _write_type(
             if held.num_rows:
                 ids = rows.sparkSession.createDataFrame(held.select(["message_id"]).combine_chunks())
                 rows = rows.join(F.broadcast(ids.distinct()), "message_id", "left_anti")
-        parsed = parse.parsed(rows, evolution.schema).persist(StorageLevel.MEMORY_AND_DISK)
+        # one Spark job parses and writes; the rows it leaves out (unparsed) are counted on the way
+        # (an Observation: no second job), and parsed again only when there are any, which is rare
+        parsed = parse.parsed(rows, evolution.schema)
+        left_out = Observation(f"bodies/{table}")
+        observed = parsed.observe(left_out, F.count(F.col("verdict")).alias("unparsed"))
         before = lake.table_version(table)
-        if lake.append_dataframe(table, parse.typed(parsed, evolution.schema), app_id, upto):
+        if lake.append_dataframe(table, parse.typed(observed, evolution.schema), app_id, upto):
             result["rows_out"] = rows_in_files(lake.added_files(table, before, lake.table_version(table) or 0))
-        bad = parse.unparsed(parsed, upto)
-        bad_rows = bad.toArrow()
-        parsed.unpersist()
+            any_unparsed = bool(left_out.get.get("unparsed"))
+        else:  # another run wrote it meanwhile: no job ran, so nothing was counted
+            any_unparsed = True
+        bad_rows = parse.unparsed(parsed, upto).toArrow() if any_unparsed else None
+        unparsed = 0 if bad_rows is None else bad_rows.num_rows
         seconds = round(time.monotonic() - started, 3)
         log.info(
             "bodies: %s: %d row(s) in, %d written to %s, %d unparsed (%.1fs)",
@@ -289,10 +298,10 @@ def _write_type(
             result["rows_in"],
             result["rows_out"],
             table,
-            bad_rows.num_rows,
+            unparsed,
             seconds,
         )
-        return {**result, "unparsed": bad_rows.num_rows, "status": Status.OK, "seconds": seconds}, bad_rows
+        return {**result, "unparsed": unparsed, "status": Status.OK, "seconds": seconds}, bad_rows
     except (QueuelakeError, Exception) as exc:  # noqa: BLE001 - one type's failure never blocks another
         log.error("bodies: %s -> %s failed: %s", name, table, exc)
         return {**result, "status": Status.FAILED, "error": f"{type(exc).__name__}: {exc}"[:2000]}, None
