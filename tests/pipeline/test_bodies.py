@@ -6,6 +6,7 @@ reruns that add nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,12 @@ STOCK = "body_stock_contracts_stockcounted"
 ODD = "body_odd_contracts_everything"
 
 
-def config(uri: str, root: Path, engine: str, **bodies: object):
+def config(uri: str, root: Path, engine: str, names: dict | None = None, **bodies: object):
+    """``names``: more ``lake`` keys (``catalog``, ``schema``); ``bodies``: the ``bodies`` section."""
     return from_dict(
         {
             "transport": {"connection": uri},
-            "lake": {"root": str(root), "engine": engine},
+            "lake": {"root": str(root), "engine": engine, **(names or {})},
             "drain": {"queues": ["Sales", "audit"], "batch_size": 50},
             "bodies": bodies,
         },
@@ -169,6 +171,62 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
 
     again = bodies_run.bodies(cfg, spark, lake)
     assert again.get("note") == "nothing new" and len(rows(lake, ORDERS)) == 15
+
+
+@pytest.mark.slow
+def test_typed_tables_registered_by_name(fresh_pg_uri: str, tmp_path: Path, spark, engine: str) -> None:
+    """With lake.catalog/lake.schema, every table the bodies stage writes is registered in the metastore
+    (issue 33): ``spark.table('<schema>.body_<type>')`` reads the typed table, with the lake's rows and
+    columns, and so do body_schema_changes, body_unparsed and body_increments. The name points at the
+    table's folder, so a later increment that changes a table's schema (a column widened: the table
+    rewritten) reads through it too. Registration goes through Spark's Delta catalog on either engine."""
+    require_delta_jvm(spark)
+    schema = "ql_" + uuid.uuid4().hex[:8]
+    root = tmp_path / "lake"
+    cfg = config(fresh_pg_uri, root, engine, names={"catalog": "spark_catalog", "schema": schema})
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    send(cfg, "Sales", c.corpus())
+    lake = open_lake(cfg.lake, spark)
+
+    def same_by_name(table: str, key: str) -> None:
+        by_name = spark.table(f"{schema}.{table}")
+        assert by_name.columns == lake.schema(table).names, table
+        assert by_name.count() == lake.read_arrow(table).num_rows > 0, table
+        keys = sorted(str(r[0]) for r in by_name.select(key).collect())
+        assert keys == sorted(str(v) for v in lake.read_arrow(table, columns=[key]).column(key).to_pylist()), table
+        location = spark.sql(f"DESCRIBE DETAIL spark_catalog.{schema}.{table}").first()["location"]
+        assert location.rstrip("/").endswith(str(root / table)), (table, location)  # the lake's folder
+
+    try:
+        assert drain(cfg, lake)["status"] == "ok"
+        out = bodies_run.bodies(cfg, spark, lake)
+        assert out["status"] == "ok", out
+        typed = sorted(t["table"] for t in out["tables"])
+        assert typed == sorted([ORDERS, SHIPPED, INVOICES, STOCK, ODD])
+        for table in typed:
+            same_by_name(table, "message_id")
+        same_by_name(bodies_run.CHANGES, "table")
+        same_by_name(bodies_run.UNPARSED, "reason")
+        same_by_name(bodies_run.INCREMENTS, "journal_version")
+        registered = {t.name for t in spark.catalog.listTables(schema)}
+        assert {*typed, bodies_run.CHANGES, bodies_run.UNPARSED, bodies_run.INCREMENTS} <= registered, registered
+        assert dict(spark.table(f"{schema}.{STOCK}").dtypes)["Count"] == "bigint"
+
+        # a second increment widens StockCounted.Count (the table rewritten): the name reads the new schema
+        widened = c.message(c.STOCK, b'{"Sku": "sku-9", "Count": 2.5, "Location": "aisle 9"}', "application/json", 9)
+        send(cfg, "Sales", [widened])
+        assert drain(cfg, lake)["status"] == "ok"
+        assert bodies_run.bodies(cfg, spark, lake)["status"] == "ok"
+        assert dict(spark.table(f"{schema}.{STOCK}").dtypes)["Count"] == "double"
+        same_by_name(STOCK, "message_id")
+        same_by_name(bodies_run.CHANGES, "table")
+        same_by_name(bodies_run.INCREMENTS, "journal_version")
+        assert spark.table(f"{schema}.{bodies_run.INCREMENTS}").count() == 2
+    finally:
+        spark.sql(f"DROP SCHEMA IF EXISTS spark_catalog.{schema} CASCADE")
+    assert lake.read_arrow(STOCK).num_rows == 7  # dropping the names never drops the data
 
 
 @pytest.mark.slow
