@@ -4,6 +4,10 @@
 Why here: ``drain.max_connections`` is a promise about what the server sees, and a run's own count
 (``peak_connections`` in the drain's summary) can only say what the run planned. The tests and the
 benches measure the promise the same way, with this one poller.
+
+Every connection to the database counts, whoever opened it: the poller filters on the database only,
+never on ``application_name`` (ADBC's connections set none), so with ``drain.on: executors`` the
+Spark tasks' connections, opened from other processes, count beside the driver's.
 """
 
 from __future__ import annotations
@@ -14,15 +18,18 @@ import time
 import psycopg
 
 POLL_SECONDS = 0.01
+UNNAMED = "(unnamed)"  # connections that set no application_name (ADBC's)
 
 
 class PeakConnections:
     """The most connections to the database of ``uri`` (other than the poller's own) seen while the
-    ``with`` block runs, polled every 10 ms."""
+    ``with`` block runs, polled every 10 ms; ``at_peak``: those connections by ``application_name``
+    at the first poll that saw the peak (which part of a run held them)."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.peak = 0
+        self.at_peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -37,9 +44,13 @@ class PeakConnections:
     def _poll(self) -> None:
         with psycopg.connect(self.uri, autocommit=True) as conn:
             while not self._stop.is_set():
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
+                rows = conn.execute(
+                    "SELECT application_name, count(*) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                ).fetchone()
-                self.peak = max(self.peak, int(row[0]) if row else 0)
+                    " GROUP BY application_name"
+                ).fetchall()
+                seen = sum(int(n) for _, n in rows)
+                if seen > self.peak:
+                    self.peak = seen
+                    self.at_peak = {(name or UNNAMED): int(n) for name, n in sorted(rows, key=lambda r: r[0] or "")}
                 time.sleep(POLL_SECONDS)
