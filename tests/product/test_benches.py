@@ -2,7 +2,8 @@
 
 Why: the benches are run by hand, rarely, and import the library's internals. A rename in the library
 broke nothing in CI until someone next measured. The drain, audit and commits scripts run here, and the
-publish script (with its local Spark session, both modes); no figure is asserted, only that every
+publish script (with its local Spark session, both modes), and the queues script (on the driver and
+on a standalone cluster's executors, which it starts and stops); no figure is asserted, only that every
 measurement the script promises is there.
 """
 
@@ -167,14 +168,25 @@ def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_queues_bench_drains_many_queues_and_one_with_whole_commands(fresh_pg_uri: str) -> None:
-    result = _bench("queues.py", "--queues", "30", "--per-queue", "40", "--dsn", fresh_pg_uri)
-    (run,) = result["runs"]
-    assert run["many"]["rows"] == run["one"]["rows"] == 1200 and run["many"]["queues"] == 30
+def test_queues_bench_drains_many_queues_and_one_on_the_driver_and_on_executors(fresh_pg_uri: str) -> None:
+    result = _bench("queues.py", "--queues", "30", "--per-queue", "40", "--on", "both", "--dsn", fresh_pg_uri)
+    assert set(result["modes"]) == {"driver", "executors"} and result["max_connections"] == 24
+    assert result["cluster"]["workers"] == 2 and result["cluster"]["start_seconds"] > 0
+    for mode, summary in result["modes"].items():
+        (run,) = summary["runs"]
+        assert run["many"]["rows"] == run["one"]["rows"] == 1200 and run["many"]["queues"] == 30, mode
+        for label in ("many", "one"):
+            figures = run[label]
+            assert figures["msgs_per_s"] > 0 and figures["journal_commits"] >= 1, (mode, figures)
+            assert 0 < figures["peak_connections_seen"] <= figures["max_connections"], (mode, figures)
+            assert 0 < figures["peak_connections_reported"] <= figures["max_connections"], (mode, figures)
+            assert sum(figures["seen_at_peak_by_application"].values()) == figures["peak_connections_seen"]
+            assert figures["connections_before"] == 0, (mode, figures)
+        assert summary["ratio_median"] > 0
+    # on executors the driver holds no queue's lock: the locks seen at peak are the Spark tasks'
     for label in ("many", "one"):
-        assert run[label]["msgs_per_s"] > 0 and run[label]["journal_commits"] >= 1
-        assert 0 < run[label]["peak_connections_seen"] <= run[label]["max_connections"], run[label]
-    assert result["ratio_median"] > 0
+        held = result["modes"]["executors"]["runs"][0][label]["seen_at_peak_by_application"]
+        assert held.get("queuelake-drain-lock", 0) >= 1, held
 
 
 def test_find_bench_times_whole_find_commands_against_full_scans() -> None:
