@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -131,6 +132,10 @@ def test_many_queues_drained_by_spark_tasks(fresh_pg_uri: str, tmp_path: Path, c
     logs = cluster.executor_logs()
     assert logs.count(f"a Spark task, python {sys.executable}") >= 12, logs[-3000:]
     assert "a Spark task" not in proc.stderr  # not in the driver
+    # Python workers are reused from one queue's task to the next (two 1-core executors): a task that
+    # left its input unread made Spark start a fresh worker, imports and all, for every queue
+    mine = re.findall(r'drain "public"\."Endpoint\d\d": a Spark task, python \S+, pid (\d+)', logs)
+    assert len(mine) >= 12 and len(set(mine)) <= 4, mine
 
 
 @pytest.mark.slow
