@@ -19,7 +19,10 @@ with nothing new in the journal (log lookups), and on an increment of one messag
 increment's machinery for one row).
 Ends with one JSON line.
 
-    python bench/bodies.py [--rows 1000000] [--types 20] [--commit-rows 20000]
+    python bench/bodies.py [--rows 1000000] [--types 20] [--commit-rows 20000] [--engine delta-rs]
+
+--engine delta-spark needs the Delta jars on the session's classpath, as the tests get them:
+``QUEUELAKE_DELTA_JARS=jvm/jars python bench/bodies.py --engine delta-spark``.
 """
 
 from __future__ import annotations
