@@ -12,6 +12,10 @@ preferred, then the first drained.
 
 A type that fails (its table cannot be written) is reported and the others go on; the increment's
 checkpoint is then not committed, so the next run redoes it, and the tables already written skip it.
+
+Cost: the selection is read and cached once; each type is then one Spark job that parses and
+appends (its unparsed rows counted on the way, collected only when there are any), and
+``bodies.parallel_tables`` types are written at once (``bench/bodies.py``).
 """
 
 from __future__ import annotations
