@@ -145,7 +145,8 @@ def test_small_queues_share_spark_jobs_and_keep_every_guarantee(
     """30 queues of one batch each: fewer Spark jobs (tasks) than queues, each task draining several
     queues one after another; two tasks' Python workers SIGKILLed after their 2nd claim's DB commit
     (the 2nd queue of a packed task: the 1st drained, the 2nd claimed and not in the journal), so
-    Spark retries them. Every row once, every queue's runs row exact, no claim left."""
+    Spark retries them. Every row once, every queue's runs row exact, no claim left. Then the driver
+    SIGKILLed in its poller, and a normal run: every row once, no claim left."""
     names = [f"Small{i:02d}" for i in range(30)]
     lake_root = tmp_path / "lake"
     cfg = make_config(fresh_pg_uri, lake_root, names)
@@ -193,6 +194,32 @@ def test_small_queues_share_spark_jobs_and_keep_every_guarantee(
     logs = cluster.executor_logs()
     packed = [int(n) for n in re.findall(r"a Spark task of (\d+) queue\(s\)", logs)]
     assert packed and max(packed) > 1, logs[-3000:]
+
+    # the driver SIGKILLed in its poller after a group's Delta commit: the packed tasks, holding their
+    # queues' locks, find the driver gone and close their connections; the next run resolves the rest
+    for i, name in enumerate(names):
+        seeded[name] |= seed_ids(cfg, name, 100, seed=800 + i)
+    plain = write_conf(tmp_path / "plain.yaml", cluster, lake_root, names, batch_size=250)
+    killed = subprocess.run(
+        drain_cmd(plain),
+        env=env_for(fresh_pg_uri, QUEUELAKE_TEST_KILL_AT="after_delta_commit:2"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    wait_for_no_drain(fresh_pg_uri)
+    left = claim_count(cfg)
+    final = subprocess.run(drain_cmd(plain), env=env_for(fresh_pg_uri), capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr[-4000:]
+    summary = summary_of(final)
+    assert summary["status"] == "ok" and summary["claims_resolved"] == left, summary
+    rows = journal(lake_root)
+    ids = rows["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 6_000
+    assert set(ids) == set().union(*seeded.values())
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in names)
 
 
 def test_small_queues_are_planned_into_fewer_jobs() -> None:
