@@ -233,7 +233,7 @@ def test_small_queues_are_planned_into_fewer_jobs() -> None:
     depths: list[int | None] = [5_000, None, 1_001] + [100] * 30 + [1_000] * 7
     backlogs = {r.canonical: Backlog(d, 0) for r, d in zip(refs, depths)}
     todo = [(r, 1) for r in refs]
-    jobs = plan_jobs(todo, backlogs, batch_size=1_000, max_messages=None, at_once=2)
+    jobs = plan_jobs(todo, backlogs, batch_size=1_000, max_messages=None, slots=2)
     # deeper than a batch, or unknown: alone, first; every queue planned once, in order
     assert [[r for r, _ in j] for j in jobs[:3]] == [[refs[0]], [refs[1]], [refs[2]]]
     assert [r for j in jobs for r, _ in j] == refs
@@ -243,7 +243,7 @@ def test_small_queues_are_planned_into_fewer_jobs() -> None:
         assert sum(backlogs[r.canonical].depth or 0 for r, _ in job) <= PACK_BATCHES * 1_000
     # a message budget makes a deep queue small; 39 small ones spread over 2 jobs per slot or so:
     # at most ceil(39 / 16) = 3 a job
-    capped = plan_jobs(todo, backlogs, batch_size=1_000, max_messages=500, at_once=8)
+    capped = plan_jobs(todo, backlogs, batch_size=1_000, max_messages=500, slots=8)
     assert [r for r, _ in capped[0]] == [refs[1]]  # unknown depth: still alone
     assert [len(j) for j in capped[1:]] == [3] * 13 and sum(len(j) for j in capped) == 40
 

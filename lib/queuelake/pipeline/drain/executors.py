@@ -20,8 +20,9 @@ Small queues share a job: a job costs ~0.3 s of an executor's core whatever it d
 scheduling, the task's set-up: delta-rs on the journal, ADBC; the driver's commit of its last
 batches waited for), and a queue of one batch drains in a few hundredths of a second. A queue is
 small when it holds at most a batch (``drain.batch_size``); small queues go together up to
-``PACK_BATCHES`` batches of rows a job, and over about ``JOBS_PER_SLOT`` jobs per job run at once,
-so the cores stay evenly busy. A bigger queue has a job of its own, as before.
+``PACK_BATCHES`` batches of rows a job, and over about ``JOBS_PER_SLOT`` jobs per slot (a job run
+at once: the pool's, at most the cluster's cores), so the cores stay evenly busy. A bigger queue
+has a job of its own, as before.
 
 A job per queue or per few queues (not one job of all queues): the driver knows when each job has
 ended, so its poller stops committing claims of queues it no longer drains, one job's failure does
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 
 # a job of small queues holds at most this many batches' rows (their estimated depths)
 PACK_BATCHES = 8
-# small queues are spread over at least this many jobs per job the pool runs at once
+# small queues are spread over about this many jobs per slot (a job run at once)
 JOBS_PER_SLOT = 2
 
 
@@ -102,12 +103,12 @@ def plan_jobs(
     backlogs: dict[str, Backlog],
     batch_size: int,
     max_messages: int | None,
-    at_once: int,
+    slots: int,
 ) -> list[list[tuple[TableRef, int]]]:
     """The run's Spark jobs, each a list of (queue, workers) its task drains in order: a queue of more
     than a batch alone (biggest first, as ``todo`` comes), the rest packed in ``todo``'s order up to
-    ``PACK_BATCHES`` batches of rows a job and ``ceil(small / (at_once * JOBS_PER_SLOT))`` queues a
-    job, so they spread over about ``JOBS_PER_SLOT`` jobs per job the pool runs at once.
+    ``PACK_BATCHES`` batches of rows a job and ``ceil(small / (slots * JOBS_PER_SLOT))`` queues a
+    job, so they spread over about ``JOBS_PER_SLOT`` jobs per slot (a job that runs at once).
     A queue whose depth is unknown counts as big."""
 
     def rows(ref: TableRef) -> int | None:
@@ -124,7 +125,7 @@ def plan_jobs(
     small = [(r, w) for r, w in todo if is_small(r)]
     if not small:
         return big
-    per_job = max(1, math.ceil(len(small) / (at_once * JOBS_PER_SLOT)))
+    per_job = max(1, math.ceil(len(small) / (slots * JOBS_PER_SLOT)))
     most_rows = PACK_BATCHES * batch_size
     packed: list[list[tuple[TableRef, int]]] = []
     job: list[tuple[TableRef, int]] = []
@@ -169,7 +170,10 @@ def drain_on_executors(
         out.at_once,
         out.connection_bound,
     )
-    planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, out.at_once)
+    # the jobs that run at the same time: the pool's, and no more than the cluster's cores (as Spark
+    # reports them now: executors that register later only find the jobs coarser)
+    slots = max(1, min(out.at_once, sc.defaultParallelism))
+    planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, slots)
     out.jobs = len(planned)
     log.info("drain: %d Spark job(s) for %d queue(s) (small queues share a job)", len(planned), len(todo))
     jobs = [
