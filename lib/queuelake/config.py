@@ -191,7 +191,8 @@ class DrainConfig:
     # batch_megabytes / 16 KB rows at most, later ones as many as the bytes per row seen so far allow.
     batch_megabytes: int = 64
     # where the queues' workers run: driver (threads of this process) or executors (Spark tasks, a
-    # task per queue, each in its own Python process; the driver commits what they claim)
+    # task per big queue and one per several small ones, each in its own Python process; the driver
+    # commits what they claim)
     on: str = "driver"
 
     def __post_init__(self) -> None:

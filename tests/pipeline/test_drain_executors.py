@@ -139,6 +139,116 @@ def test_many_queues_drained_by_spark_tasks(fresh_pg_uri: str, tmp_path: Path, c
 
 
 @pytest.mark.slow
+def test_small_queues_share_spark_jobs_and_keep_every_guarantee(
+    fresh_pg_uri: str, tmp_path: Path, cluster: Cluster
+) -> None:
+    """30 queues of one batch each: fewer Spark jobs (tasks) than queues, each task draining several
+    queues one after another; two tasks' Python workers SIGKILLed after their 2nd claim's DB commit
+    (the 2nd queue of a packed task: the 1st drained, the 2nd claimed and not in the journal), so
+    Spark retries them. Every row once, every queue's runs row exact, no claim left. Then the driver
+    SIGKILLed in its poller, and a normal run: every row once, no claim left."""
+    names = [f"Small{i:02d}" for i in range(30)]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names)
+    install(cfg)
+    seeded = {name: seed_ids(cfg, name, 100, seed=700 + i) for i, name in enumerate(names)}
+    tokens = tmp_path / "kill-tokens"
+    tokens.mkdir()
+    for k in range(2):
+        (tokens / str(k)).touch()
+    conf = write_conf(
+        tmp_path / "drain.yaml",
+        cluster,
+        lake_root,
+        names,
+        batch_size=250,
+        **{
+            "spark.executorEnv.QUEUELAKE_TEST_KILL_AT": "after_db_commit:2",
+            "spark.executorEnv.QUEUELAKE_TEST_KILL_TOKENS": str(tokens),
+        },
+    )
+    proc = subprocess.run(drain_cmd(conf), env=env_for(fresh_pg_uri), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    assert summary["status"] == "ok", summary
+    assert len(list(tokens.iterdir())) < 2, "no task was killed"
+    assert 1 < summary["spark_jobs"] < len(names), summary
+    assert summary["dequeued"] == 3_000, summary
+    for q in summary["queues"]:
+        assert (q["status"], q["dequeued"], q["backlog_left"], q["workers"]) == ("ok", 100, 0, 1), q
+    assert summary["peak_connections"] <= 24, summary
+
+    rows = journal(lake_root)
+    ids = rows["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 3_000
+    for name in names:
+        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
+        assert got == seeded[name], name
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in names)
+    runs = read_table(str(lake_root / "runs")).to_pylist()
+    mine = [r for r in runs if r["run_id"] == summary["run_id"]]
+    assert sorted(r["queue"] for r in mine) == sorted(f'"public"."{n}"' for n in names)
+    assert all(r["dequeued"] == 100 and r["status"] == "ok" for r in mine), mine
+    # the tasks' own word: some drained several queues (their attempts, retries included)
+    logs = cluster.executor_logs()
+    packed = [int(n) for n in re.findall(r"a Spark task of (\d+) queue\(s\)", logs)]
+    assert packed and max(packed) > 1, logs[-3000:]
+
+    # the driver SIGKILLed in its poller after a group's Delta commit: the packed tasks, holding their
+    # queues' locks, find the driver gone and close their connections; the next run resolves the rest
+    for i, name in enumerate(names):
+        seeded[name] |= seed_ids(cfg, name, 100, seed=800 + i)
+    plain = write_conf(tmp_path / "plain.yaml", cluster, lake_root, names, batch_size=250)
+    killed = subprocess.run(
+        drain_cmd(plain),
+        env=env_for(fresh_pg_uri, QUEUELAKE_TEST_KILL_AT="after_delta_commit:2"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    wait_for_no_drain(fresh_pg_uri)
+    left = claim_count(cfg)
+    final = subprocess.run(drain_cmd(plain), env=env_for(fresh_pg_uri), capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr[-4000:]
+    summary = summary_of(final)
+    assert summary["status"] == "ok" and summary["claims_resolved"] == left, summary
+    rows = journal(lake_root)
+    ids = rows["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 6_000
+    assert set(ids) == set().union(*seeded.values())
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in names)
+
+
+def test_small_queues_are_planned_into_fewer_jobs() -> None:
+    from queuelake.config import from_dict
+    from queuelake.pipeline.drain.backlog import Backlog
+    from queuelake.pipeline.drain.executors import PACK_BATCHES, plan_jobs
+    from queuelake.transport.tables import queue_ref
+
+    transport = from_dict({"transport": {"connection": "x"}}, env={}).transport
+    refs = [queue_ref(f"q{i}", transport) for i in range(40)]
+    depths: list[int | None] = [5_000, None, 1_001] + [100] * 30 + [1_000] * 7
+    backlogs = {r.canonical: Backlog(d, 0) for r, d in zip(refs, depths)}
+    todo = [(r, 1) for r in refs]
+    jobs = plan_jobs(todo, backlogs, batch_size=1_000, max_messages=None, slots=2)
+    # deeper than a batch, or unknown: alone, first; every queue planned once, in order
+    assert [[r for r, _ in j] for j in jobs[:3]] == [[refs[0]], [refs[1]], [refs[2]]]
+    assert [r for j in jobs for r, _ in j] == refs
+    small = jobs[3:]
+    assert len(small) >= 2 * 2 and all(len(j) > 1 for j in small), [len(j) for j in small]
+    for job in small:
+        assert sum(backlogs[r.canonical].depth or 0 for r, _ in job) <= PACK_BATCHES * 1_000
+    # a message budget makes a deep queue small; 39 small ones spread over 2 jobs per slot or so:
+    # at most ceil(39 / 16) = 3 a job
+    capped = plan_jobs(todo, backlogs, batch_size=1_000, max_messages=500, slots=8)
+    assert [r for r, _ in capped[0]] == [refs[1]]  # unknown depth: still alone
+    assert [len(j) for j in capped[1:]] == [3] * 13 and sum(len(j) for j in capped) == 40
+
+
+@pytest.mark.slow
 def test_exactly_once_with_executors_and_the_driver_sigkilled(
     fresh_pg_uri: str, tmp_path: Path, cluster: Cluster
 ) -> None:

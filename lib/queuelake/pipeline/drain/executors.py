@@ -1,5 +1,6 @@
 """The drain on Spark executors (``drain.on: executors``): the driver plans, resolves and commits;
-Spark tasks receive, build, stage and claim, one task per queue, each in its own Python process.
+Spark tasks receive, build, stage and claim, each in its own Python process: a task per big queue,
+small queues packed several to a task (``plan_jobs``).
 
 Why: on the driver every queue's workers share one interpreter lock, and the journal build is most
 of the drain's client CPU; a system that outgrows one machine had nowhere to go. The Delta commit
@@ -8,19 +9,33 @@ stays on the driver (``poller.py``), so the journal keeps one writer per run.
 The driver, in order:
 1. resolves, under their drain locks, the claims killed runs left of the queues it will drain (the
    locks are held on one connection and released together before the tasks start);
-2. starts the claims poller (its one connection), then runs one Spark job per queue from a pool of
-   threads: as many at once as ``drain.max_connections`` allows (each task holds its queue's lock and
-   one connection per worker, plus one for ADBC), and no more than that, whatever the cluster's cores;
+2. starts the claims poller (its one connection), then runs one Spark job (one task) per planned
+   job from a pool of threads: as many at once as ``drain.max_connections`` allows (a task drains
+   its queues one after another and holds one queue's lock and one connection per worker at a time,
+   plus one for ADBC), and no more than that, whatever the cluster's cores;
 3. collects each queue's ``QueueResult`` from its task; a job that failed after Spark's retries is
-   that queue's failure only, reported with what the driver committed of it.
+   its queues' failure only, each reported with what the driver committed of it.
 
-A job per queue (not one job of all queues): the driver knows when each queue's task has ended, so
-its poller never commits claims of a queue it no longer drains, one queue's failure does not cancel
-the others, and the number of queues drained at once is the pool's, not the cluster's.
+Small queues share a job: a job costs ~0.3 s of an executor's core whatever it drains (Spark's
+scheduling, the task's set-up: delta-rs on the journal, ADBC; the driver's commit of its last
+batches waited for), and a queue of one batch drains in a few hundredths of a second. A queue is
+small when it holds at most a batch (``drain.batch_size``); small queues go together up to
+``PACK_BATCHES`` batches of rows a job, and over about ``JOBS_PER_SLOT`` jobs per slot (a job run
+at once: the pool's, at most the cluster's cores), so the cores stay evenly busy. A bigger queue
+has a job of its own, as before.
+
+A job per queue or per few queues (not one job of all queues): the driver knows when each job has
+ended, so its poller stops committing claims of queues it no longer drains, one job's failure does
+not cancel the others, and the number of jobs at once is the pool's, not the cluster's. The poller
+watches a job's queues for the whole job, also before its task has taken a queue's lock: a claim of
+that queue committed then is another run's, and the lake's exactly-once group commit lands each
+batch once whoever commits it (``poller.py``). A task keeps each queue's lock until the end of the
+job (``task.py``), so from its start to the job's end a queue's claims are this run's.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +46,7 @@ from typing import TYPE_CHECKING
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.context import connect
+from queuelake.errors import DrainError
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.backlog import Backlog
 from queuelake.pipeline.drain.claims import resolve_claims
@@ -38,7 +54,7 @@ from queuelake.pipeline.drain.poller import ClaimsPoller
 from queuelake.pipeline.drain.queue_drain import take_drain_lock
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.drain.task import QueueJob, drain_queue_task
+from queuelake.pipeline.drain.task import QueueJob, drain_queues_task
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import claims, drivers
@@ -46,6 +62,12 @@ from queuelake.transport.tables import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+# a job of small queues holds at most this many batches' rows (their estimated depths)
+PACK_BATCHES = 8
+# small queues are spread over about this many jobs per slot (a job run at once)
+JOBS_PER_SLOT = 2
 
 
 @dataclass
@@ -57,21 +79,66 @@ class ExecutorRun:
     connection_bound: int = 0  # the most database connections the run can hold (tasks and driver)
     commits: int = 0
     largest_group: int = 0
+    jobs: int = 0  # Spark jobs run (one task each): fewer than the queues when small ones share one
 
 
 def task_connections(config: Config, workers: int) -> int:
-    """What one queue's task holds: its lock, a receive connection per worker, ADBC's database."""
+    """What a task holds at most at a time (it drains its queues one after another, closing a queue's
+    connections before the next one's): a queue's lock, a receive connection per worker, ADBC's."""
     adbc = receive_driver(config) == drivers.ADBC.name
     return 1 + workers + (1 if adbc else 0)
 
 
 def queues_at_once(config: Config, workers: list[int]) -> int:
-    """How many queue tasks may run at once within ``drain.max_connections``: the poller's connection
-    set aside, each task counted at the most any queue of the run needs."""
+    """How many tasks (Spark jobs) may run at once within ``drain.max_connections``: the poller's
+    connection set aside, each task counted at the most any queue of the run needs."""
     if not workers:
         return 0
     each = task_connections(config, max(workers))
     return max(1, min(len(workers), (config.drain.max_connections - 1) // each))
+
+
+def plan_jobs(
+    todo: list[tuple[TableRef, int]],
+    backlogs: dict[str, Backlog],
+    batch_size: int,
+    max_messages: int | None,
+    slots: int,
+) -> list[list[tuple[TableRef, int]]]:
+    """The run's Spark jobs, each a list of (queue, workers) its task drains in order: a queue of more
+    than a batch alone (biggest first, as ``todo`` comes), the rest packed in ``todo``'s order up to
+    ``PACK_BATCHES`` batches of rows a job and ``ceil(small / (slots * JOBS_PER_SLOT))`` queues a
+    job, so they spread over about ``JOBS_PER_SLOT`` jobs per slot (a job that runs at once).
+    A queue whose depth is unknown counts as big."""
+
+    def rows(ref: TableRef) -> int | None:
+        depth = backlogs[ref.canonical].depth
+        if depth is None:
+            return None
+        return depth if max_messages is None else min(depth, max_messages)
+
+    def is_small(ref: TableRef) -> bool:
+        n = rows(ref)
+        return n is not None and n <= batch_size
+
+    big = [[(r, w)] for r, w in todo if not is_small(r)]
+    small = [(r, w) for r, w in todo if is_small(r)]
+    if not small:
+        return big
+    per_job = max(1, math.ceil(len(small) / (slots * JOBS_PER_SLOT)))
+    most_rows = PACK_BATCHES * batch_size
+    packed: list[list[tuple[TableRef, int]]] = []
+    job: list[tuple[TableRef, int]] = []
+    job_rows = 0
+    for ref, workers in small:
+        n = rows(ref) or 0
+        if job and (len(job) >= per_job or job_rows + n > most_rows):
+            packed.append(job)
+            job, job_rows = [], 0
+        job.append((ref, workers))
+        job_rows += n
+    packed.append(job)
+    return big + packed
 
 
 def drain_on_executors(
@@ -103,10 +170,19 @@ def drain_on_executors(
         out.at_once,
         out.connection_bound,
     )
-    jobs = [QueueJob(config, r, w, max_messages, deadline, log.level or 20, poller.lock_name) for r, w in todo]
+    # the jobs that run at the same time: the pool's, and no more than the cluster's cores (as Spark
+    # reports them now: executors that register later only find the jobs coarser)
+    slots = max(1, min(out.at_once, sc.defaultParallelism))
+    planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, slots)
+    out.jobs = len(planned)
+    log.info("drain: %d Spark job(s) for %d queue(s) (small queues share a job)", len(planned), len(todo))
+    jobs = [
+        tuple(QueueJob(config, r, w, max_messages, deadline, log.level or 20, poller.lock_name) for r, w in job)
+        for job in planned
+    ]
     try:
         with ThreadPoolExecutor(max_workers=out.at_once, thread_name_prefix="drain-job") as pool:
-            drained = list(pool.map(partial(_run_job, spark, group, poller), jobs))
+            drained = [r for results in pool.map(partial(_run_job, spark, group, poller), jobs) for r in results]
     finally:
         poller.close()
     for result in drained:
@@ -141,29 +217,43 @@ def resolve_first(
     return {r.canonical for r in refs if r.canonical not in busy}, held, resolved
 
 
-def _run_job(spark: SparkSession, group: str, poller: ClaimsPoller, job: QueueJob) -> QueueResult:
-    """One queue's Spark job (a task), while the poller commits what it claims."""
-    queue = job.ref.canonical
-    result: QueueResult
+def _run_job(spark: SparkSession, group: str, poller: ClaimsPoller, job: tuple[QueueJob, ...]) -> list[QueueResult]:
+    """One Spark job (a task) draining ``job``'s queues in order, while the poller commits what they
+    claim; one result per queue."""
+    names = [q.ref.canonical for q in job]
     if stopping.requested() or poller.error is not None:
-        result = QueueResult(queue, status=Status.INTERRUPTED if poller.error is None else Status.FAILED)
-        result.error = "not started: the run was stopped" if poller.error is None else str(poller.error)
-        return result
+        out = []
+        for queue in names:
+            result = QueueResult(queue, status=Status.INTERRUPTED if poller.error is None else Status.FAILED)
+            result.error = "not started: the run was stopped" if poller.error is None else str(poller.error)
+            out.append(result)
+        return out
     sc = spark.sparkContext
-    poller.watch(queue)
+    for queue in names:
+        poller.watch(queue)
+    results: list[QueueResult]
     try:
-        sc.setJobGroup(group, f"queuelake drain {queue}", interruptOnCancel=True)
-        rdd = sc.parallelize([0], 1).mapPartitions(partial(drain_queue_task, job))
-        result = rdd.collect()[0]
+        what = names[0] if len(names) == 1 else f"{len(names)} queues ({names[0]}, ...)"
+        sc.setJobGroup(group, f"queuelake drain {what}", interruptOnCancel=True)
+        rdd = sc.parallelize([0], 1).mapPartitions(partial(drain_queues_task, job))
+        results = rdd.collect()
+        missing = set(names) - {r.queue for r in results}
+        if missing:
+            raise DrainError(f"the drain task returned no result for {', '.join(sorted(missing))}")
     except Exception as exc:  # every attempt of the task failed, or the poller cancelled it
-        result = QueueResult(queue, status=Status.FAILED, workers=job.workers)
-        result.error = str(poller.error) if poller.error is not None else task_error(queue, exc)
-        log.error("drain %s: %s", queue, result.error)
+        results = []
+        for q in job:
+            result = QueueResult(q.ref.canonical, status=Status.FAILED, workers=q.workers)
+            result.error = str(poller.error) if poller.error is not None else task_error(q.ref.canonical, exc)
+            log.error("drain %s: %s", q.ref.canonical, result.error)
+            results.append(result)
     finally:
-        poller.release(queue)  # what the last attempt claimed is committed now, not by the next run
+        for queue in names:
+            poller.release(queue)  # what the last attempt claimed is committed now, not by the next run
     # a retried task reports its last attempt; what killed attempts claimed the driver committed
-    result.dequeued = max(result.dequeued, poller.rows[queue])
-    return result
+    for result in results:
+        result.dequeued = max(result.dequeued, poller.rows[result.queue])
+    return results
 
 
 def task_error(queue: str, exc: BaseException) -> str:

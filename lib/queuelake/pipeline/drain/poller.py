@@ -7,8 +7,10 @@ channel but the database it already reads. One thread, one connection, one journ
 
 Order per app id is safe: a worker commits its claims one by one in version order, and a poll reads
 every claim in one statement, so a claim seen at version N means N-1 was seen in the same read or
-was already cleared. Only the claims of queues whose task is running (``watch``) are committed:
-another run may drain a queue once this run's task released its lock. In the moment between a
+was already cleared. Only the claims of queues whose job is running (``watch``) are committed:
+another run may drain a queue once this run's task released its lock. A job's queues are watched
+for the whole job, also before its task takes a queue's lock (a task drains its queues in turn): a
+claim found then is another run's, and is landed once as below. In the moment between a
 killed attempt and its retry, the lock is free and another run could resolve the same claims: both
 commits go through the lake's exactly-once group commit (versions already in the log are left out,
 conflicting commits retried from a fresh load), so a batch lands once whoever commits it.
@@ -32,14 +34,14 @@ from queuelake.report import log
 from queuelake.transport import claims, locks
 from queuelake.transport.db import Connection
 
-# idle between two reads of the claims table (one cheap SELECT): a queue's task waits for the driver's
-# commit of its last batch before it ends, holding an executor's core, so this is paid per queue
+# idle between two reads of the claims table (one cheap SELECT): a task waits for the driver's commit
+# of its queues' last batches before it ends, holding an executor's core, so this is paid per task
 POLL_SECONDS = 0.05
 
 
 class ClaimsPoller:
-    """Started for a run's Spark jobs, closed after them. ``watch`` a queue before its task starts,
-    ``release`` it after the task ended (the claims its last attempt left are committed first)."""
+    """Started for a run's Spark jobs, closed after them. ``watch`` a job's queues before its task
+    starts, ``release`` them after the task ended (the claims its last attempt left are committed first)."""
 
     def __init__(self, config: Config, journal: LakeEngine, on_failure: Callable[[BaseException], None]) -> None:
         # held by the poller's connection while it runs: a task that can take it knows the driver is

@@ -3,6 +3,7 @@ then say how it ended (backlog left, status, error)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -43,10 +44,15 @@ class QueueDrain:
         self.result = self.state.result
         self.result.workers = self.workers
 
-    def run(self) -> QueueResult:
+    def run(self, lock_conn: Connection | None = None) -> QueueResult:
+        """The drain, under the queue's lock taken on a connection of its own, closed at the end (which
+        releases the lock), or on ``lock_conn``: a Spark task's, which keeps the locks of its queues
+        until their claims are committed (``task.py``)."""
         state = self.state
         try:
-            with connect(self.config, "queuelake-drain-lock") as lock_conn:
+            with contextlib.ExitStack() as stack:
+                if lock_conn is None:
+                    lock_conn = stack.enter_context(connect(self.config, "queuelake-drain-lock"))
                 if not self._acquire(lock_conn):
                     self.result.status = Status.SKIPPED
                     self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"

@@ -162,6 +162,7 @@ def _on_executors(
     totals["peak_connections"] = outcome.connection_bound if outcome else 0
     totals["journal_commits"] = outcome.commits if outcome else 0
     totals["largest_group"] = outcome.largest_group if outcome else 0
+    totals["spark_jobs"] = outcome.jobs if outcome else 0  # small queues share a job
     status = worst([r.status for r in results])
     summary = {"status": status, "run_id": run.run_id, "on": "executors", **totals}
     return {**summary, "queues": [r.summary() for r in results]}

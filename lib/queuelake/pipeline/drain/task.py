@@ -1,5 +1,7 @@
-"""One queue drained inside a Spark task (``drain.on: executors``): its drain lock, its workers
-(receive, build, stage, claim) in the task's own Python process; the Delta commit is the driver's.
+"""Queues drained inside a Spark task (``drain.on: executors``), one after another: each under its
+drain lock, its workers (receive, build, stage, claim) in the task's own Python process; the Delta
+commit is the driver's. A task drains one big queue, or several small ones (``executors.plan_jobs``),
+opening the journal and ADBC once for all of them.
 
 Why the task never commits to the journal: the journal keeps one writer per run. The claim table
 already holds everything a commit needs (app id, version, staged files), so a worker's hand-over is
@@ -8,9 +10,10 @@ waits for it: before receiving (what a killed attempt of this task left must lan
 reads its app id's last version, or a version would be claimed twice) and before it ends (so the
 queue's lock is released only with all of this run's batches of the queue in the journal).
 
-A task Spark retries after its Python worker was killed is a new drain of the queue: the old
+A task Spark retries after its Python worker was killed is a new drain of its queues: the old
 worker's connections died with it, so its lock is free and its open DELETE rolled back; its claims
-are committed by the driver's poller, which the retry waits for under the lock (``begin``).
+are committed by the driver's poller, which the retry waits for under the lock (``begin``). The
+queues the killed attempt had finished are empty by then: the retry finds nothing to receive.
 
 Runs in Spark Python workers: everything it needs travels in ``QueueJob`` (pickled per task; the
 config carries the resolved connection and storage options, as publish's tasks get them).
@@ -24,12 +27,12 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from queuelake.config import Config
-from queuelake.context import resolved_transport
+from queuelake.context import connect, resolved_transport
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.pipeline.drain.budget import Budget
@@ -54,8 +57,8 @@ DRIVER_CHECK_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class QueueJob:
-    """What a queue's task needs: no Spark session, no lake handle (the task opens delta-rs on the
-    journal's folder for staging)."""
+    """What a task needs of one of its queues: no Spark session, no lake handle (the task opens
+    delta-rs on the journal's folder for staging)."""
 
     config: Config
     ref: TableRef
@@ -66,63 +69,101 @@ class QueueJob:
     poller_lock: str  # the driver's claims poller holds it: a task that can take it knows the driver is gone
 
 
-def drain_queue_task(job: QueueJob, partition: Iterator[Any]) -> Iterator[QueueResult]:
-    """A Spark task: drain the job's queue under its lock, yield its result.
+def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> Iterator[QueueResult]:
+    """A Spark task: drain the job's queues one after another, each under its drain lock; yield each
+    queue's result.
+
+    What a process opens once serves every queue of the task: delta-rs on the journal's folder, the
+    ADBC database, and one lock connection that takes each queue's drain lock in turn and keeps it
+    until the task ends. A queue's workers' receive connections are closed before the next queue
+    starts, so the task never holds more than one queue's connections (plus its locks, all on one).
+
+    A queue's lock is released only once the driver has committed every batch its workers claimed,
+    as when a task drained one queue, but the task does not wait for that between queues: it starts
+    the next queue while the driver commits the last one's batches, still holding the last one's
+    lock, and at its end waits until no claim of any of its queues is left, then closes the lock
+    connection (``TaskCommitter.finish``). A task killed meanwhile loses its locks with its
+    connection; its retry waits under each lock for the claims left (``begin``), as before.
 
     The partition (one placeholder) is read to its end first: PySpark reuses a Python worker for the
-    next task only when the task consumed its whole input; otherwise every queue's task paid a fresh
-    worker's start and imports (0.5-0.8 s, against 0.02 s for a small queue's drain)."""
+    next task only when the task consumed its whole input; otherwise every task paid a fresh worker's
+    start and imports (0.5-0.8 s, against 0.02 s for a small queue's drain)."""
     for _ in partition:
         pass
+    if not jobs:
+        return
+    first = jobs[0]
     if not log.handlers:  # a fresh Python worker: progress to its stderr (the executor's log)
         from queuelake.report import setup_logging
 
-        setup_logging(job.log_level)
-    config = job.config
-    log.info("drain %s: a Spark task, python %s, pid %d", job.ref.canonical, sys.executable, os.getpid())
+        setup_logging(first.log_level)
+    config = first.config
+    log.info("drain: a Spark task of %d queue(s), python %s, pid %d", len(jobs), sys.executable, os.getpid())
     # delta-rs on the journal's folder, for staging and each app id's last version; no names registered
     lake_config = dataclasses.replace(config.lake, engine="delta-rs", catalog=None, schema=None)
     journal = journal_engine(open_lake(lake_config))
     transport = resolved_transport(config)
     through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
     shared = db.SharedAdbc(transport).start() if through_adbc else None
-    deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
+    committer = TaskCommitter(config, first.poller_lock)
     try:
-        drain = QueueDrain(
-            config,
-            journal,
-            job.ref,
-            Budget(config.drain.batch_size, job.max_messages, deadline),
-            shared,
-            job.workers,
-            TaskCommitter(config, job.poller_lock),
-        )
-        yield drain.run()
+        with connect(config, "queuelake-drain-lock") as lock_conn:
+            for job in jobs:
+                log.info("drain %s: a Spark task, python %s, pid %d", job.ref.canonical, sys.executable, os.getpid())
+                deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
+                drain = QueueDrain(
+                    config,
+                    journal,
+                    job.ref,
+                    Budget(config.drain.batch_size, job.max_messages, deadline),
+                    shared,
+                    job.workers,
+                    committer,
+                )
+                yield drain.run(lock_conn)
+                if committer.driver_gone:
+                    # nobody commits what the next queues would claim: end the task (its results are
+                    # lost with the driver; the claims made so far wait for the next run)
+                    raise DrainError(f"drain {job.ref.canonical}: the driver's claims poller is gone; the task stops")
+            committer.finish()  # every queue's claims committed by the driver: now its lock may go
     finally:
         if shared is not None:
             shared.close()
 
 
 class TaskCommitter:
-    """The ``Committer`` of a queue drained in a Spark task: the driver's poller commits the claims;
-    this watches them go, on the queue's lock connection (the task opens no connection for it)."""
+    """The ``Committer`` of the queues a Spark task drains: the driver's poller commits the claims;
+    this watches them go, on the task's lock connection (the task opens no connection for it).
+
+    A queue's workers do not wait for their last batches' commit as they end (``wait`` returns at
+    once): the task holds the queue's lock on and drains its next queue meanwhile; ``finish`` waits
+    for every queue's claims before the task releases its locks."""
 
     def __init__(self, config: Config, poller_lock: str) -> None:
         self._claims_table = claims.claims_ref(config.transport)
         self._poller_lock = poller_lock
         self._conn: Connection | None = None
         self._queue = ""
+        self._drained: list[str] = []  # the queues begun, whose locks the task holds
         self._mutex = threading.Lock()  # the lock connection, shared by the queue's workers
         self._ahead: dict[str, list[int]] = defaultdict(list)  # per app id: versions claimed, not seen cleared
+        self.driver_gone = False  # set once the driver's poller lock was found free
 
     def begin(self, conn: Connection, queue: str) -> int:
         """Wait (under the lock) until the driver has committed the claims a killed attempt left."""
         self._conn, self._queue = conn, queue
-        left = len(self._claims())
+        self._drained.append(queue)
+        left = len(self._claims(queue))
         if left:
             log.info("drain %s: %d claim(s) of a killed attempt; waiting for the driver to commit them", queue, left)
-            self._until(lambda found: not found, "the claims a killed attempt left")
+            self._until(lambda: not self._claims(queue), "the claims a killed attempt left")
         return left
+
+    def finish(self) -> None:
+        """Until the driver has committed every claim of the queues begun (their locks are held)."""
+        if self._drained:
+            self._queue = ", ".join(self._drained)
+            self._until(lambda: not any(self._claims(q) for q in self._drained), "the batches claimed")
 
     def submit(self, claimed: Claimed) -> None:
         ahead = self._ahead[claimed.app_id]
@@ -131,23 +172,22 @@ class TaskCommitter:
             self._settle(claimed.app_id, MOST_AHEAD - 1)
 
     def wait(self, app_id: str) -> None:
-        if self._ahead[app_id]:
-            self._settle(app_id, 0)
+        """Returns at once: the task's ``finish`` waits for every queue's batches before its locks go."""
 
     def _settle(self, app_id: str, at_most: int) -> None:
         """Until at most ``at_most`` of ``app_id``'s claims are still waiting for the driver."""
 
-        def done(found: list[claims.Claim]) -> bool:
-            still = {c.version for c in found if c.app_id == app_id}
+        def done() -> bool:
+            still = {c.version for c in self._claims(self._queue) if c.app_id == app_id}
             self._ahead[app_id] = [v for v in self._ahead[app_id] if v in still]
             return len(self._ahead[app_id]) <= at_most
 
         self._until(done, f"the batches of {app_id}")
 
-    def _until(self, done: Any, what: str) -> None:
+    def _until(self, done: Callable[[], bool], what: str) -> None:
         give_up = time.monotonic() + CLEARED_WITHIN_SECONDS
         next_check = time.monotonic() + DRIVER_CHECK_SECONDS
-        while not done(self._claims()):
+        while not done():
             now = time.monotonic()
             if now >= give_up:
                 raise DrainError(
@@ -157,6 +197,7 @@ class TaskCommitter:
             if now >= next_check:
                 next_check = now + DRIVER_CHECK_SECONDS
                 if self._driver_gone():
+                    self.driver_gone = True
                     raise DrainError(
                         f"drain {self._queue}: the driver's claims poller is gone (its lock is free); "
                         f"{what} wait for the next run"
@@ -170,9 +211,9 @@ class TaskCommitter:
         with self._mutex:
             return locks.try_lock(self._conn, self._poller_lock, what="the drain's claims poller")
 
-    def _claims(self) -> list[claims.Claim]:
+    def _claims(self, queue: str) -> list[claims.Claim]:
         assert self._conn is not None, "begin() first"
         with self._mutex:
-            found = claims.of_queue(self._conn, self._claims_table, self._queue)
+            found = claims.of_queue(self._conn, self._claims_table, queue)
             self._conn.rollback()
         return found
