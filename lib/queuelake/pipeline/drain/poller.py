@@ -34,9 +34,9 @@ from queuelake.report import log
 from queuelake.transport import claims, locks
 from queuelake.transport.db import Connection
 
-# idle between two reads of the claims table (one cheap SELECT): a task waits for the driver's commit
-# of its queues' last batches before it ends, holding an executor's core, so this is paid per task
-POLL_SECONDS = 0.05
+# idle between two reads of the claims table that found nothing: the longer, the more batches one
+# group commit carries (each commit costs in proportion to the journal's files, whatever it carries)
+POLL_SECONDS = 0.2
 
 
 class ClaimsPoller:
