@@ -187,6 +187,9 @@ class DeltaSparkEngine(EngineBase):
     def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
         raise self._no_staging(table)
 
+    def staged_version(self, table: str, app_id: str) -> int | None:
+        raise self._no_staging(table)
+
     def _no_staging(self, table: str) -> LakeError:
         """delta-spark has no Python API to commit files written earlier (``engines.journal_engine``: the
         journal, the one table written that way, is always delta-rs's), so this engine says so rather

@@ -97,6 +97,11 @@ class LakeEngine(Protocol):
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""
 
+    def staged_version(self, table: str, app_id: str) -> int | None:
+        """``last_version`` of a table written by staged commits (the journal), as current, from its log
+        followed since the first question: each call reads only the commits written since the last,
+        where ``last_version`` loads the whole table (a drain asks once per queue worker)."""
+
     def table_version(self, table: str) -> int | None:
         """The table's current Delta version, or None when the table does not exist."""
 

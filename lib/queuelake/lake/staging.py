@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import tables as catalogue
+from queuelake.lake.append_log import AppendLog
 from queuelake.lake.arrow_types import conform
 from queuelake.lake.commits import commit_group
 from queuelake.lake.common import EngineBase
@@ -49,6 +50,8 @@ class StagedWrites(EngineBase):
         # per table: the snapshot staged commits start from, kept between them (``_newest``)
         self._snapshots: dict[str, DeltaTable] = {}
         self._snapshot_locks: dict[str, threading.Lock] = {}
+        # per table: its log followed since the first staged commit or version asked (``append_log``)
+        self._followed: dict[str, AppendLog] = {}
 
     def stage(self, table: str, data: pa.Table) -> StagedFiles:
         """Write ``data`` as Parquet files into the table's folder without committing them: invisible
@@ -81,14 +84,15 @@ class StagedWrites(EngineBase):
         return StagedFiles(files, uuid.uuid4().hex)
 
     def _stage_target(self, table: str) -> tuple[pa.Schema, list[str]]:
-        """The table's schema and partitioning, read once per engine (a drain run): staging every
-        batch must not replay the log. A column added meanwhile reads as null in these files."""
+        """The table's schema and partitioning, read once per engine (a drain run) from the followed
+        log's load: staging every batch must not replay the log, and the workers of a run staging at
+        once must not each load the table. A column added meanwhile reads as null in these files."""
         with self._locks_guard:
             cached = self._stage_targets.get(table)
         if cached is None:
-            dt = self._require(table)
-            self._check_writable(table, dt)
-            cached = (pa.schema(dt.schema().to_arrow()), list(dt.metadata().partition_columns))
+            with self._snapshot_lock(table):
+                followed = self._followed_log(table)
+            cached = followed.target()
             with self._locks_guard:
                 self._stage_targets[table] = cached
         return cached
@@ -137,11 +141,25 @@ class StagedWrites(EngineBase):
             return self._from_kept_snapshot(table, commit)
 
     def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
-        """One commit for many claimed batches (``commits.commit_group``), from the kept snapshot as
-        ``commit_staged`` does, and from fresh loads if that snapshot fails in any way."""
-        group = [([f.add_action() for f in staged.files], app_id, version) for staged, app_id, version in batches]
+        """One commit for many claimed batches. Written as the log's next commit file by the followed
+        log (``append_log``: no cost per file the table holds) where it can; else by deltalake
+        (``commits.commit_group``) from the kept snapshot as ``commit_staged`` does, and from fresh
+        loads if that snapshot fails in any way. A followed log that fails in any way but the table's
+        own refusals is dropped, and deltalake's fresh load finds what it may have committed."""
         write_id = uuid.uuid4().hex
         with self._snapshot_lock(table):
+            followed = self._followed_log(table)
+            if followed.appendable([f for staged, _, _ in batches for f in staged.files]):
+                try:
+                    carried = followed.append_group([(s.files, a, v) for s, a, v in batches], write_id)
+                    if carried is not None:
+                        return carried
+                except LakeError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the followed log is suspect: deltalake decides
+                    self._followed.pop(table, None)
+                    log.debug("lake table %s: the followed log's commit failed (%s)", table, type(exc).__name__)
+            group = [([f.add_action() for f in staged.files], app_id, version) for staged, app_id, version in batches]
 
             def commit(load: Callable[[], DeltaTable] | None) -> int:
                 return commit_group(
@@ -155,6 +173,31 @@ class StagedWrites(EngineBase):
                 )
 
             return self._from_kept_snapshot(table, commit)
+
+    def staged_version(self, table: str, app_id: str) -> int | None:
+        """``last_version`` from the followed log: only the commits written since the previous question
+        are read, not the whole table (``append_log``). As current as ``last_version``."""
+        try:
+            with self._snapshot_lock(table):
+                if table not in self._followed and not self.exists(table):
+                    return None
+                followed = self._followed_log(table)
+            return followed.app_version(app_id)
+        except LakeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the followed log is a cache: ask deltalake
+            with self._snapshot_lock(table):
+                self._followed.pop(table, None)
+            log.debug("lake table %s: the followed log failed (%s); loading afresh", table, type(exc).__name__)
+            return self.last_version(table, app_id)
+
+    def _followed_log(self, table: str) -> AppendLog:
+        """The table's followed log, loaded on first use; the caller holds ``_snapshot_lock(table)``."""
+        followed = self._followed.get(table)
+        if followed is None:
+            followed = AppendLog(self.path(table), table, self.name, self._options())
+            self._followed[table] = followed
+        return followed
 
     def _from_kept_snapshot(self, table: str, commit: Callable[[Callable[[], DeltaTable] | None], T]) -> T:
         """``commit(load)`` from the snapshot kept since the previous commit; if that fails in any

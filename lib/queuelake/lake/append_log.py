@@ -1,0 +1,257 @@
+"""A table's Delta log followed commit by commit, and blind appends written as its next commit file.
+
+Why: deltalake's Python API costs with the table's file count on every commit. Its
+``create_write_transaction`` rebuilds the snapshot's file list and drops the snapshot it made, and
+keeping one current (``update_incremental``) costs as much again: 88 ms of CPU per group commit at
+10,000 files against 11 ms at none (round 20, ``bench/drain.py --journal-files``), and a fresh load
+per queue to read its workers' last versions cost 57 ms more each. A drain's commit needs none of
+that: it is a blind append (add actions of staged files, the app transactions, commit info), and
+Delta lets any writer make one by creating the log's next commit file, ``_delta_log/<v>.json``, if
+it is absent.
+
+So ``AppendLog`` loads the table once (deltalake: the app versions its checkpoint and log hold),
+then reads only each newer commit file, once, for the app versions and metadata it carries. A
+commit is written to a temporary file in the log folder and linked to its version's name: the link
+fails if that version exists (put-if-absent on POSIX, what deltalake itself does on a local disk).
+Losing to another writer means reading the winner and trying the next version, after checking again
+which of the batches are still to commit: exactly once per (app id, version), as ``commits.py``.
+
+Where this does not apply, the caller commits through deltalake as before (``appendable``): object
+storage (no link; conditional puts are left to deltalake), a protocol this writer does not know
+(writer version above 2: features it would have to honour), a schema with invariants, and paths that
+would need URI encoding. A checkpoint is written every ``delta.checkpointInterval`` commits, by
+deltalake, as its own commits do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+
+from queuelake import __version__ as QUEUELAKE_VERSION
+from queuelake.errors import LakeError
+from queuelake.lake.commits import WRITE_ID_KEY, kill_before_commit
+from queuelake.lake.files import WrittenFile
+from queuelake.report import log
+
+DEFAULT_CHECKPOINT_INTERVAL = 100  # Delta's, when the table sets none
+_PLAIN_PATH = re.compile(r"^[A-Za-z0-9._=/-]+$")  # what needs no URI encoding in an add action's path
+_ATTEMPTS = 50
+
+
+def commit_file_name(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+class AppendLog:
+    """One table's log, followed from one deltalake load by reading each newer commit file once.
+
+    Thread-safe: the drain's workers ask their app ids' versions while the committer appends."""
+
+    def __init__(self, table_uri: str, table: str, engine: str, storage_options: dict[str, str] | None = None) -> None:
+        from queuelake.lake.storage import filesystem, is_s3
+
+        self.table_uri = table_uri
+        self.table = table
+        self.engine = engine
+        self.storage_options = storage_options
+        self._fs, base = filesystem(table_uri, storage_options)
+        self._log_dir = f"{base}/_delta_log"
+        self._local = not is_s3(table_uri) and type(self._fs).__name__ == "LocalFileSystem"
+        self._guard = threading.Lock()
+        self._load()
+
+    # ------------------------------------------------------------ following
+
+    def _load(self) -> None:
+        """The table as deltalake sees it now; the app versions seen since start over from it."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        from queuelake.lake.marks import check_writable, engine_of
+
+        try:
+            dt = DeltaTable(self.table_uri, storage_options=dict(self.storage_options or {}) or None)
+        except TableNotFoundError:
+            raise LakeError(f"lake table {self.table!r} does not exist at {self.table_uri}") from None
+        metadata = dt.metadata()
+        check_writable(self.table, self.table_uri, engine_of(metadata.configuration, metadata.description), self.engine)
+        protocol = dt.protocol()
+        self._snapshot = dt
+        self.version: int = dt.version()
+        self._apps: dict[str, int] = {}  # app versions of the commits read after the snapshot
+        self._loaded_apps: dict[str, int | None] = {}  # the snapshot's, asked once each (1 ms a question)
+        self._partition_by = list(metadata.partition_columns)
+        self._schema_ok = "delta.invariants" not in dt.schema().to_json()
+        self._protocol_ok = protocol.min_writer_version <= 2
+        self._checkpoint_interval = int(
+            metadata.configuration.get("delta.checkpointInterval") or DEFAULT_CHECKPOINT_INTERVAL
+        )
+
+    def target(self) -> tuple[pa.Schema, list[str]]:
+        """The table's Arrow schema and partition columns, as loaded (what staged files are written in)."""
+        with self._guard:
+            return pa.schema(self._snapshot.schema().to_arrow()), list(self._partition_by)
+
+    def _read_commit(self, version: int) -> bytes | None:
+        path = f"{self._log_dir}/{commit_file_name(version)}"
+        try:
+            if self._local:
+                with open(path, "rb") as f:
+                    return f.read()
+            with self._fs.open_input_stream(path) as stream:
+                return stream.read()
+        except FileNotFoundError:
+            return None
+
+    def _catch_up(self) -> None:
+        """Read every commit after the one followed so far. A commit that changes the table's
+        metadata or protocol (a column added, a property set) loads the table afresh."""
+        while True:
+            text = self._read_commit(self.version + 1)
+            if text is None:
+                return
+            reload = False
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                action = json.loads(line)
+                txn = action.get("txn")
+                if txn is not None:
+                    app_id, version = txn["appId"], int(txn["version"])
+                    self._apps[app_id] = max(version, self._apps.get(app_id, 0))
+                elif "metaData" in action or "protocol" in action:
+                    reload = True
+            if reload:
+                self._load()
+                continue
+            self.version += 1
+
+    def app_version(self, app_id: str) -> int | None:
+        """The newest version ``app_id`` committed, as of now (every commit file written before this
+        call is read): what ``LakeEngine.last_version`` answers, without loading the table."""
+        with self._guard:
+            self._catch_up()
+            return self._app_version(app_id)
+
+    def _app_version(self, app_id: str) -> int | None:
+        seen = self._apps.get(app_id)
+        if seen is not None:
+            return seen
+        if app_id not in self._loaded_apps:
+            self._loaded_apps[app_id] = self._snapshot.transaction_version(app_id)
+        return self._loaded_apps[app_id]
+
+    # ------------------------------------------------------------ appending
+
+    def appendable(self, files: list[WrittenFile]) -> bool:
+        """Can ``append_group`` commit these files, or must deltalake (see the module docstring)?"""
+        return (
+            self._local
+            and self._protocol_ok
+            and self._schema_ok
+            and all(_PLAIN_PATH.match(f.path) and not f.partition_values for f in files)
+            and not self._partition_by
+        )
+
+    def append_group(self, batches: list[tuple[list[WrittenFile], str, int]], write_id: str) -> int | None:
+        """One commit of every batch (files, app id, version) whose app id has not committed that
+        version, carrying each app id's highest version and ``write_id``. Returns how many batches it
+        carried (0: all were in the log), or None when the table changed so that deltalake must commit.
+        A batch may be left out only with every lower version of its app id committed or in the same
+        group (``commits.commit_group``'s rule)."""
+        with self._guard:
+            for attempt in range(_ATTEMPTS):
+                self._catch_up()
+                todo = [b for b in batches if (self._app_version(b[1]) or 0) < b[2]]
+                if not todo:
+                    return 0
+                if not self.appendable([f for files, _, _ in todo for f in files]):
+                    return None  # the table changed (its protocol, say): deltalake commits it
+                versions: dict[str, int] = {}
+                for _, app_id, v in todo:
+                    versions[app_id] = max(v, versions.get(app_id, 0))
+                if attempt == 0:
+                    kill_before_commit()
+                if self._put_if_absent(self.version + 1, self._commit_text(todo, versions, write_id)):
+                    self.version += 1
+                    self._apps.update(versions)
+                    self._checkpoint_if_due()
+                    return len(todo)
+                time.sleep(min(0.002 * 2**attempt, 0.2))  # another writer took it: read theirs, try the next
+        raise LakeError(
+            f"lake table {self.table}: could not commit a group of {len(batches)} batch(es) after {_ATTEMPTS} attempts"
+        )
+
+    def _commit_text(
+        self, todo: list[tuple[list[WrittenFile], str, int]], versions: dict[str, int], write_id: str
+    ) -> bytes:
+        now = int(time.time() * 1000)
+        actions: list[dict[str, Any]] = [
+            {
+                "commitInfo": {
+                    "timestamp": now,
+                    "operation": "WRITE",
+                    "operationParameters": {"mode": "Append", "partitionBy": "[]"},
+                    "readVersion": self.version,
+                    "isBlindAppend": True,
+                    "engineInfo": f"queuelake/{QUEUELAKE_VERSION}",
+                    "clientVersion": f"queuelake-{QUEUELAKE_VERSION}",
+                    WRITE_ID_KEY: write_id,
+                }
+            }
+        ]
+        for files, _, _ in todo:
+            for f in files:
+                actions.append(
+                    {
+                        "add": {
+                            "path": f.path,
+                            "partitionValues": {},
+                            "size": f.size,
+                            "modificationTime": f.modification_time,
+                            "dataChange": True,
+                            "stats": f.stats,
+                        }
+                    }
+                )
+        actions.extend({"txn": {"appId": a, "version": v, "lastUpdated": now}} for a, v in versions.items())
+        return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
+
+    def _put_if_absent(self, version: int, text: bytes) -> bool:
+        """Write the commit file of ``version`` unless it exists: the whole file appears at once (a
+        link to a complete, synced temporary file), or not at all."""
+        target = f"{self._log_dir}/{commit_file_name(version)}"
+        temporary = f"{self._log_dir}/_commit_{uuid.uuid4()}.json.tmp"
+        with open(temporary, "wb") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(temporary, target)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(temporary)
+
+    def _checkpoint_if_due(self) -> None:
+        """A checkpoint every ``delta.checkpointInterval`` versions, as deltalake's own commits write:
+        readers of the table (the next run's load included) replay at most that many commit files.
+        A failed checkpoint fails nothing: the commit is in the log, and the next one tries again."""
+        if self.version % self._checkpoint_interval:
+            return
+        from deltalake import DeltaTable
+
+        try:
+            options = dict(self.storage_options or {}) or None
+            DeltaTable(self.table_uri, version=self.version, storage_options=options).create_checkpoint()
+        except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation
+            log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, self.version, type(exc).__name__)

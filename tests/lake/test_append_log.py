@@ -1,0 +1,173 @@
+"""The followed log (``lake/append_log.py``): group commits written as the log's next commit file, app
+versions read from only the commits written since, on real Delta tables read back by deltalake and by
+delta-spark, beside other writers (deltalake's own commits, a second followed log, threads racing for
+the same versions) and a column added meanwhile."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from queuelake.lake.append_log import AppendLog
+from queuelake.lake.rust import CHECKPOINT_INTERVAL, DeltaRsEngine
+
+from tests.conftest import require_delta_jvm
+
+SCHEMA = pa.schema([("id", pa.string()), ("n", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def rows(prefix: str, count: int) -> pa.Table:
+    return pa.table(
+        {"id": [f"{prefix}-{i}" for i in range(count)], "n": list(range(count)), "at": [T0] * count},
+        schema=SCHEMA,
+    )
+
+
+def engine(root: Path) -> DeltaRsEngine:
+    lake = DeltaRsEngine(str(root))
+    lake.create_table("t", SCHEMA)
+    return lake
+
+
+def log_entries(lake: DeltaRsEngine, version: int) -> list[dict]:
+    text = Path(lake.path("t"), "_delta_log", f"{version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def test_group_commit_is_the_next_commit_file_and_readable_by_deltalake(tmp_path: Path) -> None:
+    lake = engine(tmp_path)
+    a, b = lake.stage("t", rows("a", 3)), lake.stage("t", rows("b", 2))
+    assert lake.staged_version("t", "app/a") is None
+    assert lake.commit_staged_group("t", [(a, "app/a", 1), (b, "app/b", 4)]) == 2
+
+    entries = log_entries(lake, 1)  # written by the followed log, not deltalake
+    info = entries[0]["commitInfo"]
+    assert info["operation"] == "WRITE" and info["isBlindAppend"] is True
+    assert info["engineInfo"].startswith("queuelake/"), info
+    assert sorted(e["add"]["path"] for e in entries if "add" in e) == sorted(f.path for f in a.files + b.files)
+    assert {e["txn"]["appId"]: e["txn"]["version"] for e in entries if "txn" in e} == {"app/a": 1, "app/b": 4}
+
+    dt = DeltaTable(lake.path("t"))
+    assert dt.version() == 1
+    assert (dt.transaction_version("app/a"), dt.transaction_version("app/b")) == (1, 4)
+    assert sorted(dt.to_pyarrow_table()["id"].to_pylist()) == sorted([f"a-{i}" for i in range(3)] + ["b-0", "b-1"])
+    # the file statistics are in the log: a filter skips the files that cannot match
+    assert dt.to_pyarrow_table(filters=[("id", "=", "b-1")]).num_rows == 1
+    assert lake.staged_version("t", "app/a") == 1 and lake.staged_version("t", "app/b") == 4
+
+    # exactly once: the same versions again carry nothing, in this engine and in a fresh one
+    assert lake.commit_staged_group("t", [(a, "app/a", 1)]) == 0
+    assert DeltaRsEngine(str(tmp_path)).commit_staged_group("t", [(b, "app/b", 4)]) == 0
+    assert DeltaTable(lake.path("t")).version() == 1
+
+
+def test_versions_follow_commits_other_writers_made(tmp_path: Path) -> None:
+    """Asked after another writer committed (deltalake's commit_files, another process's followed log):
+    the answer is theirs, read from the new commit files; a stale answer would drop a batch."""
+    lake = engine(tmp_path)
+    assert lake.staged_version("t", "app/x") is None  # the log is followed from here
+    other = DeltaRsEngine(str(tmp_path))
+    other.commit_staged("t", other.stage("t", rows("x", 1)), "app/x", 7, verify=True)  # deltalake's commit
+    assert lake.staged_version("t", "app/x") == 7
+    third = DeltaRsEngine(str(tmp_path))
+    third.commit_staged_group("t", [(third.stage("t", rows("y", 1)), "app/y", 2)])  # a followed log's
+    assert lake.staged_version("t", "app/y") == 2
+    assert lake.commit_staged_group("t", [(lake.stage("t", rows("z", 1)), "app/z", 1)]) == 1
+    dt = DeltaTable(lake.path("t"))
+    assert dt.version() == 3 and dt.to_pyarrow_table().num_rows == 3
+    assert [dt.transaction_version(a) for a in ("app/x", "app/y", "app/z")] == [7, 2, 1]
+
+
+def test_writers_racing_for_the_same_versions_lose_nothing_and_double_nothing(tmp_path: Path) -> None:
+    """Four engines (four followed logs) on four threads commit 25 groups each, all at once: every
+    version a writer lost it reads and tries the next. Every group lands once, versions are contiguous."""
+    lake = engine(tmp_path)
+    writers = [DeltaRsEngine(str(tmp_path)) for _ in range(4)]
+    staged = {(w, g): writers[w].stage("t", rows(f"w{w}g{g}", 2)) for w in range(4) for g in range(25)}
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def write(w: int) -> None:
+        try:
+            start.wait()
+            for g in range(25):
+                # each group carries this writer's next version; every 5th is sent twice (a retry)
+                assert writers[w].commit_staged_group("t", [(staged[w, g], f"app/{w}", g + 1)]) == 1
+                if g % 5 == 0:
+                    assert writers[w].commit_staged_group("t", [(staged[w, g], f"app/{w}", g + 1)]) == 0
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    dt = DeltaTable(lake.path("t"))
+    assert dt.version() == 100
+    ids = dt.to_pyarrow_table()["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 200
+    assert [dt.transaction_version(f"app/{w}") for w in range(4)] == [25] * 4
+    assert all(log_entries(lake, v)[0]["commitInfo"]["engineInfo"].startswith("queuelake/") for v in range(1, 101))
+    log_dir = Path(lake.path("t"), "_delta_log")
+    assert not list(log_dir.glob("*.tmp")), "a temporary commit file was left behind"
+    # checkpoints every CHECKPOINT_INTERVAL versions, as deltalake's commits write them
+    assert (log_dir / f"{100:020d}.checkpoint.parquet").exists()
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 100
+    assert 100 % CHECKPOINT_INTERVAL == 0
+
+
+def test_a_column_added_meanwhile_is_followed(tmp_path: Path) -> None:
+    """A metadata commit between two group commits: the followed log loads the table again, the next
+    commit keeps the new schema (files staged before read the new column as null)."""
+    lake = engine(tmp_path)
+    first = lake.stage("t", rows("a", 1))
+    assert lake.commit_staged_group("t", [(first, "app/a", 1)]) == 1
+    DeltaRsEngine(str(tmp_path)).add_columns("t", [pa.field("extra", pa.string())])
+    assert lake.commit_staged_group("t", [(lake.stage("t", rows("b", 1)), "app/a", 2)]) == 1
+    dt = DeltaTable(lake.path("t"))
+    assert "extra" in dt.schema().to_arrow().names
+    table = dt.to_pyarrow_table()
+    assert sorted(table["id"].to_pylist()) == ["a-0", "b-0"] and table["extra"].null_count == 2
+    assert lake.staged_version("t", "app/a") == 2
+
+
+def test_object_storage_and_unknown_protocols_are_left_to_deltalake(tmp_path: Path) -> None:
+    lake = engine(tmp_path)
+    followed = AppendLog(lake.path("t"), "t", lake.name)
+    files = lake.stage("t", rows("a", 1)).files
+    assert followed.appendable(files)
+    followed._protocol_ok = False  # a writer version above 2: features this writer does not honour
+    assert not followed.appendable(files)
+    assert followed.append_group([(files, "app/a", 1)], "w") is None  # nothing written
+    assert DeltaTable(lake.path("t")).version() == 0
+
+
+def test_delta_spark_reads_what_the_followed_log_committed(tmp_path: Path, spark) -> None:
+    require_delta_jvm(spark)
+    lake = engine(tmp_path)
+    for v in range(1, 13):  # past a checkpoint the followed log wrote
+        lake.commit_staged_group("t", [(lake.stage("t", rows(f"v{v}", 2)), "app/a", v)])
+    df = spark.read.format("delta").load(lake.path("t"))
+    assert df.count() == 24
+    assert df.where("id = 'v12-1'").count() == 1
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{lake.path('t')}`").collect()
+    assert max(h["version"] for h in history) == 12
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_group_left_out_whole_when_every_batch_is_in_the_log(tmp_path: Path, count: int) -> None:
+    lake = engine(tmp_path)
+    batches = [(lake.stage("t", rows(f"b{i}", 1)), f"app/{i}", 1) for i in range(count)]
+    assert lake.commit_staged_group("t", batches) == count
+    assert lake.commit_staged_group("t", batches) == 0
+    fresh = DeltaRsEngine(str(tmp_path))
+    assert fresh.commit_staged_group("t", batches) == 0
+    assert DeltaTable(lake.path("t")).to_pyarrow_table().num_rows == count
