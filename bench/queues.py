@@ -161,6 +161,7 @@ def measure(uri: str, work: Path, names: list[str], rows: int, mode: str, master
         "peak_rss_mb": round(ran.peak_rss_mb, 1) if ran.peak_rss_mb is not None else None,
         "journal_commits": summary["journal_commits"],
         "largest_group": summary["largest_group"],
+        "sessions_opened": summary.get("sessions_opened"),  # on the driver: kept from queue to queue
         "peak_connections_reported": summary["peak_connections"],
         "peak_connections_seen": watch.peak,
         "seen_at_peak_by_application": watch.at_peak,
@@ -174,7 +175,8 @@ def describe(mode: str, label: str, run: dict[str, Any]) -> str:
     return (
         f"{mode} {label}: {run['queues']} queue(s), {run['rows']:,} rows in {run['seconds']} s "
         f"({run['msgs_per_s']:,} msg/s), {run['journal_commits']} journal commits "
-        f"(largest group {run['largest_group']}), connections at peak {run['peak_connections_seen']} seen "
+        f"(largest group {run['largest_group']}), {run['sessions_opened']} sessions opened, "
+        f"connections at peak {run['peak_connections_seen']} seen "
         f"({held}) / {run['peak_connections_reported']} reported, bound {run['max_connections']}, "
         f"peak RSS {run['peak_rss_mb']} MB"
     )

@@ -56,6 +56,9 @@ def test_hundreds_of_queues_within_the_connection_budget(
     assert summary["dequeued"] == expected and read_table(str(tmp_path / "lake" / "messages")).num_rows == expected
     assert 0 < watch.peak <= max_connections, watch.peak
     assert summary["peak_connections"] <= max_connections
+    # sessions are kept from one queue to the next: without that each busy queue opened two or more
+    busy = len([i for i in range(queues) if i % 3])
+    assert summary["sessions_opened"] <= max_connections < 2 * busy, summary["sessions_opened"]
     empty = [q for q in summary["queues"] if q["dequeued"] == 0]
     assert len(empty) == len(names) - len([i for i in range(queues) if i % 3])
     assert all(q["workers"] == 0 and q["backlog_left"] == 0 for q in empty)  # one check each, no lock

@@ -48,6 +48,7 @@ class Connection:
         self.driver: Driver = named_driver(config.driver)
         self._secret = config.connection
         self.paramstyle = self.driver.paramstyle
+        self.session_settings: object = None  # what was last set on the session (a kept session's)
 
     # -- statements -----------------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "claims_all",
         "claims_summary",
         "drain_lock",
+        "drain_unlock",
         "drain_session",
     }
 )

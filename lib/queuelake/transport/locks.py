@@ -15,3 +15,11 @@ def try_lock(conn: Connection, name: str, what: str | None = None) -> bool:
     rows = conn.run("drain_lock", {}, {"lock_name": name}, what=what)
     conn.commit()
     return bool(rows and rows[0][0] in (True, 1, "1", "t"))
+
+
+def unlock(conn: Connection, name: str, what: str | None = None) -> None:
+    """Release the named lock this session holds (a session given back to the run's pool keeps
+    nothing). Rolls back first: the release must not ride on a failed transaction."""
+    conn.rollback()
+    conn.run("drain_unlock", {}, {"lock_name": name}, what=what)
+    conn.commit()

@@ -322,7 +322,11 @@ CONNECTION_CHECK_INTERVAL = "2s"
 def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_timeout_s: float) -> None:
     """Session settings of a drain connection (``drain_session.sql``): a drain that dies or hangs
     mid-statement must not keep running server-side holding its batch's rows. Commits: a rolled-back
-    ``set_config`` would be undone."""
+    ``set_config`` would be undone. A session kept from a previous queue with the same settings
+    (``pipeline/drain/sessions.py``) is left as it is."""
+    settings = ("drain", statement_timeout_s, idle_timeout_s)
+    if conn.session_settings == settings:
+        return
     conn.run(
         "drain_session",
         {},
@@ -333,3 +337,4 @@ def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_t
         },
     )
     conn.commit()
+    conn.session_settings = settings

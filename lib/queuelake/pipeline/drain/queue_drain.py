@@ -15,6 +15,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.result import QueueResult
+from queuelake.pipeline.drain.sessions import LOCK, SessionPool
 from queuelake.pipeline.drain.state import QueueState
 from queuelake.pipeline.drain.worker import Worker
 from queuelake.report import log
@@ -36,23 +37,25 @@ class QueueDrain:
         receive: db.SharedAdbc | None,
         workers: int,
         committer: Committer,
+        sessions: SessionPool | None = None,
     ) -> None:
         self.config = config
         self.workers = workers
         self.ref = ref
-        self.state = QueueState(config, lake, ref, budget, receive, committer)
+        self.state = QueueState(config, lake, ref, budget, receive, committer, sessions)
         self.result = self.state.result
         self.result.workers = self.workers
 
     def run(self, lock_conn: Connection | None = None) -> QueueResult:
         """The drain, under the queue's lock taken on a connection of its own, closed at the end (which
-        releases the lock), or on ``lock_conn``: a Spark task's, which keeps the locks of its queues
-        until their claims are committed (``task.py``)."""
+        releases the lock) or given back to the run's sessions with the lock released, or on
+        ``lock_conn``: a Spark task's, which keeps the locks of its queues until their claims are
+        committed (``task.py``)."""
         state = self.state
         try:
             with contextlib.ExitStack() as stack:
                 if lock_conn is None:
-                    lock_conn = stack.enter_context(connect(self.config, "queuelake-drain-lock"))
+                    lock_conn = stack.enter_context(self._lock_session())
                 if not self._acquire(lock_conn):
                     self.result.status = Status.SKIPPED
                     self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
@@ -102,6 +105,13 @@ class QueueDrain:
         elif stopping.requested():
             self.result.status = Status.INTERRUPTED
 
+    def _lock_session(self) -> contextlib.AbstractContextManager[Connection]:
+        """A session for the queue's lock: one of the run's kept sessions, given back with the lock
+        released (after every worker's batches landed: ``run`` ends only then), else a new one."""
+        if self.state.sessions is None:
+            return connect(self.config, "queuelake-drain-lock")
+        return self.state.sessions.session(LOCK, lambda conn: release_drain_lock(conn, self.ref))
+
     def _acquire(self, conn: Connection) -> bool:
         return take_drain_lock(conn, self.ref)
 
@@ -117,3 +127,8 @@ class QueueDrain:
 def take_drain_lock(conn: Connection, ref: TableRef) -> bool:
     """The queue's drain lock, held by ``conn``'s session until it closes; False when another holds it."""
     return locks.try_lock(conn, "queuelake.drain:" + ref.canonical, what=ref.canonical)
+
+
+def release_drain_lock(conn: Connection, ref: TableRef) -> None:
+    """Release the queue's drain lock, keeping the session (``sessions.SessionPool``)."""
+    locks.unlock(conn, "queuelake.drain:" + ref.canonical, what=ref.canonical)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import TYPE_CHECKING
+
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.transport import db, drivers
 from queuelake.transport.db import Connection
 from queuelake.transport.dialects import dialect
+
+if TYPE_CHECKING:
+    from queuelake.pipeline.drain.sessions import SessionPool
 
 
 def receive_driver(config: Config) -> str:
@@ -21,3 +27,15 @@ def receive_connection(config: Config, driver: str, shared: db.SharedAdbc | None
     if shared is not None:
         return shared.connect()
     return connect(config, f"queuelake-drain-{worker}", driver=driver)
+
+
+def receive_session(
+    config: Config, driver: str, shared: db.SharedAdbc | None, worker: int, sessions: SessionPool | None
+) -> contextlib.AbstractContextManager[Connection]:
+    """A worker's receive connection for the ``with`` it drains in: one of the run's kept sessions,
+    given back rolled back (``sessions.SessionPool``), else its own, closed at the end."""
+    if sessions is None:
+        return receive_connection(config, driver, shared, worker)
+    from queuelake.pipeline.drain.sessions import RECEIVE
+
+    return sessions.session(RECEIVE, lambda conn: conn.rollback())

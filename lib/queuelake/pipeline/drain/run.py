@@ -18,8 +18,9 @@ from queuelake.pipeline.drain.backlog import Backlog, ConnectionBudget, estimate
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import JournalCommitter
 from queuelake.pipeline.drain.queue_drain import QueueDrain
-from queuelake.pipeline.drain.receive import receive_driver
+from queuelake.pipeline.drain.receive import receive_connection, receive_driver
 from queuelake.pipeline.drain.result import QueueResult
+from queuelake.pipeline.drain.sessions import LOCK, SessionPool
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.pipeline.runs import Run
 from queuelake.report import log
@@ -74,6 +75,7 @@ def drain(
             log.info("drain %s: nothing to do, the queue is empty", r.canonical)
         budget = ConnectionBudget(queue_connections(config.drain.max_connections, shared))
         committer = JournalCommitter(config, journal)
+        sessions = SessionPool(budget.total, lambda kind: _open_session(config, kind, shared))
         if on_executors:
             return _on_executors(
                 config, spark, lake, journal, run, refs, busy, backlogs, plan.workers, max_messages, max_seconds
@@ -87,6 +89,7 @@ def drain(
                 shared,
                 workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, plan.workers),
                 committer,
+                sessions,
             )
             for r in busy
         ]
@@ -106,6 +109,7 @@ def drain(
                 drained = list(pool.map(lambda d: _run_within(budget, d), drains))
         finally:
             committer.close()
+            sessions.close()
         by_queue = {r.queue: r for r in drained}
         results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
     finally:
@@ -116,7 +120,10 @@ def drain(
     _log_outcome(results, totals, run.started)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results)
     totals["held_by_others"] = sum(r.held_by_others for r in results)
-    totals["peak_connections"] = budget.peak + (1 if committer.commits else 0) + (1 if shared is not None else 0)
+    # the queues' sessions (kept ones included: never more than the budget), the committer's, ADBC's
+    queue_sessions = max(budget.peak, sessions.peak)
+    totals["peak_connections"] = queue_sessions + (1 if committer.commits else 0) + (1 if shared is not None else 0)
+    totals["sessions_opened"] = sessions.opened
     totals["journal_commits"] = committer.commits
     totals["largest_group"] = committer.largest_group
     status = worst([r.status for r in results])
@@ -229,3 +236,12 @@ def evolve_journal(journal: LakeEngine) -> None:
     if missing:
         log.info("journal: adding column(s) %s", ", ".join(f.name for f in missing))
         journal.add_columns(MESSAGES, [f.with_nullable(True) for f in missing])
+
+
+def _open_session(config: Config, kind: str, shared: db.SharedAdbc | None) -> db.Connection:
+    """A new session for the run's pool: a queue's lock connection, or a worker's receive connection."""
+    from queuelake.context import connect
+
+    if kind == LOCK:
+        return connect(config, "queuelake-drain-lock")
+    return receive_connection(config, receive_driver(config), shared, 0)

@@ -15,6 +15,7 @@ from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.progress import Progress
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
+from queuelake.pipeline.drain.sessions import SessionPool
 from queuelake.transport import claims, db
 from queuelake.transport.tables import TableRef
 
@@ -30,8 +31,10 @@ class QueueState:
         budget: Budget,
         receive: db.SharedAdbc | None,
         committer: Committer,
+        sessions: SessionPool | None = None,
     ) -> None:
         self.config = config
+        self.sessions = sessions  # the run's sessions kept between queues (driver mode), else None
         self.committer = committer  # the run's: claimed batches of every queue go to the journal together
         self.lake = lake
         self.ref = ref

@@ -38,8 +38,9 @@ from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.queue_drain import QueueDrain
-from queuelake.pipeline.drain.receive import receive_driver
+from queuelake.pipeline.drain.receive import receive_connection, receive_driver
 from queuelake.pipeline.drain.result import QueueResult
+from queuelake.pipeline.drain.sessions import SessionPool
 from queuelake.report import log
 from queuelake.transport import claims, db, drivers, locks
 from queuelake.transport.db import Connection
@@ -75,8 +76,9 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
 
     What a process opens once serves every queue of the task: delta-rs on the journal's folder, the
     ADBC database, and one lock connection that takes each queue's drain lock in turn and keeps it
-    until the task ends. A queue's workers' receive connections are closed before the next queue
-    starts, so the task never holds more than one queue's connections (plus its locks, all on one).
+    until the task ends. A queue's workers' receive connections are given back (rolled back) before
+    the next queue starts, which takes them (``sessions.SessionPool``), so the task never holds more
+    than one queue's connections (plus its locks, all on one).
 
     A queue's lock is released only once the driver has committed every batch its workers claimed,
     as when a task drained one queue, but the task does not wait for that between queues: it starts
@@ -106,6 +108,9 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
     through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
     shared = db.SharedAdbc(transport).start() if through_adbc else None
     committer = TaskCommitter(config, first.poller_lock)
+    # the workers' receive sessions, kept from one queue to the next (never more than one queue's)
+    driver = receive_driver(config)
+    sessions = SessionPool(max(j.workers for j in jobs), lambda _: receive_connection(config, driver, shared, 0))
     try:
         with connect(config, "queuelake-drain-lock") as lock_conn:
             for job in jobs:
@@ -119,6 +124,7 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
                     shared,
                     job.workers,
                     committer,
+                    sessions,
                 )
                 yield drain.run(lock_conn)
                 if committer.driver_gone:
@@ -127,6 +133,7 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
                     raise DrainError(f"drain {job.ref.canonical}: the driver's claims poller is gone; the task stops")
             committer.finish()  # every queue's claims committed by the driver: now its lock may go
     finally:
+        sessions.close()
         if shared is not None:
             shared.close()
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from queuelake import hooks, stopping
 from queuelake.pipeline.drain.committer import Claimed
-from queuelake.pipeline.drain.receive import receive_connection
+from queuelake.pipeline.drain.receive import receive_session
 from queuelake.pipeline.drain.state import QueueState
 from queuelake.pipeline.journal.build import build_batch
 from queuelake.pipeline.journal.quarantine import isolate_unstorable
@@ -54,10 +54,10 @@ class Worker:
 
     def _receive_loop(self, app_id: str) -> None:
         state, worker = self.state, self.worker
-        version = state.lake.last_version(MESSAGES, app_id) or 0
+        version = state.lake.staged_version(MESSAGES, app_id) or 0
         settle_until: float | None = None
         drain_cfg = state.config.drain
-        with receive_connection(state.config, state.receive_driver, state.receive, worker) as conn:
+        with receive_session(state.config, state.receive_driver, state.receive, worker, state.sessions) as conn:
             queues.configure_drain_session(
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )

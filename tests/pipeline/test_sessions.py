@@ -1,0 +1,90 @@
+"""The drain run's kept sessions (``pipeline/drain/sessions.py``) on a real PostgreSQL: a queue's lock
+is released when its session is given back, never more sessions open than the limit, and a session
+that failed is closed rather than handed to the next queue."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from queuelake.config import from_dict
+from queuelake.pipeline.drain.queue_drain import release_drain_lock, take_drain_lock
+from queuelake.pipeline.drain.sessions import LOCK, RECEIVE, SessionPool
+from queuelake.transport import db
+from queuelake.transport.tables import queue_ref
+
+
+def sessions_named(uri: str, name: str) -> int:
+    with psycopg.connect(uri) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()", (name,)
+        ).fetchone()
+        return row[0] if row else 0
+
+
+@pytest.fixture
+def setup(fresh_pg_uri: str):
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "lake": {"root": "/tmp/unused"}}, env={})
+
+    def open_session(kind: str) -> db.Connection:
+        return db.connect(cfg.transport, f"pool-test-{kind}")
+
+    return cfg, open_session
+
+
+def test_the_lock_is_released_and_the_session_kept(fresh_pg_uri: str, setup) -> None:
+    cfg, open_session = setup
+    ref = queue_ref("Sales", cfg.transport)
+    pool = SessionPool(2, open_session)
+    try:
+        with pool.session(LOCK, lambda c: release_drain_lock(c, ref)) as conn:
+            assert take_drain_lock(conn, ref)
+            with db.connect(cfg.transport) as other:  # held while the queue drains
+                assert not take_drain_lock(other, ref)
+        assert sessions_named(fresh_pg_uri, "pool-test-lock") == 1  # kept, idle
+        with db.connect(cfg.transport) as other:  # ... and no longer holding the queue's lock
+            assert take_drain_lock(other, ref)
+            release_drain_lock(other, ref)
+        with pool.session(LOCK, lambda c: release_drain_lock(c, ref)) as again:
+            assert again is conn and take_drain_lock(again, ref)
+        assert pool.opened == 1
+    finally:
+        pool.close()
+    assert sessions_named(fresh_pg_uri, "pool-test-lock") == 0
+
+
+def test_never_more_sessions_than_the_limit(fresh_pg_uri: str, setup) -> None:
+    _, open_session = setup
+    pool = SessionPool(2, open_session)
+    try:
+        with pool.session(LOCK, lambda c: c.rollback()), pool.session(RECEIVE, lambda c: c.rollback()):
+            pass
+        assert pool.peak == 2
+        # a lock session in use, a receive session idle: another lock session closes the idle one first
+        with pool.session(LOCK, lambda c: c.rollback()), pool.session(LOCK, lambda c: c.rollback()):
+            assert sessions_named(fresh_pg_uri, "pool-test-lock") == 2
+            assert sessions_named(fresh_pg_uri, "pool-test-receive") == 0
+        assert pool.peak == 2 and pool.opened == 3
+    finally:
+        pool.close()
+
+
+def test_a_session_that_failed_is_closed_not_kept(fresh_pg_uri: str, setup) -> None:
+    _, open_session = setup
+    pool = SessionPool(4, open_session)
+    try:
+        with pytest.raises(RuntimeError), pool.session(RECEIVE, lambda c: c.rollback()):
+            assert sessions_named(fresh_pg_uri, "pool-test-receive") == 1
+            raise RuntimeError("the worker failed mid-batch")
+        assert sessions_named(fresh_pg_uri, "pool-test-receive") == 0
+
+        def failing_clean(c: db.Connection) -> None:
+            raise RuntimeError("the release failed")
+
+        with pool.session(LOCK, failing_clean):  # the caller's work went well: no error for it
+            pass
+        assert sessions_named(fresh_pg_uri, "pool-test-lock") == 0
+        with pool.session(LOCK, lambda c: c.rollback()):
+            pass
+        assert pool.opened == 3
+    finally:
+        pool.close()
