@@ -118,7 +118,9 @@ def test_writers_racing_for_the_same_versions_lose_nothing_and_double_nothing(tm
     assert all(log_entries(lake, v)[0]["commitInfo"]["engineInfo"].startswith("queuelake/") for v in range(1, 101))
     log_dir = Path(lake.path("t"), "_delta_log")
     assert not list(log_dir.glob("*.tmp")), "a temporary commit file was left behind"
-    # checkpoints every CHECKPOINT_INTERVAL versions, as deltalake's commits write them
+    # checkpoints every CHECKPOINT_INTERVAL versions, as deltalake's commits write them (on a thread)
+    for w in writers:
+        w._followed["t"].wait_for_checkpoint()
     assert (log_dir / f"{100:020d}.checkpoint.parquet").exists()
     assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 100
     assert 100 % CHECKPOINT_INTERVAL == 0
@@ -171,3 +173,27 @@ def test_a_group_left_out_whole_when_every_batch_is_in_the_log(tmp_path: Path, c
     fresh = DeltaRsEngine(str(tmp_path))
     assert fresh.commit_staged_group("t", batches) == 0
     assert DeltaTable(lake.path("t")).to_pyarrow_table().num_rows == count
+
+
+def test_a_deltalake_writer_that_loaded_before_our_commit_commits_after_it(tmp_path: Path) -> None:
+    """deltalake's conflict check reads the commit file the followed log wrote: a stale writer's blind
+    append lands as the next version, both app versions kept, every row once."""
+    from deltalake import CommitProperties, Transaction
+
+    lake = engine(tmp_path)
+    stale = DeltaTable(lake.path("t"))  # loaded at version 0
+    theirs = lake.stage("t", rows("theirs", 2))
+    assert lake.commit_staged_group("t", [(lake.stage("t", rows("ours", 3)), "app/ours", 1)]) == 1
+    stale.create_write_transaction(
+        [f.add_action() for f in theirs.files],
+        "append",
+        stale.schema(),
+        commit_properties=CommitProperties(app_transactions=[Transaction("app/theirs", 5)]),
+    )
+    dt = DeltaTable(lake.path("t"))
+    assert dt.version() == 2
+    assert (dt.transaction_version("app/ours"), dt.transaction_version("app/theirs")) == (1, 5)
+    assert sorted(dt.to_pyarrow_table()["id"].to_pylist()) == sorted(
+        [f"ours-{i}" for i in range(3)] + ["theirs-0", "theirs-1"]
+    )
+    assert lake.staged_version("t", "app/theirs") == 5

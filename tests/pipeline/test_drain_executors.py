@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from queuelake.config import Config
 from queuelake.lake.reading import read_table
 
 from tests.pipeline.standalone import Cluster, standalone_cluster
@@ -81,11 +82,13 @@ def summary_of(proc: subprocess.CompletedProcess[str]) -> dict:
 
 
 def drain_sessions(uri: str) -> int:
-    """The drain's connections still open (a killed driver's tasks until their executors are gone)."""
+    """The drain's connections still open (a killed driver's tasks until their executors are gone):
+    the named ones, and ADBC's, which carry no application name."""
     with psycopg.connect(uri, autocommit=True) as conn:
         (count,) = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name LIKE 'queuelake-drain%'"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            " AND (application_name LIKE 'queuelake-drain%' OR application_name = '')"
         ).fetchone()
     return count
 
@@ -95,6 +98,26 @@ def wait_for_no_drain(uri: str, timeout: float = 120) -> None:
     while drain_sessions(uri) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert drain_sessions(uri) == 0, "a killed driver's tasks still hold connections"
+
+
+def assert_every_row_once(
+    cfg: Config, lake_root: Path, seeded: dict[str, set[str]], run_id: str, per_queue: int
+) -> None:
+    """Every seeded row in the journal once, under its own queue; no claim left, every queue empty;
+    the run's ``runs`` rows: one per queue, each with ``per_queue`` dequeued and ok."""
+    names = list(seeded)
+    rows = journal(lake_root)
+    ids = rows["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == per_queue * len(names)
+    for name in names:
+        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
+        assert got == seeded[name], name
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in names)
+    runs = read_table(str(lake_root / "runs")).to_pylist()
+    mine = [r for r in runs if r["run_id"] == run_id]
+    assert sorted(r["queue"] for r in mine) == sorted(f'"public"."{n}"' for n in names)
+    assert all(r["dequeued"] == per_queue and r["status"] == "ok" for r in mine), mine
 
 
 @pytest.mark.slow
@@ -116,18 +139,7 @@ def test_many_queues_drained_by_spark_tasks(fresh_pg_uri: str, tmp_path: Path, c
     assert summary["journal_commits"] < 12 * 8, summary  # group commits of the tasks' batches
     assert summary["peak_connections"] <= 24, summary
 
-    rows = journal(lake_root)
-    ids = rows["id"].to_pylist()
-    assert len(ids) == len(set(ids)) == 24_000
-    for name in names:
-        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
-        assert got == seeded[name], name
-    assert claim_count(cfg) == 0
-    assert all(queue_depth(cfg, n) == 0 for n in names)
-    runs = read_table(str(lake_root / "runs")).to_pylist()
-    mine = [r for r in runs if r["run_id"] == summary["run_id"]]
-    assert sorted(r["queue"] for r in mine) == sorted(f'"public"."{n}"' for n in names)
-    assert all(r["dequeued"] == 2_000 and r["status"] == "ok" for r in mine), mine
+    assert_every_row_once(cfg, lake_root, seeded, summary["run_id"], per_queue=2_000)
     # the tasks ran on the cluster's executors, in this venv's Python, with queuelake importable there
     logs = cluster.executor_logs()
     assert logs.count(f"a Spark task, python {sys.executable}") >= 12, logs[-3000:]
@@ -178,18 +190,7 @@ def test_small_queues_share_spark_jobs_and_keep_every_guarantee(
         assert (q["status"], q["dequeued"], q["backlog_left"], q["workers"]) == ("ok", 100, 0, 1), q
     assert summary["peak_connections"] <= 24, summary
 
-    rows = journal(lake_root)
-    ids = rows["id"].to_pylist()
-    assert len(ids) == len(set(ids)) == 3_000
-    for name in names:
-        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
-        assert got == seeded[name], name
-    assert claim_count(cfg) == 0
-    assert all(queue_depth(cfg, n) == 0 for n in names)
-    runs = read_table(str(lake_root / "runs")).to_pylist()
-    mine = [r for r in runs if r["run_id"] == summary["run_id"]]
-    assert sorted(r["queue"] for r in mine) == sorted(f'"public"."{n}"' for n in names)
-    assert all(r["dequeued"] == 100 and r["status"] == "ok" for r in mine), mine
+    assert_every_row_once(cfg, lake_root, seeded, summary["run_id"], per_queue=100)
     # the tasks' own word: some drained several queues (their attempts, retries included)
     logs = cluster.executor_logs()
     packed = [int(n) for n in re.findall(r"a Spark task of (\d+) queue\(s\)", logs)]
