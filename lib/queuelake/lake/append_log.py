@@ -66,9 +66,6 @@ class AppendLog:
         self._log_dir = f"{base}/_delta_log"
         self._local = not is_s3(table_uri) and type(self._fs).__name__ == "LocalFileSystem"
         self._guard = threading.Lock()
-        self._checkpointing: threading.Thread | None = None  # writing checkpoints, while any is due
-        self._checkpoint_due: int | None = None
-        self._checkpoint_guard = threading.Lock()
         self._load()
 
     # ------------------------------------------------------------ following
@@ -248,41 +245,13 @@ class AppendLog:
     def _checkpoint_if_due(self) -> None:
         """A checkpoint every ``delta.checkpointInterval`` versions, as deltalake's own commits write:
         readers of the table (the next run's load included) replay at most that many commit files.
-
-        Written on a thread of its own, off the commit's path: at 10,000 files it is a load and a write
-        of about 140 ms, which the next commits need not wait for (a checkpoint of version v is a
-        function of the log up to v alone). One at a time: a checkpoint that falls due while one is
-        being written is written next, the newest due only. Not a daemon thread, so a process that
-        ends waits for it. A failed checkpoint fails nothing: the commits are in the log."""
+        A failed checkpoint fails nothing: the commit is in the log, and the next one tries again."""
         if self.version % self._checkpoint_interval:
             return
-        with self._checkpoint_guard:
-            self._checkpoint_due = self.version
-            if self._checkpointing is None:
-                self._checkpointing = threading.Thread(target=self._checkpoints, name=f"checkpoint-{self.table}")
-                self._checkpointing.start()
-
-    def wait_for_checkpoint(self) -> None:
-        """Until the checkpoints due so far are written."""
-        with self._checkpoint_guard:
-            thread = self._checkpointing
-        if thread is not None:
-            thread.join()
-
-    def _checkpoints(self) -> None:
-        while True:
-            with self._checkpoint_guard:
-                version, self._checkpoint_due = self._checkpoint_due, None
-                if version is None:
-                    self._checkpointing = None
-                    return
-            self._checkpoint(version)
-
-    def _checkpoint(self, version: int) -> None:
         from deltalake import DeltaTable
 
         try:
             options = dict(self.storage_options or {}) or None
-            DeltaTable(self.table_uri, version=version, storage_options=options).create_checkpoint()
+            DeltaTable(self.table_uri, version=self.version, storage_options=options).create_checkpoint()
         except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation
-            log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, version, type(exc).__name__)
+            log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, self.version, type(exc).__name__)
