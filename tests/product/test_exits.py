@@ -258,10 +258,13 @@ def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -
         text=True,
         cwd=REPO,
     )
-    deadline = time.monotonic() + 60  # the drain is under way (and its SIGTERM handler set) once the journal exists
-    while not (lake_root / "messages" / "_delta_log").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(2)
+    # the drain is under way (and its SIGTERM handler set) once the journal holds its first batch; the
+    # signal goes at once: 200,000 rows take about 2 s to drain, and a fixed wait after the journal's
+    # creation let the whole drain finish first once its commits got cheaper
+    first_batch = lake_root / "messages" / "_delta_log" / f"{1:020d}.json"
+    deadline = time.monotonic() + 60
+    while not first_batch.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert proc.poll() is None, "the drain ended before SIGTERM: seed more rows"
     proc.send_signal(signal.SIGTERM)
     try:
