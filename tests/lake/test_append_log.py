@@ -195,3 +195,25 @@ def test_a_deltalake_writer_that_loaded_before_our_commit_commits_after_it(tmp_p
         [f"ours-{i}" for i in range(3)] + ["theirs-0", "theirs-1"]
     )
     assert lake.staged_version("t", "app/theirs") == 5
+
+
+def test_a_workers_question_does_not_wait_for_the_commit_being_written(tmp_path: Path) -> None:
+    """A queue's workers ask their app ids' versions while the committer writes, syncs and
+    checkpoints a group (a commit holds the table's snapshot lock and the log's write lock): they
+    read the commits already in the log, and the commit in progress is not theirs."""
+    lake = engine(tmp_path)
+    first = lake.stage("t", rows("a", 2))
+    assert lake.commit_staged_group("t", [(first, "app/a", 1)]) == 1
+    followed = lake._followed["t"]
+    answers: list[int | None] = []
+    with lake._snapshot_lock("t"), followed._writing:  # a group commit in progress
+        asking = threading.Thread(target=lambda: answers.append(lake.staged_version("t", "app/a")))
+        asking.start()
+        asking.join(timeout=10)
+        assert not asking.is_alive(), "staged_version waited for the commit in progress"
+    assert answers == [1]
+    # the committer's next group lands after answers read meanwhile, and is read by the next question
+    second = lake.stage("t", rows("b", 2))
+    assert lake.commit_staged_group("t", [(second, "app/a", 2)]) == 1
+    assert lake.staged_version("t", "app/a") == 2
+    assert DeltaTable(lake.path("t")).transaction_version("app/a") == 2

@@ -290,6 +290,39 @@ def test_budgets_and_rerun(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert sorted(landed["id"].to_pylist()) == sorted(ids)
 
 
+def test_a_queue_smaller_than_a_batch_is_received_once(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short batch is followed by one count, not by another receive (a DELETE that finds nothing):
+    most of a system's queues are smaller than a batch. A full batch is still followed by a receive,
+    and rows that arrive before that count are drained in the same run."""
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales", "Billing"], batch_size=100, workers_per_queue=1)
+    install(cfg)
+    ids = seed_ids(cfg, "Sales", 40) | seed_ids(cfg, "Billing", 100, seed=2)
+    sales, billing = (queue_ref(q, cfg.transport).canonical for q in ("Sales", "Billing"))  # type: ignore[attr-defined]
+    receives: dict[str, int] = {}
+    real_receive, real_count = queues.receive_batch_arrow, queues.count_rows
+    late: list[set[str]] = []
+
+    def counted(conn, ref, n, *args, **kwargs):  # the real receive, counted per queue
+        receives[ref.canonical] = receives.get(ref.canonical, 0) + 1
+        return real_receive(conn, ref, n, *args, **kwargs)
+
+    def count_after_a_late_send(conn, ref):  # a sender's rows arrive between the batch and the count
+        if ref.canonical == sales and not late:
+            late.append(seed_ids(cfg, "Sales", 3, seed=3))
+        return real_count(conn, ref)
+
+    monkeypatch.setattr(queues, "receive_batch_arrow", counted)
+    monkeypatch.setattr(queues, "count_rows", count_after_a_late_send)
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "ok" and summary["dequeued"] == 143
+    # Sales: 40 rows (short: a count, which finds the 3 late ones), 3 more (short: a count, empty)
+    # Billing: 100 (a full batch), then an empty receive
+    assert receives == {sales: 2, billing: 2}
+    assert sorted(journal(tmp_path / "lake")["id"].to_pylist()) == sorted(ids | late[0])
+
+
 def test_progress_estimates_the_backlog_on_a_churned_queue(
     fresh_pg_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

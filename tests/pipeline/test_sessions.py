@@ -88,3 +88,42 @@ def test_a_session_that_failed_is_closed_not_kept(fresh_pg_uri: str, setup) -> N
         assert pool.opened == 3
     finally:
         pool.close()
+
+
+def session_state(uri: str, pid: int) -> str:
+    with psycopg.connect(uri) as conn:
+        row = conn.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+        return row[0] if row else "gone"
+
+
+def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri: str, pg_driver: str) -> None:
+    """The run's lock sessions are in autocommit: their reads (the queue's table, its claims, its
+    newest seq, its depth) cost no BEGIN and ROLLBACK round trips, and leave no transaction open
+    while the queue's workers drain. With psycopg and with pyodbc (psqlodbc)."""
+    from queuelake.pipeline.drain.run import _open_session
+    from queuelake.transport import queues, schema
+
+    from tests.conftest import connection_string
+
+    cfg = from_dict(
+        {
+            "transport": {"connection": connection_string(fresh_pg_uri, pg_driver), "driver": pg_driver},
+            "lake": {"root": "/tmp/unused"},
+        },
+        env={},
+    )
+    ref = queue_ref("Sales", cfg.transport)
+    with db.connect(cfg.transport) as setup_conn:
+        setup_conn.raw.cursor().execute('CREATE TABLE "public"."Sales" (seq bigint)')
+        setup_conn.commit()
+    with _open_session(cfg, LOCK, None) as conn:
+        pid = conn.raw.cursor().execute("SELECT pg_backend_pid()").fetchone()[0]
+        assert take_drain_lock(conn, ref)
+        schema.require_table(conn, ref)
+        assert queues.newest_seq(conn, ref) is None
+        assert session_state(fresh_pg_uri, pid) == "idle"  # not "idle in transaction"
+        with db.connect(cfg.transport) as other:
+            assert not take_drain_lock(other, ref)
+        release_drain_lock(conn, ref)
+        with db.connect(cfg.transport) as other:
+            assert take_drain_lock(other, ref)

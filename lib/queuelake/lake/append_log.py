@@ -53,7 +53,9 @@ def commit_file_name(version: int) -> str:
 class AppendLog:
     """One table's log, followed from one deltalake load by reading each newer commit file once.
 
-    Thread-safe: the drain's workers ask their app ids' versions while the committer appends."""
+    Thread-safe: the drain's workers ask their app ids' versions while the committer appends, and
+    are not held up by its commit's write, sync and checkpoint: ``_state`` guards what was read,
+    ``_writing`` one commit at a time."""
 
     def __init__(self, table_uri: str, table: str, engine: str, storage_options: dict[str, str] | None = None) -> None:
         from queuelake.lake.storage import filesystem, is_s3
@@ -65,7 +67,8 @@ class AppendLog:
         self._fs, base = filesystem(table_uri, storage_options)
         self._log_dir = f"{base}/_delta_log"
         self._local = not is_s3(table_uri) and type(self._fs).__name__ == "LocalFileSystem"
-        self._guard = threading.Lock()
+        self._state = threading.Lock()
+        self._writing = threading.Lock()
         self._load()
 
     # ------------------------------------------------------------ following
@@ -97,7 +100,7 @@ class AppendLog:
 
     def target(self) -> tuple[pa.Schema, list[str]]:
         """The table's Arrow schema and partition columns, as loaded (what staged files are written in)."""
-        with self._guard:
+        with self._state:
             return pa.schema(self._snapshot.schema().to_arrow()), list(self._partition_by)
 
     def _read_commit(self, version: int) -> bytes | None:
@@ -137,7 +140,7 @@ class AppendLog:
     def app_version(self, app_id: str) -> int | None:
         """The newest version ``app_id`` committed, as of now (every commit file written before this
         call is read): what ``LakeEngine.last_version`` answers, without loading the table."""
-        with self._guard:
+        with self._state:
             self._catch_up()
             return self._app_version(app_id)
 
@@ -167,23 +170,28 @@ class AppendLog:
         carried (0: all were in the log), or None when the table changed so that deltalake must commit.
         A batch may be left out only with every lower version of its app id committed or in the same
         group (``commits.commit_group``'s rule)."""
-        with self._guard:
+        with self._writing:
             for attempt in range(_ATTEMPTS):
-                self._catch_up()
-                todo = [b for b in batches if (self._app_version(b[1]) or 0) < b[2]]
-                if not todo:
-                    return 0
-                if not self.appendable([f for files, _, _ in todo for f in files]):
-                    return None  # the table changed (its protocol, say): deltalake commits it
-                versions: dict[str, int] = {}
-                for _, app_id, v in todo:
-                    versions[app_id] = max(v, versions.get(app_id, 0))
+                with self._state:
+                    self._catch_up()
+                    todo = [b for b in batches if (self._app_version(b[1]) or 0) < b[2]]
+                    if not todo:
+                        return 0
+                    if not self.appendable([f for files, _, _ in todo for f in files]):
+                        return None  # the table changed (its protocol, say): deltalake commits it
+                    versions: dict[str, int] = {}
+                    for _, app_id, v in todo:
+                        versions[app_id] = max(v, versions.get(app_id, 0))
+                    version = self.version + 1
+                    text = self._commit_text(todo, versions, write_id)
                 if attempt == 0:
                     kill_before_commit()
-                if self._put_if_absent(self.version + 1, self._commit_text(todo, versions, write_id)):
-                    self.version += 1
-                    self._apps.update(versions)
-                    self._checkpoint_if_due()
+                if self._put_if_absent(version, text):
+                    with self._state:  # a reader may have read this very commit since the link
+                        if self.version < version:
+                            self.version = version
+                            self._apps.update(versions)
+                    self._checkpoint_if_due(version)
                     return len(todo)
                 time.sleep(min(0.002 * 2**attempt, 0.2))  # another writer took it: read theirs, try the next
         raise LakeError(
@@ -242,16 +250,16 @@ class AppendLog:
         finally:
             os.unlink(temporary)
 
-    def _checkpoint_if_due(self) -> None:
+    def _checkpoint_if_due(self, version: int) -> None:
         """A checkpoint every ``delta.checkpointInterval`` versions, as deltalake's own commits write:
         readers of the table (the next run's load included) replay at most that many commit files.
         A failed checkpoint fails nothing: the commit is in the log, and the next one tries again."""
-        if self.version % self._checkpoint_interval:
+        if version % self._checkpoint_interval:
             return
         from deltalake import DeltaTable
 
         try:
             options = dict(self.storage_options or {}) or None
-            DeltaTable(self.table_uri, version=self.version, storage_options=options).create_checkpoint()
+            DeltaTable(self.table_uri, version=version, storage_options=options).create_checkpoint()
         except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation
-            log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, self.version, type(exc).__name__)
+            log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, version, type(exc).__name__)

@@ -178,10 +178,13 @@ class StagedWrites(EngineBase):
         """``last_version`` from the followed log: only the commits written since the previous question
         are read, not the whole table (``append_log``). As current as ``last_version``."""
         try:
-            with self._snapshot_lock(table):
-                if table not in self._followed and not self.exists(table):
-                    return None
-                followed = self._followed_log(table)
+            # not behind the table's commit in progress (it holds the snapshot lock while it writes)
+            followed = self._followed.get(table)
+            if followed is None:
+                with self._snapshot_lock(table):
+                    if table not in self._followed and not self.exists(table):
+                        return None
+                    followed = self._followed_log(table)
             return followed.app_version(app_id)
         except LakeError:
             raise

@@ -109,7 +109,7 @@ class QueueDrain:
         """A session for the queue's lock: one of the run's kept sessions, given back with the lock
         released (after every worker's batches landed: ``run`` ends only then), else a new one."""
         if self.state.sessions is None:
-            return connect(self.config, "queuelake-drain-lock")
+            return connect(self.config, "queuelake-drain-lock").use_autocommit()
         return self.state.sessions.session(LOCK, lambda conn: release_drain_lock(conn, self.ref))
 
     def _acquire(self, conn: Connection) -> bool:

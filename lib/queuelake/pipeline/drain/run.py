@@ -243,5 +243,5 @@ def _open_session(config: Config, kind: str, shared: db.SharedAdbc | None) -> db
     from queuelake.context import connect
 
     if kind == LOCK:
-        return connect(config, "queuelake-drain-lock")
+        return connect(config, "queuelake-drain-lock").use_autocommit()
     return receive_connection(config, receive_driver(config), shared, 0)
