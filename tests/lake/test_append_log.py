@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from queuelake.lake.append_log import AppendLog
+from queuelake.lake.append_log import FOLLOWED_CHECKPOINT_INTERVAL, AppendLog
 from queuelake.lake.rust import CHECKPOINT_INTERVAL, DeltaRsEngine
 
 from tests.conftest import require_delta_jvm
@@ -118,10 +118,11 @@ def test_writers_racing_for_the_same_versions_lose_nothing_and_double_nothing(tm
     assert all(log_entries(lake, v)[0]["commitInfo"]["engineInfo"].startswith("queuelake/") for v in range(1, 101))
     log_dir = Path(lake.path("t"), "_delta_log")
     assert not list(log_dir.glob("*.tmp")), "a temporary commit file was left behind"
-    # checkpoints every CHECKPOINT_INTERVAL versions, as deltalake's commits write them
-    assert (log_dir / f"{100:020d}.checkpoint.parquet").exists()
+    # a checkpoint every 100 versions, not the table's 10: the followed log's commits replay nothing
+    assert [p.name for p in log_dir.glob("*.checkpoint.parquet")] == [f"{100:020d}.checkpoint.parquet"]
     assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 100
-    assert 100 % CHECKPOINT_INTERVAL == 0
+    assert DeltaTable(lake.path("t")).metadata().configuration["delta.checkpointInterval"] == str(CHECKPOINT_INTERVAL)
+    assert FOLLOWED_CHECKPOINT_INTERVAL == 100
 
 
 def test_a_column_added_meanwhile_is_followed(tmp_path: Path) -> None:
@@ -153,13 +154,15 @@ def test_object_storage_and_unknown_protocols_are_left_to_deltalake(tmp_path: Pa
 def test_delta_spark_reads_what_the_followed_log_committed(tmp_path: Path, spark) -> None:
     require_delta_jvm(spark)
     lake = engine(tmp_path)
-    for v in range(1, 13):  # past a checkpoint the followed log wrote
+    last = FOLLOWED_CHECKPOINT_INTERVAL + 2
+    for v in range(1, last + 1):  # past a checkpoint the followed log wrote
         lake.commit_staged_group("t", [(lake.stage("t", rows(f"v{v}", 2)), "app/a", v)])
+    assert Path(lake.path("t"), "_delta_log", f"{FOLLOWED_CHECKPOINT_INTERVAL:020d}.checkpoint.parquet").exists()
     df = spark.read.format("delta").load(lake.path("t"))
-    assert df.count() == 24
-    assert df.where("id = 'v12-1'").count() == 1
+    assert df.count() == 2 * last
+    assert df.where(f"id = 'v{last}-1'").count() == 1
     history = spark.sql(f"DESCRIBE HISTORY delta.`{lake.path('t')}`").collect()
-    assert max(h["version"] for h in history) == 12
+    assert max(h["version"] for h in history) == last
 
 
 @pytest.mark.parametrize("count", [1, 3])
@@ -217,3 +220,58 @@ def test_a_workers_question_does_not_wait_for_the_commit_being_written(tmp_path:
     assert lake.commit_staged_group("t", [(second, "app/a", 2)]) == 1
     assert lake.staged_version("t", "app/a") == 2
     assert DeltaTable(lake.path("t")).transaction_version("app/a") == 2
+
+
+def test_a_run_checkpoints_every_hundred_versions_and_at_its_end(tmp_path: Path) -> None:
+    """The journal's interval is 10 (deltalake's commits replay the log on every commit); a run's
+    group commits replay nothing, so they checkpoint every 100 versions, and ``finish_staged`` once at
+    the run's end when 10 have passed since the last checkpoint: what readers replay stays as before."""
+    lake = engine(tmp_path)
+    log_dir = Path(lake.path("t"), "_delta_log")
+
+    def checkpoints() -> list[int]:
+        return sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.checkpoint.parquet"))
+
+    lake.finish_staged("t")  # nothing followed, nothing committed: nothing to do
+    for v in range(1, 13):
+        lake.commit_staged_group("t", [(lake.stage("t", rows(f"v{v}", 1)), "app/a", v)])
+    assert checkpoints() == []  # not at 10: the run is still committing
+    lake.finish_staged("t")
+    assert checkpoints() == [12]
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 12
+    for v in range(13, 18):  # 5 more: under the table's interval since the last checkpoint
+        lake.commit_staged_group("t", [(lake.stage("t", rows(f"v{v}", 1)), "app/a", v)])
+    lake.finish_staged("t")
+    assert checkpoints() == [12]
+    again = engine(tmp_path)  # the next run: a new load, which knows the last checkpoint
+    for v in range(18, 23):
+        again.commit_staged_group("t", [(again.stage("t", rows(f"v{v}", 1)), "app/a", v)])
+    again.finish_staged("t")
+    assert checkpoints() == [12, 22]
+    dt = DeltaTable(lake.path("t"))
+    assert dt.version() == 22 and dt.transaction_version("app/a") == 22
+    assert dt.to_pyarrow_table().num_rows == 22
+
+
+def test_every_app_version_is_read_in_one_pass_across_checkpoint_and_commits(tmp_path: Path) -> None:
+    """A new run's followed log reads the app versions of the table it loaded from the last checkpoint's
+    ``txn`` column and the commit files after it, once, instead of asking deltalake about each app id
+    (0.75 ms a question; a run of 500 queues asks 500): the same answers, with no question to deltalake."""
+    lake = engine(tmp_path)
+    for v in range(1, 13):  # deltalake's commits of app/0 .. app/3: a checkpoint at 9, then more commits
+        lake.commit_staged("t", lake.stage("t", rows(f"v{v}", 1)), f"app/{v % 4}", (v + 3) // 4)
+    lake.commit_staged_group("t", [(lake.stage("t", rows("g", 1)), "app/9", 7)])  # the followed log's commit
+    log_dir = Path(lake.path("t"), "_delta_log")
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] < 13  # a checkpoint, then commits
+    dt = DeltaTable(lake.path("t"))
+    expected = {f"app/{i}": dt.transaction_version(f"app/{i}") for i in (0, 1, 2, 3, 9)}
+    assert expected["app/9"] == 7 and None not in expected.values()
+
+    followed = AppendLog(lake.path("t"), "t", lake.name)
+
+    def asked(app_id: str) -> int | None:
+        raise AssertionError(f"deltalake was asked about {app_id}")
+
+    followed._snapshot.transaction_version = asked  # type: ignore[method-assign]
+    assert {a: followed.app_version(a) for a in expected} == expected
+    assert followed.app_version("app/never") is None

@@ -187,6 +187,12 @@ class DeltaSparkEngine(EngineBase):
     def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
         raise self._no_staging(table)
 
+    def staged_schema(self, table: str) -> pa.Schema:
+        raise self._no_staging(table)
+
+    def finish_staged(self, table: str) -> None:
+        raise self._no_staging(table)
+
     def staged_version(self, table: str, app_id: str) -> int | None:
         raise self._no_staging(table)
 

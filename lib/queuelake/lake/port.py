@@ -97,6 +97,14 @@ class LakeEngine(Protocol):
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""
 
+    def staged_schema(self, table: str) -> pa.Schema:
+        """``schema`` of a table written by staged commits, as current, from the log the staged
+        commits follow (a drain run loads its journal once for both)."""
+
+    def finish_staged(self, table: str) -> None:
+        """After a run's last staged commit: leave the table as its readers load it fastest (a
+        checkpoint of the newest version, where one is due)."""
+
     def staged_version(self, table: str, app_id: str) -> int | None:
         """``last_version`` of a table written by staged commits (the journal), as current, from its log
         followed since the first question: each call reads only the commits written since the last,

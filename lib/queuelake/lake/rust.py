@@ -51,7 +51,8 @@ _COMMIT_ATTEMPTS = 20
 # Tables this engine creates write a checkpoint every 10 commits, not Delta's default 100. Why:
 # deltalake loads a table, and every commit, by replaying the JSON log from the last checkpoint,
 # and a drain commits once per batch. Measured (bench/commits.py, 300 commits of one staged file
-# each): 50 ms of CPU per commit on average at 100, 17-20 ms at 10, checkpoints included.
+# each): 50 ms of CPU per commit on average at 100, 17-20 ms at 10, checkpoints included. A drain's
+# group commits, which replay nothing, checkpoint every 100 and at the run's end (``append_log``).
 CHECKPOINT_INTERVAL = 10
 CHECKPOINT_PROPERTY = "delta.checkpointInterval"
 

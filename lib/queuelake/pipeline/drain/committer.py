@@ -123,11 +123,14 @@ class JournalCommitter:
             self._raise_if_failed()
 
     def close(self) -> None:
+        """Commit what is waiting, then checkpoint the journal where one is due (``finish_staged``)."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
         if self._thread is not None:
             self._thread.join()
+        if self.commits:
+            self._lake.finish_staged(MESSAGES)
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:

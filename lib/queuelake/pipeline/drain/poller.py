@@ -30,6 +30,7 @@ from queuelake.errors import DrainError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.committer import MOST_PER_GROUP, Claimed, land_group
+from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims, locks
 from queuelake.transport.db import Connection
@@ -86,10 +87,13 @@ class ClaimsPoller:
                 del self._watched[queue]
 
     def close(self) -> None:
+        """Stop polling, then checkpoint the journal where one is due (``finish_staged``)."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
         self._thread.join()
+        if self.commits:
+            self._journal.finish_staged(MESSAGES)
 
     def _run(self) -> None:
         try:

@@ -231,7 +231,7 @@ def _log_outcome(results: list[QueueResult], totals: dict[str, int], started: dt
 def evolve_journal(journal: LakeEngine) -> None:
     """Give a journal made by an older queuelake the columns added since (nullable, null in its old
     rows): a batch is staged with the table's own schema, and a column the table lacks would fail it."""
-    have = set(journal.schema(MESSAGES).names)
+    have = set(journal.staged_schema(MESSAGES).names)  # the followed log's load, the run's staging uses it too
     missing = [f for f in MESSAGES_SCHEMA if f.name not in have]
     if missing:
         log.info("journal: adding column(s) %s", ", ".join(f.name for f in missing))
