@@ -53,6 +53,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 100  # Delta's, when the table sets none
 FOLLOWED_CHECKPOINT_INTERVAL = 100  # the most often a run's commits checkpoint (module docstring)
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9._=/-]+$")  # what needs no URI encoding in an add action's path
 _ATTEMPTS = 50
+_FOLLOWED_KEYS = (b'"txn"', b'"metaData"', b'"protocol"')  # the actions a commit file is read for
 
 
 def commit_file_name(version: int) -> str:
@@ -150,8 +151,8 @@ class AppendLog:
                 return
             reload = False
             for line in text.splitlines():
-                if not line.strip():
-                    continue
+                if not any(key in line for key in _FOLLOWED_KEYS):
+                    continue  # add, remove, commitInfo: parsed by nobody here (a group lists every file)
                 action = json.loads(line)
                 txn = action.get("txn")
                 if txn is not None:

@@ -183,10 +183,15 @@ class StagedWrites(EngineBase):
 
     def finish_staged(self, table: str) -> None:
         """The run's staged commits are over: the followed log checkpoints the newest version if the
-        table's interval has passed since the last checkpoint (``AppendLog.finish``)."""
+        table's interval has passed since the last checkpoint (``AppendLog.finish``). Never fails the
+        run that calls it: its commits are in the log, and a checkpoint only makes loads faster."""
         followed = self._followed.get(table)
-        if followed is not None:
+        if followed is None:
+            return
+        try:
             followed.finish()
+        except Exception as exc:  # noqa: BLE001 - an optimisation; the next run's end tries again
+            log.warning("lake table %s: no checkpoint at the run's end (%s)", table, type(exc).__name__)
 
     def staged_version(self, table: str, app_id: str) -> int | None:
         """``last_version`` from the followed log: only the commits written since the previous question

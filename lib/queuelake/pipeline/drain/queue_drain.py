@@ -68,14 +68,19 @@ class QueueDrain:
                 self.result.claims_resolved = state.committer.begin(lock_conn, self.ref.canonical)
                 state.progress.start(lock_conn)
                 errors: list[BaseException] = []
-                threads = [
-                    threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True)
-                    for w in range(self.workers)
-                ]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+                if self.workers == 1 and threading.current_thread() is not threading.main_thread():
+                    # most of a system's queues, on the run's pool: no thread to start and join (on a
+                    # main thread, a signal's exception stays the run's, not the worker's error)
+                    self._worker_safe(0, errors)
+                else:
+                    threads = [
+                        threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True)
+                        for w in range(self.workers)
+                    ]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
                 self._finish(lock_conn, errors)
         except QueuelakeError as exc:  # the lock connection or the claim resolution failed
             self.result.status = Status.FAILED
