@@ -96,18 +96,21 @@ def session_state(uri: str, pid: int) -> str:
         return row[0] if row else "gone"
 
 
+@pytest.mark.parametrize("pg_driver", ["psycopg", "pyodbc", "adbc"])
 def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri: str, pg_driver: str) -> None:
     """The run's lock sessions are in autocommit: their reads (the queue's table, its claims, its
     newest seq, its depth) cost no BEGIN and ROLLBACK round trips, and leave no transaction open
-    while the queue's workers drain. With psycopg and with pyodbc (psqlodbc)."""
+    while the queue's workers drain. With psycopg and with pyodbc (psqlodbc); ADBC's connection has
+    no autocommit switch, and its lock session works in manual commit as before."""
     from queuelake.pipeline.drain.run import _open_session
     from queuelake.transport import queues, schema
 
     from tests.conftest import connection_string
 
+    connection = connection_string(fresh_pg_uri, pg_driver) if pg_driver == "pyodbc" else fresh_pg_uri
     cfg = from_dict(
         {
-            "transport": {"connection": connection_string(fresh_pg_uri, pg_driver), "driver": pg_driver},
+            "transport": {"connection": connection, "driver": pg_driver},
             "lake": {"root": "/tmp/unused"},
         },
         env={},
@@ -121,7 +124,8 @@ def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri
         assert take_drain_lock(conn, ref)
         schema.require_table(conn, ref)
         assert queues.newest_seq(conn, ref) is None
-        assert session_state(fresh_pg_uri, pid) == "idle"  # not "idle in transaction"
+        expected = "idle in transaction" if pg_driver == "adbc" else "idle"
+        assert session_state(fresh_pg_uri, pid) == expected
         with db.connect(cfg.transport) as other:
             assert not take_drain_lock(other, ref)
         release_drain_lock(conn, ref)

@@ -149,18 +149,7 @@ class AppendLog:
             text = self._read_commit(self.version + 1)
             if text is None:
                 return
-            reload = False
-            for line in text.splitlines():
-                if not any(key in line for key in _FOLLOWED_KEYS):
-                    continue  # add, remove, commitInfo: parsed by nobody here (a group lists every file)
-                action = json.loads(line)
-                txn = action.get("txn")
-                if txn is not None:
-                    app_id, version = txn["appId"], int(txn["version"])
-                    self._apps[app_id] = max(version, self._apps.get(app_id, 0))
-                elif "metaData" in action or "protocol" in action:
-                    reload = True
-            if reload:
+            if _read_actions(text, self._apps):
                 self._load()
                 continue
             self.version += 1
@@ -194,8 +183,9 @@ class AppendLog:
         import pyarrow.parquet as pq
 
         try:
-            checkpoint = self._last_checkpoint()
-            if checkpoint > self.version or "parts" in json.loads(self._read_log_file("_last_checkpoint") or b"{}"):
+            last = json.loads(self._read_log_file("_last_checkpoint") or b'{"version": -1}')
+            checkpoint = int(last["version"])
+            if checkpoint > self.version or "parts" in last:
                 return None
             apps: dict[str, int] = {}
             if checkpoint >= 0:
@@ -211,11 +201,7 @@ class AppendLog:
                 text = self._read_commit(version)
                 if text is None:
                     return None
-                for line in text.splitlines():
-                    if b'"txn"' in line:
-                        action = json.loads(line).get("txn")
-                        if action is not None:
-                            apps[action["appId"]] = max(int(action["version"]), apps.get(action["appId"], 0))
+                _read_actions(text, apps)
         except Exception as exc:  # noqa: BLE001 - a faster path only: deltalake answers instead
             log.debug("lake table %s: app versions not read in one pass (%s)", self.table, type(exc).__name__)
             return None
@@ -348,3 +334,20 @@ class AppendLog:
             self._checkpointed = version
         except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation
             log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, version, type(exc).__name__)
+
+
+def _read_actions(text: bytes, apps: dict[str, int]) -> bool:
+    """One commit file's app versions into ``apps`` (each app id's highest); True when it changes the
+    table's metadata or protocol. Only the lines of those actions are parsed: a group's commit lists
+    every file it adds."""
+    changed = False
+    for line in text.splitlines():
+        if not any(key in line for key in _FOLLOWED_KEYS):
+            continue  # add, remove, commitInfo
+        action = json.loads(line)
+        txn = action.get("txn")
+        if txn is not None:
+            apps[txn["appId"]] = max(int(txn["version"]), apps.get(txn["appId"], 0))
+        elif "metaData" in action or "protocol" in action:
+            changed = True
+    return changed

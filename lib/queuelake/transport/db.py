@@ -117,11 +117,13 @@ class Connection:
 
     def use_autocommit(self) -> Connection:
         """Each statement its own transaction from now on (psycopg and pyodbc; ``commit`` and
-        ``rollback`` then do nothing). For a session that only reads and holds session locks, a
-        queue's drain lock: in manual-commit mode each of its reads cost a BEGIN and a ROLLBACK round
-        trip besides itself, 12 of its 18 round trips per queue drained."""
-        self.rollback()
-        self.raw.autocommit = True
+        ``rollback`` then do nothing; a driver without the switch, ADBC's, stays in manual commit,
+        which the callers' commits and rollbacks serve as before). For a session that only reads and
+        holds session locks, a queue's drain lock: in manual-commit mode each of its reads cost a
+        BEGIN and a ROLLBACK round trip besides itself, 12 of its 18 round trips per queue drained."""
+        if self.driver.autocommit_attribute:
+            self.rollback()
+            self.raw.autocommit = True
         return self
 
     def commit(self) -> None:

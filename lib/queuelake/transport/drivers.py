@@ -62,6 +62,9 @@ class Driver:
     # executemany can bind arrays (pyodbc's fast_executemany) where the dialect's ODBC driver allows it
     odbc_array_binding: bool
     open: Callable[[str, str, Dialect], Any]
+    # the DB-API ``autocommit`` attribute switches the connection to a transaction per statement
+    # (psycopg, pyodbc); ADBC's DB-API connection has none
+    autocommit_attribute: bool = False
 
     def available(self) -> bool:
         """Is its module installed? (adbc-driver-postgresql is an optional dependency.)"""
@@ -81,6 +84,7 @@ PSYCOPG = Driver(
     binary_copy=True,
     odbc_array_binding=False,
     open=_open_psycopg,
+    autocommit_attribute=True,
 )
 ADBC = Driver(
     name="adbc",
@@ -101,6 +105,7 @@ PYODBC = Driver(
     binary_copy=False,
     odbc_array_binding=True,
     open=_open_pyodbc,
+    autocommit_attribute=True,
 )
 
 DRIVERS: dict[str, Driver] = {d.name: d for d in (PSYCOPG, ADBC, PYODBC)}
