@@ -248,8 +248,7 @@ def _run_job(spark: SparkSession, group: str, poller: ClaimsPoller, job: tuple[Q
             log.error("drain %s: %s", q.ref.canonical, result.error)
             results.append(result)
     finally:
-        for queue in names:
-            poller.release(queue)  # what the last attempt claimed is committed now, not by the next run
+        poller.release(names)  # what the last attempt claimed is committed now, not by the next run
     # a retried task reports its last attempt; what killed attempts claimed the driver committed
     for result in results:
         result.dequeued = max(result.dequeued, poller.rows[result.queue])

@@ -1,0 +1,63 @@
+"""The driver's claims poller (``drain.on: executors``), against real PostgreSQL and a real delta-rs
+journal: what a job's end waits for (``release``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from pathlib import Path
+
+import pytest
+from queuelake.lake.engines import journal_engine, open_lake
+from queuelake.pipeline.drain import poller as poller_module
+from queuelake.pipeline.drain.poller import ClaimsPoller
+from queuelake.pipeline.drain.worker import worker_app_id
+from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
+from queuelake.transport import claims, db, queues
+from queuelake.transport.claims import Claim
+from queuelake.transport.tables import queue_ref
+
+from tests.pipeline.test_drain import install, journal, make_config, seed_ids
+from tests.pipeline.test_drain_kills import claim_count
+
+
+def test_a_jobs_queues_are_released_together_and_their_claims_committed_first(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's end releases all its queues at once, and does not wait out an idle poll: one by one,
+    each after up to two idle polls, a job of 80 small queues waited 30 s after its task had ended.
+    An idle poll here lasts 600 s, so a release that waits for one never returns within the test.
+    What a task claimed of a released queue is in the journal when the release returns."""
+    names = [f"q{i:02d}" for i in range(20)]
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", names)
+    install(cfg)
+    seeded = seed_ids(cfg, "q07", 5)
+    lake = journal_engine(open_lake(cfg.lake))  # type: ignore[attr-defined]
+    lake.create_table(MESSAGES, MESSAGES_SCHEMA)
+    canonical = [queue_ref(n, cfg.transport).canonical for n in names]  # type: ignore[attr-defined]
+    monkeypatch.setattr(poller_module, "POLL_SECONDS", 600.0)
+    poller = ClaimsPoller(cfg, lake, on_failure=lambda _exc: None).start()  # type: ignore[arg-type]
+    try:
+        for queue in canonical:
+            poller.watch(queue)
+        # a task's batch: received, built, staged, claimed with the DELETE, while the poller idles
+        ref = queue_ref("q07", cfg.transport)  # type: ignore[attr-defined]
+        with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
+            received = queues.receive_batch_arrow(conn, ref, 10)
+            app_id = worker_app_id(ref.canonical, 0)
+            table, _ = build_batch(received, ref.canonical, f"{app_id}:1", dt.datetime.now(dt.timezone.utc))
+            staged = lake.stage(MESSAGES, table)
+            claim = Claim(app_id, 1, ref.canonical, MESSAGES, table.num_rows, staged.to_json())
+            claims.insert(conn, claims.claims_ref(cfg.transport), claim)  # type: ignore[attr-defined]
+            conn.commit()
+        releasing = threading.Thread(target=poller.release, args=(canonical,), daemon=True)
+        releasing.start()
+        releasing.join(timeout=60)  # a deadlock guard: an idle poll would take 600 s
+        assert not releasing.is_alive(), "the release waited for an idle poll"
+        assert poller.watched() == set()
+        assert claim_count(cfg) == 0
+        assert set(journal(tmp_path / "lake")["id"].to_pylist()) == seeded
+        assert poller.error is None
+    finally:
+        poller.close()
