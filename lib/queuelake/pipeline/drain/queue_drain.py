@@ -52,6 +52,7 @@ class QueueDrain:
         ``lock_conn``: a Spark task's, which keeps the locks of its queues until their claims are
         committed (``task.py``)."""
         state = self.state
+        state.start_clock()
         try:
             with contextlib.ExitStack() as stack:
                 if lock_conn is None:

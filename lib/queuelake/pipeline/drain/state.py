@@ -41,7 +41,7 @@ class QueueState:
         self.budget = budget
         self.claims_table = claims.claims_ref(config.transport)
         self.result = QueueResult(ref.canonical)
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # set again as the drain begins (``start_clock``)
         self.progress = Progress(ref, self.started)
         self.receive_driver = receive_driver(config)
         self.receive = receive  # the run's shared ADBC database, when the receive goes through ADBC
@@ -49,6 +49,13 @@ class QueueState:
         self._claimed = threading.Condition(self._lock)  # notified whenever a worker's claim commits
         self._claims_committed = 0
         self._in_flight = 0  # batches received by a worker and not yet claimed or rolled back
+
+    def start_clock(self) -> None:
+        """The queue's drain begins now: its seconds and rate count from here, not from when the run
+        planned it (a queue that waited for its connections behind 400 others reported 8 s and
+        125 msg/s for a drain of 30 ms)."""
+        self.started = time.monotonic()
+        self.progress = Progress(self.ref, self.started)
 
     def add_batch(self, got: int, counts: dict[str, int]) -> int:
         """Count a claimed batch into the result; returns the messages dequeued so far."""
