@@ -6,14 +6,16 @@ the same versions) and a column added meanwhile."""
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from queuelake.lake.append_log import FOLLOWED_CHECKPOINT_INTERVAL, AppendLog
+from queuelake.lake.append_log import FOLLOWED_CHECKPOINT_INTERVAL, STALE_TEMPORARY_SECONDS, AppendLog
 from queuelake.lake.rust import CHECKPOINT_INTERVAL, DeltaRsEngine
 
 from tests.conftest import require_delta_jvm
@@ -275,3 +277,23 @@ def test_every_app_version_is_read_in_one_pass_across_checkpoint_and_commits(tmp
     followed._snapshot.transaction_version = asked  # type: ignore[method-assign]
     assert {a: followed.app_version(a) for a in expected} == expected
     assert followed.app_version("app/never") is None
+
+
+def test_temporary_commit_files_a_killed_writer_left_are_removed_at_a_runs_end(tmp_path: Path) -> None:
+    """A writer killed between writing its temporary commit file and linking it leaves the file in
+    ``_delta_log`` (deltalake's writers leave the same kind). The run's end removes those older than
+    an hour; a younger one may be a live writer's, about to be linked, and stays."""
+    lake = engine(tmp_path)
+    log_dir = Path(lake.path("t"), "_delta_log")
+    stale, recent = log_dir / "_commit_dead.json.tmp", log_dir / "_commit_live.json.tmp"
+    for path in (stale, recent):
+        path.write_text('{"commitInfo": {}}\n')
+    hours_ago = time.time() - STALE_TEMPORARY_SECONDS - 60
+    os.utime(stale, (hours_ago, hours_ago))
+    lake.finish_staged("t")  # nothing committed by this log: nothing touched
+    assert stale.exists() and recent.exists()
+    lake.commit_staged_group("t", [(lake.stage("t", rows("a", 2)), "app/a", 1)])
+    lake.finish_staged("t")
+    assert not stale.exists() and recent.exists()
+    assert [p.name for p in log_dir.glob("_commit_*.json.tmp")] == [recent.name]  # none of its own left
+    assert DeltaTable(lake.path("t")).to_pyarrow_table().num_rows == 2

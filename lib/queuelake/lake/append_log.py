@@ -33,6 +33,8 @@ loads and other readers replay no more than they did.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import re
@@ -53,6 +55,8 @@ DEFAULT_CHECKPOINT_INTERVAL = 100  # Delta's, when the table sets none
 FOLLOWED_CHECKPOINT_INTERVAL = 100  # the most often a run's commits checkpoint (module docstring)
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9._=/-]+$")  # what needs no URI encoding in an add action's path
 _ATTEMPTS = 50
+# a temporary commit file this old was left by a killed writer (a live one links it within milliseconds)
+STALE_TEMPORARY_SECONDS = 3600
 _FOLLOWED_KEYS = (b'"txn"', b'"metaData"', b'"protocol"')  # the actions a commit file is read for
 
 
@@ -294,17 +298,32 @@ class AppendLog:
         link to a complete, synced temporary file), or not at all."""
         target = f"{self._log_dir}/{commit_file_name(version)}"
         temporary = f"{self._log_dir}/_commit_{uuid.uuid4()}.json.tmp"
-        with open(temporary, "wb") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
         try:
+            with open(temporary, "wb") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
             os.link(temporary, target)
             return True
         except FileExistsError:
             return False
         finally:
-            os.unlink(temporary)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+
+    def _sweep_temporaries(self) -> None:
+        """Remove the temporary commit files a killed writer left (a SIGKILL between writing one and
+        linking it; deltalake's writers leave the same ``_commit_*.json.tmp``). Readers ignore them,
+        but nothing else removes them. Only files older than ``STALE_TEMPORARY_SECONDS``: a live
+        writer links its file within milliseconds of writing it."""
+        if not self._local:
+            return
+        cutoff = time.time() - STALE_TEMPORARY_SECONDS
+        for path in glob.glob(f"{glob.escape(self._log_dir)}/_commit_*.json.tmp"):
+            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove
+                if os.stat(path).st_mtime < cutoff:
+                    os.unlink(path)
+                    log.info("lake table %s: removed %s, left by a killed commit", self.table, os.path.basename(path))
 
     def finish(self) -> None:
         """At the end of a run: a checkpoint of the newest version when the table's own interval has
@@ -313,6 +332,7 @@ class AppendLog:
         with self._writing:
             if not self._appended:
                 return
+            self._sweep_temporaries()
             with self._state:
                 self._catch_up()
                 version = self.version
