@@ -282,7 +282,8 @@ def test_every_app_version_is_read_in_one_pass_across_checkpoint_and_commits(tmp
 def test_temporary_commit_files_a_killed_writer_left_are_removed_at_a_runs_end(tmp_path: Path) -> None:
     """A writer killed between writing its temporary commit file and linking it leaves the file in
     ``_delta_log`` (deltalake's writers leave the same kind). The run's end removes those older than
-    an hour; a younger one may be a live writer's, about to be linked, and stays."""
+    an hour, when it writes its checkpoint; a younger one may be a live writer's, about to be linked,
+    and stays."""
     lake = engine(tmp_path)
     log_dir = Path(lake.path("t"), "_delta_log")
     stale, recent = log_dir / "_commit_dead.json.tmp", log_dir / "_commit_live.json.tmp"
@@ -292,8 +293,10 @@ def test_temporary_commit_files_a_killed_writer_left_are_removed_at_a_runs_end(t
     os.utime(stale, (hours_ago, hours_ago))
     lake.finish_staged("t")  # nothing committed by this log: nothing touched
     assert stale.exists() and recent.exists()
-    lake.commit_staged_group("t", [(lake.stage("t", rows("a", 2)), "app/a", 1)])
+    for v in range(1, 11):  # the table's interval: the run's end writes a checkpoint
+        lake.commit_staged_group("t", [(lake.stage("t", rows(f"v{v}", 2)), "app/a", v)])
     lake.finish_staged("t")
+    assert (log_dir / "00000000000000000010.checkpoint.parquet").exists()
     assert not stale.exists() and recent.exists()
     assert [p.name for p in log_dir.glob("_commit_*.json.tmp")] == [recent.name]  # none of its own left
-    assert DeltaTable(lake.path("t")).to_pyarrow_table().num_rows == 2
+    assert DeltaTable(lake.path("t")).to_pyarrow_table().num_rows == 20
