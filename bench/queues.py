@@ -172,12 +172,15 @@ def measure(uri: str, work: Path, names: list[str], rows: int, mode: str, master
 
 def describe(mode: str, label: str, run: dict[str, Any]) -> str:
     held = ", ".join(f"{name} {n}" for name, n in run["seen_at_peak_by_application"].items())
+    # on executors the driver counts no sessions, and its figure is the plan's bound, not a count
+    opened = f"{run['sessions_opened']} sessions opened, " if run["sessions_opened"] is not None else ""
+    reported = "reported" if mode == "driver" else "planned"
     return (
         f"{mode} {label}: {run['queues']} queue(s), {run['rows']:,} rows in {run['seconds']} s "
         f"({run['msgs_per_s']:,} msg/s), {run['journal_commits']} journal commits "
-        f"(largest group {run['largest_group']}), {run['sessions_opened']} sessions opened, "
+        f"(largest group {run['largest_group']}), {opened}"
         f"connections at peak {run['peak_connections_seen']} seen "
-        f"({held}) / {run['peak_connections_reported']} reported, bound {run['max_connections']}, "
+        f"({held}) / {run['peak_connections_reported']} {reported}, bound {run['max_connections']}, "
         f"peak RSS {run['peak_rss_mb']} MB"
     )
 

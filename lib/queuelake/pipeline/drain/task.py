@@ -112,7 +112,8 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
     driver = receive_driver(config)
     sessions = SessionPool(max(j.workers for j in jobs), lambda _: receive_connection(config, driver, shared, 0))
     try:
-        with connect(config, "queuelake-drain-lock") as lock_conn:
+        # in autocommit, as the driver's lock sessions: its reads cost no BEGIN and ROLLBACK round trips
+        with connect(config, "queuelake-drain-lock").use_autocommit() as lock_conn:
             for job in jobs:
                 log.info("drain %s: a Spark task, python %s, pid %d", job.ref.canonical, sys.executable, os.getpid())
                 deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
