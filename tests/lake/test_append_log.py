@@ -300,3 +300,32 @@ def test_temporary_commit_files_a_killed_writer_left_are_removed_at_a_runs_end(t
     assert not stale.exists() and recent.exists()
     assert [p.name for p in log_dir.glob("_commit_*.json.tmp")] == [recent.name]  # none of its own left
     assert DeltaTable(lake.path("t")).to_pyarrow_table().num_rows == 20
+
+
+def test_the_followed_log_starts_from_the_load_create_table_made(tmp_path: Path, monkeypatch) -> None:
+    """A drain's first step checks the journal (``create_table``: it exists, it is ours); its followed
+    log starts from that load instead of loading the table again (40-55 ms at 10,000 files), and
+    still reads what other writers committed after it."""
+    import deltalake
+
+    DeltaRsEngine(str(tmp_path)).create_table("t", SCHEMA)
+    lake = DeltaRsEngine(str(tmp_path))
+    lake.create_table("t", SCHEMA)  # the table exists: the check loads it, and the load is kept
+    other = DeltaRsEngine(str(tmp_path))
+    other.commit_staged("t", other.stage("t", rows("x", 1)), "app/x", 7, verify=True)  # after that load
+
+    loads: list[str] = []
+
+    class Counted(DeltaTable):
+        def __init__(self, *args, **kwargs) -> None:
+            loads.append(str(args[0]))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "DeltaTable", Counted)
+    assert lake.staged_version("t", "app/x") == 7  # the other writer's commit, read after the kept load
+    assert lake.commit_staged_group("t", [(lake.stage("t", rows("z", 2)), "app/z", 1)]) == 1
+    assert loads == []  # the followed log did not load the table
+    monkeypatch.undo()
+    dt = DeltaTable(lake.path("t"))
+    assert dt.version() == 2 and dt.to_pyarrow_table().num_rows == 3
+    assert (dt.transaction_version("app/x"), dt.transaction_version("app/z")) == (7, 1)

@@ -41,7 +41,7 @@ import re
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -50,6 +50,9 @@ from queuelake.errors import LakeError
 from queuelake.lake.commits import WRITE_ID_KEY, kill_before_commit
 from queuelake.lake.files import WrittenFile
 from queuelake.report import log
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 DEFAULT_CHECKPOINT_INTERVAL = 100  # Delta's, when the table sets none
 FOLLOWED_CHECKPOINT_INTERVAL = 100  # the most often a run's commits checkpoint (module docstring)
@@ -71,7 +74,16 @@ class AppendLog:
     are not held up by its commit's write, sync and checkpoint: ``_state`` guards what was read,
     ``_writing`` one commit at a time."""
 
-    def __init__(self, table_uri: str, table: str, engine: str, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        table_uri: str,
+        table: str,
+        engine: str,
+        storage_options: dict[str, str] | None = None,
+        loaded: DeltaTable | None = None,
+    ) -> None:
+        """``loaded``: the table as a load made just before found it, followed from there (its version
+        is no newer than the log's, and every commit after it is read like any other)."""
         from queuelake.lake.storage import filesystem, is_s3
 
         self.table_uri = table_uri
@@ -84,19 +96,21 @@ class AppendLog:
         self._state = threading.Lock()
         self._writing = threading.Lock()
         self._appended = False  # has this log committed anything (``finish`` checkpoints only then)
-        self._load()
+        self._load(loaded)
 
     # ------------------------------------------------------------ following
 
-    def _load(self) -> None:
-        """The table as deltalake sees it now; the app versions seen since start over from it."""
+    def _load(self, loaded: DeltaTable | None = None) -> None:
+        """The table as deltalake sees it now (or as ``loaded`` saw it); the app versions seen since
+        start over from it."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         from queuelake.lake.marks import check_writable, engine_of
 
         try:
-            dt = DeltaTable(self.table_uri, storage_options=dict(self.storage_options or {}) or None)
+            options = dict(self.storage_options or {}) or None
+            dt = loaded if loaded is not None else DeltaTable(self.table_uri, storage_options=options)
         except TableNotFoundError:
             raise LakeError(f"lake table {self.table!r} does not exist at {self.table_uri}") from None
         metadata = dt.metadata()

@@ -120,6 +120,7 @@ class DeltaRsEngine(StagedWrites):
         existing = dt.metadata().partition_columns
         if partition_by and list(existing) != partition_by:
             raise LakeError(f"lake table {table} exists partitioned by {existing or 'nothing'}, not by {partition_by}")
+        self.keep_loaded(table, dt)
 
     def add_columns(self, table: str, fields: list[pa.Field]) -> None:
         """Add nullable columns; columns already there with the same type are skipped (idempotent)."""
