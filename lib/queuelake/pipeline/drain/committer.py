@@ -73,8 +73,7 @@ def land_group(lake: LakeEngine, conn: Connection, claims_table: TableRef, group
     carried = lake.commit_staged_group(MESSAGES, [(c.staged, c.app_id, c.version) for c in group])
     hooks.checkpoint("after_delta_commit")
     t1 = time.monotonic()
-    for claimed in group:
-        claims.delete(conn, claims_table, claimed.app_id, claimed.version)
+    claims.delete_many(conn, claims_table, [(c.app_id, c.version) for c in group])
     conn.commit()
     hooks.checkpoint("after_claim_cleared")
     log.debug("timing delta %.3f clear %.3f", t1 - t0, time.monotonic() - t1)
