@@ -51,6 +51,8 @@ def test_a_jobs_queues_are_released_together_and_their_claims_committed_first(
             claim = Claim(app_id, 1, ref.canonical, MESSAGES, table.num_rows, staged.to_json())
             claims.insert(conn, claims.claims_ref(cfg.transport), claim)  # type: ignore[attr-defined]
             conn.commit()
+        with pytest.raises(TypeError, match="not the string"):  # one name is not taken letter by letter
+            poller.release(canonical[0])
         releasing = threading.Thread(target=poller.release, args=(canonical,), daemon=True)
         releasing.start()
         releasing.join(timeout=60)  # a deadlock guard: an idle poll would take 600 s

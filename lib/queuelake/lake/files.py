@@ -61,9 +61,11 @@ class StagedFiles:
     files: list[WrittenFile]
     write_id: str
 
-    def to_json(self) -> str:
+    def to_json(self, **extra: object) -> str:
+        """``extra``: more top-level keys, for the record that carries the files (``from_json`` reads
+        only its own)."""
         return json.dumps(
-            {"write_id": self.write_id, "files": [dataclasses.asdict(f) for f in self.files]},
+            {"write_id": self.write_id, "files": [dataclasses.asdict(f) for f in self.files], **extra},
             separators=(",", ":"),
         )
 

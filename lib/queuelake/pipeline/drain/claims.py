@@ -1,7 +1,10 @@
-"""Resolving the claims killed drains left, before a queue receives anything (the SQL of claims is
-``transport.claims``)."""
+"""A claim's record of its batch, and resolving the claims killed drains left before a queue receives
+anything (the SQL of claims is ``transport.claims``)."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Mapping
 
 from queuelake.errors import LakeError
 from queuelake.lake.files import StagedFiles
@@ -11,6 +14,24 @@ from queuelake.transport import claims
 from queuelake.transport.claims import Claim
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
+
+OUTCOMES = ("landed", "expired", "quarantined")
+
+
+def claim_record(staged: StagedFiles, counts: Mapping[str, int]) -> str:
+    """A claim's record of its batch: the staged files, and the batch's rows by outcome. Why the
+    outcomes: on executors, a task killed after its claim's DB commit never reports that batch; the
+    driver commits it, and counts it in the queue's result from the claim (``outcomes``)."""
+    return staged.to_json(outcomes={k: int(counts.get(k, 0)) for k in OUTCOMES})
+
+
+def outcomes(claim: Claim) -> dict[str, int] | None:
+    """The batch's rows by outcome, as ``claim_record`` wrote them; None from a claim written without
+    them (by an earlier version)."""
+    found = json.loads(claim.staged).get("outcomes")
+    if not isinstance(found, dict):
+        return None
+    return {k: int(found.get(k, 0)) for k in OUTCOMES}
 
 
 def resolve_claims(conn: Connection, lake: LakeEngine, claims_table: TableRef, queue: str) -> int:

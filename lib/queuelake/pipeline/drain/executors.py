@@ -249,10 +249,25 @@ def _run_job(spark: SparkSession, group: str, poller: ClaimsPoller, job: tuple[Q
             results.append(result)
     finally:
         poller.release(names)  # what the last attempt claimed is committed now, not by the next run
-    # a retried task reports its last attempt; what killed attempts claimed the driver committed
     for result in results:
-        result.dequeued = max(result.dequeued, poller.rows[result.queue])
+        count_what_the_driver_committed(result, poller)
     return results
+
+
+def count_what_the_driver_committed(result: QueueResult, poller: ClaimsPoller) -> None:
+    """A retried task reports its last attempt only; the batches killed attempts claimed the driver
+    committed, and they count too: the queue's rows, batches and outcomes are then those of every
+    claim the poller committed for it (each claim records its batch's outcomes), so that dequeued is
+    landed + expired + quarantined. A claim without outcomes (an earlier version's) leaves them as
+    the task reported."""
+    committed = poller.rows[result.queue]
+    if committed <= result.dequeued:
+        return
+    result.dequeued = committed
+    result.batches = max(result.batches, poller.queue_batches[result.queue])
+    counts = poller.outcomes.get(result.queue)
+    if counts is not None and sum(counts.values()) == committed:
+        result.landed, result.expired, result.quarantined = counts["landed"], counts["expired"], counts["quarantined"]
 
 
 def task_error(queue: str, exc: BaseException) -> str:

@@ -10,6 +10,7 @@ import time
 import pyarrow as pa
 
 from queuelake import hooks, stopping
+from queuelake.pipeline.drain.claims import claim_record
 from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.receive import receive_session
 from queuelake.pipeline.drain.state import QueueState
@@ -190,7 +191,7 @@ class Worker:
             claims.insert(
                 conn,
                 state.claims_table,
-                Claim(app_id, version, state.ref.canonical, MESSAGES, table.num_rows, staged.to_json()),
+                Claim(app_id, version, state.ref.canonical, MESSAGES, table.num_rows, claim_record(staged, counts)),
             )
             hooks.checkpoint("before_db_commit")
             claimed = None  # type: ignore[assignment]  # a commit that raises may still have landed
