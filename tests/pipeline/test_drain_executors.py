@@ -42,7 +42,9 @@ def cluster() -> Iterator[Cluster]:
     yield from standalone_cluster(workers=2)
 
 
-def write_conf(path: Path, cluster: Cluster, lake_root: Path, names: list[str], batch_size: int, **conf: str) -> Path:
+def write_conf(
+    path: Path, cluster: Cluster, lake_root: Path | str, names: list[str], batch_size: int, **conf: str
+) -> Path:
     spark_conf = {
         "spark.executor.memory": "768m",
         "spark.executor.cores": "1",
@@ -64,6 +66,19 @@ def write_conf(path: Path, cluster: Cluster, lake_root: Path, names: list[str], 
         )
     )
     return path
+
+
+def task_kills(tmp_path: Path, at: str, count: int) -> tuple[Path, dict[str, str]]:
+    """Kill tokens for ``count`` of the tasks' Python workers at ``at`` (``point:n``), and the Spark
+    settings that hand them to the executors: each kill takes a token, so Spark's retries finish."""
+    tokens = tmp_path / "kill-tokens"
+    tokens.mkdir()
+    for k in range(count):
+        (tokens / str(k)).touch()
+    return tokens, {
+        "spark.executorEnv.QUEUELAKE_TEST_KILL_AT": at,
+        "spark.executorEnv.QUEUELAKE_TEST_KILL_TOKENS": str(tokens),
+    }
 
 
 def drain_cmd(conf: Path, *args: str) -> list[str]:
@@ -164,21 +179,8 @@ def test_small_queues_share_spark_jobs_and_keep_every_guarantee(
     cfg = make_config(fresh_pg_uri, lake_root, names)
     install(cfg)
     seeded = {name: seed_ids(cfg, name, 100, seed=700 + i) for i, name in enumerate(names)}
-    tokens = tmp_path / "kill-tokens"
-    tokens.mkdir()
-    for k in range(2):
-        (tokens / str(k)).touch()
-    conf = write_conf(
-        tmp_path / "drain.yaml",
-        cluster,
-        lake_root,
-        names,
-        batch_size=250,
-        **{
-            "spark.executorEnv.QUEUELAKE_TEST_KILL_AT": "after_db_commit:2",
-            "spark.executorEnv.QUEUELAKE_TEST_KILL_TOKENS": str(tokens),
-        },
-    )
+    tokens, kills = task_kills(tmp_path, "after_db_commit:2", 2)
+    conf = write_conf(tmp_path / "drain.yaml", cluster, lake_root, names, batch_size=250, **kills)
     proc = subprocess.run(drain_cmd(conf), env=env_for(fresh_pg_uri), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = summary_of(proc)
@@ -401,21 +403,8 @@ def test_drain_on_executors_into_a_lake_on_object_storage(fresh_pg_uri: str, tmp
         cfg = make_config(fresh_pg_uri, tmp_path / "unused", names)
         install(cfg)
         seeded = {name: seed_ids(cfg, name, 1_000, seed=900 + i) for i, name in enumerate(names)}
-        tokens = tmp_path / "kill-tokens"
-        tokens.mkdir()
-        for k in range(2):
-            (tokens / str(k)).touch()
-        conf = write_conf(
-            tmp_path / "drain.yaml",
-            cluster,
-            root,  # type: ignore[arg-type]  # written as given
-            names,
-            batch_size=250,
-            **{
-                "spark.executorEnv.QUEUELAKE_TEST_KILL_AT": "after_db_commit:2",
-                "spark.executorEnv.QUEUELAKE_TEST_KILL_TOKENS": str(tokens),
-            },
-        )
+        tokens, kills = task_kills(tmp_path, "after_db_commit:2", 2)
+        conf = write_conf(tmp_path / "drain.yaml", cluster, root, names, batch_size=250, **kills)
         data = json.loads(conf.read_text())
         data["lake"]["storage_options"] = _options(url)
         conf.write_text(json.dumps(data))
