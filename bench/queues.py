@@ -10,6 +10,8 @@ scheduler runs it (fixed cost included: interpreter, imports, connections, the d
 with executors the Spark session's start), into a fresh lake, with the default
 ``drain.max_connections`` (24), in each mode of --on:
 - driver: ``drain.on: driver``, every queue's workers threads of the command's process;
+- processes: ``drain.on: processes``, the queues' workers in local processes the command spawns (as
+  many as the machine's cores); their memory is not in the command's peak RSS;
 - executors: ``drain.on: executors`` against a Spark standalone cluster the bench starts for this
   mode's runs from the installed pyspark (``tests/pipeline/standalone.py``: a master and two workers
   of 1 core / 1 GB, executors of 768 MB running this tree's ``lib``) and stops after them, also on a
@@ -22,9 +24,11 @@ connections to the database seen at peak from outside (``pg_stat_activity``, pol
 connection to the database counts, the executors' included), with who held them at that moment (by
 ``application_name``; ADBC's set none), beside the bound. Before each command the bench waits until
 the database has no connection left (a previous run's executors may still be closing theirs). Then
-the ratio many / one per mode (target >= 0.8).
+the ratio many / one per mode (target >= 0.8), and for processes and executors their many queues
+against the one queue on the driver (the fastest way to drain one queue).
 
-    python bench/queues.py [--queues 500] [--per-queue 1000] [--on driver|executors|both] [--repeat 1] [--dsn URI]
+    python bench/queues.py [--queues 500] [--per-queue 1000] [--on driver|processes|executors|all]
+                           [--repeat 1] [--dsn URI]
 
 Without --dsn (or QUEUELAKE_BENCH_PG_DSN) it starts an embedded PostgreSQL (pgserver). With one, it
 creates tables ``public."ql_bench_q<i>"`` and ``public."ql_bench_one"`` there and drops them after.
@@ -59,7 +63,7 @@ from queuelake.transport.embedded import start_embedded
 from queuelake.transport.tables import queue_ref
 
 TARGET = 0.8
-MODES = ("driver", "executors")
+MODES = ("driver", "processes", "executors")
 CLUSTER_WORKERS = 2  # of 1 core each: what tests/pipeline/standalone.py starts
 MAX_CONNECTIONS = from_dict({}, env={}).drain.max_connections  # the default the bench keeps
 
@@ -81,12 +85,12 @@ def standalone(wanted: bool) -> Iterator[tuple[str | None, float]]:
         yield cluster.master, time.perf_counter() - started
 
 
-def settings(uri: str, lake: Path, queues: list[str], master: str | None) -> dict[str, Any]:
-    """The drain's config: on the driver when ``master`` is None, else on that cluster's executors."""
+def settings(uri: str, lake: Path, queues: list[str], mode: str, master: str | None) -> dict[str, Any]:
+    """The drain's config in ``mode``: on executors, those of the cluster at ``master``."""
     config: dict[str, Any] = {
         "transport": {"connection": uri},
         "lake": {"root": str(lake), "engine": "delta-rs"},
-        "drain": {"queues": queues},
+        "drain": {"queues": queues, "on": mode},
     }
     if master is not None:
         config["spark"] = {
@@ -101,7 +105,6 @@ def settings(uri: str, lake: Path, queues: list[str], master: str | None) -> dic
                 "spark.executorEnv.PYTHONPATH": str(ROOT / "lib"),
             },
         }
-        config["drain"]["on"] = "executors"
     return config
 
 
@@ -143,7 +146,7 @@ def measure(uri: str, work: Path, names: list[str], rows: int, mode: str, master
     lake = work / "lake"
     shutil.rmtree(lake, ignore_errors=True)
     conf = work / "drain.json"
-    conf.write_text(json.dumps(settings(uri, lake, names, master)))
+    conf.write_text(json.dumps(settings(uri, lake, names, mode, master)))
     before = settle(uri)
     with PeakConnections(uri) as watch:
         ran = queuelake(["drain", "-c", str(conf)])
@@ -172,7 +175,7 @@ def measure(uri: str, work: Path, names: list[str], rows: int, mode: str, master
 
 def describe(mode: str, label: str, run: dict[str, Any]) -> str:
     held = ", ".join(f"{name} {n}" for name, n in run["seen_at_peak_by_application"].items())
-    # on executors the driver counts no sessions, and its figure is the plan's bound, not a count
+    # on executors (or processes) the command counts no sessions: its figure is the plan's bound
     opened = f"{run['sessions_opened']} sessions opened, " if run["sessions_opened"] is not None else ""
     reported = "reported" if mode == "driver" else "planned"
     return (
@@ -189,11 +192,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=500)
     parser.add_argument("--per-queue", type=int, default=1000)
-    parser.add_argument("--on", choices=[*MODES, "both"], default="both", help="where the drain runs")
+    parser.add_argument("--on", choices=[*MODES, "all"], default="all", help="where the drain runs")
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs per mode; medians")
     parser.add_argument("--dsn", default=os.environ.get("QUEUELAKE_BENCH_PG_DSN"))
     args = parser.parse_args()
-    modes = list(MODES) if args.on == "both" else [args.on]
+    modes = list(MODES) if args.on == "all" else [args.on]
     # a SIGTERM unwinds like a failure: the cluster's daemons (own sessions) are stopped, not orphaned
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     work = Path(tempfile.mkdtemp(prefix="queuelake-bench-queues-"))
@@ -226,6 +229,12 @@ def main() -> int:
                     print(f"{mode}: many / one {pair['ratio']} (target >= {TARGET})", flush=True)
                     runs.append(pair)
             results[mode] = {"runs": runs, "ratio_median": statistics.median(p["ratio"] for p in runs)}
+            if mode != "driver" and "driver" in results:
+                # against the one queue on the driver (the fastest way to drain one queue)
+                ones = [p["one"]["msgs_per_s"] for p in results["driver"]["runs"]]
+                versus = statistics.median(p["many"]["msgs_per_s"] for p in runs) / statistics.median(ones)
+                results[mode]["many_vs_driver_one"] = round(versus, 3)
+                print(f"{mode}: many (median) / one on the driver (median) {versus:.3f}", flush=True)
     finally:
         if uri is not None:
             with contextlib.suppress(psycopg.Error), psycopg.connect(uri, autocommit=True) as c:

@@ -192,12 +192,19 @@ class DrainConfig:
     batch_megabytes: int = 64
     # where the queues' workers run: driver (threads of this process) or executors (Spark tasks, a
     # task per big queue and one per several small ones, each in its own Python process; the driver
-    # commits what they claim)
+    # commits what they claim), or processes (the executors' tasks in local processes of this machine,
+    # no Spark: pipeline/drain/processes.py)
     on: str = "driver"
+    # with on: processes, how many: null for the machine's cores (fewer when max_connections is tight)
+    processes: int | None = None
 
     def __post_init__(self) -> None:
-        if self.on not in ("driver", "executors"):
-            raise ConfigError(f"drain.on must be driver or executors, not {self.on!r}")
+        if self.on not in ("driver", "executors", "processes"):
+            raise ConfigError(f"drain.on must be driver, executors or processes, not {self.on!r}")
+        if self.processes is not None and (
+            isinstance(self.processes, bool) or not isinstance(self.processes, int) or self.processes < 1
+        ):
+            raise ConfigError(f"drain.processes must be a number, 1 or more, or null, not {self.processes!r}")
         if (
             isinstance(self.batch_megabytes, bool)
             or not isinstance(self.batch_megabytes, int)

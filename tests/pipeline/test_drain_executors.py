@@ -157,11 +157,11 @@ def test_many_queues_drained_by_spark_tasks(fresh_pg_uri: str, tmp_path: Path, c
     assert_every_row_once(cfg, lake_root, seeded, summary["run_id"], per_queue=2_000)
     # the tasks ran on the cluster's executors, in this venv's Python, with queuelake importable there
     logs = cluster.executor_logs()
-    assert logs.count(f"a Spark task, python {sys.executable}") >= 12, logs[-3000:]
-    assert "a Spark task" not in proc.stderr  # not in the driver
+    assert logs.count(f"a task, python {sys.executable}") >= 12, logs[-3000:]
+    assert "a task, python" not in proc.stderr  # not in the driver
     # Python workers are reused from one queue's task to the next (two 1-core executors): a task that
     # left its input unread made Spark start a fresh worker, imports and all, for every queue
-    mine = re.findall(r'drain "public"\."Endpoint\d\d": a Spark task, python \S+, pid (\d+)', logs)
+    mine = re.findall(r'drain "public"\."Endpoint\d\d": a task, python \S+, pid (\d+)', logs)
     assert len(mine) >= 12 and len(set(mine)) < len(mine), mine  # without reuse: a pid per queue
 
 
@@ -196,7 +196,7 @@ def test_small_queues_share_spark_jobs_and_keep_every_guarantee(
     assert_every_row_once(cfg, lake_root, seeded, summary["run_id"], per_queue=100)
     # the tasks' own word: some drained several queues (their attempts, retries included)
     logs = cluster.executor_logs()
-    packed = [int(n) for n in re.findall(r"a Spark task of (\d+) queue\(s\)", logs)]
+    packed = [int(n) for n in re.findall(r"a task of (\d+) queue\(s\)", logs)]
     assert packed and max(packed) > 1, logs[-3000:]
 
     # the driver SIGKILLed in its poller after a group's Delta commit: the packed tasks, holding their

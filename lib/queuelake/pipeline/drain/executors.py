@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -221,6 +222,27 @@ def _run_job(spark: SparkSession, group: str, poller: ClaimsPoller, job: tuple[Q
     """One Spark job (a task) draining ``job``'s queues in order, while the poller commits what they
     claim; one result per queue."""
     names = [q.ref.canonical for q in job]
+
+    def on_spark(queued: tuple[QueueJob, ...]) -> list[QueueResult]:
+        sc = spark.sparkContext
+        what = names[0] if len(names) == 1 else f"{len(names)} queues ({names[0]}, ...)"
+        sc.setJobGroup(group, f"queuelake drain {what}", interruptOnCancel=True)
+        return sc.parallelize([0], 1).mapPartitions(partial(drain_queues_task, queued)).collect()
+
+    return run_job(poller, on_spark, task_error, job)
+
+
+def run_job(
+    poller: ClaimsPoller,
+    run: Callable[[tuple[QueueJob, ...]], list[QueueResult]],
+    describe: Callable[[str, BaseException], str],
+    job: tuple[QueueJob, ...],
+) -> list[QueueResult]:
+    """``job``'s queues drained by ``run`` (a Spark task, or a local process: ``processes.py``) while
+    the poller commits what they claim; one result per queue. A run that failed (after its retries)
+    fails its queues only, each reported with what the driver committed of it (``describe`` gives
+    the error's line)."""
+    names = [q.ref.canonical for q in job]
     if stopping.requested() or poller.error is not None:
         out = []
         for queue in names:
@@ -228,15 +250,11 @@ def _run_job(spark: SparkSession, group: str, poller: ClaimsPoller, job: tuple[Q
             result.error = "not started: the run was stopped" if poller.error is None else str(poller.error)
             out.append(result)
         return out
-    sc = spark.sparkContext
     for queue in names:
         poller.watch(queue)
     results: list[QueueResult]
     try:
-        what = names[0] if len(names) == 1 else f"{len(names)} queues ({names[0]}, ...)"
-        sc.setJobGroup(group, f"queuelake drain {what}", interruptOnCancel=True)
-        rdd = sc.parallelize([0], 1).mapPartitions(partial(drain_queues_task, job))
-        results = rdd.collect()
+        results = run(job)
         missing = set(names) - {r.queue for r in results}
         if missing:
             raise DrainError(f"the drain task returned no result for {', '.join(sorted(missing))}")
@@ -244,7 +262,7 @@ def _run_job(spark: SparkSession, group: str, poller: ClaimsPoller, job: tuple[Q
         results = []
         for q in job:
             result = QueueResult(q.ref.canonical, status=Status.FAILED, workers=q.workers)
-            result.error = str(poller.error) if poller.error is not None else task_error(q.ref.canonical, exc)
+            result.error = str(poller.error) if poller.error is not None else describe(q.ref.canonical, exc)
             log.error("drain %s: %s", q.ref.canonical, result.error)
             results.append(result)
     finally:

@@ -31,6 +31,8 @@ from queuelake.transport.tables import TableRef, queue_ref
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from queuelake.pipeline.drain.processes import Processes
+
 MAX_WORKERS_PER_QUEUE = 32
 
 
@@ -57,10 +59,11 @@ def drain(
     run = Run("drain")
     # opened now, in the background: the workers' connections come from it once the set-up is done
     transport = resolved_transport(config)
-    on_executors = config.drain.on == "executors"
-    # on executors each task opens its own ADBC database: the driver receives nothing
+    on_executors = config.drain.on in ("executors", "processes")
+    # on executors (or in local processes) each task opens its own ADBC database: the driver receives nothing
     through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection and not on_executors
     shared = db.SharedAdbc(transport).start() if through_adbc else None
+    processes = _start_processes(config)
     try:
         journal = journal_engine(lake)
         journal.create_table(MESSAGES, MESSAGES_SCHEMA)
@@ -78,7 +81,18 @@ def drain(
         sessions = SessionPool(budget.total, lambda kind: _open_session(config, kind, shared))
         if on_executors:
             return _on_executors(
-                config, spark, lake, journal, run, refs, busy, backlogs, plan.workers, max_messages, max_seconds
+                config,
+                spark,
+                lake,
+                journal,
+                processes,
+                run,
+                refs,
+                busy,
+                backlogs,
+                plan.workers,
+                max_messages,
+                max_seconds,
             )
         drains = [
             QueueDrain(
@@ -115,6 +129,8 @@ def drain(
     finally:
         if shared is not None:
             shared.close()
+        if processes is not None:
+            processes.close()
     run.record(lake, [row for r in results for row in r.runs_rows()])
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     _log_outcome(results, totals, run.started)
@@ -135,6 +151,7 @@ def _on_executors(
     spark: SparkSession | None,
     lake: LakeEngine,
     journal: LakeEngine,
+    processes: Processes | None,
     run: Run,
     refs: list[TableRef],
     busy: list[TableRef],
@@ -143,17 +160,23 @@ def _on_executors(
     max_messages: int | None,
     max_seconds: float | None,
 ) -> dict[str, Any]:
-    """The run with its queues drained by Spark tasks (``executors.drain_on_executors``): the same
-    summary and ``runs`` rows as on the driver."""
-    from queuelake.pipeline.drain.executors import drain_on_executors
-    from queuelake.spark import get_spark
-
+    """The run with its queues drained by Spark tasks (``executors.drain_on_executors``) or by the same
+    tasks in local processes (``processes.drain_in_processes``): the same summary and ``runs`` rows as
+    on the driver."""
     planned = [
         (r, workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, most_workers)) for r in busy
     ]
     outcome = None
     drained: list[QueueResult] = []
-    if planned:
+    if planned and processes is not None:
+        from queuelake.pipeline.drain.processes import drain_in_processes
+
+        outcome = drain_in_processes(config, journal, processes, planned, backlogs, max_messages, max_seconds)
+        drained = outcome.results
+    elif planned:
+        from queuelake.pipeline.drain.executors import drain_on_executors
+        from queuelake.spark import get_spark
+
         outcome = drain_on_executors(
             config, spark or get_spark(config.spark), journal, planned, backlogs, max_messages, max_seconds
         )
@@ -165,13 +188,17 @@ def _on_executors(
     _log_outcome(results, totals, run.started)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results)
     totals["held_by_others"] = sum(r.held_by_others for r in results)
-    # on executors the driver cannot count the tasks' connections: the bound the plan keeps to
+    # the command cannot count its tasks' connections: the bound the plan keeps to
     totals["peak_connections"] = outcome.connection_bound if outcome else 0
     totals["journal_commits"] = outcome.commits if outcome else 0
     totals["largest_group"] = outcome.largest_group if outcome else 0
-    totals["spark_jobs"] = outcome.jobs if outcome else 0  # small queues share a job
+    if config.drain.on == "processes":
+        totals["processes"] = outcome.at_once if outcome else 0
+        totals["jobs"] = outcome.jobs if outcome else 0  # small queues share a job
+    else:
+        totals["spark_jobs"] = outcome.jobs if outcome else 0
     status = worst([r.status for r in results])
-    summary = {"status": status, "run_id": run.run_id, "on": "executors", **totals}
+    summary = {"status": status, "run_id": run.run_id, "on": config.drain.on, **totals}
     return {**summary, "queues": [r.summary() for r in results]}
 
 
@@ -202,6 +229,16 @@ def _run_within(budget: ConnectionBudget, queue: QueueDrain) -> QueueResult:
     """A queue's drain once its connections are free: its lock and each worker's receive connection."""
     with budget.hold(1 + queue.workers):
         return queue.run()
+
+
+def _start_processes(config: Config) -> Processes | None:
+    """With ``drain.on: processes``, the run's processes, started before its set-up so that theirs
+    (imports, the journal's folder, ADBC) overlaps it; an idle run pays their start for nothing."""
+    if config.drain.on != "processes":
+        return None
+    from queuelake.pipeline.drain.processes import Processes, process_count
+
+    return Processes(config, process_count(config))
 
 
 def _idle_result(ref: TableRef, backlog: Backlog) -> QueueResult:

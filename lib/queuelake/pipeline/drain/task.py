@@ -35,6 +35,7 @@ from queuelake.config import Config
 from queuelake.context import connect, resolved_transport
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine, open_lake
+from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.queue_drain import QueueDrain
@@ -70,7 +71,9 @@ class QueueJob:
     poller_lock: str  # the driver's claims poller holds it: a task that can take it knows the driver is gone
 
 
-def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> Iterator[QueueResult]:
+def drain_queues_task(
+    jobs: tuple[QueueJob, ...], partition: Iterator[Any], opened: TaskResources | None = None
+) -> Iterator[QueueResult]:
     """A Spark task: drain the job's queues one after another, each under its drain lock; yield each
     queue's result.
 
@@ -89,7 +92,11 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
 
     The partition (one placeholder) is read to its end first: PySpark reuses a Python worker for the
     next task only when the task consumed its whole input; otherwise every task paid a fresh worker's
-    start and imports (0.5-0.8 s, against 0.02 s for a small queue's drain)."""
+    start and imports (0.5-0.8 s, against 0.02 s for a small queue's drain).
+
+    ``opened``: the journal and ADBC database of a process that runs several jobs (``processes.py``),
+    kept open from one job to the next; without it the task opens its own and closes them as it ends
+    (a Spark Python worker may then idle for long: it must not hold a connection meanwhile)."""
     for _ in partition:
         pass
     if not jobs:
@@ -100,13 +107,9 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
 
         setup_logging(first.log_level)
     config = first.config
-    log.info("drain: a Spark task of %d queue(s), python %s, pid %d", len(jobs), sys.executable, os.getpid())
-    # delta-rs on the journal's folder, for staging and each app id's last version; no names registered
-    lake_config = dataclasses.replace(config.lake, engine="delta-rs", catalog=None, schema=None)
-    journal = journal_engine(open_lake(lake_config))
-    transport = resolved_transport(config)
-    through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
-    shared = db.SharedAdbc(transport).start() if through_adbc else None
+    log.info("drain: a task of %d queue(s), python %s, pid %d", len(jobs), sys.executable, os.getpid())
+    resources = opened or TaskResources.open(config)
+    journal, shared = resources.journal, resources.shared
     committer = TaskCommitter(config, first.poller_lock)
     # the workers' receive sessions, kept from one queue to the next (never more than one queue's)
     driver = receive_driver(config)
@@ -115,7 +118,7 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
         # in autocommit, as the driver's lock sessions: its reads cost no BEGIN and ROLLBACK round trips
         with connect(config, "queuelake-drain-lock").use_autocommit() as lock_conn:
             for job in jobs:
-                log.info("drain %s: a Spark task, python %s, pid %d", job.ref.canonical, sys.executable, os.getpid())
+                log.info("drain %s: a task, python %s, pid %d", job.ref.canonical, sys.executable, os.getpid())
                 deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
                 drain = QueueDrain(
                     config,
@@ -135,8 +138,30 @@ def drain_queues_task(jobs: tuple[QueueJob, ...], partition: Iterator[Any]) -> I
             committer.finish()  # every queue's claims committed by the driver: now its lock may go
     finally:
         sessions.close()
-        if shared is not None:
-            shared.close()
+        if opened is None:
+            resources.close()
+
+
+@dataclass
+class TaskResources:
+    """What a task opens once for all its queues: delta-rs on the journal's folder (staging, each app
+    id's last version; no names registered) and, receiving through ADBC, the ADBC database (opened in
+    the background: ``SharedAdbc.start``)."""
+
+    journal: LakeEngine
+    shared: db.SharedAdbc | None
+
+    @classmethod
+    def open(cls, config: Config) -> TaskResources:
+        lake_config = dataclasses.replace(config.lake, engine="delta-rs", catalog=None, schema=None)
+        journal = journal_engine(open_lake(lake_config))
+        transport = resolved_transport(config)
+        through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
+        return cls(journal, db.SharedAdbc(transport).start() if through_adbc else None)
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
 
 
 class TaskCommitter:
@@ -171,7 +196,7 @@ class TaskCommitter:
         """Until the driver has committed every claim of the queues begun (their locks are held)."""
         if self._drained:
             self._queue = ", ".join(self._drained)
-            self._until(lambda: not any(self._claims(q) for q in self._drained), "the batches claimed")
+            self._until(self._all_cleared, "the batches claimed")
 
     def submit(self, claimed: Claimed) -> None:
         ahead = self._ahead[claimed.app_id]
@@ -218,6 +243,16 @@ class TaskCommitter:
         assert self._conn is not None, "begin() first"
         with self._mutex:
             return locks.try_lock(self._conn, self._poller_lock, what="the drain's claims poller")
+
+    def _all_cleared(self) -> bool:
+        """No claim of any queue begun left: one read of the claims table, however many queues (a task
+        of 80 small queues read it once per queue, every poll, while it waited)."""
+        assert self._conn is not None, "begin() first"
+        drained = set(self._drained)
+        with self._mutex:
+            found = claims.every_claim(self._conn, self._claims_table)
+            self._conn.rollback()
+        return not any(c.queue in drained for c in found)
 
     def _claims(self, queue: str) -> list[claims.Claim]:
         assert self._conn is not None, "begin() first"

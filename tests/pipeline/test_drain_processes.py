@@ -1,0 +1,253 @@
+"""The drain in local processes (``drain.on: processes``): the executors' tasks run in Python processes
+of this machine, spawned by ``queuelake drain`` (run here as a user runs it, in a subprocess), against
+real PostgreSQL and a real delta-rs journal; the command commits what they claim.
+
+Kills: a process SIGKILLed at each step of the claim protocol (its job runs again in a new process:
+a new drain of its queues), the command SIGKILLed in its poller (its processes find it gone, stop,
+and the next run resolves what they claimed), and a SIGTERM (the processes stop at a batch
+boundary). Every seeded row is in the journal exactly once, nothing is left in the claims table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from queuelake.config import ConfigError, from_dict
+from queuelake.lake.reading import read_table
+from queuelake.pipeline.drain.processes import process_count
+
+from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids
+from tests.pipeline.test_drain_executors import TASK_POINTS, drain_sessions, summary_of, wait_for_no_drain
+from tests.pipeline.test_drain_kills import claim_count
+
+LIB = str(Path(__file__).resolve().parents[2] / "lib")
+SMALL, BIG = 12, 3  # queues of one batch, and of several
+SMALL_ROWS, BIG_ROWS, BATCH = 100, 1_000, 250
+
+
+def write_conf(path: Path, lake_root: Path, names: list[str], **drain: object) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "drain": {"queues": names, "batch_size": BATCH, "workers_per_queue": 2, "on": "processes", **drain},
+            }
+        )
+    )
+    return path
+
+
+def drain(conf: Path, uri: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "QUEUELAKE_CONNECTION": uri, "PYTHONPATH": LIB, **env}
+    for name in ("QUEUELAKE_TEST_KILL_AT", "QUEUELAKE_TEST_KILL_TOKENS"):
+        if name not in env:
+            full.pop(name, None)
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=timeout)
+
+
+def seed_system(uri: str, lake_root: Path, seed: int) -> tuple[object, dict[str, set[str]]]:
+    """Small queues of one batch and big ones of several: a job packs the small ones."""
+    names = [f"Small{i:02d}" for i in range(SMALL)] + [f"Big{i}" for i in range(BIG)]
+    cfg = make_config(uri, lake_root, names)
+    install(cfg)
+    seeded = {
+        name: seed_ids(cfg, name, SMALL_ROWS if name.startswith("Small") else BIG_ROWS, seed=seed + i)
+        for i, name in enumerate(names)
+    }
+    return cfg, seeded
+
+
+def assert_every_row_once(cfg: object, lake_root: Path, seeded: dict[str, set[str]]) -> None:
+    rows = journal(lake_root)
+    ids = rows["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == sum(len(s) for s in seeded.values())
+    for name, want in seeded.items():
+        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
+        assert got == want, name
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in seeded)
+
+
+def task_pids(stderr: str) -> set[int]:
+    return {int(p) for p in re.findall(r"a task of \d+ queue\(s\), python \S+, pid (\d+)", stderr)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its new parent) is gone too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_many_queues_drained_in_local_processes(fresh_pg_uri: str, tmp_path: Path) -> None:
+    lake_root = tmp_path / "lake"
+    cfg, seeded = seed_system(fresh_pg_uri, lake_root, seed=300)
+    proc = drain(write_conf(tmp_path / "drain.json", lake_root, list(seeded), processes=2), fresh_pg_uri)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    total = SMALL * SMALL_ROWS + BIG * BIG_ROWS
+    assert summary["status"] == "ok" and summary["on"] == "processes", summary
+    assert summary["dequeued"] == summary["landed"] == total, summary
+    assert summary["processes"] == 2 and BIG < summary["jobs"] < SMALL + BIG, summary  # small queues share jobs
+    # each process: a queue's lock, 2 workers, ADBC's; the command's poller
+    assert summary["peak_connections"] == 2 * 4 + 1, summary
+    for q in summary["queues"]:
+        rows = SMALL_ROWS if "Small" in q["queue"] else BIG_ROWS
+        assert (q["status"], q["dequeued"], q["landed"], q["backlog_left"]) == ("ok", rows, rows, 0), q
+    assert summary["journal_commits"] < summary["dequeued"] / BATCH, summary  # group commits
+    assert_every_row_once(cfg, lake_root, seeded)
+    runs = [r for r in read_table(str(lake_root / "runs")).to_pylist() if r["run_id"] == summary["run_id"]]
+    assert sorted(r["queue"] for r in runs) == sorted(f'"public"."{n}"' for n in seeded)
+    # the queues were drained by two other processes, each running several jobs, and both are gone
+    pids = task_pids(proc.stderr)
+    assert len(pids) == 2 and os.getpid() not in pids, proc.stderr[-3000:]
+    assert len(re.findall(r"a task of \d+ queue\(s\)", proc.stderr)) == summary["jobs"]
+    assert not any(alive(p) for p in pids)
+    assert drain_sessions(fresh_pg_uri) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", TASK_POINTS)
+def test_a_process_killed_at_every_step_of_the_claim(fresh_pg_uri: str, tmp_path: Path, point: str) -> None:
+    """Two processes SIGKILLed at ``point`` (their 2nd time there: a packed job's 2nd queue, or a big
+    queue's 2nd batch): their jobs run again in new processes, which wait for the command to commit
+    what the dead ones claimed. Every row once; every queue's figures exact."""
+    lake_root = tmp_path / "lake"
+    cfg, seeded = seed_system(fresh_pg_uri, lake_root, seed=400)
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    for k in range(2):
+        (tokens / str(k)).touch()
+    conf = write_conf(tmp_path / "drain.json", lake_root, list(seeded), processes=2)
+    proc = drain(conf, fresh_pg_uri, QUEUELAKE_TEST_KILL_AT=f"{point}:2", QUEUELAKE_TEST_KILL_TOKENS=str(tokens))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not list(tokens.iterdir()), "fewer than two processes were killed"
+    assert proc.stderr.count("its process died; the job runs again in a new process") == 2, proc.stderr[-3000:]
+    summary = summary_of(proc)
+    total = SMALL * SMALL_ROWS + BIG * BIG_ROWS
+    assert summary["status"] == "ok" and summary["dequeued"] == summary["landed"] == total, summary
+    for q in summary["queues"]:
+        rows = SMALL_ROWS if "Small" in q["queue"] else BIG_ROWS
+        assert (q["status"], q["dequeued"], q["landed"], q["backlog_left"]) == ("ok", rows, rows, 0), q
+    assert_every_row_once(cfg, lake_root, seeded)
+    assert not any(alive(p) for p in task_pids(proc.stderr))
+
+
+def test_a_job_whose_processes_keep_dying_fails_its_queues_only(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A process killed on every attempt (more tokens than attempts): its job's queues fail, naming
+    the cause; the other queues drain; whatever was claimed is in the journal once, and the next run
+    drains what is left."""
+    lake_root = tmp_path / "lake"
+    names = ["Doomed", "Fine"]
+    cfg = make_config(fresh_pg_uri, lake_root, names)
+    install(cfg)
+    seeded = {"Doomed": seed_ids(cfg, "Doomed", 5_000, seed=1), "Fine": seed_ids(cfg, "Fine", 1_000, seed=2)}
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    for k in range(4):
+        (tokens / str(k)).touch()
+    conf = write_conf(tmp_path / "drain.json", lake_root, names, processes=1, workers_per_queue=1)
+    proc = drain(conf, fresh_pg_uri, QUEUELAKE_TEST_KILL_AT="after_stage:2", QUEUELAKE_TEST_KILL_TOKENS=str(tokens))
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    by_queue = {q["queue"]: q for q in summary["queues"]}
+    doomed, fine = by_queue['"public"."Doomed"'], by_queue['"public"."Fine"']
+    assert doomed["status"] == "failed" and "died 4 time(s)" in doomed["error"], summary
+    # each attempt claimed a batch before its process died, and the command committed them all
+    assert doomed["landed"] == doomed["dequeued"] == 4 * BATCH, doomed
+    assert (fine["status"], fine["landed"]) == ("ok", 1_000), fine
+    assert "postgresql://" not in proc.stderr + proc.stdout
+    # every killed attempt got one batch in (claimed at its first pass, committed by the command)
+    rows = journal(lake_root)["id"].to_pylist()
+    assert len(rows) == len(set(rows)) and summary["landed"] == len(rows), summary
+    final = drain(write_conf(tmp_path / "plain.json", lake_root, names), fresh_pg_uri)
+    assert final.returncode == 0, final.stderr[-4000:]
+    assert_every_row_once(cfg, lake_root, seeded)
+
+
+@pytest.mark.slow
+def test_the_command_killed_while_its_processes_drain(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """The command SIGKILLed right after a group commit: its processes find its poller's lock free,
+    stop and close their connections; nothing lingers. The next run commits what they claimed."""
+    lake_root = tmp_path / "lake"
+    cfg, seeded = seed_system(fresh_pg_uri, lake_root, seed=500)
+    conf = write_conf(tmp_path / "drain.json", lake_root, list(seeded), processes=2)
+    killed = drain(conf, fresh_pg_uri, QUEUELAKE_TEST_KILL_AT="after_delta_commit:2")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    wait_for_no_drain(fresh_pg_uri)
+    deadline = time.monotonic() + 30
+    pids = task_pids(killed.stderr)
+    assert pids, killed.stderr[-3000:]
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids), "a killed command's processes are still running"
+    left = claim_count(cfg)
+    final = drain(conf, fresh_pg_uri)
+    assert final.returncode == 0, final.stderr[-4000:]
+    summary = summary_of(final)
+    assert summary["status"] == "ok" and summary["claims_resolved"] == left, summary
+    assert_every_row_once(cfg, lake_root, seeded)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_processes_at_a_batch_boundary(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A SIGTERM to the command while its processes drain big queues in small batches: it passes the
+    stop on; each process ends its batch in hand, the command commits it and exits 143 with status
+    interrupted. Nothing lost, nothing twice, nothing claimed left; the next run drains the rest."""
+    lake_root = tmp_path / "lake"
+    names = [f"Long{i}" for i in range(3)]
+    cfg = make_config(fresh_pg_uri, lake_root, names)
+    install(cfg)
+    seeded = {n: seed_ids(cfg, n, 20_000, seed=600 + i) for i, n in enumerate(names)}
+    conf = write_conf(tmp_path / "drain.json", lake_root, names, processes=2, batch_size=100, workers_per_queue=1)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "PYTHONPATH": LIB}
+    env.pop("QUEUELAKE_TEST_KILL_AT", None)
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sum(queue_depth(cfg, n) for n in names) > 58_000:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-4000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["status"] == "interrupted", summary
+    left = sum(queue_depth(cfg, n) for n in names)
+    rows = journal(lake_root)["id"].to_pylist()
+    assert len(rows) == len(set(rows)) == summary["landed"] == 60_000 - left, summary
+    assert 0 < left, "the drain ended before the SIGTERM: nothing was stopped"
+    assert claim_count(cfg) == 0
+    assert not any(alive(p) for p in task_pids(stderr))
+    final = drain(write_conf(tmp_path / "rest.json", lake_root, names, batch_size=5_000), fresh_pg_uri)
+    assert final.returncode == 0, final.stderr[-4000:]
+    assert_every_row_once(cfg, lake_root, seeded)
+
+
+def test_drain_processes_is_a_count_within_the_connection_budget() -> None:
+    with pytest.raises(ConfigError, match="drain.processes"):
+        from_dict({"drain": {"on": "processes", "processes": 0}}, env={})
+    with pytest.raises(ConfigError, match="drain.processes"):
+        from_dict({"drain": {"on": "processes", "processes": True}}, env={})
+    with pytest.raises(ConfigError, match="drain.on"):
+        from_dict({"drain": {"on": "threads"}}, env={})
+    assert process_count(from_dict({"drain": {"on": "processes"}}, env={})) == min(os.cpu_count() or 1, 5)
+    # 8 wanted; 24 connections: 23 for the processes, each holding 1 + 2 workers + 1 (ADBC's) at most
+    cfg = from_dict({"drain": {"on": "processes", "processes": 8, "receive_driver": "psycopg"}}, env={})
+    assert process_count(cfg) == 23 // 3
+    tight = from_dict({"drain": {"on": "processes", "processes": 8, "max_connections": 5}}, env={})
+    assert process_count(tight) == 1
