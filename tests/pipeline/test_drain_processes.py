@@ -23,6 +23,7 @@ import pytest
 from queuelake.config import ConfigError, from_dict
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.processes import process_count
+from queuelake.transport.activity import PeakConnections
 
 from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids
 from tests.pipeline.test_drain_executors import TASK_POINTS, drain_sessions, summary_of, wait_for_no_drain
@@ -119,6 +120,24 @@ def test_many_queues_drained_in_local_processes(fresh_pg_uri: str, tmp_path: Pat
     assert len(re.findall(r"a task of \d+ queue\(s\)", proc.stderr)) == summary["jobs"]
     assert not any(alive(p) for p in pids)
     assert drain_sessions(fresh_pg_uri) == 0
+
+
+def test_connections_stay_within_the_reported_bound_with_an_idle_process(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """One queue, two processes: one drains, the other idles holding its ADBC database from its start;
+    the bound the summary reports counts it, and the connections seen from outside stay within it."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Alone"])
+    install(cfg)
+    seeded = {"Alone": seed_ids(cfg, "Alone", 2_000, seed=9)}
+    conf = write_conf(tmp_path / "drain.json", lake_root, ["Alone"], processes=2)
+    with PeakConnections(fresh_pg_uri) as watch:
+        proc = drain(conf, fresh_pg_uri)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    # the drainer: its lock, 2 workers, ADBC's; the idle one: ADBC's; the command's poller
+    assert summary["peak_connections"] == 4 + 1 + 1, summary
+    assert 4 <= watch.peak <= summary["peak_connections"], (watch.peak, watch.at_peak)
+    assert_every_row_once(cfg, lake_root, seeded)
 
 
 @pytest.mark.slow
@@ -251,3 +270,22 @@ def test_drain_processes_is_a_count_within_the_connection_budget() -> None:
     assert process_count(cfg) == 23 // 3
     tight = from_dict({"drain": {"on": "processes", "processes": 8, "max_connections": 5}}, env={})
     assert process_count(tight) == 1
+
+
+def test_small_queues_spread_evenly_over_the_processes_whatever_their_rows() -> None:
+    """On executors a job of small queues holds at most 8 batches of rows; in processes there is no
+    cap: 500 queues of a batch each make two jobs per process, not 7 jobs (3 + 3 + 1: one process
+    draining the last job alone while the other idles)."""
+    from queuelake.pipeline.drain.backlog import Backlog
+    from queuelake.pipeline.drain.executors import plan_jobs
+    from queuelake.transport.tables import queue_ref
+
+    transport = from_dict({"transport": {"connection": "x"}}, env={}).transport
+    refs = [queue_ref(f"q{i}", transport) for i in range(500)]
+    backlogs = {r.canonical: Backlog(1_000, 0) for r in refs}
+    todo = [(r, 1) for r in refs]
+    capped = plan_jobs(todo, backlogs, batch_size=10_000, max_messages=None, slots=2)
+    assert [len(j) for j in capped] == [80] * 6 + [20]
+    even = plan_jobs(todo, backlogs, batch_size=10_000, max_messages=None, slots=2, pack_batches=None)
+    assert [len(j) for j in even] == [125] * 4
+    assert [r for j in even for r, _ in j] == refs

@@ -105,11 +105,12 @@ def plan_jobs(
     batch_size: int,
     max_messages: int | None,
     slots: int,
+    pack_batches: int | None = PACK_BATCHES,
 ) -> list[list[tuple[TableRef, int]]]:
     """The run's Spark jobs, each a list of (queue, workers) its task drains in order: a queue of more
     than a batch alone (biggest first, as ``todo`` comes), the rest packed in ``todo``'s order up to
-    ``PACK_BATCHES`` batches of rows a job and ``ceil(small / (slots * JOBS_PER_SLOT))`` queues a
-    job, so they spread over about ``JOBS_PER_SLOT`` jobs per slot (a job that runs at once).
+    ``pack_batches`` batches of rows a job (None: no cap) and ``ceil(small / (slots * JOBS_PER_SLOT))``
+    queues a job, so they spread over about ``JOBS_PER_SLOT`` jobs per slot (a job that runs at once).
     A queue whose depth is unknown counts as big."""
 
     def rows(ref: TableRef) -> int | None:
@@ -127,13 +128,13 @@ def plan_jobs(
     if not small:
         return big
     per_job = max(1, math.ceil(len(small) / (slots * JOBS_PER_SLOT)))
-    most_rows = PACK_BATCHES * batch_size
+    most_rows = pack_batches * batch_size if pack_batches is not None else None
     packed: list[list[tuple[TableRef, int]]] = []
     job: list[tuple[TableRef, int]] = []
     job_rows = 0
     for ref, workers in small:
         n = rows(ref) or 0
-        if job and (len(job) >= per_job or job_rows + n > most_rows):
+        if job and (len(job) >= per_job or (most_rows is not None and job_rows + n > most_rows)):
             packed.append(job)
             job, job_rows = [], 0
         job.append((ref, workers))

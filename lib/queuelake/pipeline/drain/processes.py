@@ -89,10 +89,18 @@ def drain_in_processes(
         return out
     slots = min(processes.size, len(todo))
     out.at_once = slots
-    out.connection_bound = slots * task_connections(config, max(w for _, w in todo)) + 1
+    # the processes that run jobs hold a task's connections; every process started holds its ADBC
+    # database from its start (an idle one too), and the poller one
+    adbc = task_connections(config, 0) - 1
+    out.connection_bound = (
+        slots * task_connections(config, max(w for _, w in todo)) + (processes.size - slots) * adbc + 1
+    )
     deadline = time.time() + max_seconds if max_seconds else None
     poller = ClaimsPoller(config, journal, on_failure=lambda _exc: processes.stop.set()).start()
-    planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, slots)
+    # small queues spread evenly over the processes, however many rows (a Spark task's cap on a
+    # job's rows bounds what a retry repeats there; here a job of 80 queues of 500 left one process
+    # draining the last 20 alone while the other idled)
+    planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, slots, pack_batches=None)
     out.jobs = len(planned)
     log.info(
         "drain: %d queue(s) in %d local process(es), %d job(s) (small queues share one); at most %d connection(s): "
