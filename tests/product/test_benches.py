@@ -168,9 +168,9 @@ def test_a_bench_measures_the_queuelake_of_its_own_tree(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_queues_bench_drains_many_queues_and_one_on_the_driver_and_on_executors(fresh_pg_uri: str) -> None:
-    result = _bench("queues.py", "--queues", "30", "--per-queue", "40", "--on", "both", "--dsn", fresh_pg_uri)
-    assert set(result["modes"]) == {"driver", "executors"} and result["max_connections"] == 24
+def test_queues_bench_drains_many_queues_and_one_in_every_mode(fresh_pg_uri: str) -> None:
+    result = _bench("queues.py", "--queues", "30", "--per-queue", "40", "--on", "all", "--dsn", fresh_pg_uri)
+    assert set(result["modes"]) == {"driver", "processes", "executors"} and result["max_connections"] == 24
     assert result["cluster"]["workers"] == 2 and result["cluster"]["start_seconds"] > 0
     for mode, summary in result["modes"].items():
         (run,) = summary["runs"]
@@ -183,10 +183,22 @@ def test_queues_bench_drains_many_queues_and_one_on_the_driver_and_on_executors(
             assert sum(figures["seen_at_peak_by_application"].values()) == figures["peak_connections_seen"]
             assert figures["connections_before"] == 0, (mode, figures)
         assert summary["ratio_median"] > 0
-    # on executors the driver holds no queue's lock: the locks seen at peak are the Spark tasks'
-    for label in ("many", "one"):
-        held = result["modes"]["executors"]["runs"][0][label]["seen_at_peak_by_application"]
-        assert held.get("queuelake-drain-lock", 0) >= 1, held
+    # on executors (or in processes) the command holds no queue's lock: the locks seen are its tasks'
+    for mode in ("processes", "executors"):
+        for label in ("many", "one"):
+            held = result["modes"][mode]["runs"][0][label]["seen_at_peak_by_application"]
+            assert held.get("queuelake-drain-lock", 0) >= 1, (mode, held)
+        assert result["modes"][mode]["many_vs_driver_one"] > 0
+    # an unknown mode is refused, not ignored
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), os.environ.get("PYTHONPATH", "")])}
+    refused = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "queues.py"), "--on", "both"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--on takes all" in refused.stderr, refused.stderr[-2000:]
 
 
 def test_find_bench_times_whole_find_commands_against_full_scans() -> None:
