@@ -24,7 +24,7 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain.run import drain
-from queuelake.transport import db, installer, queues
+from queuelake.transport import db, installer, queues, schema
 from queuelake.transport.embedded import odbc_from_uri
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref
@@ -321,6 +321,43 @@ def test_a_queue_smaller_than_a_batch_is_received_once(
     # Billing: 100 (a full batch), then an empty receive
     assert receives == {sales: 2, billing: 2}
     assert sorted(journal(tmp_path / "lake")["id"].to_pylist()) == sorted(ids | late[0])
+
+
+def test_a_queue_the_estimate_found_skips_the_reads_it_answered(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's estimate found the table and its depth: no table check; a queue of one batch skips
+    the first read of its newest row; a queue whose workers all ended on a count of 0 is not peeked
+    for its backlog (that count was it). A budget that ends a drain early still peeks: the backlog
+    left is the queue's, not 0."""
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Small", "Big"], batch_size=100, workers_per_queue=2)
+    install(cfg)
+    seed_ids(cfg, "Small", 40)
+    seed_ids(cfg, "Big", 1_000, seed=2)
+    BIG = '"public"."Big"'  # noqa: N806
+    calls: dict[tuple[str, str], int] = {}
+
+    def counting(name: str, real):  # type: ignore[no-untyped-def]
+        def call(conn, ref, *args, **kwargs):  # type: ignore[no-untyped-def]
+            calls[(name, ref.canonical)] = calls.get((name, ref.canonical), 0) + 1
+            return real(conn, ref, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(schema, "table_exists", counting("table_exists", schema.table_exists))
+    monkeypatch.setattr(queues, "newest_seq", counting("newest_seq", queues.newest_seq))
+    monkeypatch.setattr(queues, "peek", counting("peek", queues.peek))
+    lake = open_lake(cfg.lake)
+    capped = drain(cfg, lake, queue_names=["Big"], max_messages=300)
+    big = capped["queues"][0]
+    assert (big["dequeued"], big["backlog_left"]) == (300, 700), big
+    assert calls == {("newest_seq", BIG): 1, ("peek", BIG): 1}, calls
+    calls.clear()
+    summary = drain(cfg, lake)
+    assert summary["status"] == "ok" and summary["dequeued"] == 740, summary
+    assert [q["backlog_left"] for q in summary["queues"]] == [0, 0], summary
+    # Big (700 > a batch): its newest row read once; Small: nothing; neither checked nor peeked
+    assert calls == {("newest_seq", BIG): 1}, calls
 
 
 def test_progress_estimates_the_backlog_on_a_churned_queue(

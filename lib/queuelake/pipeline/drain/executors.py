@@ -179,7 +179,12 @@ def drain_on_executors(
     out.jobs = len(planned)
     log.info("drain: %d Spark job(s) for %d queue(s) (small queues share a job)", len(planned), len(todo))
     jobs = [
-        tuple(QueueJob(config, r, w, max_messages, deadline, log.level or 20, poller.lock_name) for r, w in job)
+        tuple(
+            QueueJob(
+                config, r, w, max_messages, deadline, log.level or 20, poller.lock_name, backlogs[r.canonical].depth
+            )
+            for r, w in job
+        )
         for job in planned
     ]
     try:

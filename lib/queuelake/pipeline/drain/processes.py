@@ -111,7 +111,12 @@ def drain_in_processes(
         out.connection_bound,
     )
     jobs = [
-        tuple(QueueJob(config, r, w, max_messages, deadline, log.level or 20, poller.lock_name) for r, w in job)
+        tuple(
+            QueueJob(
+                config, r, w, max_messages, deadline, log.level or 20, poller.lock_name, backlogs[r.canonical].depth
+            )
+            for r, w in job
+        )
         for job in planned
     ]
     try:

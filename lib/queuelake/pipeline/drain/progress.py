@@ -27,10 +27,13 @@ class Progress:
         self._newest_at: float = float("-inf")
         self._newest: int | None = None
 
-    def start(self, conn: Connection) -> None:
-        """Read the newest seq before the workers start; the next read is due a few seconds on."""
+    def start(self, conn: Connection, read: bool = True) -> None:
+        """Read the newest seq before the workers start; the next read is due a few seconds on.
+        ``read=False``: a queue of one batch by the run's estimate (most of a system's queues) skips
+        the read, one statement fewer; its progress line says 0 left until a read is due."""
         self._newest_at = time.monotonic()
-        self._read_newest(conn)
+        if read:
+            self._read_newest(conn)
 
     def batch(
         self, worker: int, version: int, counts: dict[str, int], t0: float, total: int, last_seq: int, conn: Connection

@@ -38,9 +38,13 @@ class QueueDrain:
         workers: int,
         committer: Committer,
         sessions: SessionPool | None = None,
+        depth: int | None = None,
     ) -> None:
         self.config = config
         self.workers = workers
+        # the run's estimate of the queue's rows (None: unknown): a queue it found exists, and one of
+        # a batch or less skips the first read of its newest row
+        self.depth = depth
         self.ref = ref
         self.state = QueueState(config, lake, ref, budget, receive, committer, sessions)
         self.result = self.state.result
@@ -62,12 +66,13 @@ class QueueDrain:
                     self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
                     log.warning("%s", self.result.error)
                     return self.result
-                schema.require_table(lock_conn, self.ref)
-                lock_conn.rollback()
+                if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
+                    schema.require_table(lock_conn, self.ref)
+                    lock_conn.rollback()
                 # the claims killed drains left, committed before anything is received (by the run's
                 # committer on the driver; in a Spark task, by the driver's poller, waited for)
                 self.result.claims_resolved = state.committer.begin(lock_conn, self.ref.canonical)
-                state.progress.start(lock_conn)
+                state.progress.start(lock_conn, read=self.depth is None or self.depth > self.config.drain.batch_size)
                 errors: list[BaseException] = []
                 if self.workers == 1 and threading.current_thread() is not threading.main_thread():
                     # most of a system's queues, on the run's pool: no thread to start and join (on a
@@ -92,11 +97,17 @@ class QueueDrain:
         return self.result
 
     def _finish(self, lock_conn: Connection, errors: list[BaseException]) -> None:
-        try:
-            self.result.backlog_left = queues.peek(lock_conn, self.ref)
-            lock_conn.rollback()
-        except QueuelakeError:
-            pass
+        """The queue's backlog left, status and error. When every worker ended on a count of 0 rows
+        (``Worker._emptied``, ``_settle``), that count is the backlog left: no peek, whose probe of the
+        head steps over every index entry the drain just left dead."""
+        if not errors and self.state.found_empty_by(self.workers):
+            self.result.backlog_left = 0
+        else:
+            try:
+                self.result.backlog_left = queues.peek(lock_conn, self.ref)
+                lock_conn.rollback()
+            except QueuelakeError:
+                pass
         if errors:
             self.result.status = Status.FAILED
             self.result.error = "; ".join(sorted({str(e) for e in errors}))

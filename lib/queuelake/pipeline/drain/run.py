@@ -104,6 +104,7 @@ def drain(
                 workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, plan.workers),
                 committer,
                 sessions,
+                depth=backlogs[r.canonical].depth,
             )
             for r in busy
         ]

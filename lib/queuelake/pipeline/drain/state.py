@@ -49,6 +49,17 @@ class QueueState:
         self._claimed = threading.Condition(self._lock)  # notified whenever a worker's claim commits
         self._claims_committed = 0
         self._in_flight = 0  # batches received by a worker and not yet claimed or rolled back
+        self._found_empty = 0  # workers that ended on a count of 0 rows left
+
+    def found_empty(self) -> None:
+        """A worker ends: it counted 0 rows left in the queue."""
+        with self._lock:
+            self._found_empty += 1
+
+    def found_empty_by(self, workers: int) -> bool:
+        """Whether every one of ``workers`` ended on a count of 0 rows left."""
+        with self._lock:
+            return self._found_empty >= workers
 
     def start_clock(self) -> None:
         """The queue's drain begins now: its seconds and rate count from here, not from when the run

@@ -69,6 +69,7 @@ class QueueJob:
     deadline: float | None  # wall clock (time.time()): the driver's and the task's monotonic clocks differ
     log_level: int
     poller_lock: str  # the driver's claims poller holds it: a task that can take it knows the driver is gone
+    depth: int | None = None  # the driver's estimate of the queue's rows (``QueueDrain``)
 
 
 def drain_queues_task(
@@ -129,6 +130,7 @@ def drain_queues_task(
                     job.workers,
                     committer,
                     sessions,
+                    depth=job.depth,
                 )
                 yield drain.run(lock_conn)
                 if committer.driver_gone:

@@ -123,6 +123,8 @@ class Worker:
         receive, then ``_settle``."""
         remaining = queues.count_rows(conn, self.state.ref)
         conn.rollback()
+        if remaining == 0:
+            self.state.found_empty()
         return remaining == 0
 
     def _settle(self, conn: Connection, settle_until: float | None) -> float | None:
@@ -139,6 +141,7 @@ class Worker:
         held = queues.count_rows(conn, state.ref)
         conn.rollback()
         if held == 0:
+            state.found_empty()
             return None
         now = time.monotonic()
         if state.batches_in_flight():
