@@ -49,54 +49,70 @@ class QueueDrain:
         self.state = QueueState(config, lake, ref, budget, receive, committer, sessions)
         self.result = self.state.result
         self.result.workers = self.workers
+        self.locked = False  # whether ``begin`` took the queue's drain lock
 
     def run(self, lock_conn: Connection | None = None) -> QueueResult:
         """The drain, under the queue's lock taken on a connection of its own, closed at the end (which
         releases the lock) or given back to the run's sessions with the lock released, or on
         ``lock_conn``: a Spark task's, which keeps the locks of its queues until their claims are
-        committed (``task.py``)."""
-        state = self.state
-        state.start_clock()
+        committed (``task.py``), or the one of small queues drained together (``together.py``)."""
+        self.state.start_clock()
         try:
             with contextlib.ExitStack() as stack:
                 if lock_conn is None:
                     lock_conn = stack.enter_context(self._lock_session())
-                if not self._acquire(lock_conn):
-                    self.result.status = Status.SKIPPED
-                    self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
-                    log.warning("%s", self.result.error)
+                if not self.begin(lock_conn):
                     return self.result
-                if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
-                    schema.require_table(lock_conn, self.ref)
-                    lock_conn.rollback()
-                # the claims killed drains left, committed before anything is received (by the run's
-                # committer on the driver; in a Spark task, by the driver's poller, waited for)
-                self.result.claims_resolved = state.committer.begin(lock_conn, self.ref.canonical)
-                state.progress.start(lock_conn, read=self.depth is None or self.depth > self.config.drain.batch_size)
-                errors: list[BaseException] = []
-                if self.workers == 1 and threading.current_thread() is not threading.main_thread():
-                    # most of a system's queues, on the run's pool: no thread to start and join (on a
-                    # main thread, a signal's exception stays the run's, not the worker's error)
-                    self._worker_safe(0, errors)
-                else:
-                    threads = [
-                        threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True)
-                        for w in range(self.workers)
-                    ]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join()
-                self._finish(lock_conn, errors)
+                self.finish(lock_conn, self.run_workers())
         except QueuelakeError as exc:  # the lock connection or the claim resolution failed
-            self.result.status = Status.FAILED
-            self.result.error = str(exc)
-            log.error("drain of %s failed: %s", self.ref.canonical, exc)
-        self.result.seconds = round(time.monotonic() - state.started, 3)
-        self.result.rate = round(self.result.dequeued / self.result.seconds, 1) if self.result.seconds else 0.0
+            self.fail(exc)
+        self.stop_clock()
         return self.result
 
-    def _finish(self, lock_conn: Connection, errors: list[BaseException]) -> None:
+    def begin(self, lock_conn: Connection) -> bool:
+        """Take the queue's lock on ``lock_conn`` and resolve the claims killed drains left, before
+        anything is received (by the run's committer on the driver; in a Spark task, by the driver's
+        poller, waited for). False, with the result skipped, when another drain holds the lock."""
+        if not self._acquire(lock_conn):
+            self.result.status = Status.SKIPPED
+            self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
+            log.warning("%s", self.result.error)
+            return False
+        self.locked = True
+        if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
+            schema.require_table(lock_conn, self.ref)
+            lock_conn.rollback()
+        self.result.claims_resolved = self.state.committer.begin(lock_conn, self.ref.canonical)
+        self.state.progress.start(lock_conn, read=self.depth is None or self.depth > self.config.drain.batch_size)
+        return True
+
+    def run_workers(self) -> list[BaseException]:
+        """The queue's workers, until its budget or rows run out; returns their errors."""
+        errors: list[BaseException] = []
+        if self.workers == 1 and threading.current_thread() is not threading.main_thread():
+            # most of a system's queues, on the run's pool: no thread to start and join (on a
+            # main thread, a signal's exception stays the run's, not the worker's error)
+            self._worker_safe(0, errors)
+        else:
+            threads = [
+                threading.Thread(target=self._worker_safe, args=(w, errors), daemon=True) for w in range(self.workers)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        return errors
+
+    def fail(self, exc: BaseException) -> None:
+        self.result.status = Status.FAILED
+        self.result.error = str(exc)
+        log.error("drain of %s failed: %s", self.ref.canonical, exc)
+
+    def stop_clock(self) -> None:
+        self.result.seconds = round(time.monotonic() - self.state.started, 3)
+        self.result.rate = round(self.result.dequeued / self.result.seconds, 1) if self.result.seconds else 0.0
+
+    def finish(self, lock_conn: Connection, errors: list[BaseException]) -> None:
         """The queue's backlog left, status and error. When every worker ended on a count of 0 rows
         (``Worker._emptied``, ``_settle``), that count is the backlog left: no peek, whose probe of the
         head steps over every index entry the drain just left dead."""

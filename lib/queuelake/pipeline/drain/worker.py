@@ -29,8 +29,9 @@ MEGABYTE = 1024 * 1024
 FIRST_BATCH_ROW_BYTES = 16 * 1024
 
 
-def worker_app_id(queue: str, worker: int) -> str:
-    """The Delta application id of one drain worker: its batches are versions 1, 2, 3, ..."""
+def worker_app_id(queue: str, worker: int | str) -> str:
+    """The Delta application id of one drain worker: its batches are versions 1, 2, 3, ... (``worker``
+    is its number, or ``together.TOGETHER`` for the batches of small queues drained with this one)"""
     return f"queuelake.drain/{queue}/{worker}"
 
 

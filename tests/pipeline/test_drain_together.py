@@ -1,0 +1,205 @@
+"""Small queues drained together on the driver (``pipeline/drain/together.py``): one batch, one claim
+and one Parquet file for several queues, against real PostgreSQL and real Delta files."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from queuelake.lake.engines import open_lake
+from queuelake.pipeline.drain import run as drain_run
+from queuelake.pipeline.drain.backlog import Backlog
+from queuelake.pipeline.drain.queue_drain import take_drain_lock
+from queuelake.pipeline.drain.run import drain
+from queuelake.transport import db, queues
+from queuelake.transport.tables import queue_ref
+
+from tests.pipeline.test_drain import _claims, install, journal, make_config, queue_depth, seed_ids, write_config
+from tests.pipeline.test_drain_kills import PROTOCOL_POINTS
+
+NAMES = [f"Small{i:02d}" for i in range(12)]
+
+
+def _seed(cfg: object, names: list[str], rows: int) -> dict[str, set[str]]:
+    return {name: seed_ids(cfg, name, rows, seed=100 + i) for i, name in enumerate(names)}
+
+
+def _by_batch(lake_root: Path) -> dict[str, set[str]]:
+    """The queues of each journal batch."""
+    rows = journal(lake_root).select(["batch_id", "queue"]).to_pylist()
+    found: dict[str, set[str]] = collections.defaultdict(set)
+    for row in rows:
+        found[row["batch_id"]].add(row["queue"])
+    return found
+
+
+def test_small_queues_share_one_batch_and_keep_their_own_figures(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """12 queues of 30 rows with batches of 100: 4 batches of 3 queues each, every row once and under
+    its own queue, each queue's figures its own."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, NAMES, batch_size=100)
+    install(cfg)
+    seeded = _seed(cfg, NAMES, 30)
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "ok", summary
+    assert summary["dequeued"] == 360
+    for q in summary["queues"]:
+        assert (q["status"], q["dequeued"], q["landed"], q["batches"], q["backlog_left"]) == ("ok", 30, 30, 1, 0), q
+    batches = _by_batch(lake_root)
+    assert sorted(len(queues_) for queues_ in batches.values()) == [3, 3, 3, 3], batches
+    assert summary["journal_commits"] <= 4
+    rows = journal(lake_root).select(["id", "queue"]).to_pylist()
+    assert len(rows) == 360 == len({r["id"] for r in rows})
+    for name, ids in seeded.items():
+        canonical = queue_ref(name, cfg.transport).canonical  # type: ignore[attr-defined]
+        assert {r["id"] for r in rows if r["queue"] == canonical} == ids, name
+    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in NAMES)
+
+
+def test_rows_held_elsewhere_leave_their_queue_incomplete_and_the_others_clean(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """A competitor holds 3 rows of the middle queue: that queue settles on its own worker and reports
+    them; the queues drained with it in the same batch finish clean."""
+    names = NAMES[:3]
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", names, batch_size=100, settle_seconds=0.5)
+    install(cfg)
+    seeded = _seed(cfg, names, 20)
+    holder = db.connect(cfg.transport)  # type: ignore[attr-defined]
+    try:
+        held = queues.receive_batch(holder, queue_ref(names[1], cfg.transport), 3)  # type: ignore[attr-defined]
+        summary = drain(cfg, open_lake(cfg.lake))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert summary["status"] == "incomplete", summary
+    by_name = {q["queue"].split(".")[-1].strip('"'): q for q in summary["queues"]}
+    assert (by_name[names[1]]["status"], by_name[names[1]]["held_by_others"], by_name[names[1]]["dequeued"]) == (
+        "incomplete",
+        3,
+        17,
+    )
+    for name in (names[0], names[2]):
+        assert (by_name[name]["status"], by_name[name]["dequeued"], by_name[name]["backlog_left"]) == ("ok", 20, 0)
+    assert len(_by_batch(tmp_path / "lake")) == 1, "the three queues were not drained together"
+    again = drain(cfg, open_lake(cfg.lake))
+    assert again["status"] == "ok" and again["dequeued"] == 3
+    got = journal(tmp_path / "lake")["id"].to_pylist()
+    assert len(got) == len(set(got)) and set(got) == set().union(*seeded.values())
+    assert {r.id for r in held} <= seeded[names[1]]
+
+
+def test_a_queue_another_drain_holds_is_skipped_and_the_rest_drained(fresh_pg_uri: str, tmp_path: Path) -> None:
+    names = NAMES[:3]
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", names, batch_size=100)
+    install(cfg)
+    _seed(cfg, names, 20)
+    with db.connect(cfg.transport) as other:  # type: ignore[attr-defined]
+        assert take_drain_lock(other, queue_ref(names[0], cfg.transport))  # type: ignore[attr-defined]
+        summary = drain(cfg, open_lake(cfg.lake))
+    statuses = [(q["status"], q["dequeued"]) for q in summary["queues"]]
+    assert statuses == [("skipped", 0), ("ok", 20), ("ok", 20)], summary
+    assert "lock held" in summary["queues"][0]["error"]
+    assert queue_depth(cfg, names[0]) == 20
+    assert len(_by_batch(tmp_path / "lake")) == 1
+    again = drain(cfg, open_lake(cfg.lake))  # the lock is free now: its rows, on its own
+    assert again["dequeued"] == 20 and queue_depth(cfg, names[0]) == 0
+
+
+def test_queues_that_outgrew_the_estimate_go_on_with_their_own_workers(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The estimate said 10 rows a queue (so all 6 share a batch of 100); each holds 150. The first
+    fills the batch, the rest find no room: every queue goes on with its own worker, nothing is lost,
+    and each queue's figures count every batch."""
+    names = NAMES[:6]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    install(cfg)
+    seeded = _seed(cfg, names, 150)
+
+    def stale(config, refs):  # type: ignore[no-untyped-def]
+        return {r.canonical: Backlog(10, 0) for r in refs}
+
+    monkeypatch.setattr(drain_run, "estimate", stale)
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "ok", summary
+    assert [(q["dequeued"], q["backlog_left"]) for q in summary["queues"]] == [(150, 0)] * 6
+    assert sum(q["batches"] for q in summary["queues"]) == 12  # 100 together + 50, then 2 each of the rest
+    shared = [b for b, qs in _by_batch(lake_root).items() if b.endswith(":1") and "together" in b]
+    assert len(shared) == 1
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == 900 == len(set(got)) and set(got) == set().union(*seeded.values())
+
+
+def test_a_batch_of_small_queues_killed_after_its_claim_lands_once_with_its_first_queue(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """Killed after the DB commit of a shared batch: its rows are gone from four queues and held by
+    one claim, filed under the batch's first queue. The next run resolves it (one claim, on that
+    queue) and every row is in the journal once."""
+    names = NAMES[:8]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    install(cfg)
+    seeded = _seed(cfg, names, 25)
+    conf = write_config(tmp_path / "d.yaml", lake_root, names, batch_size=100)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:1"}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    left = _claims(cfg)  # the other batch (two run at once) may have committed its claim just before
+    assert left in (1, 2)
+    emptied = [n for n in names if queue_depth(cfg, n) == 0]
+    assert len(emptied) == 4 * left, "a claimed batch did not take four queues' rows"
+    env.pop("QUEUELAKE_TEST_KILL_AT")
+    final = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr[-2000:]
+    summary = json.loads(final.stdout.strip().splitlines()[-1])
+    assert summary["claims_resolved"] == left
+    assert [q["claims_resolved"] for q in summary["queues"] if q["claims_resolved"]] == [1] * left
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == len(set(got)) == 200 and set(got) == set().union(*seeded.values())
+    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
+
+
+@pytest.mark.slow
+def test_exactly_once_under_sigkill_at_every_step_of_a_shared_batch(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Eight small queues, two to a batch, refilled and drained by runs killed at every step of the
+    claim protocol (inside the receive, the staging, the claim, the Delta commit): every row is in the
+    journal exactly once after a clean run, and nothing is left in a queue or a claim."""
+    names = NAMES[:8]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    install(cfg)
+    conf = write_config(tmp_path / "d.yaml", lake_root, names, batch_size=100)
+    env_base = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    seeded: set[str] = set()
+    killed: collections.Counter[str] = collections.Counter()
+    for attempt, point in enumerate(PROTOCOL_POINTS * 2):
+        for i, name in enumerate(names):
+            if queue_depth(cfg, name) < 40:
+                seeded |= seed_ids(cfg, name, 40, seed=1000 * attempt + i)
+        env = dict(env_base)
+        if point == "lake_before_commit":
+            env["QUEUELAKE_TEST_KILL_BEFORE_COMMIT"] = "1"
+        else:
+            env["QUEUELAKE_TEST_KILL_AT"] = f"{point}:{1 + attempt % 3}"
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode in (-9, 0), proc.stderr[-3000:]
+        killed[point] += proc.returncode == -9
+    assert set(killed) == set(PROTOCOL_POINTS) and all(killed.values()), killed
+    final = subprocess.run(cmd, env=env_base, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr[-3000:]
+    got = journal(lake_root)["id"].to_pylist()
+    print(f"kills {sum(killed.values())}, seeded {len(seeded)}, journal {len(got)}")
+    assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates in the journal"
+    assert set(got) == seeded, f"missing {len(seeded - set(got))}, unknown {len(set(got) - seeded)}"
+    assert any(len(qs) > 1 for qs in _by_batch(lake_root).values()), "no batch was shared"
+    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
