@@ -18,11 +18,23 @@ from queuelake.transport.tables import TableRef
 OUTCOMES = ("landed", "expired", "quarantined")
 
 
-def claim_record(staged: StagedFiles, counts: Mapping[str, int]) -> str:
+def claim_record(
+    staged: StagedFiles, counts: Mapping[str, int], shares: Mapping[str, Mapping[str, int]] | None = None
+) -> str:
     """A claim's record of its batch: the staged files, and the batch's rows by outcome. Why the
     outcomes: on executors, a task killed after its claim's DB commit never reports that batch; the
-    driver commits it, and counts it in the queue's result from the claim (``outcomes``)."""
-    return staged.to_json(outcomes={k: int(counts.get(k, 0)) for k in OUTCOMES})
+    driver commits it, and counts it in the queue's result from the claim (``outcomes``).
+
+    ``shares``: a batch of several small queues (``together.py``) also records each queue's rows by
+    outcome, so the driver counts each in its own queue (``queue_shares``), not all in the claim's."""
+    extra: dict[str, object] = {"outcomes": _by_outcome(counts)}
+    if shares is not None:
+        extra["queues"] = {queue: _by_outcome(share) for queue, share in shares.items()}
+    return staged.to_json(**extra)
+
+
+def _by_outcome(counts: Mapping[str, int]) -> dict[str, int]:
+    return {k: int(counts.get(k, 0)) for k in OUTCOMES}
 
 
 def outcomes(claim: Claim) -> dict[str, int] | None:
@@ -32,6 +44,15 @@ def outcomes(claim: Claim) -> dict[str, int] | None:
     if not isinstance(found, dict):
         return None
     return {k: int(found.get(k, 0)) for k in OUTCOMES}
+
+
+def shares(claim: Claim) -> dict[str, dict[str, int]] | None:
+    """Each queue's rows by outcome in a batch of several small queues (``claim_record``'s
+    ``shares``); None for a batch of the claim's queue alone."""
+    found = json.loads(claim.staged).get("queues")
+    if not isinstance(found, dict):
+        return None
+    return {str(q): {k: int(share.get(k, 0)) for k in OUTCOMES} for q, share in found.items()}
 
 
 def resolve_claims(conn: Connection, lake: LakeEngine, claims_table: TableRef, queue: str) -> int:

@@ -153,10 +153,7 @@ def drain_on_executors(
     max_seconds: float | None,
 ) -> ExecutorRun:
     """Drain ``busy`` (queue, workers) on Spark executors; the module's docstring says how."""
-    out = ExecutorRun()
-    ready, skipped, resolved = resolve_first(config, journal, [r for r, _ in busy], backlogs)
-    out.results.extend(skipped)
-    todo = [(r, w) for r, w in busy if r.canonical in ready]
+    out, todo, resolved = begin_run(config, journal, busy, backlogs)
     if not todo:
         return out
     out.at_once = queues_at_once(config, [w for _, w in todo])
@@ -178,20 +175,50 @@ def drain_on_executors(
     planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, slots)
     out.jobs = len(planned)
     log.info("drain: %d Spark job(s) for %d queue(s) (small queues share a job)", len(planned), len(todo))
-    jobs = [
-        tuple(
-            QueueJob(
-                config, r, w, max_messages, deadline, log.level or 20, poller.lock_name, backlogs[r.canonical].depth
-            )
-            for r, w in job
-        )
-        for job in planned
-    ]
+    jobs = queue_jobs(config, planned, backlogs, max_messages, deadline, poller)
     try:
         with ThreadPoolExecutor(max_workers=out.at_once, thread_name_prefix="drain-job") as pool:
             drained = [r for results in pool.map(partial(_run_job, spark, group, poller), jobs) for r in results]
     finally:
         poller.close()
+    return end_run(out, drained, resolved, poller)
+
+
+def begin_run(
+    config: Config, journal: LakeEngine, busy: list[tuple[TableRef, int]], backlogs: dict[str, Backlog]
+) -> tuple[ExecutorRun, list[tuple[TableRef, int]], dict[str, int]]:
+    """What a run in tasks (on executors, in local processes) does before it plans: the claims killed
+    runs left resolved (``resolve_first``), the queues another drain holds reported as skipped.
+    Returns the run's report so far, the queues to drain and the claims resolved per queue."""
+    out = ExecutorRun()
+    ready, skipped, resolved = resolve_first(config, journal, [r for r, _ in busy], backlogs)
+    out.results.extend(skipped)
+    return out, [(r, w) for r, w in busy if r.canonical in ready], resolved
+
+
+def queue_jobs(
+    config: Config,
+    planned: list[list[tuple[TableRef, int]]],
+    backlogs: dict[str, Backlog],
+    max_messages: int | None,
+    deadline: float | None,
+    poller: ClaimsPoller,
+) -> list[tuple[QueueJob, ...]]:
+    """The planned jobs as their tasks get them: one ``QueueJob`` per queue."""
+    level = log.level or 20
+    return [
+        tuple(
+            QueueJob(config, r, w, max_messages, deadline, level, poller.lock_name, backlogs[r.canonical].depth)
+            for r, w in job
+        )
+        for job in planned
+    ]
+
+
+def end_run(
+    out: ExecutorRun, drained: list[QueueResult], resolved: dict[str, int], poller: ClaimsPoller
+) -> ExecutorRun:
+    """The queues' results, with the claims resolved before the tasks ran, and the poller's commits."""
     for result in drained:
         result.claims_resolved += resolved.get(result.queue, 0)
     out.results.extend(drained)

@@ -29,7 +29,7 @@ from queuelake.context import connect
 from queuelake.errors import DrainError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.drain.claims import outcomes
+from queuelake.pipeline.drain.claims import outcomes, shares
 from queuelake.pipeline.drain.committer import MOST_PER_GROUP, Claimed, land_group
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
@@ -151,17 +151,25 @@ class ClaimsPoller:
         group = [Claimed(c.queue, StagedFiles.from_json(c.staged), c.app_id, c.version) for c in found]
         land_group(self._journal, conn, self._claims_table, group)
         for c in found:
-            self.rows[c.queue] += c.row_count
-            self.queue_batches[c.queue] += 1
-            counts = outcomes(c)
-            kept = self.outcomes.setdefault(c.queue, Counter())
-            if counts is None or kept is None:
-                self.outcomes[c.queue] = None
+            by_queue = shares(c)  # a batch of several small queues: each queue counts its own share
+            if by_queue is None:
+                self._count(c.queue, c.row_count, outcomes(c))
             else:
-                kept.update(counts)
+                for queue, counts in by_queue.items():
+                    self._count(queue, sum(counts.values()), counts)
         self.commits += 1
         self.batches += len(group)
         self.largest_group = max(self.largest_group, len(group))
         log.debug(
             "journal: one commit for %d batch(es) claimed by Spark tasks in %.3fs", len(group), time.monotonic() - t0
         )
+
+    def _count(self, queue: str, rows: int, counts: dict[str, int] | None) -> None:
+        """A committed batch's rows in ``queue``'s figures (``count_what_the_driver_committed``)."""
+        self.rows[queue] += rows
+        self.queue_batches[queue] += 1
+        kept = self.outcomes.setdefault(queue, Counter())
+        if counts is None or kept is None:
+            self.outcomes[queue] = None
+        else:
+            kept.update(counts)

@@ -46,8 +46,10 @@ from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.backlog import Backlog
 from queuelake.pipeline.drain.executors import (
     ExecutorRun,
+    begin_run,
+    end_run,
     plan_jobs,
-    resolve_first,
+    queue_jobs,
     run_job,
     task_connections,
 )
@@ -81,10 +83,7 @@ def drain_in_processes(
     max_seconds: float | None,
 ) -> ExecutorRun:
     """Drain ``busy`` (queue, workers) in local processes; the module's docstring says how."""
-    out = ExecutorRun()
-    ready, skipped, resolved = resolve_first(config, journal, [r for r, _ in busy], backlogs)
-    out.results.extend(skipped)
-    todo = [(r, w) for r, w in busy if r.canonical in ready]
+    out, todo, resolved = begin_run(config, journal, busy, backlogs)
     if not todo:
         return out
     slots = min(processes.size, len(todo))
@@ -104,32 +103,20 @@ def drain_in_processes(
     out.jobs = len(planned)
     log.info(
         "drain: %d queue(s) in %d local process(es), %d job(s) (small queues share one); at most %d connection(s): "
-        "each process its queue's lock and workers, this one one to commit",
+        "each process its queue's lock and workers, the command one to commit",
         len(todo),
         slots,
         len(planned),
         out.connection_bound,
     )
-    jobs = [
-        tuple(
-            QueueJob(
-                config, r, w, max_messages, deadline, log.level or 20, poller.lock_name, backlogs[r.canonical].depth
-            )
-            for r, w in job
-        )
-        for job in planned
-    ]
+    jobs = queue_jobs(config, planned, backlogs, max_messages, deadline, poller)
     try:
         with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="drain-process") as pool:
             run = partial(run_job, poller, processes.run, process_error)
             drained = [r for results in pool.map(run, jobs) for r in results]
     finally:
         poller.close()
-    for result in drained:
-        result.claims_resolved += resolved.get(result.queue, 0)
-    out.results.extend(drained)
-    out.commits, out.largest_group = poller.commits, poller.largest_group
-    return out
+    return end_run(out, drained, resolved, poller)
 
 
 class Processes:

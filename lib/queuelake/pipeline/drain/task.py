@@ -1,7 +1,7 @@
 """Queues drained inside a Spark task (``drain.on: executors``), one after another: each under its
 drain lock, its workers (receive, build, stage, claim) in the task's own Python process; the Delta
 commit is the driver's. A task drains one big queue, or several small ones (``executors.plan_jobs``),
-opening the journal and ADBC once for all of them.
+opening the journal and ADBC once for all of them; small queues share batches (``together.py``).
 
 Why the task never commits to the journal: the journal keeps one writer per run. The claim table
 already holds everything a commit needs (app id, version, staged files), so a worker's hand-over is
@@ -36,6 +36,7 @@ from queuelake.context import connect, resolved_transport
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.drain import together
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.queue_drain import QueueDrain
@@ -118,30 +119,42 @@ def drain_queues_task(
     try:
         # in autocommit, as the driver's lock sessions: its reads cost no BEGIN and ROLLBACK round trips
         with connect(config, "queuelake-drain-lock").use_autocommit() as lock_conn:
-            for job in jobs:
-                log.info("drain %s: a task, python %s, pid %d", job.ref.canonical, sys.executable, os.getpid())
-                deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
-                drain = QueueDrain(
-                    config,
-                    journal,
-                    job.ref,
-                    Budget(config.drain.batch_size, job.max_messages, deadline),
-                    shared,
-                    job.workers,
-                    committer,
-                    sessions,
-                    depth=job.depth,
-                )
-                yield drain.run(lock_conn)
+            drains = [_queue_drain(job, journal, shared, committer, sessions) for job in jobs]
+            # small queues together: one batch, one claim for several (``together.py``)
+            for unit in together.plan(drains, config.drain.batch_size):
+                if len(unit) == 1:
+                    log.info("drain %s: a task, python %s, pid %d", unit[0].ref.canonical, sys.executable, os.getpid())
+                    yield unit[0].run(lock_conn)
+                else:
+                    yield from together.SmallQueues(config, journal, unit, committer, sessions).run(lock_conn)
                 if committer.driver_gone:
                     # nobody commits what the next queues would claim: end the task (its results are
                     # lost with the driver; the claims made so far wait for the next run)
-                    raise DrainError(f"drain {job.ref.canonical}: the driver's claims poller is gone; the task stops")
+                    gone = unit[-1].ref.canonical
+                    raise DrainError(f"drain {gone}: the driver's claims poller is gone; the task stops")
             committer.finish()  # every queue's claims committed by the driver: now its lock may go
     finally:
         sessions.close()
         if opened is None:
             resources.close()
+
+
+def _queue_drain(
+    job: QueueJob, journal: LakeEngine, shared: db.SharedAdbc | None, committer: TaskCommitter, sessions: SessionPool
+) -> QueueDrain:
+    """A job's queue as the task drains it: its budget's deadline on this process's clock."""
+    deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
+    return QueueDrain(
+        job.config,
+        journal,
+        job.ref,
+        Budget(job.config.drain.batch_size, job.max_messages, deadline),
+        shared,
+        job.workers,
+        committer,
+        sessions,
+        depth=job.depth,
+    )
 
 
 @dataclass
@@ -204,16 +217,17 @@ class TaskCommitter:
         ahead = self._ahead[claimed.app_id]
         ahead.append(claimed.version)
         if len(ahead) >= MOST_AHEAD:
-            self._settle(claimed.app_id, MOST_AHEAD - 1)
+            self._settle(claimed.queue, claimed.app_id, MOST_AHEAD - 1)
 
     def wait(self, app_id: str) -> None:
         """Returns at once: the task's ``finish`` waits for every queue's batches before its locks go."""
 
-    def _settle(self, app_id: str, at_most: int) -> None:
-        """Until at most ``at_most`` of ``app_id``'s claims are still waiting for the driver."""
+    def _settle(self, queue: str, app_id: str, at_most: int) -> None:
+        """Until at most ``at_most`` of ``app_id``'s claims (filed under ``queue``) are still waiting
+        for the driver."""
 
         def done() -> bool:
-            still = {c.version for c in self._claims(self._queue) if c.app_id == app_id}
+            still = {c.version for c in self._claims(queue) if c.app_id == app_id}
             self._ahead[app_id] = [v for v in self._ahead[app_id] if v in still]
             return len(self._ahead[app_id]) <= at_most
 

@@ -12,7 +12,12 @@ the claim, the claim names the staged files, and the batch lands once under one 
 version. That id is the first queue's (the anchor: ``worker_app_id(anchor, TOGETHER)``), and the
 claim is filed under the anchor, so a run resolves it with the anchor's other claims, under the
 anchor's lock, before it reads that id's last version: the same order a worker's claims keep. Every
-queue of the batch stays locked until the batch is in the journal.
+queue of the batch stays locked until the batch is in the journal. The claim also records each
+queue's rows by outcome (``claims.shares``): a command that commits the batch for a killed task
+counts each queue's own (``poller.py``).
+
+The same in every mode: on the driver a group is one unit of the run's pool; in a task (executors,
+local processes) the small queues of its job are grouped the same way (``task.py``).
 
 A queue this batch did not empty (more rows than the estimate said, rows another session holds, a
 batch whose bytes filled up first) goes on with its own worker, under the lock it already holds, as
@@ -106,11 +111,13 @@ class SmallQueues:
         self.committer = committer
         self.sessions = sessions
 
-    def run(self) -> list[QueueResult]:
+    def run(self, lock_conn: Connection | None = None) -> list[QueueResult]:
+        """The queues' drain, their locks on a session of the run's, given back with them released, or
+        on ``lock_conn``: a task's, which keeps its queues' locks until their claims are committed."""
         for drain in self.drains:
             drain.state.start_clock()
         try:
-            with self._lock_session() as lock_conn:
+            with contextlib.nullcontext(lock_conn) if lock_conn is not None else self._lock_session() as lock_conn:
                 ready = [d for d in self.drains if self._begin(d, lock_conn)]
                 if ready:
                     self._drain(lock_conn, ready)
@@ -230,13 +237,14 @@ class SmallQueues:
         staged = self._stage(filled, batch_id, drained_at)
         totals = {k: sum((p.counts or {}).get(k, 0) for p in filled) for k in ("landed", "expired", "quarantined")}
         rows = sum(p.table.num_rows for p in filled if p.table is not None)
+        shares = {p.drain.ref.canonical: p.counts or {} for p in filled}  # counted per queue by a poller
         claimed: bool | None = False
         try:
             hooks.checkpoint("after_stage")
             claims.insert(
                 conn,
                 parts[0].drain.state.claims_table,
-                Claim(app_id, version, anchor, MESSAGES, rows, claim_record(staged, totals)),
+                Claim(app_id, version, anchor, MESSAGES, rows, claim_record(staged, totals, shares)),
             )
             hooks.checkpoint("before_db_commit")
             claimed = None  # a commit that raises may still have landed
