@@ -136,3 +136,13 @@ def spark():
     session = get_spark(SparkConfig(master="local[2]", app_name="queuelake-tests", conf=conf))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """A moto S3 server with one bucket (``tests.lake.test_s3``); yields its endpoint URL. Imported
+    when used: moto and boto3 are the dev extra's."""
+    from tests.lake.test_s3 import s3_server
+
+    with s3_server() as url:
+        yield url

@@ -12,6 +12,7 @@ environment; no ``AWS_*`` variable is set, so nothing but the config can have re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -83,9 +84,9 @@ def _no_aws(env: dict[str, str] | os._Environ) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("AWS_")}
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[str]:
-    """A moto S3 server with one bucket; yields its endpoint URL."""
+@contextlib.contextmanager
+def s3_server() -> Iterator[str]:
+    """A moto S3 server with one bucket (``BUCKET``); yields its endpoint URL."""
     proc, url = _start_moto()
     try:
         client = boto3.client(
@@ -95,6 +96,19 @@ def s3() -> Iterator[str]:
         yield url
     finally:
         _stop(proc)
+
+
+# the ``s3`` fixture (tests/conftest.py) serves this module's tests from ``s3_server``
+
+
+def assert_drained_once_into(root: str, url: str, seeded: dict[str, set[str]]) -> None:
+    """The journal at ``root`` on the store holds every seeded row once, under its own queue."""
+    rows = DeltaRsEngine(root, storage_options=_resolved(url)).read_arrow("messages", columns=["id", "queue"])
+    ids = rows["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == sum(len(s) for s in seeded.values())
+    for name, want in seeded.items():
+        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
+        assert got == want, name
 
 
 def _options(url: str) -> dict[str, str]:

@@ -382,56 +382,40 @@ def test_drain_on_is_driver_or_executors_and_tasks_fit_the_connection_budget() -
 
 
 @pytest.mark.slow
-def test_drain_on_executors_into_a_lake_on_object_storage(fresh_pg_uri: str, tmp_path: Path, cluster: Cluster) -> None:
+def test_drain_on_executors_into_a_lake_on_object_storage(
+    fresh_pg_uri: str, tmp_path: Path, cluster: Cluster, s3: str
+) -> None:
     """The journal on S3 (a moto server): the tasks stage their files into its folder on the store
     with the lake's storage options (credentials from the driver's environment, never the executors'),
     the driver commits them. Two tasks' Python workers SIGKILLed after a claim's DB commit (their
     staged files named by a claim only): Spark retries them, and every row is in the journal once.
     The secret shows in no output, the driver's or the executors'."""
-    import boto3
+    from tests.lake.test_s3 import BUCKET, KEY_ID, SECRET, _no_aws, _options, assert_drained_once_into
 
-    from tests.lake.test_s3 import BUCKET, KEY_ID, SECRET, _no_aws, _options, _resolved, _start_moto, _stop
-
-    moto, url = _start_moto()
-    try:
-        s3 = boto3.client(
-            "s3", endpoint_url=url, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, region_name="us-east-1"
-        )
-        s3.create_bucket(Bucket=BUCKET)
-        root = f"s3://{BUCKET}/executors-{os.getpid()}"
-        names = [f"Store{i}" for i in range(4)]
-        cfg = make_config(fresh_pg_uri, tmp_path / "unused", names)
-        install(cfg)
-        seeded = {name: seed_ids(cfg, name, 1_000, seed=900 + i) for i, name in enumerate(names)}
-        tokens, kills = task_kills(tmp_path, "after_db_commit:2", 2)
-        conf = write_conf(tmp_path / "drain.yaml", cluster, root, names, batch_size=250, **kills)
-        data = json.loads(conf.read_text())
-        data["lake"]["storage_options"] = _options(url)
-        conf.write_text(json.dumps(data))
-        env = {
-            **_no_aws(env_for(fresh_pg_uri)),
-            "QL_TEST_S3_KEY_ID": KEY_ID,
-            "QL_TEST_S3_SECRET": SECRET,
-        }
-        proc = subprocess.run(drain_cmd(conf), env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        summary = summary_of(proc)
-        assert summary["status"] == "ok" and summary["on"] == "executors", summary
-        assert len(list(tokens.iterdir())) < 2, "no task was killed"
-        assert summary["dequeued"] == summary["landed"] == 4_000, json.dumps(summary)
-        assert SECRET not in proc.stdout + proc.stderr
-        assert SECRET not in cluster.executor_logs()
-
-        from queuelake.lake.rust import DeltaRsEngine
-
-        rows = DeltaRsEngine(root, storage_options=_resolved(url)).read_arrow("messages", columns=["id", "queue"])
-        ids = rows["id"].to_pylist()
-        assert len(ids) == len(set(ids)) == 4_000
-        for name in names:
-            got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
-            assert got == seeded[name], name
-        assert claim_count(cfg) == 0
-        assert all(queue_depth(cfg, n) == 0 for n in names)
-        assert not list(tmp_path.glob("**/_delta_log")), "nothing may land on the local disk"
-    finally:
-        _stop(moto)
+    root = f"s3://{BUCKET}/executors-{os.getpid()}"
+    names = [f"Store{i}" for i in range(4)]
+    cfg = make_config(fresh_pg_uri, tmp_path / "unused", names)
+    install(cfg)
+    seeded = {name: seed_ids(cfg, name, 1_000, seed=900 + i) for i, name in enumerate(names)}
+    tokens, kills = task_kills(tmp_path, "after_db_commit:2", 2)
+    conf = write_conf(tmp_path / "drain.yaml", cluster, root, names, batch_size=250, **kills)
+    data = json.loads(conf.read_text())
+    data["lake"]["storage_options"] = _options(s3)
+    conf.write_text(json.dumps(data))
+    env = {
+        **_no_aws(env_for(fresh_pg_uri)),
+        "QL_TEST_S3_KEY_ID": KEY_ID,
+        "QL_TEST_S3_SECRET": SECRET,
+    }
+    proc = subprocess.run(drain_cmd(conf), env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    assert summary["status"] == "ok" and summary["on"] == "executors", summary
+    assert len(list(tokens.iterdir())) < 2, "no task was killed"
+    assert summary["dequeued"] == summary["landed"] == 4_000, json.dumps(summary)
+    assert SECRET not in proc.stdout + proc.stderr
+    assert SECRET not in cluster.executor_logs()
+    assert_drained_once_into(root, s3, seeded)
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in names)
+    assert not list(tmp_path.glob("**/_delta_log")), "nothing may land on the local disk"

@@ -267,61 +267,45 @@ def test_sigterm_stops_the_processes_at_a_batch_boundary(fresh_pg_uri: str, tmp_
     assert_every_row_once(cfg, lake_root, seeded)
 
 
-def test_processes_drain_into_a_journal_on_object_storage(fresh_pg_uri: str, tmp_path: Path) -> None:
+def test_processes_drain_into_a_journal_on_object_storage(fresh_pg_uri: str, tmp_path: Path, s3: str) -> None:
     """The journal on S3 (a moto server): each process opens the journal's folder on the store with the
     lake's storage options (credentials from the command's environment), stages there, and the command
     commits. Two processes SIGKILLed after a claim's DB commit (their staged files named by a claim
     only): every row once, read back from S3; nothing on the local disk; the secret in no output."""
-    import boto3
-    from queuelake.lake.rust import DeltaRsEngine
+    from tests.lake.test_s3 import BUCKET, KEY_ID, SECRET, _options, assert_drained_once_into
 
-    from tests.lake.test_s3 import BUCKET, KEY_ID, SECRET, _options, _resolved, _start_moto, _stop
-
-    moto, url = _start_moto()
-    try:
-        s3 = boto3.client(
-            "s3", endpoint_url=url, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, region_name="us-east-1"
-        )
-        s3.create_bucket(Bucket=BUCKET)
-        root = f"s3://{BUCKET}/processes-{os.getpid()}"
-        names = [f"Store{i}" for i in range(4)]
-        cfg = make_config(fresh_pg_uri, tmp_path / "unused", names)
-        install(cfg)
-        seeded = {name: seed_ids(cfg, name, 1_000, seed=950 + i) for i, name in enumerate(names)}
-        conf = write_conf(tmp_path / "drain.json", tmp_path / "unused", names, processes=2)
-        data = json.loads(conf.read_text())
-        data["lake"] = {"root": root, "engine": "delta-rs", "storage_options": _options(url)}
-        conf.write_text(json.dumps(data))
-        tokens = tmp_path / "tokens"
-        tokens.mkdir()
-        for k in range(2):
-            (tokens / str(k)).touch()
-        proc = drain(
-            conf,
-            fresh_pg_uri,
-            no_aws=True,
-            QUEUELAKE_TEST_KILL_AT="after_db_commit:2",
-            QUEUELAKE_TEST_KILL_TOKENS=str(tokens),
-            QL_TEST_S3_KEY_ID=KEY_ID,
-            QL_TEST_S3_SECRET=SECRET,
-        )
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        summary = summary_of(proc)
-        assert summary["status"] == "ok" and summary["on"] == "processes", summary
-        assert not list(tokens.iterdir()), "fewer than two processes were killed"
-        assert summary["dequeued"] == summary["landed"] == 4_000, summary
-        assert SECRET not in proc.stdout + proc.stderr
-        rows = DeltaRsEngine(root, storage_options=_resolved(url)).read_arrow("messages", columns=["id", "queue"])
-        ids = rows["id"].to_pylist()
-        assert len(ids) == len(set(ids)) == 4_000
-        for name in names:
-            got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
-            assert got == seeded[name], name
-        assert claim_count(cfg) == 0
-        assert all(queue_depth(cfg, n) == 0 for n in names)
-        assert not list(tmp_path.glob("**/_delta_log")), "nothing may land on the local disk"
-    finally:
-        _stop(moto)
+    root = f"s3://{BUCKET}/processes-{os.getpid()}"
+    names = [f"Store{i}" for i in range(4)]
+    cfg = make_config(fresh_pg_uri, tmp_path / "unused", names)
+    install(cfg)
+    seeded = {name: seed_ids(cfg, name, 1_000, seed=950 + i) for i, name in enumerate(names)}
+    conf = write_conf(tmp_path / "drain.json", tmp_path / "unused", names, processes=2)
+    data = json.loads(conf.read_text())
+    data["lake"] = {"root": root, "engine": "delta-rs", "storage_options": _options(s3)}
+    conf.write_text(json.dumps(data))
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    for k in range(2):
+        (tokens / str(k)).touch()
+    proc = drain(
+        conf,
+        fresh_pg_uri,
+        no_aws=True,
+        QUEUELAKE_TEST_KILL_AT="after_db_commit:2",
+        QUEUELAKE_TEST_KILL_TOKENS=str(tokens),
+        QL_TEST_S3_KEY_ID=KEY_ID,
+        QL_TEST_S3_SECRET=SECRET,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    assert summary["status"] == "ok" and summary["on"] == "processes", summary
+    assert not list(tokens.iterdir()), "fewer than two processes were killed"
+    assert summary["dequeued"] == summary["landed"] == 4_000, summary
+    assert SECRET not in proc.stdout + proc.stderr
+    assert_drained_once_into(root, s3, seeded)
+    assert claim_count(cfg) == 0
+    assert all(queue_depth(cfg, n) == 0 for n in names)
+    assert not list(tmp_path.glob("**/_delta_log")), "nothing may land on the local disk"
 
 
 def test_drain_processes_is_a_count_within_the_connection_budget() -> None:

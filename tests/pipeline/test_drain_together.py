@@ -8,10 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import orjson
+import psycopg
 import pytest
 from queuelake.lake.engines import open_lake
+from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain import run as drain_run
 from queuelake.pipeline.drain.backlog import Backlog
 from queuelake.pipeline.drain.queue_drain import take_drain_lock
@@ -21,6 +25,7 @@ from queuelake.transport.tables import queue_ref
 
 from tests.pipeline.test_drain import _claims, install, journal, make_config, queue_depth, seed_ids, write_config
 from tests.pipeline.test_drain_kills import PROTOCOL_POINTS
+from tests.pipeline.test_edges import EXPIRES, TOP, WIRE_TIMES
 
 NAMES = [f"Small{i:02d}" for i in range(12)]
 
@@ -203,3 +208,149 @@ def test_exactly_once_under_sigkill_at_every_step_of_a_shared_batch(fresh_pg_uri
     assert set(got) == seeded, f"missing {len(seeded - set(got))}, unknown {len(set(got) - seeded)}"
     assert any(len(qs) > 1 for qs in _by_batch(lake_root).values()), "no batch was shared"
     assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
+
+
+def _fill(uri: str, queue: str, rows: list[dict]) -> dict[str, bool]:
+    """Rows inserted as another program would (literal SQL values); returns each id's expiry as the
+    database judges it."""
+    expired = {}
+    with psycopg.connect(uri, autocommit=True) as conn:
+        for row in rows:
+            (gone,) = conn.execute(
+                f'INSERT INTO "public"."{queue}" (id, expires, headers, body) '
+                "VALUES (%s, CAST(%s AS timestamp), %s, %s) "
+                "RETURNING (expires IS NOT NULL AND expires <= (now() AT TIME ZONE 'UTC'))",
+                (row["id"], row["expires"], row["headers"], row["body"]),
+            ).fetchone()
+            expired[row["id"]] = gone
+    return expired
+
+
+@pytest.mark.parametrize("on", ["driver", "processes"])
+def test_values_at_the_edges_of_their_types_in_a_shared_batch(fresh_pg_uri: str, tmp_path: Path, on: str) -> None:
+    """Every named edge value of Expires and of the wire times, spread over four small queues that
+    share a batch: nothing stops it, each queue keeps its own rows and figures, and each value
+    becomes what it becomes in a queue of its own (``test_edges.py``)."""
+    names = NAMES[:4]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=500)
+    install(cfg)
+    rows = [{"expires": e, "headers": '{"NServiceBus.MessageId":"m"}', "body": b"x"} for e in EXPIRES]
+    for when in WIRE_TIMES:
+        for key in (hdr.TIME_SENT, hdr.PROCESSING_STARTED, hdr.TIME_OF_FAILURE):
+            rows.append({"expires": None, "headers": orjson.dumps({key: when}).decode(), "body": b"y"})
+    rows = [{**r, "id": str(uuid.uuid4())} for r in rows]
+    sent: dict[str, dict[str, bool]] = {
+        name: _fill(fresh_pg_uri, name, rows[i :: len(names)]) for i, name in enumerate(names)
+    }
+    conf = tmp_path / "d.json"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "drain": {"queues": names, "batch_size": 500, "on": on, "processes": 1},
+            }
+        )
+    )
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "ok", summary
+    by_queue = {q["queue"]: q for q in summary["queues"]}
+    journal_rows = journal(lake_root).to_pylist()
+    # on the driver one batch; in processes a batch per job (two jobs of two queues per process)
+    assert all(len(qs) > 1 for qs in _by_batch(lake_root).values()), "a queue did not share its batch"
+    for name, ids in sent.items():
+        canonical = queue_ref(name, cfg.transport).canonical  # type: ignore[attr-defined]
+        mine = {r["id"]: r for r in journal_rows if r["queue"] == canonical}
+        assert set(mine) == set(ids), name
+        expired = sum(ids.values())
+        figures = by_queue[canonical]
+        assert (figures["dequeued"], figures["expired"]) == (len(ids), expired), figures
+        assert figures["landed"] + figures["quarantined"] == len(ids) - expired, figures
+        for row_id, gone in ids.items():
+            assert (mine[row_id]["outcome"] == "expired") == gone, mine[row_id]
+    by_id = {r["id"]: r for r in journal_rows}
+    outcome = {r["expires"]: by_id[r["id"]]["outcome"] for r in rows if r["headers"].endswith('"m"}')}
+    assert outcome["infinity"] == "landed" and outcome["-infinity"] == "expired"
+    assert outcome["0044-03-15 12:30:00.5 BC"] == "expired" and outcome["20000-01-01 00:00:00"] == "landed"
+    max_value = next(r for r in rows if r["headers"] == orjson.dumps({hdr.TIME_SENT: WIRE_TIMES[0]}).decode())
+    assert by_id[max_value["id"]]["time_sent"] == TOP
+    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
+
+
+def test_a_row_that_cannot_be_written_in_a_shared_batch_is_quarantined_in_its_queue(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever fails for one row between the build and the claim (the file statistics, made to fail
+    on one header value) quarantines that row in its own queue; the shared batch's other rows land."""
+    from queuelake.lake import files
+
+    update = files._ColumnStats.update  # noqa: SLF001
+
+    def fails_on_poison(self: files._ColumnStats, column: object) -> None:  # noqa: SLF001
+        if "poison" in getattr(column, "to_pylist", list)():
+            raise OverflowError("date value out of range")
+        update(self, column)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files._ColumnStats, "update", fails_on_poison)  # noqa: SLF001
+    names = NAMES[:3]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    install(cfg)
+    for name in names:
+        rows = [
+            {
+                "id": str(uuid.uuid4()),
+                "expires": None,
+                "headers": orjson.dumps({hdr.MESSAGE_ID: f"m{i}"}).decode(),
+                "body": b"x",
+            }
+            for i in range(10)
+        ]
+        if name == names[1]:
+            rows[4]["headers"] = orjson.dumps({hdr.MESSAGE_ID: "poison"}).decode()
+        _fill(fresh_pg_uri, name, rows)
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "ok", summary
+    figures = [(q["landed"], q["quarantined"]) for q in summary["queues"]]
+    assert figures == [(10, 0), (9, 1), (10, 0)], summary
+    (bad,) = [r for r in journal(lake_root).to_pylist() if r["outcome"] == "quarantined"]
+    assert bad["queue"] == queue_ref(names[1], cfg.transport).canonical  # type: ignore[attr-defined]
+    assert bad["error"] == "journal could not be stored for this row: OverflowError: date value out of range"
+    assert len(_by_batch(lake_root)) == 1 and _claims(cfg) == 0
+
+
+def test_a_lake_that_fails_whatever_the_rows_fails_the_shared_batch_and_loses_nothing(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every write to the lake's storage fails while the same rows write fine elsewhere: no queue's
+    rows are to blame, so none is quarantined; every queue of the batch fails and keeps its rows."""
+    from queuelake.lake import rust
+
+    stage_into = rust.DeltaRsEngine._stage_into  # noqa: SLF001
+    lake_root = tmp_path / "lake"
+
+    def storage_down(self: rust.DeltaRsEngine, table: str, data: object, folder: str, options: object) -> object:
+        if folder.startswith(str(lake_root)) or folder.startswith("file://"):
+            raise OSError("No space left on device")
+        return stage_into(self, table, data, folder, options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rust.DeltaRsEngine, "_stage_into", storage_down)
+    names = NAMES[:3]
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    install(cfg)
+    _seed(cfg, names, 10)
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "failed", summary
+    assert all("No space left on device" in q["error"] for q in summary["queues"]), summary
+    assert [queue_depth(cfg, n) for n in names] == [10, 10, 10]
+    assert _claims(cfg) == 0

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -80,6 +80,15 @@ def plan(drains: list[QueueDrain], batch_size: int) -> list[list[QueueDrain]]:
     if group:
         units.append(group)
     return units
+
+
+def _refuses(check: Callable[[pa.Table], None], table: pa.Table) -> bool:
+    """Whether ``check`` (the write without the storage) refuses ``table``."""
+    try:
+        check(table)
+    except Exception:  # noqa: BLE001 - any refusal: its rows are isolated one by one
+        return True
+    return False
 
 
 @dataclass
@@ -270,19 +279,20 @@ class SmallQueues:
         """The queues' rows staged as one batch; a row that cannot be written is quarantined
         (``isolate_unstorable``, queue by queue), as in a worker's batch."""
         lake = self.lake
+
+        def check(piece: pa.Table) -> None:
+            lake.check_stageable(MESSAGES, piece)
+
         try:
             return lake.stage(MESSAGES, pa.concat_tables([p.table for p in filled if p.table is not None]))
-        except Exception as exc:  # noqa: BLE001 - each queue's rows isolated, as a worker's batch
-            for part in filled:
+        except Exception as exc:  # noqa: BLE001 - the queues whose rows are to blame, isolated
+            blamed = [p for p in filled if p.table is not None and _refuses(check, p.table)]
+            if not blamed:  # no queue's rows are to blame: the lake's failure, the run's (as a worker's)
+                raise
+            for part in blamed:
                 assert part.table is not None
                 part.table, part.counts = isolate_unstorable(
-                    part.received,
-                    part.table,
-                    lambda piece: lake.check_stageable(MESSAGES, piece),
-                    part.drain.ref.canonical,
-                    batch_id,
-                    drained_at,
-                    exc,
+                    part.received, part.table, check, part.drain.ref.canonical, batch_id, drained_at, exc
                 )
             return lake.stage(MESSAGES, pa.concat_tables([p.table for p in filled if p.table is not None]))
 
