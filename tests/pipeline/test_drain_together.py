@@ -25,7 +25,7 @@ from queuelake.transport.tables import queue_ref
 
 from tests.pipeline.test_drain import _claims, install, journal, make_config, queue_depth, seed_ids, write_config
 from tests.pipeline.test_drain_kills import PROTOCOL_POINTS
-from tests.pipeline.test_edges import EXPIRES, TOP, WIRE_TIMES
+from tests.pipeline.test_edges import EXPIRES, TOP, WIRE_TIMES, stats_fail_on, storage_down
 
 NAMES = [f"Small{i:02d}" for i in range(12)]
 
@@ -292,16 +292,7 @@ def test_a_row_that_cannot_be_written_in_a_shared_batch_is_quarantined_in_its_qu
 ) -> None:
     """Whatever fails for one row between the build and the claim (the file statistics, made to fail
     on one header value) quarantines that row in its own queue; the shared batch's other rows land."""
-    from queuelake.lake import files
-
-    update = files._ColumnStats.update  # noqa: SLF001
-
-    def fails_on_poison(self: files._ColumnStats, column: object) -> None:  # noqa: SLF001
-        if "poison" in getattr(column, "to_pylist", list)():
-            raise OverflowError("date value out of range")
-        update(self, column)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(files._ColumnStats, "update", fails_on_poison)  # noqa: SLF001
+    stats_fail_on(monkeypatch, "poison")
     names = NAMES[:3]
     lake_root = tmp_path / "lake"
     cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
@@ -334,17 +325,8 @@ def test_a_lake_that_fails_whatever_the_rows_fails_the_shared_batch_and_loses_no
 ) -> None:
     """Every write to the lake's storage fails while the same rows write fine elsewhere: no queue's
     rows are to blame, so none is quarantined; every queue of the batch fails and keeps its rows."""
-    from queuelake.lake import rust
-
-    stage_into = rust.DeltaRsEngine._stage_into  # noqa: SLF001
     lake_root = tmp_path / "lake"
-
-    def storage_down(self: rust.DeltaRsEngine, table: str, data: object, folder: str, options: object) -> object:
-        if folder.startswith(str(lake_root)) or folder.startswith("file://"):
-            raise OSError("No space left on device")
-        return stage_into(self, table, data, folder, options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(rust.DeltaRsEngine, "_stage_into", storage_down)
+    storage_down(monkeypatch, lake_root)
     names = NAMES[:3]
     cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
     install(cfg)

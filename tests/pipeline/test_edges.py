@@ -251,6 +251,36 @@ def test_every_named_edge_in_one_queue(edge_database: Callable[[], str], tmp_pat
     assert outcomes["20000-01-01 00:00:00"] == "landed" and outcomes["0044-03-15 12:30:00.5 BC"] == "expired"
 
 
+def stats_fail_on(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """The file statistics fail on a column holding ``value``, as they did on a time in the last
+    millisecond of 9999: a row that builds but cannot be written."""
+    from queuelake.lake import files
+
+    update = files._ColumnStats.update
+
+    def fails_on_value(self: files._ColumnStats, column: object) -> None:
+        if value in getattr(column, "to_pylist", list)():
+            raise OverflowError("date value out of range")
+        update(self, column)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files._ColumnStats, "update", fails_on_value)
+
+
+def storage_down(monkeypatch: pytest.MonkeyPatch, lake: Path) -> None:
+    """Every write to the lake's storage under ``lake`` fails, while the same rows write fine
+    elsewhere (the local scratch folder ``check_stageable`` uses)."""
+    from queuelake.lake import rust
+
+    stage_into = rust.DeltaRsEngine._stage_into
+
+    def down(self: rust.DeltaRsEngine, table: str, data: object, folder: str, options: object) -> object:
+        if folder.startswith(str(lake)) or folder.startswith("file://"):
+            raise OSError("No space left on device")
+        return stage_into(self, table, data, folder, options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rust.DeltaRsEngine, "_stage_into", down)
+
+
 def _drain_in_process(uri: str, lake: Path) -> dict:
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline.drain.run import drain
@@ -272,16 +302,7 @@ def test_a_row_that_cannot_be_written_is_quarantined_not_a_blocked_queue(
     """The safety net behind the fixes above: whatever fails for one row between the build and the
     claim (here the file statistics, made to fail on one header value, as the last millisecond of
     9999 did) quarantines that row with the error and its raw text; its batch's other rows land."""
-    from queuelake.lake import files
-
-    update = files._ColumnStats.update
-
-    def fails_on_poison(self: files._ColumnStats, column: object) -> None:
-        if "poison" in getattr(column, "to_pylist", list)():
-            raise OverflowError("date value out of range")
-        update(self, column)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(files._ColumnStats, "update", fails_on_poison)
+    stats_fail_on(monkeypatch, "poison")
     uri = edge_database()
     rows = [
         {"id": None, "expires": None, "headers": orjson.dumps({hdr.MESSAGE_ID: f"m{i}"}).decode(), "body": b"x"}
@@ -304,17 +325,8 @@ def test_a_lake_that_fails_whatever_the_rows_fails_the_run_and_loses_nothing(
     """A failure that is not about a row (every write to the lake's storage fails, while the same
     rows write fine elsewhere) is not turned into quarantined rows: the run fails loudly and the
     batch stays in the queue."""
-    from queuelake.lake import rust
-
-    stage_into = rust.DeltaRsEngine._stage_into
     lake = tmp_path / "lake"
-
-    def storage_down(self: rust.DeltaRsEngine, table: str, data: object, folder: str, options: object) -> object:
-        if folder.startswith(str(lake)) or folder.startswith("file://"):
-            raise OSError("No space left on device")
-        return stage_into(self, table, data, folder, options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(rust.DeltaRsEngine, "_stage_into", storage_down)
+    storage_down(monkeypatch, lake)
     uri = edge_database()
     rows = [{"id": None, "expires": None, "headers": "{}", "body": b"x"} for _ in range(10)]
     fill(uri, unique_ids(rows), near_top=False)
