@@ -17,10 +17,10 @@ import pytest
 from queuelake.lake.engines import open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain import run as drain_run
-from queuelake.pipeline.drain.backlog import Backlog
+from queuelake.pipeline.drain.backlog import Backlog, Estimate
 from queuelake.pipeline.drain.queue_drain import take_drain_lock
 from queuelake.pipeline.drain.run import drain
-from queuelake.transport import db, queues
+from queuelake.transport import claims, db, queues
 from queuelake.transport.tables import queue_ref
 
 from tests.pipeline.test_drain import _claims, install, journal, make_config, queue_depth, seed_ids, write_config
@@ -129,7 +129,7 @@ def test_queues_that_outgrew_the_estimate_go_on_with_their_own_workers(
     seeded = _seed(cfg, names, 150)
 
     def stale(config, refs):  # type: ignore[no-untyped-def]
-        return {r.canonical: Backlog(10, 0) for r in refs}
+        return Estimate({r.canonical: Backlog(10, 0) for r in refs})
 
     monkeypatch.setattr(drain_run, "estimate", stale)
     summary = drain(cfg, open_lake(cfg.lake))
@@ -150,19 +150,7 @@ def test_a_batch_of_small_queues_killed_after_its_claim_lands_once_with_its_firs
     queue) and every row is in the journal once."""
     names = NAMES[:8]
     lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
-    install(cfg)
-    seeded = _seed(cfg, names, 25)
-    conf = write_config(tmp_path / "d.yaml", lake_root, names, batch_size=100)
-    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:1"}
-    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == -9, proc.stderr[-2000:]
-    left = _claims(cfg)  # the other batch (two run at once) may have committed its claim just before
-    assert left in (1, 2)
-    emptied = [n for n in names if queue_depth(cfg, n) == 0]
-    assert len(emptied) == 4 * left, "a claimed batch did not take four queues' rows"
-    env.pop("QUEUELAKE_TEST_KILL_AT")
+    cfg, seeded, left, cmd, env = _killed_after_a_shared_claim(fresh_pg_uri, lake_root, names)
     final = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stderr[-2000:]
     summary = json.loads(final.stdout.strip().splitlines()[-1])
@@ -171,6 +159,53 @@ def test_a_batch_of_small_queues_killed_after_its_claim_lands_once_with_its_firs
     got = journal(lake_root)["id"].to_pylist()
     assert len(got) == len(set(got)) == 200 and set(got) == set().union(*seeded.values())
     assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
+
+
+def _killed_after_a_shared_claim(uri: str, lake_root: Path, names: list[str]):  # type: ignore[no-untyped-def]
+    """``names`` (8 queues of 25 rows, four to a batch of 100) drained by a command killed after the
+    DB commit of its first shared batch: (config, seeded ids, claims left, the command, its env)."""
+    cfg = make_config(uri, lake_root, names, batch_size=100)
+    install(cfg)
+    seeded = _seed(cfg, names, 25)
+    conf = write_config(lake_root.parent / "d.yaml", lake_root, names, batch_size=100)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:1"}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    left = _claims(cfg)  # the other batch (two run at once) may have committed its claim just before
+    assert left in (1, 2)
+    emptied = [n for n in names if queue_depth(cfg, n) == 0]
+    assert len(emptied) == 4 * left, "a claimed batch did not take four queues' rows"
+    env.pop("QUEUELAKE_TEST_KILL_AT")
+    return cfg, seeded, left, cmd, env
+
+
+def test_a_shared_batch_is_landed_by_a_run_without_its_first_queue(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A killed shared batch's claim is filed under its first queue; runs that drain only the other
+    queues (``--queue``) land it all the same, under the first queue's lock, without receiving from it:
+    not while another drain holds that lock (that drain lands it), and once the lock is free."""
+    names = NAMES[:8]
+    lake_root = tmp_path / "lake"
+    cfg, seeded, left, _, _ = _killed_after_a_shared_claim(fresh_pg_uri, lake_root, names)
+    table = claims.claims_ref(cfg.transport)  # type: ignore[attr-defined]
+    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
+        anchors = {c.queue for c in claims.every_claim(conn, table)}
+    assert len(anchors) == left
+    members = [n for n in names if queue_ref(n, cfg.transport).canonical not in anchors]  # type: ignore[attr-defined]
+    # sent since the kill: the runs below must not receive them
+    later = {a: seed_ids(cfg, a, 5, seed=700 + i) for i, a in enumerate(sorted(anchors))}
+    with db.connect(cfg.transport) as other:  # type: ignore[attr-defined]
+        for anchor in anchors:
+            assert take_drain_lock(other, queue_ref(anchor, cfg.transport))  # type: ignore[attr-defined]
+        held = drain(cfg, open_lake(cfg.lake), queue_names=members)
+    assert held["claims_resolved"] == 0 and _claims(cfg) == left, held
+    summary = drain(cfg, open_lake(cfg.lake), queue_names=members)
+    assert summary["status"] == "ok", summary
+    assert summary["claims_resolved"] == left and _claims(cfg) == 0, summary
+    assert all(queue_depth(cfg, a) == 5 for a in anchors)  # nothing received from them
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == len(set(got)) == 200 and set(got) == set().union(*seeded.values())
+    assert not set(got) & set().union(*later.values())
 
 
 @pytest.mark.slow

@@ -130,9 +130,12 @@ def test_an_empty_queue_with_a_claim_left_is_not_idle(fresh_pg_uri: str) -> None
         installer.install(conn, installer.plan(cfg))
         claim = claims.Claim("drain-x", 1, refs[1].canonical, "messages", 3, "{}")
         claims.insert(conn, claims.claims_ref(cfg.transport), claim)
+        other = queue_ref("C", cfg.transport).canonical  # a queue outside the run with a claim left
+        claims.insert(conn, claims.claims_ref(cfg.transport), claims.Claim("drain-y", 1, other, "messages", 2, "{}"))
         conn.commit()
     found = estimate(cfg, refs)
-    assert found[refs[0].canonical].idle and not found[refs[1].canonical].idle
+    assert found.backlogs[refs[0].canonical].idle and not found.backlogs[refs[1].canonical].idle
+    assert found.claimed_elsewhere == {other}
 
 
 def waiting(budget: ConnectionBudget, n: int) -> None:

@@ -38,7 +38,15 @@ class Backlog:
         return self.depth == 0 and not self.claims
 
 
-def estimate(config: Config, refs: list[TableRef]) -> dict[str, Backlog]:
+@dataclass(frozen=True)
+class Estimate:
+    """The run's queues' backlogs, and the queues outside the run with claims left (``elsewhere.py``)."""
+
+    backlogs: dict[str, Backlog]
+    claimed_elsewhere: frozenset[str] = frozenset()
+
+
+def estimate(config: Config, refs: list[TableRef]) -> Estimate:
     """Every queue's estimated depth and pending claims, on one connection. When the database cannot
     be reached, every queue is unknown: each queue's drain then fails with its own error, as before."""
     try:
@@ -52,8 +60,12 @@ def estimate(config: Config, refs: list[TableRef]) -> dict[str, Backlog]:
             conn.rollback()
     except QueuelakeError as exc:
         log.warning("drain: could not estimate the queues' depths (%s); draining each as if deep", exc)
-        return {r.canonical: Backlog(None, 0) for r in refs}
-    return {r.canonical: Backlog(depths.get(r.canonical), pending.get(r.canonical, 0)) for r in refs}
+        return Estimate({r.canonical: Backlog(None, 0) for r in refs})
+    ours = {r.canonical for r in refs}
+    return Estimate(
+        {r.canonical: Backlog(depths.get(r.canonical), pending.get(r.canonical, 0)) for r in refs},
+        frozenset(q for q, n in pending.items() if n and q not in ours),
+    )
 
 
 def workers_for(backlog: Backlog, batch_size: int, max_messages: int | None, most: int) -> int:
