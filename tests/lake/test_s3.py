@@ -242,14 +242,20 @@ def _job(s3: str, uri: str, tmp_path: Path, engine: str) -> tuple[str, str, Path
 @pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
 def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path, engine: str) -> None:
     prefix, root, conf, env = _job(s3, fresh_pg_uri, tmp_path, engine)
+    small = ["Small1", "Small2", "Small3"]  # 20 rows each: one shared batch (``together.py``) on the store
+    _install(fresh_pg_uri, small)
+    for i, queue in enumerate(small):
+        _seed(fresh_pg_uri, queue, 20, seed=40 + i)
 
     # `run` (drain, transform, publish) with nothing to publish: test_publish_on_s3 is the publish part
     job = json.loads(conf.read_text())
     job["publish"]["outputs"] = []
+    job["drain"]["queues"] = ["Sales", *small]
     conf.write_text(json.dumps(job))
     run, out = _cli(["run", "-c", str(conf)], env, tmp_path)
     assert run["status"] == "ok", out[-3000:]
-    assert run["drain"]["landed"] == 250
+    assert run["drain"]["landed"] == 310
+    assert [q["landed"] for q in run["drain"]["queues"]] == [250, 20, 20, 20]
     assert run["transform"]["transforms"][0]["rows_out"] == 1  # one endpoint, one message type
     assert SECRET not in out
 
@@ -281,9 +287,14 @@ def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_p
     assert SECRET not in out
 
     lake = DeltaRsEngine(root, storage_options=_resolved(s3))
-    assert lake.read_arrow("messages").num_rows == 250  # compaction keeps every row
+    journal = lake.read_arrow("messages", columns=["queue", "batch_id"])
+    assert journal.num_rows == 310  # compaction keeps every row
+    by_batch: dict[str, set[str]] = {}
+    for row in journal.to_pylist():
+        by_batch.setdefault(row["batch_id"], set()).add(row["queue"])
+    assert sorted(len(qs) for qs in by_batch.values()) == [1, 1, 1, 3], by_batch  # Sales' 3, the small ones' 1
     (body,) = lake.read_arrow("outbound_activity", columns=["body"])["body"].to_pylist()
-    assert json.loads(body)["Messages"] == 250
+    assert json.loads(body)["Messages"] == 310
 
 
 @pytest.mark.slow
