@@ -50,8 +50,10 @@ def claim_count(cfg: object) -> int:
 class Traffic:
     """Live sends and a competing one-row-per-statement receiver (the transport's own receive)."""
 
-    def __init__(self, cfg: object, queue: str) -> None:
+    def __init__(self, cfg: object, queue: str, pause: float = 0.05, take_pause: float = 0.002) -> None:
         self.cfg, self.ref = cfg, queue_ref(queue, cfg.transport)  # type: ignore[attr-defined]
+        self.pause = pause  # between two sends of 20 messages
+        self.take_pause = take_pause  # between two rows the competitor receives
         self.sent: list[str] = []
         self.taken: list[str] = []
         self.done = threading.Event()
@@ -83,7 +85,7 @@ class Traffic:
                 queues.send(conn, self.ref, msgs)
                 conn.commit()
                 self.sent.extend(m.id for m in msgs)  # type: ignore[misc]
-                time.sleep(0.05)
+                time.sleep(self.pause)
 
     def _compete(self) -> None:
         with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
@@ -94,7 +96,7 @@ class Traffic:
                     time.sleep(0.01)
                 else:
                     self.taken.append(row.id)
-                    time.sleep(0.002)
+                    time.sleep(self.take_pause)
 
 
 @pytest.mark.slow

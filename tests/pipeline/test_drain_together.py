@@ -24,7 +24,7 @@ from queuelake.transport import claims, db, queues
 from queuelake.transport.tables import queue_ref
 
 from tests.pipeline.test_drain import _claims, install, journal, make_config, queue_depth, seed_ids, write_config
-from tests.pipeline.test_drain_kills import PROTOCOL_POINTS
+from tests.pipeline.test_drain_kills import PROTOCOL_POINTS, Traffic
 from tests.pipeline.test_edges import EXPIRES, TOP, WIRE_TIMES, stats_fail_on, storage_down
 
 NAMES = [f"Small{i:02d}" for i in range(12)]
@@ -212,7 +212,8 @@ def test_a_shared_batch_is_landed_by_a_run_without_its_first_queue(fresh_pg_uri:
 def test_exactly_once_under_sigkill_at_every_step_of_a_shared_batch(fresh_pg_uri: str, tmp_path: Path) -> None:
     """Eight small queues, two to a batch, refilled and drained by runs killed at every step of the
     claim protocol (inside the receive, the staging, the claim, the Delta commit): every row is in the
-    journal exactly once after a clean run, and nothing is left in a queue or a claim."""
+    journal exactly once after a clean run or taken by a competing receiver of one queue (never both),
+    and nothing is left in a queue or a claim."""
     names = NAMES[:8]
     lake_root = tmp_path / "lake"
     cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
@@ -222,26 +223,36 @@ def test_exactly_once_under_sigkill_at_every_step_of_a_shared_batch(fresh_pg_uri
     cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
     seeded: set[str] = set()
     killed: collections.Counter[str] = collections.Counter()
-    for attempt, point in enumerate(PROTOCOL_POINTS * 2):
-        for i, name in enumerate(names):
-            if queue_depth(cfg, name) < 40:
-                seeded |= seed_ids(cfg, name, 40, seed=1000 * attempt + i)
-        env = dict(env_base)
-        if point == "lake_before_commit":
-            env["QUEUELAKE_TEST_KILL_BEFORE_COMMIT"] = "1"
-        else:
-            env["QUEUELAKE_TEST_KILL_AT"] = f"{point}:{1 + attempt % 3}"
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode in (-9, 0), proc.stderr[-3000:]
-        killed[point] += proc.returncode == -9
+    # sends and a competing receiver on one of the queues throughout, slow enough for it to stay small
+    # and for the drain to take some of its rows
+    with Traffic(cfg, names[3], pause=0.5, take_pause=0.02) as live:
+        for attempt, point in enumerate(PROTOCOL_POINTS * 2):
+            for i, name in enumerate(names):
+                if queue_depth(cfg, name) < 40:
+                    seeded |= seed_ids(cfg, name, 40, seed=1000 * attempt + i)
+            env = dict(env_base)
+            if point == "lake_before_commit":
+                env["QUEUELAKE_TEST_KILL_BEFORE_COMMIT"] = "1"
+            else:
+                env["QUEUELAKE_TEST_KILL_AT"] = f"{point}:{1 + attempt % 3}"
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+            assert proc.returncode in (-9, 0), proc.stderr[-3000:]
+            killed[point] += proc.returncode == -9
+    assert not live.errors, live.errors
+    assert live.taken, "the competitor took nothing: the test proves nothing"
     assert set(killed) == set(PROTOCOL_POINTS) and all(killed.values()), killed
     final = subprocess.run(cmd, env=env_base, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stderr[-3000:]
     got = journal(lake_root)["id"].to_pylist()
-    print(f"kills {sum(killed.values())}, seeded {len(seeded)}, journal {len(got)}")
+    taken = set(live.taken)
+    print(f"kills {sum(killed.values())}, seeded {len(seeded)}, sent {len(live.sent)}, competitor {len(taken)}")
     assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates in the journal"
-    assert set(got) == seeded, f"missing {len(seeded - set(got))}, unknown {len(set(got) - seeded)}"
-    assert any(len(qs) > 1 for qs in _by_batch(lake_root).values()), "no batch was shared"
+    assert len(taken) == len(live.taken), "the competitor received a row twice"
+    assert not set(got) & taken, "rows both in the journal and taken by the competitor"
+    expected = seeded | set(live.sent)
+    assert set(got) | taken == expected, f"missing {len(expected - set(got) - taken)}"
+    shared = [qs for qs in _by_batch(lake_root).values() if len(qs) > 1]
+    assert any(live.ref.canonical in qs for qs in shared), "the competed queue never shared a batch"
     assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
 
 
