@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -50,11 +51,17 @@ def test_small_queues_share_one_batch_and_keep_their_own_figures(fresh_pg_uri: s
     cfg = make_config(fresh_pg_uri, lake_root, NAMES, batch_size=100)
     install(cfg)
     seeded = _seed(cfg, NAMES, 30)
+    started = time.monotonic()
     summary = drain(cfg, open_lake(cfg.lake))
+    wall = time.monotonic() - started
     assert summary["status"] == "ok", summary
     assert summary["dequeued"] == 360
     for q in summary["queues"]:
         assert (q["status"], q["dequeued"], q["landed"], q["batches"], q["backlog_left"]) == ("ok", 30, 30, 1, 0), q
+        assert q["seconds"] > 0 and q["rate"] == round(30 / q["seconds"], 1), q
+    # the queues of a batch share its seconds: summed, no more than the units drained at once took
+    at_once = drain_run.units_at_once(4, drain_run.queue_connections(cfg.drain.max_connections, object()))
+    assert sum(q["seconds"] for q in summary["queues"]) <= at_once * wall + 0.012, (at_once, wall, summary)
     batches = _by_batch(lake_root)
     assert sorted(len(queues_) for queues_ in batches.values()) == [3, 3, 3, 3], batches
     assert summary["journal_commits"] <= 4

@@ -55,11 +55,11 @@ def test_hundreds_of_queues_within_the_connection_budget(
         summary = drain(cfg, open_lake(cfg.lake))
         wall = time.monotonic() - started
     assert summary["status"] == "ok", [q for q in summary["queues"] if q["status"] != "ok"][:3]
-    # a queue's seconds count from its own start (a small queue's from its shared batch's: 12 queues
-    # of 4 rows share a batch of 50), not from the run's; at most this many units drain at a time
+    # a queue's seconds count from its own start, not from the run's (small queues sharing a batch, 12
+    # of 4 rows to a batch of 50, share its seconds); at most this many units drain at a time
     at_once = units_at_once(queues, queue_connections(max_connections, None))
     assert max(q["seconds"] for q in summary["queues"]) <= wall
-    assert sum(q["seconds"] for q in summary["queues"]) <= at_once * 12 * wall, (at_once, wall)
+    assert sum(q["seconds"] for q in summary["queues"]) <= at_once * wall + 0.001 * queues, (at_once, wall)
     expected = 4 * sum(1 for i in range(queues) if i % 3)
     assert summary["dequeued"] == expected and read_table(str(tmp_path / "lake" / "messages")).num_rows == expected
     assert 0 < watch.peak <= max_connections, watch.peak

@@ -108,8 +108,11 @@ class QueueDrain:
         self.result.error = str(exc)
         log.error("drain of %s failed: %s", self.ref.canonical, exc)
 
-    def stop_clock(self) -> None:
-        self.result.seconds = round(time.monotonic() - self.state.started, 3)
+    def stop_clock(self, seconds: float | None = None) -> None:
+        """The queue's seconds and rate: since its start, or ``seconds`` (a small queue's share of the
+        batch it was drained in: ``together.SmallQueues``)."""
+        seconds = time.monotonic() - self.state.started if seconds is None else seconds
+        self.result.seconds = round(seconds, 3)
         self.result.rate = round(self.result.dequeued / self.result.seconds, 1) if self.result.seconds else 0.0
 
     def finish(self, lock_conn: Connection, errors: list[BaseException]) -> None:
