@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -44,9 +45,12 @@ def _by_batch(lake_root: Path) -> dict[str, set[str]]:
     return found
 
 
-def test_small_queues_share_one_batch_and_keep_their_own_figures(fresh_pg_uri: str, tmp_path: Path) -> None:
+def test_small_queues_share_one_batch_and_keep_their_own_figures(
+    fresh_pg_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """12 queues of 30 rows with batches of 100: 4 batches of 3 queues each, every row once and under
-    its own queue, each queue's figures its own."""
+    its own queue, each queue's figures its own, one progress line per batch naming its queues."""
+    caplog.set_level(logging.INFO, logger="queuelake")
     lake_root = tmp_path / "lake"
     cfg = make_config(fresh_pg_uri, lake_root, NAMES, batch_size=100)
     install(cfg)
@@ -64,6 +68,11 @@ def test_small_queues_share_one_batch_and_keep_their_own_figures(fresh_pg_uri: s
     assert sum(q["seconds"] for q in summary["queues"]) <= at_once * wall + 0.012, (at_once, wall, summary)
     batches = _by_batch(lake_root)
     assert sorted(len(queues_) for queues_ in batches.values()) == [3, 3, 3, 3], batches
+    lines = [r.getMessage() for r in caplog.records if "small queue(s) in one batch" in r.getMessage()]
+    assert len(lines) == 4 and all("90 message(s) (90 landed" in line for line in lines), lines
+    for name in NAMES:  # each queue named, with its rows, in one line
+        assert sum(f'"{name}" 30' in line for line in lines) == 1, (name, lines)
+    assert not [r for r in caplog.records if "so far at" in r.getMessage()]
     assert summary["journal_commits"] <= 4
     rows = journal(lake_root).select(["id", "queue"]).to_pylist()
     assert len(rows) == 360 == len({r["id"] for r in rows})

@@ -297,11 +297,21 @@ class SmallQueues:
         hooks.checkpoint("after_db_commit")
         self.committer.submit(Claimed(anchor, staged, app_id, version))
         for part in filled:
-            state, got = part.drain.state, part.received.num_rows
-            counts = part.counts or {}
-            total = state.add_batch(got, counts)
-            state.progress.batch(0, version, counts, t0, total, part.received["seq"][-1].as_py(), conn)
-        log.debug("drain: one batch of %d row(s) from %d small queue(s) as %s", rows, len(filled), batch_id)
+            part.drain.state.add_batch(part.received.num_rows, part.counts or {})
+        # one line for the batch, naming each queue with its rows: a line per queue said "1000 so far
+        # at 3625 msg/s" for each of 10 queues drained at 36,000 msg/s together, 500 lines a run
+        log.info(
+            "drain: %d message(s) (%d landed, %d expired, %d quarantined) from %d small queue(s) in one batch "
+            "in %.2fs: %s",
+            rows,
+            totals["landed"],
+            totals["expired"],
+            totals["quarantined"],
+            len(filled),
+            time.monotonic() - t0,
+            ", ".join(f"{p.drain.ref.canonical} {p.received.num_rows}" for p in filled),
+        )
+        log.debug("drain: the shared batch %s committed in the database", batch_id)
 
     def _stage(self, filled: list[_Part], batch_id: str, drained_at: dt.datetime) -> StagedFiles:
         """The queues' rows staged as one batch; a row that cannot be written is quarantined
