@@ -196,13 +196,16 @@ def _killed_after_a_shared_claim(uri: str, lake_root: Path, names: list[str]):  
     return cfg, seeded, left, cmd, env
 
 
-def test_a_shared_batch_is_landed_by_a_run_without_its_first_queue(fresh_pg_uri: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("on", ["driver", "processes"])
+def test_a_shared_batch_is_landed_by_a_run_without_its_first_queue(fresh_pg_uri: str, tmp_path: Path, on: str) -> None:
     """A killed shared batch's claim is filed under its first queue; runs that drain only the other
     queues (``--queue``) land it all the same, under the first queue's lock, without receiving from it:
-    not while another drain holds that lock (that drain lands it), and once the lock is free."""
+    not while another drain holds that lock (that drain lands it), and once the lock is free. The same
+    whether the run drains on the driver or in processes."""
     names = NAMES[:8]
     lake_root = tmp_path / "lake"
-    cfg, seeded, left, _, _ = _killed_after_a_shared_claim(fresh_pg_uri, lake_root, names)
+    _, seeded, left, _, _ = _killed_after_a_shared_claim(fresh_pg_uri, lake_root, names)
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100, on=on)
     table = claims.claims_ref(cfg.transport)  # type: ignore[attr-defined]
     with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
         anchors = {c.queue for c in claims.every_claim(conn, table)}
