@@ -115,6 +115,32 @@ def test_rows_held_elsewhere_leave_their_queue_incomplete_and_the_others_clean(
     assert {r.id for r in held} <= seeded[names[1]]
 
 
+def test_churned_small_queues_share_batches(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Six queues churned as production leaves them (2,000 rows sent, all received, analysed: the
+    planner believes them empty over 500 pages of dead rows), then 30 rows each: they share batches as
+    fresh ones do, every row once, every queue found empty."""
+    names = NAMES[:6]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    install(cfg)
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        for i, name in enumerate(names):
+            seed_ids(cfg, name, 2000, seed=50 + i)
+            conn.execute(f'DELETE FROM "public"."{name}"')
+            conn.execute(f'ANALYZE "public"."{name}"')
+            (reltuples, relpages) = conn.execute(
+                "SELECT reltuples, relpages FROM pg_class WHERE oid = %s::regclass", (f'"public"."{name}"',)
+            ).fetchone()
+            assert reltuples == 0 and relpages > 0, (name, reltuples, relpages)
+    seeded = _seed(cfg, names, 30)
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "ok", summary
+    assert [(q["dequeued"], q["batches"], q["backlog_left"]) for q in summary["queues"]] == [(30, 1, 0)] * 6
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == len(set(got)) == 180 and set(got) == set().union(*seeded.values())
+    assert sorted(len(qs) for qs in _by_batch(lake_root).values()) == [3, 3]
+
+
 def test_a_queue_another_drain_holds_is_skipped_and_the_rest_drained(fresh_pg_uri: str, tmp_path: Path) -> None:
     names = NAMES[:3]
     cfg = make_config(fresh_pg_uri, tmp_path / "lake", names, batch_size=100)
