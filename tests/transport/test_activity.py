@@ -26,8 +26,11 @@ def test_a_querys_parallel_workers_are_not_connections(fresh_pg_uri: str) -> Non
                 conn.execute("SELECT count(*) FROM numbers").fetchone()
 
         workers_seen = 0
-        with PeakConnections(fresh_pg_uri) as watch, psycopg.connect(fresh_pg_uri, autocommit=True) as other:
-            other.execute("SET application_name = 'the-other-one'")
+        # named from its start: named by a SET after it, the watch could see it unnamed at the peak
+        with (
+            PeakConnections(fresh_pg_uri) as watch,
+            psycopg.connect(fresh_pg_uri, autocommit=True, application_name="the-other-one") as other,
+        ):
             counting = threading.Thread(target=counts)
             counting.start()
             while counting.is_alive():
