@@ -41,14 +41,17 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from queuelake import __version__ as QUEUELAKE_VERSION
 from queuelake.errors import LakeError
+from queuelake.lake.checkpoint import TEMPORARY_PREFIX, write_appended_checkpoint
 from queuelake.lake.commits import WRITE_ID_KEY, kill_before_commit
 from queuelake.lake.files import WrittenFile
+from queuelake.lake.log_head import LogHead, read_log_head
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -74,16 +77,20 @@ class AppendLog:
     are not held up by its commit's write, sync and checkpoint: ``_state`` guards what was read,
     ``_writing`` one commit at a time."""
 
+    _snapshot: DeltaTable | None  # deltalake's load, when the log's head could not be read alone
+    _snapshot_apps: dict[str, int] | None
+
     def __init__(
         self,
         table_uri: str,
         table: str,
         engine: str,
         storage_options: dict[str, str] | None = None,
-        loaded: DeltaTable | None = None,
+        loaded: DeltaTable | LogHead | None = None,
     ) -> None:
-        """``loaded``: the table as a load made just before found it, followed from there (its version
-        is no newer than the log's, and every commit after it is read like any other)."""
+        """``loaded``: the table as a load (or a read of its log's head) made just before found it,
+        followed from there (its version is no newer than the log's, and every commit after it is read
+        like any other)."""
         from queuelake.lake.storage import filesystem, is_s3
 
         self.table_uri = table_uri
@@ -100,13 +107,23 @@ class AppendLog:
 
     # ------------------------------------------------------------ following
 
-    def _load(self, loaded: DeltaTable | None = None) -> None:
-        """The table as deltalake sees it now (or as ``loaded`` saw it); the app versions seen since
-        start over from it."""
+    def _load(self, loaded: DeltaTable | LogHead | None = None) -> None:
+        """The table as its log's head says now (``log_head``: a local log, no file list read), else as
+        deltalake sees it (or as ``loaded`` saw it); the app versions seen since start over from it."""
+        if loaded is None and self._local:
+            loaded = read_log_head(self._log_dir)
+        if isinstance(loaded, LogHead):
+            self._start_from(
+                loaded.version, loaded.configuration, loaded.description, loaded.partition_columns, loaded.protocol
+            )
+            self._arrow_schema = loaded.arrow_schema()
+            self._schema_ok = "delta.invariants" not in loaded.schema_string
+            self._snapshot = None
+            self._snapshot_apps = dict(loaded.apps)
+            self._snapshot_apps_read = True
+            return
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
-
-        from queuelake.lake.marks import check_writable, engine_of
 
         try:
             options = dict(self.storage_options or {}) or None
@@ -114,20 +131,37 @@ class AppendLog:
         except TableNotFoundError:
             raise LakeError(f"lake table {self.table!r} does not exist at {self.table_uri}") from None
         metadata = dt.metadata()
-        check_writable(self.table, self.table_uri, engine_of(metadata.configuration, metadata.description), self.engine)
         protocol = dt.protocol()
+        self._start_from(
+            dt.version(),
+            metadata.configuration,
+            metadata.description,
+            list(metadata.partition_columns),
+            {"minWriterVersion": protocol.min_writer_version},
+        )
+        self._arrow_schema = pa.schema(dt.schema().to_arrow())
+        self._schema_ok = "delta.invariants" not in dt.schema().to_json()
         self._snapshot = dt
-        self.version: int = dt.version()
+
+    def _start_from(
+        self,
+        version: int,
+        configuration: Mapping[str, str | None],
+        description: str | None,
+        partition_by: list[str],
+        protocol: Mapping[str, Any],
+    ) -> None:
+        from queuelake.lake.marks import check_writable, engine_of
+
+        check_writable(self.table, self.table_uri, engine_of(configuration, description), self.engine)
+        self.version = version
         self._apps: dict[str, int] = {}  # app versions of the commits read after the snapshot
         self._loaded_apps: dict[str, int | None] = {}  # the snapshot's, asked once each (1 ms a question)
-        self._snapshot_apps: dict[str, int] | None = None  # the snapshot's, all read in one pass
+        self._snapshot_apps = None  # the snapshot's, all read in one pass
         self._snapshot_apps_read = False
-        self._partition_by = list(metadata.partition_columns)
-        self._schema_ok = "delta.invariants" not in dt.schema().to_json()
-        self._protocol_ok = protocol.min_writer_version <= 2
-        self._table_interval = int(
-            metadata.configuration.get("delta.checkpointInterval") or DEFAULT_CHECKPOINT_INTERVAL
-        )
+        self._partition_by = partition_by
+        self._protocol_ok = int(protocol["minWriterVersion"]) <= 2
+        self._table_interval = int(configuration.get("delta.checkpointInterval") or DEFAULT_CHECKPOINT_INTERVAL)
         self._checkpoint_interval = max(self._table_interval, FOLLOWED_CHECKPOINT_INTERVAL)
         self._checkpointed = self._last_checkpoint()
 
@@ -136,7 +170,7 @@ class AppendLog:
         a commit that changed them since is read first, and loads the table afresh."""
         with self._state:
             self._catch_up()
-            return pa.schema(self._snapshot.schema().to_arrow()), list(self._partition_by)
+            return self._arrow_schema, list(self._partition_by)
 
     def _read_commit(self, version: int) -> bytes | None:
         return self._read_log_file(commit_file_name(version))
@@ -188,9 +222,9 @@ class AppendLog:
             self._snapshot_apps_read = True
         if self._snapshot_apps is not None:
             return self._snapshot_apps.get(app_id)
-        if app_id not in self._loaded_apps:
+        if app_id not in self._loaded_apps and self._snapshot is not None:
             self._loaded_apps[app_id] = self._snapshot.transaction_version(app_id)
-        return self._loaded_apps[app_id]
+        return self._loaded_apps.get(app_id)
 
     def _read_snapshot_apps(self) -> dict[str, int] | None:
         """Every app id's version as of the snapshot, in one pass: the ``txn`` column of its last
@@ -327,13 +361,15 @@ class AppendLog:
 
     def _sweep_temporaries(self) -> None:
         """Remove the temporary commit files a killed writer left (a SIGKILL between writing one and
-        linking it; deltalake's writers leave the same ``_commit_*.json.tmp``). Readers ignore them,
+        linking it; deltalake's writers leave the same ``_commit_*.json.tmp``), and the checkpoints'
+        (``checkpoint.TEMPORARY_PREFIX``). Readers ignore them,
         but nothing else removes them. Only files older than ``STALE_TEMPORARY_SECONDS``: a live
         writer links its file within milliseconds of writing it."""
         if not self._local:
             return
         cutoff = time.time() - STALE_TEMPORARY_SECONDS
-        for path in glob.glob(f"{glob.escape(self._log_dir)}/_commit_*.json.tmp"):
+        folder = glob.escape(self._log_dir)
+        for path in [*glob.glob(f"{folder}/_commit_*.json.tmp"), *glob.glob(f"{folder}/{TEMPORARY_PREFIX}*.tmp")]:
             with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove
                 if os.stat(path).st_mtime < cutoff:
                     os.unlink(path)
@@ -363,9 +399,16 @@ class AppendLog:
         """A failed checkpoint fails nothing: the commits are in the log, and a later one tries again."""
         from deltalake import DeltaTable
 
+        written = False
+        if self._local:
+            try:
+                written = write_appended_checkpoint(self._log_dir, version)
+            except Exception as exc:  # noqa: BLE001 - a faster path only: deltalake writes it instead
+                log.debug("lake table %s: no checkpoint from the last one (%s)", self.table, type(exc).__name__)
         try:
-            options = dict(self.storage_options or {}) or None
-            DeltaTable(self.table_uri, version=version, storage_options=options).create_checkpoint()
+            if not written:
+                options = dict(self.storage_options or {}) or None
+                DeltaTable(self.table_uri, version=version, storage_options=options).create_checkpoint()
             self._checkpointed = version
         except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation
             log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, version, type(exc).__name__)

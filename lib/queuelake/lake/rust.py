@@ -34,7 +34,8 @@ from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
-from queuelake.lake.marks import description_for
+from queuelake.lake.log_head import read_table_head
+from queuelake.lake.marks import check_writable, description_for, engine_of
 from queuelake.lake.reading import read_spark
 from queuelake.lake.staging import StagedWrites
 from queuelake.report import log
@@ -95,6 +96,12 @@ class DeltaRsEngine(StagedWrites):
         missing = [c for c in partition_by if c not in schema.names]
         if missing:
             raise LakeError(f"lake table {table}: partition column(s) {', '.join(missing)} not in the schema")
+        head = read_table_head(self.path(table))
+        if head is not None:  # it exists, on the local disk: checked from its log's head, no load
+            check_writable(table, self.path(table), engine_of(head.configuration, head.description), self.name)
+            self._check_partitioning(table, head.partition_columns, partition_by)
+            self.keep_loaded(table, head)
+            return
         dt = self._load(table)
         if dt is None:
             try:
@@ -117,10 +124,13 @@ class DeltaRsEngine(StagedWrites):
                 if dt is None:
                     raise LakeError(f"lake table {table}: cannot create it at {self.path(table)}: {exc}") from exc
         self._check_writable(table, dt)
-        existing = dt.metadata().partition_columns
-        if partition_by and list(existing) != partition_by:
-            raise LakeError(f"lake table {table} exists partitioned by {existing or 'nothing'}, not by {partition_by}")
+        self._check_partitioning(table, list(dt.metadata().partition_columns), partition_by)
         self.keep_loaded(table, dt)
+
+    @staticmethod
+    def _check_partitioning(table: str, existing: list[str], partition_by: list[str]) -> None:
+        if partition_by and existing != partition_by:
+            raise LakeError(f"lake table {table} exists partitioned by {existing or 'nothing'}, not by {partition_by}")
 
     def add_columns(self, table: str, fields: list[pa.Field]) -> None:
         """Add nullable columns; columns already there with the same type are skipped (idempotent)."""

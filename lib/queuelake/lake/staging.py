@@ -28,6 +28,7 @@ from queuelake.lake.arrow_types import conform
 from queuelake.lake.commits import commit_group
 from queuelake.lake.common import EngineBase
 from queuelake.lake.files import FileSink, StagedFiles, commit_files, delete_files, missing_files
+from queuelake.lake.log_head import LogHead
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class StagedWrites(EngineBase):
         self._followed: dict[str, AppendLog] = {}
         # the last table loaded for another reason (``create_table``'s check) and its load, which its
         # followed log starts from instead of loading the table again (``keep_loaded``); one at most
-        self._loaded: tuple[str, DeltaTable] | None = None
+        self._loaded: tuple[str, DeltaTable | LogHead] | None = None
 
     def stage(self, table: str, data: pa.Table) -> StagedFiles:
         """Write ``data`` as Parquet files into the table's folder without committing them: invisible
@@ -216,7 +217,7 @@ class StagedWrites(EngineBase):
             log.debug("lake table %s: the followed log failed (%s); loading afresh", table, type(exc).__name__)
             return self.last_version(table, app_id)
 
-    def keep_loaded(self, table: str, dt: DeltaTable) -> None:
+    def keep_loaded(self, table: str, dt: DeltaTable | LogHead) -> None:
         """A load of the table just made (``create_table``'s check), for the followed log to start
         from: a drain's first step checks the journal, and loading it again for the followed log cost
         as much (at 10,000 files, 40-45 ms on a quiet machine, 53-88 ms in a drain). The followed log
