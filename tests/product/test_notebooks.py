@@ -554,10 +554,8 @@ sys.exit(0 if all(r["ok"] for r in results.values()) else 1)
 """
 
 
-@pytest.fixture(scope="module")
-def runs(lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Every (scenario, notebook) run in one subprocess; results keyed ``scenario/notebook``."""
-    out = tmp_path_factory.mktemp("notebook_output")
+def _jobs(lakes: dict[str, Path], out: Path) -> list[dict[str, Any]]:
+    """Every (scenario, notebook) run on ``lakes``; results keyed ``scenario/notebook``."""
     jobs = []
     for scenario in ("full", "demo", "day", "business_only", "missing"):
         for name in NAMES:
@@ -609,7 +607,30 @@ def runs(lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
             "expect_output": str(out / "as_readme" / "notebook-output"),
         }
     )
-    return _run_notebooks(jobs, out)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def every_run(
+    lakes: dict[str, Path], typed_lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    """Every notebook job of this module in one subprocess: one local Spark started, not one per fixture
+    (about 20 s each in CI). The typed body tables' jobs are keyed ``typed/<key>``."""
+    out = tmp_path_factory.mktemp("notebook_output")
+    typed = [{**job, "key": f"typed/{job['key']}"} for job in _typed_jobs(typed_lakes, out / "typed")]
+    return _run_notebooks(_jobs(lakes, out) + typed, out)
+
+
+@pytest.fixture(scope="module")
+def runs(every_run: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The journal notebooks' runs, keyed ``scenario/notebook``."""
+    return {k: r for k, r in every_run.items() if not k.startswith("typed/")}
+
+
+@pytest.fixture(scope="module")
+def typed_runs(every_run: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The typed body tables' notebook's runs, keyed as ``_typed_jobs`` names them."""
+    return {k.removeprefix("typed/"): r for k, r in every_run.items() if k.startswith("typed/")}
 
 
 # The notebooks' parameters as environment variables: unset for every job but the ones that set them.
@@ -697,9 +718,8 @@ def typed_lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"demo": base / "demo_lake", "typed": work / "lake", "missing": base / "no_such_lake"}
 
 
-@pytest.fixture(scope="module")
-def typed_runs(typed_lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("typed_output")
+def _typed_jobs(typed_lakes: dict[str, Path], out: Path) -> list[dict[str, Any]]:
+    """The typed body tables' notebook on the lakes the demo and the bodies stage made."""
     notebook = str(NOTEBOOKS / f"{TYPED}.py")
 
     def job(key: str, lake: str, **more: Any) -> dict[str, Any]:
@@ -718,7 +738,7 @@ def typed_runs(typed_lakes: dict[str, Path], tmp_path_factory: pytest.TempPathFa
             widgets={"lake_root": str(typed_lakes["typed"]), "message_type": "Sales.Contracts.OrderPlaced"},
         ),
     ]
-    return _run_notebooks(jobs, out)
+    return jobs
 
 
 def _read(lake: Path, table: str) -> list[dict[str, Any]]:
