@@ -253,6 +253,39 @@ def test_a_shared_batch_is_landed_by_a_run_without_its_first_queue(fresh_pg_uri:
     assert not set(got) & set().union(*later.values())
 
 
+def test_a_shared_batch_that_cannot_be_landed_fails_the_queues_whose_rows_it_holds(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """The claim filed under a queue outside the run cannot be landed (its staged files were removed,
+    as a VACUUM of uncommitted files would): the queues whose rows it holds fail, naming the queue it
+    is filed under and why, and the run fails; the run's other queues drain as usual, and the claims
+    stay for a later run (``status`` shows them)."""
+    names = NAMES[:8]
+    lake_root = tmp_path / "lake"
+    _, seeded, left, _, _ = _killed_after_a_shared_claim(fresh_pg_uri, lake_root, names)
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    table = claims.claims_ref(cfg.transport)  # type: ignore[attr-defined]
+    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
+        left_behind = claims.every_claim(conn, table)
+    anchors = {c.queue for c in left_behind}
+    stranded = {q for c in left_behind for q in json.loads(c.staged)["queues"]} - anchors
+    for claim in left_behind:
+        for f in json.loads(claim.staged)["files"]:
+            (lake_root / "messages" / f["path"]).unlink()
+    members = [n for n in names if queue_ref(n, cfg.transport).canonical not in anchors]  # type: ignore[attr-defined]
+    summary = drain(cfg, open_lake(cfg.lake), queue_names=members)
+    assert summary["status"] == "failed", summary
+    failed = {q["queue"]: q["error"] for q in summary["queues"] if q["status"] == "failed"}
+    assert set(failed) == stranded and len(stranded) == 3 * left, summary
+    assert all("claimed under" in e and "staged files" in e for e in failed.values()), failed
+    assert all(any(a in e for a in anchors) for e in failed.values()), failed
+    assert all(q["status"] == "ok" for q in summary["queues"] if q["queue"] not in stranded), summary
+    assert summary["claims_resolved"] == 0 and _claims(cfg) == left
+    canonical = {n: queue_ref(n, cfg.transport).canonical for n in names}  # type: ignore[attr-defined]
+    landed = set().union(*(seeded[n] for n in names if canonical[n] not in stranded | anchors))
+    assert set(journal(lake_root)["id"].to_pylist()) == landed
+
+
 @pytest.mark.slow
 def test_exactly_once_under_sigkill_at_every_step_of_a_shared_batch(fresh_pg_uri: str, tmp_path: Path) -> None:
     """Eight small queues, two to a batch, refilled and drained by runs killed at every step of the

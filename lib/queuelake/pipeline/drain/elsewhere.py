@@ -13,6 +13,7 @@ anchor. An anchor whose lock another drain holds is left to that drain, which re
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass, field
 
 from queuelake.config import Config
 from queuelake.context import connect
@@ -20,51 +21,82 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.drain.claims import resolve_claims, shares
 from queuelake.pipeline.drain.queue_drain import release_drain_lock, take_drain_lock
+from queuelake.pipeline.drain.result import QueueResult
 from queuelake.report import log
+from queuelake.status import Status
 from queuelake.transport import claims
+from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef, queue_ref
+
+
+@dataclass
+class Elsewhere:
+    """What the run's start did with those claims: how many it resolved, and for each of this run's
+    queues whose rows sit in a claim it could not resolve, why (the queue's status says so: its rows
+    are out of the queue and not in the journal until that claim is resolved)."""
+
+    resolved: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def mark(self, results: list[QueueResult]) -> None:
+        """Fail the results of the queues whose rows could not be landed (``failed``)."""
+        for r in results:
+            reason = self.failed.get(r.queue)
+            if reason is not None:
+                r.status = Status.FAILED
+                r.error = reason if not r.error else f"{r.error}; {reason}"
 
 
 def resolve_claims_filed_elsewhere(
     config: Config, journal: LakeEngine, refs: Collection[TableRef], elsewhere: Collection[str]
-) -> int:
+) -> Elsewhere:
     """Resolve the claims of the queues in ``elsewhere`` (queues with claims this run does not drain,
-    from the run's estimate) that hold rows of this run's queues; returns how many were resolved.
-    Reads the claims only when ``elsewhere`` is not empty: a run with nothing left behind pays nothing."""
+    from the run's estimate) that hold rows of this run's queues. Reads the claims only when
+    ``elsewhere`` is not empty: a run with nothing left behind pays nothing. An anchor whose claims
+    cannot be resolved fails the run's queues that have rows in them, not the others."""
+    outcome = Elsewhere()
     if not elsewhere:
-        return 0
+        return outcome
     ours = {r.canonical for r in refs}
     table = claims.claims_ref(config.transport)
-    resolved = 0
     try:
         with connect(config, "queuelake-drain-lock").use_autocommit() as conn:
-            anchors = sorted(
-                {
-                    c.queue
-                    for c in claims.every_claim(conn, table)
-                    if c.queue in elsewhere and ours & set(shares(c) or ())
-                }
-            )
-            for anchor in anchors:
-                ref = queue_ref(anchor, config.transport)
-                if not take_drain_lock(conn, ref):
-                    log.info(
-                        "drain: a batch of this run's queues is claimed under %s, whose drain is running: "
-                        "that drain lands it",
-                        anchor,
-                    )
-                    continue
+            members: dict[str, set[str]] = {}
+            for c in claims.every_claim(conn, table):
+                held = ours & set(shares(c) or ())
+                if c.queue in elsewhere and held:
+                    members.setdefault(c.queue, set()).update(held)
+            for anchor in sorted(members):
                 try:
-                    found = resolve_claims(conn, journal, table, anchor)
-                finally:
-                    release_drain_lock(conn, ref)
-                log.info(
-                    "drain: resolved %d claim(s) filed under %s, which this run does not drain, holding rows of "
-                    "its queues",
-                    found,
-                    anchor,
-                )
-                resolved += found
-    except QueuelakeError as exc:  # the claims stay (``status`` shows them); the anchor's next drain resolves them
-        log.error("drain: could not resolve the claims filed under queues this run does not drain (%s)", exc)
-    return resolved
+                    outcome.resolved += _resolve_under_lock(config, conn, journal, table, anchor)
+                except QueuelakeError as exc:
+                    reason = (
+                        f"rows of this queue are in a batch claimed under {anchor}, which could not be landed "
+                        f"({exc}); the next drain of {anchor} or of this queue tries again"
+                    )
+                    log.error("drain: %s", reason)
+                    outcome.failed.update(dict.fromkeys(members[anchor], reason))
+    except QueuelakeError as exc:  # the claims stay (``status`` shows them); the queues' own drains meet the cause
+        log.error("drain: could not read the claims filed under queues this run does not drain (%s)", exc)
+    return outcome
+
+
+def _resolve_under_lock(config: Config, conn: Connection, journal: LakeEngine, table: TableRef, anchor: str) -> int:
+    """The claims filed under ``anchor``, resolved under its drain lock; 0 when another drain holds it."""
+    ref = queue_ref(anchor, config.transport)
+    if not take_drain_lock(conn, ref):
+        log.info(
+            "drain: a batch of this run's queues is claimed under %s, whose drain is running: that drain lands it",
+            anchor,
+        )
+        return 0
+    try:
+        found = resolve_claims(conn, journal, table, anchor)
+    finally:
+        release_drain_lock(conn, ref)
+    log.info(
+        "drain: resolved %d claim(s) filed under %s, which this run does not drain, holding rows of its queues",
+        found,
+        anchor,
+    )
+    return found

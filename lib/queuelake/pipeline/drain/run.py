@@ -19,7 +19,7 @@ from queuelake.pipeline.drain import together
 from queuelake.pipeline.drain.backlog import Backlog, ConnectionBudget, estimate, workers_for
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import JournalCommitter
-from queuelake.pipeline.drain.elsewhere import resolve_claims_filed_elsewhere
+from queuelake.pipeline.drain.elsewhere import Elsewhere, resolve_claims_filed_elsewhere
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_connection, receive_driver
 from queuelake.pipeline.drain.result import QueueResult
@@ -74,7 +74,7 @@ def drain(
         plan = connection_plan(config.drain.max_connections, config.drain.workers_per_queue, len(refs), shared)
         estimated = estimate(config, refs)
         backlogs = estimated.backlogs
-        resolved_elsewhere = resolve_claims_filed_elsewhere(config, journal, refs, estimated.claimed_elsewhere)
+        elsewhere = resolve_claims_filed_elsewhere(config, journal, refs, estimated.claimed_elsewhere)
         idle = [r for r in refs if backlogs[r.canonical].idle]
         busy = sorted(
             (r for r in refs if not backlogs[r.canonical].idle), key=lambda r: -(backlogs[r.canonical].depth or 0)
@@ -98,7 +98,7 @@ def drain(
                 plan.workers,
                 max_messages,
                 max_seconds,
-                resolved_elsewhere,
+                elsewhere,
             )
         drains = [
             QueueDrain(
@@ -147,6 +147,7 @@ def drain(
             sessions.close()
         by_queue = {r.queue: r for r in drained}
         results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
+        elsewhere.mark(results)
     finally:
         if shared is not None:
             shared.close()
@@ -156,7 +157,7 @@ def drain(
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     _log_outcome(results, totals, run.started)
     # with the claims of shared batches filed under queues outside the run (``elsewhere.py``)
-    totals["claims_resolved"] = sum(r.claims_resolved for r in results) + resolved_elsewhere
+    totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
     totals["held_by_others"] = sum(r.held_by_others for r in results)
     # the queues' sessions (kept ones included: never more than the budget), the committer's, ADBC's
     queue_sessions = max(budget.peak, sessions.peak)
@@ -181,7 +182,7 @@ def _on_executors(
     most_workers: int,
     max_messages: int | None,
     max_seconds: float | None,
-    resolved_elsewhere: int,
+    elsewhere: Elsewhere,
 ) -> dict[str, Any]:
     """The run with its queues drained by Spark tasks (``executors.drain_on_executors``) or by the same
     tasks in local processes (``processes.drain_in_processes``): the same summary and ``runs`` rows as
@@ -206,11 +207,12 @@ def _on_executors(
         drained = outcome.results
     by_queue = {r.queue: r for r in drained}
     results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
+    elsewhere.mark(results)
     run.record(lake, [row for r in results for row in r.runs_rows()])
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     _log_outcome(results, totals, run.started)
     # with the claims of shared batches filed under queues outside the run (``elsewhere.py``)
-    totals["claims_resolved"] = sum(r.claims_resolved for r in results) + resolved_elsewhere
+    totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
     totals["held_by_others"] = sum(r.held_by_others for r in results)
     # the command cannot count its tasks' connections: the bound the plan keeps to
     totals["peak_connections"] = outcome.connection_bound if outcome else 0
