@@ -42,6 +42,21 @@ def log_entries(lake: DeltaRsEngine, version: int) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line]
 
 
+def count_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of every deltalake load made from now on (``DeltaTable(...)``), until ``monkeypatch.undo``."""
+    import deltalake
+
+    loads: list[str] = []
+
+    class Counted(DeltaTable):
+        def __init__(self, *args, **kwargs) -> None:
+            loads.append(str(args[0]))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "DeltaTable", Counted)
+    return loads
+
+
 def test_group_commit_is_the_next_commit_file_and_readable_by_deltalake(tmp_path: Path) -> None:
     lake = engine(tmp_path)
     a, b = lake.stage("t", rows("a", 3)), lake.stage("t", rows("b", 2))
@@ -300,24 +315,16 @@ def test_temporary_commit_files_a_killed_writer_left_are_removed_at_a_runs_end(t
 
 def test_the_followed_log_starts_from_the_load_create_table_made(tmp_path: Path, monkeypatch) -> None:
     """A drain's first step checks the journal (``create_table``: it exists, it is ours); its followed
-    log starts from that load instead of loading the table again (40-55 ms at 10,000 files), and
-    still reads what other writers committed after it."""
-    import deltalake
+    log starts from what that check read (the log's head, ``log_head``) instead of loading the table
+    (40-55 ms at 10,000 files), and still reads what other writers committed after it."""
 
     DeltaRsEngine(str(tmp_path)).create_table("t", SCHEMA)
     lake = DeltaRsEngine(str(tmp_path))
-    lake.create_table("t", SCHEMA)  # the table exists: the check loads it, and the load is kept
+    lake.create_table("t", SCHEMA)  # the table exists: the check reads its log's head, and keeps it
     other = DeltaRsEngine(str(tmp_path))
-    other.commit_staged("t", other.stage("t", rows("x", 1)), "app/x", 7, verify=True)  # after that load
+    other.commit_staged("t", other.stage("t", rows("x", 1)), "app/x", 7, verify=True)  # after that read
 
-    loads: list[str] = []
-
-    class Counted(DeltaTable):
-        def __init__(self, *args, **kwargs) -> None:
-            loads.append(str(args[0]))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(deltalake, "DeltaTable", Counted)
+    loads = count_loads(monkeypatch)
     assert lake.staged_version("t", "app/x") == 7  # the other writer's commit, read after the kept load
     assert lake.commit_staged_group("t", [(lake.stage("t", rows("z", 2)), "app/z", 1)]) == 1
     assert loads == []  # the followed log did not load the table

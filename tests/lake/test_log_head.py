@@ -17,7 +17,7 @@ from queuelake.lake.log_head import read_log_head, read_table_head
 from queuelake.lake.marks import ENGINE_PROPERTY
 from queuelake.lake.rust import DeltaRsEngine
 
-from tests.lake.test_append_log import SCHEMA, engine, rows
+from tests.lake.test_append_log import SCHEMA, count_loads, engine, rows
 
 
 def _as_deltalake_sees_it(path: str) -> dict:
@@ -88,19 +88,10 @@ def test_the_journal_is_opened_and_checked_without_a_deltalake_load(tmp_path: Pa
     batches are staged in, its workers' last versions, a group commit. None loads the table (at 10,000
     files a load cost 0.10-0.19 s of CPU); another engine's table is still refused, and partitioning
     still checked."""
-    import deltalake
-
     lake = engine(tmp_path)
     for v in range(1, 13):
         lake.commit_staged("t", lake.stage("t", rows(f"v{v}", 1)), "app/a", v)
-    loads: list[str] = []
-
-    class Counted(DeltaTable):
-        def __init__(self, *args, **kwargs) -> None:
-            loads.append(str(args[0]))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(deltalake, "DeltaTable", Counted)
+    loads = count_loads(monkeypatch)
     again = DeltaRsEngine(str(tmp_path))
     again.create_table("t", SCHEMA)
     assert again.staged_schema("t").names == SCHEMA.names
