@@ -77,6 +77,12 @@ def test_deltalake_loads_what_the_head_does_not_read_plainly(tmp_path: Path) -> 
     (parts / "00000000000000000012.checkpoint.0000000001.0000000002.parquet").write_bytes(b"")
     assert read_log_head(str(parts)) is None
 
+    features = tmp_path / "features"  # table features (commits may live elsewhere): deltalake reads them
+    shutil.copytree(log_dir, features)
+    protocol = {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["v2Checkpoint"]}}
+    (features / "00000000000000000013.json").write_text(json.dumps(protocol) + "\n")
+    assert read_log_head(str(features)) is None
+
     # a stale _last_checkpoint does not matter: the folder is listed, as deltalake lists it
     (log_dir / "_last_checkpoint").write_text(json.dumps({"version": 0}))
     head = read_log_head(str(log_dir))

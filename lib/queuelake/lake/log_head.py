@@ -11,8 +11,8 @@ after it, in a few milliseconds.
 The newest version comes from listing the log folder, as deltalake finds it, not from probing for
 the next commit file: a commit file missing in the middle (log clean-up) must not pass for the end
 of the log. Anything this does not read plainly (no log folder, a checkpoint in parts or of the V2
-kind, a commit file missing after the checkpoint, an unreadable file) returns None and the caller
-loads the table with deltalake.
+kind, a commit file missing after the checkpoint, an unreadable file, a protocol with table features)
+returns None and the caller loads the table with deltalake.
 """
 
 from __future__ import annotations
@@ -107,9 +107,19 @@ def read_log_head(log_dir: str) -> LogHead | None:
                     protocol = action["protocol"]
     except (OSError, ValueError, KeyError, TypeError, IndexError, pa.ArrowException):
         return None
-    if metadata is None or protocol is None:
+    if metadata is None or protocol is None or not _plain(protocol):
         return None
     return LogHead(newest, metadata, protocol, apps)
+
+
+def _plain(protocol: dict) -> bool:
+    """A protocol without table features: with them a table may keep commits outside this folder
+    (coordinated or catalog-managed commits) or need what this does not read; deltalake loads it."""
+    return (
+        int(protocol.get("minReaderVersion") or 1) <= 2
+        and not protocol.get("readerFeatures")
+        and not protocol.get("writerFeatures")
+    )
 
 
 def _from_checkpoint(log_dir: str, version: int) -> tuple[dict | None, dict | None, dict[str, int]]:
