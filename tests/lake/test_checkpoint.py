@@ -140,6 +140,29 @@ def test_deltalake_writes_the_checkpoint_when_the_commits_since_hold_more_than_a
     assert _state(str(_only_the_checkpoint(table, tmp_path / "alone34", 34)))["files"] == _state(str(table))["files"]
 
 
+def test_a_claim_resolved_by_deltalake_between_runs_keeps_the_checkpoint_appended(tmp_path: Path) -> None:
+    """A claim a killed run left is committed at the start of the next one through deltalake's own
+    write transaction, whose add spells out ``"baseRowId": null`` and the like: still a blind append."""
+    lake = engine(tmp_path / "lake")
+    table = Path(lake.path("t"))
+    log_dir = table / "_delta_log"
+    _run(lake, 1, 12)
+    resolver = engine(tmp_path / "lake")
+    assert resolver.commit_staged("t", resolver.stage("t", rows("claimed", 5)), "app/a", 13)
+    version = DeltaTable(str(table)).version()
+    entries = map(json.loads, (log_dir / f"{version:020d}.json").read_text().splitlines())
+    nulls = [e["add"] for e in entries if "add" in e]
+    assert nulls and any(v is None for add in nulls for v in add.values())  # the case this is about
+    _run(engine(tmp_path / "lake"), version + 1, version + 10)
+    last = json.loads((log_dir / "_last_checkpoint").read_text())["version"]
+    assert last > version and _writer(log_dir, last).startswith("parquet-cpp-arrow")
+    state = _state(str(table))
+    assert state == _state(str(_only_the_checkpoint(table, tmp_path / "alone", last)))
+    assert state["rows"] == DeltaTable(str(table)).to_pyarrow_table().num_rows and "claimed-4" in set(
+        DeltaTable(str(table)).to_pyarrow_table().column("id").to_pylist()
+    )
+
+
 @pytest.mark.deltaspark
 def test_delta_spark_reads_a_checkpoint_written_from_the_last_one(tmp_path: Path, spark) -> None:
     require_delta_jvm(spark)

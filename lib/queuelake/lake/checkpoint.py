@@ -11,9 +11,9 @@ every reader that read the last one reads this one.
 
 Only where that is the whole story; anything else returns False and deltalake writes the checkpoint:
 - a local table whose last checkpoint is one file (no parts, no V2 checkpoint, no sidecars);
-- every commit after it holds only ``commitInfo``, ``add`` (no deletion vector, no row tracking) and
-  ``txn`` actions: a remove (compaction, erasure), a schema or protocol change or domain metadata is
-  reconciled by deltalake.
+- every commit after it holds only ``commitInfo``, ``add`` (no deletion vector, no row tracking: such
+  keys null or absent, as in deltalake's own appends) and ``txn`` actions: a remove (compaction,
+  erasure), a schema or protocol change or domain metadata is reconciled by deltalake.
 
 A checkpoint is an optimisation: a kill leaves at most a temporary file (the checkpoint and
 ``_last_checkpoint`` each appear whole, by rename), and readers that find no newer checkpoint replay the
@@ -114,7 +114,7 @@ def _reconciled(previous: pa.Table, adds: list[dict], txns: dict[str, dict]) -> 
         return None  # stats_parsed or partitionValues_parsed: columns this does not fill
     if not {"appId", "version"} <= txn_fields:
         return None
-    if not all(set(a) <= _ADD_KEYS & add_fields for a in adds):
+    if not all(_carried(a) <= _ADD_KEYS & add_fields for a in adds):
         return None  # a field this does not carry (a deletion vector, row tracking)
     kept = previous
     txn = previous.column("txn")
@@ -132,6 +132,12 @@ def _reconciled(previous: pa.Table, adds: list[dict], txns: dict[str, dict]) -> 
         rows.append({"txn": {k: t.get(k) for k in txn_fields}})
     added = pa.Table.from_pylist(rows, schema=schema)
     return pa.concat_tables([kept, added])
+
+
+def _carried(add: dict) -> set[str]:
+    """The keys of an add that say something: deltalake's own commits spell out ``"baseRowId": null``
+    and the like, which is what a missing key says too."""
+    return {k for k, v in add.items() if v is not None or k in _ADD_NEEDED}
 
 
 def _fields(struct: pa.DataType) -> set[str]:
