@@ -197,6 +197,11 @@ class DrainConfig:
     on: str = "driver"
     # with on: processes, how many: null for the machine's cores (fewer when max_connections is tight)
     processes: int | None = None
+    # on the driver, at least this long between the starts of two journal commits: the batches claimed
+    # meanwhile go in one (group commit). 0 commits back to back, each carrying what was claimed while
+    # the previous one committed; 1.0 makes a run's journal commits at most one a second, whatever
+    # its queues and batches, for one second more per run at most
+    commit_interval_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.on not in ("driver", "executors", "processes"):
@@ -212,6 +217,15 @@ class DrainConfig:
         ):
             raise ConfigError(
                 f"drain.batch_megabytes must be a whole number of megabytes, 1 or more, not {self.batch_megabytes!r}"
+            )
+        if (
+            isinstance(self.commit_interval_seconds, bool)
+            or not isinstance(self.commit_interval_seconds, (int, float))
+            or not 0 <= self.commit_interval_seconds <= 3600
+        ):
+            raise ConfigError(
+                "drain.commit_interval_seconds must be a number of seconds from 0 to 3600, "
+                f"not {self.commit_interval_seconds!r}"
             )
         if self.settle_seconds < 0:
             raise ConfigError("drain.settle_seconds must be 0 or more")

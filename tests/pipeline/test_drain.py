@@ -19,6 +19,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from queuelake.config import from_dict
+from queuelake.errors import ConfigError
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
@@ -43,13 +44,15 @@ def make_config(uri: str, lake_root: Path, queues_: list[str], **drain: object) 
     )
 
 
-def write_config(path: Path, lake_root: Path, queues_: list[str], batch_size: int, workers: int = 2) -> Path:
+def write_config(
+    path: Path, lake_root: Path, queues_: list[str], batch_size: int, workers: int = 2, **drain: object
+) -> Path:
     path.write_text(
         json.dumps(
             {
                 "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
                 "lake": {"root": str(lake_root), "engine": "delta-rs"},
-                "drain": {"queues": queues_, "batch_size": batch_size, "workers_per_queue": workers},
+                "drain": {"queues": queues_, "batch_size": batch_size, "workers_per_queue": workers, **drain},
             }
         )
     )
@@ -288,6 +291,24 @@ def test_budgets_and_rerun(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert second["dequeued"] == 750 and second["queues"][0]["backlog_left"] == 0
     landed = journal(tmp_path / "lake")
     assert sorted(landed["id"].to_pylist()) == sorted(ids)
+
+
+def test_a_commit_interval_bounds_the_journal_commits_by_time(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """``drain.commit_interval_seconds``: the batches claimed within an interval go in one journal
+    commit, so a run's commits are at most one per interval (plus the first), however many batches."""
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales", "Billing"], batch_size=50, commit_interval_seconds=0.5)
+    install(cfg)
+    ids = seed_ids(cfg, "Sales", 1500) | seed_ids(cfg, "Billing", 1500, seed=2)
+    t0 = time.monotonic()
+    summary = drain(cfg, open_lake(cfg.lake))  # type: ignore[arg-type]
+    elapsed = time.monotonic() - t0
+    batches = sum(q["batches"] for q in summary["queues"])
+    assert summary["dequeued"] == 3000 and batches >= 60
+    assert summary["journal_commits"] <= elapsed / 0.5 + 1, (summary["journal_commits"], elapsed)
+    assert summary["journal_commits"] < batches and summary["largest_group"] > 1
+    assert sorted(journal(tmp_path / "lake")["id"].to_pylist()) == sorted(ids)
+    with pytest.raises(ConfigError, match="commit_interval_seconds"):
+        make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], commit_interval_seconds=-1)
 
 
 def test_a_queue_smaller_than_a_batch_is_received_once(
@@ -544,6 +565,7 @@ def test_drain_sessions_cannot_outlive_their_client(fresh_pg_uri: str) -> None:
 ZOMBIE_SCRIPT = """
 import sys, time
 from queuelake.config import from_dict
+from queuelake.errors import ConfigError
 from queuelake.transport import db, queues
 from queuelake.transport.tables import queue_ref
 cfg = from_dict({"transport": {"connection": sys.argv[1]}}, env={})

@@ -4,7 +4,8 @@ journal together (group commits), then their claims cleared, on one thread and o
 Why: a worker's own lander made one Delta commit per claimed batch, so a run of hundreds of queues
 made hundreds of commits on the one journal, each paying for the log, and held a landing connection
 per worker. Now whatever was claimed while the previous group committed goes in the next one: the
-commits per run are bounded by time (one at a time, back to back), not by queues x batches.
+commits per run are bounded by time (one at a time, back to back, or at most one per
+``drain.commit_interval_seconds``), not by queues x batches.
 
 The claim protocol is unchanged: each batch's claim is durable before it is handed over, a group's
 files and every app id's version are one atomic Delta commit, and claims are cleared only after it.
@@ -93,6 +94,7 @@ class JournalCommitter:
         self._error: BaseException | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._interval = float(config.drain.commit_interval_seconds)
         self.commits = 0
         self.batches = 0
         self.largest_group = 0
@@ -138,13 +140,21 @@ class JournalCommitter:
     def _run(self) -> None:
         try:
             with connect(self._config, "queuelake-drain-commit") as conn:
+                last_start = -float("inf")
                 while True:
                     with self._changed:
                         self._changed.wait_for(lambda: bool(self._waiting) or self._closed)
                         if not self._waiting:
                             return
+                        # drain.commit_interval_seconds: gather until the interval is up, unless the
+                        # run is ending (nothing more will come) or the group is full
+                        self._changed.wait_for(
+                            lambda: self._closed or len(self._waiting) >= MOST_PER_GROUP,
+                            timeout=last_start + self._interval - time.monotonic(),
+                        )
                         group = self._waiting[:MOST_PER_GROUP]
                         del self._waiting[:MOST_PER_GROUP]
+                    last_start = time.monotonic()
                     self._land(conn, group)
                     with self._changed:
                         for claimed in group:
