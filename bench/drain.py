@@ -45,7 +45,6 @@ consumers and the ratio drain/raw for each table (target >= 0.6), and ends with 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
 import os
@@ -54,14 +53,13 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
-import pyarrow as pa
+from _history import journal_with_files
 from _receive import checkpoint, raw_copy_drain, raw_drain, recreate
 from queuelake.config import Config, from_dict
 from queuelake.examples import traffic
@@ -196,41 +194,12 @@ def build(cfg: Config, uri: str, ref: TableRef, rows: int, churned: bool, dead: 
 
 
 def journal_with_history(cfg: Config, files: int) -> None:
-    """A fresh lake whose journal already holds ``files`` data files (one row each) in one commit,
-    then a checkpoint: the state of a journal that has drained for a while since its last
-    ``maintain``. A drain commits once per batch, and deltalake's work per commit grows with the
-    files the table holds, which a fresh lake never shows. Not measured: done before the drain's meter."""
-    from deltalake import DeltaTable
-    from queuelake.lake.engines import journal_engine
-    from queuelake.lake.files import commit_files
-    from queuelake.pipeline.journal.build import build_batch
-    from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
-    from queuelake.transport.queues import RECEIVED_SCHEMA
-
+    """A fresh lake whose journal already holds ``files`` data files (``_history.journal_with_files``):
+    the state of a journal that has drained for a while since its last ``maintain``. Not measured:
+    done before the drain's meter."""
     shutil.rmtree(cfg.lake.root, ignore_errors=True)
-    if not files:
-        return
-    journal = journal_engine(open_lake(cfg.lake))
-    journal.create_table(MESSAGES, MESSAGES_SCHEMA)
-    staged = []
-    for i in range(files):
-        received = pa.table(
-            {
-                "id": [f"history-{i}"],
-                "seq": [i],
-                "expired": [False],
-                "expires": [None],
-                "raw_expires": [None],
-                "headers": ['{"NServiceBus.MessageId":"history-' + str(i) + '"}'],
-                "body": [b"{}"],
-            },
-            schema=RECEIVED_SCHEMA,
-        )
-        rows, _ = build_batch(received, "history", f"history:{i}", dt.datetime.now(dt.timezone.utc))
-        staged.extend(journal.stage(MESSAGES, rows).files)
-    path = journal.path(MESSAGES)
-    commit_files(path, MESSAGES, staged, "bench.history", 1, uuid.uuid4().hex, journal.name)
-    DeltaTable(path).create_checkpoint()
+    if files:
+        journal_with_files(cfg.lake.root, files)
 
 
 def full_drain(cfg: Config, steps: StepTimes, history_files: int = 0) -> tuple[int, float, dict[str, Any]]:

@@ -104,6 +104,15 @@ def test_commits_bench_compares_both_checkpoint_intervals() -> None:
 
 
 @pytest.mark.slow
+def test_journal_fixed_bench_measures_open_and_end_against_deltalake() -> None:
+    result = _bench("journal_fixed.py", "--files", "40", "--repeat", "1")
+    assert result["files"] == 40 and result["repeat"] == 1
+    for step in ("open", "end"):
+        figures = result[step]
+        assert figures["queuelake"]["cpu_s"] > 0 and figures["deltalake"]["cpu_s"] > 0, result
+        assert figures["cpu_ratio"] == round(figures["queuelake"]["cpu_s"] / figures["deltalake"]["cpu_s"], 3)
+
+
 def test_publish_bench_measures_both_modes_against_both_raw_limits(fresh_pg_uri: str) -> None:
     result = _bench(
         "publish.py",

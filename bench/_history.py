@@ -1,0 +1,46 @@
+"""A journal that already holds many data files, as one that has drained for a while since its last
+``maintain``: the state in which a run's fixed journal costs (opening the table, its checkpoint) show.
+
+Files of one row each, committed in one commit, then a checkpoint (deltalake's). Imports queuelake
+inside the function: the bench imports ``_tree`` first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pyarrow as pa
+
+
+def journal_with_files(lake_root: str, files: int) -> str:
+    """Create the journal under ``lake_root`` with ``files`` one-row data files; returns its path."""
+    from deltalake import DeltaTable
+    from queuelake.lake.files import commit_files
+    from queuelake.lake.rust import DeltaRsEngine
+    from queuelake.pipeline.journal.build import build_batch
+    from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
+    from queuelake.transport.queues import RECEIVED_SCHEMA
+
+    journal = DeltaRsEngine(lake_root)
+    journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+    staged = []
+    for i in range(files):
+        received = pa.table(
+            {
+                "id": [f"history-{i}"],
+                "seq": [i],
+                "expired": [False],
+                "expires": [None],
+                "raw_expires": [None],
+                "headers": ['{"NServiceBus.MessageId":"history-' + str(i) + '"}'],
+                "body": [b"{}"],
+            },
+            schema=RECEIVED_SCHEMA,
+        )
+        rows, _ = build_batch(received, "history", f"history:{i}", dt.datetime.now(dt.timezone.utc))
+        staged.extend(journal.stage(MESSAGES, rows).files)
+    path = journal.path(MESSAGES)
+    commit_files(path, MESSAGES, staged, "bench.history", 1, uuid.uuid4().hex, journal.name)
+    DeltaTable(path).create_checkpoint()
+    return path
