@@ -197,10 +197,10 @@ class DrainConfig:
     on: str = "driver"
     # with on: processes, how many: null for the machine's cores (fewer when max_connections is tight)
     processes: int | None = None
-    # on the driver, at least this long between the starts of two journal commits: the batches claimed
-    # meanwhile go in one (group commit). 0 commits back to back, each carrying what was claimed while
-    # the previous one committed; 1.0 makes a run's journal commits at most one a second, whatever
-    # its queues and batches, for one second more per run at most
+    # at least this long between the starts of two journal commits (the driver's committer, or with
+    # processes and executors its claims poller): the batches claimed meanwhile go in one group commit.
+    # 0 commits back to back; 1.0 makes a run's journal commits at most one a second, whatever its
+    # queues and batches, each queue's end waiting up to a second for its last commit
     commit_interval_seconds: float = 0.0
 
     def __post_init__(self) -> None:

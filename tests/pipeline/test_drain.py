@@ -59,6 +59,16 @@ def write_config(
     return path
 
 
+def commit_spacing(lake_root: Path) -> list[float]:
+    """Seconds between the consecutive journal commits that added files (their ``commitInfo`` times)."""
+    times = []
+    for path in sorted((lake_root / "messages" / "_delta_log").glob("*.json")):
+        entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if any("add" in e for e in entries):
+            times.append(next(e["commitInfo"]["timestamp"] for e in entries if "commitInfo" in e) / 1000)
+    return [b - a for a, b in zip(times, times[1:])]
+
+
 def install(cfg: object) -> None:
     with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
         installer.install(conn, installer.plan(cfg))  # type: ignore[arg-type]
@@ -306,6 +316,8 @@ def test_a_commit_interval_bounds_the_journal_commits_by_time(fresh_pg_uri: str,
     assert summary["dequeued"] == 3000 and batches >= 60
     assert summary["journal_commits"] <= elapsed / 0.5 + 1, (summary["journal_commits"], elapsed)
     assert summary["journal_commits"] < batches and summary["largest_group"] > 1
+    spacing = commit_spacing(tmp_path / "lake")
+    assert len(spacing) == summary["journal_commits"] - 1 and min(spacing) >= 0.25, spacing  # 0.5 s start to start
     assert sorted(journal(tmp_path / "lake")["id"].to_pylist()) == sorted(ids)
     with pytest.raises(ConfigError, match="commit_interval_seconds"):
         make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], commit_interval_seconds=-1)

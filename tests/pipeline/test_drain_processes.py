@@ -25,7 +25,7 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.processes import process_count
 from queuelake.transport.activity import PeakConnections
 
-from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids
+from tests.pipeline.test_drain import commit_spacing, install, journal, make_config, queue_depth, seed_ids
 from tests.pipeline.test_drain_executors import TASK_POINTS, drain_sessions, summary_of, wait_for_no_drain
 from tests.pipeline.test_drain_kills import claim_count
 
@@ -101,10 +101,33 @@ def alive(pid: int) -> bool:
         return False
 
 
+def test_a_commit_interval_spaces_the_pollers_group_commits(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """``drain.commit_interval_seconds`` with processes: the command's poller commits what it finds at
+    most once per interval, however fast the processes claim (back to back it polls again at once)."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Deep"])
+    install(cfg)
+    seeded = {"Deep": seed_ids(cfg, "Deep", 1_200, seed=77)}
+    conf = write_conf(
+        tmp_path / "drain.json", lake_root, ["Deep"], processes=1, batch_size=50, commit_interval_seconds=1.0
+    )
+    proc = drain(conf, fresh_pg_uri)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = summary_of(proc)
+    assert summary["dequeued"] == 1_200 and summary["queues"][0]["batches"] == 24, summary
+    spacing = commit_spacing(lake_root)
+    assert len(spacing) == summary["journal_commits"] - 1 >= 1 and min(spacing) >= 0.5, spacing
+    assert summary["largest_group"] > 1, summary
+    assert_every_row_once(cfg, lake_root, seeded)
+
+
 def test_many_queues_drained_in_local_processes(fresh_pg_uri: str, tmp_path: Path) -> None:
     lake_root = tmp_path / "lake"
     cfg, seeded = seed_system(fresh_pg_uri, lake_root, seed=300)
-    proc = drain(write_conf(tmp_path / "drain.json", lake_root, list(seeded), processes=2), fresh_pg_uri)
+    # group commits by design (drain.commit_interval_seconds), not by the machine's pace: a poll finding
+    # one claim at a time would commit batch by batch
+    conf = write_conf(tmp_path / "drain.json", lake_root, list(seeded), processes=2, commit_interval_seconds=0.2)
+    proc = drain(conf, fresh_pg_uri)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = summary_of(proc)
     total = SMALL * SMALL_ROWS + BIG * BIG_ROWS

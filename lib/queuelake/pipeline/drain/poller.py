@@ -61,6 +61,7 @@ class ClaimsPoller:
         self._closed = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="drain-claims-poller", daemon=True)
+        self._interval = float(config.drain.commit_interval_seconds)
         self.error: BaseException | None = None
         self.commits = 0
         self.batches = 0
@@ -128,6 +129,7 @@ class ClaimsPoller:
                         if self._closed:
                             return
                         watched = set(self._watched)
+                    started = time.monotonic()
                     found = [c for c in claims.every_claim(conn, self._claims_table) if c.queue in watched]
                     conn.rollback()
                     # each app id's claims in version order: a group never holds N+1 without N before it
@@ -138,6 +140,9 @@ class ClaimsPoller:
                         self._changed.notify_all()
                         if not found:  # idle, unless a job's release is waiting for the next poll
                             self._changed.wait_for(lambda: self._closed or self._releasing > 0, timeout=POLL_SECONDS)
+                        elif self._interval:  # drain.commit_interval_seconds: the next poll's claims wait
+                            until = started + self._interval
+                            self._changed.wait_for(lambda: self._closed, timeout=until - time.monotonic())
         except BaseException as exc:  # the claims stay for the next run; the tasks are cancelled
             log.error("drain: the driver's journal commit failed; claimed batches wait for the next run: %s", exc)
             with self._changed:
