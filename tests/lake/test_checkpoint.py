@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -161,6 +163,56 @@ def test_a_claim_resolved_by_deltalake_between_runs_keeps_the_checkpoint_appende
     assert state["rows"] == DeltaTable(str(table)).to_pyarrow_table().num_rows and "claimed-4" in set(
         DeltaTable(str(table)).to_pyarrow_table().column("id").to_pylist()
     )
+
+
+_KILLED_RUN = """
+import sys
+sys.path.insert(0, {lib!r})
+import pyarrow as pa
+from queuelake.lake.rust import DeltaRsEngine
+schema = pa.schema([("id", pa.string()), ("n", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
+
+def rows(prefix, k):
+    return pa.table({{"id": [f"{{prefix}}-{{i}}" for i in range(k)], "n": list(range(k)), "at": [None] * k}}, schema)
+
+lake = DeltaRsEngine({root!r})
+lake.create_table("t", schema)
+for v in range(13, 26):
+    apps = {apps!r}[: 1 + v % 3]
+    lake.commit_staged_group("t", [(lake.stage("t", rows(f"v{{v}}-{{a}}", 1 + v % 3)), a, v) for a in apps])
+lake.finish_staged("t")
+"""
+
+
+@pytest.mark.parametrize("step", [1, 2, 3], ids=["checkpoint-unrenamed", "pointer-unwritten", "pointer-unrenamed"])
+def test_a_run_killed_inside_its_checkpoint_leaves_a_table_every_reader_reads(tmp_path: Path, step: int) -> None:
+    """SIGKILL at each step of ``write_appended_checkpoint``: the checkpoint written but not renamed;
+    renamed, ``_last_checkpoint`` not yet written; that written but not renamed. The table reads whole
+    (from the older checkpoint and the commits, or from the new one), and the next run checkpoints."""
+    lake = engine(tmp_path / "lake")
+    table = Path(lake.path("t"))
+    log_dir = table / "_delta_log"
+    _run(lake, 1, 12)
+    code = _KILLED_RUN.format(
+        lib=str(Path(__file__).resolve().parents[2] / "lib"), root=str(tmp_path / "lake"), apps=APPS
+    )
+    env = {**os.environ, "QUEUELAKE_TEST_KILL_AT": f"checkpoint_step:{step}"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert (log_dir / checkpoint_name(25)).exists() == (step > 1)
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 12  # the old pointer
+    assert len(list(log_dir.glob(f"{TEMPORARY_PREFIX}*"))) == (0 if step == 2 else 1)  # swept after an hour
+    state = _state(str(table))
+    assert state["version"] == 25 and state["apps"] == {"app/a": 25, "app/b": 25, "app/c": 23}
+    assert len(state["files"]) == sum(1 + v % 3 for v in range(1, 26))
+    if step > 1:  # the checkpoint alone answers as the commits do
+        assert _state(str(_only_the_checkpoint(table, tmp_path / "alone", 25))) == state
+    _run(engine(tmp_path / "lake"), 26, 37)  # the next run starts from the old pointer and checkpoints
+    after = json.loads((log_dir / "_last_checkpoint").read_text())["version"]
+    assert after == 37 and _writer(log_dir, 37).startswith("parquet-cpp-arrow")
+    final = _state(str(table))
+    assert final == _state(str(_only_the_checkpoint(table, tmp_path / "alone37", 37)))
+    assert len(final["files"]) == sum(1 + v % 3 for v in range(1, 38))
 
 
 @pytest.mark.deltaspark

@@ -31,6 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from queuelake import hooks
+
 _ADD_KEYS = frozenset({"path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags"})
 _ADD_NEEDED = _ADD_KEYS - {"tags"}
 # a checkpoint's add columns that stay null for a blind append's files
@@ -63,6 +65,7 @@ def write_appended_checkpoint(log_dir: str, version: int) -> bool:
     if table is None:
         return False
     _write_atomically(log_dir, checkpoint_name(version), lambda path: pq.write_table(table, path, compression="none"))
+    hooks.checkpoint("checkpoint_step")  # the checkpoint in place, ``_last_checkpoint`` still the old one
     written = os.path.getsize(os.path.join(log_dir, checkpoint_name(version)))
     pointer = {
         "version": version,
@@ -164,6 +167,7 @@ def _write_atomically(log_dir: str, name: str, write) -> None:  # noqa: ANN001
         write(temporary)
         with open(temporary, "rb+") as f:
             os.fsync(f.fileno())
+        hooks.checkpoint("checkpoint_step")  # the kill tests' points: each file written, not yet renamed
         os.replace(temporary, os.path.join(log_dir, name))
     finally:
         with contextlib.suppress(FileNotFoundError):
