@@ -99,6 +99,43 @@ class Traffic:
                     time.sleep(self.take_pause)
 
 
+@pytest.mark.parametrize("where", ["before_its_commit", "after_its_commit"])
+def test_a_run_killed_while_resolving_a_claim_lands_its_batch_once(
+    fresh_pg_uri: str, tmp_path: Path, where: str
+) -> None:
+    """The start of a run commits the claims a killed run left (``resolve_claims``): killed there too,
+    before the claim's Delta commit or after it (its claim not yet cleared), the next run still lands
+    the batch exactly once."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    install(cfg)
+    seeded = seed_ids(cfg, "Sales", 1_000, seed=29)
+    conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=200, workers=1)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+
+    def run(**kill: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(cmd, env={**env, **kill}, capture_output=True, text=True, timeout=300)
+
+    first = run(QUEUELAKE_TEST_KILL_AT="after_db_commit:1")  # a batch claimed, not in the journal
+    assert first.returncode == -9, first.stderr[-2000:]
+    assert claim_count(cfg) == 1 and queue_depth(cfg, "Sales") == 800
+    assert not (lake_root / "messages" / "_delta_log").exists() or journal(lake_root).num_rows == 0
+    kill = {"QUEUELAKE_TEST_KILL_BEFORE_COMMIT": "1"} if where == "before_its_commit" else {}
+    second = run(**kill, **({} if kill else {"QUEUELAKE_TEST_KILL_AT": "after_claim_resolved"}))
+    assert second.returncode == -9, second.stderr[-2000:]
+    assert claim_count(cfg) == 1 and queue_depth(cfg, "Sales") == 800  # killed before receiving anything
+    in_journal = journal(lake_root).num_rows if (lake_root / "messages" / "_delta_log").exists() else 0
+    assert in_journal == (0 if where == "before_its_commit" else 200)
+    third = run()
+    assert third.returncode == 0, third.stderr[-2000:]
+    summary = json.loads(third.stdout.strip().splitlines()[-1])
+    assert summary["dequeued"] == 800, summary
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == len(set(got)) and set(got) == seeded
+    assert claim_count(cfg) == 0 and queue_depth(cfg, "Sales") == 0
+
+
 @pytest.mark.slow
 def test_exactly_once_under_sigkill_with_live_traffic_and_a_competitor(fresh_pg_uri: str, tmp_path: Path) -> None:
     lake_root = tmp_path / "lake"

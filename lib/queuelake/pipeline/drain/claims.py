@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from queuelake import hooks
 from queuelake.errors import LakeError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import LakeEngine
@@ -63,6 +64,7 @@ def resolve_claims(conn: Connection, lake: LakeEngine, claims_table: TableRef, q
     conn.rollback()
     for claim in pending:
         land_claim(lake, claim, queue)
+        hooks.checkpoint("after_claim_resolved")  # in the journal, its claim not yet cleared
         claims.delete(conn, claims_table, claim.app_id, claim.version)
         conn.commit()
         log.info(
