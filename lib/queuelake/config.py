@@ -163,6 +163,9 @@ class SparkConfig:
     conf: dict[str, str] = field(default_factory=dict)
 
 
+MOST_COMMIT_INTERVAL_SECONDS = 10  # drain.commit_interval_seconds (see there)
+
+
 @dataclass
 class DrainConfig:
     queues: list[str] = field(default_factory=list)
@@ -197,10 +200,12 @@ class DrainConfig:
     on: str = "driver"
     # with on: processes, how many: null for the machine's cores (fewer when max_connections is tight)
     processes: int | None = None
-    # at least this long between the starts of two journal commits (the driver's committer, or with
-    # processes and executors its claims poller): the batches claimed meanwhile go in one group commit.
-    # 0 commits back to back; 1.0 makes a run's journal commits at most one a second, whatever its
-    # queues and batches, each queue's end waiting up to a second for its last commit
+    # at least this long between the starts of two group commits (the driver's committer) or of two
+    # polls that found claims (with processes and executors, its claims poller): the batches claimed
+    # meanwhile go in one group commit. 0 commits back to back; 1.0 makes a run's group commits at
+    # most about one a second, whatever its queues and batches, each queue's end waiting up to a
+    # second for its last commit. At most MOST_COMMIT_INTERVAL_SECONDS: a stop request or the run's
+    # deadline waits for the interval, and a task gives up on a driver silent for minutes
     commit_interval_seconds: float = 0.0
 
     def __post_init__(self) -> None:
@@ -221,10 +226,10 @@ class DrainConfig:
         if (
             isinstance(self.commit_interval_seconds, bool)
             or not isinstance(self.commit_interval_seconds, (int, float))
-            or not 0 <= self.commit_interval_seconds <= 3600
+            or not 0 <= self.commit_interval_seconds <= MOST_COMMIT_INTERVAL_SECONDS
         ):
             raise ConfigError(
-                "drain.commit_interval_seconds must be a number of seconds from 0 to 3600, "
+                f"drain.commit_interval_seconds must be a number of seconds from 0 to {MOST_COMMIT_INTERVAL_SECONDS}, "
                 f"not {self.commit_interval_seconds!r}"
             )
         if self.settle_seconds < 0:

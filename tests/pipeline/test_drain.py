@@ -577,7 +577,6 @@ def test_drain_sessions_cannot_outlive_their_client(fresh_pg_uri: str) -> None:
 ZOMBIE_SCRIPT = """
 import sys, time
 from queuelake.config import from_dict
-from queuelake.errors import ConfigError
 from queuelake.transport import db, queues
 from queuelake.transport.tables import queue_ref
 cfg = from_dict({"transport": {"connection": sys.argv[1]}}, env={})

@@ -232,7 +232,8 @@ def test_exactly_once_under_sigkill_with_many_queues_and_group_commits(fresh_pg_
     install(cfg)
     seeded: set[str] = set()
     # group commits by design, not by the machine's pace: back to back, each batch was committed alone
-    # whenever the committer kept up (24 commits for 24 batches on a loaded CI machine)
+    # whenever the committer kept up (24 commits for 24 batches of a run on a loaded CI machine); that
+    # some commit carried several batches is asserted over all the runs (``grouped``)
     conf = write_config(tmp_path / "drain.yaml", lake_root, names, batch_size=200, commit_interval_seconds=0.2)
     rng = random.Random(32)
     env_base = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
@@ -256,11 +257,13 @@ def test_exactly_once_under_sigkill_with_many_queues_and_group_commits(fresh_pg_
                 kills += 1
                 points_killed.add(point)
         else:
+            started = time.monotonic()
             proc = subprocess.run(cmd, env=env, capture_output=True, timeout=300, text=True)
+            wall = time.monotonic() - started
             assert proc.returncode == 0, proc.stderr[-3000:]
             summary = json.loads(proc.stdout.strip().splitlines()[-1])
             grouped = max(grouped, summary["largest_group"])
-            assert summary["journal_commits"] < summary["dequeued"] / 200, summary  # fewer commits than batches
+            assert summary["journal_commits"] <= 1 + wall / 0.2, (wall, summary)  # one per interval at most
     assert kills >= 20, f"only {kills} kills landed in {attempt} attempts"
     assert points_killed == set(PROTOCOL_POINTS), f"no kill landed at {set(PROTOCOL_POINTS) - points_killed}"
     assert grouped > 1, "no commit carried more than one batch: group commits were never exercised"

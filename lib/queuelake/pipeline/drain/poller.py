@@ -56,7 +56,8 @@ class ClaimsPoller:
         self._on_failure = on_failure
         self._claims_table = claims.claims_ref(config.transport)
         self._watched: Counter[str] = Counter()
-        self._cycles = 0  # polls completed
+        self._started = 0  # polls started
+        self._cycles = 0  # polls completed (one at a time: poll n is done when this reaches n)
         self._releasing = 0  # releases waiting for a poll: the poller does not idle meanwhile
         self._closed = False
         self._changed = threading.Condition()
@@ -86,13 +87,14 @@ class ClaimsPoller:
         """Stop watching ``queues`` (a job's) once a whole poll that began after this call is done: a
         task that died left claims, and they are committed now rather than by the next run.
 
-        A job's queues go together, and the poller does not idle while a release waits. Released one
-        by one, each after up to two idle polls, a job of 25 small queues held its run 10 s after its
-        task had ended, and 500 queues of 1,000 on executors took 58 s; 24 s since."""
+        A job's queues go together, and the poller does not idle while a release waits (it does wait
+        out ``drain.commit_interval_seconds`` after a poll that found claims). Released one by one,
+        each after up to two idle polls, a job of 25 small queues held its run 10 s after its task had
+        ended, and 500 queues of 1,000 on executors took 58 s; 24 s since."""
         if isinstance(queues, str):  # one queue's name would be taken letter by letter
             raise TypeError(f"release takes a collection of queue names, not the string {queues!r}")
         with self._changed:
-            until = self._cycles + 2
+            until = self._started + 1  # the next poll to start begins after this call
             self._releasing += 1
             self._changed.notify_all()
             try:
@@ -129,6 +131,7 @@ class ClaimsPoller:
                         if self._closed:
                             return
                         watched = set(self._watched)
+                        self._started += 1
                     started = time.monotonic()
                     found = [c for c in claims.every_claim(conn, self._claims_table) if c.queue in watched]
                     conn.rollback()
