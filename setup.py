@@ -55,6 +55,8 @@ setup(
         "spark": SPARK,
         "dev": [
             "pytest>=8",
+            # two test workers (setup.cfg): the suite is bound by its Spark and subprocess start-ups
+            "pytest-xdist>=3.5",
             "hypothesis>=6",
             "sqlglot>=25",
             "pgserver>=0.1",

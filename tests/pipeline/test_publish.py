@@ -368,7 +368,8 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
     rng = random.Random(7)
     kills = attempts = 0
     full_run: float | None = None  # seconds the last run that nobody killed took
-    while kills < 20 and attempts < 80:
+    # 12 kills: a third at the commit's two hook points, the rest anywhere (each costs a Spark start-up)
+    while kills < 12 and attempts < 50:
         attempts += 1
         e = dict(env)
         started = time.monotonic()
@@ -404,7 +405,7 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
             write_outbound(lake, "outbound_big", rows(n, n + 10_000), version=rounds)
             n += 10_000
     print(f"kills {kills} in {attempts} attempts; {rounds} round(s) of rows, {n} rows")
-    assert kills >= 20, f"only {kills} kills landed in {attempts} attempts"
+    assert kills >= 12, f"only {kills} kills landed in {attempts} attempts"
     final = subprocess.run(
         [sys.executable, "-c", KILL_SCRIPT, str(conf)], env=env, capture_output=True, text=True, timeout=900
     )
