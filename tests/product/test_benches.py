@@ -60,6 +60,7 @@ def test_drain_bench_measures_both_tables_against_both_raw_limits(fresh_pg_uri: 
             # the drain logged its per-step timings per batch: at least 3 of at most 1,000 rows (two
             # workers may split the rows into more, smaller batches)
             assert run["batches"] >= 3, run
+            assert run["journal_files_at_start"] == 5, run  # a copy of the history built once, whole
             # the CPU each consumer cost (this process; the machine's where /proc/stat exists), and
             # the drain workers' own CPU per step, from the same timing lines
             assert run["cpu"]["raw"]["client_cpu_s"] >= 0 and run["cpu"]["drain"]["client_cpu_s"] > 0
