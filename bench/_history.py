@@ -24,22 +24,25 @@ def journal_with_files(lake_root: str, files: int) -> str:
 
     journal = DeltaRsEngine(lake_root)
     journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+    received = pa.table(
+        {
+            "id": [f"history-{i}" for i in range(files)],
+            "seq": list(range(files)),
+            "expired": [False] * files,
+            "expires": [None] * files,
+            "raw_expires": [None] * files,
+            "headers": ['{"NServiceBus.MessageId":"history-' + str(i) + '"}' for i in range(files)],
+            "body": [b"{}"] * files,
+        },
+        schema=RECEIVED_SCHEMA,
+    )
+    # one build, then a file per row with a batch id of its own, as a run of one-row batches leaves
+    rows, _ = build_batch(received, "history", "history", dt.datetime.now(dt.timezone.utc))
+    batch_ids = pa.array([f"history:{i}" for i in range(files)], rows.schema.field("batch_id").type)
+    rows = rows.set_column(rows.schema.get_field_index("batch_id"), rows.schema.field("batch_id"), batch_ids)
     staged = []
     for i in range(files):
-        received = pa.table(
-            {
-                "id": [f"history-{i}"],
-                "seq": [i],
-                "expired": [False],
-                "expires": [None],
-                "raw_expires": [None],
-                "headers": ['{"NServiceBus.MessageId":"history-' + str(i) + '"}'],
-                "body": [b"{}"],
-            },
-            schema=RECEIVED_SCHEMA,
-        )
-        rows, _ = build_batch(received, "history", f"history:{i}", dt.datetime.now(dt.timezone.utc))
-        staged.extend(journal.stage(MESSAGES, rows).files)
+        staged.extend(journal.stage(MESSAGES, rows.slice(i, 1)).files)
     path = journal.path(MESSAGES)
     commit_files(path, MESSAGES, staged, "bench.history", 1, uuid.uuid4().hex, journal.name)
     DeltaTable(path).create_checkpoint()
