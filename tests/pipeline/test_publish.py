@@ -368,7 +368,7 @@ def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, s
     rng = random.Random(7)
     kills = attempts = 0
     full_run: float | None = None  # seconds the last run that nobody killed took
-    # 12 kills: a third at the commit's two hook points, the rest anywhere (each costs a Spark start-up)
+    # 12 kills: every third attempt at the commit's two hook points, the rest anywhere (each costs a Spark start-up)
     while kills < 12 and attempts < 50:
         attempts += 1
         e = dict(env)
