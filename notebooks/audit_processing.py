@@ -14,8 +14,8 @@
 # MAGIC Parameters: the `lake_root` widget on Databricks (elsewhere `QUEUELAKE_LAKE_ROOT`, default `./lake`);
 # MAGIC `audit_queue` (elsewhere `QUEUELAKE_AUDIT_QUEUE`): the audit queue's name, e.g. `audit`; empty means every
 # MAGIC row with processing headers and no exception headers; `bucket` (`auto`: at most 40 buckets over the
-# MAGIC data's time span, or `second`, `10 seconds`, `minute`, `5 minutes`, `15 minutes`, `hour`, `day`; elsewhere
-# MAGIC `QUEUELAKE_BUCKET`).
+# MAGIC data's time span, or `second`, `10 seconds`, `minute`, `5 minutes`, `15 minutes`, `hour`, `day`, `week`,
+# MAGIC `30 days`, `365 days`; elsewhere `QUEUELAKE_BUCKET`).
 # MAGIC Times are UTC. Plots show under the cells on Databricks and in Jupyter; run as a script they are saved as PNG
 # MAGIC files under `./notebook-output/`, or the folder `QUEUELAKE_NOTEBOOK_OUTPUT` names (`show`: shown instead).
 

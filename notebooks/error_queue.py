@@ -15,7 +15,7 @@
 # MAGIC `error_queue` (elsewhere `QUEUELAKE_ERROR_QUEUE`): the error queue's name, e.g. `error`; empty means every
 # MAGIC row that carries exception headers, whichever queue it was drained from; `bucket` (`auto`: at most 60
 # MAGIC buckets over the data's time span, or `second`, `10 seconds`, `minute`, `5 minutes`, `15 minutes`, `hour`,
-# MAGIC `day`; elsewhere `QUEUELAKE_BUCKET`).
+# MAGIC `day`, `week`, `30 days`, `365 days`; elsewhere `QUEUELAKE_BUCKET`).
 # MAGIC Times are UTC. Plots show under the cells on Databricks and in Jupyter; run as a script they are saved as PNG
 # MAGIC files under `./notebook-output/`, or the folder `QUEUELAKE_NOTEBOOK_OUTPUT` names (`show`: shown instead).
 

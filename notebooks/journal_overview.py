@@ -4,15 +4,16 @@
 # MAGIC
 # MAGIC What the drain has put into the `messages` journal, per queue and over time:
 # MAGIC
-# MAGIC * **throughput**: messages drained per second, 10 seconds, minute, 5 or 15 minutes, hour or day, per queue;
+# MAGIC * **throughput**: messages drained per second, 10 seconds, minute, 5 or 15 minutes, hour, day, week, 30 or
+# MAGIC   365 days, per queue;
 # MAGIC * **lag**: from `time_sent` (the sender's clock) to `drained_at` (when the batch landed), as percentiles;
 # MAGIC * **expired and quarantined** rows: counts per queue and over time, and the quarantine reasons;
 # MAGIC * the **`runs`** table: drain rate and the backlog left behind by each run, failed runs marked.
 # MAGIC
 # MAGIC Times are UTC. Parameters: the `lake_root` widget on Databricks (elsewhere the `QUEUELAKE_LAKE_ROOT`
 # MAGIC environment variable, default `./lake`), and `bucket` (`second`, `10 seconds`, `minute`, `5 minutes`,
-# MAGIC `15 minutes`, `hour`, `day`, or `auto`: the finest that cuts the journal's time span into at most 60
-# MAGIC buckets; elsewhere `QUEUELAKE_BUCKET`). Up to 60 buckets draw as bars, more as lines.
+# MAGIC `15 minutes`, `hour`, `day`, `week`, `30 days`, `365 days`, or `auto`: the finest that cuts the journal's
+# MAGIC time span into at most 60 buckets; elsewhere `QUEUELAKE_BUCKET`). Up to 60 buckets draw as bars, more as lines.
 # MAGIC On Databricks, attach a cluster that has the queuelake wheel installed (the asset bundle's job cluster does).
 # MAGIC Plots show under the cells on Databricks and in Jupyter; run as a script
 # MAGIC (`python notebooks/journal_overview.py`) they are saved as PNG files under `./notebook-output/`, or the

@@ -20,7 +20,7 @@
 # MAGIC its table, `auto` for the type with the most rows; `group_by` and `amount` (`QUEUELAKE_GROUP_BY`,
 # MAGIC `QUEUELAKE_AMOUNT`, default `CustomerId` and `Total`): the example query's columns; `bucket` (`auto`: at
 # MAGIC most 60 buckets over the data's time span, or `second`, `10 seconds`, `minute`, `5 minutes`, `15 minutes`,
-# MAGIC `hour`, `day`; elsewhere `QUEUELAKE_BUCKET`).
+# MAGIC `hour`, `day`, `week`, `30 days`, `365 days`; elsewhere `QUEUELAKE_BUCKET`).
 # MAGIC Times are UTC. Plots show under the cells on Databricks and in Jupyter; run as a script they are saved as PNG
 # MAGIC files under `./notebook-output/`, or the folder `QUEUELAKE_NOTEBOOK_OUTPUT` names (`show`: shown instead).
 
@@ -53,6 +53,7 @@ from queuelake.notebook_support import (
     per_bucket,
     spark_table,
     time_axis,
+    times_from_micros,
     unquote_queues,
     value_axis,
 )
@@ -136,7 +137,7 @@ else:
     if listed:
         overview = pd.DataFrame(listed).sort_values(["rows", "type_name"], ascending=[False, True])
         for column in ("first_sent", "last_sent"):  # from the instant in microseconds: UTC, whatever the session
-            overview[column] = pd.to_datetime(overview[column], unit="us", utc=True)
+            overview[column] = times_from_micros([entry[column] for entry in listed])  # aligned by the index
         nb.show_table(overview, "typed tables (type name -> table), rows per table")
 
 increments = nb.read_table(tables.BODY_INCREMENTS.name)

@@ -43,6 +43,7 @@ from queuelake.notebooks.frames import (
     per_bucket,
     spark_table,
     time_span,
+    times_from_micros,
     to_pandas_utc,
     wide,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "queue_rows",
     "runs_figure",
     "spark_table",
+    "times_from_micros",
     "table_text",
     "time_axis",
     "time_span",

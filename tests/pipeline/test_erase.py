@@ -142,6 +142,52 @@ def test_erase_edges(tmp_path: Path) -> None:
     )
 
 
+FIRST_INSTANT = dt.datetime(1, 1, 1, tzinfo=UTC)  # .NET's DateTime.MinValue
+LAST_INSTANT = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)  # DateTime.MaxValue, to the microsecond
+
+
+def test_erase_by_times_at_the_ends_of_the_calendar(tmp_path: Path) -> None:
+    """Times of year 1 and of the last microsecond of 9999 are erased by time as the dry run counts them.
+    The delete's literal was written with strftime, whose ``%Y`` gives ``1-01-01`` for year 1: the dry run
+    counted the rows and the delete failed to parse its own condition."""
+    cfg = config(tmp_path)
+    lake = open_lake(cfg.lake)
+    rows = batch(SALES, range(0, 6), NOW)
+    sent = [FIRST_INSTANT, dt.datetime(999, 12, 30, 23, 0, tzinfo=UTC), NOW, NOW, LAST_INSTANT, None]
+    append(
+        lake,
+        rows.set_column(
+            rows.schema.get_field_index("time_sent"), "time_sent", pa.array(sent, rows.schema.field("time_sent").type)
+        ),
+    )
+
+    def erased(where: str) -> int:
+        assert erase(cfg, lake, where, dry_run=True)["tables"]["messages"]["rows"] == (want := len(match(where)))
+        assert erase(cfg, lake, where)["tables"]["messages"]["rows"] == want, where
+        assert not match(where), where
+        return want
+
+    def match(where: str) -> list[int]:
+        table = lake.read_arrow("messages", columns=["seq", "time_sent"])
+        return [r["seq"] for r in table.to_pylist() if _matches(where, r["time_sent"])]
+
+    assert erased("time_sent < '0999-12-31'") == 2
+    assert erased("time_sent = '9999-12-31T23:59:59.999999Z'") == 1
+    assert erased("time_sent >= '0001-01-01T02:00:00+02:00'") == 2  # year 1's first instant, in UTC
+    assert sorted(lake.read_arrow("messages", columns=["seq"]).column("seq").to_pylist()) == [5]
+
+
+def _matches(where: str, value: dt.datetime | None) -> bool:
+    """The three conditions above, in Python."""
+    if value is None:
+        return False
+    if where.startswith("time_sent < "):
+        return value < dt.datetime(999, 12, 31, tzinfo=UTC)
+    if where.startswith("time_sent = "):
+        return value == LAST_INSTANT
+    return value >= FIRST_INSTANT
+
+
 def cli(args: list[str], uri: str, cwd: Path) -> tuple[dict, str, int]:
     proc = subprocess.run(
         [sys.executable, "-m", "queuelake", *args],

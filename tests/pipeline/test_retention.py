@@ -139,6 +139,24 @@ def test_zero_days_and_no_journal_and_bad_rules(tmp_path: Path) -> None:
             config(tmp_path, [bad])
 
 
+def test_ages_back_to_year_one_and_beyond(tmp_path: Path) -> None:
+    """A rule whose age reaches back before year 1 removes nothing (``days: 800000`` failed every
+    ``maintain`` with an OverflowError); one reaching back into the first millennium removes the rows
+    drained before it (its cutoff was written ``'931-03-03...'``, which the delete could not parse)."""
+    cfg = config(tmp_path, [{"queue": "audit", "days": 800_000}, {"queue": "Sales", "days": 400_000}])
+    lake = open_lake(cfg.lake)
+    ancient = dt.datetime(1, 1, 1, tzinfo=UTC)
+    append(lake, batch(AUDIT, range(0, 4), ancient))
+    append(lake, batch(SALES, range(0, 4), [ancient, ancient, NOW, dt.datetime(931, 1, 1, tzinfo=UTC)]))
+    before = keys(lake)
+    dry = retention.apply(cfg, lake, dry_run=True).summary()
+    assert [rule["rows"] for rule in dry["rules"]] == [0, 3], dry
+    done = retention.apply(cfg, lake).summary()
+    assert [rule["rows"] for rule in done["rules"]] == [0, 3], done
+    assert done["rules"][0]["cutoff"] == "0001-01-01T00:00:00+00:00"
+    assert keys(lake) == before - {(SALES, 0), (SALES, 1), (SALES, 3)}
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 

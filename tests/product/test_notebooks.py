@@ -46,6 +46,7 @@ pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib: pi
 import matplotlib.dates as mdates  # noqa: E402
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 from queuelake.notebooks import runner as notebook_runner  # noqa: E402
+from queuelake.nsb.times import format_time  # noqa: E402
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA  # noqa: E402
 from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 
@@ -82,7 +83,7 @@ ASSEMBLY = ", Shop.Messages, Version=1.0.0.0, Culture=neutral, PublicKeyToken=nu
 
 def _wire(ts: dt.datetime) -> str:
     """NServiceBus' wire form of a time: ``2024-05-01 13:45:10:123456 Z``."""
-    return ts.strftime("%Y-%m-%d %H:%M:%S:%f Z")
+    return format_time(ts)
 
 
 class Journal:
@@ -330,6 +331,45 @@ def demo_runs() -> pa.Table:
     return pa.Table.from_pylist(rows, schema=RUNS_SCHEMA)
 
 
+FIRST_INSTANT = dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)  # .NET's DateTime.MinValue
+LAST_INSTANT = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc)  # DateTime.MaxValue
+EDGE_FAILURES = 66 + 2  # audit_and_error_traffic's, and the two below
+
+
+def edge_times_journal() -> Journal:
+    """Three hours of traffic, and headers that senders wrote at the ends of .NET's calendar: a time sent
+    in year 1 and one at DateTime.MaxValue, a processing end at MaxValue, failures at both ends. Rows
+    without those headers (expired, quarantined, business) hold nulls beside them."""
+    journal = Journal(seed=13)
+    business_traffic(journal)
+    audit_and_error_traffic(journal)
+    for when in (FIRST_INSTANT, LAST_INSTANT):
+        journal.landed('"public"."Sales"', "Shop.Messages.PlaceOrder", T0, "WebShop", time_sent=when)
+        journal.landed(
+            '"public"."error"',
+            "Shop.Messages.OrderPlaced",
+            T0,
+            "WebShop",
+            processing_started=T0,
+            processing_ended=T0 + dt.timedelta(seconds=1),
+            processing_endpoint="Billing",
+            failed_queue="Billing",
+            exception_type="System.ArgumentOutOfRangeException",
+            exception_message="the clock of the sender",
+            time_of_failure=when,
+        )
+    journal.landed(
+        '"public"."audit"',
+        "Shop.Messages.PlaceOrder",
+        T0,
+        "WebShop",
+        processing_started=T0,
+        processing_ended=LAST_INSTANT,
+        processing_endpoint="Sales",
+    )
+    return journal
+
+
 @pytest.fixture(scope="module")
 def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("notebook_lakes")
@@ -366,6 +406,9 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
     write_deltalake(str(base / "day" / "runs"), day_runs)
 
+    write_deltalake(str(base / "edges" / "messages"), edge_times_journal().table())
+    write_deltalake(str(base / "edges" / "runs"), runs_table(QUEUES))
+
     business = Journal(seed=11)
     for i in range(50):
         business.landed('"public"."Sales"', "Shop.Messages.PlaceOrder", T0 + dt.timedelta(minutes=i), "WebShop")
@@ -377,6 +420,7 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "demo_twice": base / "demo_twice",
         "day": base / "day",
         "business_only": base / "business_only",
+        "edges": base / "edges",
         "missing": base / "no_such_lake",
     }
 
@@ -557,7 +601,7 @@ sys.exit(0 if all(r["ok"] for r in results.values()) else 1)
 def _jobs(lakes: dict[str, Path], out: Path) -> list[dict[str, Any]]:
     """Every (scenario, notebook) run on ``lakes``; results keyed ``scenario/notebook``."""
     jobs = []
-    for scenario in ("full", "demo", "day", "business_only", "missing"):
+    for scenario in ("full", "demo", "day", "business_only", "edges", "missing"):
         for name in NAMES:
             jobs.append(
                 {
@@ -1196,6 +1240,34 @@ def test_notebook_tables_show_the_data(runs: dict[str, dict[str, Any]]) -> None:
     for text in ("Shop.Messages.OrderBilled", "critical_p90_", "Shipping"):
         assert text in audit
     assert "System.TimeoutException" not in audit  # error-queue rows are not audit rows
+
+
+@pytest.mark.slow
+def test_times_at_the_ends_of_the_calendar(runs: dict[str, dict[str, Any]]) -> None:
+    """Times a sender wrote at the ends of .NET's calendar (year 1, DateTime.MaxValue) beside nulls: every
+    notebook runs and saves its plots, tables print those times as they are (MaxValue came out as year
+    10000 through a float and failed the table; year 1 printed as ``1-01-01``), time axes stay within the
+    years matplotlib names (their margins went past 9999 and failed the picture), and the failures over
+    time still count every failure, in buckets coarse enough for ten thousand years."""
+    for name in NAMES:
+        result = runs[f"edges/{name}"]
+        assert set(_plots(result["output"])) == EXPECTED_PLOTS[name], name
+        _check_tables(result["stdout"])
+        assert "10000-" not in result["stdout"] and " 1-01-01" not in result["stdout"], name
+    errors = runs["edges/error_queue"]
+    summary = _section(errors["stdout"], "failed messages per error queue")
+    assert len(summary) == 1 and summary[0].split()[:2] == ["public.error", str(EDGE_FAILURES)], summary
+    assert "0001-01-01 00:00:00 UTC" in summary[0] and "9999-12-31 23:59:59 UTC" in summary[0], summary
+    calendar = (mdates.date2num(FIRST_INSTANT), mdates.date2num(LAST_INSTANT))
+    for name in NAMES:
+        for plot in runs[f"edges/{name}"]["figures"].values():
+            for panel in (p for p in plot if p["time_axis"]):
+                low, high = panel["xlim"]
+                assert calendar[0] <= low < high <= calendar[1] + 1e-6, (name, panel["title"], panel["xlim"])
+    [panel] = runs["edges/error_queue"]["figures"]["error_failures_over_time"]
+    drawn = sum(sum(y for y in line["y"] if y) for line in panel["lines"]) + sum(b["height"] for b in panel["bars"])
+    assert drawn == EDGE_FAILURES, panel["title"]
+    assert "365 days" in panel["title"], panel["title"]
 
 
 @pytest.mark.slow

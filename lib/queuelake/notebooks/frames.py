@@ -28,6 +28,11 @@ BUCKETS: dict[str, tuple[str, str, int]] = {
     "15 minutes": ("15 minutes", "15min", 900),
     "hour": ("1 hour", "1h", 3600),
     "day": ("1 day", "1D", 86400),
+    # for journals that span months and years, and for a time of year 1 or 9999 a sender wrote (a .NET
+    # DateTime.MinValue or MaxValue): days over that span were millions of buckets, and a picture of them
+    "week": ("7 days", "7D", 7 * 86400),
+    "30 days": ("30 days", "30D", 30 * 86400),
+    "365 days": ("365 days", "365D", 365 * 86400),
 }
 
 # ``auto`` buckets: the finest that cuts the span into at most this many. A day is 24 hours, a demo drained
@@ -44,17 +49,34 @@ def choose_bucket(df: DataFrame, column: str, bucket: str, most: int = BUCKET_TA
         return bucket
     row = df.agg((F.unix_seconds(F.max(column)) - F.unix_seconds(F.min(column))).alias("s")).first()
     span = (row["s"] if row is not None else None) or 0  # an aggregate has one row; its value null when empty
-    return next((name for name, (_, _, seconds) in BUCKETS.items() if span / seconds <= most), "day")
+    return next((name for name, (_, _, seconds) in BUCKETS.items() if span / seconds <= most), "365 days")
+
+
+_NULL_FLAG = "__queuelake_null_"  # beside each time column in transit: whether its value was null
 
 
 def to_pandas_utc(df: DataFrame, *columns: str) -> pd.DataFrame:
     """``df`` as pandas, the timestamp ``columns`` as timezone-aware UTC. Spark's own conversion renders
     timestamps in the session's time zone (a Databricks cluster's may not be UTC) and drops the zone; the
-    instant in microseconds cannot be misread, whatever the session says."""
-    pdf = cast(pd.DataFrame, df.withColumns({c: F.unix_micros(c) for c in columns}).toPandas())
+    instant in microseconds cannot be misread, whatever the session says. Nulls travel as a flag of their
+    own: a bigint column holding a null arrives as float64, exact only to 2^53 microseconds (the years
+    1685 to 2255), and .NET's ``DateTime.MaxValue`` came out as year 10000, which no table could print."""
+    micros = {c: F.coalesce(F.unix_micros(c), F.lit(0)) for c in columns}
+    flags = {_NULL_FLAG + c: F.col(c).isNull() for c in columns}
+    pdf = cast(pd.DataFrame, df.withColumns({**micros, **flags}).toPandas())
     for c in columns:
-        pdf[c] = pd.to_datetime(pdf[c], unit="us", utc=True)
+        pdf[c] = times_from_micros(pdf[c], pdf.pop(_NULL_FLAG + c))
     return pdf
+
+
+def times_from_micros(micros: Sequence[int | None] | pd.Series, missing: Sequence[bool] | None = None) -> pd.Series:
+    """Instants from microseconds since the epoch, exactly (UTC; None, or True in ``missing``: NaT). For
+    values collected from Spark: through a float (a list holding None, a column holding a null) they lose
+    their last digits outside the years 1685 to 2255."""
+    values = pd.array(list(micros), dtype="Int64")  # from Python ints or int64: exact
+    absent = values.isna() if missing is None else values.isna() | pd.array(list(missing), dtype="boolean")
+    times = pd.Series(pd.to_datetime(values.fillna(0).astype("int64"), unit="us", utc=True))
+    return times.mask(pd.Series(absent, dtype=bool).to_numpy())
 
 
 def spark_table(df: DataFrame) -> pd.DataFrame:

@@ -12,7 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-# Every time a notebook prints, in tables and text alike: one format, always UTC, said so.
+from queuelake.timetext import shown_utc
+
+# Every time a notebook prints, in tables and text alike: one format, always UTC, said so. As strftime would
+# write it, but written by ``timetext.shown_utc``: strftime's %Y gives ``1`` for year 1.
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 # What a table shows for a value that is missing (null): not NaN, None or NaT.
 MISSING = "-"
@@ -22,7 +25,7 @@ def utc_text(value: Any) -> str:
     """A time as ``TIME_FORMAT`` (naive times are taken as UTC, as Spark's UTC session gives them)."""
     stamp = pd.Timestamp(value)
     stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-    return stamp.strftime(TIME_FORMAT)
+    return shown_utc(stamp.to_pydatetime(warn=False), "seconds") + " UTC"
 
 
 def _integral(series: pd.Series) -> bool:

@@ -24,6 +24,11 @@ BAR_LIMIT = 60
 LEAST_TREND_BUCKETS = 3
 TIME_LABEL = "time (UTC)"
 _DAY_SECONDS = 86400.0
+# matplotlib names dates of the years 1 to 9999 only: limits past them failed the picture's saving
+_CALENDAR = (
+    float(np.datetime64("0001-01-01", "s").astype(float)) / _DAY_SECONDS,  # days since 1970, as date numbers
+    float(np.datetime64("9999-12-31T23:59:59", "s").astype(float)) / _DAY_SECONDS,
+)
 
 
 def date_numbers(times: Any) -> Any:
@@ -48,7 +53,8 @@ def time_axis(
     start, end = date_numbers([first, last])
     end += bucket_seconds / _DAY_SECONDS
     margin = max((end - start) * 0.03, max(bucket_seconds, least_margin) / _DAY_SECONDS)
-    ax.set_xlim(start - margin, end + margin)
+    low, high = _CALENDAR  # a time of year 1 or 9999 is drawn, the axis stays where dates have names
+    ax.set_xlim(max(start - margin, low), min(end + margin, high))
     locator = mdates.AutoDateLocator(tz=dt.timezone.utc, minticks=3, maxticks=9)
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=dt.timezone.utc))

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from queuelake.pipeline.conversation.model import Conversation, Message
+from queuelake.timetext import shown_utc
 
 FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
 FONT_SIZE = 11
@@ -154,15 +155,15 @@ def tooltip(message: Message) -> str:
 
 
 def _utc(value: dt.datetime | None) -> str:
-    return "-" if value is None else value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    return "-" if value is None else shown_utc(value) + " UTC"
 
 
 def _row_times(messages: list[Message]) -> list[str]:
     """Each row's time: HH:MM:SS.mmm when the conversation lies within one day, else with the date."""
     times = [m.when.astimezone(dt.timezone.utc) if m.when else None for m in messages]
     days = {t.date() for t in times if t is not None}
-    form = "%H:%M:%S.%f" if len(days) <= 1 else "%m-%d %H:%M:%S.%f"
-    return ["-" if t is None else t.strftime(form)[:-3] for t in times]
+    start = 11 if len(days) <= 1 else 5  # shown_utc's text from the hour, or from the month
+    return ["-" if t is None else shown_utc(t)[start:] for t in times]
 
 
 @dataclass

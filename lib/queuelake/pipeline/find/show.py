@@ -17,8 +17,9 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from queuelake.timetext import shown_utc
+
 BODY_CHARS = 60  # of a body in the table
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"  # shown to the millisecond, UTC
 TABLE = ("time_sent", "kind", "moment", "queue", "seq", "message_id", "message_type", "detail", "body")
 HEADINGS = {"time_sent": "TIME SENT (UTC)", "moment": "AT (UTC)", "seq": "SEQ", "message_id": "MESSAGE ID"}
 
@@ -81,7 +82,7 @@ def json_lines(rows: pa.Table) -> Iterator[str]:
 def _time(value: Any) -> str:
     if not isinstance(value, dt.datetime):
         return "-"
-    return value.astimezone(dt.timezone.utc).strftime(TIME_FORMAT)[:-3]
+    return shown_utc(value)
 
 
 def _short(text: str, limit: int) -> str:

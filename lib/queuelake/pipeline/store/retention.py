@@ -39,6 +39,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.store import typed
 from queuelake.pipeline.store.erase import key_filter
 from queuelake.report import log
+from queuelake.timetext import iso_utc
 from queuelake.transport.tables import queue_ref
 
 JOURNAL = catalogue.MESSAGES.name
@@ -85,7 +86,7 @@ def sql_text(value: str) -> str:
 
 
 def sql_time(value: dt.datetime) -> str:
-    return sql_text(value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return sql_text(iso_utc(value))
 
 
 def _match(rule: RetentionRule, cfg: Config) -> tuple[list[str], list[ds.Expression]]:
@@ -136,6 +137,15 @@ def filters(cfg: Config, now: dt.datetime) -> list[RetentionFilter]:
     return out
 
 
+def _cutoff(now: dt.datetime, days: int) -> dt.datetime:
+    """``days`` before ``now``; the first instant of year 1 when that is earlier (``days: 800000`` made
+    every ``maintain`` fail with an OverflowError): no row is older, so the rule removes nothing."""
+    try:
+        return now - dt.timedelta(days=days)
+    except OverflowError:
+        return dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
 def _filter(
     label: str,
     days: int,
@@ -143,7 +153,7 @@ def _filter(
     matched: tuple[str, ds.Expression],
     earlier: list[tuple[str, ds.Expression]],
 ) -> RetentionFilter:
-    cutoff = now - dt.timedelta(days=days)
+    cutoff = _cutoff(now, days)
     sql = [matched[0], f'"drained_at" < {sql_time(cutoff)}']
     arrow = matched[1] & (ds.field("drained_at") < pa.scalar(cutoff, _UTC))
     for before_sql, before_arrow in earlier:  # what an earlier rule matches is that rule's

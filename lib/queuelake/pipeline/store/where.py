@@ -19,6 +19,7 @@ from queuelake.errors import ArgumentError
 from queuelake.lake.deletes import RowFilter
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.predicate import check_predicate
+from queuelake.timetext import iso_utc
 
 
 def row_filter(predicate: str | None, schema: pa.Schema) -> RowFilter:
@@ -65,7 +66,4 @@ def _times_as_utc(column: object) -> None:
             continue
         text = str(literal.this)
         value = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
-        utc = value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        literal.replace(exp.Literal.string(utc))
+        literal.replace(exp.Literal.string(iso_utc(value)))

@@ -1,0 +1,51 @@
+"""Times written for people and for SQL engines keep four-digit years: ``strftime``'s ``%Y`` gives ``1`` for
+year 1 on glibc, which a Delta delete could not parse (``erase``, retention) and which broke tables' columns
+(``find``, conversation pictures, the notebooks). Also: times read back from microseconds stay exact at
+.NET's ``DateTime.MaxValue`` (through a float they became year 10000)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+
+import pandas as pd
+from queuelake.notebooks.frames import times_from_micros
+from queuelake.notebooks.tables import table_text, utc_text
+from queuelake.pipeline.conversation import svg
+from queuelake.pipeline.find import show
+from queuelake.timetext import iso_utc, shown_utc
+
+UTC = dt.timezone.utc
+FIRST = dt.datetime(1, 1, 1, tzinfo=UTC)
+LAST = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+LAST_MICROS = 253402300799999999
+
+
+def test_years_keep_four_digits() -> None:
+    assert iso_utc(FIRST) == "0001-01-01T00:00:00.000000Z"
+    assert iso_utc(LAST) == "9999-12-31T23:59:59.999999Z"
+    assert iso_utc(dt.datetime(999, 12, 31, 22, tzinfo=dt.timezone(dt.timedelta(hours=-3)))) == (
+        "1000-01-01T01:00:00.000000Z"
+    )
+    assert iso_utc(dt.datetime(999, 5, 1)) == "0999-05-01T00:00:00.000000Z"  # naive: UTC
+    assert shown_utc(FIRST) == "0001-01-01 00:00:00.000" and shown_utc(LAST, "seconds") == "9999-12-31 23:59:59"
+
+
+def test_find_and_conversations_show_every_year_alike() -> None:
+    assert show._time(FIRST) == "0001-01-01 00:00:00.000" and show._time(LAST) == "9999-12-31 23:59:59.999"
+    assert svg._utc(FIRST) == "0001-01-01 00:00:00.000 UTC"
+    rows = [SimpleNamespace(when=FIRST), SimpleNamespace(when=None), SimpleNamespace(when=LAST)]
+    assert svg._row_times(rows) == ["01-01 00:00:00.000", "-", "12-31 23:59:59.999"]  # type: ignore[arg-type]
+    same_day = [SimpleNamespace(when=FIRST), SimpleNamespace(when=FIRST + dt.timedelta(seconds=1.5))]
+    assert svg._row_times(same_day) == ["00:00:00.000", "00:00:01.500"]  # type: ignore[arg-type]
+
+
+def test_notebook_times_from_micros_are_exact_at_the_ends() -> None:
+    times = times_from_micros([LAST_MICROS, None, -62135596800000000])
+    assert list(times[[0, 2]]) == [pd.Timestamp(LAST), pd.Timestamp(FIRST)] and pd.isna(times[1])
+    flagged = times_from_micros(pd.Series([LAST_MICROS, 0]), pd.Series([False, True]))
+    assert flagged[0] == pd.Timestamp(LAST) and pd.isna(flagged[1])
+    assert [utc_text(t) for t in times[[0, 2]]] == ["9999-12-31 23:59:59 UTC", "0001-01-01 00:00:00 UTC"]
+    text = table_text(pd.DataFrame({"first_failure": times, "failures": [1, 2, 3]}))
+    assert [line.split()[-2:] for line in text.splitlines()[1:]] == [["UTC", "1"], ["-", "2"], ["UTC", "3"]], text
+    assert "9999-12-31 23:59:59 UTC" in text and "0001-01-01 00:00:00 UTC" in text, text
