@@ -22,15 +22,6 @@ import psycopg
 import pytest
 from queuelake.transport.embedded import odbc_from_uri, start_embedded, with_database
 
-# Every JVM the tests start compiles with C1 only. Dozens of tests start Spark (CLI commands in subprocesses,
-# kill loops, notebooks, the standalone cluster), and a test's JVM lives seconds: a local session starting,
-# running a tiny query and stopping cost 22.7-24.5 s of machine CPU with C2, 13.6-14.0 s with C1 only, on a
-# suite that is CPU-bound on two cores. Not a product default: a long transform wants C2. Through Spark's
-# launcher variables, not JDK_JAVA_OPTIONS, whose "Picked up" note on stderr the tests would read as noise.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)  # drivers: this process's session, CLI subprocesses
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)  # the standalone cluster's master and workers
-
 # Test files by the time they took in a full run (two workers, slowest first; measured 2026-11-27). They run
 # first so that the two workers end together: xdist hands out files in collection order (setup.cfg), and a
 # 2-minute file left for last ran alone. A file not listed keeps its place after these.

@@ -53,8 +53,6 @@ def write_conf(
         # interpreter); queuelake's source reaches it through the executors' environment
         "spark.executorEnv.PYTHONPATH": LIB,
         "spark.task.maxFailures": "12",
-        # the executors' JVMs compile as the tests' drivers do (tests/conftest.py)
-        "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
         **conf,
     }
     path.write_text(
