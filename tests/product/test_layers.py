@@ -58,7 +58,22 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("config", [["config"]]),
     ("dialects", [["transport.dialects", "transport.address"]]),
     ("nsb", [["nsb", "nsb.*"]]),
-    ("base", [["errors", "status", "report", "redaction", "stopping", "hooks", "versions", "examples.local_config"]]),
+    (
+        "base",
+        [
+            [
+                "errors",
+                "status",
+                "report",
+                "redaction",
+                "stopping",
+                "hooks",
+                "versions",
+                "timetext",
+                "examples.local_config",
+            ]
+        ],
+    ),
 ]
 
 _ENTRY_POINT = re.compile(r"queuelake(?:\.\w+)+:\w+")  # a "module:function" string, as entry points name one
