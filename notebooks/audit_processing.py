@@ -34,10 +34,12 @@ from queuelake.notebook_support import (
     decimals_for,
     duration_unit,
     grouped_bars,
+    implausible_note,
     in_unit,
     legend_outside,
     none_if_empty,
     per_bucket,
+    plausible_times,
     queue_rows,
     spark_table,
     trend_buckets,
@@ -109,13 +111,21 @@ messages = nb.read_table(tables.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     scope = queue_rows(messages, AUDIT_QUEUE)
-    candidates = scope.where(
-        (F.col("outcome") == "landed")
-        & F.col("processing_started").isNotNull()
-        & F.col("processing_ended").isNotNull()
-        & F.col("exception_type").isNull()
-        & F.col("failed_queue").isNull()
-    ).withColumns(
+    candidates, implausible = plausible_times(
+        scope.where(
+            (F.col("outcome") == "landed")
+            & F.col("processing_started").isNotNull()
+            & F.col("processing_ended").isNotNull()
+            & F.col("exception_type").isNull()
+            & F.col("failed_queue").isNull()
+        ),
+        "processing_started",
+        "processing_ended",
+        "time_sent",
+    )
+    if implausible:
+        print(implausible_note(implausible, "audited row(s)", "a ProcessingStarted, ProcessingEnded or TimeSent"))
+    candidates = candidates.withColumns(
         {
             "processing_ms": (F.unix_micros("processing_ended") - F.unix_micros("processing_started")) / 1000.0,
             "critical_ms": (F.unix_micros("processing_ended") - F.unix_micros("time_sent")) / 1000.0,

@@ -30,9 +30,11 @@ from queuelake.notebook_support import (
     Notebook,
     choose_bucket,
     counts_over_time,
+    implausible_note,
     label_bars,
     none_if_empty,
     per_bucket,
+    plausible_times,
     queue_rows,
     spark_table,
     unquote_queues,
@@ -165,15 +167,24 @@ if failures is not None:
 # MAGIC %md
 # MAGIC ## Failures over time
 # MAGIC
-# MAGIC By `time_of_failure` (when the last retry gave up), else by when the row was drained.
+# MAGIC By `time_of_failure` (when the last retry gave up), else by when the row was drained. A time no clock wrote
+# MAGIC (before 1970, or more than a day after the drain: .NET's `DateTime.MinValue` or `MaxValue`) is left out of
+# MAGIC the picture and counted in a note.
 
 # COMMAND ----------
 
+timed = None
 if failures is not None:
-    bucket = choose_bucket(failures, "failed_at", BUCKET)
+    timed, implausible = plausible_times(failures, "time_of_failure")
+    if implausible:
+        print(implausible_note(implausible, "failure(s)", "a TimeOfFailure"))
+        timed = none_if_empty(timed, "failures with a plausible TimeOfFailure", ERROR_QUEUE)
+
+if timed is not None:
+    bucket = choose_bucket(timed, "failed_at", BUCKET)
     top_types = [r["exception_type"] for r in by_type.head(5).to_dict("records")]
     series_col = F.when(F.col("exception_type").isin(top_types), F.col("exception_type")).otherwise(F.lit("(other)"))
-    over_time = per_bucket(failures, "failed_at", bucket, [series_col.alias("exception_type")])
+    over_time = per_bucket(timed, "failed_at", bucket, [series_col.alias("exception_type")])
     series = wide(over_time, "bucket", "exception_type", "count", bucket)
     fig, ax = plt.subplots(figsize=(11, 4.5))
     counts_over_time(ax, series, bucket, f"failures per {bucket}, by exception type", f"failures / {bucket}")

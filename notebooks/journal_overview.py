@@ -34,8 +34,10 @@ from queuelake.notebook_support import (
     decimals_for,
     duration_unit,
     grouped_bars,
+    implausible_note,
     in_unit,
     per_bucket,
+    plausible_times,
     runs_figure,
     spark_table,
     time_span,
@@ -107,15 +109,19 @@ if messages is not None:
 # MAGIC ## Lag from `time_sent` to `drained_at`
 # MAGIC
 # MAGIC The sender's clock against the lake's: small negative values are clock skew. Expired and quarantined rows
-# MAGIC have no decoded `time_sent` and are left out.
+# MAGIC have no decoded `time_sent` and are left out, as are times no clock wrote (before 1970, or more than a day
+# MAGIC after the drain: .NET's `DateTime.MinValue` or `MaxValue`), counted in a note.
 
 # COMMAND ----------
 
 lagged = None
 if messages is not None:
-    lagged = messages.where((F.col("outcome") == "landed") & F.col("time_sent").isNotNull()).withColumn(
-        "lag_s", (F.unix_micros("drained_at") - F.unix_micros("time_sent")) / 1e6
+    lagged, implausible = plausible_times(
+        messages.where((F.col("outcome") == "landed") & F.col("time_sent").isNotNull()), "time_sent"
     )
+    if implausible:
+        print(implausible_note(implausible, "row(s)", "a TimeSent"))
+    lagged = lagged.withColumn("lag_s", (F.unix_micros("drained_at") - F.unix_micros("time_sent")) / 1e6)
     if lagged.isEmpty():
         print("note: no landed rows with a TimeSent header: no lag to show")
         lagged = None

@@ -50,7 +50,9 @@ from queuelake.notebook_support import (
     decimals_for,
     every_bucket,
     grouped_bars,
+    implausible_note,
     per_bucket,
+    plausible_times,
     spark_table,
     time_axis,
     times_from_micros,
@@ -324,8 +326,13 @@ if example is not None:
         .orderBy(F.desc("total"), "key")
         .toPandas()
     )
-    bucket = choose_bucket(rows, "time_sent", BUCKET)
-    over_time = per_bucket(rows, "time_sent", bucket, [], F.sum(a).alias("total")).set_index("bucket")["total"]
+    timed, implausible = plausible_times(rows, "time_sent")
+    if implausible and timed.isEmpty():
+        timed = rows  # every time is implausible: those are drawn, as they are, rather than an empty panel
+    elif implausible:
+        print(implausible_note(implausible, "row(s)", "a TimeSent"))
+    bucket = choose_bucket(timed, "time_sent", BUCKET)
+    over_time = per_bucket(timed, "time_sent", bucket, [], F.sum(a).alias("total")).set_index("bucket")["total"]
     over_time = over_time.reindex(every_bucket(over_time.index, bucket), fill_value=0).sort_index()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5), gridspec_kw={"width_ratios": [2, 3]})

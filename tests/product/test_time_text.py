@@ -8,9 +8,11 @@ from __future__ import annotations
 import datetime as dt
 from types import SimpleNamespace
 
+import matplotlib
 import pandas as pd
-from queuelake.notebooks.frames import times_from_micros
+from queuelake.notebooks.frames import every_bucket, times_from_micros
 from queuelake.notebooks.tables import table_text, utc_text
+from queuelake.notebooks.time_charts import time_axis
 from queuelake.pipeline.conversation import svg
 from queuelake.pipeline.find import show
 from queuelake.timetext import iso_utc, shown_utc
@@ -49,3 +51,23 @@ def test_notebook_times_from_micros_are_exact_at_the_ends() -> None:
     text = table_text(pd.DataFrame({"first_failure": times, "failures": [1, 2, 3]}))
     assert [line.split()[-2:] for line in text.splitlines()[1:]] == [["UTC", "1"], ["-", "2"], ["UTC", "3"]], text
     assert "9999-12-31 23:59:59 UTC" in text and "0001-01-01 00:00:00 UTC" in text, text
+
+
+def test_a_time_axis_over_ten_thousand_years_saves() -> None:
+    """A picture whose times run from year 1 to DateTime.MaxValue (every time in it implausible, so the
+    notebooks draw them as they are): its margins went past 9999, and matplotlib refused to save it. Its
+    buckets are 365 days (``every_bucket``), not millions of days."""
+    matplotlib.use("Agg")
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buckets = every_bucket(pd.DatetimeIndex([pd.Timestamp(FIRST), pd.Timestamp("9999-06-01", tz="UTC")]), "365 days")
+    assert 9_990 < len(buckets) < 10_010 and buckets[0] <= pd.Timestamp(FIRST)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    time_axis(ax, pd.Timestamp(FIRST), pd.Timestamp(LAST), 365 * 86400)
+    fig.savefig(io.BytesIO(), format="png")
+    low, high = ax.get_xlim()
+    assert low >= -719162.0 and high <= 2932897.0
+    plt.close(fig)

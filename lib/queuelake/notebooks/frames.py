@@ -40,6 +40,36 @@ BUCKETS: dict[str, tuple[str, str, int]] = {
 BUCKET_TARGET = 60
 
 
+# Header times no clock of the traffic could have written: before 1970, or more than a day after the row was
+# drained (after now, where a table has no drained_at). .NET's DateTime.MinValue and MaxValue, from a sender
+# that never set a time, are such: one stretched a chart of three hours of failures over ten thousand years,
+# and the lag of a year-1 TimeSent put every lag in days, 0.00 on every bar. The pictures and statistics over
+# time leave those rows out and say how many (``plausible_times``); tables of rows still show them.
+EARLIEST_PLAUSIBLE = "1970-01-01 00:00:00"
+LATEST_AFTER_DRAIN = "1 day"
+
+
+def plausible_times(df: DataFrame, *columns: str) -> tuple[DataFrame, int]:
+    """``df`` without the rows whose time in any of ``columns`` is implausible (see ``EARLIEST_PLAUSIBLE``;
+    a null is not), and how many rows that left out."""
+    latest = F.col("drained_at") if "drained_at" in df.columns else F.current_timestamp()
+    latest = latest + F.expr(f"INTERVAL {LATEST_AFTER_DRAIN}")
+    earliest = F.to_timestamp(F.lit(EARLIEST_PLAUSIBLE))
+    odd = F.lit(False)
+    for column in columns:
+        odd = odd | F.coalesce((F.col(column) < earliest) | (F.col(column) > latest), F.lit(False))
+    left_out = df.where(odd).count()
+    return (df.where(~odd) if left_out else df), left_out
+
+
+def implausible_note(count: int, what: str, columns: str) -> str:
+    """The note that says ``plausible_times`` left rows out."""
+    return (
+        f"note: {count} {what} with {columns} before 1970 or after their drain left out here (a sender's clock "
+        "at .NET's DateTime.MinValue or MaxValue?); the journal keeps them"
+    )
+
+
 def choose_bucket(df: DataFrame, column: str, bucket: str, most: int = BUCKET_TARGET) -> str:
     """``bucket`` (the parameter), or with ``auto`` the finest bucket that cuts the data's time span in
     ``column`` into at most ``most`` buckets: fine enough to see bursts, few enough that a bucket holds
