@@ -45,7 +45,7 @@ BUCKET_TARGET = 60
 # that never set a time, are such: one stretched a chart of three hours of failures over ten thousand years,
 # and the lag of a year-1 TimeSent put every lag in days, 0.00 on every bar. The pictures and statistics over
 # time leave those rows out and say how many (``plausible_times``); tables of rows still show them.
-EARLIEST_PLAUSIBLE = "1970-01-01 00:00:00"
+EARLIEST_PLAUSIBLE = 0  # seconds since 1970-01-01 UTC: the instant, whatever the session's time zone
 LATEST_AFTER_DRAIN = "1 day"
 
 
@@ -54,7 +54,7 @@ def plausible_times(df: DataFrame, *columns: str) -> tuple[DataFrame, int]:
     a null is not), and how many rows that left out."""
     latest = F.col("drained_at") if "drained_at" in df.columns else F.current_timestamp()
     latest = latest + F.expr(f"INTERVAL {LATEST_AFTER_DRAIN}")
-    earliest = F.to_timestamp(F.lit(EARLIEST_PLAUSIBLE))
+    earliest = F.timestamp_seconds(F.lit(EARLIEST_PLAUSIBLE))
     odd = F.lit(False)
     for column in columns:
         odd = odd | F.coalesce((F.col(column) < earliest) | (F.col(column) > latest), F.lit(False))
