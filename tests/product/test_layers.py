@@ -27,7 +27,8 @@ above; where a layer has parts (``lake | transport``), the parts do not import e
                    type names, ServiceControl's retry headers, the bulk header decoders): no queue
                    database, lake or setting, so every layer that meets the wire can use it
 11. base           ``errors``, ``status``, ``report``, ``redaction``, ``stopping``, ``hooks``, ``versions``,
-                   ``examples.local_config`` (the YAML config falls back to)
+                   ``timetext``, ``allocator`` (glibc's thresholds), ``examples.local_config`` (the YAML config
+                   falls back to)
 
 Package ``__init__`` modules import nothing from queuelake: every submodule's import runs them, so
 whatever they imported every submodule would depend on. A module that matches no layer fails the
@@ -70,6 +71,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                 "hooks",
                 "versions",
                 "timetext",
+                "allocator",
                 "examples.local_config",
             ]
         ],

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from queuelake.allocator import keep_freed_memory
 from queuelake.config import Config
 from queuelake.context import resolved_transport
 from queuelake.errors import DrainError
@@ -55,6 +56,7 @@ def drain(
         raise DrainError("no queues to drain: set drain.queues or pass --queue")
     if config.drain.workers_per_queue > MAX_WORKERS_PER_QUEUE:
         raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
+    keep_freed_memory()  # each batch reuses the last one's pages (allocator.py)
     refs = list({r.canonical: r for r in (queue_ref(n, config.transport) for n in names)}.values())
     max_messages = max_messages if max_messages is not None else config.drain.max_messages
     max_seconds = max_seconds if max_seconds is not None else config.drain.max_seconds

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from queuelake.allocator import keep_freed_memory
 from queuelake.config import Config
 from queuelake.context import connect, resolved_transport
 from queuelake.errors import DrainError
@@ -109,6 +110,7 @@ def drain_queues_task(
 
         setup_logging(first.log_level)
     config = first.config
+    keep_freed_memory()  # this process's batches reuse each other's pages (allocator.py)
     log.info("drain: a task of %d queue(s), python %s, pid %d", len(jobs), sys.executable, os.getpid())
     resources = opened or TaskResources.open(config)
     journal, shared = resources.journal, resources.shared
