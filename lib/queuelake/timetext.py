@@ -18,10 +18,10 @@ def as_utc(value: dt.datetime) -> dt.datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def iso_utc(value: dt.datetime) -> str:
-    """ISO 8601 with microseconds and ``Z``: ``0001-01-01T00:00:00.000000Z``. For SQL literals a Delta
-    engine reads as the same instant."""
-    return as_utc(value).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+def iso_utc(value: dt.datetime, timespec: str = "microseconds") -> str:
+    """ISO 8601 and ``Z``: ``0001-01-01T00:00:00.000000Z`` (``timespec`` as ``isoformat``'s). For SQL
+    literals a Delta engine reads as the same instant, and Delta statistics (in milliseconds)."""
+    return as_utc(value).replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
 
 
 def shown_utc(value: dt.datetime, timespec: str = "milliseconds") -> str:

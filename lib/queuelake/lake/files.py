@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from queuelake.lake.commits import commit_actions
 from queuelake.lake.partitions import partition_dir, split_partitions
+from queuelake.timetext import iso_utc
 
 TARGET_FILE_BYTES = 256 * 1024 * 1024  # Arrow bytes per data file before rolling over to the next
 ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered per row group (bounded memory per open file)
@@ -183,14 +184,9 @@ def _ms_bound(millis: int) -> str | None:
     0001-01-01 .. 9999-12-31 23:59:59.999 (the maximum of a file holding 9999-12-31 23:59:59.9995
     or later rounds up past it)."""
     try:
-        return _iso_ms(_EPOCH + timedelta(milliseconds=millis))
+        return iso_utc(_EPOCH + timedelta(milliseconds=millis), "milliseconds")
     except OverflowError:
         return None
-
-
-def _iso_ms(value: datetime) -> str:
-    """Not strftime: its %Y gives ``1`` for year 1 on glibc, which no Delta reader parses."""
-    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def _is_nested(t: pa.DataType) -> bool:

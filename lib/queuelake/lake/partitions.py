@@ -10,7 +10,7 @@ Runs in Spark Python workers too (through the sink): keep imports light.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.errors import LakeError
+from queuelake.timetext import iso_utc
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
@@ -29,8 +30,7 @@ def partition_value(value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime):
-        value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"  # %Y: see files._iso_ms
+        return iso_utc(value)  # not strftime: its %Y gives ``1`` for year 1 (timetext)
     if isinstance(value, bytes):
         raise LakeError("binary partition columns are not supported")
     return str(value)
