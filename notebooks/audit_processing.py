@@ -238,5 +238,6 @@ if audited is not None:
             axes[0][1], trend, "endpoint", "p90_ms", title, f"processing time, {unit}", bucket, None, size / 0.001
         )
     else:
-        print(f"note: the audited messages were processed within {trend_buckets(trend)} {bucket}(s): no trend to draw")
+        spanned = f"{trend_buckets(trend)} bucket(s) of {BUCKETS[bucket][0]}"  # "2 bucket(s) of 5 minutes"
+        print(f"note: the audited messages were processed within {spanned}: no trend to draw")
     nb.save_or_show(fig, "audit_distribution")
