@@ -193,6 +193,23 @@ def test_what_only_spark_reads_is_left_to_it(predicate: str) -> None:
     assert arrow_predicate(predicate, tables.MESSAGES.schema) is None
 
 
+def test_seq_takes_every_bigint() -> None:
+    """SQL Server's RowVersion is a bigint that reaches 19 digits; 18 were the most taken, and ``erase``
+    refused ``seq = <19 digits>`` as a predicate it could not translate."""
+    schema = tables.MESSAGES.schema
+    table = pa.table({"seq": pa.array([-(2**63), 5, 2**63 - 2, 2**63 - 1], pa.int64())})
+    for predicate, want in (
+        ("seq = 9223372036854775807", [2**63 - 1]),
+        ("seq >= 1234567890123456789", [2**63 - 2, 2**63 - 1]),
+        ("seq = -9223372036854775808", [-(2**63)]),
+    ):
+        translated = arrow_predicate(predicate, schema)
+        assert translated is not None, predicate
+        assert table.filter(translated.expression).column("seq").to_pylist() == want, predicate
+    assert arrow_predicate("seq = 9223372036854775808", schema) is None  # past bigint: Spark's decimal
+    assert arrow_predicate("seq = 12345678901234567890", schema) is None
+
+
 def test_a_time_without_zone_is_read_in_the_session_zone() -> None:
     translated = arrow_predicate("time_of_failure >= '2026-11-01 09:00'", tables.MESSAGES.schema, "Europe/Paris")
     assert translated is not None

@@ -36,7 +36,7 @@ import pyarrow.dataset as ds
 
 _TEXT = pa.string()
 _TIME_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?(?:Z|[+-]\d{2}:\d{2})?")
-_INTEGER = re.compile(r"[0-9]{1,18}")
+_INTEGER = re.compile(r"[0-9]{1,19}")  # a bigint: SQL Server RowVersions reach 19 digits
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,10 @@ class _Translator:
         if type_ == pa.int64():
             if node.is_string or not _INTEGER.fullmatch(text):
                 raise _Untranslatable
-            return pa.scalar(sign * int(text), pa.int64())
+            value = sign * int(text)
+            if not -(2**63) <= value < 2**63:  # Spark reads a larger number as a decimal
+                raise _Untranslatable
+            return pa.scalar(value, pa.int64())
         if not node.is_string:
             raise _Untranslatable
         return pa.scalar(self.instant(text), type_)
