@@ -124,6 +124,8 @@ PREDICATES = [
     "seq > 40 OR queue = 'error'",
     "5 < seq",
     "seq = -3",
+    "seq < 9223372036854775807",  # bigint's ends, 19 digits: Spark reads them as bigint too
+    "seq > -9223372036854775808 AND seq <> 9223372036854775807",
     "time_of_failure >= '2026-11-01'",
     "time_of_failure < '2026-11-01T08:30:00Z'",
     "time_of_failure > '2026-11-01 09:29:59+01:00'",
