@@ -10,9 +10,11 @@ why. QUEUELAKE_REQUIRE_DELTA_JVM=1 (CI) turns that skip into a failure. Nothing 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,6 +23,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from queuelake.transport.embedded import odbc_from_uri, start_embedded, with_database
+
+from tests import jvm_flags
 
 # Test files by the time they took in a full run (two workers, slowest first; measured 2026-11-27). They run
 # first so that the two workers end together: xdist hands out files in collection order (setup.cfg), and a
@@ -44,6 +48,20 @@ HEAVIEST_FIRST = (
     "pipeline/test_runs.py",
     "product/test_embedded_multi.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests' JVMs start from a class archive, the short-lived ones on C1 (``jvm_flags``). Set up by the
+    xdist controller (or the one process without xdist) before any worker starts: they inherit it."""
+    if hasattr(config, "workerinput"):
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def say(line: str) -> None:
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            print(line, file=sys.stderr, flush=True)
+
+    jvm_flags.use(delta_jars()[0], say)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -163,7 +181,8 @@ def spark():
 
     jars, _ = delta_jars()
     conf = delta_conf(jars) if jars else {}
-    session = get_spark(SparkConfig(master="local[2]", app_name="queuelake-tests", conf=conf))
+    with jvm_flags.long_lived():  # lives for the whole run: compiled fully (C2), unlike the subprocesses' JVMs
+        session = get_spark(SparkConfig(master="local[2]", app_name="queuelake-tests", conf=conf))
     yield session
     session.stop()
 

@@ -28,6 +28,7 @@ import pytest
 from queuelake.config import Config
 from queuelake.lake.reading import read_table
 
+from tests import jvm_flags
 from tests.pipeline.standalone import Cluster, standalone_cluster
 from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids
 from tests.pipeline.test_drain_kills import claim_count
@@ -53,6 +54,8 @@ def write_conf(
         # interpreter); queuelake's source reaches it through the executors' environment
         "spark.executorEnv.PYTHONPATH": LIB,
         "spark.task.maxFailures": "12",
+        # the executors' JVMs start as the tests' drivers do (tests/jvm_flags.py)
+        "spark.executor.extraJavaOptions": jvm_flags.executor_options(),
         **conf,
     }
     path.write_text(

@@ -50,6 +50,8 @@ from queuelake.nsb.times import format_time  # noqa: E402
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA  # noqa: E402
 from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 
+from tests import jvm_flags  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 NAMES = ["journal_overview", "error_queue", "audit_processing"]
@@ -685,7 +687,7 @@ PARAMETERS += ["QUEUELAKE_GROUP_BY", "QUEUELAKE_AMOUNT"]
 def _run_notebooks(jobs: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any]]:
     """Every job run in one subprocess (one local Spark); results keyed as the jobs are."""
     results_file = out / "results.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = jvm_flags.long_lived_env({**os.environ, "PYTHONUNBUFFERED": "1"})  # one JVM for every notebook
     for var in (*PARAMETERS, "DATABRICKS_RUNTIME_VERSION"):
         env.pop(var, None)
     proc = subprocess.run(

@@ -1,0 +1,42 @@
+"""The tests' JVMs start as ``tests/jvm_flags.py`` says: Spark's launcher maps the class archive, and each
+worker's long-lived session compiles fully (C1 is for the short-lived JVMs only)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import jvm_flags
+
+pytestmark = pytest.mark.skipif(not jvm_flags.enabled(), reason="QUEUELAKE_TEST_JVM_FLAGS=0")
+
+
+def _spark_submit_version(options: str) -> subprocess.CompletedProcess[str]:
+    """``spark-submit --version``: the launcher builds the driver's class path and options as for a job."""
+    import pyspark
+
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": options}
+    return subprocess.run([str(spark_submit), "--version"], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_spark_drivers_map_the_class_archive() -> None:
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    archive = jvm_flags.archive_path()
+    assert archive is not None and archive.exists(), "the first pytest run makes the archive"
+    assert f"-XX:SharedArchiveFile={archive}" in options and jvm_flags.C1_ONLY in options
+    # -Xshare:on: a JVM that cannot use the archive (another JDK's, another class path) exits instead
+    mapped = _spark_submit_version(options + " -Xshare:on")
+    assert mapped.returncode == 0, mapped.stdout + mapped.stderr
+    assert "version" in mapped.stdout + mapped.stderr
+    refused = _spark_submit_version(f"-XX:SharedArchiveFile={jvm_flags.REPO / 'setup.py'} -Xshare:on")
+    assert refused.returncode != 0  # the check above can fail
+
+
+def test_the_session_fixture_compiles_fully(spark) -> None:
+    arguments = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert any(a.startswith("-XX:SharedArchiveFile=") for a in arguments), arguments
+    assert jvm_flags.C1_ONLY not in arguments, arguments
