@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,8 @@ from queuelake.lake.rust import DeltaRsEngine
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport.tables import bridge_ref, queue_ref
 
+from tests.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 S3_JARS = REPO / "jvm" / "jars" / "s3"
 DELTA_JARS = REPO / "jvm" / "jars"
@@ -43,14 +44,8 @@ boto3 = pytest.importorskip("boto3", reason="moto[server] (the dev extra) brings
 pytest.importorskip("moto.server", reason="moto[server] is in the dev extra: pip install -e '.[dev]'")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_moto(extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

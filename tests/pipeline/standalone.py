@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,6 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.ports import free_port
 
 
 @dataclass
@@ -32,12 +33,6 @@ class Cluster:
     def executor_logs(self) -> str:
         """Every executor's stderr so far (where the tasks' Python workers log)."""
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.folder.glob("work-*/app-*/*/stderr")))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -61,7 +56,7 @@ def standalone_cluster(workers: int = 2) -> Iterator[Cluster]:
     env = {**os.environ, "SPARK_HOME": spark_home, "SPARK_LOG_DIR": str(folder), "SPARK_NO_DAEMONIZE": "1"}
     env.pop("PYTHONPATH", None)  # the executors get queuelake's lib from the driver's spark.executorEnv
     spark_class = os.path.join(spark_home, "bin", "spark-class")
-    port, ui_port = _free_port(), _free_port()
+    port, ui_port = free_port(), free_port()
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(args: list[str], log: str) -> None:
@@ -84,7 +79,7 @@ def standalone_cluster(workers: int = 2) -> Iterator[Cluster]:
             work.mkdir()
             start(
                 ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1", "--memory", "1g"]
-                + ["--webui-port", str(_free_port()), "--work-dir", str(work), cluster.master],
+                + ["--webui-port", str(free_port()), "--work-dir", str(work), cluster.master],
                 f"worker-{i}.log",
             )
         deadline = time.monotonic() + 120
