@@ -11,7 +11,10 @@ import pytest
 
 from tests import jvm_flags
 
-pytestmark = pytest.mark.skipif(not jvm_flags.enabled(), reason="QUEUELAKE_TEST_JVM_FLAGS=0")
+# jvm_flags.use leaves a SPARK_SUBMIT_OPTS of the user's own as it is, and sets nothing then
+pytestmark = pytest.mark.skipif(
+    "QUEUELAKE_TEST_JVM_LONG_LIVED" not in os.environ, reason="QUEUELAKE_TEST_JVM_FLAGS=0, or SPARK_SUBMIT_OPTS set"
+)
 
 
 def _spark_submit_version(options: str) -> subprocess.CompletedProcess[str]:
