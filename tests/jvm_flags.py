@@ -7,8 +7,8 @@ running a tiny query and stopping cost 33-35 s of machine CPU (20-23 s wall) by 
 with the archive; 13 s (10.4 s wall) with the archive and C1 only.
 
 - The archive: the JDK's dynamic class-data sharing (``-XX:ArchiveClassesAtExit``), the classes one session
-  loaded, parsed and verified once, mapped by every later JVM. Made once per JDK, pyspark and jar set (about
-  a minute), in ``jvm/class-archive/``, by the first pytest run; a JVM whose class path differs (a test
+  loaded, parsed and verified once, mapped by every later JVM. Made once per JDK, pyspark and jar set (73-75 s
+  on the test machine), in ``jvm/class-archive/``, by the first pytest run; a JVM whose class path differs (a test
   that puts jars ahead of Spark's) silently starts without it (``-Xlog`` of cds off: its warning would go
   to the command's stdout, which the tests read).
 - C1 only (``-XX:TieredStopAtLevel=1``): cheaper to start, slower to run. Not for the JVMs that live
