@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from queuelake.config import from_dict
 from queuelake.examples import orders, traffic
@@ -29,6 +30,8 @@ from queuelake.pipeline.transform import transform
 from queuelake.quality import outbound
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport.tables import bridge_ref, queue_ref
+
+from tests.conftest import require_delta_jvm
 
 OUTBOUND = pa.schema(
     [
@@ -438,6 +441,54 @@ def test_ids_are_the_uuids_the_uuid_module_gives() -> None:
 def _timestamps(micros: list[int | None]) -> pa.Array:
     """Timestamps as Arrow holds them, past what Python's datetime can (year 20000, BC)."""
     return pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_times_spark_wrote_as_int96_are_sent_at_their_times(
+    fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None
+) -> None:
+    """An outbound table a Spark job wrote (on a delta-spark lake, or the user's own job): Spark stores
+    timestamps as Parquet INT96, which pyarrow read in nanoseconds (1677-2262). A deliver_at of year
+    2300 or 9999 wrapped round to a time in the past and the message was sent at once; 1600 became 2184.
+    Every time Spark holds must reach the delayed table as it is, and the edges be judged as they are."""
+    require_delta_jvm(spark)
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_spark"], [], executors_from_rows=from_rows)
+    setup_db(cfg, ["Billing"])
+    send = {"intent": "Send", "destination": "Billing", "message_type": "Billing.Messages.Commands.Charge, Billing"}
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+    def micros(when: dt.datetime) -> int:
+        return (when - epoch) // dt.timedelta(microseconds=1)
+
+    delays = {
+        "due-first-instant": micros(FIRST_INSTANT),
+        "due-1600": micros(dt.datetime(1600, 1, 1, tzinfo=dt.timezone.utc)),
+        "due-2300": micros(dt.datetime(2300, 1, 1, tzinfo=dt.timezone.utc)),
+        "due-last-instant": micros(LAST_INSTANT),
+        "due-last-microsecond-of-9999": micros(LAST_INSTANT) + 2999,
+    }
+    table = pa.Table.from_pylist([row(k, **send) for k in delays], schema=OUTBOUND)
+    due = _timestamps(list(delays.values()))
+    table = table.set_column(table.schema.get_field_index("deliver_at"), "deliver_at", due)
+    spark.createDataFrame(table).write.format("delta").save(str(tmp_path / "lake" / "outbound_spark"))
+    written = list((tmp_path / "lake" / "outbound_spark").glob("*.parquet"))
+    kinds = {leaf.path: leaf.physical_type for f in written for leaf in pq.ParquetFile(f).schema}
+    assert kinds["deliver_at"] == "INT96", "Spark writes no INT96 now: this test reads nothing it is about"
+    lake = open_lake(cfg.lake, spark)
+    held = lake.read_arrow("outbound_spark", columns=["key", "deliver_at"])
+    assert dict(zip(held["key"].to_pylist(), held["deliver_at"].cast(pa.int64()).to_pylist())) == delays
+
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["published"] == 4 and out["rejected"] == 1, out
+    rejected = read_table(str(tmp_path / "lake" / "outbound_spark_rejected"), columns=["key", "reasons"]).to_pylist()
+    assert rejected == [{"key": "due-last-microsecond-of-9999", "reasons": [outbound.DELIVER_AT_OUT_OF_RANGE]}]
+    with db.connect(cfg.transport) as conn:
+        dues = sorted(r[0] for r in conn.raw.execute('SELECT due FROM "public"."Billing.Delayed"').fetchall())
+    # a due is the database's clock plus the delay: a past one is due now, the others to the second
+    now = dt.datetime.now(dt.timezone.utc)
+    assert len(dues) == 4 and dues[1] < now + dt.timedelta(minutes=1), dues
+    assert abs(dues[2] - dt.datetime(2300, 1, 1, tzinfo=dt.timezone.utc)) < dt.timedelta(seconds=5), dues
+    assert abs(dues[3] - LAST_INSTANT) < dt.timedelta(seconds=5), dues
 
 
 @pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import storage
+from queuelake.lake.reading import parquet_format
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -131,7 +132,7 @@ def _fragments(dt: DeltaTable, where: RowFilter, columns: list[str] | None = Non
     schema = pa.schema(dt.schema().to_arrow())
     read_schema = pa.schema([schema.field(c) for c in sorted(set(columns or where.columns))])
     fs, _ = storage.filesystem(uris[0])
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    fmt = parquet_format()
     out = []
     for path, records in zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist()):
         uri = by_path.get(path.rsplit("/", 1)[-1])

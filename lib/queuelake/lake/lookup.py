@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from queuelake.errors import LakeError
 from queuelake.lake import storage
-from queuelake.lake.reading import local_paths, table_schema
+from queuelake.lake.reading import INT96_UNIT, local_paths, table_schema
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -150,7 +150,7 @@ def _matching_rows(
     against 0.16-0.22 s through a dataset fragment's subset."""
     import pyarrow.parquet as pq
 
-    file = pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit="us")
+    file = pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT)
     present = [name for name in schema.names if name in file.schema_arrow.names]
     data = file.read_row_groups(groups, columns=present, use_threads=True)
     data = data.filter(pc.is_in(data.column(column), value_set=value_set))

@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
+# The unit INT96 timestamps are read in, everywhere pyarrow opens a lake file. Spark writes timestamps as
+# Parquet INT96 unless told otherwise (``spark.sql.parquet.outputTimestampType``), and pyarrow reads INT96
+# in nanoseconds, whose range is 1677-2262: a ``deliver_at`` of 9999-12-31 in an outbound table Spark wrote
+# wrapped round to a time in the past and was sent at once. Microseconds hold every time Spark does.
+INT96_UNIT = "us"
+
+
+def parquet_format() -> ds.ParquetFileFormat:
+    """The Parquet format every Arrow dataset over lake files is read with (``INT96_UNIT``)."""
+    return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT))
+
 
 def table_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
@@ -102,7 +113,7 @@ def read_arrow(dt: DeltaTable, columns: list[str] | None = None) -> pa.Table:
     pieces = []
     for values, uris in files_by_partition(dt):
         filesystem, paths = _filesystem_paths(uris)
-        data = ds.dataset(paths, schema=data_schema, format="parquet", filesystem=filesystem).to_table(
+        data = ds.dataset(paths, schema=data_schema, format=parquet_format(), filesystem=filesystem).to_table(
             columns=[c for c in wanted if c not in partition_by]
         )
         arrays = []

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from queuelake.lake import storage
+from queuelake.lake.reading import INT96_UNIT, parquet_format
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,7 +43,7 @@ def open_file(uri: str) -> pq.ParquetFile:
     import pyarrow.parquet as pq
 
     fs, path = storage.filesystem(uri)
-    return pq.ParquetFile(path, filesystem=fs)
+    return pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT)
 
 
 def rows_in_files(uris: Sequence[str]) -> int:
@@ -55,7 +56,7 @@ def read_table(uri: str, columns: list[str]) -> pa.Table:
     import pyarrow.parquet as pq
 
     fs, path = storage.filesystem(uri)
-    return pq.read_table(path, columns=columns, filesystem=fs)
+    return pq.read_table(path, columns=columns, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT)
 
 
 def dataset(uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:
@@ -66,8 +67,7 @@ def dataset(uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:
 
     fs, _ = storage.filesystem(uris[0])  # one filesystem for them all (a round's files share a root)
     paths = [storage.path_in(uri) for uri in uris]
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-    return ds.dataset(paths, schema=schema, format=fmt, filesystem=fs)
+    return ds.dataset(paths, schema=schema, format=parquet_format(), filesystem=fs)
 
 
 def spark_frame(spark: SparkSession, uris: Sequence[str], schema: StructType) -> DataFrame:
