@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -143,9 +144,33 @@ class DeltaRsWriter(DataSourceArrowWriter):
         delete_files(o.table_uri, written, o.storage_options)
 
 
+# One registration at a time in this process: Spark's check-then-register is not atomic (see below).
+_REGISTERING = threading.Lock()
+
+
 def register(spark) -> None:
-    """Register the data source on this session (idempotent, cheap)."""
-    spark.dataSource.register(DeltaRsDataSource)
+    """Register the data source on ``spark`` and make it the calling thread's active session: safe from
+    any number of threads and as often as called (each write calls it).
+
+    Why the lock and the activation: Spark (4.1) refuses a registration with DATA_SOURCE_ALREADY_EXISTS
+    when the session being registered on does not hold the name yet but the JVM thread's *active*
+    session does, or when a second thread registers the same name between Spark's own check and put.
+    ``bodies`` writes its types' tables from a thread pool; each thread's JVM thread may carry another
+    active session than the one it writes with. So the target session is activated first, in the same
+    critical section, and a refusal is accepted only when the target session does hold the source."""
+    with _REGISTERING:
+        activate(spark)
+        try:
+            spark.dataSource.register(DeltaRsDataSource)
+        except Exception as exc:  # noqa: BLE001 - pyspark's AnalysisException; its class moved across versions
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc) or not registered(spark):
+                raise
+
+
+def registered(spark) -> bool:
+    """Whether ``spark``'s own session (not the thread's active one) holds the data source."""
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    return bool(manager.dataSourceExists(FORMAT))
 
 
 def activate(spark) -> None:

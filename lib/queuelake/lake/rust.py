@@ -68,7 +68,6 @@ class DeltaRsEngine(StagedWrites):
         self, root: str, spark: SparkSession | None = None, storage_options: dict[str, str] | None = None
     ) -> None:
         super().__init__(root, spark, storage_options)
-        self._registered: set[int] = set()
 
     # ------------------------------------------------------------ basics (the rest: common.EngineBase)
 
@@ -196,7 +195,7 @@ class DeltaRsEngine(StagedWrites):
         """
         import json
 
-        from queuelake.lake.datasource import FORMAT, SECRET_OPTIONS_KEY, activate, encode_schema, register
+        from queuelake.lake.datasource import FORMAT, SECRET_OPTIONS_KEY, encode_schema, register
 
         spark = self._spark(df)
         with self._lock(table, app_id):
@@ -211,10 +210,7 @@ class DeltaRsEngine(StagedWrites):
             target = pa.schema(dt.schema().to_arrow())
             # Fail on the driver, before any task runs, when columns do not fit the table.
             conform(from_spark_schema(df.schema, all_nullable=True).empty_table(), target, table)
-            if id(spark) not in self._registered:
-                register(spark)
-                self._registered.add(id(spark))
-            activate(spark)
+            register(spark)  # and activates it for this thread: a pool thread's JVM thread may have none
             write_id = uuid.uuid4().hex
             since = dt.version()
             writer = (
