@@ -27,7 +27,7 @@ from typing import Any
 from queuelake import __version__, stopping
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
-from queuelake.errors import QueuelakeError
+from queuelake.errors import QueuelakeError, jvm_line
 from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
 from queuelake.status import Status
 
@@ -119,6 +119,9 @@ _FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \"|\^+$|~*\^+~*$)")
 
 def describe(exc: BaseException) -> str:
     """One readable line: what failed and why, without stack frames (Java or Python)."""
+    jvm = jvm_line(exc)
+    if jvm is not None:
+        return jvm if len(jvm) <= MAX_ERROR_CHARS else jvm[: MAX_ERROR_CHARS - 3] + "..."
     text = str(exc).strip()
     if not isinstance(exc, QueuelakeError):
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -89,3 +89,25 @@ class DemoError(QueuelakeError):
     """The demo refuses its work folder (not its own) or lacks what an engine needs."""
 
     kind = "demo"
+
+
+def jvm_line(exc: BaseException) -> str | None:
+    """One line for an error the JVM raised (a Java exception through py4j, or one pyspark captured):
+    the Java exception's class and message, the call it broke, and no stack. None for any other error.
+
+    Why: a Spark failure's text is the whole Java stack (131 lines for an ``OutOfMemoryError`` seen
+    in a first backlog's ``bodies``), which made the JSON summary's ``error`` unreadable; the stack
+    belongs in the log under ``--debug``."""
+    java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
+    if java is not None:
+        try:
+            name, message = str(java.getClass().getName()), java.getMessage()
+        except Exception:  # noqa: BLE001 - the JVM may be gone (it ran out of memory): keep the first line
+            name, message = type(exc).__name__, (str(exc).strip().splitlines() or [""])[0]
+        call = getattr(exc, "errmsg", "").strip().rstrip(".:")  # "An error occurred while calling o249.unpersist"
+        text = f"{name}: {str(message).splitlines()[0]}" if message else name
+        return f"{text} ({call[0].lower() + call[1:]})" if call else text
+    if type(exc).__module__.startswith("pyspark.errors") and hasattr(exc, "getMessage"):
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"{type(exc).__name__}: {first}"
+    return None

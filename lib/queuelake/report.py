@@ -65,6 +65,10 @@ def setup_logging(level: int = logging.INFO, fmt: str | None = None) -> None:
     """Log to stderr at ``level``; ``fmt`` (``text`` or ``json``) replaces the formatter when given.
     Called again (``--debug``, ``--log-format`` after parsing) it only lowers the level or swaps the
     formatter, so one process never gets two handlers (and doubled lines)."""
+    # pyspark logs every error it captures from the JVM, whole Java stack included, as one JSON record
+    # (its ``SQLQueryContextLogger``): a failed stage's error is ours to report once, in one line; the
+    # stack is for --debug (issue 57: 131 lines of Java stack on stderr for one out-of-memory error)
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)
     if fmt is not None and fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
     formatter = JsonFormatter() if fmt == "json" else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")

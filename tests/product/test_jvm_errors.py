@@ -1,0 +1,50 @@
+"""A failure the JVM raised reaches the JSON summary as one line: the Java exception's class and message
+and the call it broke, never its stack (issue 57: an out-of-memory ``bodies`` put a Java stack trace in
+the summary's ``error``). No JVM here: py4j's error is built as py4j builds it."""
+
+from __future__ import annotations
+
+import logging
+
+from py4j.protocol import Py4JJavaError
+from queuelake.cli import describe
+from queuelake.errors import jvm_line
+from queuelake.report import setup_logging
+
+
+class _JavaClass:
+    def getName(self) -> str:  # noqa: N802 - the Java method's name
+        return "java.lang.OutOfMemoryError"
+
+
+class _JavaThrowable:
+    def getClass(self) -> _JavaClass:  # noqa: N802
+        return _JavaClass()
+
+    def getMessage(self) -> str:  # noqa: N802
+        return "Java heap space\n\tat org.apache.spark.Something.run(Something.scala:1)"
+
+    def toString(self) -> str:  # noqa: N802 - py4j's __str__ asks the JVM for it
+        return "java.lang.OutOfMemoryError: Java heap space\n\tat a.b(C.java:1)\n\tat d.e(F.java:2)"
+
+
+def test_a_java_exception_is_one_line_with_its_class_message_and_call() -> None:
+    exc = Py4JJavaError.__new__(Py4JJavaError)  # py4j's constructor needs a live JVM object
+    exc.errmsg, exc.java_exception = "An error occurred while calling o249.unpersist.\n", _JavaThrowable()
+    line = describe(exc)
+    assert line == "java.lang.OutOfMemoryError: Java heap space (an error occurred while calling o249.unpersist)"
+    assert "\n" not in line and " at " not in line
+
+
+def test_other_errors_are_not_taken_for_the_jvm() -> None:
+    assert jvm_line(ValueError("x")) is None
+    assert describe(ValueError("bad\n  at nothing")) == "ValueError: bad"
+
+
+def test_pysparks_own_stack_logger_is_quiet_unless_debugging() -> None:
+    spark_logger = logging.getLogger("SQLQueryContextLogger")
+    setup_logging(logging.INFO)
+    assert not spark_logger.isEnabledFor(logging.ERROR)
+    setup_logging(logging.DEBUG)
+    assert spark_logger.isEnabledFor(logging.ERROR)
+    setup_logging(logging.INFO)
