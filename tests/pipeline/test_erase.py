@@ -23,7 +23,9 @@ from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.increments import added_files
 from queuelake.lake.reading import read_table
+from queuelake.lake.round_files import open_file
 from queuelake.lake.tables import REPLAY_SKIPPED
+from queuelake.pipeline.find.search import find
 from queuelake.pipeline.store.erase import erase
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref
@@ -118,6 +120,14 @@ def test_erase_removes_the_rows_their_derived_rows_and_every_file_holding_them(t
         except Exception:  # noqa: BLE001 - a purged file: the version can no longer be read
             continue
         assert not (set(table.column("message_id").to_pylist()) & erased), version
+
+    # every reader reads the files the erase rewrote (delta-rs writes their text as string_view)
+    rewritten = [p for p in data_files(tmp_path / "messages") if "string_view" in str(pq.read_schema(p))]
+    assert rewritten, "the erase rewrote no file as delta-rs 1.x does: this check would prove nothing"
+    assert find(lake, "message", "kept-00001").rows.column("message_id").to_pylist() == ["kept-00001"]
+    assert lake.lookup("messages", "queue", [AUDIT]).rows.num_rows == 40
+    for uri in lake.added_files("messages", None, lake.table_version("messages")):
+        assert not any("view" in str(f.type) for f in open_file(uri).read().schema)
 
     again = erase(cfg, lake, PREDICATE)  # nothing left to erase
     assert again["tables"]["messages"]["rows"] == 0

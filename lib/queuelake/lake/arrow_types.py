@@ -59,6 +59,40 @@ def lake_type(t: pa.DataType, where: str) -> pa.DataType:
     return t
 
 
+def as_string(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Text ``values`` as plain ``string``, what every comparison of ours is written against. Why: a
+    file a delta-rs delete rewrote (``erase``, retention) stores text as ``string_view``, and pyarrow has
+    no ``is_in`` or ``equal`` kernel between ``string_view`` and ``string`` (``find`` failed on such
+    files until the next compaction). Other types are returned as they are."""
+    if pa.types.is_string_view(values.type) or pa.types.is_large_string(values.type):
+        return values.cast(pa.string())
+    return values
+
+
+def plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with view and large variants replaced by the plain types the lake's schemas declare
+    (``string_view`` -> ``string``, ``binary_view`` -> ``binary``, list views -> ``list``), at any depth;
+    every other type, times included, as it is. Why: see ``as_string``; a rewritten file may hold
+    ``map<string_view, string_view>`` headers too."""
+    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_map(t):
+        return pa.map_(plain_type(t.key_type), pa.field(t.item_field.name, plain_type(t.item_type)))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or _is_list_view(t):
+        return pa.list_(t.value_field.with_type(plain_type(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(plain_type(t.field(i).type)) for i in range(t.num_fields)])
+    return t
+
+
+def plain_table(data: pa.Table) -> pa.Table:
+    """``data`` with ``plain_type`` columns (no copy when there is nothing to change)."""
+    schema = pa.schema([f.with_type(plain_type(f.type)) for f in data.schema], metadata=data.schema.metadata)
+    return data if schema.equals(data.schema) else data.cast(schema)
+
+
 def _is_list_view(t: pa.DataType) -> bool:
     checks = [getattr(pa.types, "is_list_view", None), getattr(pa.types, "is_large_list_view", None)]
     return any(check is not None and check(t) for check in checks)

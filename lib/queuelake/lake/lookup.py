@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from queuelake.errors import LakeError
 from queuelake.lake import storage
+from queuelake.lake.arrow_types import as_string
 from queuelake.lake.reading import INT96_UNIT, local_paths, table_schema
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def _holds(fs: Any, path: str, column: str, value_set: pa.Array) -> list[int]:
         if stats is not None and stats.has_min_max and isinstance(stats.min, str) and isinstance(stats.max, str):
             if not _may_hold(stats.min, stats.max, wanted):
                 continue
-        values = file.read_row_group(group, columns=[column], use_threads=False).column(0)
+        values = as_string(file.read_row_group(group, columns=[column], use_threads=False).column(0))
         if pc.any(pc.is_in(values, value_set=value_set)).as_py():
             found.append(group)
     return found
@@ -153,8 +154,9 @@ def _matching_rows(
     file = pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT)
     present = [name for name in schema.names if name in file.schema_arrow.names]
     data = file.read_row_groups(groups, columns=present, use_threads=True)
-    data = data.filter(pc.is_in(data.column(column), value_set=value_set))
+    # cast first: a file a delete rewrote holds string_view, which pyarrow cannot filter (no take kernel)
     arrays = [
         data.column(f.name).cast(f.type) if f.name in present else pa.nulls(data.num_rows, f.type) for f in schema
     ]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    typed = pa.Table.from_arrays(arrays, schema=schema)
+    return typed.filter(pc.is_in(typed.column(column), value_set=value_set))

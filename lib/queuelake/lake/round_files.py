@@ -20,14 +20,16 @@ and ships them with the task, which hands them to ``grant`` before opening any f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from queuelake.lake import storage
+from queuelake.lake.arrow_types import plain_table
 from queuelake.lake.reading import INT96_UNIT, parquet_format
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
     from pyspark.sql import DataFrame, SparkSession
@@ -36,14 +38,48 @@ if TYPE_CHECKING:
 Access = tuple[str, dict[str, str]]  # (a lake root, its storage options): what a Spark task needs
 
 
-def open_file(uri: str) -> pq.ParquetFile:
+class LakeFile:
+    """One data file opened for reading, its rows in the plain types of the lake's schemas.
+
+    Why not pyarrow's ``ParquetFile`` itself: a file a delta-rs delete rewrote (``erase``, retention)
+    declares its text as ``string_view`` in its stored Arrow schema, and most pyarrow kernels the
+    pipelines use (``is_in``, ``take``, comparisons with a ``string``) have none for it: readers failed on
+    such files until the next compaction (issue 57). Every read here returns ``plain_table``'s types."""
+
+    def __init__(self, parquet: pq.ParquetFile) -> None:
+        self._parquet = parquet
+
+    @property
+    def metadata(self) -> pq.FileMetaData:
+        return self._parquet.metadata
+
+    @property
+    def schema_arrow(self) -> pa.Schema:
+        return plain_table(self._parquet.schema_arrow.empty_table()).schema
+
+    def read(self, columns: list[str] | None = None) -> pa.Table:
+        return plain_table(self._parquet.read(columns=columns))
+
+    def read_row_group(self, group: int, columns: list[str] | None = None) -> pa.Table:
+        return plain_table(self._parquet.read_row_group(group, columns=columns))
+
+    def read_row_groups(self, groups: list[int], columns: list[str] | None = None) -> pa.Table:
+        return plain_table(self._parquet.read_row_groups(groups, columns=columns))
+
+    def iter_batches(self, **options: Any) -> Iterator[pa.RecordBatch]:
+        for batch in self._parquet.iter_batches(**options):
+            plain = plain_table(batch.schema.empty_table()).schema
+            yield batch if plain.equals(batch.schema) else batch.cast(plain)
+
+
+def open_file(uri: str) -> LakeFile:
     """One data file (as ``added_files`` names it, local or ``s3://``), opened with the lake's storage
     options: its footer (``metadata``: rows, row groups and their statistics; ``schema_arrow``),
     ``iter_batches`` (columns, row groups, batch size), ``read_row_group`` and ``read``."""
     import pyarrow.parquet as pq
 
     fs, path = storage.filesystem(uri)
-    return pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT)
+    return LakeFile(pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT))
 
 
 def rows_in_files(uris: Sequence[str]) -> int:
@@ -56,7 +92,7 @@ def read_table(uri: str, columns: list[str]) -> pa.Table:
     import pyarrow.parquet as pq
 
     fs, path = storage.filesystem(uri)
-    return pq.read_table(path, columns=columns, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT)
+    return plain_table(pq.read_table(path, columns=columns, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT))
 
 
 def dataset(uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:
