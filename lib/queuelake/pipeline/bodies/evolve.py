@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, NullType, StringType, StructType
 
 from queuelake.lake.arrow_types import from_spark_schema, to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.tables import BODY_IDENTITY
 from queuelake.pipeline.bodies import parse
-from queuelake.pipeline.bodies.infer import Change, finish, merge, repeated_as_arrays
+from queuelake.pipeline.bodies.infer import Change, finish, merge, repeated_as_arrays, wrapper_field
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -71,16 +71,33 @@ def plan(
     for version in sorted(samples, key=version_key):
         found, conflicts = samples[version]
         out.changes += [(version, c) for c in conflicts]
+        changes: list[Change] = []
         if xml:
             found = repeated_as_arrays(found, schema)  # type: ignore[assignment]
-            schema = repeated_as_arrays(schema, found)
-        changes: list[Change] = []
+            listed = repeated_as_arrays(schema, found)
+            _listed(schema, listed, "", changes)  # the table's values become lists: a rewrite
+            schema = listed
         schema = merge(schema, found, "", changes)
         if existing is not None or version != min(samples, key=version_key):
             out.changes += [(version, c) for c in changes]
     final = finish(schema)
     out.schema = final if isinstance(final, StructType) else StructType([])
     return out
+
+
+def _listed(old: DataType, new: DataType, path: str, changes: list[Change]) -> None:
+    """A change for each field ``repeated_as_arrays`` made a list (an XML column that showed one
+    element, or an XmlSerializer wrapper of one item, before a sample showed the list)."""
+    if isinstance(old, StructType) and isinstance(new, StructType):
+        olds = {f.name.lower(): f for f in old.fields}
+        for f in new.fields:
+            o = olds.get(f.name.lower())
+            if o is not None:
+                _listed(o.dataType, f.dataType, f"{path}.{f.name}" if path else f.name, changes)
+    elif isinstance(old, ArrayType) and isinstance(new, ArrayType):
+        _listed(old.elementType, new.elementType, path + "[]", changes)
+    elif isinstance(new, ArrayType) and not isinstance(old, NullType):
+        changes.append(Change(path, "widened", old.simpleString(), new.simpleString()))
 
 
 def arrow_schema(body: StructType) -> pa.Schema:
@@ -105,6 +122,11 @@ def convert(col: Column, old: DataType, new: DataType) -> Column:
         return F.when(col.isNull(), F.lit(None).cast(new)).otherwise(F.struct(*members))
     if isinstance(new, ArrayType) and isinstance(old, ArrayType):
         return F.transform(col, lambda x: convert(x, old.elementType, new.elementType))
+    if isinstance(new, ArrayType) and not isinstance(old, StringType):  # one XML element: a list now
+        wrapper = wrapper_field(old, new.elementType)
+        if wrapper is not None:  # XmlSerializer's wrapper of one item: its item, or its items
+            return convert(col.getField(wrapper.name), wrapper.dataType, new)
+        return F.when(col.isNull(), F.lit(None).cast(new)).otherwise(F.array(convert(col, old, new.elementType)))
     if isinstance(new, StringType) and isinstance(old, (StructType, ArrayType, MapType)):
         return F.to_json(col)
     return col.cast(new)

@@ -15,6 +15,17 @@ timestamp, other text -> string, objects -> structs, lists -> arrays. A field on
 string. XML (``from_xml``'s conventions): child elements are fields, a repeated element an array,
 attributes ``_name`` fields, an element with attributes and text keeps the text in ``_VALUE``;
 values are typed from their text (a number with a leading zero stays text: a zip code).
+
+XmlSerializer's collections (turn 4): a ``List<OrderLine> Lines`` is a wrapper ``<Lines>`` holding one
+element per item (``<OrderLine>``, or the ``[XmlArrayItem]`` name), ``<Lines />`` when empty; a
+primitive list holds ``<string>``, ``<int>``, ... items. Types migrate from XmlSerializer to JSON, so
+the same type's JSON rows show ``Lines`` as a list: the XML must say list too, or the column is a
+conflict (a string) for every row. A wrapper is recognised without a schema when all its children
+share one name and repeat, or the name is one of XmlSerializer's primitive item names (or
+``ArrayOf...``, a list of lists); a wrapper of a single complex item looks like an object
+(``struct<OrderLine: ...>``) and becomes a list when another sample (XML or JSON) shows the field as
+a list (``repeated_as_arrays``). An empty element is null here, so it takes the type other samples
+show (``xml_serializer`` writes it as an empty list where the column is a list). ``xsi:nil`` is null.
 """
 
 from __future__ import annotations
@@ -44,6 +55,12 @@ _DOUBLE = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
 # characters a Delta column name cannot hold without column mapping (which would lift the protocol)
 _BAD_NAME = re.compile(r"[ ,;{}()\n\t=]")
 _XSI = "{http://www.w3.org/2001/XMLSchema-instance}"
+# the element names XmlSerializer gives a primitive list's items (List<string> -> <string>); a list of
+# lists' items are ``ArrayOf<Item>``
+XML_ITEM_NAMES = frozenset(
+    "string int long short byte unsignedByte unsignedShort unsignedInt unsignedLong decimal double float "
+    "boolean dateTime date time duration guid char TimeSpan DateTimeOffset base64Binary anyType QName".split()
+)
 VALUE_TAG = "_VALUE"
 CORRUPT = "_corrupt_record"
 
@@ -173,10 +190,65 @@ def _text_type(text: str | None) -> DataType:
     return StringType()
 
 
-def xml_type(element: ET.Element, path: str, changes: list[Change]) -> DataType:
-    if element.get(_XSI + "nil") == "true":
+def is_nil(element: ET.Element) -> bool:
+    return element.get(_XSI + "nil") in ("true", "1")
+
+
+def own_attributes(element: ET.Element) -> list[tuple[str, str]]:
+    """The element's attributes but namespaced ones (``xsi:nil``, ``xsi:type``: XML's, not the type's)."""
+    return [(name, value) for name, value in element.attrib.items() if not name.startswith("{")]
+
+
+def wrapped_items(element: ET.Element) -> list[ET.Element] | None:
+    """The items when ``element`` is an XmlSerializer collection wrapper as far as one body can tell
+    (children of one name that repeat, or named like a primitive or nested list's items); else None."""
+    children = list(element)
+    if not children or own_attributes(element):
+        return None
+    name = _local(children[0].tag)
+    if any(_local(child.tag) != name for child in children[1:]):
+        return None
+    if len(children) > 1 or name in XML_ITEM_NAMES or name.startswith("ArrayOf"):
+        return children
+    return None
+
+
+def wrapper_field(t: DataType, element: DataType) -> StructField | None:
+    """The item's field when ``t`` (an XML body's view of a field that is a list of ``element``
+    elsewhere) is a wrapper of one item (``struct<OrderLine: ...>``); None: ``t`` is the item itself
+    (a list of repeated elements holding one, from_xml's convention), as when ``element`` has a field of
+    that name (``<Lines><Sku>A</Sku></Lines>``)."""
+    if not isinstance(t, StructType) or len(t.fields) != 1 or t.fields[0].name.startswith("_"):
+        return None
+    name = t.fields[0].name.lower()
+    if isinstance(element, StructType) and any(f.name.lower() == name for f in element.fields):
+        return None
+    return t.fields[0]
+
+
+def _as_item(t: DataType, element: DataType) -> DataType:
+    """One item's type of a list of ``element`` that an XML body showed as ``t``."""
+    f = wrapper_field(t, element)
+    if f is None:
+        return t
+    return f.dataType.elementType if isinstance(f.dataType, ArrayType) else f.dataType
+
+
+def merge_xml(a: DataType, b: DataType, path: str, changes: list[Change]) -> DataType:
+    """``merge`` for XML samples: a field that is a list in either is a list in both first."""
+    return merge(repeated_as_arrays(a, b), repeated_as_arrays(b, a), path, changes)
+
+
+def xml_type(element: ET.Element, path: str, changes: list[Change], root: bool = False) -> DataType:
+    if is_nil(element):
         return NullType()
-    attributes = [("_" + name, _text_type(value)) for name, value in element.attrib.items() if not name.startswith("{")]
+    items = None if root else wrapped_items(element)
+    if items is not None:
+        item: DataType = NullType()
+        for child in items:
+            item = merge_xml(item, xml_type(child, path + "[]", changes), path + "[]", changes)
+        return ArrayType(item, True)
+    attributes = [("_" + name, _text_type(value)) for name, value in own_attributes(element)]
     children = list(element)
     if not children and not attributes:
         return _text_type(element.text)
@@ -201,7 +273,7 @@ def xml_root(text: str) -> StructType | None:
         root = ET.fromstring(text.encode("utf-8"))
     except ET.ParseError:
         return None
-    found = xml_type(root, "", [])
+    found = xml_type(root, "", [], root=True)
     return found if isinstance(found, StructType) else StructType([StructField(VALUE_TAG, found, True)])
 
 
@@ -215,10 +287,7 @@ def infer(texts: list[str], fmt: str, keep_type_member: bool) -> tuple[StructTyp
     for text in texts:
         found = json_root(text, keep_type_member) if fmt == "json" else xml_root(text)
         if found is not None:
-            seen: DataType = found
-            if fmt == "xml":
-                seen, schema = repeated_as_arrays(found, schema), repeated_as_arrays(schema, found)
-            schema = merge(schema, seen, "", changes)
+            schema = merge_xml(schema, found, "", changes) if fmt == "xml" else merge(schema, found, "", changes)
     assert isinstance(schema, StructType)
     return schema, [c for c in changes if c.kind == "conflict"]
 
@@ -237,7 +306,8 @@ def finish(t: DataType) -> DataType:
 
 
 def repeated_as_arrays(t: DataType, other: DataType) -> DataType:
-    """XML: a field that is a list in ``other`` (another sample) is a list here too, not a conflict."""
+    """XML: a field that is a list in ``other`` (another sample) is a list here too, not a conflict:
+    the one element it showed is the list's one item, or XmlSerializer's wrapper around it."""
     if isinstance(t, StructType) and isinstance(other, StructType):
         theirs = {f.name.lower(): f.dataType for f in other.fields}
         fields = []
@@ -245,7 +315,7 @@ def repeated_as_arrays(t: DataType, other: DataType) -> DataType:
             o = theirs.get(f.name.lower())
             dtype = f.dataType
             if isinstance(o, ArrayType) and not isinstance(dtype, ArrayType):
-                dtype = ArrayType(repeated_as_arrays(dtype, o.elementType), True)
+                dtype = ArrayType(repeated_as_arrays(_as_item(dtype, o.elementType), o.elementType), True)
             elif o is not None:
                 dtype = repeated_as_arrays(dtype, o)
             fields.append(StructField(f.name, dtype, True))

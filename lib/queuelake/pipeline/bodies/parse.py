@@ -1,5 +1,7 @@
-"""Bodies to typed columns in Spark: ``from_json`` or ``from_xml`` by each row's format, with the
-table's schema, and each row's verdict.
+"""Bodies to typed columns in Spark: ``from_json`` with the table's schema, and each row's verdict.
+XML bodies are first rewritten as JSON text for that schema (``xml_serializer``: XmlSerializer's list
+wrappers, empty lists and ``xsi:nil``, which ``from_xml`` cannot read as a JSON body's list), so a type
+whose endpoints moved from XML to JSON lands both in the same columns with the same values.
 
 A row is written to its type's table when it parsed, or parsed in part (its JSON is a valid object,
 but a value did not fit its column's type: a shape the sampled rows did not show; that field is
@@ -18,6 +20,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from queuelake.lake.tables import BODY_IDENTITY
 from queuelake.pipeline.bodies.infer import CORRUPT
+from queuelake.pipeline.bodies.xml_serializer import json_of_xml
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,21 +49,23 @@ def to_columns(keys: StructType) -> StructType:
     return StructType([StructField(column_of(f.name), f.dataType, True) for f in keys.fields])
 
 
-def parsed(rows: DataFrame, schema: StructType) -> DataFrame:
+def parsed(rows: DataFrame, schema: StructType, xml: bool = True) -> DataFrame:
     """``rows`` (the selection's columns) with ``p``: the body as ``schema`` (field names as in the
-    body), ``verdict`` (null: written; else the reason it goes to ``body_unparsed``) and ``written``."""
+    body), ``verdict`` (null: written; else the reason it goes to ``body_unparsed``) and ``written``.
+    ``xml``: the rows may hold XML bodies (False: none do, so no Python UDF runs)."""
     from pyspark.sql import functions as F
 
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType(), True)])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    as_json = F.from_json(F.col("text"), with_corrupt, options)
-    as_xml = F.from_xml(F.col("text"), with_corrupt, {**options, "nullValue": ""})
-    p = F.when(F.col("format") == "json", as_json).when(F.col("format") == "xml", as_xml)
-    df = rows.withColumn("p", p)
+    is_xml = F.col("format") == "xml"
+    source = F.col("text")
+    if xml:  # null in, null out for JSON rows: a Python UDF is not skipped inside a CASE
+        source = F.when(is_xml, json_of_xml(F.when(is_xml, F.col("text")), schema)).otherwise(source)
+    df = rows.withColumn("_json", source)
+    p = F.when(F.col("format").isin("json", "xml"), F.from_json(F.col("_json"), with_corrupt, options))
+    df = df.withColumn("p", p)
     corrupt = F.col("p").getField(CORRUPT)
-    json_object = F.from_json(F.col("text"), "map<string,string>").isNotNull()
-    any_field = F.coalesce(*[F.col("p").getField(f.name).cast("string") for f in schema.fields], F.lit(None))
-    partly = F.when(F.col("format") == "json", json_object).otherwise(any_field.isNotNull())
+    partly = F.from_json(F.col("_json"), "map<string,string>").isNotNull()  # a JSON object
     malformed = F.concat(F.lit("malformed "), F.upper(F.col("format")))
     verdict = (
         F.when(F.col("reason").isNotNull(), F.col("reason"))

@@ -15,12 +15,15 @@ checkpoint is then not committed, so the next run redoes it, and the tables alre
 
 Cost: the selection is read and cached once; each type is then one Spark job that parses and
 appends (its unparsed rows counted on the way, collected only when there are any), and
-``bodies.parallel_tables`` types are written at once (``bench/bodies.py``).
+``bodies.parallel_tables`` types are written at once (``bench/bodies.py``). One more small job finds
+the types with XML bodies: only those run ``xml_serializer``'s Arrow UDF (a Python worker per task),
+so a JSON-only type costs what it did.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -29,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.config import Config
-from queuelake.errors import QueuelakeError
+from queuelake.errors import QueuelakeError, jvm_line
 from queuelake.lake import tables as catalogue
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import rows_in_files
@@ -106,6 +109,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         frame = select.frame(spark, selected).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             samples = _samples(frame, selected, cfg.sample_rows)
+            xml_types = _xml_types(frame)
             # a new type none of whose bodies parse gets no table (its rows go to body_unparsed)
             tables = {n: t for n, t in tables.items() if n in samples or lake.exists(t)}
             evolutions = {name: _evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
@@ -113,7 +117,8 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             unparsed_parts = [select_unparsed(frame, upto).toArrow()]
             with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
                 written_types = pool.map(
-                    lambda name: _write_type(lake, frame, selected, name, evolutions[name], upto), sorted(tables)
+                    lambda name: _write_type(lake, frame, selected, name, evolutions[name], upto, name in xml_types),
+                    sorted(tables),
                 )
                 for result, bad in written_types:
                     results.append(result)
@@ -190,12 +195,21 @@ def _samples(
     return out
 
 
+def _xml_types(frame: DataFrame) -> set[str]:
+    """The types with XML bodies in the increment, sampled or not (one small job on the cached
+    selection): only their rows pass through ``xml_serializer``'s Python UDF."""
+    from pyspark.sql import functions as F
+
+    rows = frame.where(F.col("reason").isNull() & (F.col("format") == "xml")).select("type_name").distinct()
+    return {row[0] for row in rows.collect()}
+
+
 def _evolution(
     lake: LakeEngine, table: str, versions: dict[str | None, dict[str, list[str]]], cfg: Any
 ) -> evolve.Evolution:
     from pyspark.sql.types import DataType, StructType
 
-    from queuelake.pipeline.bodies.infer import merge
+    from queuelake.pipeline.bodies.infer import merge, merge_xml
 
     per_version: dict[str | None, tuple[StructType, list[Change]]] = {}
     xml = False
@@ -206,7 +220,10 @@ def _evolution(
             xml = xml or fmt == "xml"
             found, found_conflicts = infer(texts, fmt, cfg.keep_type_member)
             conflicts += found_conflicts
-            schema = found if schema is None else merge(schema, found, "", conflicts)
+            if schema is None:
+                schema = found
+            else:  # JSON, then XML: a field the JSON shows as a list is a list in the XML too
+                schema = (merge_xml if fmt == "xml" else merge)(schema, found, "", conflicts)
         per_version[version] = (schema if isinstance(schema, StructType) else StructType([]), conflicts)
     return evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
 
@@ -256,7 +273,13 @@ def _change_row(name: str, table: str, version: str | None, change: Change) -> d
 
 
 def _write_type(
-    lake: LakeEngine, frame: DataFrame, selected: select.Plan, name: str, evolution: evolve.Evolution, upto: int
+    lake: LakeEngine,
+    frame: DataFrame,
+    selected: select.Plan,
+    name: str,
+    evolution: evolve.Evolution,
+    upto: int,
+    xml: bool,
 ) -> tuple[dict[str, Any], pa.Table | None]:
     """One type's increment into its table, and its unparsed rows."""
     from pyspark.sql import Observation, Window
@@ -284,7 +307,7 @@ def _write_type(
                 rows = rows.join(F.broadcast(ids.distinct()), "message_id", "left_anti")
         # one Spark job parses and writes; the rows it leaves out (unparsed) are counted on the way
         # (an Observation: no second job), and parsed again only when there are any, which is rare
-        parsed = parse.parsed(rows, evolution.schema)
+        parsed = parse.parsed(rows, evolution.schema, xml)
         left_out = Observation(f"bodies/{table}")
         observed = parsed.observe(left_out, F.count(F.col("verdict")).alias("unparsed"))
         before = lake.table_version(table)
@@ -307,8 +330,9 @@ def _write_type(
         )
         return {**result, "unparsed": unparsed, "status": Status.OK, "seconds": seconds}, bad_rows
     except (QueuelakeError, Exception) as exc:  # noqa: BLE001 - one type's failure never blocks another
-        log.error("bodies: %s -> %s failed: %s", name, table, exc)
-        return {**result, "status": Status.FAILED, "error": f"{type(exc).__name__}: {exc}"[:2000]}, None
+        error = jvm_line(exc) or f"{type(exc).__name__}: {exc}"
+        log.error("bodies: %s -> %s failed: %s", name, table, error, exc_info=log.isEnabledFor(logging.DEBUG))
+        return {**result, "status": Status.FAILED, "error": error[:2000]}, None
 
 
 def _write_unparsed(lake: LakeEngine, parts: list[pa.Table], after: int | None, upto: int) -> int:
