@@ -60,8 +60,9 @@ class EngineBase:
         self.root = normalise_root(root)
         self.spark = spark
         # object storage credentials (lake.storage_options): on every deltalake call, registered for
-        # the root (pyarrow readers, increments) and set on the session for Spark's reads and writes (s3a)
-        self.storage_options = storage.normalise(storage_options)
+        # the root (pyarrow readers, increments) and set on the session for Spark's reads and writes (s3a);
+        # on S3 with retry defaults (storage.RETRY_DEFAULTS) where the config sets none
+        self.storage_options = storage.lake_options(self.root, storage_options)
         storage.register(self.root, self.storage_options)
         if spark is not None:
             storage.configure_spark(spark, self.storage_options)

@@ -9,6 +9,12 @@ One map in the config (deltalake's own keys, e.g. ``AWS_ACCESS_KEY_ID``, ``AWS_S
 - Spark gets the matching ``fs.s3a.*`` settings on the session (hadoop-aws), with ``s3://`` served by
   the S3A file system too: deltalake names files ``s3://...`` and Spark must read those same URIs.
 
+Retries: S3 throttles in bursts (``503 SlowDown`` for every request for seconds on end) and drops
+connections; each client's own retry defaults gave up inside such a burst (pyarrow's three attempts
+failed a drain on ``HeadObject``). An S3 root's options therefore get ``RETRY_DEFAULTS`` (object_store's
+keys, which deltalake reads as they are), unless the config sets them; ``filesystem`` and ``s3a_conf``
+derive pyarrow's and S3A's retries from the same keys, so one setting governs every client.
+
 Why a registry of roots: modules handed only a file or table URI (increments, replay's Parquet reads,
 Spark Python workers) must reach the same credentials without each caller threading them through; an
 engine registers its root when it is opened, and ``options_for(uri)`` finds the longest root the URI
@@ -38,12 +44,53 @@ _S3A_KEYS = {
 _TRUE = ("1", "true", "yes", "on")
 
 
+# object_store's retry settings, which deltalake reads only in this (lower) case: an upper-cased
+# MAX_RETRIES is silently ignored (tried with deltalake 1.6). object_store's backoff is "decorrelated
+# jitter": each wait is drawn between init_backoff and base x the previous one, capped at max_backoff;
+# with base 2 the waits hardly grow (10 retries took 1.9 s and failed inside a 2 s burst), with base 3
+# they grow x1.5 on average. So: 10 retries, each wait at least 300 ms (the 7th retry comes 2.1 s
+# after the first failure at the soonest, ~8 s on average), at most 5 s, no retry begun after 60 s
+# (object_store's own defaults: 100 ms, base 2, 15 s, 180 s).
+RETRY_DEFAULTS = {
+    "max_retries": "10",
+    "retry_timeout": "60s",
+    "backoff_config.init_backoff": "300ms",
+    "backoff_config.max_backoff": "5s",
+    "backoff_config.base": "3",
+}
+_LOWER = {key.upper(): key for key in RETRY_DEFAULTS}
+
+
 def normalise(options: Mapping[str, Any] | None) -> dict[str, str]:
-    """Keys as deltalake spells them (upper case), values as strings; None values dropped."""
-    return {str(k).upper(): str(v) for k, v in (options or {}).items() if v is not None}
+    """Keys as deltalake spells them (upper case; object_store's retry keys lower case), values as
+    strings; None values dropped."""
+    out: dict[str, str] = {}
+    for key, value in (options or {}).items():
+        if value is not None:
+            upper = str(key).upper()
+            out[_LOWER.get(upper, upper)] = str(value)
+    return out
 
 
-_PUBLIC = ("REGION", "ENDPOINT", "ALLOW_HTTP", "VIRTUAL_HOSTED", "CONDITIONAL_PUT", "UNSAFE_RENAME", "TIMEOUT")
+def lake_options(root: str, options: Mapping[str, Any] | None) -> dict[str, str]:
+    """The storage options every client of the lake at ``root`` gets: normalised, and on S3 with
+    ``RETRY_DEFAULTS`` under the config's own keys (a key the config sets wins). Other roots are left
+    as they are: a local lake has nothing to retry, and other stores keep object_store's defaults."""
+    opts = normalise(options)
+    return {**RETRY_DEFAULTS, **opts} if is_s3(root) else opts
+
+
+_PUBLIC = (
+    "REGION",
+    "ENDPOINT",
+    "ALLOW_HTTP",
+    "VIRTUAL_HOSTED",
+    "CONDITIONAL_PUT",
+    "UNSAFE_RENAME",
+    "TIMEOUT",
+    "RETRIES",
+    "BACKOFF",
+)
 
 
 def secret_values(options: Mapping[str, Any] | None) -> list[str]:
@@ -52,13 +99,15 @@ def secret_values(options: Mapping[str, Any] | None) -> list[str]:
     shorter than 4 characters are flags (``1``, ``on``, ``dev``) rather than credentials, and masking
     them wherever they stand as a word (queuelake.redaction) would hide numbers and words of every
     message for nothing."""
-    return [v for k, v in normalise(options).items() if len(v) >= 4 and not any(p in k for p in _PUBLIC)]
+    items = normalise(options).items()
+    return [v for k, v in items if len(v) >= 4 and not any(p in k.upper() for p in _PUBLIC)]
 
 
 def register(root: str, options: Mapping[str, Any] | None) -> None:
-    """Remember the storage options of a lake root (an engine's); later registrations replace earlier."""
+    """Remember the storage options of a lake root (an engine's, ``lake_options``); later registrations
+    replace earlier."""
     with _GUARD:
-        _ROOTS[root.rstrip("/")] = normalise(options)
+        _ROOTS[root.rstrip("/")] = lake_options(root, options)
 
 
 def options_for(uri: str) -> dict[str, str]:
@@ -111,8 +160,31 @@ def filesystem(uri: str, options: Mapping[str, str] | None = None):
         kwargs["scheme"] = target.scheme or "https"
     # Delayed open: a file smaller than one multipart part (most staged batches) is one PutObject, not
     # create/upload/complete-multipart (3 requests; moto's server also fails the complete step).
-    fs = pafs.S3FileSystem(allow_delayed_open=True, **kwargs)
+    fs = pafs.S3FileSystem(allow_delayed_open=True, retry_strategy=retry_strategy(opts), **kwargs)
     return fs, f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def _retries(opts: Mapping[str, str]) -> int:
+    value = opts.get("max_retries", RETRY_DEFAULTS["max_retries"])
+    try:
+        retries = int(value)
+    except ValueError:
+        raise LakeError(f"lake.storage_options max_retries must be a whole number, not {value!r}") from None
+    if retries < 0:
+        raise LakeError(f"lake.storage_options max_retries must be 0 or more, not {retries}")
+    return retries
+
+
+def retry_strategy(opts: Mapping[str, str]) -> Any:
+    """pyarrow's S3 retries: ``max_retries`` retries (``RETRY_DEFAULTS`` when not set) with the AWS
+    SDK's default strategy, which waits 0, 50 ms, 100 ms, ... doubling (10 retries: 25.6 s in all, the
+    last wait 12.8 s; pyarrow offers no cap). Not ``AwsStandardS3RetryStrategy``: its retry quota (the
+    SDK's 500 tokens, 5 a retry) is refilled by successful requests only through a hook pyarrow does not
+    call, so a file system that lives through a long drain stops retrying for good after ~100 retries
+    (tried with pyarrow 26: 140 of 400 HEADs failed at 30% 503s, none with this strategy)."""
+    from pyarrow import fs as pafs
+
+    return pafs.AwsDefaultS3RetryStrategy(max_attempts=_retries(opts))
 
 
 def path_in(uri: str) -> str:
@@ -130,7 +202,8 @@ def s3a_conf(options: Mapping[str, str] | None) -> dict[str, str]:
 
     ``fs.s3.impl`` maps ``s3://`` (deltalake's spelling, found in the file lists we hand Spark) to the
     S3A file system, so one root serves both engines. A custom endpoint (MinIO, a local S3) gets path
-    style access; ``AWS_ALLOW_HTTP`` switches TLS off for it.
+    style access; ``AWS_ALLOW_HTTP`` switches TLS off for it. The retry keys (``RETRY_DEFAULTS``) map
+    to S3A's retries (``_S3A_RETRIES``).
     """
     opts = normalise(options)
     conf = {hadoop: opts[key] for key, hadoop in _S3A_KEYS.items() if opts.get(key)}
@@ -147,18 +220,52 @@ def s3a_conf(options: Mapping[str, str] | None) -> dict[str, str]:
         conf["fs.s3a.path.style.access"] = "true"
         if endpoint.startswith("http://") or opts.get("AWS_ALLOW_HTTP", "").lower() in _TRUE:
             conf["fs.s3a.connection.ssl.enabled"] = "false"
+    conf.update(_s3a_retries(opts))
     if conf:
         conf["fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    return conf
+
+
+# S3A retries twice over: the AWS SDK inside it retries each request (``fs.s3a.attempts.maximum``),
+# and S3A retries the operation, throttling (503 SlowDown) and other transient errors each with its own
+# limit and exponential backoff from an interval. All from the object_store keys: ``max_retries`` for
+# S3A's counts, ``backoff_config.init_backoff`` for its intervals (Hadoop reads "100ms", "2s" as
+# object_store does). The SDK's count is at most Hadoop's default of 5: each S3A retry repeats the
+# SDK's, and 10 x 10 attempts with backoff would hold a task for many minutes.
+_SDK_ATTEMPTS = 5
+_S3A_RETRIES = {
+    "fs.s3a.attempts.maximum": "max_retries",
+    "fs.s3a.retry.limit": "max_retries",
+    "fs.s3a.retry.throttle.limit": "max_retries",
+    "fs.s3a.retry.interval": "backoff_config.init_backoff",
+    "fs.s3a.retry.throttle.interval": "backoff_config.init_backoff",
+}
+
+
+def _s3a_retries(opts: Mapping[str, str]) -> dict[str, str]:
+    if not any(key in opts for key in RETRY_DEFAULTS):
+        return {}  # options without retry keys (not an S3 lake's, see lake_options): S3A's defaults
+    full = {**RETRY_DEFAULTS, **opts}
+    conf = {hadoop: full[key] for hadoop, key in _S3A_RETRIES.items()}
+    conf["fs.s3a.attempts.maximum"] = str(min(_retries(full), _SDK_ATTEMPTS))  # a bad value fails here too
     return conf
 
 
 def configure_spark(spark: Any, options: Mapping[str, str] | None) -> None:
     """Put the S3A settings on a session: its Hadoop configuration (classic Spark) and its SQL conf
     (which Spark merges into the Hadoop configuration of every file read and write, and which is all a
-    Spark Connect session has). Spark redacts ``*.secret.key``/``*.access.key``/``*token`` values."""
+    Spark Connect session has). Spark redacts ``*.secret.key``/``*.access.key``/``*token`` values.
+    A retry setting the session was given (``spark.hadoop.fs.s3a.retry.limit`` in ``spark.conf``) is
+    the user's and stays: ours are defaults."""
     conf = s3a_conf(options)
     if not conf:
         return
+    for key in _S3A_RETRIES:
+        try:
+            if spark.conf.get(f"spark.hadoop.{key}", None) is not None:
+                conf.pop(key, None)
+        except Exception:  # a session that cannot say: our defaults apply
+            pass
     hadoop = None
     try:
         hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
