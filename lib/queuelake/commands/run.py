@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from queuelake.commands.command import Command
@@ -39,7 +40,10 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     for name, step in order.items():
         if stopping.requested():
             break
+        started = time.monotonic()
         steps[name] = step()
+        # the whole step, a Spark session's start included: what a scheduler's run is made of
+        steps[name]["step_seconds"] = round(time.monotonic() - started, 3)
         # an incomplete drain (rows other sessions held) journalled everything it took: go on
         if steps[name].get("status") not in going_on:
             break

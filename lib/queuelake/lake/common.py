@@ -105,6 +105,11 @@ class EngineBase:
 
         return added_files(self.path(table), after, upto, self.storage_options)
 
+    def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[tuple[int | None, int]]:
+        from queuelake.lake.increments import slices
+
+        return slices(self.path(table), after, upto, max_rows, self.storage_options)
+
     def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
         """The table's log read with deltalake (of one version), None when there is no table."""
         from deltalake import DeltaTable

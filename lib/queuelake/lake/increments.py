@@ -36,6 +36,53 @@ def snapshot_files(table_uri: str, version: int, storage_options: dict[str, str]
     return sorted(local_paths(table, table.file_uris()))
 
 
+def slices(
+    table_uri: str, after: int | None, upto: int, max_rows: int, storage_options: dict[str, str] | None = None
+) -> list[tuple[int | None, int]]:
+    """Versions (after, upto] cut into consecutive ranges ``(a, b]`` of at most ``max_rows`` new rows each
+    (a single commit larger than that is a range of its own), counted from the commits' ``add`` stats.
+
+    Why: a stage that takes an increment in one Spark job holds it all (the first backlog of 5M journal
+    rows ran the default local Spark out of memory); taken a range at a time, each committed as an
+    increment of its own, memory is bounded by ``max_rows`` and a killed run resumes at the next range.
+    One range, the whole span, where the log cannot be cut: a whole table (``after=None``) whose history
+    holds more than appends (a compaction or a delete: older files may be gone), a commit the log no
+    longer has, or an add without row counts."""
+    if after is not None and after >= upto:
+        return []
+    whole: list[tuple[int | None, int]] = [(after, upto)]
+    fs, root = filesystem(table_uri, storage_options)
+    root = root.rstrip("/")
+    ranges: list[tuple[int | None, int]] = []
+    start, rows = after, 0
+    for version in range((after + 1) if after is not None else 0, upto + 1):
+        try:
+            with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
+                actions = [json.loads(line) for line in stream.read().decode("utf-8").splitlines() if line.strip()]
+        except FileNotFoundError:
+            return whole
+        if any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions):
+            if after is None:
+                return whole
+            continue  # re-added rows are not new (see added_files)
+        if after is None and any("remove" in a for a in actions):
+            return whole
+        added = 0
+        for action in actions:
+            add = action.get("add")
+            if add and add.get("dataChange", True):
+                count = json.loads(add.get("stats") or "{}").get("numRecords")
+                if count is None:
+                    return whole
+                added += int(count)
+        if rows and rows + added > max_rows:
+            ranges.append((start, version - 1))
+            start, rows = version - 1, 0
+        rows += added
+    ranges.append((start, upto))
+    return ranges
+
+
 def added_files(
     table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None = None
 ) -> list[str]:

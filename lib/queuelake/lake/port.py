@@ -50,6 +50,10 @@ class LakeEngine(Protocol):
         """URIs of the data files versions (after, upto] added (``after=None``: the whole table as of
         ``upto``); what transform and publish consume incrementally (``increments.py``)."""
 
+    def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[tuple[int | None, int]]:
+        """Versions (after, upto] as consecutive ranges of at most ``max_rows`` new rows each, for the
+        stages that take an increment a slice at a time (``increments.slices``)."""
+
     def create_table(self, table: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
         """Create if missing (idempotent, safe when two creators race); records the engine on the table.
         Raises LakeError when the table exists but was created by the other engine or is partitioned

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow.compute as pc
 
-from queuelake.config import Config, TransformConfig
+from queuelake import stopping
+from queuelake.config import Config, SparkConfig, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError
 from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.port import LakeEngine
@@ -104,9 +105,11 @@ def run_transform(
     run_id: str = "",
     config: Config | None = None,
 ) -> dict[str, Any]:
-    """One Spark job per increment: the write. The rows in are counted from the journal files'
-    ``outcome`` column and the rows out from the footers of the files the write added (it used to
-    cache the output and count both sides with two more jobs: most of a small increment's time)."""
+    """The transform over the journal's new versions, a slice of at most ``spark.slice_rows`` rows at a
+    time (``LakeEngine.slices``), each slice one Spark job and one commit of the output under the
+    slice's last journal version: a first backlog needs the memory of a slice, and a killed run resumes
+    at the next one. The rows in are counted from the journal files' ``outcome`` column and the rows out
+    from the footers of the files the write added (no job to count them)."""
     started = time.monotonic()
     upto = lake.table_version(MESSAGES)
     app_id = checkpoint_app_id(transform.name)
@@ -116,13 +119,69 @@ def run_transform(
     if upto is None or (after is not None and after >= upto):
         log.info("transform %s: nothing new in the journal since version %s, nothing to do", transform.name, after)
         return {**result, "status": Status.OK, "rows_in": 0, "rows_out": 0, "note": "nothing new"}
+    slice_rows = config.spark.slice_rows if config is not None else SparkConfig().slice_rows
+    spans = lake.slices(MESSAGES, after, upto, slice_rows)
+    if len(spans) > 1:
+        log.info("transform %s: journal versions (%s, %s] in %d slices", transform.name, after, upto, len(spans))
+    rows_in = rows_out = 0
+    for number, (low, high) in enumerate(spans, 1):
+        label = f" slice {number}/{len(spans)}" if len(spans) > 1 else ""
+        part = _transform_slice(spark, lake, transform, suite, run_id, config, low, high, label)
+        if "status" in part:  # blocked by the journal's expectations: this slice and the rest wait
+            return {**result, **part, "after_version": after, "rows_in": rows_in, "rows_out": rows_out}
+        result["expectations"] = part.get("expectations", result.get("expectations"))
+        rows_in += part["rows_in"]
+        rows_out += part["rows_out"]
+        if number < len(spans) and stopping.requested():
+            log.warning(
+                "transform %s: stopping after slice %d of %d (asked to stop)", transform.name, number, len(spans)
+            )
+            break
+    if result.get("expectations") is None:
+        result.pop("expectations", None)
+    seconds = round(time.monotonic() - started, 3)
+    log.info(
+        "transform %s: %d new journal row(s) in, %d out to %s (%.1fs)",
+        transform.name,
+        rows_in,
+        rows_out,
+        transform.output,
+        seconds,
+    )
+    return {
+        **result,
+        "status": Status.OK,
+        "after_version": after,
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "slices": len(spans),
+        "seconds": seconds,
+    }
+
+
+def _transform_slice(
+    spark: SparkSession,
+    lake: LakeEngine,
+    transform: TransformConfig,
+    suite: expectations.Suite | None,
+    run_id: str,
+    config: Config | None,
+    after: int | None,
+    upto: int,
+    label: str,
+) -> dict[str, Any]:
+    """Journal versions (after, upto] through the transform into its output, committed under ``upto``.
+    Returns rows in and out; with ``status`` when the journal's expectations blocked it."""
+    started = time.monotonic()
+    app_id = checkpoint_app_id(transform.name)
     files = lake.added_files(MESSAGES, after, upto)
     source = _landed(spark, files)
+    out_part: dict[str, Any] = {}
     if suite is not None:
         blocked = _check_journal(lake, run_id, transform, suite, source, f"{'' if after is None else after}-{upto}")
-        result["expectations"] = blocked.pop("expectations")
+        out_part["expectations"] = blocked.pop("expectations")
         if blocked:
-            return {**result, **blocked, "after_version": after, "rows_in": 0, "rows_out": 0}
+            return {**out_part, **blocked}
     if transform.function:
         function = load_function(transform.function)
         if config is not None and "bodies" in inspect.signature(function).parameters:
@@ -137,31 +196,25 @@ def run_transform(
         source.createOrReplaceTempView("new_messages")
         out = spark.sql(sql_text(transform.sql))
     rows_in = count_landed(files)
-    before = lake.table_version(transform.output) if exists else None
+    before = lake.table_version(transform.output) if lake.exists(transform.output) else None
     committed = lake.append_dataframe(transform.output, out, app_id, upto)
     rows_out = 0
-    upto = lake.table_version(transform.output) if committed else None
-    if upto is not None:  # committed: the table exists
-        written = lake.added_files(transform.output, before, upto)
-        rows_out = rows_in_files(written)
-    seconds = round(time.monotonic() - started, 3)
-    log.info(
-        "transform %s: %d new journal row(s) in, %d out to %s (%.1fs)",
-        transform.name,
-        rows_in,
-        rows_out,
-        transform.output,
-        seconds,
-    )
+    version = lake.table_version(transform.output) if committed else None
+    if version is not None:  # committed: the table exists
+        rows_out = rows_in_files(lake.added_files(transform.output, before, version))
+    if label:
+        seconds = time.monotonic() - started
+        log.info(
+            "transform %s%s: %d row(s) in, %d out (%.1fs, %.0f rows/s)",
+            transform.name,
+            label,
+            rows_in,
+            rows_out,
+            seconds,
+            rows_in / seconds if seconds else 0,
+        )
     log.debug("transform %s: journal versions (%s, %s]", transform.name, after, upto)
-    return {
-        **result,
-        "status": Status.OK,
-        "after_version": after,
-        "rows_in": rows_in,
-        "rows_out": rows_out,
-        "seconds": seconds,
-    }
+    return {**out_part, "rows_in": rows_in, "rows_out": rows_out}
 
 
 def _check_journal(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake import stopping
 from queuelake.config import Config
 from queuelake.errors import QueuelakeError, jvm_line
 from queuelake.lake import tables as catalogue
@@ -83,6 +84,9 @@ def _reserved() -> set[str]:
 
 
 def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
+    """The journal's new versions into the typed tables, a slice of at most ``spark.slice_rows`` rows at a
+    time (``LakeEngine.slices``): each slice is an increment of its own, committed before the next, so a
+    first backlog of millions needs the memory of one slice and a killed run resumes at the next."""
     run = runs.Run("bodies")
     started = time.monotonic()
     if not lake.exists(MESSAGES):
@@ -95,11 +99,97 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         log.info("bodies: nothing new in the journal since version %s, nothing to do", after)
         run.record(lake, [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}])
         return {"status": Status.OK, "run_id": run.run_id, "journal_version": upto, "tables": [], "note": "nothing new"}
+    spans = lake.slices(MESSAGES, after, upto, config.spark.slice_rows)
+    if len(spans) > 1:
+        log.info(
+            "bodies: journal versions (%s, %s] in %d slices of at most %d row(s) (spark.slice_rows)",
+            after,
+            upto,
+            len(spans),
+            config.spark.slice_rows,
+        )
+    totals = _Totals()
+    for number, (low, high) in enumerate(spans, 1):
+        totals.add(_slice(config, spark, lake, run, low, high, f"{number}/{len(spans)}" if len(spans) > 1 else ""))
+        if totals.failed:
+            break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
+        if number < len(spans) and stopping.requested():
+            log.warning("bodies: stopping after slice %d of %d (asked to stop)", number, len(spans))
+            break
+    results = totals.tables()
+    seconds = round(time.monotonic() - started, 3)
+    log.info(
+        "bodies: %d row(s) read, %d written to %d table(s), %d unparsed (%.1fs)",
+        totals.rows_read,
+        totals.written,
+        len(results),
+        totals.unparsed,
+        seconds,
+    )
+    rows = [{k: r.get(k) for k in ("table", "rows_in", "rows_out", "seconds", "status", "error")} for r in results]
+    rows = rows or [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}]
+    run.record(lake, rows)
+    return {
+        "status": Status.FAILED if totals.failed else Status.OK,
+        "run_id": run.run_id,
+        "after_version": after,
+        "journal_version": totals.upto if totals.upto is not None else after,
+        "rows_read": totals.rows_read,
+        "rows_written": totals.written,
+        "unparsed": totals.unparsed,
+        "slices": totals.slices,
+        "tables": results,
+        "seconds": seconds,
+    }
+
+
+class _Totals:
+    """What the slices of one run did, summed per table for the summary."""
+
+    def __init__(self) -> None:
+        self.rows_read = self.written = self.unparsed = self.slices = 0
+        self.failed = False
+        self.upto: int | None = None  # the last slice committed
+        self._tables: dict[str, dict[str, Any]] = {}
+
+    def add(self, part: dict[str, Any]) -> None:
+        self.slices += 1
+        self.rows_read += part["rows_read"]
+        self.written += part["rows_written"]
+        self.unparsed += part["unparsed"]
+        self.failed = self.failed or part["failed"]
+        if not part["failed"]:
+            self.upto = part["upto"]
+        for result in part["results"]:
+            table = self._tables.setdefault(result["table"], {})
+            for key, value in result.items():
+                if key in ("rows_in", "rows_out", "unparsed", "seconds") and isinstance(value, (int, float)):
+                    table[key] = round(table.get(key, 0) + value, 3)
+                elif key == "status":
+                    table[key] = value if table.get(key, Status.OK) == Status.OK else table[key]
+                else:
+                    table.setdefault(key, value)
+
+    def tables(self) -> list[dict[str, Any]]:
+        return list(self._tables.values())
+
+
+def _slice(
+    config: Config, spark: SparkSession, lake: LakeEngine, run: runs.Run, after: int | None, upto: int, label: str
+) -> dict[str, Any]:
+    """One increment, journal versions (after, upto]: typed tables appended, its checkpoint committed
+    unless a type failed."""
+    started = time.monotonic()
     selected = select.plan(config, lake.added_files(MESSAGES, after, upto))
     cfg = config.bodies
     tables = names.assign(selected.type_names, claimed(lake), cfg.table_prefix, cfg.tables, _reserved())
     log.info(
-        "bodies: journal versions (%s, %s]: %d row(s) of %d message type(s)", after, upto, selected.rows, len(tables)
+        "bodies%s: journal versions (%s, %s]: %d row(s) of %d message type(s)",
+        f" slice {label}" if label else "",
+        after,
+        upto,
+        selected.rows,
+        len(tables),
     )
     results: list[dict[str, Any]] = []
     unparsed_count = 0
@@ -127,7 +217,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             unparsed_count = _write_unparsed(lake, unparsed_parts, after, upto)
         finally:
             frame.unpersist()
-    failed = [r for r in results if r["status"] != Status.OK]
+    failed = any(r["status"] != Status.OK for r in results)
     written = sum(r.get("rows_out", 0) for r in results)
     if not failed:
         row = {
@@ -141,28 +231,24 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             "recorded_at": dt.datetime.now(dt.timezone.utc),
         }
         lake.append(INCREMENTS, pa.Table.from_pylist([row], schema=catalogue.BODY_INCREMENTS.schema), APP_ID, upto)
-    seconds = round(time.monotonic() - started, 3)
-    log.info(
-        "bodies: %d row(s) read, %d written to %d table(s), %d unparsed (%.1fs)",
-        selected.rows,
-        written,
-        len(results),
-        unparsed_count,
-        seconds,
-    )
-    rows = [{k: r.get(k) for k in ("table", "rows_in", "rows_out", "seconds", "status", "error")} for r in results]
-    rows = rows or [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}]
-    run.record(lake, rows)
+    if label:
+        seconds = time.monotonic() - started
+        log.info(
+            "bodies slice %s: %d row(s) read, %d written, %d unparsed (%.1fs, %.0f rows/s)",
+            label,
+            selected.rows,
+            written,
+            unparsed_count,
+            seconds,
+            selected.rows / seconds if seconds else 0,
+        )
     return {
-        "status": Status.FAILED if failed else Status.OK,
-        "run_id": run.run_id,
-        "after_version": after,
-        "journal_version": upto,
+        "upto": upto,
         "rows_read": selected.rows,
         "rows_written": written,
         "unparsed": unparsed_count,
-        "tables": results,
-        "seconds": seconds,
+        "failed": failed,
+        "results": results,
     }
 
 
