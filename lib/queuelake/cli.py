@@ -61,10 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextlib.contextmanager
-def _sigterm(command: str) -> Iterator[dict[str, bool]]:
-    """While armed, SIGTERM asks loops to stop (stopping.request()) and, unless it is the first one
-    for a graceful command, raises Interrupted in the main thread. Yields the arming switch."""
-    state = {"armed": True, "signalled": False}
+def _sigterm(command: str) -> Iterator[dict[str, Any]]:
+    """While armed, SIGTERM (a scheduler's cancel) and SIGINT (Ctrl-C) ask loops to stop
+    (stopping.request()) and, unless it is the first one for a graceful command, raise Interrupted in
+    the main thread. Yields the arming switch and the signal received (``exit_code``: 143 for SIGTERM,
+    130 for SIGINT, as shells report them).
+
+    Why SIGINT too: Python's own Ctrl-C is a KeyboardInterrupt in the main thread only, which a drain's
+    main thread (waiting on its workers) never saw: the workers drained the queues to the end, and the
+    summary had no counts (issue 59). Now Ctrl-C stops at the next batch boundary with the full summary."""
+    state: dict[str, Any] = {"armed": True, "signalled": False, "exit_code": EXIT_SIGTERM}
     if threading.current_thread() is not threading.main_thread():
         yield state  # signal handlers can only be set from the main thread
         return
@@ -72,20 +78,23 @@ def _sigterm(command: str) -> Iterator[dict[str, bool]]:
     def handler(signum: int, frame: object) -> None:
         first = not state["signalled"]
         state["signalled"] = True
+        state["exit_code"] = 128 + signum
         stopping.request()
         if not state["armed"]:
             return
+        name = signal.Signals(signum).name
         if first and COMMANDS[command].graceful:
-            log.warning("SIGTERM: %s stops at the next batch boundary (a second SIGTERM stops it now)", command)
+            log.warning("%s: %s stops at the next batch boundary (a second %s stops it now)", name, command, name)
             return
         state["armed"] = False  # one Interrupted is enough; later signals only set the flag
-        raise Interrupted(f"stopped by signal {signal.Signals(signum).name}")
+        raise Interrupted(f"stopped by signal {name}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield state
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def _secrets(args: argparse.Namespace) -> list[str]:
@@ -179,11 +188,12 @@ def main(
             summary = {"command": args.command, "status": Status(result.pop("status", Status.OK)), **result}
             if summary["status"] == Status.OK and stopping.requested():
                 summary["status"] = Status.INTERRUPTED  # stopped early, at a batch boundary, by SIGTERM
-            code = {Status.OK: 0, Status.INTERRUPTED: EXIT_SIGTERM}.get(summary["status"], EXIT_FAILED)
+            code = {Status.OK: 0, Status.INTERRUPTED: sigterm["exit_code"]}.get(summary["status"], EXIT_FAILED)
         except Interrupted as exc:
             sigterm["armed"] = False
             log.warning("%s interrupted: %s", args.command, exc)
-            summary, code = {"command": args.command, "status": Status.INTERRUPTED, "error": str(exc)}, EXIT_SIGTERM
+            summary = {"command": args.command, "status": Status.INTERRUPTED, "error": str(exc)}
+            code = sigterm["exit_code"]
         except KeyboardInterrupt:
             sigterm["armed"] = False
             summary, code = {"command": args.command, "status": Status.INTERRUPTED}, EXIT_INTERRUPTED
