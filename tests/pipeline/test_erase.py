@@ -251,6 +251,15 @@ def test_erase_cli_dry_run_then_erase_recorded_in_runs(tmp_path: Path) -> None:
     assert code == 1 and bad["status"] == "failed" and bad["error_kind"] == "arguments", bad
     assert "unknown column(s) colour" in bad["error"], bad
 
+    # a predicate true of every row erases nothing without --all, even as a dry run
+    left = lake.read_arrow("messages").num_rows
+    for everything in ("TRUE", "1 = 1", "seq > 5 OR NOT FALSE"):
+        refused, log, code = cli(["erase", "-c", str(conf), "--where", everything, "--dry-run"], "x", tmp_path)
+        assert code == 1 and refused["error_kind"] == "arguments" and "--all" in refused["error"], refused
+    assert lake.read_arrow("messages").num_rows == left
+    counted, log, code = cli(["erase", "-c", str(conf), "--where", "TRUE", "--all", "--dry-run"], "x", tmp_path)
+    assert code == 0 and counted["tables"]["messages"]["rows"] == left, (counted, log)
+
 
 @pytest.mark.slow
 def test_erase_beside_a_running_drain_removes_exactly_the_selected_rows(fresh_pg_uri: str, tmp_path: Path) -> None:

@@ -17,13 +17,19 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import runs_only_lake, writing_lake
+    from queuelake.errors import ArgumentError
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline import runs
     from queuelake.pipeline.replay.predicate import check_predicate
     from queuelake.pipeline.store.erase import erase as run_erase
+    from queuelake.pipeline.store.where import matches_every_row
     from queuelake.status import Status
 
     predicate = check_predicate(args.where)  # a bad --where fails before anything is opened
+    if matches_every_row(predicate) and not args.all:
+        raise ArgumentError(
+            f"erase --where {predicate!r} selects every journal row; to erase the whole journal say so: --all"
+        )
     cfg = config_mod.load(args.config)
     if args.dry_run:  # reads only: the Delta logs and the filter's columns, no Spark
         lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
@@ -55,6 +61,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--where", required=True, help="predicate over the journal's columns (comparisons with literals)")
     add("--dry-run", action="store_true", help="count the rows and files per table; change nothing")
+    add("--all", action="store_true", help="allow a --where that selects every row (TRUE, 1 = 1): erase everything")
 
 
 COMMAND = Command(

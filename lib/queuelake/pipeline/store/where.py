@@ -22,6 +22,21 @@ from queuelake.pipeline.replay.predicate import check_predicate
 from queuelake.timetext import iso_utc
 
 
+def matches_every_row(predicate: str) -> bool:
+    """Whether ``predicate`` holds for any row whatever its values (``TRUE``, ``1 = 1``, ``NOT FALSE``,
+    ``x > 3 OR 1 = 1``): sqlglot's simplifier folds it to the literal TRUE. An erase of the whole journal
+    must be asked for as such (``--all``), never be a typo's side effect (issue 59)."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.optimizer.simplify import simplify
+
+    try:
+        folded = simplify(sqlglot.parse_one(predicate, read="spark"))
+    except sqlglot.errors.SqlglotError:
+        return False  # not ours to judge: row_filter says what is wrong with it
+    return isinstance(folded, exp.Boolean) and bool(folded.this)
+
+
 def row_filter(predicate: str | None, schema: pa.Schema) -> RowFilter:
     """The erase's selection over the journal (``schema``); ArgumentError names what is wrong."""
     import sqlglot
