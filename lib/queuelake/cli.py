@@ -97,6 +97,37 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
             signal.signal(sig, before)
 
 
+_STAGES = ("drain", "bodies", "transform", "publish")  # the steps of ``run``, each a part of its summary
+
+
+def _lift_error(summary: dict[str, Any]) -> None:
+    """A failed summary's ``error`` and ``error_kind`` at the top, where a script looks: a command that
+    failed in a part (a queue of a drain, a stage of ``run``, a table of ``bodies``) reports it inside;
+    the first such part's error is lifted, its kind that part's own, else the stage it failed in."""
+
+    def first(value: Any, stage: str) -> tuple[str, str] | None:
+        if isinstance(value, dict):
+            if value.get("status") in (Status.FAILED, Status.BLOCKED) and value.get("error"):
+                return str(value["error"]), str(value.get("error_kind") or stage)
+            for key, inner in value.items():
+                found = first(inner, key if key in _STAGES else stage)
+                if found:
+                    return found
+        if isinstance(value, list):
+            for inner in value:
+                found = first(inner, stage)
+                if found:
+                    return found
+        return None
+
+    parts = {k: v for k, v in summary.items() if k not in ("error", "error_kind")}
+    found = first(parts, str(summary.get("command")))
+    if "error" not in summary and found:
+        summary["error"] = found[0]
+    if "error_kind" not in summary:
+        summary["error_kind"] = found[1] if found else str(summary.get("command"))
+
+
 def _secrets(args: argparse.Namespace) -> list[str]:
     """The connection strings an error message might quote: the environment's and the config's."""
     found = [os.environ.get("QUEUELAKE_CONNECTION") or ""]
@@ -189,6 +220,8 @@ def main(
             if summary["status"] == Status.OK and stopping.requested():
                 summary["status"] = Status.INTERRUPTED  # stopped early, at a batch boundary, by SIGTERM
             code = {Status.OK: 0, Status.INTERRUPTED: sigterm["exit_code"]}.get(summary["status"], EXIT_FAILED)
+            if summary["status"] == Status.FAILED:
+                _lift_error(summary)
         except Interrupted as exc:
             sigterm["armed"] = False
             log.warning("%s interrupted: %s", args.command, exc)

@@ -1,0 +1,42 @@
+"""Every failed summary carries ``error`` and ``error_kind`` at its top, where a scheduler's script
+looks, also when the failure was in a part: a queue of a drain, a stage of ``run`` (issue 59)."""
+
+from __future__ import annotations
+
+from queuelake.cli import _lift_error
+
+
+def test_a_failed_queue_of_a_drain_is_lifted_with_its_stage_as_kind() -> None:
+    summary = {
+        "command": "drain",
+        "status": "failed",
+        "queues": [
+            {"queue": "Sales", "status": "ok", "error": None},
+            {"queue": "Billing", "status": "failed", "error": "password authentication failed"},
+        ],
+    }
+    _lift_error(summary)
+    assert summary["error"] == "password authentication failed" and summary["error_kind"] == "drain"
+
+
+def test_a_failed_stage_of_run_keeps_its_own_kind_and_names_its_stage_otherwise() -> None:
+    run = {
+        "command": "run",
+        "status": "failed",
+        "drain": {"status": "ok"},
+        "bodies": {"status": "failed", "tables": [{"table": "t", "status": "failed", "error": "OutOfMemoryError"}]},
+    }
+    _lift_error(run)
+    assert run["error"] == "OutOfMemoryError" and run["error_kind"] == "bodies"
+    own = {"command": "run", "status": "failed", "publish": {"status": "failed", "error": "x", "error_kind": "quality"}}
+    _lift_error(own)
+    assert own["error_kind"] == "quality"
+
+
+def test_a_summary_with_its_own_error_is_left_as_it_is() -> None:
+    summary = {"command": "find", "status": "failed", "error": "no journal", "error_kind": "lake"}
+    _lift_error(summary)
+    assert summary == {"command": "find", "status": "failed", "error": "no journal", "error_kind": "lake"}
+    bare = {"command": "maintain", "status": "failed"}
+    _lift_error(bare)
+    assert bare["error_kind"] == "maintain" and "error" not in bare
