@@ -5,8 +5,8 @@ it ends: 0 on success; 1 on failure (``"status": "failed"``, why, and its ``erro
 ``queuelake.errors``; never a traceback unless ``--debug``, never the connection string); 2 when the
 arguments do not parse and on a drain that left rows other sessions held
 (``"status": "incomplete"``); 143 when SIGTERM stopped it (``"status": "interrupted"``),
-130 on Ctrl-C. ``drain`` and ``run`` take a first SIGTERM as "stop at the next batch boundary" and a
-second as "stop now"; the other commands stop at the first.
+130 on Ctrl-C. ``drain`` and ``run`` take a first SIGTERM or Ctrl-C as "stop at the next batch boundary"
+and a second as "stop now"; the other commands stop at the first.
 """
 
 from __future__ import annotations
@@ -35,12 +35,23 @@ EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGTERM = 1, 130, 128 + signal.SIGTERM
 MAX_ERROR_CHARS = 2000
 
 
+DESCRIPTION = (
+    "queuelake: drains NServiceBus SQL Server and PostgreSQL transport queues into a Delta lake, types "
+    "the message bodies, transforms in Spark and publishes results back as messages your endpoints handle."
+)
+EPILOG = (
+    "Each command logs its steps to stderr and prints one JSON summary as the last line of stdout. Exit "
+    "codes: 0 ok, 1 failed (see error and error_kind), 2 bad arguments or rows left held by others, 130 "
+    "Ctrl-C, 143 SIGTERM. A config file is named with -c."
+)
+
+
 class Interrupted(BaseException):
     """SIGTERM ends the command now. A BaseException, so no ``except Exception`` on the way swallows it."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queuelake", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="queuelake", description=DESCRIPTION, epilog=EPILOG)
     debug_help = "log debug messages, and the traceback of a failure"
     log_help = "stderr log lines as text (default) or one JSON object per line (time UTC, level, logger, message)"
     parser.add_argument("--version", action="version", version=f"queuelake {__version__}")

@@ -11,8 +11,12 @@ from queuelake.commands.command import Command
 def queue_arguments(parser: argparse.ArgumentParser) -> None:
     """The drain's arguments, which ``run`` takes too."""
     parser.add_argument("--queue", action="append", dest="queues", help="drain only this queue (repeatable)")
-    parser.add_argument("--max-messages", type=int, default=None)
-    parser.add_argument("--max-seconds", type=float, default=None)
+    parser.add_argument(
+        "--max-messages", type=int, default=None, help="stop once about N messages are drained (whole batches)"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="stop starting new batches after S seconds (a time box)"
+    )
 
 
 def drain(args: argparse.Namespace) -> dict[str, Any]:
