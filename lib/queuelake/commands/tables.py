@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import re
 from typing import Any
 
 from queuelake.commands.command import Command
@@ -29,12 +30,34 @@ def tables(args: argparse.Namespace) -> dict[str, Any]:
         version = lake.table_version(name)
         files = len(lake.added_files(name, None, version)) if version is not None else 0
         entry = {"table": name, "version": version, "engine": lake.written_by(name), "files": files}
-        entry["about"] = next((t.about for t in catalogue.CATALOGUE if _names(t.name, name)), None)
+        entry["about"] = about(name, catalogue.CATALOGUE, _outputs(cfg))
         log.info("%s: version %s, %d data file(s), written by %s", name, version, files, entry["engine"] or "?")
         found.append(entry)
     if not found:
         log.info("tables: no lake tables under %s yet, nothing to show", cfg.lake.root)
     return {"root": str(cfg.lake.root), "tables": found}
+
+
+def _outputs(cfg: Any) -> set[str]:
+    """The outbound tables the config names: what transforms write and publish reads."""
+    return {t.output for t in cfg.transforms} | set(cfg.publish.outputs)
+
+
+def about(name: str, catalogue: Any, outputs: set[str]) -> str:
+    """What the table ``name`` is, from the catalogue: an exact name first, then the most specific
+    pattern (``{output}_rejected`` before ``body_{type}``); a bare ``{output}`` only for a configured
+    output. Why the order: the bare pattern names every table, and so it named the typed body tables and
+    ``body_increments`` "what a transform produces" (issue 59)."""
+    exact = next((t.about for t in catalogue if t.name == name), None)
+    if exact:
+        return exact
+    patterns = sorted((t for t in catalogue if "{" in t.name), key=lambda t: -len(re.sub(r"\{\w+\}", "", t.name)))
+    for table in patterns:
+        if table.name == "{output}" and name not in outputs:
+            continue
+        if _names(table.name, name):
+            return table.about
+    return "not a table queuelake writes (or an outbound table no longer in the config)"
 
 
 def _names(pattern: str, name: str) -> bool:
