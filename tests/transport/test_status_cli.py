@@ -35,8 +35,11 @@ def test_status_reports_depth_age_and_schema_warnings(fresh_pg_uri: str, pg_driv
 
     path = write_config(tmp_path, pg_driver, [*installed, "Missing"])
     result = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver))
-    assert result.code == 0, result
-    assert result.summary["command"] == "status" and result.summary["status"] == "ok"
+    # a configured queue that does not exist: not "ok" (issue 59), the table named, everything else listed
+    assert result.code == 1, result
+    assert result.summary["command"] == "status" and result.summary["status"] == "failed"
+    assert result.summary["missing_tables"] == ['"public"."Missing"'] and result.summary["error_kind"] == "transport"
+    assert '"public"."Missing"' in result.summary["error"] and "queuelake install" in result.summary["error"]
     by_queue = {q["queue"]: q for q in result.summary["queues"]}
     assert list(by_queue) == ['"public"."Sales"', '"public"."Billing"', '"legacy"."Orders"', '"public"."Missing"']
 
@@ -61,6 +64,7 @@ def test_status_reports_depth_age_and_schema_warnings(fresh_pg_uri: str, pg_driv
     assert run_cli(["install", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver)).code == 0
     again = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver))
     assert {q["queue"]: q["warnings"] for q in again.summary["queues"]}['"public"."Sales"'] == []
+    assert again.code == 0 and again.summary["status"] == "ok" and "missing_tables" not in again.summary, again
 
 
 def test_status_lists_unresolved_drain_claims(fresh_pg_uri: str, pg_driver: str, tmp_path) -> None:

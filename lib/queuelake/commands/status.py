@@ -21,6 +21,7 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.context import connect
     from queuelake.report import log
+    from queuelake.status import Status
     from queuelake.transport import queues, schema
 
     cfg = config_mod.load(args.config)
@@ -45,7 +46,32 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
             log.info("%s (%s): about %s message(s) waiting", ref.canonical, role, entry["depth"])
             out.append(entry)
         pending = _unresolved_claims(conn, cfg)
-    return {"queues": out, "unresolved_claims": pending}
+        bridges = _missing_bridge_tables(conn, cfg)
+    summary: dict[str, Any] = {"queues": out, "unresolved_claims": pending}
+    missing = [e["queue"] for e in out if not e["exists"] and e["role"] in ("drained", "destination")] + bridges
+    if missing:
+        # a cron job that checks status must not read "ok" over tables its drain or publish will fail on
+        summary["missing_tables"] = missing
+        summary["status"] = Status.FAILED
+        summary["error"] = (
+            f"{len(missing)} table(s) the config needs do not exist: {', '.join(missing)} (queuelake install)"
+        )
+        summary["error_kind"] = "transport"
+        log.error("status: %s", summary["error"])
+    return summary
+
+
+def _missing_bridge_tables(conn: Connection, cfg: config_mod.Config) -> list[str]:
+    """The bridge tables ``install`` creates (publish ledger, drain claims) that are not there. The
+    subscription table is not among them: a system without pub/sub has none, and status lists it."""
+    from queuelake.transport import schema
+    from queuelake.transport.tables import bridge_ref
+
+    t = cfg.transport
+    refs = [bridge_ref(t.ledger_table, t), bridge_ref(t.claims_table, t)]
+    missing = [ref.canonical for ref in refs if not schema.table_exists(conn, ref)]
+    conn.rollback()
+    return missing
 
 
 def _touched(conn: Connection, cfg: config_mod.Config) -> list[tuple[TableRef, str]]:
