@@ -42,7 +42,7 @@ DESCRIPTION = (
 EPILOG = (
     "Each command logs its steps to stderr and prints one JSON summary as the last line of stdout. Exit "
     "codes: 0 ok, 1 failed (see error and error_kind), 2 bad arguments or rows left held by others, 130 "
-    "Ctrl-C, 143 SIGTERM. A config file is named with -c."
+    "Ctrl-C, 143 SIGTERM. A config file is named with -c (or QUEUELAKE_CONFIG)."
 )
 
 
@@ -65,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--log-format", choices=LOG_FORMATS, default=argparse.SUPPRESS, help=log_help)
         if command.takes_config:
             # None: conf/local.yaml when it exists, else the built-in local config (config.load)
-            config_help = f"config file (default {DEFAULT_CONFIG}, else the built-in local embedded config)"
+            config_help = (
+                f"config file (default: $QUEUELAKE_CONFIG, else {DEFAULT_CONFIG}, else the embedded demo's "
+                "config where `queuelake demo` left its database)"
+            )
             p.add_argument("-c", "--config", default=None, help=config_help)
         command.arguments(p)
     return parser

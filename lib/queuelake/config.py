@@ -26,6 +26,9 @@ from queuelake.transport.dialects import DIALECTS
 from queuelake.transport.dialects import dialect as named_dialect
 
 DEFAULT_CONFIG = "conf/local.yaml"
+CONFIG_ENV = "QUEUELAKE_CONFIG"  # the config file when no -c is given (a scheduler's environment)
+# the built-in local config is used without -c only where an embedded database already is (a demo's)
+EMBEDDED_DATA = ".queuelake/pgdata"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -463,14 +466,25 @@ def from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None, sou
 
 
 def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Read a YAML config file. Without a path: ``conf/local.yaml`` when it exists, else the local
-    embedded config the package ships (``queuelake.examples.local_config``), so ``queuelake status``
-    works from any folder after ``pip install queuelake[embedded]``; an explicit path must exist."""
+    """Read a YAML config file. Without a path: ``$QUEUELAKE_CONFIG``, else ``conf/local.yaml`` when it
+    exists, else the local embedded config the package ships (``queuelake.examples.local_config``), but
+    only where its database already is (``.queuelake/pgdata``, as ``queuelake demo`` leaves it): a
+    forgotten ``-c`` elsewhere fails in one line (it used to create a database and report "ok" on its
+    empty queues). An explicit path must exist."""
+    environ = os.environ if env is None else env
+    if path is None and environ.get(CONFIG_ENV):
+        path = environ[CONFIG_ENV]
     if path is None and not Path(DEFAULT_CONFIG).is_file():
         from queuelake.examples.local_config import LOCAL_YAML, SOURCE
 
+        if not Path(EMBEDDED_DATA).is_dir():
+            # a forgotten -c must not quietly start a database here and report on its empty queues
+            raise ConfigError(
+                f"no config: pass -c FILE (or set {CONFIG_ENV}); start from conf/postgres.example.yaml, "
+                f"or run `queuelake demo` to try queuelake on an embedded database"
+            )
         log = logging.getLogger("queuelake")
-        log.info("no %s here: using the built-in local config (%s); pass -c FILE to use yours", DEFAULT_CONFIG, SOURCE)
+        log.info("no %s here: using the built-in local config (%s) over %s", DEFAULT_CONFIG, SOURCE, EMBEDDED_DATA)
         return from_dict(yaml.safe_load(LOCAL_YAML), env=env, source=SOURCE)
     file = Path(path or DEFAULT_CONFIG)
     if not file.is_file():

@@ -119,7 +119,7 @@ def test_log_format_json_writes_one_object_per_line(tmp_path: Path, fresh_pg_uri
 
 def test_log_format_text_is_the_default(tmp_path: Path, pg_uri: str) -> None:
     proc = queuelake(["status", "-c", str(write_config(tmp_path))], tmp_path, connection=pg_uri)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1 and "do not exist" in proc.stderr, proc.stderr[-3000:]  # nothing installed here
     text_lines = [line for line in proc.stderr.splitlines() if TEXT_LINE.match(line)]
     assert text_lines and not [line for line in proc.stderr.splitlines() if line.startswith('{"time"')]
 
@@ -205,7 +205,15 @@ def test_repo_local_config_is_the_shipped_one() -> None:
 
 
 def test_load_without_a_path_falls_back_to_the_built_in_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only where an embedded database already is (a demo's): elsewhere a forgotten -c fails in one
+    line naming -c, QUEUELAKE_CONFIG and the demo (issue 59); QUEUELAKE_CONFIG names a config too."""
     monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"no config: pass -c FILE \(or set QUEUELAKE_CONFIG\).*queuelake demo"):
+        config_mod.load(None, env={})
+    assert not (tmp_path / ".queuelake").exists()
+    (tmp_path / "mine.yaml").write_text("drain:\n  queues: [FromEnv]\n", encoding="utf-8")
+    assert config_mod.load(None, env={"QUEUELAKE_CONFIG": "mine.yaml"}).drain.queues == ["FromEnv"]
+    (tmp_path / ".queuelake" / "pgdata").mkdir(parents=True)
     cfg = config_mod.load(None, env={})
     assert cfg.source == SOURCE
     assert cfg.transport.embedded == "./.queuelake/pgdata" and cfg.lake.root == "./lake"
@@ -237,17 +245,16 @@ def test_a_missing_config_beside_the_examples_names_them(monkeypatch: pytest.Mon
         assert (REPO / default).is_file()
 
 
-@pytest.mark.slow
-def test_status_from_a_fresh_folder_uses_the_built_in_config(tmp_path: Path) -> None:
-    """What a user of the wheel sees: no conf/ here, and status still works (embedded PostgreSQL)."""
+def test_status_in_a_fresh_folder_without_a_config_fails_in_one_line(tmp_path: Path) -> None:
+    """A forgotten -c in a folder with no config and no demo database: one line saying how to point the
+    command at a config, exit 1, error_kind config; no database created here (it used to start a 38 MB
+    embedded PostgreSQL and report "ok" on its empty queues)."""
     proc = queuelake(["status"], tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]
     summary = last_json(proc.stdout)
-    drained = [q["queue"] for q in summary["queues"] if q["role"] == "drained"]
-    assert drained == ['"public"."Sales"', '"public"."audit"', '"public"."error"']
-    assert all(q["exists"] is False for q in summary["queues"])  # nothing installed yet
-    assert "using the built-in local config" in proc.stderr
-    assert (tmp_path / ".queuelake" / "pgdata" / "PG_VERSION").is_file()
+    assert summary["status"] == "failed" and summary["error_kind"] == "config", summary
+    assert "pass -c FILE" in summary["error"] and "QUEUELAKE_CONFIG" in summary["error"]
+    assert not (tmp_path / ".queuelake").exists()
 
 
 # ---------------------------------------------------------------- stderr is queuelake's own
