@@ -55,7 +55,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("quality", [["quality", "quality.*"]]),
     ("context", [["context"]]),
     ("lake | transport", [["lake", "lake.*"], ["transport", "transport.*"]]),
-    ("spark", [["spark"]]),
+    ("spark", [["spark", "spark_progress"]]),
     ("config", [["config"]]),
     ("dialects", [["transport.dialects", "transport.address"]]),
     ("nsb", [["nsb", "nsb.*"]]),

@@ -33,6 +33,7 @@ from queuelake.pipeline import runs
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
 from queuelake.report import log
+from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
 
 if TYPE_CHECKING:
@@ -197,7 +198,8 @@ def _transform_slice(
         out = spark.sql(sql_text(transform.sql))
     rows_in = count_landed(files)
     before = lake.table_version(transform.output) if lake.exists(transform.output) else None
-    committed = lake.append_dataframe(transform.output, out, app_id, upto)
+    with heartbeat(spark, f"transform {transform.name}{label}", rows_in):
+        committed = lake.append_dataframe(transform.output, out, app_id, upto)
     rows_out = 0
     version = lake.table_version(transform.output) if committed else None
     if version is not None:  # committed: the table exists

@@ -40,8 +40,10 @@ from queuelake.lake.round_files import rows_in_files
 from queuelake.pipeline import runs
 from queuelake.pipeline.bodies import evolve, names, parse, seen, select
 from queuelake.pipeline.bodies.infer import Change, infer
+from queuelake.pipeline.bodies.totals import Totals
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
+from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
 
 if TYPE_CHECKING:
@@ -108,7 +110,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             len(spans),
             config.spark.slice_rows,
         )
-    totals = _Totals()
+    totals = Totals()
     for number, (low, high) in enumerate(spans, 1):
         totals.add(_slice(config, spark, lake, run, low, high, f"{number}/{len(spans)}" if len(spans) > 1 else ""))
         if totals.failed:
@@ -143,37 +145,6 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
     }
 
 
-class _Totals:
-    """What the slices of one run did, summed per table for the summary."""
-
-    def __init__(self) -> None:
-        self.rows_read = self.written = self.unparsed = self.slices = 0
-        self.failed = False
-        self.upto: int | None = None  # the last slice committed
-        self._tables: dict[str, dict[str, Any]] = {}
-
-    def add(self, part: dict[str, Any]) -> None:
-        self.slices += 1
-        self.rows_read += part["rows_read"]
-        self.written += part["rows_written"]
-        self.unparsed += part["unparsed"]
-        self.failed = self.failed or part["failed"]
-        if not part["failed"]:
-            self.upto = part["upto"]
-        for result in part["results"]:
-            table = self._tables.setdefault(result["table"], {})
-            for key, value in result.items():
-                if key in ("rows_in", "rows_out", "unparsed", "seconds") and isinstance(value, (int, float)):
-                    table[key] = round(table.get(key, 0) + value, 3)
-                elif key == "status":
-                    table[key] = value if table.get(key, Status.OK) == Status.OK else table[key]
-                else:
-                    table.setdefault(key, value)
-
-    def tables(self) -> list[dict[str, Any]]:
-        return list(self._tables.values())
-
-
 def _slice(
     config: Config, spark: SparkSession, lake: LakeEngine, run: runs.Run, after: int | None, upto: int, label: str
 ) -> dict[str, Any]:
@@ -198,23 +169,8 @@ def _slice(
 
         frame = select.frame(spark, selected).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            samples = _samples(frame, selected, cfg.sample_rows)
-            xml_types = _xml_types(frame)
-            # a new type none of whose bodies parse gets no table (its rows go to body_unparsed)
-            tables = {n: t for n, t in tables.items() if n in samples or lake.exists(t)}
-            evolutions = {name: _evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
-            _record_changes(lake, run.run_id, upto, tables, evolutions)
-            unparsed_parts = [select_unparsed(frame, upto).toArrow()]
-            with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
-                written_types = pool.map(
-                    lambda name: _write_type(lake, frame, selected, name, evolutions[name], upto, name in xml_types),
-                    sorted(tables),
-                )
-                for result, bad in written_types:
-                    results.append(result)
-                    if bad is not None:
-                        unparsed_parts.append(bad)
-            unparsed_count = _write_unparsed(lake, unparsed_parts, after, upto)
+            with heartbeat(spark, f"bodies{f' slice {label}' if label else ''}", selected.rows):
+                unparsed_count, tables = _write_slice(lake, run, frame, selected, tables, cfg, after, upto, results)
         finally:
             frame.unpersist()
     failed = any(r["status"] != Status.OK for r in results)
@@ -250,6 +206,38 @@ def _slice(
         "failed": failed,
         "results": results,
     }
+
+
+def _write_slice(
+    lake: LakeEngine,
+    run: runs.Run,
+    frame: DataFrame,
+    selected: select.Plan,
+    tables: dict[str, str],
+    cfg: Any,
+    after: int | None,
+    upto: int,
+    results: list[dict[str, Any]],
+) -> tuple[int, dict[str, str]]:
+    """The cached slice into its types' tables (``results`` gets one entry per type) and
+    ``body_unparsed``; returns the rows recorded as unparsed and the tables written (type -> table)."""
+    samples = _samples(frame, selected, cfg.sample_rows)
+    xml_types = _xml_types(frame)
+    # a new type none of whose bodies parse gets no table (its rows go to body_unparsed)
+    tables = {n: t for n, t in tables.items() if n in samples or lake.exists(t)}
+    evolutions = {name: _evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
+    _record_changes(lake, run.run_id, upto, tables, evolutions)
+    unparsed_parts = [select_unparsed(frame, upto).toArrow()]
+    with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
+        written_types = pool.map(
+            lambda name: _write_type(lake, frame, selected, name, evolutions[name], upto, name in xml_types),
+            sorted(tables),
+        )
+        for result, bad in written_types:
+            results.append(result)
+            if bad is not None:
+                unparsed_parts.append(bad)
+    return _write_unparsed(lake, unparsed_parts, after, upto), tables
 
 
 def select_unparsed(frame: DataFrame, upto: int) -> DataFrame:
