@@ -13,7 +13,9 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import active_spark, lake_for
     from queuelake.lake.engines import open_lake
+    from queuelake.lake.tables import MESSAGES
     from queuelake.pipeline.replay.plan import ReplayOptions
+    from queuelake.pipeline.replay.predicate import check_columns
     from queuelake.pipeline.replay.replayer import needs_spark
     from queuelake.pipeline.replay.replayer import replay as run_replay
     from queuelake.report import log
@@ -34,6 +36,9 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     if args.to and not args.dry_run:
         # a replay into a queue the next drain takes back into the lake is almost always a mistake
         config_mod.check_send_target(cfg, args.to, "replay --to")
+    reader = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # the Delta log only, no Spark
+    if reader.exists(MESSAGES.name):
+        check_columns(options.predicate, reader.schema(MESSAGES.name).names)
     session = active_spark()
     if session is None:
         # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting
