@@ -228,3 +228,14 @@ def test_bodies_bench_compares_typed_tables_with_a_hand_written_job() -> None:
     assert result["rows"] == 400 and result["types"] == 3
     assert result["bodies_seconds"] > 0 and result["hand_seconds"] > 0 and result["rate_ratio"] > 0
     assert result["idle_seconds"] >= 0 and result["one_row_increment_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_backlog_bench_runs_a_first_backlog_on_defaults_with_its_peak_memory() -> None:
+    result = _bench("backlog.py", "--messages", "3000", "--copies", "3")
+    (one,) = result["results"]
+    assert one["exit"] == 0 and one["status"] == "ok", one
+    assert one["peak_tree_mb"] > one["peak_jvm_mb"] > 0
+    for stage in ("drain", "bodies", "transform", "publish"):
+        assert one["stages"][stage]["status"] == "ok" and one["stages"][stage]["seconds"] is not None, one
+    assert one["stages"]["bodies"]["rows"] == 3000 and one["stages"]["bodies"]["slices"] == 1
