@@ -122,6 +122,12 @@ def test_run_then_maintain(fresh_pg_uri: str, tmp_path: Path) -> None:
 def test_tables_on_an_empty_lake_says_so(tmp_path: Path) -> None:
     conf = tmp_path / "job.yaml"
     conf.write_text(json.dumps({"transport": {"connection": "unused"}, "lake": {"root": str(tmp_path / "lake")}}))
+    # a lake root that does not exist is the same mistake to every command: exit 1, error_kind lake
+    for args in (["tables"], ["maintain"], ["erase", "--where", "seq = 1"], ["find", "--message-id", "x"]):
+        failed, _ = cli_logged([*args, "-c", str(conf)], "unused", tmp_path)
+        assert failed["status"] == "failed" and failed["error_kind"] == "lake", (args, failed)
+        assert "does not exist" in failed["error"], failed
+    (tmp_path / "lake").mkdir()
     summary, log = cli_logged(["tables", "-c", str(conf)], "unused", tmp_path)
     assert summary["status"] == "ok" and summary["tables"] == [], summary
     assert "tables: no lake tables under" in log and "nothing to show" in log, log

@@ -16,7 +16,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     import dataclasses
 
     from queuelake import config as config_mod
-    from queuelake.commands.sessions import runs_only_lake, writing_lake
+    from queuelake.commands.sessions import require_lake_root, runs_only_lake, writing_lake
     from queuelake.errors import ArgumentError
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline import runs
@@ -31,6 +31,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
             f"erase --where {predicate!r} selects every journal row; to erase the whole journal say so: --all"
         )
     cfg = config_mod.load(args.config)
+    require_lake_root(cfg)
     if args.dry_run:  # reads only: the Delta logs and the filter's columns, no Spark
         lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
     else:  # the typed body tables are the lake engine's (delta-spark: a session); the journal stays delta-rs's

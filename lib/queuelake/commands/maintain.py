@@ -17,7 +17,7 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     import dataclasses
 
     from queuelake import config as config_mod
-    from queuelake.commands.sessions import writing_lake
+    from queuelake.commands.sessions import require_lake_root, writing_lake
     from queuelake.lake.engines import journal_engine, open_lake
     from queuelake.pipeline import runs
     from queuelake.pipeline.store import retention
@@ -25,6 +25,7 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.status import Status
 
     cfg = config_mod.load(args.config)
+    require_lake_root(cfg)
     if args.dry_run:  # reads only: the Delta log and the filter's columns, no Spark
         lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
         kept = retention.apply(cfg, lake, dry_run=True)

@@ -37,6 +37,23 @@ def spark_for(cfg: Config, spark: SparkSession | None) -> SparkSession:
     return spark or get_spark(cfg.spark)
 
 
+def require_lake_root(cfg: Config) -> None:
+    """Fail, as ``find`` and ``replay`` do (exit 1, ``error_kind`` lake), when a local lake root does not
+    exist: a mistyped ``lake.root`` made ``tables``, ``erase`` and ``maintain`` report "ok" over
+    nothing (issue 59). An object-store root is not listed here: a prefix exists once written to."""
+    from pathlib import Path
+
+    from queuelake.errors import LakeError
+
+    root = str(cfg.lake.root)
+    local = root[len("file://") :] if root.startswith("file://") else (root if "://" not in root else None)
+    if local is not None and not Path(local).is_dir():
+        raise LakeError(
+            f"lake root {root} does not exist (nothing has been drained into this lake; check lake.root, "
+            "or run queuelake drain)"
+        )
+
+
 class Sessions:
     """A command's Spark session and lake, the session started only for a step with work to do.
 
