@@ -1,0 +1,87 @@
+"""The rights the job's account needs, as the deployment guide gives them (docs/own-database.md): the
+owner runs ``install``; an account with read, write and delete on the tables (and the sequences their
+``seq`` columns draw from) drains, retries failed messages and reports status. Real PostgreSQL, a real
+role without ownership or CREATE."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from queuelake.config import from_dict
+from queuelake.examples import traffic
+from queuelake.transport import db, installer
+from queuelake.transport.tables import queue_ref
+
+pytestmark = pytest.mark.slow
+NOW = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
+
+GRANTS = (
+    "GRANT USAGE ON SCHEMA public TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
+    "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
+)
+
+
+def _as(uri: str, role: str) -> str:
+    parts = urlsplit(uri)
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{role}@{host}").geturl()
+
+
+def test_read_write_delete_rights_are_enough_for_the_job(fresh_pg_uri: str, tmp_path: Path) -> None:
+    role = "queuelake_job"
+    setup = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Sales", "error"]}}, env={})
+    with db.connect(setup.transport) as conn:  # the owner installs
+        installer.install(conn, installer.plan(setup))
+        sent = list(traffic.order_events(300, seed=4))
+        traffic.seed(conn, queue_ref("Sales", setup.transport), sent)
+        failed = [traffic.failed_copy(m, "Sales", "System.TimeoutException", "t", NOW) for m in sent[:5]]
+        traffic.seed(conn, queue_ref("error", setup.transport), failed)
+        conn.commit()
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+        conn.execute(f"CREATE ROLE {role} LOGIN NOCREATEDB NOCREATEROLE")
+        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        for grant in GRANTS:
+            conn.execute(grant.format(role=role))
+    job = _as(fresh_pg_uri, role)
+    with psycopg.connect(job) as conn:  # the account really is not the owner
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute('CREATE TABLE "public"."not_allowed" (x int)')
+    conf = tmp_path / "job.json"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+                "drain": {"queues": ["Sales", "error"], "batch_size": 100},
+            }
+        )
+    )
+
+    def cli(*args: str) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-m", "queuelake", *args, "-c", str(conf)],
+            env={**os.environ, "QUEUELAKE_CONNECTION": job},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert proc.returncode == 0 and summary["status"] == "ok", (args, summary, proc.stderr[-3000:])
+        return summary
+
+    assert cli("status")["status"] == "ok"
+    assert cli("drain")["landed"] == 305
+    retried = cli("replay", "--where", "failed_queue IS NOT NULL")
+    assert retried["rows_sent"] == 5, retried
+    assert cli("drain")["landed"] == 5  # the retries, back from Sales
