@@ -31,7 +31,7 @@ def test_threads_register_one_new_session_at_once(spark) -> None:
         target = spark.newSession()
         start = threading.Barrier(4)
 
-        def write() -> None:
+        def write(target=target, start=start) -> None:
             activate(spark)  # a pool thread whose JVM thread carries another active session
             start.wait()
             try:
