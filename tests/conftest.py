@@ -30,6 +30,8 @@ from tests import jvm_flags
 # first so that the two workers end together: xdist hands out files in collection order (setup.cfg), and a
 # 2-minute file left for last ran alone. A file not listed keeps its place after these.
 HEAVIEST_FIRST = (
+    "product/test_schedule_jvm.py",
+    "product/test_schedule.py",
     "pipeline/test_drain_executors.py",
     "product/test_benches.py",
     "lake/test_s3.py",
@@ -47,6 +49,7 @@ HEAVIEST_FIRST = (
     "product/test_demo_engines.py",
     "pipeline/test_runs.py",
     "product/test_embedded_multi.py",
+    "lake/test_s3_throttling.py",
 )
 
 
