@@ -198,8 +198,12 @@ def test_exactly_once_from_executors_under_sigkill(fresh_pg_uri: str, tmp_path: 
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        if attempt % 4 == 1:  # while Spark starts, plans or routes
-            time.sleep(rng.uniform(1.0, 8.0))
+        if attempt % 4 == 1:  # while Spark starts, plans or routes; or, on a machine that got that far
+            # sooner, as the first batch lands (a quiet machine sent the whole round within 8 s, so no
+            # kill landed and the test ran out of rounds)
+            deadline = time.monotonic() + rng.uniform(1.0, 8.0)
+            while proc.poll() is None and time.monotonic() < deadline and len(ledger_keys(cfg, "outbound_x")) <= before:
+                time.sleep(0.02)
         else:  # while tasks send: once this run's first batch is committed, anywhere in the next ones
             while proc.poll() is None and len(ledger_keys(cfg, "outbound_x")) <= before:
                 time.sleep(0.02)
