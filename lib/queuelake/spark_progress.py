@@ -35,9 +35,11 @@ def tasks(spark: SparkSession) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def heartbeat(spark: SparkSession, what: str, rows: int, every: float = EVERY_SECONDS) -> Iterator[None]:
-    """While the block runs, log ``what`` every ``every`` seconds: time so far, the rows it is taking,
-    and the running stages' tasks done of all."""
+def heartbeat(
+    spark: SparkSession, what: str, rows: int, every: float = EVERY_SECONDS, unit: str = "row(s)"
+) -> Iterator[None]:
+    """While the block runs, log ``what`` every ``every`` seconds: time so far, the ``rows`` it is taking
+    (counted in ``unit``: rows, batches), and the running stages' tasks done of all."""
     stop = threading.Event()
     started = time.monotonic()
 
@@ -48,7 +50,7 @@ def heartbeat(spark: SparkSession, what: str, rows: int, every: float = EVERY_SE
             except Exception:  # noqa: BLE001 - a heartbeat never fails the work it reports on
                 done = total = 0
             running = f"; Spark tasks {done}/{total} of the running stage(s)" if total else ""
-            log.info("%s: working for %.0fs on %d row(s)%s", what, time.monotonic() - started, rows, running)
+            log.info("%s: working for %.0fs on %d %s%s", what, time.monotonic() - started, rows, unit, running)
 
     thread = threading.Thread(target=beat, name="queuelake-heartbeat", daemon=True)
     thread.start()

@@ -40,6 +40,7 @@ from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import accepted, accepted_rows, in_batches, without_rejected_values
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
+from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
 from queuelake.transport import ledger, queues
 from queuelake.transport.db import Connection
@@ -224,7 +225,8 @@ class ExecutorSender:
             time.monotonic() - started,
         )
         try:
-            outcomes = send_units(self.spark, job, units)
+            with heartbeat(self.spark, f"publish {output}", total, unit="batch(es)"):
+                outcomes = send_units(self.spark, job, units)
         except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
             result.status = Status.FAILED
             result.error = task_error(exc)

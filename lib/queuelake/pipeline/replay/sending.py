@@ -21,6 +21,7 @@ from queuelake.pipeline.replay.result import ReplayResult
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.pipeline.replay.steps import Steps
 from queuelake.report import log
+from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
 from queuelake.transport import binary_copy
 from queuelake.transport.db import Connection
@@ -156,7 +157,9 @@ class Sender:
         started = time.monotonic()
         with self.steps.timed("executors"):
             try:
-                outcomes = executors.send_units(self.session(), job, units)
+                session = self.session()
+                with heartbeat(session, f"replay {replay_id}", len(units), unit="batch(es)"):
+                    outcomes = executors.send_units(session, job, units)
             except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
                 result.status, result.error = Status.FAILED, executors.task_error(exc)
                 log.error("replay %s: %s", replay_id, result.error)
