@@ -3,10 +3,13 @@
 #   make demo   checks Python/Java/disk, creates .venv if missing, installs queuelake with what the demo
 #               needs, and runs `queuelake demo` (the embedded default) in .demo/
 #   make test   checks the same plus the ODBC drivers (installed with apt-get when run as root), installs
-#               what the tests need into the same .venv, fetches the Delta jars, and runs the whole suite
+#               what the tests need into the same .venv, fetches the Delta jars, and runs lint, the fast tier,
+#               then the rest of the suite (two xdist workers, heaviest files first)
+#   make test-fast  the tier without database, Spark, S3 or subprocess (tests/conftest.py marks it): under a
+#               minute, the loop to run while working
 #
 # Variables: PYTHON (the interpreter that creates the venv), VENV, VENV_FLAGS (extra `python -m venv`
-# flags), DEMO_DIR, DEMO_ARGS (e.g. --messages 500), PYTEST_ARGS.
+# flags), DEMO_DIR, DEMO_ARGS (e.g. --messages 500), PYTEST_ARGS, XDIST (`XDIST=` runs in one process).
 # Installs are remembered by stamp files in the venv: they rerun when setup.py (or the versions it reads)
 # changes. pip's own cache (~/.cache/pip) makes a new venv quicker once pyspark's wheel has been built.
 
@@ -21,6 +24,9 @@ VENV_FLAGS ?=
 DEMO_DIR ?= .demo
 DEMO_ARGS ?=
 PYTEST_ARGS ?= -q
+# the slower tiers: two workers, a test file each (module fixtures such as the notebooks' lakes are built once),
+# in tests/conftest.py's HEAVIEST_FIRST order (xdist would order files by test count)
+XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 # `spark` (pyspark, delta-spark) is an extra: the base wheel leaves Spark to the runtime (Databricks)
 DEMO_EXTRAS := spark,embedded,notebooks
@@ -34,7 +40,7 @@ IN_VENV := env PATH="$(VENV_ABS)/bin:$$PATH" VIRTUAL_ENV="$(VENV_ABS)"
 SETUP_INPUTS := setup.py $(wildcard lib/queuelake/versions.py)
 CHECK := env PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/check-prereqs.sh
 
-.PHONY: help demo test check check-demo check-test system-deps jars venv install-demo install-test lint clean
+.PHONY: help demo test test-fast check check-demo check-test system-deps jars venv install-demo install-test lint clean
 
 help: ## list the targets
 	@echo "queuelake: make <target>"
@@ -44,8 +50,13 @@ demo: check-demo install-demo ## set up .venv if needed and run the demo (embedd
 	@mkdir -p $(DEMO_DIR)
 	cd $(DEMO_DIR) && $(IN_VENV) queuelake demo --workdir . $(DEMO_ARGS)
 
-test: check-test system-deps install-test jars ## install what the tests need (ODBC drivers too, as root) and run the whole suite
-	$(IN_VENV) python -m pytest $(PYTEST_ARGS)
+test: check-test system-deps install-test jars ## install what the tests need (ODBC drivers too, as root); lint, fast tier, the rest
+	$(MAKE) lint
+	$(MAKE) test-fast
+	$(IN_VENV) python -m pytest $(PYTEST_ARGS) -m "not fast" $(XDIST)
+
+test-fast: install-test ## the fast tier alone: no database, Spark, S3 or subprocess
+	$(IN_VENV) python -m pytest $(PYTEST_ARGS) -m fast
 
 check: check-test ## only check the prerequisites (Python 3.10+, Java 17, disk, ODBC drivers)
 
@@ -83,7 +94,7 @@ $(VENV)/.installed-test: $(SETUP_INPUTS) | $(PY)
 jars: ## fetch the Delta Lake JVM jars (jvm/fetch-jars.sh, when present)
 	@if [ -f jvm/fetch-jars.sh ]; then $(IN_VENV) bash jvm/fetch-jars.sh && $(IN_VENV) bash jvm/fetch-jars.sh --s3; fi
 
-lint: install-test ## ruff check, ruff format --check, mypy (tests/product/test_static.py runs them too)
+lint: install-test ## ruff check, ruff format --check, mypy (the first step of `make test`)
 	$(IN_VENV) ruff check .
 	$(IN_VENV) ruff format --check .
 	$(IN_VENV) python -m mypy

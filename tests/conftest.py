@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -44,7 +45,6 @@ HEAVIEST_FIRST = (
     "product/test_demo.py",
     "pipeline/test_cli_pipeline.py",
     "product/test_fresh_clone.py",
-    "product/test_static.py",
     "pipeline/test_bodies.py",
     "product/test_demo_engines.py",
     "pipeline/test_runs.py",
@@ -53,10 +53,88 @@ HEAVIEST_FIRST = (
 )
 
 
+# The tiers. A test's tier follows from what it uses, never from a hand-set mark: the fixtures that start a
+# real part (its closure, so a fixture built on ``pg_uri`` counts) and, for a test module that starts processes
+# itself, the ``subprocess`` module among its names. Everything else is ``fast``: ``make test-fast`` runs those
+# alone, and ``_fast_tier_guard`` fails a fast test that starts a process or opens a database connection anyway,
+# so the tier cannot quietly grow slow.
+NEEDS = {
+    "db": {"pg_server_uri"},
+    "spark": {"spark"},
+    "s3": {"s3"},
+}
+TIERS = ("fast", "db", "spark", "s3", "subprocess")
+
+
+def _starts_processes(module: object) -> bool:
+    """The test module, or a tests helper module it imported names from, has ``subprocess`` among its names."""
+    names = vars(module) if module is not None else {}
+    if names.get("subprocess") is subprocess:
+        return True
+    helpers = {getattr(v, "__module__", "") for v in names.values()}
+    return any(
+        vars(sys.modules[h]).get("subprocess") is subprocess
+        for h in helpers
+        if h.startswith("tests.") and h in sys.modules and h != "tests.conftest"
+    )
+
+
+def tiers_of(item: pytest.Item) -> set[str]:
+    """What ``item`` needs: ``db``, ``spark``, ``s3``, ``subprocess``, or nothing (``fast``)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    needs = {tier for tier, names in NEEDS.items() if fixtures & names}
+    if _starts_processes(getattr(item, "module", None)):
+        needs.add("subprocess")
+    return needs or {"fast"}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """The tests' JVMs start from a class archive, the short-lived ones on C1 (``jvm_flags``). Set up by the
-    xdist controller (or the one process without xdist) before any worker starts: they inherit it."""
-    if hasattr(config, "workerinput"):
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: tier, applied from the fixtures a test uses (tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test with its tiers; the heaviest files first (``HEAVIEST_FIRST``), a file's own order and the
+    rest's kept."""
+    for item in items:
+        for tier in tiers_of(item):
+            item.add_marker(tier)
+    tests = Path(__file__).resolve().parent
+    rank = {str(tests / name): i for i, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(str(item.path), len(rank)))
+
+
+class _FastTierBreach(AssertionError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A fast test may not start a process (Spark's JVM, a server, the CLI) nor connect to a database: it would
+    belong to another tier. Slower tests get the JVM launch flags instead (``jvm_flags``), set the first time one
+    runs in this process, so that ``pytest tests/nsb`` never builds the class archive."""
+    if request.node.get_closest_marker("fast") is None:
+        _use_jvm_flags(request.config)
+        yield
+        return
+    name = request.node.nodeid
+
+    def refuse(what: str) -> Callable[..., object]:
+        def refused(*args: object, **kwargs: object) -> object:
+            raise _FastTierBreach(f"{name} is in the fast tier (it uses no db/spark/s3 fixture) but {what}")
+
+        return refused
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starts a process"))
+    monkeypatch.setattr(os, "fork", refuse("forks"))
+    monkeypatch.setattr(psycopg, "connect", refuse("connects to PostgreSQL"))
+    yield
+
+
+def _use_jvm_flags(config: pytest.Config) -> None:
+    """The tests' JVMs start from a class archive, the short-lived ones on C1 (``jvm_flags``): made once per
+    JDK and pyspark (73-75 s), by the first test that may start a JVM; other processes wait on its lock."""
+    if "SPARK_SUBMIT_OPTS" in os.environ or not jvm_flags.enabled():
         return
     capture = config.pluginmanager.getplugin("capturemanager")
 
@@ -65,13 +143,6 @@ def pytest_configure(config: pytest.Config) -> None:
             print(line, file=sys.stderr, flush=True)
 
     jvm_flags.use(delta_jars()[0], say)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The heaviest files first (``HEAVIEST_FIRST``); a file's own order and the rest's are kept."""
-    tests = Path(__file__).resolve().parent
-    rank = {str(tests / name): i for i, name in enumerate(HEAVIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(str(item.path), len(rank)))
 
 
 @pytest.fixture(scope="session")

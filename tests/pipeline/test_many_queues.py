@@ -14,7 +14,7 @@ from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.backlog import ConnectionBudget, estimate
-from queuelake.pipeline.drain.run import connection_plan, drain, queue_connections, units_at_once
+from queuelake.pipeline.drain.run import connection_plan, drain
 from queuelake.transport import claims, db, installer, locks, queues
 from queuelake.transport.activity import PeakConnections
 from queuelake.transport.queues import OutgoingMessage, send
@@ -51,15 +51,10 @@ def test_hundreds_of_queues_within_the_connection_budget(
                 send(conn, queue_ref(name, cfg.transport), [OutgoingMessage("{}", b"x")] * 4)
         conn.commit()
     with PeakConnections(fresh_pg_uri) as watch:
-        started = time.monotonic()
         summary = drain(cfg, open_lake(cfg.lake))
-        wall = time.monotonic() - started
     assert summary["status"] == "ok", [q for q in summary["queues"] if q["status"] != "ok"][:3]
-    # a queue's seconds count from its own start, not from the run's (small queues sharing a batch, 12
-    # of 4 rows to a batch of 50, share its seconds); at most this many units drain at a time
-    at_once = units_at_once(queues, queue_connections(max_connections, None))
-    assert max(q["seconds"] for q in summary["queues"]) <= wall
-    assert sum(q["seconds"] for q in summary["queues"]) <= at_once * wall + 0.001 * queues, (at_once, wall)
+    # a queue's seconds count from its own start, not from the run's; small queues sharing a batch (12 of
+    # 4 rows to a batch of 50) share its seconds: test_drain_together's test_a_batch_s_seconds_are_shared_...
     expected = 4 * sum(1 for i in range(queues) if i % 3)
     assert summary["dequeued"] == expected and read_table(str(tmp_path / "lake" / "messages")).num_rows == expected
     assert 0 < watch.peak <= max_connections, watch.peak

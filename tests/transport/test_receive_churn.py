@@ -6,13 +6,14 @@ re-running the locking subquery for every row: quadratic, 100,000 rows did not d
 receive (sql/postgresql/receive_batch.sql) now keeps the locking subquery in ``ARRAY(...)``, an
 InitPlan run once per statement.
 
-These tests compare, in one test and on the same server, draining N rows from a churned table with
-draining N rows from a fresh one through the transport's own receive (``receive_batch_arrow``, every
-driver). A timing is never asserted; the churned drain may take at most FACTOR times the fresh one
-(a quadratic stall is orders of magnitude, not a factor), and a per-statement statement_timeout
-makes a stall fail fast instead of hanging. Preconditions of each churn state are asserted, so a
-test cannot silently measure a table that is not churned; ``test_old_using_form_stalls`` proves
-the state does trap the old form here, i.e. that these tests can fail.
+These tests drain N rows from a churned table and N from a fresh one through the transport's own receive
+(``receive_batch_arrow``, every driver), in one test and on the same server, and print both times. No time
+is asserted: what fails is the plan (``test_receive_plan_is_initplan``: the locking subquery an InitPlan, no
+nested loop, in every churn state and as a generic plan) and a stall, which a per-statement
+statement_timeout turns into a failure instead of a hang (a quadratic receive of these batches runs for
+minutes). Preconditions of each churn state are asserted, so a test cannot silently measure a table that
+is not churned; ``test_old_using_form_stalls`` proves the state does trap the old form here, i.e. that
+these tests can fail.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ from tests.transport.helpers import connect, make_config
 
 N = 50_000  # rows drained per measurement
 BATCH = 5_000  # rows per receive statement
-FACTOR = 5.0  # churned drain time <= FACTOR x fresh drain time
-NOISE_FLOOR_S = 0.5  # fresh times below this are timer/scheduler noise: compare with this instead
 STATEMENT_TIMEOUT_MS = 60_000  # no receive statement of these tests may run longer (a stall fails)
 DEAD_HEAD_TOTAL, DEAD_HEAD_DELETED = 200_000, 150_000  # state (b): N = 200,000 - 150,000 left
 
@@ -157,9 +156,9 @@ def set_session(conn: Connection, *statements: str) -> None:
     conn.commit()  # a SET rolled back with its transaction would be undone
 
 
-def drain_timed(conn: Connection, ref: TableRef, expected: int, what: str, limit_s: float | None = None) -> float:
-    """Receive until empty, committing each batch; seconds taken. Fails as soon as a statement
-    times out or the run exceeds limit_s, rather than waiting for a stalled drain to finish."""
+def drain_timed(conn: Connection, ref: TableRef, expected: int, what: str) -> float:
+    """Receive until empty, committing each batch; seconds taken (reported, never asserted). Fails as soon
+    as a statement times out, rather than waiting for a stalled drain to finish."""
     got, seqs = 0, 0
     t0 = time.perf_counter()
     while True:
@@ -174,23 +173,15 @@ def drain_timed(conn: Connection, ref: TableRef, expected: int, what: str, limit
             break
         got += table.num_rows
         seqs += len(set(table.column("seq").to_pylist()))
-        if limit_s is not None and elapsed > limit_s:
-            pytest.fail(f"{what}: only {got:,} of {expected:,} rows after {elapsed:.1f}s (limit {limit_s:.1f}s)")
     assert got == expected == seqs, f"{what}: received {got} rows ({seqs} distinct seq), expected {expected}"
     return elapsed
 
 
 def compare(conn: Connection, uri: str, fresh: TableRef, churned: TableRef, label: str) -> tuple[float, float]:
-    """Drain the fresh table, then the churned one; assert the churned drain is within FACTOR."""
+    """Drain the fresh table, then the churned one, every row once each; a stalled statement fails."""
+    set_session(conn, f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
     fresh_s = drain_timed(conn, fresh, N, f"{label}: fresh")
-    limit_s = FACTOR * max(fresh_s, NOISE_FLOOR_S)
-    # a stalled statement fails at the limit (at least 10 s, never more than STATEMENT_TIMEOUT_MS)
-    timeout_ms = int(min(STATEMENT_TIMEOUT_MS, max(10_000, limit_s * 1000)))
-    set_session(conn, f"SET statement_timeout = {timeout_ms}")
-    churned_s = drain_timed(conn, churned, N, f"{label}: churned", limit_s)
-    assert churned_s <= limit_s, (
-        f"{label}: churned drain of {N:,} rows took {churned_s:.2f}s, fresh {fresh_s:.2f}s (> {FACTOR}x)"
-    )
+    churned_s = drain_timed(conn, churned, N, f"{label}: churned")
     assert queue_count(uri, fresh) == 0 and queue_count(uri, churned) == 0
     print(f"{label}: {N:,} rows fresh {fresh_s:.2f}s, churned {churned_s:.2f}s ({churned_s / fresh_s:.2f}x)")
     return fresh_s, churned_s
