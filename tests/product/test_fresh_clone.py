@@ -1,5 +1,7 @@
 """The README's demo command works from a fresh clone: `make demo` creates its own .venv, installs what
-the demo needs and ends with the demo's JSON summary.
+the demo needs, runs the demo end to end on the embedded default (its report matches the seeded traffic)
+and ends with the demo's JSON summary; the next commands it prints work as printed. This is the suite's
+one delta-rs demo (``test_demo_engines`` runs the delta-spark one).
 
 The clone is a `git clone` of this repository, so it holds what is committed (HEAD), not uncommitted
 edits: in CI (a clean clone of the submission) that is the same thing. The venv is a new, empty one in
@@ -74,6 +76,8 @@ def test_make_demo_from_a_fresh_clone(workdir: Path) -> None:
     assert not (clone / "lake").exists()
     journal = {queue.split(".")[-1].strip('"'): counts for queue, counts in summary["journal"].items()}
     assert journal == summary["expected"]
+    assert summary["engine"] == "delta-rs"  # a fresh clone has no Delta jars: `auto` is delta-rs
+    assert_demo_report(proc.stdout, summary, clone / ".demo", workdir)
 
     # the venv make created runs the clone's code, not the one running this test (asked from .demo/, where
     # no folder named queuelake could pass for the package)
@@ -86,3 +90,40 @@ def test_make_demo_from_a_fresh_clone(workdir: Path) -> None:
         check=True,
     ).stdout.strip()
     assert Path(where).resolve().is_relative_to((clone / "lib").resolve()), where
+
+
+def assert_demo_report(stdout: str, summary: dict, demo_dir: Path, cwd: Path) -> None:
+    """What the demo reports and leaves: every outcome seeded, events to both subscribers, its config,
+    database and lake, and the next commands, which work as printed."""
+    assert "Drained into the journal" in stdout and "Published:" in stdout
+    assert summary["expected"]["Sales"]["expired"] > 0 and summary["expected"]["Sales"]["quarantined"] > 0
+    assert summary["expected"]["error"]["landed"] > 0 and summary["expected"]["audit"]["landed"] > 0
+    # the worked example published events to both subscribers and commands to Billing
+    to = summary["published"]["to"]
+    events = "Publish Lakehouse.Events.CustomerTotalsUpdated"
+    assert to['"public"."Billing"'][events] == to['"public"."Shipping"'][events] > 0
+    assert summary["published"]["copies"] == sum(n for types in to.values() for n in types.values())
+
+    config = demo_dir / "queuelake-demo.yaml"
+    assert summary["config"] == str(config) and config.is_file()
+    assert (demo_dir / ".queuelake" / "pgdata" / "PG_VERSION").is_file()
+    for command in summary["next"]:
+        assert command in stdout
+    # each as printed, in a plain shell elsewhere: no venv on PATH, another folder
+    status, drained, *notebook = [as_printed(command, cwd) for command in summary["next"]]
+    assert summary["next"][0].endswith(f"queuelake status -c {config}")
+    queues = json.loads(status.stdout.strip().splitlines()[-1])["queues"]
+    sources = [q for q in queues if q["role"] == "drained"]
+    assert [q["exists"] for q in sources] == [True, True, True] and all(q["depth"] == 0 for q in sources)
+    holding = {q["queue"]: q["depth"] for q in queues if q["role"] != "drained"}  # what publish sent, waiting
+    assert {'"public"."Billing"', '"public"."Shipping"'} <= set(holding) and sum(holding.values()) > 0
+    assert json.loads(drained.stdout.strip().splitlines()[-1])["dequeued"] == 0  # the demo drained it all
+    assert len(notebook) == 1  # a checkout: the notebook is offered, and ran
+
+
+def as_printed(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a printed command with sh, as a user pastes it: a PATH without the venv's bin."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(cwd), "XDG_RUNTIME_DIR": "/tmp"}
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+    assert proc.returncode == 0, (command, proc.stderr[-3000:])
+    return proc
