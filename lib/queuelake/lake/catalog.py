@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 from queuelake.errors import LakeError
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from queuelake.config import LakeConfig
     from queuelake.lake.files import StagedFiles
-    from queuelake.lake.port import LakeEngine
+    from queuelake.lake.port import JournalLake, LakeEngine
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,254}")
 
@@ -200,12 +200,12 @@ class RegisteringLake:
         return landed
 
     def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
-        landed = self.inner.commit_staged(table, staged, app_id, version, verify)
+        landed = cast("JournalLake", self.inner).commit_staged(table, staged, app_id, version, verify)
         self.register(table)
         return landed
 
     def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
-        landed = self.inner.commit_staged_group(table, batches)
+        landed = cast("JournalLake", self.inner).commit_staged_group(table, batches)
         self.register(table)
         return landed
 

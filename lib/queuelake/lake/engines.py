@@ -8,13 +8,13 @@ one (``catalog.py``), live here: the one module that builds engines.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from queuelake.errors import LakeError
 from queuelake.lake import tables as catalogue
 from queuelake.lake.catalog import registrar_for, with_names
 from queuelake.lake.jvm import DeltaSparkEngine
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake, LakeEngine
 from queuelake.lake.rust import DeltaRsEngine
 from queuelake.spark import has_delta_jvm
 
@@ -113,10 +113,13 @@ class PerTableLake:
         return getattr(self.default, attr)
 
 
-def journal_engine(lake: LakeEngine) -> LakeEngine:
+def journal_engine(lake: LakeEngine) -> JournalLake:
     """The engine that writes the ``messages`` journal: always delta-rs (``tables.MESSAGES.engine``;
-    why: ``tables.DELTA_RS``)."""
-    return table_engine(lake, catalogue.MESSAGES.name)
+    why: ``tables.DELTA_RS``), the one that implements the staged writes (``port.JournalLake``)."""
+    engine = table_engine(lake, catalogue.MESSAGES.name)
+    if engine.name != DeltaRsEngine.name:  # the catalogue fixes delta-rs: only a changed catalogue gets here
+        raise LakeError(f"lake table {catalogue.MESSAGES.name}: staged writes need delta-rs, not {engine.name}")
+    return cast("JournalLake", engine)  # DeltaRsEngine, or a wrapper that passes its methods through
 
 
 def table_engine(lake: LakeEngine, table: str) -> LakeEngine:

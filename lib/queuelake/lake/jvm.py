@@ -26,7 +26,6 @@ import pyarrow as pa
 from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, landed
-from queuelake.lake.files import StagedFiles
 from queuelake.lake.marks import ENGINE_PROPERTY, description_for
 
 if TYPE_CHECKING:
@@ -169,38 +168,6 @@ class DeltaSparkEngine(EngineBase):
                 .option("overwriteSchema", "true")
                 .save(self.path(table))
             )
-
-    # ------------------------------------------------------------ staged writes: delta-rs only
-
-    def stage(self, table: str, data: pa.Table) -> StagedFiles:
-        raise self._no_staging(table)
-
-    def discard_staged(self, table: str, staged: StagedFiles) -> None:
-        raise self._no_staging(table)
-
-    def check_stageable(self, table: str, data: pa.Table) -> None:
-        raise self._no_staging(table)
-
-    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
-        raise self._no_staging(table)
-
-    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
-        raise self._no_staging(table)
-
-    def staged_schema(self, table: str) -> pa.Schema:
-        raise self._no_staging(table)
-
-    def finish_staged(self, table: str) -> None:
-        raise self._no_staging(table)
-
-    def staged_version(self, table: str, app_id: str) -> int | None:
-        raise self._no_staging(table)
-
-    def _no_staging(self, table: str) -> LakeError:
-        """delta-spark has no Python API to commit files written earlier (``engines.journal_engine``: the
-        journal, the one table written that way, is always delta-rs's), so this engine says so rather
-        than lack the methods."""
-        return LakeError(f"lake table {table}: staged writes need the delta-rs engine (engines.journal_engine)")
 
     # ------------------------------------------------------------ deletes (erase, retention: the typed tables)
 

@@ -1,4 +1,6 @@
-"""The interface the pipelines use. Implementations: ``rust.py`` (deltalake), ``jvm.py`` (delta-spark).
+"""The interfaces the pipelines use: ``LakeEngine``, what both engines do (``rust.py``: deltalake,
+``jvm.py``: delta-spark), and ``JournalLake``, the staged writes of the drain's claim protocol, which only
+the journal's engine (delta-rs) implements.
 
 This module holds the interface alone and imports neither implementation: ``engines.py`` picks one
 (``open_lake``, ``journal_engine``), so the implementations and ``catalog.py`` can name the
@@ -75,44 +77,8 @@ class LakeEngine(Protocol):
         widened, or made a string). Application transactions committed before stay. Rare and costly:
         every row is rewritten."""
 
-    def stage(self, table: str, data: pa.Table) -> StagedFiles:
-        """Write Arrow data as files into the (existing) table's folder without committing them."""
-
-    def discard_staged(self, table: str, staged: StagedFiles) -> None:
-        """Delete staged files nobody will commit (best effort; leftovers are orphans for vacuum)."""
-
-    def check_stageable(self, table: str, data: pa.Table) -> None:
-        """Raise what ``stage`` would raise because of ``data``'s content (its conversion to the
-        table's schema, the Parquet write, the file statistics), without touching the table's storage:
-        the files go to a local scratch folder. A drain asks this of parts of a batch whose staging
-        failed, to tell a row that cannot be stored from a lake that is down."""
-
-    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
-        """Commit staged files in one commit with (app_id, version); False, touching nothing, when
-        app_id already committed >= version. With ``verify``, raises LakeError when a staged file is
-        missing (resolving a claim another process left)."""
-
-    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
-        """Commit many staged batches, each (files, app_id, version), in one Delta commit carrying each
-        app id's highest version; batches whose version is already committed are left out. Returns
-        how many batches the commit carried. What the drain's run-wide committer calls: the journal's
-        commits per run are bounded by time, not by queues x batches."""
-
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""
-
-    def staged_schema(self, table: str) -> pa.Schema:
-        """``schema`` of a table written by staged commits, as current, from the log the staged
-        commits follow (a drain run loads its journal once for both)."""
-
-    def finish_staged(self, table: str) -> None:
-        """After a run's last staged commit: leave the table as its readers load it fastest (a
-        checkpoint of the newest version, where one is due)."""
-
-    def staged_version(self, table: str, app_id: str) -> int | None:
-        """``last_version`` of a table written by staged commits (the journal), as current, from its log
-        followed since the first question: each call reads only the commits written since the last,
-        where ``last_version`` loads the whole table (a drain asks once per queue worker)."""
 
     def table_version(self, table: str) -> int | None:
         """The table's current Delta version, or None when the table does not exist."""
@@ -154,3 +120,47 @@ class LakeEngine(Protocol):
         """Delete from storage, now, every file the table's log has removed (no retention), and never a
         file the log does not name (the drain's staged files); returns how many. Time travel to versions
         that named them fails afterwards."""
+
+
+class JournalLake(LakeEngine, Protocol):
+    """An engine that also writes by staging: files first, the commit later (or never). Only the journal's
+    engine implements it (delta-rs: ``engines.journal_engine``), because the drain's claim protocol
+    needs it: a batch's files are written before its rows are deleted from the queue, and committed with
+    (app_id, version) after, so that a run killed between the two is resolved by the next one. delta-spark
+    has no Python API to commit files written earlier."""
+
+    def stage(self, table: str, data: pa.Table) -> StagedFiles:
+        """Write Arrow data as files into the (existing) table's folder without committing them."""
+
+    def discard_staged(self, table: str, staged: StagedFiles) -> None:
+        """Delete staged files nobody will commit (best effort; leftovers are orphans for vacuum)."""
+
+    def check_stageable(self, table: str, data: pa.Table) -> None:
+        """Raise what ``stage`` would raise because of ``data``'s content (its conversion to the
+        table's schema, the Parquet write, the file statistics), without touching the table's storage:
+        the files go to a local scratch folder. A drain asks this of parts of a batch whose staging
+        failed, to tell a row that cannot be stored from a lake that is down."""
+
+    def commit_staged(self, table: str, staged: StagedFiles, app_id: str, version: int, verify: bool = False) -> bool:
+        """Commit staged files in one commit with (app_id, version); False, touching nothing, when
+        app_id already committed >= version. With ``verify``, raises LakeError when a staged file is
+        missing (resolving a claim another process left)."""
+
+    def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
+        """Commit many staged batches, each (files, app_id, version), in one Delta commit carrying each
+        app id's highest version; batches whose version is already committed are left out. Returns
+        how many batches the commit carried. What the drain's run-wide committer calls: the journal's
+        commits per run are bounded by time, not by queues x batches."""
+
+    def staged_schema(self, table: str) -> pa.Schema:
+        """``schema`` of a table written by staged commits, as current, from the log the staged
+        commits follow (a drain run loads its journal once for both)."""
+
+    def finish_staged(self, table: str) -> None:
+        """After a run's last staged commit: leave the table as its readers load it fastest (a
+        checkpoint of the newest version, where one is due)."""
+
+    def staged_version(self, table: str, app_id: str) -> int | None:
+        """``last_version`` of a table written by staged commits (the journal), as current, from its log
+        followed since the first question: each call reads only the commits written since the last,
+        where ``last_version`` loads the whole table (a drain asks once per queue worker)."""

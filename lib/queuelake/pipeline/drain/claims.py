@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from queuelake import hooks
 from queuelake.errors import LakeError
 from queuelake.lake.files import StagedFiles
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.report import log
 from queuelake.transport import claims
 from queuelake.transport.claims import Claim
@@ -56,7 +56,7 @@ def shares(claim: Claim) -> dict[str, dict[str, int]] | None:
     return {str(q): {k: int(share.get(k, 0)) for k in OUTCOMES} for q, share in found.items()}
 
 
-def resolve_claims(conn: Connection, lake: LakeEngine, claims_table: TableRef, queue: str) -> int:
+def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, queue: str) -> int:
     """Finish what killed drains of this queue left between their DB commit and claim clearing,
     whichever worker (or worker count) they ran with. Runs under the drain lock, before any
     worker reads its last version, so versions stay in order."""
@@ -75,7 +75,7 @@ def resolve_claims(conn: Connection, lake: LakeEngine, claims_table: TableRef, q
     return len(pending)
 
 
-def land_claim(lake: LakeEngine, claim: Claim, queue: str) -> None:
+def land_claim(lake: JournalLake, claim: Claim, queue: str) -> None:
     """Commit a claim's staged files under its app id and version, unless the log has them already."""
     committed = lake.last_version(claim.lake_table, claim.app_id) or 0
     if committed >= claim.version:

@@ -26,7 +26,7 @@ from queuelake import hooks
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.lake.files import StagedFiles
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.claims import resolve_claims
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
@@ -67,7 +67,7 @@ class Committer(Protocol):
         ...
 
 
-def land_group(lake: LakeEngine, conn: Connection, claims_table: TableRef, group: list[Claimed]) -> int:
+def land_group(lake: JournalLake, conn: Connection, claims_table: TableRef, group: list[Claimed]) -> int:
     """One Delta commit for the group (each app id's highest version in it), then its claims cleared
     in one transaction. Returns how many batches the commit carried (the rest were in the log)."""
     t0 = time.monotonic()
@@ -84,7 +84,7 @@ def land_group(lake: LakeEngine, conn: Connection, claims_table: TableRef, group
 class JournalCommitter:
     """One per drain run. Workers ``submit`` claimed batches and ``wait`` for theirs before they end."""
 
-    def __init__(self, config: Config, lake: LakeEngine) -> None:
+    def __init__(self, config: Config, lake: JournalLake) -> None:
         self._config = config
         self._lake = lake
         self._claims_table = claims.claims_ref(config.transport)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.claims import resolve_claims, shares
 from queuelake.pipeline.drain.queue_drain import release_drain_lock, take_drain_lock
 from queuelake.pipeline.drain.result import QueueResult
@@ -48,7 +48,7 @@ class Elsewhere:
 
 
 def resolve_claims_filed_elsewhere(
-    config: Config, journal: LakeEngine, refs: Collection[TableRef], elsewhere: Collection[str]
+    config: Config, journal: JournalLake, refs: Collection[TableRef], elsewhere: Collection[str]
 ) -> Elsewhere:
     """Resolve the claims of the queues in ``elsewhere`` (queues with claims this run does not drain,
     from the run's estimate) that hold rows of this run's queues. Reads the claims only when
@@ -81,7 +81,7 @@ def resolve_claims_filed_elsewhere(
     return outcome
 
 
-def _resolve_under_lock(config: Config, conn: Connection, journal: LakeEngine, table: TableRef, anchor: str) -> int:
+def _resolve_under_lock(config: Config, conn: Connection, journal: JournalLake, table: TableRef, anchor: str) -> int:
     """The claims filed under ``anchor``, resolved under its drain lock; 0 when another drain holds it."""
     ref = queue_ref(anchor, config.transport)
     if not take_drain_lock(conn, ref):

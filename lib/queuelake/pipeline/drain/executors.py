@@ -48,7 +48,7 @@ from queuelake import stopping
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import DrainError
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.backlog import Backlog
 from queuelake.pipeline.drain.claims import resolve_claims
 from queuelake.pipeline.drain.poller import ClaimsPoller
@@ -146,7 +146,7 @@ def plan_jobs(
 def drain_on_executors(
     config: Config,
     spark: SparkSession,
-    journal: LakeEngine,
+    journal: JournalLake,
     busy: list[tuple[TableRef, int]],
     backlogs: dict[str, Backlog],
     max_messages: int | None,
@@ -185,7 +185,7 @@ def drain_on_executors(
 
 
 def begin_run(
-    config: Config, journal: LakeEngine, busy: list[tuple[TableRef, int]], backlogs: dict[str, Backlog]
+    config: Config, journal: JournalLake, busy: list[tuple[TableRef, int]], backlogs: dict[str, Backlog]
 ) -> tuple[ExecutorRun, list[tuple[TableRef, int]], dict[str, int]]:
     """What a run in tasks (on executors, in local processes) does before it plans: the claims killed
     runs left resolved (``resolve_first``), the queues another drain holds reported as skipped.
@@ -227,7 +227,7 @@ def end_run(
 
 
 def resolve_first(
-    config: Config, journal: LakeEngine, refs: list[TableRef], backlogs: dict[str, Backlog]
+    config: Config, journal: JournalLake, refs: list[TableRef], backlogs: dict[str, Backlog]
 ) -> tuple[set[str], list[QueueResult], dict[str, int]]:
     """The claims killed runs left of ``refs``, committed under the queues' drain locks, taken on one
     connection and released together when it closes. Returns the queues to drain, the results of those

@@ -28,7 +28,7 @@ from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import DrainError
 from queuelake.lake.files import StagedFiles
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.claims import outcomes, shares
 from queuelake.pipeline.drain.committer import MOST_PER_GROUP, Claimed, land_group
 from queuelake.pipeline.journal.schema import MESSAGES
@@ -45,7 +45,7 @@ class ClaimsPoller:
     """Started for a run's Spark jobs, closed after them. ``watch`` a job's queues before its task
     starts, ``release`` them after the task ended (the claims its last attempt left are committed first)."""
 
-    def __init__(self, config: Config, journal: LakeEngine, on_failure: Callable[[BaseException], None]) -> None:
+    def __init__(self, config: Config, journal: JournalLake, on_failure: Callable[[BaseException], None]) -> None:
         # held by the poller's connection while it runs: a task that can take it knows the driver is
         # gone (its process killed: the server released the lock with the connection) and stops
         # waiting for commits that will never come, instead of holding its connections for minutes

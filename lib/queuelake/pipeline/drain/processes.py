@@ -42,7 +42,7 @@ from functools import partial
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.errors import DrainError
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.backlog import Backlog
 from queuelake.pipeline.drain.executors import (
     ExecutorRun,
@@ -75,7 +75,7 @@ def process_count(config: Config) -> int:
 
 def drain_in_processes(
     config: Config,
-    journal: LakeEngine,
+    journal: JournalLake,
     processes: Processes,
     busy: list[tuple[TableRef, int]],
     backlogs: dict[str, Backlog],

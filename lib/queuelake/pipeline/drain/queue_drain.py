@@ -11,7 +11,7 @@ from queuelake import stopping
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.result import QueueResult
@@ -31,7 +31,7 @@ class QueueDrain:
     def __init__(
         self,
         config: Config,
-        lake: LakeEngine,
+        lake: JournalLake,
         ref: TableRef,
         budget: Budget,
         receive: db.SharedAdbc | None,

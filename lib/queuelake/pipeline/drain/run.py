@@ -15,7 +15,7 @@ from queuelake.config import Config
 from queuelake.context import resolved_transport
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake, LakeEngine
 from queuelake.pipeline.drain import together
 from queuelake.pipeline.drain.backlog import Backlog, ConnectionBudget, estimate, workers_for
 from queuelake.pipeline.drain.budget import Budget
@@ -175,7 +175,7 @@ def _on_executors(
     config: Config,
     spark: SparkSession | None,
     lake: LakeEngine,
-    journal: LakeEngine,
+    journal: JournalLake,
     processes: Processes | None,
     run: Run,
     refs: list[TableRef],
@@ -268,7 +268,7 @@ def queue_connections(max_connections: int, shared: object) -> int:
 
 def _run_unit(
     config: Config,
-    journal: LakeEngine,
+    journal: JournalLake,
     budget: ConnectionBudget,
     committer: JournalCommitter,
     sessions: SessionPool,
@@ -322,7 +322,7 @@ def _log_outcome(results: list[QueueResult], totals: dict[str, int], started: dt
     )
 
 
-def evolve_journal(journal: LakeEngine) -> None:
+def evolve_journal(journal: JournalLake) -> None:
     """Give a journal made by an older queuelake the columns added since (nullable, null in its old
     rows): a batch is staged with the table's own schema, and a column the table lacks would fail it."""
     have = set(journal.staged_schema(MESSAGES).names)  # the followed log's load, the run's staging uses it too

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 from queuelake.config import Config
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.progress import Progress
@@ -26,7 +26,7 @@ class QueueState:
     def __init__(
         self,
         config: Config,
-        lake: LakeEngine,
+        lake: JournalLake,
         ref: TableRef,
         budget: Budget,
         receive: db.SharedAdbc | None,

@@ -36,7 +36,7 @@ from queuelake.config import Config
 from queuelake.context import connect, resolved_transport
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine, open_lake
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain import together
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Claimed
@@ -142,7 +142,7 @@ def drain_queues_task(
 
 
 def _queue_drain(
-    job: QueueJob, journal: LakeEngine, shared: db.SharedAdbc | None, committer: TaskCommitter, sessions: SessionPool
+    job: QueueJob, journal: JournalLake, shared: db.SharedAdbc | None, committer: TaskCommitter, sessions: SessionPool
 ) -> QueueDrain:
     """A job's queue as the task drains it: its budget's deadline on this process's clock."""
     deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
@@ -165,7 +165,7 @@ class TaskResources:
     id's last version; no names registered) and, receiving through ADBC, the ADBC database (opened in
     the background: ``SharedAdbc.start``)."""
 
-    journal: LakeEngine
+    journal: JournalLake
     shared: db.SharedAdbc | None
 
     @classmethod

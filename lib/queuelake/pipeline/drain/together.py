@@ -39,7 +39,7 @@ from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake.files import StagedFiles
-from queuelake.lake.port import LakeEngine
+from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.claims import claim_record
 from queuelake.pipeline.drain.committer import Claimed, Committer
 from queuelake.pipeline.drain.queue_drain import QueueDrain, release_drain_lock
@@ -109,7 +109,7 @@ class SmallQueues:
     def __init__(
         self,
         config: Config,
-        lake: LakeEngine,
+        lake: JournalLake,
         drains: list[QueueDrain],
         committer: Committer,
         sessions: SessionPool | None,
