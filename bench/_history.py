@@ -16,8 +16,8 @@ import pyarrow as pa
 def journal_with_files(lake_root: str, files: int) -> str:
     """Create the journal under ``lake_root`` with ``files`` one-row data files; returns its path."""
     from deltalake import DeltaTable
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
     from queuelake.lake.files import commit_files
-    from queuelake.lake.rust import DeltaRsEngine
     from queuelake.pipeline.journal.build import build_batch
     from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
     from queuelake.transport.queues import RECEIVED_SCHEMA

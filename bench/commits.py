@@ -29,7 +29,7 @@ import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import pyarrow as pa
 from deltalake import DeltaTable
 from queuelake.lake.arrow_types import lake_schema
-from queuelake.lake.rust import CHECKPOINT_INTERVAL, DeltaRsEngine
+from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL, DeltaRsEngine
 from queuelake.pipeline.journal.build import build_batch
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.transport.queues import RECEIVED_SCHEMA

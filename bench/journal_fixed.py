@@ -2,8 +2,8 @@
 
 Every drain run opens the journal and ends it, whatever it drains; on a journal of many files these
 fixed costs were most of the gap between a drain into a fresh lake and one into a journal of 10,000
-files (issue 32). queuelake reads a local log's head instead of loading the table (``lake/log_head.py``)
-and writes a run's checkpoint from the last one and the appends since (``lake/checkpoint.py``). The
+files (issue 32). queuelake reads a local log's head instead of loading the table (``lake/delta_rs/log_head.py``)
+and writes a run's checkpoint from the last one and the appends since (``lake/delta_rs/checkpoint.py``). The
 raw limit is deltalake doing the same work, in the same run, on the same journal:
 
 - open: ``DeltaRsEngine`` + ``create_table``'s check + the staged schema + an app id's version
@@ -38,8 +38,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from _history import journal_with_files
 from deltalake import DeltaTable
-from queuelake.lake.checkpoint import checkpoint_name
-from queuelake.lake.rust import DeltaRsEngine
+from queuelake.lake.delta_rs.checkpoint import checkpoint_name
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 
 

@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 from queuelake.config import SparkConfig
 from queuelake.lake.arrow_types import UTC_TIMESTAMP
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.files import FileSink, commit_files
-from queuelake.lake.rust import DeltaRsEngine
 from queuelake.spark import get_spark
 
 BODY_BYTES = 1024

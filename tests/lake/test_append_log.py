@@ -1,4 +1,4 @@
-"""The followed log (``lake/append_log.py``): group commits written as the log's next commit file, app
+"""The followed log (``lake/delta_rs/append_log.py``): group commits written as the log's next commit file, app
 versions read from only the commits written since, on real Delta tables read back by deltalake and by
 delta-spark, beside other writers (deltalake's own commits, a second followed log, threads racing for
 the same versions) and a column added meanwhile."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from queuelake.lake.append_log import FOLLOWED_CHECKPOINT_INTERVAL, STALE_TEMPORARY_SECONDS, AppendLog
-from queuelake.lake.rust import CHECKPOINT_INTERVAL, DeltaRsEngine
+from queuelake.lake.delta_rs.append_log import FOLLOWED_CHECKPOINT_INTERVAL, STALE_TEMPORARY_SECONDS, AppendLog
+from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL, DeltaRsEngine
 
 from tests.conftest import require_delta_jvm
 

@@ -1,5 +1,5 @@
 """Checkpoints the followed log writes from the last one and the blind appends after it
-(``lake/checkpoint.py``): read by deltalake and by delta-spark with the commit files they replace
+(``lake/delta_rs/checkpoint.py``): read by deltalake and by delta-spark with the commit files they replace
 deleted (so only the checkpoint can answer), the same actions deltalake's own checkpoint holds, and
 deltalake's checkpoint wherever the commits since hold more than appends."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from queuelake.lake.append_log import STALE_TEMPORARY_SECONDS
-from queuelake.lake.checkpoint import TEMPORARY_PREFIX, checkpoint_name, write_appended_checkpoint
-from queuelake.lake.rust import DeltaRsEngine
+from queuelake.lake.delta_rs.append_log import STALE_TEMPORARY_SECONDS
+from queuelake.lake.delta_rs.checkpoint import TEMPORARY_PREFIX, checkpoint_name, write_appended_checkpoint
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 
 from tests.conftest import require_delta_jvm
 from tests.lake.test_append_log import engine, rows
@@ -169,7 +169,7 @@ _KILLED_RUN = """
 import sys
 sys.path.insert(0, {lib!r})
 import pyarrow as pa
-from queuelake.lake.rust import DeltaRsEngine
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 schema = pa.schema([("id", pa.string()), ("n", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
 
 def rows(prefix, k):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from queuelake.lake.datasource import activate, register, registered
+from queuelake.lake.delta_spark.datasource import activate, register, registered
 
 pytestmark = pytest.mark.slow
 

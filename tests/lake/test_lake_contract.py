@@ -27,9 +27,9 @@ import pyarrow.parquet as pq
 import pytest
 from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import UTC_TIMESTAMP
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.files import leaf_paths
 from queuelake.lake.marks import description_for
-from queuelake.lake.rust import DeltaRsEngine
 
 from tests.conftest import require_delta_jvm
 
@@ -87,7 +87,7 @@ def engine(request: pytest.FixtureRequest, spark, tmp_path: Path):
     root = str(tmp_path / "lake")
     if request.param == "delta-spark":
         require_delta_jvm(spark)
-        from queuelake.lake.jvm import DeltaSparkEngine
+        from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 
         return DeltaSparkEngine(root, spark)
     return DeltaRsEngine(root, spark)
@@ -357,7 +357,7 @@ def test_engine_mismatch_is_refused(rs: DeltaRsEngine, spark) -> None:
 @pytest.mark.deltaspark
 def test_engines_refuse_each_others_tables(spark, tmp_path: Path) -> None:
     require_delta_jvm(spark)
-    from queuelake.lake.jvm import DeltaSparkEngine
+    from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 
     jvm, rust = DeltaSparkEngine(str(tmp_path), spark), DeltaRsEngine(str(tmp_path), spark)
     jvm.append("j", sample(3), "a", 1)
@@ -375,7 +375,7 @@ def test_tables_written_by_one_engine_read_identically_with_the_other(spark, tmp
     application transactions) gives the same rows whichever engine wrote: partitioned with awkward
     partition values, evolved, appended from Arrow and from a DataFrame."""
     require_delta_jvm(spark)
-    from queuelake.lake.jvm import DeltaSparkEngine
+    from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 
     jvm, rust = DeltaSparkEngine(str(tmp_path), spark), DeltaRsEngine(str(tmp_path), spark)
     w, r = (rust, jvm) if writer == "delta-rs" else (jvm, rust)
@@ -471,7 +471,7 @@ def test_staged_commits_checkpoint_every_ten(rs: DeltaRsEngine) -> None:
     this engine makes checkpoint every CHECKPOINT_INTERVAL commits (bench/commits.py: 0.37 x the
     CPU per commit of Delta's default 100)."""
     from deltalake import DeltaTable
-    from queuelake.lake.rust import CHECKPOINT_INTERVAL
+    from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL
 
     rs.create_table("journal", sample(1).schema)
     for version in range(1, CHECKPOINT_INTERVAL + 2):  # versions 1..11 of the table
@@ -492,7 +492,7 @@ def test_staged_commits_from_a_kept_snapshot_see_every_other_writers_commit(rs: 
     snapshot that cannot be brought up to date is loaded afresh."""
     import shutil
 
-    from queuelake.lake.rust import CHECKPOINT_INTERVAL
+    from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL
 
     other = DeltaRsEngine(rs.root)  # a second process: a cache of its own
     rs.create_table("journal", sample(1).schema)
@@ -524,7 +524,7 @@ def test_maintain_gives_older_tables_the_checkpoint_interval(rs: DeltaRsEngine, 
     interval of the user's own is kept. Maintain beside a drain: its metadata commit lands between the
     drain's load of the table and its commit, which conflicts, is retried and lands exactly once."""
     from deltalake import DeltaTable
-    from queuelake.lake.rust import CHECKPOINT_INTERVAL
+    from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL
 
     for name, configuration in (("older", None), ("tuned", {"delta.checkpointInterval": "50"})):
         DeltaTable.create(
@@ -606,8 +606,8 @@ def test_delta_spark_reads_a_delta_rs_table_across_its_checkpoints(rs: DeltaRsEn
     """The checkpoints deltalake writes every CHECKPOINT_INTERVAL commits are read by the JVM engine
     too: the same rows, and the application transactions kept in the checkpoint."""
     require_delta_jvm(spark)
-    from queuelake.lake.jvm import DeltaSparkEngine
-    from queuelake.lake.rust import CHECKPOINT_INTERVAL
+    from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL
+    from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 
     rs.create_table("journal", sample(1).schema)
     batches = [sample(3, 10 * v) for v in range(2 * CHECKPOINT_INTERVAL + 1)]
@@ -627,7 +627,7 @@ _KILLED_SPARK_WRITER = textwrap.dedent(
     """
     import sys
     from queuelake.config import SparkConfig
-    from queuelake.lake.rust import DeltaRsEngine
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
     from queuelake.spark import get_spark
 
     spark = get_spark(SparkConfig(master="local[1]", conf={"spark.sql.shuffle.partitions": "1"}))
@@ -678,7 +678,7 @@ _ARROW_LOOP = textwrap.dedent(
     """
     import sys
     import pyarrow as pa
-    from queuelake.lake.rust import DeltaRsEngine
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
 
     engine = DeltaRsEngine(sys.argv[1])
     v = 1
@@ -717,7 +717,7 @@ def test_arrow_writer_killed_at_random_moments_commits_whole_batches(rs: DeltaRs
 
 
 def test_jvm_engine_reads_ntz_wall_clock_as_utc(spark) -> None:
-    from queuelake.lake.jvm import _utc_timestamps
+    from queuelake.lake.delta_spark.engine import _utc_timestamps
 
     df = _utc_timestamps(spark.sql("select timestamp_ntz'2024-01-02 03:04:05' as at, 1 as id"))
     assert df.schema["at"].dataType.typeName() == "timestamp"

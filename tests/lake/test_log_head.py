@@ -1,4 +1,4 @@
-"""A local log's head read without its file list (``lake/log_head.py``): the same version, metadata,
+"""A local log's head read without its file list (``lake/delta_rs/log_head.py``): the same version, metadata,
 schema and app versions deltalake's load finds, across checkpoints, commits of both writers and a
 column added; deltalake's load wherever the log is not laid out plainly; and the drain's journal
 opened and checked with no deltalake load at all."""
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from queuelake.errors import LakeError
-from queuelake.lake.log_head import read_log_head, read_table_head
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
+from queuelake.lake.delta_rs.log_head import read_log_head, read_table_head
 from queuelake.lake.marks import ENGINE_PROPERTY
-from queuelake.lake.rust import DeltaRsEngine
 
 from tests.lake.test_append_log import SCHEMA, count_loads, engine, rows
 

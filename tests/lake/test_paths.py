@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.increments import added_files, snapshot_files
-from queuelake.lake.rust import DeltaRsEngine
 
 
 @pytest.mark.parametrize("folder", ["with space", "100% sure", "o'brien lake"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import inspect
 
-from queuelake.lake.jvm import DeltaSparkEngine
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
+from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.port import JournalLake, LakeEngine
-from queuelake.lake.rust import DeltaRsEngine
 
 
 def _methods(protocol: type) -> set[str]:

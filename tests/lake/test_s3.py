@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from queuelake.config import from_dict
 from queuelake.examples import traffic
-from queuelake.lake.rust import DeltaRsEngine
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport.tables import bridge_ref, queue_ref
 

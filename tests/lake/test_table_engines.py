@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from queuelake.lake import tables
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.engines import journal_engine, table_engine
-from queuelake.lake.rust import DeltaRsEngine
 
 
 @dataclass

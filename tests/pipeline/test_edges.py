@@ -231,7 +231,7 @@ def test_edge_values_never_stop_a_drain(
 @pytest.mark.parametrize("driver", ["adbc", "psycopg", "pyodbc"])
 def test_every_named_edge_in_one_queue(edge_database: Callable[[], str], tmp_path: Path, driver: str) -> None:
     """Each listed edge value once, in one queue (the cases the issue names, and their neighbours),
-    through each driver: what each becomes is the README's table."""
+    through each driver: what each becomes is docs/guarantees.md's table."""
     uri = edge_database()
     rows = [{"id": None, "expires": e, "headers": '{"NServiceBus.MessageId":"m"}', "body": b"x"} for e in EXPIRES]
     for when in WIRE_TIMES:
@@ -339,7 +339,7 @@ def test_a_lake_that_fails_whatever_the_rows_fails_the_run_and_loses_nothing(
 def test_a_journal_made_before_raw_expires_gains_it(edge_database: Callable[[], str], tmp_path: Path) -> None:
     """A journal an older queuelake made has no raw_expires: the next drain adds the column (old rows
     read it as null) and lands a clamped Expires with its original text."""
-    from queuelake.lake.rust import DeltaRsEngine
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
     from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 
     old = DeltaRsEngine(str(tmp_path / "lake"))

@@ -23,10 +23,10 @@ from deltalake import DeltaTable
 from queuelake.config import LakeConfig, from_dict
 from queuelake.errors import ConfigError, LakeError
 from queuelake.examples import orders, traffic
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
+from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.engines import open_lake
-from queuelake.lake.jvm import DeltaSparkEngine
 from queuelake.lake.marks import engine_of
-from queuelake.lake.rust import DeltaRsEngine
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.journal.schema import MESSAGES

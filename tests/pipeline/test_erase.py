@@ -347,7 +347,7 @@ def test_erase_reaches_the_typed_body_tables(fresh_pg_uri: str, tmp_path: Path, 
 
 
 def test_the_spark_condition_of_a_row_filter_quotes_identifiers_not_text() -> None:
-    from queuelake.lake.jvm import spark_condition
+    from queuelake.lake.delta_spark.engine import spark_condition
 
     assert spark_condition("\"message_id\" IN ('a', 'b\"c')") == "`message_id` IN ('a', 'b\"c')"
     assert spark_condition("(\"queue\" = 'x''y' AND \"seq\" IN (1, 2))") == "(`queue` = 'x\\'y' AND `seq` IN (1, 2))"

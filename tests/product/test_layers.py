@@ -221,7 +221,7 @@ def test_the_graph_sees_what_the_library_imports() -> None:
     """A guard on the reader itself: an import graph missing edges would pass everything below."""
     graph = import_graph()
     targets = {(e.source, e.target) for edges in graph.values() for e in edges}
-    assert ("queuelake.lake.engines", "queuelake.lake.rust") in targets  # module level
+    assert ("queuelake.lake.engines", "queuelake.lake.delta_rs.engine") in targets  # module level
     assert ("queuelake.commands.sessions", "queuelake.lake") in targets  # the package lake.engines runs
     assert ("queuelake.lake.port", "queuelake.lake.files") in targets  # under TYPE_CHECKING
     assert ("queuelake.cli", "queuelake.commands.registry") in targets  # module level

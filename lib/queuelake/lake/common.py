@@ -6,7 +6,7 @@ the creating engine's mark, the schema of one version), so the JVM engine reads 
 as the Rust engine does. The two used to carry a copy each of ``exists``, ``tables``, ``written_by``,
 ``schema``, ``added_files``, ``last_version``, ``table_version`` and ``read_arrow``, and the JVM engine
 imported its path helpers from the Rust engine's module. Both engines now subclass ``EngineBase``; what
-differs between them (writing, compacting, vacuuming, Spark reads) stays in ``rust.py`` and ``jvm.py``.
+differs between them (writing, compacting, vacuuming, Spark reads) stays in ``delta_rs`` and ``delta_spark``.
 """
 
 from __future__ import annotations

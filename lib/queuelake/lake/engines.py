@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, cast
 from queuelake.errors import LakeError
 from queuelake.lake import tables as catalogue
 from queuelake.lake.catalog import registrar_for, with_names
-from queuelake.lake.jvm import DeltaSparkEngine
+from queuelake.lake.delta_rs.engine import DeltaRsEngine
+from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.port import JournalLake, LakeEngine
-from queuelake.lake.rust import DeltaRsEngine
 from queuelake.spark import has_delta_jvm
 
 if TYPE_CHECKING:

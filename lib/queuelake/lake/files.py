@@ -7,7 +7,7 @@ a process killed in between leaves orphan files and no rows; ``maintain`` vacuum
 
 Here: the files (written, described with their Delta statistics, staged, deleted), and
 ``commit_files``, which hands them to the commit as add actions. The commit itself, exactly once per
-(app_id, version), is ``commits.py``'s; the partition spellings are ``partitions.py``'s.
+(app_id, version), is ``delta_rs/commits.py``'s; the partition spellings are ``partitions.py``'s.
 
 Runs in Spark Python workers too: keep imports light and everything picklable.
 """
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from queuelake.lake.commits import commit_actions
+from queuelake.lake.delta_rs.commits import commit_actions
 from queuelake.lake.partitions import partition_dir, split_partitions
 from queuelake.timetext import iso_utc
 

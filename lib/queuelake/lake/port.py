@@ -1,5 +1,5 @@
-"""The interfaces the pipelines use: ``LakeEngine``, what both engines do (``rust.py``: deltalake,
-``jvm.py``: delta-spark), and ``JournalLake``, the staged writes of the drain's claim protocol, which only
+"""The interfaces the pipelines use: ``LakeEngine``, what both engines do (``delta_rs``: deltalake,
+``delta_spark``: delta-spark), and ``JournalLake``, the staged writes of the drain's claim protocol, which only
 the journal's engine (delta-rs) implements.
 
 This module holds the interface alone and imports neither implementation: ``engines.py`` picks one

@@ -21,7 +21,7 @@ _STR_MAP = pa.map_(pa.string(), pa.string())
 # Tables with ``engine=DELTA_RS`` are delta-rs's under either ``lake.engine``. The journal
 # (``messages``): the drain stages a batch's files before the queue's DB commit and commits exactly
 # those files afterwards, maybe from another process; deltalake can commit files written earlier,
-# delta-spark has no Python API for it (``staging.py``). The records of commands that may run without
+# delta-spark has no Python API for it (``delta_rs/staging.py``). The records of commands that may run without
 # Spark (``runs``, ``replays``, ``replay_skipped``): drain, purge-expired and replay never start a
 # session, and delta-rs is the engine every command has (a record table an older queuelake made with
 # delta-spark stays delta-spark's: ``pipeline.runs.record_engine``). All stay plain Delta tables at

@@ -48,10 +48,10 @@ import pyarrow as pa
 
 from queuelake import __version__ as QUEUELAKE_VERSION
 from queuelake.errors import LakeError
-from queuelake.lake.checkpoint import TEMPORARY_PREFIX, write_appended_checkpoint
-from queuelake.lake.commits import WRITE_ID_KEY, kill_before_commit
+from queuelake.lake.delta_rs.checkpoint import TEMPORARY_PREFIX, write_appended_checkpoint
+from queuelake.lake.delta_rs.commits import WRITE_ID_KEY, kill_before_commit
+from queuelake.lake.delta_rs.log_head import LogHead, read_log_head
 from queuelake.lake.files import WrittenFile
-from queuelake.lake.log_head import LogHead, read_log_head
 from queuelake.report import log
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ the application transaction), with its own caches (the table's schema and partit
 run; the snapshot kept between commits so that a commit does not re-read the whole log). Only the
 Rust engine stages: deltalake can commit files written earlier, delta-spark has no Python API for it
 (``jvm.DeltaSparkEngine`` refuses, ``engines.journal_engine`` gives the journal to delta-rs).
-``DeltaRsEngine`` (``rust.py``) inherits these methods; everything else it writes goes through
+``DeltaRsEngine`` (``engine.py``) inherits these methods; everything else it writes goes through
 ``append``/``append_dataframe`` there.
 """
 
@@ -23,12 +23,12 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import tables as catalogue
-from queuelake.lake.append_log import AppendLog
 from queuelake.lake.arrow_types import conform
-from queuelake.lake.commits import commit_group
 from queuelake.lake.common import EngineBase
+from queuelake.lake.delta_rs.append_log import AppendLog
+from queuelake.lake.delta_rs.commits import commit_group
+from queuelake.lake.delta_rs.log_head import LogHead
 from queuelake.lake.files import FileSink, StagedFiles, commit_files, delete_files, missing_files
-from queuelake.lake.log_head import LogHead
 from queuelake.report import log
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Why: a drained batch is already Arrow on the driver; ``write_deltalake`` lands it ~6x faster than a
 Spark round trip (design section 5), and no Delta JVM jars are needed. DataFrames (transform outputs)
-go through the Python data source in ``datasource.py`` so that executors write the files.
+go through the Python data source in ``delta_spark/datasource.py`` so that executors write the files.
 
 Guarantees the pipelines rely on:
 
@@ -32,12 +32,12 @@ from queuelake.errors import LakeError
 from queuelake.lake import deletes
 from queuelake.lake import tables as catalogue
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
-from queuelake.lake.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
-from queuelake.lake.log_head import read_table_head
+from queuelake.lake.delta_rs.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
+from queuelake.lake.delta_rs.log_head import read_table_head
+from queuelake.lake.delta_rs.staging import StagedWrites
 from queuelake.lake.marks import check_writable, description_for, engine_of
 from queuelake.lake.reading import read_spark
-from queuelake.lake.staging import StagedWrites
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ class DeltaRsEngine(StagedWrites):
         """
         import json
 
-        from queuelake.lake.datasource import FORMAT, SECRET_OPTIONS_KEY, encode_schema, register
+        from queuelake.lake.delta_spark.datasource import FORMAT, SECRET_OPTIONS_KEY, encode_schema, register
 
         spark = self._spark(df)
         with self._lock(table, app_id):
