@@ -81,7 +81,10 @@ def test_spark_packages_prints_the_coordinates_for_the_installed_pyspark(capsys:
     assert re.fullmatch(rf"org\.apache\.hadoop:hadoop-aws:{re.escape(summary['hadoop'])}", with_s3[1])
 
 
-def test_readme_names_the_delta_package_spark_packages_prints() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def test_docs_name_the_delta_package_spark_packages_prints() -> None:
+    """The README and the docs (the spark-submit example is in docs/operations.md) name only the Delta
+    package ``queuelake spark-packages`` prints."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     named = set(re.findall(r"io\.delta:delta-spark[\w.]*:[\w.\-]+", text))
     assert named == {versions.delta_coordinate()}

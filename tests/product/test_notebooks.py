@@ -6,7 +6,7 @@ file as plain Python (``# MAGIC`` lines are comments) in several scenarios: thre
 every 5 minutes, a demo-like lake (everything drained at once, within seconds), a day of traffic, a lake with
 no audit or error rows and an empty ``runs`` table, a lake root with no tables at all, once as on Databricks
 (a stand-in ``dbutils`` whose widgets name the lake, a predefined ``spark`` and ``display``), and once run
-as the README says (no output folder named: the pictures go to ``./notebook-output``).
+as docs/notebooks.md says (no output folder named: the pictures go to ``./notebook-output``).
 
 What was drawn is looked at, not only that a file was written: the runner describes every figure as it is
 saved (per panel: lines and their points, bars and their window extents, axis scales, limits and ticks,
@@ -641,7 +641,7 @@ def _jobs(lakes: dict[str, Path], out: Path) -> list[dict[str, Any]]:
             "env": {"QUEUELAKE_AUDIT_QUEUE": '"public"."audit"'},
         }
     )
-    # Run as the README says: no output folder named, from a folder of one's own.
+    # Run as docs/notebooks.md says: no output folder named, from a folder of one's own.
     (out / "as_readme").mkdir()
     jobs.append(
         {
