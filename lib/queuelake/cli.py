@@ -41,7 +41,7 @@ DESCRIPTION = (
 )
 EPILOG = (
     "Each command logs its steps to stderr and prints one JSON summary as the last line of stdout. Exit "
-    "codes: 0 ok, 1 failed (see error and error_kind), 2 bad arguments or rows left held by others, 130 "
+    "codes: 0 ok, 1 failed (see error and error_kind; a drain that left rows held by others too), 2 bad arguments, 130 "
     "Ctrl-C, 143 SIGTERM. A config file is named with -c (or QUEUELAKE_CONFIG)."
 )
 
