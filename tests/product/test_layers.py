@@ -26,7 +26,7 @@ above; where a layer has parts (``lake | transport``), the parts do not import e
 10. nsb            ``nsb.*``: the NServiceBus wire format (header names and codec, wire times, TimeSpans,
                    type names, ServiceControl's retry headers, the bulk header decoders): no queue
                    database, lake or setting, so every layer that meets the wire can use it
-11. base           ``errors``, ``status``, ``report``, ``redaction``, ``stopping``, ``hooks``, ``versions``,
+11. base           ``errors``, ``status``, ``report``, ``redaction``, ``stopping``, ``kill_points``, ``versions``,
                    ``timetext``, ``allocator`` (glibc's thresholds), ``examples.local_config`` (the YAML config
                    falls back to)
 
@@ -68,7 +68,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                 "report",
                 "redaction",
                 "stopping",
-                "hooks",
+                "kill_points",
                 "versions",
                 "timetext",
                 "allocator",

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from queuelake import hooks
+from queuelake import kill_points
 
 _ADD_KEYS = frozenset({"path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags"})
 _ADD_NEEDED = _ADD_KEYS - {"tags"}
@@ -65,7 +65,7 @@ def write_appended_checkpoint(log_dir: str, version: int) -> bool:
     if table is None:
         return False
     _write_atomically(log_dir, checkpoint_name(version), lambda path: pq.write_table(table, path, compression="none"))
-    hooks.checkpoint("checkpoint_step")  # the checkpoint in place, ``_last_checkpoint`` still the old one
+    kill_points.reached("checkpoint_step")  # the checkpoint in place, ``_last_checkpoint`` still the old one
     written = os.path.getsize(os.path.join(log_dir, checkpoint_name(version)))
     pointer = {
         "version": version,
@@ -167,7 +167,7 @@ def _write_atomically(log_dir: str, name: str, write) -> None:  # noqa: ANN001
         write(temporary)
         with open(temporary, "rb+") as f:
             os.fsync(f.fileno())
-        hooks.checkpoint("checkpoint_step")  # the kill tests' points: each file written, not yet renamed
+        kill_points.reached("checkpoint_step")  # the kill tests' points: each file written, not yet renamed
         os.replace(temporary, os.path.join(log_dir, name))
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from queuelake import hooks
+from queuelake import kill_points
 from queuelake.errors import QueuelakeError
 from queuelake.report import log
 from queuelake.transport import ledger
@@ -46,7 +46,7 @@ class BatchKeys(Protocol):
 class Book:
     """Where a round's or a replay's batches are recorded: its ledger rows (pipeline, output table)
     and their keys. ``label`` starts its log lines ("publish Orders", "replay r1"); ``point`` names
-    the test hooks around its commits (``before_<point>_commit``, ``after_<point>_commit``)."""
+    the kill points around its commits (``before_<point>_commit``, ``after_<point>_commit``)."""
 
     ledger: TableRef
     pipeline: str
@@ -64,9 +64,9 @@ class Book:
     def commit(self, conn: Connection, batch_key: str, sent: Sent) -> None:
         """The batch's ledger row, then the commit: the batch's inserts and their record go together."""
         ledger.record(conn, self.ledger, self.pipeline, self.output_table, batch_key, sent.rows, sent.copies)
-        hooks.checkpoint(f"before_{self.point}_commit")
+        kill_points.reached(f"before_{self.point}_commit")
         conn.commit()
-        hooks.checkpoint(f"after_{self.point}_commit")
+        kill_points.reached(f"after_{self.point}_commit")
 
 
 @dataclass(frozen=True)

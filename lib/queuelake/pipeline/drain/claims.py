@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from queuelake import hooks
+from queuelake import kill_points
 from queuelake.errors import LakeError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import JournalLake
@@ -64,7 +64,7 @@ def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, 
     conn.rollback()
     for claim in pending:
         land_claim(lake, claim, queue)
-        hooks.checkpoint("after_claim_resolved")  # in the journal, its claim not yet cleared
+        kill_points.reached("after_claim_resolved")  # in the journal, its claim not yet cleared
         claims.delete(conn, claims_table, claim.app_id, claim.version)
         conn.commit()
         log.info(

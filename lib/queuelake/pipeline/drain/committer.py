@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Protocol
 
-from queuelake import hooks
+from queuelake import kill_points
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.lake.files import StagedFiles
@@ -72,11 +72,11 @@ def land_group(lake: JournalLake, conn: Connection, claims_table: TableRef, grou
     in one transaction. Returns how many batches the commit carried (the rest were in the log)."""
     t0 = time.monotonic()
     carried = lake.commit_staged_group(MESSAGES, [(c.staged, c.app_id, c.version) for c in group])
-    hooks.checkpoint("after_delta_commit")
+    kill_points.reached("after_delta_commit")
     t1 = time.monotonic()
     claims.delete_many(conn, claims_table, [(c.app_id, c.version) for c in group])
     conn.commit()
-    hooks.checkpoint("after_claim_cleared")
+    kill_points.reached("after_claim_cleared")
     log.debug("timing delta %.3f clear %.3f", t1 - t0, time.monotonic() - t1)
     return carried
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from queuelake import hooks
+from queuelake import kill_points
 from queuelake.config import Config
 from queuelake.context import connect
 from queuelake.errors import QueuelakeError
@@ -211,7 +211,7 @@ class SmallQueues:
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )
             t0 = time.monotonic()
-            hooks.checkpoint("before_receive")
+            kill_points.reached("before_receive")
             parts, going_on = self._receive(conn, ready)
             rows = sum(p.received.num_rows for p in parts)
             if rows:
@@ -277,13 +277,13 @@ class SmallQueues:
         shares = {p.drain.ref.canonical: p.counts or {} for p in filled}  # counted per queue by a poller
         claimed: bool | None = False
         try:
-            hooks.checkpoint("after_stage")
+            kill_points.reached("after_stage")
             claims.insert(
                 conn,
                 parts[0].drain.state.claims_table,
                 Claim(app_id, version, anchor, MESSAGES, rows, claim_record(staged, totals, shares)),
             )
-            hooks.checkpoint("before_db_commit")
+            kill_points.reached("before_db_commit")
             claimed = None  # a commit that raises may still have landed
             conn.commit()
             claimed = True
@@ -294,7 +294,7 @@ class SmallQueues:
             raise
         for part in filled:
             part.drain.state.claim_committed()
-        hooks.checkpoint("after_db_commit")
+        kill_points.reached("after_db_commit")
         self.committer.submit(Claimed(anchor, staged, app_id, version))
         for part in filled:
             part.drain.state.add_batch(part.received.num_rows, part.counts or {})

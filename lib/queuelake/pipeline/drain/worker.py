@@ -9,7 +9,7 @@ import time
 
 import pyarrow as pa
 
-from queuelake import hooks, stopping
+from queuelake import kill_points, stopping
 from queuelake.pipeline.drain.claims import claim_record
 from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.receive import receive_session
@@ -73,7 +73,7 @@ class Worker:
                     state.budget.give_back(want - within)
                     want = within
                 t0, cpu0 = time.monotonic(), time.thread_time()
-                hooks.checkpoint("before_receive")
+                kill_points.reached("before_receive")
                 received = queues.receive_batch_arrow(conn, state.ref, want)
                 got = received.num_rows
                 if got < want:
@@ -191,13 +191,13 @@ class Worker:
         t_stage = time.monotonic()
         claimed = False
         try:
-            hooks.checkpoint("after_stage")
+            kill_points.reached("after_stage")
             claims.insert(
                 conn,
                 state.claims_table,
                 Claim(app_id, version, state.ref.canonical, MESSAGES, table.num_rows, claim_record(staged, counts)),
             )
-            hooks.checkpoint("before_db_commit")
+            kill_points.reached("before_db_commit")
             claimed = None  # type: ignore[assignment]  # a commit that raises may still have landed
             conn.commit()
             claimed = True
@@ -209,7 +209,7 @@ class Worker:
             # commits them, else they are orphans for vacuum and the rows are back in the queue.
             raise
         state.claim_committed()
-        hooks.checkpoint("after_db_commit")
+        kill_points.reached("after_db_commit")
         t_claim = time.monotonic()
         state.committer.submit(Claimed(state.ref.canonical, staged, app_id, version))
         return t_stage - t0, t_claim - t_stage, counts
