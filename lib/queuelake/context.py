@@ -60,7 +60,9 @@ def _forget_dead_handles(data: Path) -> None:
 
 
 def resolved_transport(config: Config) -> TransportConfig:
-    """The transport config with an embedded server's connection string filled in."""
+    """The transport config with an embedded server's connection string filled in: a new object, never
+    ``config.transport`` changed (a config is not changed after it is loaded; before, this rewrote it under
+    a lock, and what a module saw depended on whether another had connected first)."""
     t = config.transport
     if t.connection or not t.embedded:
         return t
@@ -69,10 +71,15 @@ def resolved_transport(config: Config) -> TransportConfig:
 
     uri = embedded_server(t.embedded).get_uri("postgres")
     connection = odbc_from_uri(uri) if driver(t.driver).connection_string == "odbc" else uri
-    with _servers_lock:
-        if config.transport is t:
-            config.transport = dataclasses.replace(t, connection=connection)
-        return config.transport
+    return dataclasses.replace(t, connection=connection)
+
+
+def with_database(config: Config) -> Config:
+    """``config`` for a command that works on the queue database: the embedded server started and its
+    connection string in the transport, as a new Config (the loaded one unchanged). What ships to Spark
+    tasks and drain processes carries it, so none of them starts a server of its own."""
+    transport = resolved_transport(config)
+    return config if transport is config.transport else dataclasses.replace(config, transport=transport)
 
 
 def connect(config: Config, application_name: str = "queuelake", driver: str | None = None) -> Connection:

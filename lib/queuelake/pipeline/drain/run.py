@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from queuelake.allocator import keep_freed_memory
 from queuelake.config import Config
-from queuelake.context import resolved_transport
+from queuelake.context import with_database
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import JournalLake, LakeEngine
@@ -54,6 +54,7 @@ def drain(
     names = queue_names or config.drain.queues
     if not names:
         raise DrainError("no queues to drain: set drain.queues or pass --queue")
+    config = with_database(config)  # what the run's sessions, tasks and processes connect with
     if config.drain.workers_per_queue > MAX_WORKERS_PER_QUEUE:
         raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
     keep_freed_memory()  # each batch reuses the last one's pages (allocator.py)
@@ -63,7 +64,7 @@ def drain(
     deadline = time.monotonic() + max_seconds if max_seconds else None
     run = Run("drain")
     # opened now, in the background: the workers' connections come from it once the set-up is done
-    transport = resolved_transport(config)
+    transport = config.transport
     on_executors = config.drain.on in ("executors", "processes")
     # on executors (or in local processes) each task opens its own ADBC database: the driver receives nothing
     through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection and not on_executors

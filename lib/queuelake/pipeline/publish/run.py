@@ -10,7 +10,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from queuelake.config import Config
-from queuelake.context import connect
+from queuelake.context import connect, with_database
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.publish import executors
@@ -141,6 +141,7 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
 
 
 def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
+    config = with_database(config)  # what the driver's connections and the Spark tasks' connect with
     run = Run("publish")
     publisher = Publisher(config, lake, spark, run.run_id)
     results: list[OutputResult] = []

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.config import Config
-from queuelake.context import connect
+from queuelake.context import connect, with_database
 from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
@@ -196,6 +196,7 @@ class Replayer:
             raise ReplayError("there is no journal (lake table messages) to replay from: run a drain first")
         replay_id = opts.replay_id or (None if opts.dry_run else new_replay_id())
         result = self.result = ReplayResult(replay_id, dry_run=opts.dry_run)
+        self.config = with_database(self.config)  # what its connections and the Spark tasks' connect with
         with connect(self.config, "queuelake-replay") as conn:
             plan: Plan | None = None
             done: set[int] = set()
