@@ -27,7 +27,7 @@ from typing import Any
 from queuelake import __version__, stopping
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
-from queuelake.errors import QueuelakeError, jvm_line
+from queuelake.errors import QueuelakeError, error_kind, jvm_line
 from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
 from queuelake.status import Status
 
@@ -278,7 +278,7 @@ def _failure(args: argparse.Namespace, exc: Exception) -> dict[str, Any]:
     secrets = _secrets(args)
     # an error redacted where it was built (a driver's text inside our own) keeps its words
     error = _redact(describe(exc), secrets, words=not getattr(exc, "redacted", False))
-    kind = exc.kind if isinstance(exc, QueuelakeError) else "unexpected"
+    kind = error_kind(exc)
     package = missing_spark(exc)
     if package:
         error = f"{args.command} needs {package}, which is not installed: {SPARK_EXTRA} ({error})"

@@ -91,6 +91,12 @@ class DemoError(QueuelakeError):
     kind = "demo"
 
 
+def error_kind(exc: BaseException) -> str:
+    """The ``error_kind`` a summary carries for ``exc``: its class's kind, ``unexpected`` for what is not
+    one of ours (a bug, or a library's error that got through)."""
+    return exc.kind if isinstance(exc, QueuelakeError) else "unexpected"
+
+
 def jvm_line(exc: BaseException) -> str | None:
     """One line for an error the JVM raised (a Java exception through py4j, or one pyspark captured):
     the Java exception's class and message, the call it broke, and no stack. None for any other error.

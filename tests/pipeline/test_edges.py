@@ -269,7 +269,7 @@ def stats_fail_on(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
 def storage_down(monkeypatch: pytest.MonkeyPatch, lake: Path) -> None:
     """Every write to the lake's storage under ``lake`` fails, while the same rows write fine
     elsewhere (the local scratch folder ``check_stageable`` uses)."""
-    from queuelake.lake import rust
+    from queuelake.lake.delta_rs import engine as rust
 
     stage_into = rust.DeltaRsEngine._stage_into
 

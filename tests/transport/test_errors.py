@@ -98,11 +98,16 @@ def test_wrong_password_cli_output_hides_it(password_login: tuple[str, str], pg_
     _, uri = password_login
     wrong = connection_string(uri.replace(quote(RIGHT_PASSWORD, safe=""), quote(WRONG_PASSWORD, safe="")), pg_driver)
     path = write_config(tmp_path, pg_driver, ["Sales"])
-    for command in (["status", "-c", str(path)], ["install", "-c", str(path)], ["purge-expired", "-c", str(path)]):
+    path.write_text(path.read_text(encoding="utf-8") + f"lake:\n  root: {tmp_path / 'lake'}\n", encoding="utf-8")
+    commands = ("status", "install", "purge-expired", "drain")
+    for command in ([name, "-c", str(path)] for name in commands):
         result = run_cli(command, wrong)
         assert result.code == 1, result
         assert result.summary["status"] == "failed"
+        assert result.summary["error_kind"] == "transport", result.summary
         assert "password authentication failed" in result.summary["error"]
+        # one error, logged once: a drain's queues do not each repeat the run's connection failure
+        assert result.stderr.count("password authentication failed") == 1, result.stderr
         _assert_secret_absent(result.stdout, WRONG_PASSWORD)
         _assert_secret_absent(result.stderr, WRONG_PASSWORD)
 
@@ -240,3 +245,20 @@ def test_shared_adbc_wrong_password_error_hides_it(password_login: tuple[str, st
             assert "cannot connect" in message and "adbc" in message and role in message
             _assert_secret_absent(message, WRONG_PASSWORD)
             assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_an_unknown_queue_fails_its_drain_with_the_transport_kind(fresh_pg_uri: str, tmp_path) -> None:
+    """A queue table that does not exist fails that queue (the others drain), named once in the log, and
+    the failed summary says what kind of error it was, at its top and on the queue."""
+    path = write_config(tmp_path, "psycopg", ["Sales"])
+    path.write_text(path.read_text(encoding="utf-8") + f"lake:\n  root: {tmp_path / 'lake'}\n", encoding="utf-8")
+    assert run_cli(["install", "-c", str(path)], fresh_pg_uri).code == 0
+    result = run_cli(["drain", "-c", str(path), "--queue", "Sales", "--queue", "Nope"], fresh_pg_uri)
+    assert result.code == 1, result
+    summary = result.summary
+    assert (summary["status"], summary["error_kind"]) == ("failed", "transport"), summary
+    assert 'queue table "public"."Nope" does not exist' in summary["error"]
+    by_queue = {q["queue"]: q for q in summary["queues"]}
+    assert by_queue['"public"."Sales"']["status"] == "ok"
+    assert by_queue['"public"."Nope"']["error_kind"] == "transport"
+    assert result.stderr.count('"public"."Nope" does not exist') == 1, result.stderr

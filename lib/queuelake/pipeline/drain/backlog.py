@@ -47,10 +47,13 @@ class Estimate:
 
 
 def estimate(config: Config, refs: list[TableRef]) -> Estimate:
-    """Every queue's estimated depth and pending claims, on one connection. When the database cannot
-    be reached, every queue is unknown: each queue's drain then fails with its own error, as before."""
+    """Every queue's estimated depth and pending claims, on one connection. A database that cannot be
+    reached fails the run here, once (a wrong password was logged once per queue, each queue's drain
+    failing with the same error); one that can, but whose depths cannot be read (a missing queue
+    table), leaves every queue unknown: each queue's drain then fails, or not, with its own error."""
+    conn = connect(config, "queuelake-drain-estimate")  # TransportError: the run's error, not each queue's
     try:
-        with connect(config, "queuelake-drain-estimate") as conn:
+        with conn:
             depths = queues.depths(conn, refs)
             try:
                 pending = {c.queue: c.claims for c in claims.summary(conn, claims.claims_ref(config.transport))}

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.context import connect
-from queuelake.errors import DrainError
+from queuelake.errors import DrainError, error_kind
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.backlog import Backlog
 from queuelake.pipeline.drain.claims import resolve_claims
@@ -296,6 +296,7 @@ def run_job(
         for q in job:
             result = QueueResult(q.ref.canonical, status=Status.FAILED, workers=q.workers)
             result.error = str(poller.error) if poller.error is not None else describe(q.ref.canonical, exc)
+            result.error_kind = error_kind(poller.error if poller.error is not None else exc)
             log.error("drain %s: %s", q.ref.canonical, result.error)
             results.append(result)
     finally:

@@ -10,7 +10,7 @@ import time
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.context import connect
-from queuelake.errors import QueuelakeError
+from queuelake.errors import QueuelakeError, error_kind
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
@@ -106,6 +106,7 @@ class QueueDrain:
     def fail(self, exc: BaseException) -> None:
         self.result.status = Status.FAILED
         self.result.error = str(exc)
+        self.result.error_kind = error_kind(exc)
         log.error("drain of %s failed: %s", self.ref.canonical, exc)
 
     def stop_clock(self, seconds: float | None = None) -> None:
@@ -130,6 +131,7 @@ class QueueDrain:
         if errors:
             self.result.status = Status.FAILED
             self.result.error = "; ".join(sorted({str(e) for e in errors}))
+            self.result.error_kind = error_kind(errors[0])
         elif self.result.held_by_others:
             self.result.status = Status.INCOMPLETE
             self.result.error = (

@@ -71,11 +71,11 @@ def drain(
     shared = db.SharedAdbc(transport).start() if through_adbc else None
     processes = _start_processes(config)
     try:
+        estimated = estimate(config, refs)  # first: a database out of reach fails the run before the lake is touched
         journal = journal_engine(lake)
         journal.create_table(MESSAGES, MESSAGES_SCHEMA)
         evolve_journal(journal)
         plan = connection_plan(config.drain.max_connections, config.drain.workers_per_queue, len(refs), shared)
-        estimated = estimate(config, refs)
         backlogs = estimated.backlogs
         elsewhere = resolve_claims_filed_elsewhere(config, journal, refs, estimated.claimed_elsewhere)
         idle = [r for r in refs if backlogs[r.canonical].idle]
