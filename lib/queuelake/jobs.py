@@ -20,12 +20,15 @@ def run_job(command: str, argv: Sequence[str] | None = None) -> int:
     from queuelake.cli import main
     from queuelake.errors import QueuelakeError
     from queuelake.spark import get_spark
+    from queuelake.spark_version import SparkVersionError
 
     def prepare(args: argparse.Namespace) -> None:
         if command == "demo":
             return
         try:
             get_spark(config_mod.load(args.config).spark)
+        except SparkVersionError:
+            raise  # refused before any queue is touched (a drain would run on the wrong Spark, then fail)
         except QueuelakeError:
             pass  # the command reports the config error in its JSON summary
 

@@ -40,22 +40,66 @@ JARS_ENV = "QUEUELAKE_DELTA_JARS"
 
 
 def get_spark(config: SparkConfig | None = None) -> SparkSession:
-    """The active session if there is one, else one built from ``spark.master`` with the UI off."""
+    """The active session if there is one, else one built from ``spark.master`` with the UI off; either
+    way refused (``SparkVersionError``, one line) unless its Spark is one queuelake supports.
+
+    Under spark-submit (``under_spark_submit``) the session is built from what spark-submit was given:
+    its ``--master``, ``--name`` and every ``--conf`` win over ``spark.master`` and our defaults, which
+    only fill the gaps. Why: the builder's settings override spark-submit's, so a job submitted to YARN
+    or a standalone master ran in ``local[2]`` inside the driver (``spark.master``'s default), the
+    cluster never used."""
     from pyspark.sql import SparkSession
+
+    from queuelake.spark_version import check_spark
 
     quiet_query_context_logs()
     active = SparkSession.getActiveSession()
     if active is not None:
+        _check_once(active, check_spark)
         return active
     config = config or SparkConfig()
     os.environ.setdefault("PYSPARK_PYTHON", _python())
-    builder = SparkSession.builder.master(config.master).appName(config.app_name)
-    conf = session_conf(config.conf, os.environ.get(JARS_ENV), config.master, quiet=not debugging())
+    given = submitted_conf() if under_spark_submit() else {}
+    master = given.get("spark.master", config.master)
+    conf = {
+        "spark.master": config.master,
+        "spark.app.name": config.app_name,
+        **session_conf(config.conf, os.environ.get(JARS_ENV), master, quiet=not debugging()),
+    }
+    builder = SparkSession.builder
     for key, value in conf.items():
-        builder = builder.config(key, value)
+        if key not in given:
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _check_once(spark, check_spark)
     return spark
+
+
+# the sessions already checked (by identity): get_spark runs once per stage, the check once per session
+_CHECKED: list[Any] = []
+
+
+def _check_once(spark: SparkSession, check: Any) -> None:
+    if any(s is spark for s in _CHECKED):
+        return
+    check(spark)
+    _CHECKED.append(spark)
+
+
+def under_spark_submit() -> bool:
+    """True in the Python that spark-submit started for an application (its PythonRunner hands the
+    driver's JVM gateway over in ``PYSPARK_GATEWAY_PORT``); False in a plain ``python``/``queuelake``."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def submitted_conf() -> dict[str, str]:
+    """The settings spark-submit gave the driver (``--master``, ``--conf``, spark-defaults.conf)."""
+    from pyspark import SparkConf, SparkContext
+
+    # the gateway first: without it SparkConf() is an empty Python dict, not the JVM's system properties
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
 
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2.properties")

@@ -19,7 +19,7 @@ above; where a layer has parts (``lake | transport``), the parts do not import e
  4. quality        ``quality.*``: the outbound contract and users' suites, which publish and transform run
  5. context        ``context``: opens the queue database (maybe embedded) for pipelines and commands
  6. lake | transport   ``lake.*`` (the Delta port and its engines) | ``transport.*`` (the queue database)
- 7. spark          ``spark``: the session helper the lake's engines ask about its Delta classes
+ 7. spark          ``spark``, ``spark_progress``, ``spark_version``: the session, its progress, the versions it may be
  8. config         ``config``: every layer above reads its settings from it
  9. dialects       ``transport.dialects``, ``transport.address``: pure per-dialect rules (no settings),
                    which config validates ``transport.dialect`` and compares addresses with
@@ -55,7 +55,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("quality", [["quality", "quality.*"]]),
     ("context", [["context"]]),
     ("lake | transport", [["lake", "lake.*"], ["transport", "transport.*"]]),
-    ("spark", [["spark", "spark_progress"]]),
+    ("spark", [["spark", "spark_progress", "spark_version"]]),
     ("config", [["config"]]),
     ("dialects", [["transport.dialects", "transport.address"]]),
     ("nsb", [["nsb", "nsb.*"]]),

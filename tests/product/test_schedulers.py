@@ -221,9 +221,13 @@ except ImportError:
 
 bag = DagBag(dag_folder=sys.argv[1])  # examples off through AIRFLOW__CORE__LOAD_EXAMPLES
 out = {"import_errors": {str(k): str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+# the issue 62 case: a socket folder and a port given as extras (the URI's query), which Airflow's own
+# get_uri() re-rendered as ?__extra__=...; and an extra of the provider's own (cursor), not a libpq keyword
 conn = types.SimpleNamespace(
     queuelake_transport=types.SimpleNamespace(
-        conn_type="postgres", password="s3cret", get_uri=lambda: "postgres://ql:s3cret@db:5432/nsb"
+        conn_type="postgres", host=None, port=None, schema="nsb", login="ql", password="s3 cret",
+        extra_dejson={"host": "/run/pg sock", "port": 5432, "sslmode": "require", "cursor": "dictcursor"},
+        get_uri=lambda: "postgres://ql:s3%20cret@/nsb?__extra__=%7B%7D",
     )
 )
 var = types.SimpleNamespace(value=types.SimpleNamespace(queuelake_lake_root="/data/lake"))
@@ -293,14 +297,17 @@ def test_spark_submit_dag(dagbag: dict[str, Any]) -> None:
     assert task["type"] == "SparkSubmitOperator"
     assert task["application"].endswith("/jobs/run.py")
     assert task["application_args"][0] == "-c"
+    # cluster mode (the default): driver and executors run the packed environment, unpacked as ./environment
     assert task["conf"]["spark.pyspark.python"] == "./environment/bin/python"
-    # the secret comes from the Airflow connection at run time
+    assert "spark.pyspark.driver.python" not in task["conf"]
+    # the secret comes from the Airflow connection at run time, as libpq fields (quoted where needed), never
+    # the URI Airflow renders
     assert task["rendered_env"] == {
-        "QUEUELAKE_CONNECTION": "postgres://ql:s3cret@db:5432/nsb",
+        "QUEUELAKE_CONNECTION": "host='/run/pg sock' port=5432 dbname=nsb user=ql password='s3 cret' sslmode=require",
         "QUEUELAKE_LAKE_ROOT": "/data/lake",
     }
     source = (ROOT / "airflow" / "dags" / "queuelake_spark_submit.py").read_text(encoding="utf-8")
-    assert "s3cret" not in source
+    assert "s3 cret" not in source
     # Spark redacts the connection string where it shows the env var (UI, event logs)
     assert task["conf"]["spark.redaction.regex"] == dag_redaction_regex()
 
@@ -384,3 +391,69 @@ def test_databricks_dag(dagbag: dict[str, Any]) -> None:
     assert run["new_cluster"]["spark_env_vars"]["QUEUELAKE_CONNECTION"] == SECRET_REF
     assert int(run["new_cluster"]["spark_version"].split(".")[0]) >= 17
     assert run["libraries"][0]["whl"].endswith(".whl")
+
+
+# ---------------------------------------------------------------- the Spark a scheduler runs
+
+
+def test_bundle_wheel_task_parameters_parse_as_the_commands_options() -> None:
+    """Each wheel task's parameters are what its command's CLI accepts (``queuelake-<command> <params>`` runs
+    ``queuelake <command> <params>``): a renamed or removed option fails here, not in the workspace."""
+    from queuelake.cli import build_parser
+
+    parser = build_parser()
+    for key, task in wheel_tasks(bundle()):
+        wheel_task = task["python_wheel_task"]
+        command = wheel_task["entry_point"].removeprefix("queuelake-")
+        args = parser.parse_args([command, *wheel_task["parameters"]])
+        assert args.command == command, key
+        assert args.config == wheel_task["parameters"][1], key
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [("4.1.2", True), ("4.1.4", True), ("4.1.10", True), ("4.1.1", False), ("4.2.0", False)]
+    + [("4.2.0.dev1", False), ("4.0.0", False), ("4.3.0", False), ("3.5.3-amzn-0", False), ("4.1.4.dev0", True)],
+)
+def test_supported_spark_versions_follow_the_pin(version: str, ok: bool) -> None:
+    from queuelake.spark_version import satisfies
+    from queuelake.versions import PYSPARK_REQUIREMENT
+
+    assert PYSPARK_REQUIREMENT == "pyspark>=4.1.2,<4.2", "the cases above follow the pin"
+    assert satisfies(version) is ok
+
+
+def test_unsupported_spark_is_refused_in_one_line_naming_both_versions() -> None:
+    from queuelake.spark_version import ALLOW_ENV, problem
+
+    # issue 62: Airflow's environment's spark-submit (the provider's pyspark) ran queuelake's Python
+    why = problem("4.3.0", "4.1.4")
+    assert why is not None and "\n" not in why
+    assert why.startswith("Spark 4.3.0 with pyspark 4.1.4 runs this job, but queuelake supports Spark >=4.1.2,<4.2")
+    assert "PATH" in why and ALLOW_ENV not in why  # two Sparks in one job: only PATH fixes it
+    one = problem("4.2.0", "4.2.0")
+    assert one is not None and f"{ALLOW_ENV}=4.2.0" in one
+    assert problem("4.2.0", "4.2.0", allowed="4.2.0") is None
+    assert problem("4.3.0", "4.1.4", allowed="4.3.0") is not None
+    assert problem("4.1.4", "4.1.4") is None
+    # Databricks Runtime 17.3 LTS (databricks.yml) is Spark 4.0, with its own Delta
+    assert problem("4.0.0", "4.0.0", databricks=True) is None
+    assert problem("4.0.0", "4.0.0") is not None
+    assert problem("3.5.2", "3.5.2", databricks=True) is not None
+
+
+def test_spark_check_on_a_real_session(spark: Any) -> None:
+    """The running session passes; the same session against a pin it misses is refused, and the CLI reports
+    that as ``error_kind`` ``spark-version`` with the one line."""
+    import argparse
+
+    from queuelake.cli import _failure
+    from queuelake.spark_version import SparkVersionError, check_spark
+
+    check_spark(spark)
+    with pytest.raises(SparkVersionError) as refused:
+        check_spark(spark, requirement="pyspark>=9.0")
+    assert f"Spark {spark.version} runs this job, but queuelake supports Spark >=9.0" in str(refused.value)
+    summary = _failure(argparse.Namespace(command="run", debug=False), refused.value)
+    assert summary["error_kind"] == "spark-version"
+    assert summary["error"] == str(refused.value)
