@@ -101,14 +101,27 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
             log.warning("%s: %s stops at the next batch boundary (a second %s stops it now)", name, command, name)
             return
         state["armed"] = False  # one Interrupted is enough; later signals only set the flag
+        _cancel_spark_jobs()
         raise Interrupted(f"stopped by signal {name}")
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stopping.keep_handlers({sig: handler for sig in previous})  # put back after pyspark replaces them
     try:
         yield state
     finally:
+        stopping.keep_handlers({})
         for sig, before in previous.items():
             signal.signal(sig, before)
+
+
+def _cancel_spark_jobs() -> None:
+    """Stopping now: the running Spark jobs are cancelled, as pyspark's own Ctrl-C handler (which ours
+    replaces, ``stopping.restore_handlers``) did, rather than left to run until the process exits."""
+    context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
+    active = getattr(context, "_active_spark_context", None)
+    if active is not None:
+        with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
+            active.cancelAllJobs()
 
 
 _STAGES = ("drain", "bodies", "transform", "publish")  # the steps of ``run``, each a part of its summary

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from queuelake import stopping
 from queuelake.config import SparkConfig
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
         if key not in given:
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    stopping.restore_handlers()  # pyspark's SIGINT handler out, the command's back (Ctrl-C stops at a boundary)
     spark.sparkContext.setLogLevel("ERROR")
     _check_once(spark, check_spark)
     return spark

@@ -21,5 +21,6 @@ COMMAND = Command(
     name="bodies",
     help="the journal's new message bodies into typed tables, one per message type",
     run=bodies,
+    graceful=True,  # Ctrl-C or SIGTERM: stops after the slice in hand (pipeline/bodies/run.py)
     job=True,
 )

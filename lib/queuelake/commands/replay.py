@@ -68,5 +68,6 @@ COMMAND = Command(
     help="send journal rows back to queues: retry or replay, exactly once",
     run=replay,
     arguments=_arguments,
+    graceful=True,  # Ctrl-C or SIGTERM: stops after the batch in hand, recorded (pipeline/replay/sending.py)
     job=True,
 )

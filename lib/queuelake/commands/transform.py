@@ -17,4 +17,10 @@ def transform(args: argparse.Namespace) -> dict[str, Any]:
     return Sessions(cfg, None).step(step.transform, step.pending)
 
 
-COMMAND = Command(name="transform", help="run the configured transforms incrementally", run=transform, job=True)
+COMMAND = Command(
+    name="transform",
+    help="run the configured transforms incrementally",
+    run=transform,
+    graceful=True,  # Ctrl-C or SIGTERM: stops after the slice in hand (pipeline/transform.py)
+    job=True,
+)

@@ -1,0 +1,95 @@
+"""Ctrl-C in a Spark stage is a stop request, as SIGTERM is (issue 59): pyspark's SparkContext installs its own
+SIGINT handler when it starts (cancel every job, KeyboardInterrupt), and the command's is put back
+(``stopping.restore_handlers``). The first Ctrl-C lets ``bodies`` finish the slice in hand, then it stops with
+its counts, its ``runs`` row and the JSON summary, exit 130; the next run does the rest, every row once. A real
+SIGINT to a real ``queuelake bodies`` process, on real PostgreSQL, Spark and Delta tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import yaml
+from queuelake.config import load
+from queuelake.examples import traffic
+from queuelake.lake.engines import open_lake
+from queuelake.lake.reading import read_table
+from queuelake.pipeline.drain.run import drain
+from queuelake.transport import db, installer
+from queuelake.transport.tables import queue_ref
+
+REPO = Path(__file__).resolve().parents[2]
+ORDERS = "body_sales_messages_events_orderplaced"
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "queuelake.yaml"
+    settings = {
+        "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+        "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+        "spark": {"slice_rows": 100},
+        "drain": {"queues": ["Sales"], "batch_size": 50, "workers_per_queue": 1},
+    }
+    path.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    return path
+
+
+def _bodies(config: Path, uri: str, interrupt_on: str | None) -> tuple[int, dict, str]:
+    """``queuelake bodies``; with ``interrupt_on``, one SIGINT once a log line holds it."""
+    env = {**os.environ, "QUEUELAKE_CONNECTION": uri}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", "bodies", "-c", str(config)],
+        env=env,
+        cwd=config.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if interrupt_on and interrupt_on in line and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    out = proc.communicate(timeout=600)[0]
+    reader.join(timeout=30)
+    return proc.returncode, json.loads(out.strip().splitlines()[-1]), "".join(lines)
+
+
+def test_ctrl_c_stops_bodies_after_the_slice_in_hand_and_the_next_run_does_the_rest(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    config = _config(tmp_path)
+    cfg = load(str(config), env={"QUEUELAKE_CONNECTION": fresh_pg_uri})
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(600, seed=59))
+        conn.commit()
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == 600  # 12 journal versions: slices of about 100 rows
+
+    code, summary, log = _bodies(config, fresh_pg_uri, interrupt_on=" slices of at most ")
+    assert code == 130, log[-3000:]
+    assert summary["command"] == "bodies" and summary["status"] == "interrupted", summary
+    assert "SIGINT: bodies stops at the next batch boundary" in log, log[-3000:]
+    assert "bodies: stopping after slice 1 of " in log, log[-3000:]
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+    assert summary["slices"] == 1 and summary["rows_read"] > 0, summary  # its counts: the one slice done
+    runs = read_table(str(tmp_path / "lake" / "runs")).to_pylist()
+    assert [r["command"] for r in runs if r["run_id"] == summary["run_id"]], runs  # its runs row
+    typed = read_table(str(tmp_path / "lake" / ORDERS))["message_id"].to_pylist()
+    assert 0 < len(typed) < 600 and len(typed) == len(set(typed))
+
+    code, again, log = _bodies(config, fresh_pg_uri, interrupt_on=None)
+    assert code == 0 and again["status"] == "ok", log[-3000:]
+    typed = read_table(str(tmp_path / "lake" / ORDERS))["message_id"].to_pylist()
+    assert len(typed) == 600 == len(set(typed))  # every order once, across the two runs
