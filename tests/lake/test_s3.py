@@ -237,7 +237,7 @@ def _job(s3: str, uri: str, tmp_path: Path, engine: str) -> tuple[str, str, Path
 @pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
 def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path, engine: str) -> None:
     prefix, root, conf, env = _job(s3, fresh_pg_uri, tmp_path, engine)
-    small = ["Small1", "Small2", "Small3"]  # 20 rows each: one shared batch (``together.py``) on the store
+    small = ["Small1", "Small2", "Small3"]  # 20 rows each: one shared batch (``small_queues.py``) on the store
     _install(fresh_pg_uri, small)
     for i, queue in enumerate(small):
         _seed(fresh_pg_uri, queue, 20, seed=40 + i)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake.examples import traffic
-from queuelake.nsb import plain
+from queuelake.nsb import compact_headers as plain
 
 # text NServiceBus writes without escapes: anything but a quote, a backslash or a control character
 plain_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters='"\\', min_codepoint=0x20))

@@ -141,7 +141,7 @@ def test_many_queues_drained_in_local_processes(fresh_pg_uri: str, tmp_path: Pat
         assert (q["status"], q["dequeued"], q["landed"], q["backlog_left"]) == ("ok", rows, rows, 0), q
     assert summary["journal_commits"] < summary["dequeued"] / BATCH, summary  # group commits
     assert_every_row_once(cfg, lake_root, seeded)
-    # small queues of a job share batches (``together.py``): 2 of 100 rows to a batch of 250
+    # small queues of a job share batches (``small_queues.py``): 2 of 100 rows to a batch of 250
     batches = journal(lake_root).select(["batch_id", "queue"]).to_pylist()
     shared = {b["batch_id"] for b in batches if "together" in b["batch_id"]}
     assert shared and all(len({b["queue"] for b in batches if b["batch_id"] == s}) == 2 for s in shared)

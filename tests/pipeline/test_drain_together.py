@@ -1,4 +1,4 @@
-"""Small queues drained together on the driver (``pipeline/drain/together.py``): one batch, one claim
+"""Small queues drained together on the driver (``pipeline/drain/small_queues.py``): one batch, one claim
 and one Parquet file for several queues, against real PostgreSQL and real Delta files."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from queuelake.lake.engines import open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain import run as drain_run
-from queuelake.pipeline.drain import together
+from queuelake.pipeline.drain import small_queues
 from queuelake.pipeline.drain.backlog import Backlog, Estimate
 from queuelake.pipeline.drain.queue_drain import take_drain_lock
 from queuelake.pipeline.drain.run import drain
@@ -64,7 +64,7 @@ def test_a_batch_s_seconds_are_shared_by_rows_not_repeated() -> None:
     they cost), on top of their time alone; summed, they are the batch's time, not a multiple of it.
     Before, a queue of 10 rows beside 60 others reported the whole batch's seconds."""
     drains = [_Clocked(name) for name in ("A", "B", "C")]
-    batch = together.SmallQueues.__new__(together.SmallQueues)
+    batch = small_queues.SmallQueues.__new__(small_queues.SmallQueues)
     batch.drains = drains  # type: ignore[assignment]
     batch._rows = {"A": 9, "B": 19, "C": 0}
     batch._own = {"A": 0.5, "B": 0.0, "C": 0.0}

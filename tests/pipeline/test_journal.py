@@ -264,7 +264,7 @@ def test_native_decode_takes_clean_rows_and_refers_the_rest(monkeypatch) -> None
 )
 def test_control_byte_rows_finds_exactly_the_rows_with_one(rows: list[str], skip: int) -> None:
     """Rows at either end of the buffer, empty rows, and an array that is a slice of another."""
-    from queuelake.nsb import native
+    from queuelake.nsb import batch_headers as native
 
     texts = pa.array(["\n"] * skip + rows + ["x\r"], pa.string()).slice(skip, len(rows))
     found = native._control_byte_rows(texts).tolist()

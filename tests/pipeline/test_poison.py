@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from queuelake.errors import HeaderError
 from queuelake.examples.traffic import MALFORMED_HEADERS, ORDER_EVENT, ORDER_PLACED, order_events
-from queuelake.nsb import columns, native, row_path
+from queuelake.nsb import batch_headers as native
+from queuelake.nsb import columns, row_path
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.times import format_time, parse_time
 from queuelake.pipeline.journal import build

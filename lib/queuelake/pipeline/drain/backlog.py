@@ -40,7 +40,7 @@ class Backlog:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The run's queues' backlogs, and the queues outside the run with claims left (``elsewhere.py``)."""
+    """The run's queues' backlogs, and the queues outside the run with claims left (``anchor_claims.py``)."""
 
     backlogs: dict[str, Backlog]
     claimed_elsewhere: frozenset[str] = frozenset()

@@ -26,7 +26,7 @@ def claim_record(
     outcomes: on executors, a task killed after its claim's DB commit never reports that batch; the
     driver commits it, and counts it in the queue's result from the claim (``outcomes``).
 
-    ``shares``: a batch of several small queues (``together.py``) also records each queue's rows by
+    ``shares``: a batch of several small queues (``small_queues.py``) also records each queue's rows by
     outcome, so the driver counts each in its own queue (``shares``), not all in the claim's."""
     extra: dict[str, object] = {"outcomes": _by_outcome(counts)}
     if shares is not None:

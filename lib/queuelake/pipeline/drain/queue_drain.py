@@ -55,7 +55,7 @@ class QueueDrain:
         """The drain, under the queue's lock taken on a connection of its own, closed at the end (which
         releases the lock) or given back to the run's sessions with the lock released, or on
         ``lock_conn``: a Spark task's, which keeps the locks of its queues until their claims are
-        committed (``task.py``), or the one of small queues drained together (``together.py``)."""
+        committed (``task.py``), or the one of small queues drained together (``small_queues.py``)."""
         self.state.start_clock()
         try:
             with contextlib.ExitStack() as stack:
@@ -111,7 +111,7 @@ class QueueDrain:
 
     def stop_clock(self, seconds: float | None = None) -> None:
         """The queue's seconds and rate: since its start, or ``seconds`` (a small queue's share of the
-        batch it was drained in: ``together.SmallQueues``)."""
+        batch it was drained in: ``small_queues.SmallQueues``)."""
         seconds = time.monotonic() - self.state.started if seconds is None else seconds
         self.result.seconds = round(seconds, 3)
         self.result.rate = round(self.result.dequeued / self.result.seconds, 1) if self.result.seconds else 0.0

@@ -16,11 +16,11 @@ from queuelake.context import with_database
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import JournalLake, LakeEngine
-from queuelake.pipeline.drain import together
+from queuelake.pipeline.drain import small_queues
+from queuelake.pipeline.drain.anchor_claims import Elsewhere, resolve_claims_filed_elsewhere
 from queuelake.pipeline.drain.backlog import Backlog, ConnectionBudget, estimate, workers_for
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import JournalCommitter
-from queuelake.pipeline.drain.elsewhere import Elsewhere, resolve_claims_filed_elsewhere
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_connection, receive_driver
 from queuelake.pipeline.drain.result import QueueResult
@@ -126,9 +126,9 @@ def drain(
                 "/".join(str(n) for n in sorted({d.workers for d in drains}, reverse=True)),
                 config.drain.max_connections,
             )
-        # biggest first; small queues together (``together.py``); a unit waits for its connections,
+        # biggest first; small queues together (``small_queues.py``); a unit waits for its connections,
         # and takes its drain locks only then
-        units = together.plan(drains, config.drain.batch_size)
+        units = small_queues.plan(drains, config.drain.batch_size)
         grouped = [u for u in units if len(u) > 1]
         if grouped:
             log.info(
@@ -159,7 +159,7 @@ def drain(
     run.record(lake, [row for r in results for row in r.runs_rows()])
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     _log_outcome(results, totals, run.started)
-    # with the claims of shared batches filed under queues outside the run (``elsewhere.py``)
+    # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
     totals["held_by_others"] = sum(r.held_by_others for r in results)
     # the queues' sessions (kept ones included: never more than the budget), the committer's, ADBC's
@@ -214,7 +214,7 @@ def _on_executors(
     run.record(lake, [row for r in results for row in r.runs_rows()])
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     _log_outcome(results, totals, run.started)
-    # with the claims of shared batches filed under queues outside the run (``elsewhere.py``)
+    # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
     totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
     totals["held_by_others"] = sum(r.held_by_others for r in results)
     # the command cannot count its tasks' connections: the bound the plan keeps to
@@ -280,7 +280,7 @@ def _run_unit(
     if len(unit) == 1:
         return [_run_within(budget, unit[0])]
     with budget.hold(2):
-        return together.SmallQueues(config, journal, unit, committer, sessions).run()
+        return small_queues.SmallQueues(config, journal, unit, committer, sessions).run()
 
 
 def _run_within(budget: ConnectionBudget, queue: QueueDrain) -> QueueResult:

@@ -1,7 +1,7 @@
 """Queues drained inside a Spark task (``drain.on: executors``), one after another: each under its
 drain lock, its workers (receive, build, stage, claim) in the task's own Python process; the Delta
 commit is the driver's. A task drains one big queue, or several small ones (``executors.plan_jobs``),
-opening the journal and ADBC once for all of them; small queues share batches (``together.py``).
+opening the journal and ADBC once for all of them; small queues share batches (``small_queues.py``).
 
 Why the task never commits to the journal: the journal keeps one writer per run. The claim table
 already holds everything a commit needs (app id, version, staged files), so a worker's hand-over is
@@ -37,7 +37,7 @@ from queuelake.context import connect, resolved_transport
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.lake.port import JournalLake
-from queuelake.pipeline.drain import together
+from queuelake.pipeline.drain import small_queues
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.queue_drain import QueueDrain
@@ -122,13 +122,13 @@ def drain_queues_task(
         # in autocommit, as the driver's lock sessions: its reads cost no BEGIN and ROLLBACK round trips
         with connect(config, "queuelake-drain-lock").use_autocommit() as lock_conn:
             drains = [_queue_drain(job, journal, shared, committer, sessions) for job in jobs]
-            # small queues together: one batch, one claim for several (``together.py``)
-            for unit in together.plan(drains, config.drain.batch_size):
+            # small queues together: one batch, one claim for several (``small_queues.py``)
+            for unit in small_queues.plan(drains, config.drain.batch_size):
                 if len(unit) == 1:
                     log.info("drain %s: a task, python %s, pid %d", unit[0].ref.canonical, sys.executable, os.getpid())
                     yield unit[0].run(lock_conn)
                 else:
-                    yield from together.SmallQueues(config, journal, unit, committer, sessions).run(lock_conn)
+                    yield from small_queues.SmallQueues(config, journal, unit, committer, sessions).run(lock_conn)
                 if committer.driver_gone:
                     # nobody commits what the next queues would claim: end the task (its results are
                     # lost with the driver; the claims made so far wait for the next run)

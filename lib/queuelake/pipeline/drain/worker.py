@@ -31,7 +31,7 @@ FIRST_BATCH_ROW_BYTES = 16 * 1024
 
 def worker_app_id(queue: str, worker: int | str) -> str:
     """The Delta application id of one drain worker: its batches are versions 1, 2, 3, ... (``worker``
-    is its number, or ``together.TOGETHER`` for the batches of small queues drained with this one)"""
+    is its number, or ``small_queues.TOGETHER`` for the batches of small queues drained with this one)"""
     return f"queuelake.drain/{queue}/{worker}"
 
 

@@ -1,7 +1,7 @@
 """The journal rows of a received batch: its header text decoded, typed columns extracted, and the
 split into landed / expired / quarantined made here, so one batch is one Delta commit.
 
-The header JSON of a batch is decoded natively (``nsb.native``, outside the GIL) for the rows it
+The header JSON of a batch is decoded natively (``nsb.batch_headers``, outside the GIL) for the rows it
 reads exactly as the reference does, and with orjson row by row (``nsb.row_path``) for the rest;
 every typed column is then extracted from the map in Arrow (``nsb.columns``).
 
@@ -21,10 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake.nsb import batch_headers, row_path
 from queuelake.nsb import columns as nsb_columns
 from queuelake.nsb import headers as hdr
-from queuelake.nsb import native as nsb_native
-from queuelake.nsb import row_path
 from queuelake.pipeline.journal.quarantine import quarantine_row
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA, UTC_TS
 from queuelake.pipeline.journal.text import as_array, error_text, raw_expires, safe_text, text_at, to_texts
@@ -37,7 +36,7 @@ def build_batch(
 ) -> tuple[pa.Table, dict[str, int]]:
     """The journal rows of one received batch (``queues.RECEIVED_SCHEMA``), and counts per outcome.
 
-    The header text is decoded natively for the bulk of the rows (``nsb.native``; ``native``
+    The header text is decoded natively for the bulk of the rows (``nsb.batch_headers``; ``native``
     False turns that off, for the equivalence tests) and with orjson, row by row, for the rest; every
     typed column is extracted from the map in Arrow. Rows neither path can judge go to
     ``nsb.headers.decode``, the reference, which names the reason.
@@ -95,13 +94,13 @@ def _null_rows(headers: pa.MapArray, rows: np.ndarray) -> pa.MapArray:
     return pc.take(headers, pa.array(index, mask=rows))
 
 
-def _native_maps(texts: pa.Array, candidates: np.ndarray) -> nsb_native.NativeMaps | None:
+def _native_maps(texts: pa.Array, candidates: np.ndarray) -> batch_headers.NativeMaps | None:
     """The native decode of the candidate rows, or None to decode them all row by row. A failure of
     the native path is never a verdict on a row: the reference path below gives that."""
     if len(candidates) == 0:
         return None
     try:
-        return nsb_native.parse(texts if len(candidates) == len(texts) else texts.take(pa.array(candidates)))
+        return batch_headers.parse(texts if len(candidates) == len(texts) else texts.take(pa.array(candidates)))
     except Exception as exc:  # noqa: BLE001 - e.g. invalid UTF-8 in the regex pass
         log.debug("journal: native header decode declined a batch (%s)", error_text(exc, 200))
         return None
@@ -112,7 +111,7 @@ def _build(
 ) -> tuple[pa.Table, dict[str, int]]:
     """The vectorised build (see ``build_batch``); may raise on inputs it does not foresee.
 
-    Rows go one of two ways: the native decode (``nsb.native``) for the bulk, and, for the rows
+    Rows go one of two ways: the native decode (``nsb.batch_headers``) for the bulk, and, for the rows
     it leaves (and every row when it declines the batch), orjson row by row with the reference
     decoder's verdict on anything doubtful. Both give a map; the typed columns come from the merged
     map in Arrow."""

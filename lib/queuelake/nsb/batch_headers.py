@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from queuelake.nsb import plain as plain_form
+from queuelake.nsb import compact_headers as plain_form
 from queuelake.nsb.string_bytes import offsets_and_data, rows_holding
 
 HEADER_MAP = pa.map_(pa.string(), pa.string())

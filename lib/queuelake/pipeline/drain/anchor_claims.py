@@ -1,7 +1,7 @@
 """Shared batches whose claim is filed under a queue this run does not drain: resolved at the run's
 start, under that queue's drain lock.
 
-Why: a batch of several small queues (``together.py``) is claimed under its first queue, the anchor,
+Why: a batch of several small queues (``small_queues.py``) is claimed under its first queue, the anchor,
 though its rows came from every member. A drain killed after that claim's DB commit leaves it for the
 anchor's next drain. A run that drains the members but not the anchor (``--queue``, or a config that
 dropped an endpoint) would leave the members' rows in a staged file, out of the queues and out of the
