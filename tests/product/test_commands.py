@@ -60,6 +60,7 @@ def test_the_parser_offers_every_command(capsys: pytest.CaptureFixture[str]) -> 
         "erase": ["--where", "true"],
         "conversation": ["a-conversation-id"],
         "find": ["--message-id", "x"],
+        "where": ["--message-id", "x"],
     }  # what they cannot do without
     for name, command in COMMANDS.items():
         assert f"{name} {command.help}" in listed

@@ -24,6 +24,7 @@ from queuelake.commands import (
     status,
     tables,
     transform,
+    where,
 )
 from queuelake.commands.command import Command
 
@@ -44,6 +45,7 @@ COMMANDS: dict[str, Command] = {
         tables,
         conversation,
         find,
+        where,
         replay,
         erase,
         spark_packages,

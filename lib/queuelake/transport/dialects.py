@@ -65,6 +65,9 @@ STATEMENTS: frozenset[str] = frozenset(
         "drain_lock",
         "drain_unlock",
         "drain_session",
+        # queuelake where: rows read without taking or locking them
+        "where_queue",
+        "where_delayed",
     }
 )
 

@@ -1,0 +1,198 @@
+"""A business key (a typed body field and a value) to the messages that carry it.
+
+Why through the typed tables: the journal holds bodies as bytes; ``queuelake bodies`` writes one table
+per message type with the body's fields as typed columns (``body_<type>``, listed by
+``body_schema_changes``: ``pipeline/store/typed.py``). A field is searched in every typed table that
+has it, the value cast to the column's type (``--value 4711`` is an integer in one table and text in
+another); each typed row names its message (``message_id``). What cannot be searched is said, never
+guessed: no typed tables yet, no table with that field, a value that is not of the column's type, and
+how far the typed tables cover the journal (messages drained after the last ``bodies`` run are not in
+them; their queue copies are still found by their bodies, ``body_matches``).
+
+The same field in a body still waiting in a queue (no typed row yet) is checked by ``body_matches``:
+the body is parsed (JSON, or XML by element name) and the field's value compared as text, numbers
+as numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from queuelake.errors import ArgumentError
+from queuelake.lake import tables as catalogue
+from queuelake.lake.deletes import RowFilter
+from queuelake.lake.engines import table_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.store.typed import body_tables
+
+IDENTITY = ["message_id", "conversation_id", "message_type", "queue"]
+
+
+@dataclass
+class KeyResult:
+    """The message ids found for a field and value, and what was (not) searched."""
+
+    message_ids: list[str] = field(default_factory=list)
+    tables_searched: dict[str, int] = field(default_factory=dict)  # table: rows matching
+    tables_without_field: int = 0
+    not_searchable: list[str] = field(default_factory=list)  # why a table (or all) could not be searched
+    journal_version_typed: int | None = None  # the journal version the typed tables were brought up to
+    truncated: bool = False
+
+
+def field_path(name: str) -> list[str]:
+    """``Lines.Product``-style names: a dotted path into a struct column (a top-level name usually)."""
+    parts = name.split(".")
+    if not name or any(not p for p in parts):
+        raise ArgumentError(f"--field {name!r}: a body field's name, or a dotted path (Address.City)")
+    return parts
+
+
+def _field_type(schema: pa.Schema, path: list[str]) -> pa.DataType | None:
+    if path[0] not in schema.names:
+        return None
+    typ = schema.field(path[0]).type
+    for part in path[1:]:
+        if not pa.types.is_struct(typ):
+            return None
+        index = typ.get_field_index(part)
+        if index < 0:
+            return None
+        typ = typ.field(index).type
+    return typ
+
+
+def typed_value(text: str, typ: pa.DataType) -> Any:
+    """``text`` as a value of the column type ``typ``; ValueError when it is not one."""
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
+        return text
+    if pa.types.is_boolean(typ):
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(f"{text!r} is not true or false")
+        return lowered == "true"
+    if pa.types.is_integer(typ):
+        return int(text)
+    if pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        return float(text)
+    if pa.types.is_timestamp(typ):
+        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    if pa.types.is_date(typ):
+        return dt.date.fromisoformat(text.strip())
+    raise ValueError(f"a column of type {typ} is not searched by value")
+
+
+def typed_tables_version(lake: LakeEngine) -> int | None:
+    """The journal version the last ``bodies`` increment reached (``body_increments``), None without one."""
+    increments = catalogue.BODY_INCREMENTS.name
+    if not lake.exists(increments):
+        return None
+    versions = lake.read_arrow(increments, columns=["journal_version"]).column("journal_version")
+    top = pc.max(versions).as_py() if len(versions) else None
+    return None if top is None else int(top)
+
+
+def find_key(lake: LakeEngine, name: str, value: str, max_messages: int) -> KeyResult:
+    """The messages whose typed body field ``name`` equals ``value``, in every typed table that has it."""
+    path = field_path(name)
+    out = KeyResult(journal_version_typed=typed_tables_version(lake))
+    tables = body_tables(lake)
+    if not tables:
+        out.not_searchable.append(
+            "no typed body tables in this lake (run queuelake bodies): the field was searched only in the "
+            "bodies still waiting in the queues"
+        )
+        return out
+    found: dict[str, None] = {}
+    for table in tables:
+        engine = table_engine(lake, table)
+        typ = _field_type(engine.schema(table), path)
+        if typ is None:
+            out.tables_without_field += 1
+            continue
+        try:
+            wanted = typed_value(value, typ)
+        except (ValueError, TypeError) as exc:
+            out.not_searchable.append(f"{table}.{name} ({typ}): {value!r} is not a value of it ({exc})")
+            continue
+        expression = ds.field(*path) == pa.scalar(wanted, typ)
+        where = RowFilter(f"{name} = {value!r}", expression, (path[0],))
+        rows = engine.matching_rows(table, where, ["message_id"])
+        ids = [i for i in rows.column("message_id").to_pylist() if i]
+        out.tables_searched[table] = len(ids)
+        for message_id in ids:
+            found.setdefault(message_id, None)
+    if not out.tables_searched and not out.not_searchable:
+        out.not_searchable.append(
+            f"no typed body table has a field {name!r} ({len(tables)} typed table(s)): the field was searched "
+            "only in the bodies still waiting in the queues"
+        )
+    ids = list(found)
+    out.truncated = len(ids) > max_messages
+    out.message_ids = ids[:max_messages]
+    return out
+
+
+# ------------------------------------------------------------------------- bodies in the queues
+
+
+def _equal(found: Any, value: str) -> bool:
+    if isinstance(found, bool):
+        return str(found).lower() == value.strip().lower()
+    if isinstance(found, (int, float)):
+        try:
+            return float(found) == float(value)
+        except ValueError:
+            return False
+    if isinstance(found, str):
+        return found == value
+    return False
+
+
+def _json_values(data: Any, path: list[str]) -> list[Any]:
+    """The values at ``path`` (through lists, as a typed table's arrays would hold them)."""
+    if isinstance(data, list):
+        return [v for item in data for v in _json_values(item, path)]
+    if not path:
+        return [data]
+    if isinstance(data, dict) and path[0] in data:
+        return _json_values(data[path[0]], path[1:])
+    return []
+
+
+def body_matches(body: bytes | None, name: str, value: str) -> bool:
+    """Does this body (JSON, or XML) hold ``value`` in its field ``name`` (a dotted path)?"""
+    if not body:
+        return False
+    path = field_path(name)
+    text = body[3:] if body.startswith(b"\xef\xbb\xbf") else body
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _xml_matches(text, path, value)
+    return any(_equal(v, value) for v in _json_values(data, path))
+
+
+def _xml_matches(text: bytes, path: list[str], value: str) -> bool:
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError:
+        return False
+
+    def local(tag: str) -> str:
+        return tag.rsplit("}", 1)[-1]
+
+    level = [root]
+    for part in path:
+        level = [child for element in level for child in element.iter() if local(child.tag) == part]
+    return any((element.text or "").strip() == value.strip() for element in level)

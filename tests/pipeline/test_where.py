@@ -1,0 +1,333 @@
+"""``queuelake where`` on a generated system of several endpoints: Sales publishes OrderPlaced, Billing
+processes them (audit copies), fails one (an error copy) and has a delayed store, Shipping receives a
+replay. Drained into a delta-rs journal, typed by ``bodies`` (real Spark), retried and replayed by
+``queuelake replay``; then each message asked where it is, as whole commands:
+
+- A: drained from Sales, processed by Billing (audit copy);
+- B: drained, failed in Billing (error copy), retried by a replay: the retry waits in Billing;
+- C: drained, replayed with ``--to Shipping`` (a new message id naming C), the replay drained too;
+- D: still waiting in Sales (sent after the drain);
+- E: in Billing's delayed-delivery table;
+- F: expired before the drain took it;
+and the peek takes and locks nothing: a competing receiver holding D's row (FOR UPDATE SKIP LOCKED)
+does not hold ``where`` up, and every row is still there afterwards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from queuelake.config import from_dict
+from queuelake.examples import traffic
+from queuelake.lake.engines import open_lake
+from queuelake.nsb import headers as hdr
+from queuelake.pipeline.bodies import run as bodies_run
+from queuelake.pipeline.drain.run import drain
+from queuelake.pipeline.where.keys import body_matches, typed_value
+from queuelake.transport import db, installer, queues
+from queuelake.transport.peek_rows import peek_matching
+from queuelake.transport.queues import OutgoingMessage
+from queuelake.transport.tables import queue_ref
+
+SENT = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)
+ID = {name: f"7a1d0c3e-5b2f-4c6d-9e8f-0a1b2c3d4e{i:02d}" for i, name in enumerate("ABCDEF")}
+CONVERSATION = {name: f"c0c0c0c0-0000-4000-8000-0000000000{i:02d}" for i, name in enumerate("ABCDEF")}
+SALES, BILLING, SHIPPING = '"public"."Sales"', '"public"."Billing"', '"public"."Shipping"'
+AUDIT, ERROR = '"public"."audit"', '"public"."error"'
+DELAYED = '"public"."Billing.Delayed"'
+
+
+def _order(name: str, seconds: int, ttbr_ms: int | None = None) -> OutgoingMessage:
+    headers = traffic.order_headers(ID[name], SENT + dt.timedelta(seconds=seconds), conversation=CONVERSATION[name])
+    body = json.dumps({"OrderId": f"order-{name}", "Total": 100 + seconds, "Currency": "EUR"}).encode()
+    return OutgoingMessage(hdr.encode(headers), body, id=ID[name], ttbr_ms=ttbr_ms)
+
+
+def _settings(root: Path, queues_: list[str]) -> dict[str, Any]:
+    return {
+        "transport": {"connection": "${QUEUELAKE_CONNECTION}", "delayed_endpoints": ["Billing"]},
+        "lake": {"root": str(root), "engine": "delta-rs"},
+        "drain": {"queues": queues_, "batch_size": 20},
+    }
+
+
+def _cli(args: list[str], cwd: Path, uri: str = "") -> tuple[dict, str, subprocess.CompletedProcess]:
+    """(the JSON summary, stdout before it, the process) of one command."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *args],
+        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines, proc.stderr[-3000:]
+    return json.loads(lines[-1]), "\n".join(lines[:-1]), proc
+
+
+@pytest.fixture(scope="module")
+def system(pg_uri: str, tmp_path_factory: pytest.TempPathFactory, spark: Any) -> tuple[Path, Path, str]:
+    """(config file, work folder, connection) of the system after its story (module docstring)."""
+    work = tmp_path_factory.mktemp("where")
+    root = work / "lake"
+    conf = work / "where.yaml"
+    conf.write_text(json.dumps(_settings(root, ["Sales", "audit", "error"])))
+    shipping_conf = work / "shipping.yaml"
+    shipping_conf.write_text(json.dumps(_settings(root, ["Shipping"])))
+    env = {"QUEUELAKE_CONNECTION": pg_uri}
+    cfg = from_dict(
+        {
+            **_settings(root, ["Sales", "audit", "error"]),
+            "transport": {"connection": pg_uri, "delayed_endpoints": ["Billing"]},
+        },
+        env=env,
+    )
+    t = cfg.transport
+    orders = {name: _order(name, i) for i, name in enumerate("ABCDEF")}
+    orders["F"] = _order("F", 5, ttbr_ms=1)
+    others = list(traffic.order_events(40, seed=61, start=SENT))
+    with db.connect(t) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Billing", "Shipping"]))
+        conn.commit()
+        traffic.seed(conn, queue_ref("Sales", t), others[:20] + [orders[n] for n in "ABCF"] + others[20:])
+        audit = [traffic.audit_copy(orders["A"], "Billing", SENT + dt.timedelta(seconds=10), 42)]
+        audit += [traffic.audit_copy(m, "Billing", SENT + dt.timedelta(seconds=11), 30) for m in others[:15]]
+        traffic.seed(conn, queue_ref("audit", t), audit)
+        failed = traffic.failed_copy(
+            orders["B"], "Billing", "System.InvalidOperationException", "card declined", SENT + dt.timedelta(seconds=12)
+        )
+        traffic.seed(conn, queue_ref("error", t), [failed])
+    time.sleep(0.1)  # F's time to be received (1 ms) runs out before the drain takes it
+    lake = open_lake(cfg.lake, spark)
+    drained = drain(cfg, lake)
+    assert drained["status"] == "ok", drained
+    assert bodies_run.bodies(cfg, spark, lake)["status"] == "ok"
+    # B retried (back to its FailedQ, Billing), C replayed to Shipping: both by queuelake replay
+    retry, _, proc = _cli(
+        ["replay", "-c", str(conf), "--where", f"message_id = '{ID['B']}' AND queue = '{ERROR}'"], work, pg_uri
+    )
+    assert retry["status"] == "ok", proc.stderr[-3000:]
+    replay, _, proc = _cli(
+        ["replay", "-c", str(conf), "--where", f"message_id = '{ID['C']}' AND queue = '{SALES}'", "--to", "Shipping"],
+        work,
+        pg_uri,
+    )
+    assert replay["status"] == "ok", proc.stderr[-3000:]
+    shipped, _, proc = _cli(["drain", "-c", str(shipping_conf)], work, pg_uri)
+    assert shipped["status"] == "ok", proc.stderr[-3000:]
+    with db.connect(t) as conn:  # after the drains: D waits in Sales, E in Billing's delayed store
+        traffic.seed(conn, queue_ref("Sales", t), [orders["D"]])
+        e = hdr.decode_map(orders["E"].headers)
+        e[hdr.FORWARD_DESTINATION] = "Billing"
+        queues.store_delayed(conn, queue_ref("Billing", t).delayed(), [(hdr.encode(e), orders["E"].body, 3_600_000)])
+        conn.commit()
+    return conf, work, pg_uri
+
+
+def _where(system: tuple[Path, Path, str], *args: str) -> tuple[dict, list[dict], subprocess.CompletedProcess]:
+    conf, work, uri = system
+    summary, out, proc = _cli(["where", "-c", str(conf), *args, "--json"], work, uri)
+    assert proc.returncode == 0 and summary["status"] == "ok", proc.stderr[-3000:]
+    return summary, [orjson.loads(line) for line in out.splitlines()], proc
+
+
+def _places(rows: list[dict]) -> list[tuple[str, str]]:
+    return [(r["place"], r["location"]) for r in rows]
+
+
+def test_a_processed_message_is_drained_then_processed_by_its_endpoint(system: tuple[Path, Path, str]) -> None:
+    summary, rows, _ = _where(system, "--message-id", ID["A"])
+    assert _places(rows) == [("drained", SALES), ("processed", AUDIT)]
+    processed = rows[1]
+    assert processed["endpoint"] == "Billing" and processed["processing_ms"] == 42
+    assert processed["processing_ended"] == "2026-11-02T08:00:10.042000Z"
+    assert summary["messages"] == [
+        {
+            "message_id": ID["A"],
+            "now": "processed",
+            "location": AUDIT,
+            "at": "2026-11-02T08:00:10.042000Z",
+            "places": ["drained", "processed"],
+        }
+    ]
+    # the queues the config names, and Billing (the audit copy's endpoint), were read; none held it
+    assert summary["queues"]["tables"] >= 5 and summary["queues"]["missing"] == []
+    assert summary["journal"]["found"] == 2 and summary["journal"]["files"] >= 1
+
+
+def test_a_failed_message_retried_is_failed_then_waiting_in_its_queue(system: tuple[Path, Path, str]) -> None:
+    summary, rows, _ = _where(system, "--message-id", ID["B"])
+    assert _places(rows) == [("drained", SALES), ("failed", ERROR), ("waiting", BILLING)]
+    failed, waiting = rows[1], rows[2]
+    assert failed["exception_type"] == "System.InvalidOperationException" and failed["endpoint"] == "Billing"
+    assert "card declined" in failed["detail"]
+    assert waiting["replay_kind"] == "retry" and waiting["replay_id"]
+    assert summary["messages"][0]["now"] == "waiting" and summary["messages"][0]["location"] == BILLING
+    record = summary["replays"][waiting["replay_id"]]
+    assert record["recorded"] and record["status"] == "ok" and record["total_sent"] == 1
+
+
+def test_a_replayed_message_shows_its_replay_under_its_new_id(system: tuple[Path, Path, str]) -> None:
+    summary, rows, _ = _where(system, "--message-id", ID["C"])
+    assert _places(rows) == [("drained", SALES), ("replayed", SHIPPING)]
+    replayed = rows[1]
+    assert replayed["original_message_id"] == ID["C"] and replayed["message_id"] != ID["C"]
+    assert replayed["replay_kind"] == "replay"
+    assert summary["replays"][replayed["replay_id"]]["to_queue"] == "Shipping"
+    assert summary["journal"]["replay_rows"] == 1
+
+
+def test_waiting_delayed_and_expired_messages(system: tuple[Path, Path, str]) -> None:
+    summary, rows, _ = _where(system, "--message-id", ID["D"])
+    assert _places(rows) == [("waiting", SALES)] and rows[0]["expired"] is False and rows[0]["seq"] > 0
+    assert summary["journal"]["found"] == 0 and summary["messages"][0]["now"] == "waiting"
+    summary, rows, _ = _where(system, "--message-id", ID["E"])
+    assert _places(rows) == [("delayed", DELAYED)] and rows[0]["forward_destination"] == "Billing"
+    assert rows[0]["due_now"] is False
+    summary, rows, _ = _where(system, "--message-id", ID["F"])
+    assert _places(rows) == [("expired", SALES)]
+
+
+def test_a_conversation_and_an_unknown_id(system: tuple[Path, Path, str]) -> None:
+    summary, rows, _ = _where(system, "--conversation-id", CONVERSATION["B"])
+    assert _places(rows) == [("drained", SALES), ("failed", ERROR), ("waiting", BILLING)]
+    summary, rows, proc = _where(system, "--message-id", str(uuid.uuid4()))
+    assert rows == [] and summary["found"] == 0 and summary["messages"] == []
+
+
+def test_a_business_key_through_the_typed_tables_and_the_waiting_bodies(system: tuple[Path, Path, str]) -> None:
+    summary, rows, _ = _where(system, "--field", "OrderId", "--value", "order-A")
+    assert _places(rows) == [("drained", SALES), ("processed", AUDIT)]
+    assert {r["message_id"] for r in rows} == {ID["A"]}
+    assert sum(summary["typed"]["tables_searched"].values()) == 1
+    # D was sent after bodies ran: no typed row, found by its body in the queue
+    summary, rows, _ = _where(system, "--field", "OrderId", "--value", "order-D")
+    assert _places(rows) == [("waiting", SALES)] and rows[0]["message_id"] == ID["D"]
+    # a number, as the typed column holds it (Total of A is 100)
+    summary, rows, _ = _where(system, "--field", "Total", "--value", "100", "--no-peek")
+    assert {r["message_id"] for r in rows} == {ID["A"]}
+    assert "the queue tables (--no-peek)" in summary["not_searched"]
+    # a field no typed table has is said, not guessed
+    summary, rows, _ = _where(system, "--field", "NoSuchField", "--value", "1", "--no-peek")
+    assert rows == [] and any("no typed body table has a field 'NoSuchField'" in s for s in summary["not_searched"])
+
+
+def test_the_table_is_for_people(system: tuple[Path, Path, str]) -> None:
+    conf, work, uri = system
+    summary, out, proc = _cli(["where", "-c", str(conf), "--message-id", ID["B"]], work, uri)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["MESSAGE", "ID", "PLACE"] and len(lines) == 4
+    assert "failed" in lines[2] and "System.InvalidOperationException: card declined" in lines[2]
+    assert "waiting" in lines[3] and BILLING in lines[3]
+
+
+def test_bad_arguments_are_refused(system: tuple[Path, Path, str]) -> None:
+    conf, work, uri = system
+    summary, _, proc = _cli(["where", "-c", str(conf), "--field", "OrderId"], work, uri)
+    assert proc.returncode == 1 and summary["error_kind"] == "arguments" and "--field needs --value" in summary["error"]
+    summary, _, proc = _cli(["where", "-c", str(conf), "--message-id", ID["A"], "--time-limit", "0"], work, uri)
+    assert proc.returncode == 2 and summary["error_kind"] == "usage"
+
+
+def test_the_peek_takes_and_locks_nothing(system: tuple[Path, Path, str]) -> None:
+    """A receiver holds D's row (FOR UPDATE SKIP LOCKED, its transaction open): ``where`` still answers
+    at once, and shows the row (it is in the queue until the receiver commits); every row is still
+    there afterwards, and no lock of ``where`` is left (a NOWAIT lock of every row succeeds)."""
+    conf, work, uri = system
+    with psycopg.connect(uri) as conn:
+        count = conn.execute('SELECT count(*) FROM "public"."Sales"').fetchone()
+    receiver = psycopg.connect(uri)
+    try:
+        held = receiver.execute(
+            'SELECT id FROM "public"."Sales" ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED'
+        ).fetchone()
+        assert held is not None
+        started = time.monotonic()
+        summary, rows, _ = _where(system, "--message-id", ID["D"], "--time-limit", "2")
+        assert time.monotonic() - started < 60 and summary["queues"]["failed"] == {}
+        assert _places(rows) == [("waiting", SALES)]
+    finally:
+        receiver.rollback()
+        receiver.close()
+    with psycopg.connect(uri) as conn:
+        assert conn.execute('SELECT count(*) FROM "public"."Sales"').fetchone() == count
+        locked = conn.execute('SELECT count(*) FROM (SELECT id FROM "public"."Sales" FOR UPDATE NOWAIT) r').fetchone()
+        assert locked == count
+
+
+def test_a_read_past_its_time_limit_is_reported_not_waited_on(system: tuple[Path, Path, str]) -> None:
+    """A table locked by DDL (ACCESS EXCLUSIVE) would hold a plain SELECT: the read gives up within its
+    time limit and says so; the other tables are still read."""
+    conf, work, uri = system
+    cfg = from_dict({**_settings(conf.parent / "lake", ["Sales"]), "transport": {"connection": uri}}, env={})
+    blocker = psycopg.connect(uri)
+    result: dict[str, Any] = {}
+    try:
+        blocker.execute('LOCK TABLE "public"."Sales" IN ACCESS EXCLUSIVE MODE')
+        with db.connect(cfg.transport) as conn:
+            started = time.monotonic()
+            peeked = peek_matching(conn, queue_ref("Sales", cfg.transport), ID["D"], time_limit_s=0.5)
+            result["seconds"] = time.monotonic() - started
+            result["peeked"] = peeked
+            missing = peek_matching(conn, queue_ref("NoSuchQueue", cfg.transport), ID["D"])
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert result["seconds"] < 5 and result["peeked"].error and not result["peeked"].rows
+    assert "lock timeout" in result["peeked"].error or "timeout" in result["peeked"].error
+    assert missing.missing and missing.error is None
+
+
+def test_the_peek_returns_while_a_receiver_deletes(system: tuple[Path, Path, str]) -> None:
+    """A receiver's uncommitted DELETE (the drain's way) does not hold the read, in a thread of its own."""
+    conf, work, uri = system
+    cfg = from_dict({**_settings(conf.parent / "lake", ["Sales"]), "transport": {"connection": uri}}, env={})
+    receiver = psycopg.connect(uri)
+    done = threading.Event()
+    try:
+        receiver.execute('DELETE FROM "public"."Sales" WHERE id = %s', (ID["D"],))
+        with db.connect(cfg.transport) as conn:
+            peeked = peek_matching(conn, queue_ref("Sales", cfg.transport), ID["D"], time_limit_s=2)
+            done.set()
+    finally:
+        receiver.rollback()
+        receiver.close()
+    assert done.is_set() and peeked.error is None and [r.id for r in peeked.rows] == [ID["D"]]
+
+
+def test_body_and_value_rules() -> None:
+    assert body_matches(b'\xef\xbb\xbf{"OrderId": 4711}', "OrderId", "4711")
+    assert body_matches(b'{"Order": {"Id": "x"}}', "Order.Id", "x")
+    assert body_matches(b'{"Lines": [{"Sku": "a"}, {"Sku": "b"}]}', "Lines.Sku", "b")
+    assert not body_matches(b'{"OrderId": 47110}', "OrderId", "4711")
+    assert body_matches(b'<OrderPlaced xmlns="urn:x"><OrderId>4711</OrderId></OrderPlaced>', "OrderId", "4711")
+    assert not body_matches(b"not a body", "OrderId", "4711")
+    import pyarrow as pa
+
+    assert typed_value("4711", pa.int64()) == 4711 and typed_value("TRUE", pa.bool_()) is True
+    with pytest.raises(ValueError):
+        typed_value("order-1", pa.int64())
+
+
+def test_an_erased_message_is_said_erased_by_the_run_that_names_it(system: tuple[Path, Path, str]) -> None:
+    """Last in this module: it erases A from the shared journal (and its typed row)."""
+    conf, work, uri = system
+    erased, _, proc = _cli(["erase", "-c", str(conf), "--where", f"message_id = '{ID['A']}'"], work, uri)
+    assert erased["status"] == "ok", proc.stderr[-3000:]
+    summary, rows, _ = _where(system, "--message-id", ID["A"])
+    assert _places(rows) == [("erased", "messages")] and ID["A"] in rows[0]["predicate"]
+    assert summary["erase_runs"] == 1 and summary["messages"][0]["now"] == "erased"
