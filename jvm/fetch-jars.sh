@@ -9,7 +9,7 @@
 # --s3 fetches hadoop-aws (the Hadoop version of pyspark's own hadoop-client jars) and the AWS SDK v2
 # bundle it needs, for s3a:// lake roots on Spark (pom.xml profile s3). Opt-in and in its own folder:
 # the bundle is ~640 MB, and jars on spark.jars are copied into every local session's work folder, so
-# tests/lake/test_s3.py puts these on the driver class path instead (and skips without them).
+# tests/helpers/s3.py puts these on the driver class path instead (and skips without them).
 #
 # Idempotent: when OUTPUT_DIR holds a complete fetch for the current pom.xml it returns at once,
 # without starting mvn. A fetch goes to a temporary folder first and replaces OUTPUT_DIR only when

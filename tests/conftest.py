@@ -17,15 +17,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from queuelake.transport.embedded import odbc_from_uri, start_embedded, with_database
+from queuelake.transport.embedded import start_embedded, with_database
 
-from tests import jvm_flags
+from tests.helpers import jvm_flags
+from tests.helpers.jvm import delta_jars
+from tests.helpers.jvm import require_delta_jvm as require_delta_jvm  # test_publish still imports it from here
 
 # Test files by the time they took in a full run (two workers, slowest first; measured 2026-11-27). They run
 # first so that the two workers end together: xdist hands out files in collection order (setup.cfg), and a
@@ -37,6 +40,7 @@ HEAVIEST_FIRST = (
     "product/test_benches.py",
     "lake/test_s3.py",
     "product/test_notebooks.py",
+    "product/test_airflow_dags.py",
     "pipeline/test_publish_executors.py",
     "pipeline/test_replay.py",
     "pipeline/test_drain.py",
@@ -67,11 +71,12 @@ TIERS = ("fast", "db", "spark", "s3", "subprocess")
 
 
 def _starts_processes(module: object) -> bool:
-    """The test module, or a tests helper module it imported names from, has ``subprocess`` among its names."""
+    """The test module, or a tests helper module it imported (``from tests.helpers import cli``) or imported
+    names from (``from tests.helpers.cli import run_cli``), has ``subprocess`` among its names."""
     names = vars(module) if module is not None else {}
     if names.get("subprocess") is subprocess:
         return True
-    helpers = {getattr(v, "__module__", "") for v in names.values()}
+    helpers = {v.__name__ if isinstance(v, types.ModuleType) else getattr(v, "__module__", "") for v in names.values()}
     return any(
         vars(sys.modules[h]).get("subprocess") is subprocess
         for h in helpers
@@ -210,44 +215,6 @@ def pg_driver(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def connection_string(uri: str, driver: str) -> str:
-    return uri if driver == "psycopg" else odbc_from_uri(uri)
-
-
-REPO = Path(__file__).resolve().parents[1]
-JARS_DIR = REPO / "jvm" / "jars"
-
-
-def delta_jars() -> tuple[list[str], str]:
-    """The local Delta jars for the installed pyspark, or ([], why there are none)."""
-    import pyspark
-    from queuelake.spark import JARS_ENV, local_jars
-    from queuelake.versions import spark_line
-
-    spec = os.environ.get(JARS_ENV) or str(JARS_DIR)
-    jars = local_jars(spec)
-    delta = [j for j in jars if os.path.basename(j).startswith("delta-spark_")]
-    if not delta:
-        return [], f"Delta JVM jars not on the classpath (none in {spec}; run: bash jvm/fetch-jars.sh)"
-    line = spark_line(pyspark.__version__)
-    if not all(os.path.basename(j).startswith(f"delta-spark_{line}_") for j in delta):
-        names = ", ".join(os.path.basename(j) for j in delta)
-        return [], f"Delta JVM jars not on the classpath ({names} in {spec} are not for pyspark {pyspark.__version__})"
-    return jars, ""
-
-
-def require_delta_jvm(spark) -> None:
-    """Skip (or, with QUEUELAKE_REQUIRE_DELTA_JVM=1, fail) unless the session has the Delta JVM classes."""
-    from queuelake.spark import has_delta_jvm
-
-    if has_delta_jvm(spark):
-        return
-    reason = delta_jars()[1] or "Delta JVM jars not on the classpath"
-    if os.environ.get("QUEUELAKE_REQUIRE_DELTA_JVM", "") not in ("", "0"):
-        pytest.fail(f"QUEUELAKE_REQUIRE_DELTA_JVM is set: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def spark():
     from queuelake.config import SparkConfig
@@ -263,9 +230,9 @@ def spark():
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[str]:
-    """A moto S3 server with one bucket (``tests.lake.test_s3``); yields its endpoint URL. Imported
+    """A moto S3 server with one bucket (``tests.helpers.s3``); yields its endpoint URL. Imported
     when used: moto and boto3 are the dev extra's."""
-    from tests.lake.test_s3 import s3_server
+    from tests.helpers.s3 import s3_server
 
     with s3_server() as url:
         yield url

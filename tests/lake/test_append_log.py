@@ -9,7 +9,6 @@ import json
 import os
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,43 +17,13 @@ from deltalake import DeltaTable
 from queuelake.lake.delta_rs.append_log import FOLLOWED_CHECKPOINT_INTERVAL, STALE_TEMPORARY_SECONDS, AppendLog
 from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL, DeltaRsEngine
 
-from tests.conftest import require_delta_jvm
-
-SCHEMA = pa.schema([("id", pa.string()), ("n", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-
-def rows(prefix: str, count: int) -> pa.Table:
-    return pa.table(
-        {"id": [f"{prefix}-{i}" for i in range(count)], "n": list(range(count)), "at": [T0] * count},
-        schema=SCHEMA,
-    )
-
-
-def engine(root: Path) -> DeltaRsEngine:
-    lake = DeltaRsEngine(str(root))
-    lake.create_table("t", SCHEMA)
-    return lake
+from tests.helpers.jvm import require_delta_jvm
+from tests.helpers.small_lake import SCHEMA, count_loads, engine, rows
 
 
 def log_entries(lake: DeltaRsEngine, version: int) -> list[dict]:
     text = Path(lake.path("t"), "_delta_log", f"{version:020d}.json").read_text()
     return [json.loads(line) for line in text.splitlines() if line]
-
-
-def count_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths of every deltalake load made from now on (``DeltaTable(...)``), until ``monkeypatch.undo``."""
-    import deltalake
-
-    loads: list[str] = []
-
-    class Counted(DeltaTable):
-        def __init__(self, *args, **kwargs) -> None:
-            loads.append(str(args[0]))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(deltalake, "DeltaTable", Counted)
-    return loads
 
 
 def test_group_commit_is_the_next_commit_file_and_readable_by_deltalake(tmp_path: Path) -> None:

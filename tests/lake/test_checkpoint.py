@@ -20,8 +20,8 @@ from queuelake.lake.delta_rs.append_log import STALE_TEMPORARY_SECONDS
 from queuelake.lake.delta_rs.checkpoint import TEMPORARY_PREFIX, checkpoint_name, write_appended_checkpoint
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 
-from tests.conftest import require_delta_jvm
-from tests.lake.test_append_log import engine, rows
+from tests.helpers.jvm import require_delta_jvm
+from tests.helpers.small_lake import engine, rows
 
 APPS = ["app/a", "app/b", "app/c"]
 

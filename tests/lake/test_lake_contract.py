@@ -31,7 +31,7 @@ from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.files import leaf_paths
 from queuelake.lake.marks import description_for
 
-from tests.conftest import require_delta_jvm
+from tests.helpers.jvm import require_delta_jvm
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = datetime(2024, 5, 1, 13, 45, 10, 123456, tzinfo=timezone.utc)

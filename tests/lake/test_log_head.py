@@ -17,7 +17,7 @@ from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.delta_rs.log_head import read_log_head, read_table_head
 from queuelake.lake.marks import ENGINE_PROPERTY
 
-from tests.lake.test_append_log import SCHEMA, count_loads, engine, rows
+from tests.helpers.small_lake import SCHEMA, count_loads, engine, rows
 
 
 def _as_deltalake_sees_it(path: str) -> dict:

@@ -12,202 +12,40 @@ environment; no ``AWS_*`` variable is set, so nothing but the config can have re
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
-from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport import db, queues
+from queuelake.transport.tables import queue_ref
 
-from tests.ports import free_port
-
-REPO = Path(__file__).resolve().parents[2]
-S3_JARS = REPO / "jvm" / "jars" / "s3"
-DELTA_JARS = REPO / "jvm" / "jars"
-BUCKET = "queuelake-tests"
-KEY_ID = "QLTESTKEYID12345"
-SECRET = "ql-test-secret-" + uuid.uuid4().hex  # must never show in any output
+from tests.helpers.s3 import (
+    BUCKET,
+    KEY_ID,
+    REPO,
+    SECRET,
+    install_queues,
+    job_config,
+    require_delta_jars,
+    require_s3_jars,
+    resolved_options,
+    s3_cli,
+    s3_env,
+    seed_queue,
+    start_moto,
+    stop_moto,
+    storage_options,
+)
 
 boto3 = pytest.importorskip("boto3", reason="moto[server] (the dev extra) brings boto3")
 pytest.importorskip("moto.server", reason="moto[server] is in the dev extra: pip install -e '.[dev]'")
-
-
-def _start_moto(extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**_no_aws(os.environ), **(extra_env or {})},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(url + "/moto-api/", timeout=2).close()
-            return proc, url
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server did not start on port {port}") from None
-            time.sleep(0.1)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _no_aws(env: dict[str, str] | os._Environ) -> dict[str, str]:
-    """The environment without AWS_* settings: only lake.storage_options may reach the store."""
-    return {k: v for k, v in env.items() if not k.startswith("AWS_")}
-
-
-@contextlib.contextmanager
-def s3_server() -> Iterator[str]:
-    """A moto S3 server with one bucket (``BUCKET``); yields its endpoint URL."""
-    proc, url = _start_moto()
-    try:
-        client = boto3.client(
-            "s3", endpoint_url=url, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, region_name="us-east-1"
-        )
-        client.create_bucket(Bucket=BUCKET)
-        yield url
-    finally:
-        _stop(proc)
-
-
-# the ``s3`` fixture (tests/conftest.py) serves this module's tests from ``s3_server``
-
-
-def assert_drained_once_into(root: str, url: str, seeded: dict[str, set[str]]) -> None:
-    """The journal at ``root`` on the store holds every seeded row once, under its own queue."""
-    rows = DeltaRsEngine(root, storage_options=_resolved(url)).read_arrow("messages", columns=["id", "queue"])
-    ids = rows["id"].to_pylist()
-    assert len(ids) == len(set(ids)) == sum(len(s) for s in seeded.values())
-    for name, want in seeded.items():
-        got = {i for i, q in zip(ids, rows["queue"].to_pylist()) if q == f'"public"."{name}"'}
-        assert got == want, name
-
-
-def _options(url: str) -> dict[str, str]:
-    """lake.storage_options as a config gives them: credentials from the environment."""
-    return {
-        "AWS_ACCESS_KEY_ID": "${QL_TEST_S3_KEY_ID}",
-        "AWS_SECRET_ACCESS_KEY": "${QL_TEST_S3_SECRET}",
-        "AWS_ENDPOINT_URL": url,
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-    }
-
-
-def _resolved(url: str, key_id: str = KEY_ID, secret: str = SECRET) -> dict[str, str]:
-    opts = _options(url)
-    opts["AWS_ACCESS_KEY_ID"], opts["AWS_SECRET_ACCESS_KEY"] = key_id, secret
-    return opts
-
-
-def _env(uri: str, key_id: str = KEY_ID, secret: str = SECRET, delta_jars: bool = False) -> dict[str, str]:
-    env = {
-        **_no_aws(os.environ),
-        "QUEUELAKE_CONNECTION": uri,
-        "QL_TEST_S3_KEY_ID": key_id,
-        "QL_TEST_S3_SECRET": secret,
-    }
-    env.pop("QUEUELAKE_DELTA_JARS", None)
-    if delta_jars:
-        env["QUEUELAKE_DELTA_JARS"] = str(DELTA_JARS)
-    return env
-
-
-def _cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[dict, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args], env=env, capture_output=True, text=True, timeout=900, cwd=cwd
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no JSON summary; stderr:\n{proc.stderr[-3000:]}"
-    summary = json.loads(lines[-1])
-    assert proc.returncode == (0 if summary["status"] == "ok" else 1), proc.stderr[-3000:]
-    return summary, proc.stdout + proc.stderr
-
-
-def _spark_conf() -> dict[str, str]:
-    """hadoop-aws on the driver's class path (local mode: executors run in the driver's JVM). Not on
-    spark.jars: Spark would copy the ~640 MB SDK bundle into every session's work folder."""
-    return {
-        "spark.driver.extraClassPath": f"{S3_JARS}/*",
-        "spark.sql.shuffle.partitions": "1",
-    }
-
-
-def _require_s3_jars() -> None:
-    if not list(S3_JARS.glob("hadoop-aws-*.jar")) or not list(S3_JARS.glob("bundle-*.jar")):
-        reason = f"hadoop-aws jars not in {S3_JARS} (run: bash jvm/fetch-jars.sh --s3): Spark cannot read s3://"
-        if os.environ.get("QUEUELAKE_REQUIRE_DELTA_JVM", "") not in ("", "0"):
-            pytest.fail(f"QUEUELAKE_REQUIRE_DELTA_JVM is set: {reason}")
-        pytest.skip(reason)
-
-
-def _require_delta_jars() -> None:
-    if not list(DELTA_JARS.glob("delta-spark_*.jar")):
-        reason = f"Delta JVM jars not in {DELTA_JARS} (run: bash jvm/fetch-jars.sh)"
-        if os.environ.get("QUEUELAKE_REQUIRE_DELTA_JVM", "") not in ("", "0"):
-            pytest.fail(f"QUEUELAKE_REQUIRE_DELTA_JVM is set: {reason}")
-        pytest.skip(reason)
-
-
-def _config(root: str, url: str, engine: str, queues_: list[str], batch_size: int = 100) -> dict:
-    return {
-        "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
-        "lake": {"root": root, "engine": engine, "storage_options": _options(url)},
-        "spark": {"master": "local[1]", "conf": _spark_conf()},
-        "drain": {"queues": queues_, "batch_size": batch_size},
-        "transforms": [
-            {
-                "name": "activity",
-                "sql": str(REPO / "sql/transforms/messages_per_endpoint.sql"),
-                "output": "outbound_activity",
-            },
-        ],
-        "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_activity"]},
-    }
-
-
-def _install(uri: str, queue_names: list[str], monitoring: bool = False) -> None:
-    cfg = from_dict({"transport": {"connection": uri}, "drain": {"queues": queue_names}}, env={})
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg, extra_queues=["Monitoring"] if monitoring else []))
-        if monitoring:
-            subscriptions.subscribe(
-                conn,
-                bridge_ref("SubscriptionRouting", cfg.transport),
-                "Monitoring",
-                "Monitoring",
-                "Lakehouse.Events.EndpointActivity",
-            )
-        conn.commit()
-
-
-def _seed(uri: str, queue: str, count: int, seed: int) -> None:
-    cfg = from_dict({"transport": {"connection": uri}}, env={})
-    with db.connect(cfg.transport) as conn:
-        traffic.seed(conn, queue_ref(queue, cfg.transport), traffic.order_events(count, seed=seed))
 
 
 def _objects(url: str, prefix: str) -> list[str]:
@@ -222,15 +60,15 @@ def _objects(url: str, prefix: str) -> list[str]:
 
 def _job(s3: str, uri: str, tmp_path: Path, engine: str) -> tuple[str, str, Path, dict[str, str]]:
     """A lake under a fresh prefix, a job config for it, Sales seeded with 250 messages."""
-    _require_s3_jars()
+    require_s3_jars()
     if engine == "delta-spark":
-        _require_delta_jars()
+        require_delta_jars()
     prefix = f"lake-{engine}-{uuid.uuid4().hex[:8]}"
     conf = tmp_path / "job.yaml"
-    conf.write_text(json.dumps(_config(f"s3://{BUCKET}/{prefix}", s3, engine, ["Sales"])))
-    _install(uri, ["Sales"], monitoring=True)
-    _seed(uri, "Sales", 250, seed=4)
-    return prefix, f"s3://{BUCKET}/{prefix}", conf, _env(uri, delta_jars=engine == "delta-spark")
+    conf.write_text(json.dumps(job_config(f"s3://{BUCKET}/{prefix}", s3, engine, ["Sales"])))
+    install_queues(uri, ["Sales"], monitoring=True)
+    seed_queue(uri, "Sales", 250, seed=4)
+    return prefix, f"s3://{BUCKET}/{prefix}", conf, s3_env(uri, delta_jars=engine == "delta-spark")
 
 
 @pytest.mark.slow
@@ -238,16 +76,16 @@ def _job(s3: str, uri: str, tmp_path: Path, engine: str) -> tuple[str, str, Path
 def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path, engine: str) -> None:
     prefix, root, conf, env = _job(s3, fresh_pg_uri, tmp_path, engine)
     small = ["Small1", "Small2", "Small3"]  # 20 rows each: one shared batch (``small_queues.py``) on the store
-    _install(fresh_pg_uri, small)
+    install_queues(fresh_pg_uri, small)
     for i, queue in enumerate(small):
-        _seed(fresh_pg_uri, queue, 20, seed=40 + i)
+        seed_queue(fresh_pg_uri, queue, 20, seed=40 + i)
 
     # `run` (drain, transform, publish) with nothing to publish: test_publish_on_s3 is the publish part
     job = json.loads(conf.read_text())
     job["publish"]["outputs"] = []
     job["drain"]["queues"] = ["Sales", *small]
     conf.write_text(json.dumps(job))
-    run, out = _cli(["run", "-c", str(conf)], env, tmp_path)
+    run, out = s3_cli(["run", "-c", str(conf)], env, tmp_path)
     assert run["status"] == "ok", out[-3000:]
     assert run["drain"]["landed"] == 310
     assert [q["landed"] for q in run["drain"]["queues"]] == [250, 20, 20, 20]
@@ -262,7 +100,7 @@ def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_p
     # replay reads the journal's files from the store without Spark (the selection and the bodies)
     where = 'queue = \'"public"."Sales"\' AND seq >= 0'
     replay = ["replay", "-c", str(conf), "--where", where, "--to", "Monitoring", "--limit", "10"]
-    replayed, out = _cli(replay, env, tmp_path)
+    replayed, out = s3_cli(replay, env, tmp_path)
     assert replayed["status"] == "ok" and replayed["selected_by"] == "arrow", out[-3000:]
     assert replayed["matched"] == 250 and replayed["rows_sent"] == 10, replayed
     assert "no Spark needed" in out and SECRET not in out
@@ -271,17 +109,17 @@ def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_p
         assert len(queues.receive_batch(conn, queue_ref("Monitoring", cfg.transport), 100)) == 10
         conn.commit()
 
-    maintained, out = _cli(["maintain", "-c", str(conf)], env, tmp_path)
+    maintained, out = s3_cli(["maintain", "-c", str(conf)], env, tmp_path)
     assert maintained["status"] == "ok", out[-3000:]
     assert {"messages", "runs", "outbound_activity", "replays"} <= set(maintained["tables"])
     assert maintained["tables"]["outbound_activity"]["engine"] == engine
     assert SECRET not in out
 
-    status, out = _cli(["status", "-c", str(conf)], env, tmp_path)
+    status, out = s3_cli(["status", "-c", str(conf)], env, tmp_path)
     assert status["status"] == "ok", out[-3000:]
     assert SECRET not in out
 
-    lake = DeltaRsEngine(root, storage_options=_resolved(s3))
+    lake = DeltaRsEngine(root, storage_options=resolved_options(s3))
     journal = lake.read_arrow("messages", columns=["queue", "batch_id"])
     assert journal.num_rows == 310  # compaction keeps every row
     by_batch: dict[str, set[str]] = {}
@@ -299,7 +137,7 @@ def test_publish_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path, from_rows: in
     data = json.loads(conf.read_text())  # executors: the tasks read the round's files from S3 too
     data.setdefault("publish", {})["executors_from_rows"] = from_rows
     conf.write_text(json.dumps(data))
-    run, out = _cli(["run", "-c", str(conf)], env, tmp_path)
+    run, out = s3_cli(["run", "-c", str(conf)], env, tmp_path)
     assert SECRET not in out
     assert run["status"] == "ok", run
     assert run["drain"]["landed"] == 250 and run["publish"]["copies"] == 1
@@ -329,7 +167,7 @@ def test_hadoop_aws_matches_the_hadoop_inside_pyspark() -> None:
 def test_storage_options_map_to_s3a_and_secrets() -> None:
     from queuelake.lake import storage
 
-    opts = _resolved("http://127.0.0.1:9000")
+    opts = resolved_options("http://127.0.0.1:9000")
     conf = storage.s3a_conf(opts)
     assert conf["fs.s3a.access.key"] == KEY_ID and conf["fs.s3a.secret.key"] == SECRET
     assert conf["fs.s3a.endpoint"] == "http://127.0.0.1:9000" and conf["fs.s3a.path.style.access"] == "true"
@@ -339,7 +177,7 @@ def test_storage_options_map_to_s3a_and_secrets() -> None:
     # what the CLI redacts: the credentials, not the endpoint, region or flags
     assert sorted(storage.secret_values(opts)) == sorted([KEY_ID, SECRET])
     cfg = from_dict(
-        {"lake": {"root": "s3://b/lake", "storage_options": _options("http://x:1")}},
+        {"lake": {"root": "s3://b/lake", "storage_options": storage_options("http://x:1")}},
         env={"QL_TEST_S3_KEY_ID": KEY_ID, "QL_TEST_S3_SECRET": SECRET},
     )
     assert cfg.lake.storage_options["AWS_SECRET_ACCESS_KEY"] == SECRET  # ${VAR}-expanded
@@ -352,15 +190,15 @@ def test_concurrent_drains_of_two_queues_lose_no_commit(s3: str, fresh_pg_uri: s
     prefix = f"lake-concurrent-{uuid.uuid4().hex[:8]}"
     root = f"s3://{BUCKET}/{prefix}"
     counts = {"Sales": 300, "Billing": 240}
-    _install(fresh_pg_uri, list(counts))
+    install_queues(fresh_pg_uri, list(counts))
     for i, (queue, count) in enumerate(counts.items()):
-        _seed(fresh_pg_uri, queue, count, seed=10 + i)
-    env = _env(fresh_pg_uri)
-    lake = DeltaRsEngine(root, storage_options=_resolved(s3))  # both drains race to create it, too
+        seed_queue(fresh_pg_uri, queue, count, seed=10 + i)
+    env = s3_env(fresh_pg_uri)
+    lake = DeltaRsEngine(root, storage_options=resolved_options(s3))  # both drains race to create it, too
     procs = []
     for queue in counts:
         conf = tmp_path / f"{queue}.yaml"
-        conf.write_text(json.dumps(_config(root, s3, "delta-rs", [queue], batch_size=20)))
+        conf.write_text(json.dumps(job_config(root, s3, "delta-rs", [queue], batch_size=20)))
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
@@ -413,16 +251,16 @@ def _txns(url: str, key: str) -> dict[str, int]:
 def test_bad_credential_is_a_clear_error_without_the_secret(fresh_pg_uri: str, tmp_path: Path) -> None:
     """moto checks access keys when started with INITIAL_NO_AUTH_ACTION_COUNT=0: an unknown key id
     is refused (403 InvalidAccessKeyId), as S3 refuses it."""
-    proc, url = _start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    proc, url = start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
     try:
         bad_id, bad_secret = "QLBADKEY" + uuid.uuid4().hex[:12].upper(), "ql-bad-secret-" + uuid.uuid4().hex
         conf = tmp_path / "job.yaml"
-        conf.write_text(json.dumps(_config(f"s3://{BUCKET}/lake", url, "delta-rs", ["Sales"])))
-        _install(fresh_pg_uri, ["Sales"])
-        _seed(fresh_pg_uri, "Sales", 5, seed=1)
-        env = _env(fresh_pg_uri, key_id=bad_id, secret=bad_secret)
+        conf.write_text(json.dumps(job_config(f"s3://{BUCKET}/lake", url, "delta-rs", ["Sales"])))
+        install_queues(fresh_pg_uri, ["Sales"])
+        seed_queue(fresh_pg_uri, "Sales", 5, seed=1)
+        env = s3_env(fresh_pg_uri, key_id=bad_id, secret=bad_secret)
         for command in ("maintain", "drain"):
-            summary, out = _cli([command, "-c", str(conf)], env, tmp_path)
+            summary, out = s3_cli([command, "-c", str(conf)], env, tmp_path)
             assert summary["status"] == "failed", summary
             assert "object storage error" in summary["error"] and "lake.storage_options" in summary["error"], summary
             assert re.search(r"invalid_?access_?key_?id", summary["error"], re.I), summary  # S3's reason
@@ -430,21 +268,21 @@ def test_bad_credential_is_a_clear_error_without_the_secret(fresh_pg_uri: str, t
             assert bad_secret not in out and bad_id not in out, out[-3000:]
             assert "Traceback" not in out
     finally:
-        _stop(proc)
+        stop_moto(proc)
 
 
 def test_find_reads_a_journal_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path) -> None:
     """``queuelake find`` through the lake port's lookup, with the credentials only in
     lake.storage_options: the journal's log and files read from the store."""
     root = f"s3://{BUCKET}/find-{uuid.uuid4().hex[:8]}"
-    _install(fresh_pg_uri, ["Sales"])
-    _seed(fresh_pg_uri, "Sales", 60, seed=34)
+    install_queues(fresh_pg_uri, ["Sales"])
+    seed_queue(fresh_pg_uri, "Sales", 60, seed=34)
     conf = tmp_path / "find.yaml"
-    conf.write_text(json.dumps(_config(root, s3, "delta-rs", ["Sales"], batch_size=20)))
-    env = _env(fresh_pg_uri)
-    drained, _ = _cli(["drain", "-c", str(conf)], env, tmp_path)
+    conf.write_text(json.dumps(job_config(root, s3, "delta-rs", ["Sales"], batch_size=20)))
+    env = s3_env(fresh_pg_uri)
+    drained, _ = s3_cli(["drain", "-c", str(conf)], env, tmp_path)
     assert drained["status"] == "ok", drained
     target = list(traffic.order_events(60, seed=34))[41].id
-    found, out = _cli(["find", "-c", str(conf), "--message-id", target, "--json"], env, tmp_path)
+    found, out = s3_cli(["find", "-c", str(conf), "--message-id", target, "--json"], env, tmp_path)
     assert found["found"] == 1 and found["files"] >= 3, found
     assert f'"message_id":"{target}"' in out

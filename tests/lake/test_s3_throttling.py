@@ -2,7 +2,7 @@
 
 Found by an independent check: with every request answered ``503 SlowDown`` for 2 s of every 6 s (and
 2% at random besides), a drain failed on pyarrow's ``HeadObject`` and ``queuelake maintain`` exited 1;
-a rerun landed everything. Here moto's S3 server (``tests.lake.test_s3``) sits behind
+a rerun landed everything. Here moto's S3 server (``tests.helpers.s3``) sits behind
 ``FaultyProxy`` (2 s bursts of every 6 s, 3% random 503s, 1% connection resets, seeded), and a drain
 and a maintain must each finish in one run with every message landed exactly once: the retry defaults
 of ``queuelake.lake.storage`` (``RETRY_DEFAULTS``) at work in pyarrow's S3 client and delta-rs.
@@ -27,20 +27,20 @@ import pytest
 from queuelake.examples import traffic
 from queuelake.lake import storage
 
-from tests.lake.faulty_proxy import FaultyProxy
-from tests.lake.test_s3 import (
+from tests.helpers.faulty_proxy import FaultyProxy
+from tests.helpers.s3 import (
     BUCKET,
     KEY_ID,
     SECRET,
-    _cli,
-    _config,
-    _env,
-    _install,
-    _require_delta_jars,
-    _require_s3_jars,
-    _resolved,
-    _seed,
     assert_drained_once_into,
+    install_queues,
+    job_config,
+    require_delta_jars,
+    require_s3_jars,
+    resolved_options,
+    s3_cli,
+    s3_env,
+    seed_queue,
 )
 
 pytest.importorskip("moto.server", reason="moto[server] is in the dev extra: pip install -e '.[dev]'")
@@ -60,17 +60,17 @@ def test_drain_and_maintain_ride_out_throttling(
     s3: str, throttling: FaultyProxy, fresh_pg_uri: str, tmp_path: Path
 ) -> None:
     root = f"s3://{BUCKET}/throttled-{uuid.uuid4().hex[:8]}"
-    _install(fresh_pg_uri, ["Sales"])
-    _seed(fresh_pg_uri, "Sales", MESSAGES, seed=61)
+    install_queues(fresh_pg_uri, ["Sales"])
+    seed_queue(fresh_pg_uri, "Sales", MESSAGES, seed=61)
     seeded = {"Sales": {m.id for m in traffic.order_events(MESSAGES, seed=61)}}
     conf = tmp_path / "job.yaml"
-    config = _config(root, throttling.url, "delta-rs", ["Sales"], batch_size=100)
+    config = job_config(root, throttling.url, "delta-rs", ["Sales"], batch_size=100)
     config["spark"]["conf"] = {"spark.sql.shuffle.partitions": "1"}
     conf.write_text(json.dumps(config))
-    env = _env(fresh_pg_uri)
+    env = s3_env(fresh_pg_uri)
 
     started, before = time.monotonic(), throttling.throttled
-    drained, out = _cli(["drain", "-c", str(conf)], env, tmp_path)
+    drained, out = s3_cli(["drain", "-c", str(conf)], env, tmp_path)
     took = time.monotonic() - started
     assert drained["status"] == "ok", out[-3000:]
     assert drained["landed"] == MESSAGES, drained
@@ -81,7 +81,7 @@ def test_drain_and_maintain_ride_out_throttling(
     assert_drained_once_into(root, s3, seeded)
 
     started, before = time.monotonic(), throttling.throttled
-    maintained, out = _cli(["maintain", "-c", str(conf)], env, tmp_path)
+    maintained, out = s3_cli(["maintain", "-c", str(conf)], env, tmp_path)
     took = time.monotonic() - started
     assert maintained["status"] == "ok", out[-3000:]
     assert "messages" in maintained["tables"], maintained
@@ -96,18 +96,20 @@ def test_pyarrow_rides_out_a_burst_and_without_retries_does_not(s3: str) -> None
     """One HEAD sent at the start of a 1.5 s burst: with the defaults pyarrow's client retries past
     it; with ``max_retries: 0`` it fails at once (the proxy is what makes the difference)."""
     with FaultyProxy(s3, burst=1.5, period=600.0, error_rate=0.0) as proxy:
-        fs, base = storage.filesystem(f"s3://{BUCKET}/x", _resolved(proxy.url))
+        fs, base = storage.filesystem(f"s3://{BUCKET}/x", resolved_options(proxy.url))
         assert fs.get_file_info(f"{BUCKET}/absent").type.name == "NotFound"
         assert proxy.throttled >= 2
     with FaultyProxy(s3, burst=1.5, period=600.0, error_rate=0.0) as proxy:
-        fs, base = storage.filesystem(f"s3://{BUCKET}/x", {**_resolved(proxy.url), "max_retries": "0"})
+        fs, base = storage.filesystem(f"s3://{BUCKET}/x", {**resolved_options(proxy.url), "max_retries": "0"})
         with pytest.raises(OSError, match="503"):
             fs.get_file_info(f"{BUCKET}/absent")
         assert proxy.requests == 1
 
 
 def test_retry_defaults_and_overrides() -> None:
-    opts = storage.lake_options("s3://b/lake", {**_resolved("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"})
+    opts = storage.lake_options(
+        "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}
+    )
     # deltalake reads object_store's retry keys in lower case only; the config's win over the defaults
     assert opts["max_retries"] == "4" and opts["retry_timeout"] == "9s" and "MAX_RETRIES" not in opts
     assert opts["backoff_config.max_backoff"] == storage.RETRY_DEFAULTS["backoff_config.max_backoff"]
@@ -131,19 +133,19 @@ def test_retry_defaults_and_overrides() -> None:
 def test_spark_s3a_rides_out_throttling(s3: str, fresh_pg_uri: str, tmp_path: Path) -> None:
     """The JVM engine's S3A (hadoop-aws): ``run`` writes the outbound table with Delta Spark and
     ``maintain`` compacts it, through the same faults (fewer messages: Spark's part is what is new)."""
-    _require_s3_jars()
-    _require_delta_jars()
+    require_s3_jars()
+    require_delta_jars()
     root = f"s3://{BUCKET}/throttled-spark-{uuid.uuid4().hex[:8]}"
-    _install(fresh_pg_uri, ["Sales"], monitoring=True)
-    _seed(fresh_pg_uri, "Sales", 300, seed=62)
+    install_queues(fresh_pg_uri, ["Sales"], monitoring=True)
+    seed_queue(fresh_pg_uri, "Sales", 300, seed=62)
     conf = tmp_path / "job.yaml"
     with FaultyProxy(s3, burst=2.0, period=4.0, error_rate=0.03, reset_rate=0.01, seed=20262) as proxy:
-        config = _config(root, proxy.url, "delta-spark", ["Sales"], batch_size=100)
+        config = job_config(root, proxy.url, "delta-spark", ["Sales"], batch_size=100)
         config["publish"]["outputs"] = []
         conf.write_text(json.dumps(config))
-        env = _env(fresh_pg_uri, delta_jars=True)
+        env = s3_env(fresh_pg_uri, delta_jars=True)
         for command in ("run", "maintain"):
-            summary, out = _cli([command, "-c", str(conf)], env, tmp_path)
+            summary, out = s3_cli([command, "-c", str(conf)], env, tmp_path)
             assert summary["status"] == "ok", out[-3000:]
             assert SECRET not in out
             print(f"{command}: throttled by client {dict(proxy.throttled_by)}")

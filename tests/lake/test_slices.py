@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 
-from tests.pipeline.journal_rows import UTC, append, batch
+from tests.helpers.journal_rows import UTC, append, batch
 
 NOW = dt.datetime(2026, 11, 28, tzinfo=UTC)
 

@@ -23,7 +23,8 @@ from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef
 
-from tests.transport.helpers import connect, make_config, sql
+from tests.helpers.db import sql
+from tests.helpers.transport import connect, make_config
 
 PIPELINE = "Tests/orders"
 OUTPUT = "orders"

@@ -1,6 +1,6 @@
 """Typed body tables (issue 33) against a real PostgreSQL queue, a real drain, real Spark and real
 Delta tables, on both engines: the corpus of bodies as the serializers write them
-(``bodies_corpus/corpus.py``), schema evolution across increments, audit copies counted once, and
+(``tests/helpers/bodies_corpus/corpus.py``), schema evolution across increments, audit copies counted once, and
 reruns that add nothing."""
 
 from __future__ import annotations
@@ -10,44 +10,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.bodies import run as bodies_run
 from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer
-from queuelake.transport.tables import queue_ref
 
-from tests.conftest import require_delta_jvm
-from tests.pipeline.bodies_corpus import corpus as c
+from tests.helpers.bodies import config, rows, send
+from tests.helpers.bodies_corpus import corpus as c
+from tests.helpers.jvm import require_delta_jvm
 
 ORDERS = "body_sales_contracts_orderplaced"
 SHIPPED = "body_shipping_contracts_ordershipped"
 INVOICES = "body_billing_contracts_invoiceissued"
 STOCK = "body_stock_contracts_stockcounted"
 ODD = "body_odd_contracts_everything"
-
-
-def config(uri: str, root: Path, engine: str, names: dict | None = None, **bodies: object):
-    """``names``: more ``lake`` keys (``catalog``, ``schema``); ``bodies``: the ``bodies`` section."""
-    return from_dict(
-        {
-            "transport": {"connection": uri},
-            "lake": {"root": str(root), "engine": engine, **(names or {})},
-            "drain": {"queues": ["Sales", "audit"], "batch_size": 50},
-            "bodies": bodies,
-        },
-        env={},
-    )
-
-
-def send(cfg, queue: str, messages) -> None:
-    with db.connect(cfg.transport) as conn:
-        traffic.seed(conn, queue_ref(queue, cfg.transport), list(messages))
-
-
-def rows(lake, table: str) -> list[dict]:
-    return sorted(lake.read_arrow(table).to_pylist(), key=lambda r: (r.get("message_id") or "", r.get("queue") or ""))
 
 
 @pytest.fixture(params=["delta-rs", "delta-spark"])
@@ -236,7 +213,7 @@ def test_bodies_command_as_a_subprocess(fresh_pg_uri: str, tmp_path: Path) -> No
     table of the seeded type; a rerun finds nothing new and adds nothing; an idle rerun starts no Spark."""
     import json
 
-    from tests.pipeline.test_cli_pipeline import cli_logged
+    from tests.helpers.cli import cli_logged
 
     root = tmp_path / "lake"
     conf = tmp_path / "bodies.yaml"
@@ -274,20 +251,11 @@ def test_bodies_command_as_a_subprocess(fresh_pg_uri: str, tmp_path: Path) -> No
 
 
 def subprocess_exit(args: list[str], uri: str, cwd: Path) -> tuple[int, dict]:
-    import json
-    import os
-    import subprocess
-    import sys
+    from tests.helpers.cli import run_cli  # not at module level: this module's other tests are in the fast tier
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
-    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_cli(args, uri, cwd=cwd, timeout=300)
+    assert result.summary, result
+    return result.returncode, result.summary
 
 
 def test_dedupe_reads_only_the_rows_sent_at_the_increments_times(tmp_path: Path) -> None:

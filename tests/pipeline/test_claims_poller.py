@@ -18,8 +18,7 @@ from queuelake.transport import claims, db, queues
 from queuelake.transport.claims import Claim
 from queuelake.transport.tables import queue_ref
 
-from tests.pipeline.test_drain import install, journal, make_config, seed_ids
-from tests.pipeline.test_drain_kills import claim_count
+from tests.helpers.drain import claim_count, install, journal, make_config, seed_ids
 
 
 def test_a_jobs_queues_are_released_together_and_their_claims_committed_first(

@@ -4,9 +4,6 @@ with a SQL transform next to a Python one."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -17,26 +14,7 @@ from queuelake.lake.reading import read_table
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport.tables import bridge_ref, queue_ref
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def cli(args: list[str], uri: str, cwd: Path) -> dict:
-    return cli_logged(args, uri, cwd)[0]
-
-
-def cli_logged(args: list[str], uri: str, cwd: Path) -> tuple[dict, str]:
-    """(the JSON summary, stderr) of one command."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert proc.returncode == (0 if summary["status"] == "ok" else 1)
-    return summary, proc.stderr
+from tests.helpers.cli import REPO, cli, cli_logged
 
 
 @pytest.mark.slow

@@ -8,9 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -20,6 +17,8 @@ from queuelake.examples import traffic
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref
 
+from tests.helpers.cli import CliResult, run_cli
+
 SVG = "{http://www.w3.org/2000/svg}"
 SMALL = "0f7b6c1e-3a9d-4c2e-9b1a-000000000003"
 BULK = "0f7b6c1e-3a9d-4c2e-9b1a-000000000300"
@@ -28,16 +27,10 @@ DRAINED = ["Sales", "Shipping", "audit", "error"]
 START = dt.datetime(2026, 11, 2, 9, 30, tzinfo=dt.timezone.utc)
 
 
-def cli(args: list[str], uri: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
-    return proc, json.loads(proc.stdout.strip().splitlines()[-1])
+def cli(args: list[str], uri: str, cwd: Path) -> tuple[CliResult, dict]:
+    result = run_cli(args, uri, cwd=cwd)
+    assert result.summary, result
+    return result, result.summary
 
 
 @pytest.fixture(scope="module")

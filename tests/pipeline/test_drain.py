@@ -25,72 +25,24 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.drain.run import drain
-from queuelake.transport import db, installer, queues, schema
+from queuelake.transport import db, queues, schema
 from queuelake.transport.embedded import odbc_from_uri
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref
 
+from tests.helpers.cli import run_cli
+from tests.helpers.drain import (
+    claim_count,
+    commit_spacing,
+    install,
+    journal,
+    make_config,
+    queue_depth,
+    seed_ids,
+    write_config,
+)
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def make_config(uri: str, lake_root: Path, queues_: list[str], **drain: object) -> object:
-    return from_dict(
-        {
-            "transport": {"connection": uri},
-            "lake": {"root": str(lake_root), "engine": "delta-rs"},
-            "drain": {"queues": queues_, "batch_size": drain.pop("batch_size", 500), **drain},
-        },
-        env={},
-    )
-
-
-def write_config(
-    path: Path, lake_root: Path, queues_: list[str], batch_size: int, workers: int = 2, **drain: object
-) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
-                "lake": {"root": str(lake_root), "engine": "delta-rs"},
-                "drain": {"queues": queues_, "batch_size": batch_size, "workers_per_queue": workers, **drain},
-            }
-        )
-    )
-    return path
-
-
-def commit_spacing(lake_root: Path) -> list[float]:
-    """Seconds between the consecutive journal commits that added files (their ``commitInfo`` times)."""
-    times = []
-    for path in sorted((lake_root / "messages" / "_delta_log").glob("*.json")):
-        entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        if any("add" in e for e in entries):
-            times.append(next(e["commitInfo"]["timestamp"] for e in entries if "commitInfo" in e) / 1000)
-    return [b - a for a, b in zip(times, times[1:])]
-
-
-def install(cfg: object) -> None:
-    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
-        installer.install(conn, installer.plan(cfg))  # type: ignore[arg-type]
-
-
-def journal(lake_root: Path):
-    return read_table(str(lake_root / "messages"))
-
-
-def seed_ids(cfg: object, queue: str, count: int, seed: int = 1) -> set[str]:
-    ref = queue_ref(queue, cfg.transport)  # type: ignore[attr-defined]
-    msgs = list(traffic.order_events(count, seed=seed))
-    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
-        traffic.seed(conn, ref, msgs)
-    return {m.id for m in msgs}  # type: ignore[misc]
-
-
-def queue_depth(cfg: object, queue: str) -> int:
-    ref = queue_ref(queue, cfg.transport)  # type: ignore[attr-defined]
-    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
-        rows = conn.raw.execute(f"SELECT count(*) FROM {ref.qualified}").fetchall()
-        return rows[0][0]
 
 
 # --- outcomes and decoding ------------------------------------------------------------------------
@@ -617,14 +569,6 @@ def test_a_killed_drains_statement_stops_holding_rows(fresh_pg_uri: str, tmp_pat
     assert got == 50, "a killed drain's statement still holds its rows server-side"
 
 
-def _claims(cfg: object) -> int:
-    from queuelake.transport.claims import claims_ref
-
-    ref = claims_ref(cfg.transport)  # type: ignore[attr-defined]
-    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
-        return conn.raw.execute(f"SELECT count(*) FROM {ref.qualified}").fetchone()[0]
-
-
 def test_claims_of_workers_that_no_longer_run_are_resolved(fresh_pg_uri: str, tmp_path: Path) -> None:
     """Killed after its DB commit with 3 workers; the next run has 1 worker and still lands every
     claimed batch, exactly once, before it receives anything."""
@@ -633,22 +577,18 @@ def test_claims_of_workers_that_no_longer_run_are_resolved(fresh_pg_uri: str, tm
     install(cfg)
     ids = seed_ids(cfg, "Sales", 3000)
     conf = write_config(tmp_path / "three.yaml", lake_root, ["Sales"], batch_size=200, workers=3)
-    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:4"}
-    proc = subprocess.run([sys.executable, "-m", "queuelake", "drain", "-c", str(conf)], env=env, capture_output=True)
+    proc = run_cli(["drain", "-c", str(conf)], fresh_pg_uri, QUEUELAKE_TEST_KILL_AT="after_db_commit:4")
     assert proc.returncode == -9, proc.stderr[-2000:]
-    left = _claims(cfg)
+    left = claim_count(cfg)
     assert left >= 1, "the kill left no claim: nothing to resolve"
     one = write_config(tmp_path / "one.yaml", lake_root, ["Sales"], batch_size=200, workers=1)
-    env.pop("QUEUELAKE_TEST_KILL_AT")
-    final = subprocess.run(
-        [sys.executable, "-m", "queuelake", "drain", "-c", str(one)], env=env, capture_output=True, text=True
-    )
+    final = run_cli(["drain", "-c", str(one)], fresh_pg_uri)
     assert final.returncode == 0, final.stderr[-2000:]
     summary = json.loads(final.stdout.strip().splitlines()[-1])
     assert summary["claims_resolved"] == left
     got = journal(lake_root)["id"].to_pylist()
     assert len(got) == len(set(got)) and set(got) == ids
-    assert _claims(cfg) == 0 and queue_depth(cfg, "Sales") == 0
+    assert claim_count(cfg) == 0 and queue_depth(cfg, "Sales") == 0
 
 
 def test_a_claim_whose_staged_files_vanished_fails_loudly(fresh_pg_uri: str, tmp_path: Path) -> None:
@@ -658,15 +598,14 @@ def test_a_claim_whose_staged_files_vanished_fails_loudly(fresh_pg_uri: str, tmp
     install(cfg)
     seed_ids(cfg, "Sales", 400)
     conf = write_config(tmp_path / "d.yaml", lake_root, ["Sales"], batch_size=200, workers=1)
-    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:1"}
-    proc = subprocess.run([sys.executable, "-m", "queuelake", "drain", "-c", str(conf)], env=env, capture_output=True)
-    assert proc.returncode == -9 and _claims(cfg) == 1
+    proc = run_cli(["drain", "-c", str(conf)], fresh_pg_uri, QUEUELAKE_TEST_KILL_AT="after_db_commit:1")
+    assert proc.returncode == -9 and claim_count(cfg) == 1
     for parquet in (lake_root / "messages").glob("*.parquet"):
         parquet.unlink()  # e.g. a vacuum with too short a retention
     summary = drain(cfg, open_lake(cfg.lake))
     assert summary["status"] == "failed"
     assert "missing" in summary["queues"][0]["error"]
-    assert _claims(cfg) == 1, "the claim must stay for an operator to see"
+    assert claim_count(cfg) == 1, "the claim must stay for an operator to see"
     assert queue_depth(cfg, "Sales") == 200, "nothing else was received while the claim is unresolved"
 
 

@@ -1,5 +1,5 @@
 """The drain on Spark executors (``drain.on: executors``, issue 32) on a real standalone cluster
-started from the installed pyspark (``standalone.py``): tasks receive, build, stage and claim in
+started from the installed pyspark (``tests/helpers/standalone.py``): tasks receive, build, stage and claim in
 their own Python processes; the driver commits. The drain runs as ``queuelake drain`` in a
 subprocess whose fresh SparkSession connects to the cluster (``spark.master`` in its config); the
 suite's own local session (conftest) is not involved.
@@ -23,19 +23,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from queuelake.config import Config
 from queuelake.lake.reading import read_table
 
-from tests import jvm_flags
-from tests.pipeline.standalone import Cluster, standalone_cluster
-from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids
-from tests.pipeline.test_drain_kills import claim_count
+from tests.helpers import jvm_flags
+from tests.helpers.cli import summary_of
+from tests.helpers.drain import claim_count, install, journal, make_config, queue_depth, seed_ids
+from tests.helpers.kills import TASK_POINTS, wait_for_no_drain
+from tests.helpers.standalone import Cluster, standalone_cluster
 
 LIB = str(Path(__file__).resolve().parents[2] / "lib")
-# each step of the claim protocol a task's worker passes (the Delta commit is the driver's)
-TASK_POINTS = ["before_receive", "after_stage", "before_db_commit", "after_db_commit"]
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +52,7 @@ def write_conf(
         # interpreter); queuelake's source reaches it through the executors' environment
         "spark.executorEnv.PYTHONPATH": LIB,
         "spark.task.maxFailures": "12",
-        # the executors' JVMs start as the tests' drivers do (tests/jvm_flags.py)
+        # the executors' JVMs start as the tests' drivers do (tests/helpers/jvm_flags.py)
         "spark.executor.extraJavaOptions": jvm_flags.executor_options(),
         **conf,
     }
@@ -92,30 +90,6 @@ def env_for(uri: str, **extra: str) -> dict[str, str]:
     env = {**os.environ, "QUEUELAKE_CONNECTION": uri, "PYTHONPATH": LIB, "PYSPARK_PYTHON": sys.executable, **extra}
     env.pop("QUEUELAKE_TEST_KILL_AT", None)
     return {**env, **extra}
-
-
-def summary_of(proc: subprocess.CompletedProcess[str]) -> dict:
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def drain_sessions(uri: str) -> int:
-    """The drain's connections still open (a killed driver's tasks until their executors are gone):
-    the named ones, and ADBC's, which carry no application name."""
-    with psycopg.connect(uri, autocommit=True) as conn:
-        (count,) = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
-            " AND (application_name LIKE 'queuelake-drain%' OR application_name = '')"
-        ).fetchone()
-    return count
-
-
-def wait_for_no_drain(uri: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while drain_sessions(uri) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert drain_sessions(uri) == 0, "a killed driver's tasks still hold connections"
 
 
 def assert_every_row_once(
@@ -393,7 +367,7 @@ def test_drain_on_executors_into_a_lake_on_object_storage(
     the driver commits them. Two tasks' Python workers SIGKILLed after a claim's DB commit (their
     staged files named by a claim only): Spark retries them, and every row is in the journal once.
     The secret shows in no output, the driver's or the executors'."""
-    from tests.lake.test_s3 import BUCKET, KEY_ID, SECRET, _no_aws, _options, assert_drained_once_into
+    from tests.helpers.s3 import BUCKET, KEY_ID, SECRET, assert_drained_once_into, no_aws, storage_options
 
     root = f"s3://{BUCKET}/executors-{os.getpid()}"
     names = [f"Store{i}" for i in range(4)]
@@ -403,10 +377,10 @@ def test_drain_on_executors_into_a_lake_on_object_storage(
     tokens, kills = task_kills(tmp_path, "after_db_commit:2", 2)
     conf = write_conf(tmp_path / "drain.yaml", cluster, root, names, batch_size=250, **kills)
     data = json.loads(conf.read_text())
-    data["lake"]["storage_options"] = _options(s3)
+    data["lake"]["storage_options"] = storage_options(s3)
     conf.write_text(json.dumps(data))
     env = {
-        **_no_aws(env_for(fresh_pg_uri)),
+        **no_aws(env_for(fresh_pg_uri)),
         "QL_TEST_S3_KEY_ID": KEY_ID,
         "QL_TEST_S3_SECRET": SECRET,
     }

@@ -12,91 +12,18 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
-from queuelake.examples import traffic
-from queuelake.transport import db, queues
-from queuelake.transport.claims import claims_ref
-from queuelake.transport.tables import queue_ref
 
-from tests.pipeline.test_drain import install, journal, make_config, queue_depth, seed_ids, write_config
+from tests.helpers.cli import run_cli
+from tests.helpers.drain import claim_count, install, journal, make_config, queue_depth, seed_ids, write_config
+from tests.helpers.kills import PROTOCOL_POINTS, Traffic
 
-# every step of the protocol: receive, staged, claimed (before/after the DB commit), inside the Delta
-# commit, after it, after the claim is cleared
-PROTOCOL_POINTS = [
-    "before_receive",
-    "after_stage",
-    "before_db_commit",
-    "after_db_commit",
-    "lake_before_commit",
-    "after_delta_commit",
-    "after_claim_cleared",
-]
 # points where a claim must be left behind for the next run to resolve
 CLAIM_LEFT = {"after_db_commit", "lake_before_commit", "after_delta_commit"}
-
-
-def claim_count(cfg: object) -> int:
-    ref = claims_ref(cfg.transport)  # type: ignore[attr-defined]
-    with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
-        return conn.raw.execute(f"SELECT count(*) FROM {ref.qualified}").fetchone()[0]
-
-
-class Traffic:
-    """Live sends and a competing one-row-per-statement receiver (the transport's own receive)."""
-
-    def __init__(self, cfg: object, queue: str, pause: float = 0.05, take_pause: float = 0.002) -> None:
-        self.cfg, self.ref = cfg, queue_ref(queue, cfg.transport)  # type: ignore[attr-defined]
-        self.pause = pause  # between two sends of 20 messages
-        self.take_pause = take_pause  # between two rows the competitor receives
-        self.sent: list[str] = []
-        self.taken: list[str] = []
-        self.done = threading.Event()
-        self.errors: list[BaseException] = []
-        self.threads = [threading.Thread(target=self._guard, args=(f,)) for f in (self._send, self._compete)]
-
-    def __enter__(self) -> Traffic:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        for t in self.threads:
-            t.join()
-
-    def _guard(self, target) -> None:  # type: ignore[no-untyped-def]
-        try:
-            target()
-        except BaseException as exc:  # surfaced by the test
-            self.errors.append(exc)
-
-    def _send(self) -> None:
-        rng = random.Random(7)
-        with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
-            while not self.done.is_set():
-                msgs = list(traffic.order_events(20, seed=rng.randrange(1 << 30)))
-                msgs = [m.__class__(m.headers, m.body, id=str(uuid.uuid4())) for m in msgs]
-                queues.send(conn, self.ref, msgs)
-                conn.commit()
-                self.sent.extend(m.id for m in msgs)  # type: ignore[misc]
-                time.sleep(self.pause)
-
-    def _compete(self) -> None:
-        with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
-            while not self.done.is_set():
-                row = queues.receive_one(conn, self.ref)
-                conn.commit()
-                if row is None:
-                    time.sleep(0.01)
-                else:
-                    self.taken.append(row.id)
-                    time.sleep(self.take_pause)
 
 
 @pytest.mark.parametrize("where", ["before_its_commit", "after_its_commit"])
@@ -267,9 +194,7 @@ def test_exactly_once_under_sigkill_with_many_queues_and_group_commits(fresh_pg_
     assert kills >= 20, f"only {kills} kills landed in {attempt} attempts"
     assert points_killed == set(PROTOCOL_POINTS), f"no kill landed at {set(PROTOCOL_POINTS) - points_killed}"
     assert grouped > 1, "no commit carried more than one batch: group commits were never exercised"
-    final = subprocess.run(
-        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)], env=env_base, capture_output=True, timeout=900
-    )
+    final = run_cli(["drain", "-c", str(conf)], env=env_base, timeout=900)
     assert final.returncode == 0, final.stderr[-3000:]
     got = journal(lake_root)["id"].to_pylist()
     print(f"kills {kills}, seeded {len(seeded)}, journal {len(got)}, largest group {grouped}")

@@ -25,9 +25,9 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.processes import process_count
 from queuelake.transport.activity import PeakConnections
 
-from tests.pipeline.test_drain import commit_spacing, install, journal, make_config, queue_depth, seed_ids
-from tests.pipeline.test_drain_executors import TASK_POINTS, drain_sessions, summary_of, wait_for_no_drain
-from tests.pipeline.test_drain_kills import claim_count
+from tests.helpers.cli import summary_of
+from tests.helpers.drain import claim_count, commit_spacing, install, journal, make_config, queue_depth, seed_ids
+from tests.helpers.kills import TASK_POINTS, drain_sessions, wait_for_no_drain
 
 LIB = str(Path(__file__).resolve().parents[2] / "lib")
 SMALL, BIG = 12, 3  # queues of one batch, and of several
@@ -298,7 +298,7 @@ def test_processes_drain_into_a_journal_on_object_storage(fresh_pg_uri: str, tmp
     lake's storage options (credentials from the command's environment), stages there, and the command
     commits. Two processes SIGKILLed after a claim's DB commit (their staged files named by a claim
     only): every row once, read back from S3; nothing on the local disk; the secret in no output."""
-    from tests.lake.test_s3 import BUCKET, KEY_ID, SECRET, _options, assert_drained_once_into
+    from tests.helpers.s3 import BUCKET, KEY_ID, SECRET, assert_drained_once_into, storage_options
 
     root = f"s3://{BUCKET}/processes-{os.getpid()}"
     names = [f"Store{i}" for i in range(4)]
@@ -307,7 +307,7 @@ def test_processes_drain_into_a_journal_on_object_storage(fresh_pg_uri: str, tmp
     seeded = {name: seed_ids(cfg, name, 1_000, seed=950 + i) for i, name in enumerate(names)}
     conf = write_conf(tmp_path / "drain.json", tmp_path / "unused", names, processes=2)
     data = json.loads(conf.read_text())
-    data["lake"] = {"root": root, "engine": "delta-rs", "storage_options": _options(s3)}
+    data["lake"] = {"root": root, "engine": "delta-rs", "storage_options": storage_options(s3)}
     conf.write_text(json.dumps(data))
     tokens = tmp_path / "tokens"
     tokens.mkdir()

@@ -27,9 +27,10 @@ from queuelake.status import Status
 from queuelake.transport import claims, db, queues
 from queuelake.transport.tables import queue_ref
 
-from tests.pipeline.test_drain import _claims, install, journal, make_config, queue_depth, seed_ids, write_config
-from tests.pipeline.test_drain_kills import PROTOCOL_POINTS, Traffic
-from tests.pipeline.test_edges import EXPIRES, TOP, WIRE_TIMES, stats_fail_on, storage_down
+from tests.helpers.drain import claim_count, install, journal, make_config, queue_depth, seed_ids, write_config
+from tests.helpers.edges import EXPIRES, TOP, WIRE_TIMES
+from tests.helpers.faults import stats_fail_on, storage_down
+from tests.helpers.kills import PROTOCOL_POINTS, Traffic
 
 NAMES = [f"Small{i:02d}" for i in range(12)]
 
@@ -104,7 +105,7 @@ def test_small_queues_share_one_batch_and_keep_their_own_figures(
     for name, ids in seeded.items():
         canonical = queue_ref(name, cfg.transport).canonical  # type: ignore[attr-defined]
         assert {r["id"] for r in rows if r["queue"] == canonical} == ids, name
-    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in NAMES)
+    assert claim_count(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in NAMES)
 
 
 def test_rows_held_elsewhere_leave_their_queue_incomplete_and_the_others_clean(
@@ -225,7 +226,7 @@ def test_a_batch_of_small_queues_killed_after_its_claim_lands_once_with_its_firs
     assert [q["claims_resolved"] for q in summary["queues"] if q["claims_resolved"]] == [1] * left
     got = journal(lake_root)["id"].to_pylist()
     assert len(got) == len(set(got)) == 200 and set(got) == set().union(*seeded.values())
-    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
+    assert claim_count(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
 
 
 def _killed_after_a_shared_claim(uri: str, lake_root: Path, names: list[str]):  # type: ignore[no-untyped-def]
@@ -239,7 +240,7 @@ def _killed_after_a_shared_claim(uri: str, lake_root: Path, names: list[str]):  
     cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr[-2000:]
-    left = _claims(cfg)  # the other batch (two run at once) may have committed its claim just before
+    left = claim_count(cfg)  # the other batch (two run at once) may have committed its claim just before
     assert left in (1, 2)
     emptied = [n for n in names if queue_depth(cfg, n) == 0]
     assert len(emptied) == 4 * left, "a claimed batch did not take four queues' rows"
@@ -268,10 +269,10 @@ def test_a_shared_batch_is_landed_by_a_run_without_its_first_queue(fresh_pg_uri:
         for anchor in anchors:
             assert take_drain_lock(other, queue_ref(anchor, cfg.transport))  # type: ignore[attr-defined]
         held = drain(cfg, open_lake(cfg.lake), queue_names=members)
-    assert held["claims_resolved"] == 0 and _claims(cfg) == left, held
+    assert held["claims_resolved"] == 0 and claim_count(cfg) == left, held
     summary = drain(cfg, open_lake(cfg.lake), queue_names=members)
     assert summary["status"] == "ok", summary
-    assert summary["claims_resolved"] == left and _claims(cfg) == 0, summary
+    assert summary["claims_resolved"] == left and claim_count(cfg) == 0, summary
     assert all(queue_depth(cfg, a) == 5 for a in anchors)  # nothing received from them
     got = journal(lake_root)["id"].to_pylist()
     assert len(got) == len(set(got)) == 200 and set(got) == set().union(*seeded.values())
@@ -305,7 +306,7 @@ def test_a_shared_batch_that_cannot_be_landed_fails_the_queues_whose_rows_it_hol
     assert all("claimed under" in e and "staged files" in e for e in failed.values()), failed
     assert all(any(a in e for a in anchors) for e in failed.values()), failed
     assert all(q["status"] == "ok" for q in summary["queues"] if q["queue"] not in stranded), summary
-    assert summary["claims_resolved"] == 0 and _claims(cfg) == left
+    assert summary["claims_resolved"] == 0 and claim_count(cfg) == left
     canonical = {n: queue_ref(n, cfg.transport).canonical for n in names}  # type: ignore[attr-defined]
     landed = set().union(*(seeded[n] for n in names if canonical[n] not in stranded | anchors))
     assert set(journal(lake_root)["id"].to_pylist()) == landed
@@ -356,7 +357,7 @@ def test_exactly_once_under_sigkill_at_every_step_of_a_shared_batch(fresh_pg_uri
     assert set(got) | taken == expected, f"missing {len(expected - set(got) - taken)}"
     shared = [qs for qs in _by_batch(lake_root).values() if len(qs) > 1]
     assert any(live.ref.canonical in qs for qs in shared), "the competed queue never shared a batch"
-    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
+    assert claim_count(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
 
 
 def _fill(uri: str, queue: str, rows: list[dict]) -> dict[str, bool]:
@@ -433,7 +434,7 @@ def test_values_at_the_edges_of_their_types_in_a_shared_batch(fresh_pg_uri: str,
     assert outcome["0044-03-15 12:30:00.5 BC"] == "expired" and outcome["20000-01-01 00:00:00"] == "landed"
     max_value = next(r for r in rows if r["headers"] == orjson.dumps({hdr.TIME_SENT: WIRE_TIMES[0]}).decode())
     assert by_id[max_value["id"]]["time_sent"] == TOP
-    assert _claims(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
+    assert claim_count(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in names)
 
 
 def test_a_row_that_cannot_be_written_in_a_shared_batch_is_quarantined_in_its_queue(
@@ -466,7 +467,7 @@ def test_a_row_that_cannot_be_written_in_a_shared_batch_is_quarantined_in_its_qu
     (bad,) = [r for r in journal(lake_root).to_pylist() if r["outcome"] == "quarantined"]
     assert bad["queue"] == queue_ref(names[1], cfg.transport).canonical  # type: ignore[attr-defined]
     assert bad["error"] == "journal could not be stored for this row: OverflowError: date value out of range"
-    assert len(_by_batch(lake_root)) == 1 and _claims(cfg) == 0
+    assert len(_by_batch(lake_root)) == 1 and claim_count(cfg) == 0
 
 
 def test_a_lake_that_fails_whatever_the_rows_fails_the_shared_batch_and_loses_nothing(
@@ -484,4 +485,4 @@ def test_a_lake_that_fails_whatever_the_rows_fails_the_shared_batch_and_loses_no
     assert summary["status"] == "failed", summary
     assert all("No space left on device" in q["error"] for q in summary["queues"]), summary
     assert [queue_depth(cfg, n) for n in names] == [10, 10, 10]
-    assert _claims(cfg) == 0
+    assert claim_count(cfg) == 0

@@ -12,11 +12,7 @@ the reference header decoder accepts the row, else quarantined with its raw text
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -34,39 +30,10 @@ from queuelake.nsb import headers as hdr
 from queuelake.transport import db, installer
 from queuelake.transport.embedded import odbc_from_uri
 
-UTC = dt.timezone.utc
-TOP = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
-BOTTOM = dt.datetime(1, 1, 1, tzinfo=UTC)
-ORDINARY_TIME = "2026-11-02 08:30:00:123456 Z"
+from tests.helpers.cli import CliResult, run_cli
+from tests.helpers.edges import BOTTOM, EXPIRES, ORDINARY_TIME, TOP, WIRE_TIMES
+from tests.helpers.faults import stats_fail_on, storage_down
 
-# Expires as PostgreSQL text, and what the journal holds: (expires, raw_expires). None: as written.
-EXPIRES: dict[str | None, tuple[dt.datetime | None, str | None] | None] = {
-    None: (None, None),
-    "infinity": (TOP, "infinity"),
-    "-infinity": (BOTTOM, "-infinity"),
-    "20000-01-01 00:00:00": (TOP, "20000-01-01T00:00:00.000000"),
-    "294276-12-31 23:59:59.999999": (TOP, "294276-12-31T23:59:59.999999"),
-    "0044-03-15 12:30:00.5 BC": (BOTTOM, "0044-03-15T12:30:00.500000 BC"),
-    "4713-01-01 00:00:00 BC": (BOTTOM, "4713-01-01T00:00:00.000000 BC"),
-    "9999-12-31 23:59:59.999999": (TOP, None),
-    "9999-12-31 23:59:59.9995": None,
-    "0001-01-01 00:00:00": (BOTTOM, None),
-    "0001-01-01 00:00:00.000001": None,
-    "1999-12-31 23:59:59.999": None,
-    "2999-06-01 00:00:00": None,
-}
-WIRE_TIMES = [
-    "9999-12-31 23:59:59:999999 Z",  # DateTime.MaxValue
-    "0001-01-01 00:00:00:000000 Z",  # DateTime.MinValue
-    "9999-12-31 23:59:59:999500 Z",
-    "0001-01-01 00:00:00:000001 Z",
-    "10000-01-01 00:00:00:000000 Z",
-    "0000-12-31 23:59:59:999999 Z",
-    "9999-12-31 23:59:60:000000 Z",
-    "2024-02-29 23:59:59:999999 Z",
-    "",
-    ORDINARY_TIME,
-]
 TEXTS = ["", " ", "\u0000", "\U0001f600", "\ufeff", "x" * 65, "é" * 40, "y" * 70_000, "9" * 40, ORDINARY_TIME]
 TIME_KEYS = [hdr.TIME_SENT, hdr.PROCESSING_STARTED, hdr.PROCESSING_ENDED, hdr.TIME_OF_FAILURE, hdr.DELIVER_AT]
 TEXT_KEYS = [
@@ -153,7 +120,7 @@ def reference_accepts(row: dict) -> bool:
     return True
 
 
-def drain_cli(tmp: Path, uri: str, driver: str) -> tuple[subprocess.CompletedProcess, dict]:
+def drain_cli(tmp: Path, uri: str, driver: str) -> tuple[CliResult, dict]:
     config = {
         "transport": {"connection": "${QUEUELAKE_CONNECTION}", **({"driver": "pyodbc"} if driver == "pyodbc" else {})},
         "lake": {"root": str(tmp / "lake"), "engine": "delta-rs"},
@@ -161,13 +128,7 @@ def drain_cli(tmp: Path, uri: str, driver: str) -> tuple[subprocess.CompletedPro
     }
     (tmp / "edges.json").write_text(json.dumps(config))
     connection = odbc_from_uri(uri) if driver == "pyodbc" else uri
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", "drain", "-c", str(tmp / "edges.json")],
-        env={**os.environ, "QUEUELAKE_CONNECTION": connection},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_cli(["drain", "-c", str(tmp / "edges.json")], connection, cwd=Path.cwd(), timeout=300)
     return proc, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -249,36 +210,6 @@ def test_every_named_edge_in_one_queue(edge_database: Callable[[], str], tmp_pat
     outcomes = {sent[s]["expires"]: r["outcome"] for s, r in journal.items() if sent[s]["headers"].endswith('"m"}')}
     assert outcomes["infinity"] == "landed" and outcomes["-infinity"] == "expired"
     assert outcomes["20000-01-01 00:00:00"] == "landed" and outcomes["0044-03-15 12:30:00.5 BC"] == "expired"
-
-
-def stats_fail_on(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    """The file statistics fail on a column holding ``value``, as they did on a time in the last
-    millisecond of 9999: a row that builds but cannot be written."""
-    from queuelake.lake import files
-
-    update = files._ColumnStats.update
-
-    def fails_on_value(self: files._ColumnStats, column: object) -> None:
-        if value in getattr(column, "to_pylist", list)():
-            raise OverflowError("date value out of range")
-        update(self, column)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(files._ColumnStats, "update", fails_on_value)
-
-
-def storage_down(monkeypatch: pytest.MonkeyPatch, lake: Path) -> None:
-    """Every write to the lake's storage under ``lake`` fails, while the same rows write fine
-    elsewhere (the local scratch folder ``check_stageable`` uses)."""
-    from queuelake.lake.delta_rs import engine as rust
-
-    stage_into = rust.DeltaRsEngine._stage_into
-
-    def down(self: rust.DeltaRsEngine, table: str, data: object, folder: str, options: object) -> object:
-        if folder.startswith(str(lake)) or folder.startswith("file://"):
-            raise OSError("No space left on device")
-        return stage_into(self, table, data, folder, options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(rust.DeltaRsEngine, "_stage_into", down)
 
 
 def _drain_in_process(uri: str, lake: Path) -> dict:

@@ -37,7 +37,7 @@ from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport.tables import bridge_ref, queue_ref
 
-from tests.conftest import require_delta_jvm
+from tests.helpers.jvm import require_delta_jvm
 
 ENGINES = ["delta-rs", "delta-spark"]
 OUTPUT = "outbound_customer_totals"

@@ -9,9 +9,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -28,6 +25,8 @@ from queuelake.pipeline.find import search
 from queuelake.transport import db, installer
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref
+
+from tests.helpers.cli import CliResult, run_cli
 
 SENT = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
 CONVERSATION = "6f1c3a52-0d2b-4a8e-9b7c-2e5d4f6a8b01"
@@ -75,19 +74,11 @@ def drained(pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     return conf, work
 
 
-def _cli(args: list[str], cwd: Path, uri: str = "") -> tuple[dict, str, subprocess.CompletedProcess]:
+def _cli(args: list[str], cwd: Path, uri: str = "") -> tuple[dict, str, CliResult]:
     """(the JSON summary, stdout before it, the process) of one command."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, proc.stderr[-3000:]
-    return json.loads(lines[-1]), "\n".join(lines[:-1]), proc
+    result = run_cli(args, uri, cwd=cwd)
+    assert result.stdout.strip() and result.summary, result.stderr[-3000:]
+    return result.summary, result.before_summary, result
 
 
 def _json_rows(stdout: str) -> list[dict]:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,8 @@ from queuelake.errors import ArgumentError
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.replay.predicate import check_columns
 
-from tests.pipeline.journal_rows import UTC, append, batch
+from tests.helpers.cli import run_cli
+from tests.helpers.journal_rows import UTC, append, batch
 
 COLUMNS = ["queue", "seq", "message_id", "headers", "failed_queue"]
 
@@ -37,13 +35,11 @@ def test_a_typo_fails_before_spark(tmp_path: Path) -> None:
     append(open_lake(cfg.lake), batch('"public"."error"', range(3), dt.datetime(2026, 11, 1, tzinfo=UTC)))
     conf = tmp_path / "job.json"
     conf.write_text(json.dumps({"transport": {"connection": "${QUEUELAKE_CONNECTION}"}, "lake": {"root": str(root)}}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", "replay", "-c", str(conf), "--where", "exeption_type = 'X'"],
-        env={**os.environ, "QUEUELAKE_CONNECTION": "postgresql://nobody@127.0.0.1:1/none"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_cli(
+        ["replay", "-c", str(conf), "--where", "exeption_type = 'X'"],
+        "postgresql://nobody@127.0.0.1:1/none",
         cwd=tmp_path,
+        timeout=300,
     )
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 1 and summary["error_kind"] == "arguments", summary

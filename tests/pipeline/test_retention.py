@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -26,9 +23,10 @@ from queuelake.pipeline.store.typed import body_tables as typed_tables
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref
 
-from tests.conftest import require_delta_jvm
-from tests.pipeline.journal_rows import UTC, append, batch
-from tests.pipeline.typed_lake import ORDERS, ids_of, typed_lake
+from tests.helpers.cli import run_cli
+from tests.helpers.journal_rows import UTC, append, batch
+from tests.helpers.jvm import require_delta_jvm
+from tests.helpers.typed_lake import ORDERS, ids_of, typed_lake
 
 NOW = dt.datetime.now(UTC)
 AUDIT = '"public"."audit"'
@@ -161,15 +159,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(args: list[str], uri: str, cwd: Path) -> tuple[dict, str, int]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        env={**os.environ, "QUEUELAKE_CONNECTION": uri},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
-    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr, proc.returncode
+    result = run_cli(args, uri, cwd=cwd)
+    assert result.summary, result
+    return result.summary, result.stderr, result.returncode
 
 
 def write_config(path: Path, root: Path, rules: list[dict], **drain) -> Path:
@@ -281,7 +273,7 @@ def test_maintain_with_retention_on_a_delta_spark_lake(tmp_path: Path, spark) ->
     from queuelake.commands.maintain import maintain
     from queuelake.lake.engines import journal_engine
 
-    from tests.conftest import require_delta_jvm
+    from tests.helpers.jvm import require_delta_jvm
 
     require_delta_jvm(spark)
     root = tmp_path / "lake"

@@ -17,7 +17,7 @@ from queuelake.transport import db, installer, queues
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import queue_ref
 
-from tests.pipeline.test_cli_pipeline import REPO, cli
+from tests.helpers.cli import REPO, cli
 
 # null unless something went wrong: a run that failed, a round a user's expectations blocked
 ON_FAILURE_ONLY = {"error", "failed_expectations"}

@@ -105,7 +105,7 @@ def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri
     from queuelake.pipeline.drain.run import _open_session
     from queuelake.transport import queues, schema
 
-    from tests.conftest import connection_string
+    from tests.helpers.db import connection_string
 
     connection = connection_string(fresh_pg_uri, pg_driver) if pg_driver == "pyodbc" else fresh_pg_uri
     cfg = from_dict(

@@ -4,19 +4,17 @@ commands as printed) is test_fresh_clone's, on `make demo` from a fresh clone: o
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from queuelake.errors import QueuelakeError
 from queuelake.examples import demo
 
+from tests.helpers.cli import CliResult, run_cli
 
-def queuelake(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "queuelake", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
+
+def queuelake(args: list[str], cwd: Path, timeout: float = 600) -> CliResult:
+    return run_cli(args, cwd=cwd, timeout=timeout)
 
 
 @pytest.mark.parametrize("existing", ["lake", ".queuelake/pgdata", "queuelake-demo.yaml"])

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from queuelake.lake.marks import engine_of
 
-from tests.conftest import delta_jars
+from tests.helpers.cli import run_cli
+from tests.helpers.jvm import delta_jars
 
 OUTPUT = "outbound_customer_totals"
 
@@ -41,14 +40,11 @@ def test_demo_on_delta_spark(tmp_path: Path) -> None:
     jars = _jars_or_skip()
     env = {k: v for k, v in os.environ.items() if k != "QUEUELAKE_DELTA_JARS"}  # the demo finds jvm/jars itself
     assert all(Path(j).parent.name == "jars" for j in jars), jars
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", "demo", "--engine", "delta-spark", "--workdir", str(tmp_path)]
-        + ["--messages", "300"],
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc = run_cli(
+        ["demo", "--engine", "delta-spark", "--workdir", str(tmp_path), "--messages", "300"],
         cwd=tmp_path,
         env=env,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "demo: using the Delta jars in " in proc.stderr

@@ -15,6 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.helpers.cli import run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 QUEUES = ["Sales", "Billing", "Shipping", "audit", "error"]
 
@@ -50,17 +52,10 @@ def _env() -> dict[str, str]:
 
 
 def cli(args: list[str], timeout: float = 300) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines, proc.stderr[-3000:]
-    return proc.returncode, json.loads(lines[-1]), proc.stderr
+    """No QUEUELAKE_CONNECTION: the config's embedded server is the database."""
+    result = run_cli(args, None, timeout=timeout)
+    assert result.stdout.strip(), result.stderr[-3000:]
+    return result.returncode, json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
 
 def servers_of(data: Path) -> list[psutil.Process]:

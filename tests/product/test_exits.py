@@ -19,8 +19,9 @@ import pytest
 from queuelake import cli, errors, stopping
 from queuelake.lake.reading import read_table
 
-from tests.pipeline.test_drain import install, make_config, seed_ids, write_config
-from tests.transport.helpers import cut_words, shows_secret
+from tests.helpers.cli import CliResult, run_cli
+from tests.helpers.drain import install, make_config, seed_ids, write_config
+from tests.helpers.redaction import cut_words, shows_secret
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_URI = "postgresql://queuelake:s3cr3t-Pa55@db.example.invalid:5432/queues"
@@ -42,15 +43,8 @@ def _summary(stdout: str) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def _run(args: list[str], connection: str | None, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        env=_env(connection, **extra),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
+def _run(args: list[str], connection: str | None, timeout: float = 300, **extra: str) -> CliResult:
+    return run_cli(args, connection, timeout=timeout, **extra)
 
 
 # --- in-process: the CLI's handling, with stand-in commands -------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import jvm_flags
+from tests.helpers import jvm_flags
 
 # jvm_flags.use leaves a SPARK_SUBMIT_OPTS of the user's own as it is, and sets nothing then
 pytestmark = pytest.mark.skipif(

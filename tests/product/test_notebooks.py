@@ -20,7 +20,7 @@ None or NaT, no count written as ``2045.0``, and every time in one UTC format.
 
 The typed body tables' notebook (``typed_bodies``) needs tables the bodies stage made, so its lakes are made
 for real (``typed_lakes``): by ``queuelake demo``, then with the bodies corpus
-(``tests/pipeline/bodies_corpus``) sent to the demo's queue and ``queuelake drain`` and ``queuelake bodies``
+(``tests/helpers/bodies_corpus``) sent to the demo's queue and ``queuelake drain`` and ``queuelake bodies``
 run on the demo's config. What it prints and draws is checked against the tables read with deltalake.
 """
 
@@ -50,7 +50,8 @@ from queuelake.nsb.times import format_time  # noqa: E402
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA  # noqa: E402
 from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 
-from tests import jvm_flags  # noqa: E402
+from tests.helpers import jvm_flags  # noqa: E402
+from tests.helpers.cli import run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -718,7 +719,7 @@ from queuelake.config import load
 from queuelake.context import connect
 from queuelake.examples import traffic
 from queuelake.transport.tables import queue_ref
-from tests.pipeline.bodies_corpus import corpus
+from tests.helpers.bodies_corpus import corpus
 
 cfg = load(sys.argv[1], env={})
 with connect(cfg, "queuelake-test-seed") as conn:
@@ -731,11 +732,9 @@ DEMO_MESSAGES = 300
 
 def _queuelake(args: list[str], cwd: Path) -> dict[str, Any]:
     """A command as a user runs it; its JSON summary, which must say ok."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "queuelake", *args], capture_output=True, text=True, timeout=900, cwd=cwd
-    )
-    assert proc.returncode == 0, (args, proc.stderr[-3000:])
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_cli(args, cwd=cwd, timeout=900)
+    assert result.returncode == 0, (args, result.stderr[-3000:])
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["status"] == "ok", summary
     return summary
 

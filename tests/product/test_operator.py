@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,28 +20,15 @@ from queuelake.errors import ConfigError
 from queuelake.examples.local_config import LOCAL_YAML, SOURCE
 from queuelake.report import JsonFormatter
 
-from tests.transport.helpers import catalog_snapshot
+from tests.helpers.cli import CliResult, run_cli
+from tests.helpers.db import catalog_snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}Z (DEBUG|INFO|WARNING|ERROR) queuelake: ")
 
 
-def queuelake(
-    args: Sequence[str], cwd: Path, connection: str | None = None, timeout: float = 180
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "QUEUELAKE_CONNECTION"}
-    if connection is not None:
-        env["QUEUELAKE_CONNECTION"] = connection
-    env["PYTHONPATH"] = str(REPO / "lib") + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "queuelake", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=timeout,
-    )
+def queuelake(args: Sequence[str], cwd: Path, connection: str | None = None, timeout: float = 180) -> CliResult:
+    return run_cli(args, connection, cwd=cwd, timeout=timeout)
 
 
 def last_json(text: str) -> dict:

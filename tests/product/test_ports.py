@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from tests import ports
+from tests.helpers import ports
 
 
 def test_free_ports_are_bindable_and_below_the_ephemeral_range() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.product.schedule_play import play
+from tests.helpers.schedule_play import play
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,10 @@ from queuelake.errors import ConfigError
 from queuelake.transport import installer, schema
 from queuelake.transport.tables import queue_ref
 
-from tests.conftest import connection_string
-from tests.transport.helpers import connect
+from tests.helpers.cli import run_cli  # the CLI runs in a process: this module is in the subprocess tier
+from tests.helpers.db import connection_string
+from tests.helpers.redaction import cut_words
+from tests.helpers.transport import connect, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_ENV = {"QUEUELAKE_CONNECTION": "postgresql://u:p@db/nsb", "QUEUELAKE_LAKE_ROOT": "/data/lake"}
@@ -140,8 +142,6 @@ def test_delayed_endpoints_default_to_none() -> None:
 
 
 def test_replay_to_a_drained_queue_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    from tests.transport.helpers import run_cli, write_config
-
     path = write_config(tmp_path, "psycopg", ["Sales", "audit"])
     result = run_cli(["replay", "-c", str(path), "--where", "true", "--to", "Sales"], "postgresql://u@127.0.0.1:1/x")
     assert result.code == 1, result
@@ -153,8 +153,6 @@ def test_replay_to_a_drained_queue_is_refused_before_anything_runs(tmp_path: Pat
 @pytest.mark.parametrize("password", ["Sale", "drain", "queues"])
 def test_the_refusal_reads_the_same_whatever_the_password(password: str, tmp_path: Path) -> None:
     """A config error holds no secret: a password that is part of its words leaves them whole."""
-    from tests.transport.helpers import cut_words, run_cli, write_config
-
     path = write_config(tmp_path, "psycopg", ["Sales", "audit"])
     connection = f"postgresql://u:{password}@127.0.0.1:1/x"
     result = run_cli(["replay", "-c", str(path), "--where", "true", "--to", "Sales"], connection)

@@ -12,7 +12,7 @@ from queuelake.errors import TransportError
 from queuelake.transport import sqlfiles
 from queuelake.transport.dialects import DIALECTS, STATEMENTS
 
-from tests.transport.helpers import connect
+from tests.helpers.transport import connect
 
 LIB = Path(__file__).resolve().parents[2] / "lib" / "queuelake"
 

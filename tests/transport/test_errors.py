@@ -11,13 +11,16 @@ from urllib.parse import quote, urlsplit
 
 import psycopg
 import pytest
+from queuelake import cli
 from queuelake.config import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport import db, installer, queues, schema
 from queuelake.transport.queues import OutgoingMessage
 
-from tests.conftest import connection_string
-from tests.transport.helpers import connect, cut_words, make_config, ref, run_cli, shows_secret, write_config
+from tests.helpers.cli import run_cli
+from tests.helpers.db import connection_string
+from tests.helpers.redaction import cut_words, shows_secret
+from tests.helpers.transport import connect, make_config, ref, write_config
 
 RIGHT_PASSWORD = "C0rrect;Horse}Battery{St@ple x"  # ODBC-hostile: ; braces @ and a space
 WRONG_PASSWORD = "Wr0ng-Pa55w0rd-Xyzzy-7731"
@@ -262,3 +265,29 @@ def test_an_unknown_queue_fails_its_drain_with_the_transport_kind(fresh_pg_uri: 
     assert by_queue['"public"."Sales"']["status"] == "ok"
     assert by_queue['"public"."Nope"']["error_kind"] == "transport"
     assert result.stderr.count('"public"."Nope" does not exist') == 1, result.stderr
+
+
+# --- real libpq, real messages: the password quoted where the connection string is malformed ---
+
+
+@pytest.mark.parametrize("password", ["admin", "a", "postgres"])
+@pytest.mark.parametrize(
+    ("template", "shown"),
+    [
+        ("postgresql://queuelake:%zz{password}@127.0.0.1:1/queues", "invalid percent-encoded token"),
+        ("host=127.0.0.1 port=1 user=queuelake password='{password} x' junk", 'missing "=" after "junk"'),
+        ("host=127.0.0.1 port=1 password={password} x", 'missing "=" after "x"'),
+        ("postgresql://queuelake:x@{password}@127.0.0.1:1/queues", "failed to resolve host"),
+    ],
+)
+def test_real_libpq_errors_never_show_the_password(password: str, template: str, shown: str) -> None:
+    connection = template.format(password=password)
+    with pytest.raises(TransportError) as info:
+        db.connect(TransportConfig(driver="psycopg", connection=connection))
+    message = cli._redact(str(info.value), [connection])
+    assert message.startswith("cannot connect to the postgresql queue database with psycopg: "), message
+    assert shown in message
+    assert not shows_secret(message, password) and not cut_words(message), message
+    with pytest.raises(psycopg.Error) as raw:  # what the driver itself says, before redaction
+        psycopg.connect(connection, connect_timeout=2)
+    assert shown in str(raw.value)

@@ -9,18 +9,9 @@ from urllib.parse import urlsplit
 import psycopg
 from queuelake.transport import installer, queues
 
-from tests.conftest import connection_string
-from tests.transport.helpers import (
-    catalog_snapshot,
-    columns,
-    connect,
-    indexes,
-    make_config,
-    primary_key,
-    run_cli,
-    sql,
-    write_config,
-)
+from tests.helpers.cli import run_cli
+from tests.helpers.db import catalog_snapshot, columns, connection_string, indexes, primary_key, sql
+from tests.helpers.transport import connect, make_config, write_config
 
 HOSTILE = "my.tb[e@[my.[sch@ma]@[my.c@ta]]og]"  # PostgreSQL: schema "my", table "tb[e@[my.[sch@ma]@[my.c@ta]]og]"
 QUEUES = ["Sales", "audit", '"billing"."Billing"', HOSTILE, '"odd sch"."a%sb?c:x \'q\'"']

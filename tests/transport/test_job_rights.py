@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,6 +16,8 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.transport import db, installer
 from queuelake.transport.tables import queue_ref
+
+from tests.helpers.cli import run_cli
 
 pytestmark = pytest.mark.slow
 NOW = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
@@ -68,16 +67,9 @@ def test_read_write_delete_rights_are_enough_for_the_job(fresh_pg_uri: str, tmp_
     )
 
     def cli(*args: str) -> dict:
-        proc = subprocess.run(
-            [sys.executable, "-m", "queuelake", *args, "-c", str(conf)],
-            env={**os.environ, "QUEUELAKE_CONNECTION": job},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-        )
-        summary = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert proc.returncode == 0 and summary["status"] == "ok", (args, summary, proc.stderr[-3000:])
+        result = run_cli([*args, "-c", str(conf)], job, cwd=tmp_path, timeout=300)
+        summary = result.summary
+        assert result.returncode == 0 and summary["status"] == "ok", (args, summary, result.stderr[-3000:])
         return summary
 
     assert cli("status")["status"] == "ok"

@@ -17,8 +17,9 @@ from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.tables import TableRef
 
-from tests.conftest import connection_string
-from tests.transport.helpers import connect, make_config, run_cli, sql, write_config
+from tests.helpers.cli import run_cli
+from tests.helpers.db import connection_string, sql
+from tests.helpers.transport import connect, make_config, write_config
 
 HEADERS = [
     # unicode, emoji (non-BMP), escaped slashes, null values: the column's text comes back as written

@@ -28,7 +28,7 @@ from queuelake.transport import db, installer, queues, sqlfiles
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef, queue_ref
 
-from tests.transport.helpers import connect, make_config
+from tests.helpers.transport import connect, make_config
 
 N = 50_000  # rows drained per measurement
 BATCH = 5_000  # rows per receive statement

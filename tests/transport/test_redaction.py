@@ -6,7 +6,7 @@ dialect, user, host or database names. Replacing its text wherever it occurs tur
 the password ``a``, ``typo_key.yaml: drain`` into ``typo_key.y***ml: dr***in``. These tests hold both
 halves: a message that does not show the secret comes out as it went in, and one that does (a
 driver quoting the connection string, a password field, a percent-encoded token) never shows it.
-The connect errors of a real PostgreSQL with such passwords are in test_errors.py.
+The connect errors of libpq and of a real PostgreSQL with such passwords are in test_errors.py.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import yaml
 from queuelake import cli, redaction
 from queuelake import config as config_mod
 from queuelake.config import TransportConfig
-from queuelake.errors import ConfigError, TransportError
+from queuelake.errors import ConfigError
 from queuelake.transport import db
 
-from tests.transport.helpers import cut_words, shows_secret
+from tests.helpers.redaction import cut_words, shows_secret
 
 # common words; one character; parts of the dialect (postgresql, sqlserver), of the user
 # (queuelake), of the host (db.example.invalid, 127.0.0.1) and of the database (queues)
@@ -184,29 +184,3 @@ def test_storage_option_values_are_redacted_as_words(tmp_path: Path) -> None:
     message = "s3://lake/minioadmin-exports: access denied for key minioadmin (password authentication of passwords)"
     out = cli._redact(message, secrets)
     assert out == "s3://lake/minioadmin-exports: access denied for key *** (*** authentication of passwords)"
-
-
-# --- real libpq, real messages: the password quoted where the connection string is malformed ---
-
-
-@pytest.mark.parametrize("password", ["admin", "a", "postgres"])
-@pytest.mark.parametrize(
-    ("template", "shown"),
-    [
-        ("postgresql://queuelake:%zz{password}@127.0.0.1:1/queues", "invalid percent-encoded token"),
-        ("host=127.0.0.1 port=1 user=queuelake password='{password} x' junk", 'missing "=" after "junk"'),
-        ("host=127.0.0.1 port=1 password={password} x", 'missing "=" after "x"'),
-        ("postgresql://queuelake:x@{password}@127.0.0.1:1/queues", "failed to resolve host"),
-    ],
-)
-def test_real_libpq_errors_never_show_the_password(password: str, template: str, shown: str) -> None:
-    connection = template.format(password=password)
-    with pytest.raises(TransportError) as info:
-        db.connect(TransportConfig(driver="psycopg", connection=connection))
-    message = cli._redact(str(info.value), [connection])
-    assert message.startswith("cannot connect to the postgresql queue database with psycopg: "), message
-    assert shown in message
-    assert not shows_secret(message, password) and not cut_words(message), message
-    with pytest.raises(psycopg.Error) as raw:  # what the driver itself says, before redaction
-        psycopg.connect(connection, connect_timeout=2)
-    assert shown in str(raw.value)

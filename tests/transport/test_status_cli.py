@@ -9,8 +9,9 @@ from queuelake.nsb.times import format_time
 from queuelake.transport import installer, queues
 from queuelake.transport.queues import OutgoingMessage
 
-from tests.conftest import connection_string
-from tests.transport.helpers import connect, make_config, run_cli, sql, write_config
+from tests.helpers.cli import run_cli
+from tests.helpers.db import connection_string, sql
+from tests.helpers.transport import connect, make_config, write_config
 
 
 def test_status_reports_depth_age_and_schema_warnings(fresh_pg_uri: str, pg_driver: str, tmp_path) -> None:

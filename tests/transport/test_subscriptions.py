@@ -9,7 +9,8 @@ from queuelake.transport import installer, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.tables import TableRef
 
-from tests.transport.helpers import connect, make_config, sql
+from tests.helpers.db import sql
+from tests.helpers.transport import connect, make_config
 
 ORDER_ACCEPTED = "Sales.Messages.OrderAccepted"
 IORDER_EVENT = "Sales.Messages.IOrderEvent"

@@ -22,8 +22,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,8 +36,9 @@ from queuelake.spark import JARS_ENV
 from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.tables import bridge_ref, queue_ref
 
-from tests.conftest import delta_jars
-from tests.product.schedule_system import ORDER_PLACED, SHIP_ORDER, Sent, round_traffic
+from tests.helpers.cli import run_cli
+from tests.helpers.jvm import delta_jars
+from tests.helpers.schedule_system import ORDER_PLACED, SHIP_ORDER, Sent, round_traffic
 
 ROUNDS = int(os.environ.get("QUEUELAKE_SCHEDULE_ROUNDS", "12"))  # at least 12 in CI (issue 57)
 ORDERS_PER_ROUND = 40
@@ -81,14 +80,7 @@ class Operator:
 
     def __call__(self, *args: str, ok: bool = True) -> tuple[dict[str, Any], str, float]:
         started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "queuelake", args[0], "-c", str(self.conf), *args[1:]],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            cwd=self.cwd,
-        )
+        proc = run_cli([args[0], "-c", str(self.conf), *args[1:]], env=self.env, cwd=self.cwd, timeout=900)
         seconds = time.monotonic() - started
         if args[0] != "run":
             self.spent[args[0]] = self.spent.get(args[0], 0.0) + seconds

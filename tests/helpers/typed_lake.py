@@ -13,8 +13,8 @@ from queuelake.pipeline.bodies import run as bodies_run
 from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer
 
-from tests.pipeline.bodies_corpus import corpus as c
-from tests.pipeline.test_bodies import send
+from tests.helpers.bodies import send
+from tests.helpers.bodies_corpus import corpus as c
 
 ORDERS = "body_sales_contracts_orderplaced"
 

@@ -36,7 +36,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARCHIVE_DIR = REPO / "jvm" / "class-archive"
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"  # no "cds*": the launcher's words should hold no glob

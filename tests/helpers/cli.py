@@ -1,0 +1,132 @@
+"""The one way the tests run the CLI: ``python -m queuelake ARGS`` in a process of its own, as a user or a
+scheduler runs it, with this checkout's ``lib`` first on PYTHONPATH.
+
+``run_cli`` returns a ``CliResult``: the exit code, stdout, stderr and the JSON summary (the last line of
+stdout; with ``--print-sql`` stdout is only SQL and the summary is stderr's last line). ``cli`` and
+``cli_logged`` are the scheduled-job tests' shorthand: the summary of a command that must exit as its
+status says (0 when ``ok``, else 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+LIB = REPO / "lib"
+CONNECTION = "QUEUELAKE_CONNECTION"
+
+
+class _Inherit:
+    def __repr__(self) -> str:
+        return "INHERIT"
+
+
+INHERIT: Any = _Inherit()  # ``connection=INHERIT``: QUEUELAKE_CONNECTION as the environment has it
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    args: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(init=False)  # {} when no last line is a JSON object
+
+    def __post_init__(self) -> None:
+        # the summary is stdout's last line; with --print-sql stdout is only SQL and it is stderr's
+        self.summary = last_json(self.stdout) or last_json(self.stderr) or {}
+
+    @property
+    def code(self) -> int:
+        return self.returncode
+
+    @property
+    def before_summary(self) -> str:
+        """stdout without its last line (what a command printed before its summary, e.g. ``find``'s rows)."""
+        return "\n".join(self.stdout.strip().splitlines()[:-1])
+
+    def checked(self) -> CliResult:
+        """Asserts there is a summary and that the exit code is what its status says (0 when ok, else 1)."""
+        assert self.summary, f"no JSON summary; stderr:\n{self.stderr[-3000:]}"
+        assert self.returncode == (0 if self.summary.get("status") == "ok" else 1), self
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"CliResult(args={self.args!r}, code={self.returncode}, stdout={self.stdout[-2000:]!r}, "
+            f"stderr={self.stderr[-2000:]!r})"
+        )
+
+
+def last_json(text: str) -> dict[str, Any] | None:
+    """The last non-blank line of ``text`` if it is a JSON object."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    try:
+        value = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def cli_env(connection: str | None = INHERIT, env: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The environment ``run_cli`` gives the command: ``env`` (default: this process's), QUEUELAKE_CONNECTION
+    set to ``connection`` (removed when None, as it is when INHERIT), ``extra`` on top, and PYTHONPATH:
+    ``extra``'s, then this checkout's ``lib``, then the environment's."""
+    out = dict(os.environ if env is None else env)
+    if connection is not INHERIT:
+        out.pop(CONNECTION, None)
+        if connection is not None:
+            out[CONNECTION] = connection
+    first = extra.pop("PYTHONPATH", "")
+    out.update(extra)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (first, str(LIB), out.get("PYTHONPATH", "")) if p)
+    return out
+
+
+def run_cli(
+    args: Sequence[str],
+    connection: str | None = INHERIT,
+    *,
+    cwd: Path | str = REPO,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+    **extra: str,
+) -> CliResult:
+    """``python -m queuelake ARGS`` in ``cwd``; the environment is ``cli_env(connection, env, **extra)``."""
+    argv = [str(a) for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "queuelake", *argv],
+        cwd=cwd,
+        env=cli_env(connection, env, **extra),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr, argv)
+
+
+def summary_of(proc: subprocess.CompletedProcess[str]) -> dict:
+    """The JSON summary (stdout's last line) of a command a test started itself (``Popen``, kill loops)."""
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cli_logged(args: Sequence[str], uri: str, cwd: Path) -> tuple[dict, str]:
+    """(the JSON summary, stderr) of one command on the database ``uri``; its exit code must match its status."""
+    result = run_cli(args, uri, cwd=cwd).checked()
+    return result.summary, result.stderr
+
+
+def cli(args: Sequence[str], uri: str, cwd: Path) -> dict:
+    """The JSON summary of one command on the database ``uri``; its exit code must match its status."""
+    return cli_logged(args, uri, cwd)[0]

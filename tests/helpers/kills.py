@@ -1,0 +1,100 @@
+"""What the SIGKILL tests share: the claim protocol's kill points (``QUEUELAKE_TEST_KILL_AT``), live traffic
+with a competing receiver on the queue being drained, and the drain's sessions a killed driver's tasks may
+still hold."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+
+import psycopg
+from queuelake.examples import traffic
+from queuelake.transport import db, queues
+from queuelake.transport.tables import queue_ref
+
+# every step of the protocol: receive, staged, claimed (before/after the DB commit), inside the Delta
+# commit, after it, after the claim is cleared
+PROTOCOL_POINTS = [
+    "before_receive",
+    "after_stage",
+    "before_db_commit",
+    "after_db_commit",
+    "lake_before_commit",
+    "after_delta_commit",
+    "after_claim_cleared",
+]
+# each step of the claim protocol a task's worker passes (the Delta commit is the driver's)
+TASK_POINTS = ["before_receive", "after_stage", "before_db_commit", "after_db_commit"]
+
+
+class Traffic:
+    """Live sends and a competing one-row-per-statement receiver (the transport's own receive)."""
+
+    def __init__(self, cfg: object, queue: str, pause: float = 0.05, take_pause: float = 0.002) -> None:
+        self.cfg, self.ref = cfg, queue_ref(queue, cfg.transport)  # type: ignore[attr-defined]
+        self.pause = pause  # between two sends of 20 messages
+        self.take_pause = take_pause  # between two rows the competitor receives
+        self.sent: list[str] = []
+        self.taken: list[str] = []
+        self.done = threading.Event()
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._guard, args=(f,)) for f in (self._send, self._compete)]
+
+    def __enter__(self) -> Traffic:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join()
+
+    def _guard(self, target) -> None:  # type: ignore[no-untyped-def]
+        try:
+            target()
+        except BaseException as exc:  # surfaced by the test
+            self.errors.append(exc)
+
+    def _send(self) -> None:
+        rng = random.Random(7)
+        with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
+            while not self.done.is_set():
+                msgs = list(traffic.order_events(20, seed=rng.randrange(1 << 30)))
+                msgs = [m.__class__(m.headers, m.body, id=str(uuid.uuid4())) for m in msgs]
+                queues.send(conn, self.ref, msgs)
+                conn.commit()
+                self.sent.extend(m.id for m in msgs)  # type: ignore[misc]
+                time.sleep(self.pause)
+
+    def _compete(self) -> None:
+        with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
+            while not self.done.is_set():
+                row = queues.receive_one(conn, self.ref)
+                conn.commit()
+                if row is None:
+                    time.sleep(0.01)
+                else:
+                    self.taken.append(row.id)
+                    time.sleep(self.take_pause)
+
+
+def drain_sessions(uri: str) -> int:
+    """The drain's connections still open (a killed driver's tasks until their executors are gone):
+    the named ones, and ADBC's, which carry no application name."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            " AND (application_name LIKE 'queuelake-drain%' OR application_name = '')"
+        ).fetchone()
+    return count
+
+
+def wait_for_no_drain(uri: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while drain_sessions(uri) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert drain_sessions(uri) == 0, "a killed driver's tasks still hold connections"
