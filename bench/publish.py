@@ -1,24 +1,33 @@
-"""Benchmark: publish end to end against a raw COPY of the same rows into the same table, in one run.
+"""Benchmark: ``queuelake publish`` as a whole command against the fastest raw COPY of the same rows
+into the same tables, in one run.
 
-raw: the messages publish would send (same headers size, same bodies), COPY'd by psycopg into the
-queue table in chunks of the publish batch size, one transaction per chunk.
-publish: an outbound table of N Send rows in the lake, published to that queue with
-``queuelake.pipeline.publish`` (increment from the log, the Spark row checks of the outbound contract,
-batches with their ledger rows; no user expectations configured, so no great-expectations).
+Two cases (issue 60):
+- send (``--subscribers 0``, the default): an outbound table of --rows Send rows to one queue;
+- fan-out (``--subscribers K``): --rows events (intent Publish), each sent to the K queues
+  subscribed to its type: rows x K copies.
 
-    python bench/publish.py [--rows 1000000] [--batch-size 5000] [--modes driver,executors] [--repeat N]
-                            [--raw-binary] [--dsn URI]
+publish: ``queuelake publish -c <config>`` in a new process, as a scheduler runs it (interpreter,
+imports, connections, Spark's start when it starts one: its fixed cost included), once per mode:
+``driver`` streams the round through the command's process, ``executors`` sends it from Spark tasks,
+one per Parquet row group (``publish.executors_from_rows: 1``). Between runs the queues are emptied
+and the ledger forgotten, so each run sends the same round again. An idle publish (nothing new)
+gives the command's fixed cost without a round.
+raw: the very rows the first publish wrote, dumped by the server in batches of --batch-size rows per
+queue, then COPY'd back from those bytes in text and in binary format, a batch per transaction (every
+queue's COPY in it, as publish sends a batch); only the COPY and the commit are timed
+(``bench/_raw.py`` says why). The faster of the two formats is the raw limit.
 
-Each mode publishes the same round again (the queue emptied and the ledger forgotten in between):
-``driver`` streams the round through the driver, ``executors`` sends it from Spark tasks, one per
-Parquet row group (what rounds of ``publish.executors_from_rows`` rows or more do). Prints the raw
-rate and, per mode, its rate and ratio (target >= 0.6).
+    python bench/publish.py [--rows 300000] [--subscribers 0] [--batch-size 5000]
+                            [--modes driver,executors] [--repeat N] [--dsn URI]
 
---raw-binary: a stricter raw limit as well, the same COPY in binary format (``FORMAT BINARY``, what
-publish itself sends: bodies as bytes, not hex-escaped text), built the same way; each mode's ratio
-against it is printed beside the main one.
---repeat N: N rounds of (raw, every mode), summed up as medians per mode: on 2 shared cores one
-20,000-row round takes under a second and the raw alone moves by a third between runs.
+Prints, per repeat, a line of figures to stderr, then one JSON line: the raw rates (copies/s) per
+format and the fastest, and per mode the median whole-command rate, its ratio to the fastest raw
+(target >= 0.6) and to each format, every run's ratio, the command's peak memory (its Python
+process; not the JVM, not the executors), and the round's own seconds from the command's summary
+(``publish_seconds``: what is left once the command has started, Spark's session included) with
+its ratio to the fastest raw. ``rows_per_s`` and the ratios count copies (messages written): in the
+send case one per row. --raw-binary is accepted for older callers; both formats are always
+measured.
 """
 
 from __future__ import annotations
@@ -30,85 +39,69 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
+from typing import Any
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import orjson
 import psycopg
 import pyarrow as pa
+import yaml
+from _commands import Ran, queuelake
+from _raw import Dump, dump, load
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
-from queuelake.nsb import headers as hdr
-from queuelake.pipeline.publish.run import publish
 from queuelake.report import setup_logging
-from queuelake.spark import get_spark
-from queuelake.transport import db, installer, queues
+from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.tables import bridge_ref, queue_ref
 
 TARGET = 0.6
-TYPE = "Billing.Messages.Commands.ApplyLoyaltyDiscount, Billing.Messages, Version=1.0.0.0"
+SEND_TYPE = "Billing.Messages.Commands.ApplyLoyaltyDiscount, Billing.Messages, Version=1.0.0.0"
+EVENT = "Lakehouse.Events.CustomerScored"
+EVENT_TYPE = f"{EVENT}, Lakehouse.Events, Version=1.0.0.0"
+MODES = {"driver": None, "executors": 1}  # publish.executors_from_rows
+OUTPUT = "outbound_bench"
 
 
 def body(i: int) -> bytes:
     return orjson.dumps({"CustomerId": f"customer-{i}", "DiscountPercent": 10, "Notes": "x" * 900})
 
 
-def outbound(rows: int, chunk: int = 100_000):
+def outbound(rows: int, subscribers: int, chunk: int = 100_000):
+    """The outbound table's rows, ``chunk`` at a time: Send rows to ``Bench``, or events."""
     for start in range(0, rows, chunk):
         n = min(chunk, rows - start)
+        send = subscribers == 0
         yield pa.table(
             {
                 "key": [f"discount:{i}" for i in range(start, start + n)],
-                "message_type": [TYPE] * n,
-                "intent": ["Send"] * n,
-                "destination": ["Bench"] * n,
+                "message_type": [SEND_TYPE if send else EVENT_TYPE] * n,
+                "intent": ["Send" if send else "Publish"] * n,
+                "destination": ["Bench" if send else None] * n,
                 "body": [body(i) for i in range(start, start + n)],
-            }
+            },
+            schema=pa.schema(
+                [
+                    ("key", pa.string()),
+                    ("message_type", pa.string()),
+                    ("intent", pa.string()),
+                    ("destination", pa.string()),
+                    ("body", pa.binary()),
+                ]
+            ),
         )
-
-
-def raw_copy(uri: str, qualified: str, rows: int, batch: int, binary: bool = False) -> float:
-    """The raw limit: each message built as cheaply as Python allows (fixed headers, fresh ids) and
-    COPY'd in chunks of the batch size, one transaction per chunk. ``binary``: the binary format."""
-    headers = {
-        hdr.MESSAGE_ID: "",
-        hdr.MESSAGE_INTENT: "Send",
-        hdr.ENCLOSED_MESSAGE_TYPES: TYPE,
-        hdr.CONTENT_TYPE: "application/json",
-        hdr.TIME_SENT: "2026-11-21 10:00:00:000000 Z",
-        hdr.CONVERSATION_ID: "",
-        hdr.CORRELATION_ID: "",
-        hdr.ORIGINATING_ENDPOINT: "Lakehouse",
-        hdr.ORIGINATING_MACHINE: "bench",
-        hdr.VERSION: "9.2.0",
-    }
-    statement = f"COPY {qualified} (id, expires, headers, body) FROM STDIN" + (" (FORMAT BINARY)" if binary else "")
-    t0 = time.perf_counter()
-    with psycopg.connect(uri) as conn:
-        for start in range(0, rows, batch):
-            with conn.cursor() as cur, cur.copy(statement) as copy:
-                if binary:
-                    copy.set_types(queues.COPY_TYPES)  # the columns and types publish sends
-                for i in range(start, min(start + batch, rows)):
-                    mid = str(uuid.uuid4())
-                    h = {**headers, hdr.MESSAGE_ID: mid, hdr.CONVERSATION_ID: mid, hdr.CORRELATION_ID: mid}
-                    row_id = uuid.uuid4() if binary else str(uuid.uuid4())
-                    copy.write_row((row_id, None, orjson.dumps(h).decode(), body(i)))
-            conn.commit()
-    return time.perf_counter() - t0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=300_000)
+    parser.add_argument("--subscribers", type=int, default=0, help="0: Send rows; K: events to K subscribers")
     parser.add_argument("--batch-size", type=int, default=5000)
     parser.add_argument("--modes", default="driver,executors", help="comma-separated: driver, executors")
     parser.add_argument("--dsn", default=None)
-    parser.add_argument("--repeat", type=int, default=1, help="rounds of (raw, every mode); medians reported")
-    parser.add_argument("--raw-binary", action="store_true", help="also measure the raw COPY in binary format")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of (every mode, raw); medians reported")
+    parser.add_argument("--raw-binary", action="store_true", help="(always on) both raw formats are measured")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
@@ -119,86 +112,135 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def queue_names(subscribers: int) -> list[str]:
+    return ["Bench"] if subscribers == 0 else [f"Subscriber{i}" for i in range(1, subscribers + 1)]
+
+
+def set_up(args: argparse.Namespace, work: Path, uri: str) -> tuple[dict[str, Any], list[str], str]:
+    """The queues, subscriptions and outbound table; returns (settings, queue tables, ledger table)."""
+    settings: dict[str, Any] = {
+        "transport": {"connection": uri},
+        "lake": {"root": str(work / "lake"), "engine": "delta-rs"},
+        "publish": {"endpoint": "Lakehouse", "outputs": [OUTPUT], "batch_size": args.batch_size},
+    }
+    cfg = from_dict(settings, env={})
+    names = queue_names(args.subscribers)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=names))
+        routing = bridge_ref(cfg.transport.subscription_table, cfg.transport)
+        for name in names if args.subscribers else []:
+            subscriptions.subscribe(conn, routing, name, name, EVENT)
+        conn.commit()
+    lake = open_lake(cfg.lake)  # delta-rs: the bench itself starts no JVM
+    for version, chunk in enumerate(outbound(args.rows, args.subscribers), start=1):
+        lake.append(OUTPUT, chunk, "bench", version)
+    tables = [queue_ref(name, cfg.transport).qualified for name in names]
+    return settings, tables, bridge_ref(cfg.transport.ledger_table, cfg.transport).qualified
+
+
+def reset(uri: str, tables: list[str], ledger: str | None) -> None:
+    """Empty the queues (and forget the ledger): the next run sends the same round again."""
+    with psycopg.connect(uri, autocommit=True) as c:
+        for table in tables:
+            c.execute(f"TRUNCATE {table}")
+        if ledger is not None:
+            c.execute(f"DELETE FROM {ledger}")
+        for table in tables:
+            c.execute(f"VACUUM ANALYZE {table}")
+
+
+def count(uri: str, tables: list[str]) -> int:
+    with psycopg.connect(uri) as c:
+        return sum(int(c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables)  # type: ignore[index]
+
+
 def run(args: argparse.Namespace, work: Path) -> int:
     server = None
     uri = args.dsn
     if uri is None:
         server = start_embedded(work / "pg")
         uri = server.get_uri("postgres")
-    cfg = from_dict(
-        {
-            "transport": {"connection": uri},
-            "lake": {"root": str(work / "lake"), "engine": "delta-rs"},
-            "publish": {"endpoint": "Lakehouse", "outputs": ["outbound_bench"], "batch_size": args.batch_size},
-        },
-        env={},
-    )
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg, extra_queues=["Bench"]))
-    ref = queue_ref("Bench", cfg.transport)
-    spark = get_spark(cfg.spark)
-    lake = open_lake(cfg.lake, spark)
-    for version, chunk in enumerate(outbound(args.rows), start=1):
-        lake.append("outbound_bench", chunk, "bench", version)
-    ledger_ref = bridge_ref(cfg.transport.ledger_table, cfg.transport)
-
-    def reset() -> None:
-        """Empty the queue and forget the ledger: the next run sends the same round again."""
-        with psycopg.connect(uri, autocommit=True) as c:
-            c.execute(f"TRUNCATE {ref.qualified}")
-            c.execute(f"DELETE FROM {ledger_ref.qualified}")
-            c.execute(f"VACUUM ANALYZE {ref.qualified}")
-
-    def raw(binary: bool) -> float:
-        seconds = raw_copy(uri, ref.qualified, args.rows, args.batch_size, binary)
-        reset()
-        return args.rows / seconds
-
+    settings, tables, ledger = set_up(args, work, uri)
+    copies = args.rows * max(args.subscribers, 1)
+    config_file = work / "queuelake.yaml"
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    runs: list[dict] = []
+    rows: Dump | None = None
+    idle: Ran | None = None
+    runs: list[dict[str, Any]] = []
     for _ in range(args.repeat):
-        run: dict = {"raw_rows_per_s": raw(False)}
-        if args.raw_binary:
-            run["raw_binary_rows_per_s"] = raw(True)
+        figures: dict[str, Any] = {}
         for mode in modes:
-            cfg.publish.executors_from_rows = 1 if mode == "executors" else None
-            t0 = time.perf_counter()
-            summary = publish(cfg, spark, lake)
-            publish_s = time.perf_counter() - t0
-            assert summary["status"] == "ok" and summary["copies"] == args.rows, summary
-            with psycopg.connect(uri) as c:
-                assert c.execute(f"SELECT count(*) FROM {ref.qualified}").fetchone()[0] == args.rows
-            reset()
-            rate = args.rows / publish_s
-            ratio = round(rate / run["raw_rows_per_s"], 3)
-            run[mode] = {"seconds": round(publish_s, 2), "rows_per_s": round(rate), "ratio": ratio}
-            if args.raw_binary:
-                run[mode]["ratio_vs_raw_binary"] = round(rate / run["raw_binary_rows_per_s"], 3)
-        runs.append(run)
-        print(json.dumps({k: round(v) if isinstance(v, float) else v for k, v in run.items()}), file=sys.stderr)
-
-    report: dict = {"rows": args.rows, "batch_size": args.batch_size, "repeat": args.repeat}
-    report["raw_rows_per_s"] = round(statistics.median(r["raw_rows_per_s"] for r in runs))
-    if args.raw_binary:
-        report["raw_binary_rows_per_s"] = round(statistics.median(r["raw_binary_rows_per_s"] for r in runs))
-    for mode in modes:
-        ratios = sorted(r[mode]["ratio"] for r in runs)
-        report[mode] = {
-            "rows_per_s": round(statistics.median(r[mode]["rows_per_s"] for r in runs)),
-            "ratio": round(statistics.median(ratios), 3),  # the median ratio (one run: that run's)
-            "ratios": ratios,
-            "runs_at_target": sum(x >= TARGET for x in ratios),
-        }
-        if args.raw_binary:
-            report[mode]["ratio_vs_raw_binary"] = round(
-                statistics.median(r[mode]["ratio_vs_raw_binary"] for r in runs), 3
-            )
-    report["target"] = TARGET
-    print(json.dumps(report))
-    spark.stop()
+            publish_settings = {**settings["publish"], "executors_from_rows": MODES[mode]}
+            config_file.write_text(yaml.safe_dump({**settings, "publish": publish_settings}))
+            ran = queuelake(["publish", "-c", str(config_file)])
+            assert ran.summary["status"] == "ok" and ran.summary["copies"] == copies, ran.summary
+            assert count(uri, tables) == copies
+            if rows is None:  # the raw limit loads what publish wrote
+                rows = dump(uri, tables, args.batch_size, work / "raw")
+            if idle is None:  # nothing new: the command's fixed cost
+                idle = queuelake(["publish", "-c", str(config_file)])
+                assert idle.summary["status"] == "ok" and idle.summary["copies"] == 0, idle.summary
+            reset(uri, tables, ledger)
+            inside = sum(float(o["seconds"]) for o in ran.summary["outputs"])
+            figures[mode] = {"seconds": ran.seconds, "publish_seconds": inside, "peak_rss_mb": ran.peak_rss_mb or 0.0}
+        assert rows is not None
+        for fmt in ("text", "binary"):
+            seconds = load(uri, rows, fmt)
+            assert count(uri, tables) == copies
+            reset(uri, tables, None)
+            figures[f"raw_{fmt}"] = copies / seconds
+        runs.append(figures)
+        line = {k: (round(v) if isinstance(v, float) else v) for k, v in figures.items()}
+        print(json.dumps(line), file=sys.stderr)
+    assert idle is not None
+    print(json.dumps(report(args, copies, runs, modes, idle)))
     if server is not None:
         server.cleanup()
     return 0
+
+
+def _fastest(run: dict[str, Any]) -> float:
+    """A repeat's raw limit: the faster of its two formats."""
+    return max(run["raw_text"], run["raw_binary"])
+
+
+def report(
+    args: argparse.Namespace, copies: int, runs: list[dict[str, Any]], modes: list[str], idle: Ran
+) -> dict[str, Any]:
+    """Medians over the repeats; each run's ratio against the fastest raw of its own repeat."""
+    out: dict[str, Any] = {
+        "rows": args.rows,
+        "subscribers": args.subscribers,
+        "copies": copies,
+        "batch_size": args.batch_size,
+        "repeat": args.repeat,
+        "raw_rows_per_s": round(statistics.median(r["raw_text"] for r in runs)),  # text COPY
+        "raw_binary_rows_per_s": round(statistics.median(r["raw_binary"] for r in runs)),
+        "raw_fastest_rows_per_s": round(statistics.median(_fastest(r) for r in runs)),
+        "idle_command_seconds": round(idle.seconds, 2),
+        "idle_command_peak_rss_mb": round(idle.peak_rss_mb or 0),
+    }
+    for mode in modes:
+        rates = [copies / r[mode]["seconds"] for r in runs]
+        ratios = sorted(round(rate / _fastest(r), 3) for rate, r in zip(rates, runs))
+        out[mode] = {
+            "command_seconds": round(statistics.median(r[mode]["seconds"] for r in runs), 2),
+            "command_seconds_all": [round(r[mode]["seconds"], 2) for r in runs],
+            "rows_per_s": round(statistics.median(rates)),  # copies per second of the whole command
+            "ratio": round(statistics.median(ratios), 3),  # against the fastest raw
+            "ratios": ratios,
+            "ratio_vs_raw_text": round(statistics.median(x / r["raw_text"] for x, r in zip(rates, runs)), 3),
+            "ratio_vs_raw_binary": round(statistics.median(x / r["raw_binary"] for x, r in zip(rates, runs)), 3),
+            "runs_at_target": sum(x >= TARGET for x in ratios),
+            "peak_rss_mb": round(max(r[mode]["peak_rss_mb"] for r in runs)),
+            # the round itself, as the summary times it: once the command and its Spark session started
+            "publish_seconds": round(statistics.median(r[mode]["publish_seconds"] for r in runs), 2),
+            "publish_ratio": round(
+                statistics.median(copies / r[mode]["publish_seconds"] / _fastest(r) for r in runs), 3
+            ),
+        }
+    out["target"] = TARGET
+    return out
 
 
 if __name__ == "__main__":

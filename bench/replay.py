@@ -3,9 +3,10 @@ a raw binary COPY of the same rows into the same tables, in one run.
 
 Set-up (not timed): N failed copies of OrderPlaced events (~700 B headers, ~1 KB bodies) in the error
 queue, half failed in Billing, half in Shipping, drained into the journal.
-raw: the same header texts and bodies COPY'd by psycopg into Billing and Shipping in binary format
-(``FORMAT BINARY``, as replay and publish send), one transaction per batch of ``--batch-size`` rows;
-only the COPY and the commit are timed, the rows are built beforehand.
+raw: the rows a replay writes (one replay run first, not timed), dumped by the server in the replay's
+batches and COPY'd back into Billing and Shipping from those bytes, in text and in binary format, one
+transaction per batch of ``--batch-size`` rows (``bench/_raw.py``); only the COPY and the commit are
+timed. The faster format is the raw limit.
 replay: ``queuelake replay --where "exception_type = '...'"`` run as a command (a new process, as a
 scheduler runs it; its fixed cost included): the selection, destinations checked, headers rewritten as
 a ServiceControl retry, a COPY per destination and a ledger row per batch, one transaction per batch.
@@ -36,19 +37,19 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 import yaml
 from _commands import queuelake, spark_start
+from _raw import FORMATS, dump, load
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.run import drain
 from queuelake.report import setup_logging
-from queuelake.transport import db, installer, queues
+from queuelake.transport import db, installer
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.tables import queue_ref
 
@@ -63,28 +64,6 @@ def failed_messages(rows: int):
     for i, m in enumerate(traffic.order_events(rows, seed=42)):
         queue = "Billing" if i % 2 else "Shipping"
         yield queue, traffic.failed_copy(m, queue, EXCEPTION, "timed out", WHEN)
-
-
-def raw_copy(uri: str, tables: dict[str, str], rows: int, batch: int) -> float:
-    """Seconds spent in binary COPY + commit of the same rows into the same tables, a batch per
-    transaction (the rows are built before the clock starts)."""
-    spent = 0.0
-    gen = failed_messages(rows)
-    with psycopg.connect(uri) as conn:
-        for start in range(0, rows, batch):
-            chunk: dict[str, list[tuple]] = {}
-            for _, (queue, m) in zip(range(start, min(start + batch, rows)), gen):
-                chunk.setdefault(queue, []).append((uuid.uuid4(), None, m.headers, m.body))
-            t0 = time.perf_counter()
-            for queue, items in chunk.items():
-                sql = f"COPY {tables[queue]} (id, expires, headers, body) FROM STDIN (FORMAT BINARY)"
-                with conn.cursor() as cur, cur.copy(sql) as copy:
-                    copy.set_types(queues.COPY_TYPES)
-                    for item in items:
-                        copy.write_row(item)
-            conn.commit()
-            spent += time.perf_counter() - t0
-    return spent
 
 
 def main() -> int:
@@ -128,13 +107,25 @@ def run(args: argparse.Namespace, work: Path) -> int:
     assert drained["landed"] == args.rows, drained
     tables = {q: queue_ref(q, cfg.transport).qualified for q in ("Billing", "Shipping")}
 
-    raw_s = raw_copy(uri, tables, args.rows, args.batch_size)
-    with psycopg.connect(uri, autocommit=True) as c:
-        for qualified in tables.values():
-            c.execute(f"TRUNCATE {qualified}")
-            c.execute(f"VACUUM ANALYZE {qualified}")
+    def empty_queues() -> None:
+        with psycopg.connect(uri, autocommit=True) as c:
+            for qualified in tables.values():
+                c.execute(f"TRUNCATE {qualified}")
+                c.execute(f"VACUUM ANALYZE {qualified}")
 
     base = ["replay", "-c", str(config_file)]
+    where = f"exception_type = '{EXCEPTION}'"
+    # the raw limit loads the rows a replay writes: one replay (not timed) writes them, the server
+    # dumps them in the replay's batches (half a batch per queue), then each format loads them back
+    primer = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
+    assert primer.summary["status"] == "ok" and primer.summary["rows_sent"] == args.rows, primer.summary
+    rows = dump(uri, list(tables.values()), max(args.batch_size // len(tables), 1), work / "raw")
+    raw_by_format = {}
+    for fmt in FORMATS:
+        empty_queues()
+        raw_by_format[fmt] = load(uri, rows, fmt)
+    empty_queues()
+    raw_s = min(raw_by_format.values())
     empty_run = queuelake([*base, "--where", "exception_type = 'No.Such.Exception'"])
     empty_s, empty = empty_run.seconds, empty_run.summary
     assert empty["status"] == "ok" and empty["matched"] == 0 and empty["selected_by"] == "arrow", empty
@@ -146,10 +137,10 @@ def run(args: argparse.Namespace, work: Path) -> int:
     assert spark_empty["matched"] == 0 and spark_empty["selected_by"] == "spark", spark_empty
     spark_s = spark_start()
 
-    where = f"exception_type = '{EXCEPTION}'"
     raw_rate = args.rows / raw_s
     out = sys.stderr
-    print(f"raw binary COPY: {args.rows} rows in {raw_s:.2f}s ({raw_rate:,.0f} rows/s)", file=out)
+    for fmt, seconds in raw_by_format.items():
+        print(f"raw {fmt} COPY: {args.rows} rows in {seconds:.2f}s ({args.rows / seconds:,.0f} rows/s)", file=out)
     modes: dict[str, dict] = {}
     for mode in args.modes.split(","):
         # the mode is the config's replay.executors_from_rows: never (driver) or from the first row
@@ -202,8 +193,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
                 "rows": args.rows,
                 "batch_size": args.batch_size,
                 "drain_seconds": round(drain_s, 2),
-                "raw_binary_copy_seconds": round(raw_s, 2),
-                "raw_rows_per_s": round(raw_rate),
+                "raw_binary_copy_seconds": round(raw_by_format["binary"], 2),
+                "raw_text_copy_seconds": round(raw_by_format["text"], 2),
+                "raw_rows_per_s": round(raw_rate),  # the faster format
                 "modes": modes,
                 "target": 0.6,
                 "fixed_seconds": {

@@ -1,10 +1,14 @@
-"""A batch of messages as one PostgreSQL binary COPY stream, assembled by Arrow and numpy.
+"""The one sender of queue rows: a batch of messages for one table, as columns, sent as one
+PostgreSQL binary COPY stream assembled by Arrow and numpy (publish, replay and ``queues.send`` all
+come here; drivers without binary COPY send the same columns through ``row_sends.send_rows``).
 
 Why: psycopg's ``write_row`` turns each row into its binary form in Python: a ``uuid.UUID`` and a
 datetime per row and a call that holds the GIL for the whole batch. Here the rows' fixed parts (the
 field count, the id, Expires, the lengths) are written as numpy byte matrices and joined with the
 headers and bodies by one Arrow kernel; the stream is handed to COPY in one write, during which the
-connection waits for the server without the GIL (another thread can build the next batch).
+connection waits for the server without the GIL (another thread can build the next batch). A batch
+built as columns (a publish's fan-out copies, a replay's rewritten headers) never becomes a Python
+object per message on this path.
 
 The format (PostgreSQL's "Binary Format" of COPY): a signature, flags and header extension; per row
 an int16 field count, then per field an int32 length (-1 for NULL) and the value in the type's binary
@@ -15,16 +19,18 @@ send format (``uuid``: 16 bytes; ``timestamp``: int64 microseconds since 2000-01
 from __future__ import annotations
 
 import datetime as dt
+import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.transport import queues
+from queuelake.transport import row_sends
 from queuelake.transport.db import Connection
-from queuelake.transport.queues import OutgoingMessage
+from queuelake.transport.row_sends import OutgoingMessage
 from queuelake.transport.tables import TableRef
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # the signature, flags 0, no header extension
@@ -42,7 +48,8 @@ _NULL_LENGTH = np.frombuffer(b"\xff\xff\xff\xff", np.uint8)
 class Messages:
     """A batch of messages for one queue table, as columns."""
 
-    ids: np.ndarray  # (n, 16) uint8: each row's id, the uuid's 16 bytes
+    # (n, 16) uint8: each row's id, the uuid's 16 bytes; None: a fresh uuid4 each, drawn when sent
+    ids: np.ndarray | None
     ttbr_ms: np.ndarray  # int64: each message's time to be received (Expires = the database's now + it)
     has_ttbr: np.ndarray  # bool: False where the message has none (Expires NULL)
     headers: pa.Array  # string, no nulls: the headers' JSON
@@ -67,7 +74,7 @@ class Messages:
         """The rows at ``positions``, in that order."""
         at = pa.array(positions, pa.int64())
         return Messages(
-            self.ids[positions],
+            None if self.ids is None else self.ids[positions],
             self.ttbr_ms[positions],
             self.has_ttbr[positions],
             self.headers.take(at),
@@ -75,24 +82,42 @@ class Messages:
         )
 
     def outgoing(self) -> list[OutgoingMessage]:
-        """The same messages one by one (the drivers without binary COPY send those)."""
+        """The same messages one by one (the drivers without binary COPY send those; a message
+        whose id is drawn when sent has none yet)."""
         ttbrs = [int(t) if has else None for t, has in zip(self.ttbr_ms.tolist(), self.has_ttbr.tolist(), strict=True)]
+        ids = [None] * len(self) if self.ids is None else [str(uuid.UUID(bytes=bytes(i))) for i in self.ids]
         return [
-            OutgoingMessage(h, b, id=str(uuid.UUID(bytes=bytes(i))), ttbr_ms=t)
-            for h, b, i, t in zip(self.headers.to_pylist(), self.bodies.to_pylist(), self.ids, ttbrs, strict=True)
+            OutgoingMessage(h, b, id=i, ttbr_ms=t)
+            for h, b, i, t in zip(self.headers.to_pylist(), self.bodies.to_pylist(), ids, ttbrs, strict=True)
         ]
+
+    def __iter__(self) -> Iterator[OutgoingMessage]:
+        return iter(self.outgoing())
+
+
+def fresh_ids(n: int) -> np.ndarray:
+    """``n`` random (version 4) uuids as an (n, 16) uint8 matrix: what ``uuid.uuid4().bytes`` gives
+    each, drawn at once from the same source (``os.urandom``)."""
+    ids = np.frombuffer(os.urandom(16 * n), np.uint8).reshape(n, 16).copy()
+    ids[:, 6] = (ids[:, 6] & 0x0F) | 0x40  # version 4
+    ids[:, 8] = (ids[:, 8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return ids
 
 
 def send(conn: Connection, queue: TableRef, messages: Messages) -> int:
-    """Insert a batch given as columns: on PostgreSQL one binary COPY stream assembled in bulk
-    (``rows``), with the other drivers message by message (``queues.send``)."""
-    if not conn.driver.binary_copy:
-        return queues.send(conn, queue, messages.outgoing())
+    """Insert a batch given as columns, in the caller's transaction (never commits: publish and replay
+    commit it with their ledger row). On PostgreSQL one binary COPY stream assembled in bulk
+    (``rows``); with the other drivers their bulk statement (``row_sends.send_rows``: pyodbc binds
+    arrays where the dialect's ODBC driver allows it). Binary, because text COPY hex-escapes bodies
+    (twice the bytes, parsed back by the server). Expires is the transaction's now() plus the TTBR:
+    now() is fixed inside a transaction, so this is what the INSERT statement would have written."""
     if not len(messages):
         return 0
+    if not conn.driver.binary_copy:
+        return row_sends.send_rows(conn, queue, messages.outgoing())
     now_us = 0
     if messages.has_ttbr.any():
-        now = queues.db_utc_now(conn)
+        now = row_sends.db_utc_now(conn)
         now_us = (now - _UNIX_EPOCH) // dt.timedelta(microseconds=1)
     cur = conn.raw.cursor()
     sql = f"COPY {queue.qualified} {COLUMNS} FROM STDIN (FORMAT BINARY)"
@@ -124,7 +149,7 @@ def rows(messages: Messages, now_us: int) -> memoryview:
     timed = np.empty((n, 38), np.uint8)
     timed[:, 0:2] = _FIELDS
     timed[:, 2:6] = _UUID_LENGTH
-    timed[:, 6:22] = messages.ids
+    timed[:, 6:22] = fresh_ids(n) if messages.ids is None else messages.ids
     timed[:, 22:26] = _TIMESTAMP_LENGTH
     timed[:, 26:34] = expires.astype(">i8").view(np.uint8).reshape(n, 8)
     timed[:, 34:38] = header_lengths.view(np.uint8).reshape(n, 4)

@@ -15,12 +15,16 @@ from typing import Any
 import pyarrow as pa
 
 from queuelake.errors import TransportError
+from queuelake.transport import binary_copy
 from queuelake.transport.db import Connection
+
+# the row-by-row send and its parts, here as before: callers import them from queues
+from queuelake.transport.row_sends import SEND_CHUNK, OutgoingMessage, send_rows
+from queuelake.transport.row_sends import as_utc as _utc
+from queuelake.transport.row_sends import db_utc_now as db_utc_now
+from queuelake.transport.row_sends import has_recoverable as has_recoverable
 from queuelake.transport.sqlfiles import Statement
 from queuelake.transport.tables import TableRef
-
-SEND_CHUNK = 1000  # rows per executemany: bounds the parameter array pyodbc holds in memory
-COPY_TYPES = ["uuid", "timestamp", "text", "bytea"]  # the queue columns a send writes, in COPY order
 
 
 @dataclass(frozen=True)
@@ -36,30 +40,12 @@ class ReceivedRow:
     raw_expires: str | None = None
 
 
-@dataclass(frozen=True)
-class OutgoingMessage:
-    headers: str  # encoded JSON
-    body: bytes | None
-    id: str | None = None  # a fresh uuid4 when None
-    ttbr_ms: int | None = None
-
-
 def _uuid_text(value: Any) -> str:
     if isinstance(value, (bytes, bytearray, memoryview)):  # text from a SQL_ASCII database (psycopg)
         value = bytes(value).decode("ascii")
     if isinstance(value, str) and len(value) == 36:
         return value.lower()
     return str(value) if isinstance(value, uuid.UUID) else str(uuid.UUID(str(value)))
-
-
-def _utc(value: Any) -> dt.datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.timezone.utc)
-    return value.astimezone(dt.timezone.utc)
 
 
 def _bool(value: Any) -> bool:
@@ -244,61 +230,16 @@ def purge_expired_batch(conn: Connection, queue: TableRef, batch_size: int = 100
     return total
 
 
-def db_utc_now(conn: Connection) -> dt.datetime:
-    rows = conn.run("db_now")
-    value = _utc(rows[0][0])
-    assert value is not None
-    return value
-
-
-def has_recoverable(conn: Connection, queue: TableRef) -> bool:
-    if not conn.rules.legacy_recoverable_column:
-        return False
-    rows = conn.run("has_recoverable", queue.identifiers(), queue.params(), what=queue.canonical)
-    return bool(rows and rows[0][0])
-
-
 def send(conn: Connection, queue: TableRef, messages: Iterable[OutgoingMessage]) -> int:
-    """Insert messages in bulk. Expires is computed from TTBR by the database clock."""
+    """Insert messages in bulk. Expires is computed from TTBR by the database clock. Messages given
+    one by one go through the columnar sender (``binary_copy.send``), so every queue row a driver
+    with binary COPY writes is written one way: one binary COPY stream per call."""
     batch = list(messages)
     if not batch:
         return 0
-    if conn.driver.binary_copy:
-        return _copy_postgresql(conn, queue, batch)
-    name = "send_recoverable" if has_recoverable(conn, queue) else "send"
-    (stmt,) = conn.statements(name, queue.identifiers())
-    for start in range(0, len(batch), SEND_CHUNK):
-        chunk = batch[start : start + SEND_CHUNK]
-        conn.executemany(
-            stmt,
-            [
-                {"id": m.id or str(uuid.uuid4()), "ttbr_ms": m.ttbr_ms, "headers": m.headers, "body": m.body}
-                for m in chunk
-            ],
-            what=queue.canonical,
-        )
-    return len(batch)
-
-
-def _copy_postgresql(conn: Connection, queue: TableRef, batch: list[OutgoingMessage]) -> int:
-    """COPY is the fastest PostgreSQL load, and its binary form the fastest COPY: bodies travel as
-    they are instead of hex-escaped (twice the bytes, parsed back by the server), which halved a
-    20,000-row round's COPY time on our machines. now() is fixed inside a transaction, so Expires
-    computed here from the transaction's now() equals what the INSERT statement would have written."""
-    now = None
-    if any(m.ttbr_ms is not None for m in batch):
-        now = db_utc_now(conn).replace(tzinfo=None)
-    cur = conn.raw.cursor()
-    sql = f"COPY {queue.qualified} (id, expires, headers, body) FROM STDIN (FORMAT BINARY)"
-    try:
-        with cur.copy(sql) as copy:
-            copy.set_types(COPY_TYPES)
-            for m in batch:
-                expires = None if m.ttbr_ms is None else now + dt.timedelta(milliseconds=m.ttbr_ms)  # type: ignore[operator]
-                copy.write_row((uuid.UUID(m.id) if m.id else uuid.uuid4(), expires, m.headers, m.body))
-    except Exception as exc:
-        raise conn.error(exc, "send (COPY)", queue.canonical) from None
-    return len(batch)
+    if not conn.driver.binary_copy:
+        return send_rows(conn, queue, batch)
+    return binary_copy.send(conn, queue, binary_copy.Messages.of(batch))
 
 
 def store_delayed(conn: Connection, delayed: TableRef, messages: Iterable[tuple[str, bytes | None, int]]) -> int:

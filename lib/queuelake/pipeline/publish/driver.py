@@ -7,6 +7,8 @@ import time
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
+
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import RoundKeys
@@ -77,9 +79,7 @@ class DriverSender:
                 n - outcome.k - 1,
             )
 
-    def insert_batch(
-        self, pipeline: str, output: str, conn: Connection, batch_key: str, rows: list[dict[str, Any]]
-    ) -> Sent:
+    def insert_batch(self, pipeline: str, output: str, conn: Connection, batch_key: str, rows: pa.Table) -> Sent:
         """Every deliverable copy of every row, in the batch's transaction (its ledger row and the
         commit follow, in the sender). Copies that cannot be delivered are recorded first (an
         idempotent lake append keyed by the batch), so a rerun after a crash records them once."""
@@ -93,4 +93,4 @@ class DriverSender:
         if bad:
             record_batch(self.lake, output, batch_key, bad)
         out.insert(conn)
-        return Sent(len(rows), out.copies, len(bad))
+        return Sent(rows.num_rows, out.copies, len(bad))

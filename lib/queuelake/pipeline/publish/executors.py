@@ -37,7 +37,7 @@ from queuelake.pipeline.batches.keys import Round, RoundKeys
 from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Book, Sent, ready, send_batches
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.routing import Router
-from queuelake.pipeline.publish.rows import accepted, accepted_rows, in_batches, without_rejected_values
+from queuelake.pipeline.publish.rows import accepted, accepted_batches, in_batches, without_rejected_values
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
 from queuelake.spark_progress import heartbeat
@@ -98,9 +98,10 @@ def plan(files: list[str], bad_keys: set[str], size: int) -> tuple[list[Unit], i
     return units, total
 
 
-def _unit_batches(unit: Unit, bad_keys: frozenset[str], size: int) -> Iterator[list[dict[str, Any]]]:
-    """The unit's accepted rows in file order, ``size`` at a time; one Parquet batch in memory."""
-    return in_batches(accepted_rows(open_file(unit.uri), bad_keys, [unit.row_group]), size)
+def _unit_batches(unit: Unit, bad_keys: frozenset[str], size: int) -> Iterator[pa.Table]:
+    """The unit's accepted rows in file order, ``size`` at a time, as columns; one Parquet batch
+    in memory."""
+    return in_batches(accepted_batches(open_file(unit.uri), bad_keys, [unit.row_group]), size)
 
 
 def route_round(
@@ -326,14 +327,14 @@ def _book(job: Job) -> Book:
     return Book(job.ledger, job.pipeline, job.output, keys, f"publish {job.output}", "publish")
 
 
-def _send(job: Job, conn: Connection, batch_key: str, rows: list[dict[str, Any]]) -> Sent:
+def _send(job: Job, conn: Connection, batch_key: str, rows: pa.Table) -> Sent:
     """Every deliverable copy of the batch's rows, in its transaction (the sender adds the ledger
     row and commits)."""
     now = queues.db_utc_now(conn)
     sent = format_time(now)
     out, _lost = job.router.build(None, job.pipeline, rows, now, sent)  # lost: recorded by the driver already
     out.insert(conn)
-    return Sent(len(rows), out.copies)
+    return Sent(rows.num_rows, out.copies)
 
 
 def frozen(router: Router) -> Router:

@@ -1,9 +1,10 @@
 """Which rows of a round are sent, in the round's fixed order (files by path, rows in file order),
-cut into batches. The driver and the executors read a round through these, so both cut the same
-rows into the same batches."""
+cut into batches of Arrow columns. The driver and the executors read a round through these, so both
+cut the same rows into the same batches."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -29,17 +30,67 @@ SENT_COLUMNS = [
 ]
 
 
-def accepted_rows(
+# The types a batch is built with, whatever the files wrote (string_view from delta-rs rewrites, a
+# body as text, int96 or naive times from Spark): one schema, so batches cut across files concatenate.
+SENT_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("message_type", pa.string()),
+        ("intent", pa.string()),
+        ("destination", pa.string()),
+        ("body", pa.binary()),  # JSON text is sent as its UTF-8 bytes
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("ttbr_ms", pa.int64()),
+        ("deliver_at", pa.timestamp("us", tz="UTC")),  # naive times are UTC
+        ("correlation_id", pa.string()),
+        ("conversation_id", pa.string()),
+    ]
+)
+_PLAIN = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+
+
+def _cast(column: pa.Array | pa.ChunkedArray, kind: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """``column`` as ``kind``: view types through their plain form (not every kernel takes them); a
+    timestamp unit truncated as Python's datetime does (nanoseconds Spark wrote)."""
+    if column.type == kind:
+        return column
+    if column.type in _PLAIN:
+        column = column.cast(_PLAIN[column.type])
+    return column.cast(kind, safe=not pa.types.is_timestamp(kind))
+
+
+def sent_columns(batch: pa.Table | pa.RecordBatch) -> pa.Table:
+    """The sent columns of ``batch`` in ``SENT_SCHEMA``, a missing optional column as nulls."""
+    n = batch.num_rows
+    names = batch.schema.names
+    columns = [_cast(batch.column(f.name), f.type) if f.name in names else pa.nulls(n, f.type) for f in SENT_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=SENT_SCHEMA)
+
+
+def table_of(rows: list[dict[str, Any]]) -> pa.Table:
+    """Rows given as dicts (tests, callers of ``Router.build``) in ``SENT_SCHEMA``: a text body as
+    its UTF-8 bytes, headers as pairs or a dict, a naive ``deliver_at`` as UTC."""
+    columns: dict[str, list[Any]] = {f.name: [row.get(f.name) for row in rows] for f in SENT_SCHEMA}
+    columns["body"] = [b.encode("utf-8") if isinstance(b, str) else b for b in columns["body"]]
+    columns["headers"] = [list(h.items()) if isinstance(h, dict) else h for h in columns["headers"]]
+    columns["deliver_at"] = [
+        t.replace(tzinfo=dt.timezone.utc) if t is not None and t.tzinfo is None else t for t in columns["deliver_at"]
+    ]
+    return pa.table(columns, schema=SENT_SCHEMA)
+
+
+def accepted_batches(
     parquet: Any, bad_keys: set[str] | frozenset[str], row_groups: list[int] | None = None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[pa.Table]:
     """The rows of one outbound Parquet file (or of some of its row groups) that are sent: a key,
-    not rejected; in file order, one Parquet batch in memory. The driver and the executors read a
-    round through this, so both cut the same rows into batches."""
+    not rejected; in file order, one Parquet batch at a time, as ``SENT_SCHEMA`` columns (no Python
+    object per row: a rejected row's value Python cannot hold, a year 20000, is never converted).
+    The driver and the executors read a round through this, so both cut the same rows into batches."""
     columns = [c for c in SENT_COLUMNS if c in parquet.schema_arrow.names]
     for record_batch in parquet.iter_batches(batch_size=5000, row_groups=row_groups, columns=columns):
         mask = accepted(record_batch["key"], bad_keys)
-        rows = without_rejected_values(record_batch, mask).to_pylist()
-        yield from (row for row, ok in zip(rows, mask.to_pylist()) if ok)
+        table = sent_columns(record_batch)  # no view types left: filter has kernels for these
+        yield table if pc.all(mask).as_py() else table.filter(mask)
 
 
 def without_rejected_values(batch: pa.RecordBatch | pa.Table, mask: pa.Array) -> pa.RecordBatch | pa.Table:
@@ -62,21 +113,27 @@ def accepted(keys: pa.ChunkedArray | pa.Array, bad_keys: set[str] | frozenset[st
     return pc.fill_null(mask, False)
 
 
-def in_batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    """``rows`` cut into lists of ``size`` (the last may be shorter)."""
-    batch: list[dict[str, Any]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def in_batches(tables: Iterable[pa.Table], size: int) -> Iterator[pa.Table]:
+    """``tables`` (of one schema) cut into tables of ``size`` rows (the last may be shorter), each
+    one contiguous chunk per column."""
+    held: list[pa.Table] = []
+    count = 0
+    for table in tables:
+        while table.num_rows:
+            part = table.slice(0, size - count)
+            held.append(part)
+            count += part.num_rows
+            table = table.slice(part.num_rows)
+            if count == size:
+                yield pa.concat_tables(held).combine_chunks()
+                held, count = [], 0
+    if held:
+        yield pa.concat_tables(held).combine_chunks()
 
 
-def round_batches(files: list[str], bad_keys: set[str], size: int) -> Iterator[list[dict[str, Any]]]:
+def round_batches(files: list[str], bad_keys: set[str], size: int) -> Iterator[pa.Table]:
     """Accepted rows in the round's fixed order (files by path, rows in file order), in batches."""
-    return in_batches((row for uri in files for row in accepted_rows(open_file(uri), bad_keys)), size)
+    return in_batches((table for uri in files for table in accepted_batches(open_file(uri), bad_keys)), size)
 
 
 def count_accepted(files: list[str], bad_keys: set[str]) -> int:
