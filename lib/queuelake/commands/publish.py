@@ -14,7 +14,7 @@ def publish(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline.publish import run as step
 
     cfg = config_mod.load(args.config)
-    return Sessions(cfg, None).step(step.publish, step.pending)
+    return Sessions(cfg, None).step(step.publish, step.pending, writes=step.written_tables)
 
 
 COMMAND = Command(name="publish", help="publish outbound tables to queues and subscribers", run=publish, job=True)

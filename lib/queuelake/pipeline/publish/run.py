@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from queuelake.config import Config
 from queuelake.context import connect, with_database
 from queuelake.errors import QueuelakeError
+from queuelake.lake import tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.publish import executors
 from queuelake.pipeline.publish.driver import DriverSender
@@ -113,6 +114,13 @@ class Publisher:
             self.driver_sender.send_round(conn, pipeline, output, rnd, n, files, bad_keys, done, result)
         result.bad_destinations = self.bad.names()
         return result
+
+
+def written_tables(config: Config) -> list[str]:
+    """The tables a publish may write besides ``runs``: each output's rejects and undeliverables, and
+    the expectations' results (``commands.sessions``: whether it may run without a Spark session)."""
+    per_output = [t.name_for(o) for o in config.publish.outputs for t in (tables.REJECTED, tables.UNDELIVERABLE)]
+    return [*per_output, tables.EXPECTATION_RESULTS.name]
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:
