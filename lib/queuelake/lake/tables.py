@@ -407,6 +407,59 @@ BODY_INCREMENTS = LakeTable(
     "one row per journal increment the bodies stage consumed; its application transaction is the checkpoint",
 )
 
+# ``queuelake health`` (``pipeline/health``): per endpoint and message type, per hour and per day, what the
+# audit and error copies in the journal say. Times in milliseconds; percentiles by nearest rank over the
+# bucket's audit copies (null: no audit copy carried both times). A journal increment recomputes the UTC
+# days it touches (their rows are deleted and written again); the application transaction
+# ``queuelake.health`` carries the journal version consumed. The lake's own engine: ``queuelake health``
+# opens the lake with delta-rs (Arrow on the driver, no Spark), and ``pipeline.health.run.update`` given a
+# delta-spark lake writes through it.
+_HEALTH_TIMES = [
+    pa.field(f"{kind}_p{q}_ms", pa.float64()) for kind in ("processing", "critical") for q in (50, 95, 99)
+]
+
+ENDPOINT_HEALTH = LakeTable(
+    "endpoint_health",
+    pa.schema(
+        [
+            pa.field("period", pa.string(), nullable=False),  # hour | day
+            pa.field("period_start", UTC_TS, nullable=False),
+            pa.field("day", pa.date32(), nullable=False),  # the UTC day the period falls in
+            pa.field("endpoint", pa.string(), nullable=False),
+            pa.field("message_type", pa.string(), nullable=False),
+            pa.field("processed", pa.int64(), nullable=False),  # audit copies
+            pa.field("failed", pa.int64(), nullable=False),  # error-queue copies
+            pa.field("retries", pa.int64(), nullable=False),  # copies of a retry or replay
+            *_HEALTH_TIMES,
+            pa.field("journal_version", pa.int64(), nullable=False),
+            pa.field("computed_at", UTC_TS, nullable=False),
+        ]
+    ),
+    "health",
+    "per endpoint, message type and hour or day: processed, failed, retries, processing and critical time p50/p95/p99",
+)
+
+ENDPOINT_DAILY = LakeTable(
+    "endpoint_daily",
+    pa.schema(
+        [
+            pa.field("day", pa.date32(), nullable=False),
+            pa.field("endpoint", pa.string(), nullable=False),
+            pa.field("processed", pa.int64(), nullable=False),
+            pa.field("failed", pa.int64(), nullable=False),
+            pa.field("retries", pa.int64(), nullable=False),
+            pa.field("message_types", pa.int64(), nullable=False),
+            pa.field("peak_hour", UTC_TS),  # the hour of the day's most processed messages (the first of equals)
+            pa.field("peak_hour_processed", pa.int64(), nullable=False),
+            pa.field("critical_p95_ms", pa.float64()),
+            pa.field("journal_version", pa.int64(), nullable=False),
+            pa.field("computed_at", UTC_TS, nullable=False),
+        ]
+    ),
+    "health",
+    "daily throughput per endpoint (a licence review's table): processed, failed, retries, the peak hour",
+)
+
 CATALOGUE: tuple[LakeTable, ...] = (
     MESSAGES,
     RUNS,
@@ -420,6 +473,8 @@ CATALOGUE: tuple[LakeTable, ...] = (
     BODY_UNPARSED,
     BODY_SCHEMA_CHANGES,
     BODY_INCREMENTS,
+    ENDPOINT_HEALTH,
+    ENDPOINT_DAILY,
 )
 
 

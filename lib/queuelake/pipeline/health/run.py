@@ -1,0 +1,176 @@
+"""``queuelake health``'s work: the journal versions not yet counted, the UTC days they touch, those days
+recomputed from the journal and written again to ``endpoint_health`` and ``endpoint_daily``.
+
+Why whole days: exact percentiles cannot be added up, so a bucket is recomputed from its rows, not
+updated. An increment (the journal's versions after the one last counted, ``LakeEngine.added_files``)
+is read once for its times alone (five small columns) to find the days it touches (audit copies are
+drained late, so an increment may touch an old day); each such day is then read from the journal's
+version, one day at a time (``matching_rows``: row groups whose ``processing_ended`` /
+``time_of_failure`` statistics exclude the day are skipped unread), so memory holds one day's audit
+and error copies (ten columns, never the body) and the small result. Each table's rows of those days
+are deleted, then the new rows appended under the application transaction ``queuelake.health`` with
+the journal version: a run killed between the two leaves the checkpoint where it was, and the next run
+recomputes the same days. The first run is the whole journal as one increment.
+
+Rows the journal loses later (retention, ``erase``) stay counted: the figures hold counts and times,
+not content; a deleted file adds no version to recount.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from queuelake.lake import tables
+from queuelake.lake.deletes import RowFilter
+from queuelake.lake.engines import journal_engine, table_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.lake.round_files import open_file
+from queuelake.pipeline.health import compute
+from queuelake.report import log
+
+APP_ID = "queuelake.health"
+HEALTH = tables.ENDPOINT_HEALTH.name
+DAILY = tables.ENDPOINT_DAILY.name
+MESSAGES = tables.MESSAGES.name
+HEALTH_SCHEMA: pa.Schema = tables.ENDPOINT_HEALTH.schema
+DAILY_SCHEMA: pa.Schema = tables.ENDPOINT_DAILY.schema
+
+
+@dataclass
+class HealthResult:
+    journal_version: int | None = None
+    counted_after: int | None = None  # the journal version the previous run had counted (None: none)
+    days: list[dt.date] = field(default_factory=list)
+    copies: int = 0  # audit and error copies read in the recomputed days
+    hourly_rows: int = 0
+    daily_rows: int = 0
+    written: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "journal_version": self.journal_version,
+            "counted_after": self.counted_after,
+            "days_recomputed": [d.isoformat() for d in self.days],
+            "copies_read": self.copies,
+            "health_rows": self.hourly_rows,
+            "daily_rows": self.daily_rows,
+            "tables_written": self.written,
+        }
+
+
+def update(lake: LakeEngine, now: dt.datetime | None = None) -> HealthResult:
+    """Bring ``endpoint_health`` and ``endpoint_daily`` up to the journal's current version."""
+    journal = journal_engine(lake)
+    writer = table_engine(lake, HEALTH)
+    result = HealthResult(journal_version=journal.table_version(MESSAGES))
+    upto = result.journal_version
+    if upto is None:
+        log.info("health: no journal yet (nothing drained into this lake)")
+        return result
+    done = {name: writer.last_version(name, APP_ID) for name in (HEALTH, DAILY)}
+    behind = [name for name, version in done.items() if version is None or version < upto]
+    if not behind:
+        result.counted_after = upto
+        log.info("health: up to date with journal version %d", upto)
+        return result
+    versions = [done[name] for name in behind]
+    after = None if None in versions else min(v for v in versions if v is not None)
+    result.counted_after = after
+    files = journal.added_files(MESSAGES, after, upto)
+    days: set[dt.date] = set()
+    for uri in files:
+        days |= compute.days_of(open_file(uri).read(columns=compute.TIME_COLUMNS))
+    result.days = sorted(days)
+    log.info(
+        "health: journal versions %s..%d added %d file(s) touching %d day(s)",
+        "start" if after is None else after + 1,
+        upto,
+        len(files),
+        len(days),
+    )
+    computed_at = now or dt.datetime.now(dt.timezone.utc)
+    hourly, per_day = [], []
+    for day in result.days:
+        start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+        end = start + dt.timedelta(days=1)
+        rows = journal.matching_rows(MESSAGES, _journal_day(start, end), compute.COLUMNS, version=upto)
+        copies = compute.copies(rows, start, end)
+        del rows
+        result.copies += copies.num_rows
+        if copies.num_rows:
+            hourly.append(compute.periods(copies, upto, computed_at))
+            per_day.append(compute.daily(copies, upto, computed_at))
+    new = {
+        HEALTH: _concat(hourly, HEALTH_SCHEMA),
+        DAILY: _concat(per_day, DAILY_SCHEMA),
+    }
+    result.hourly_rows, result.daily_rows = new[HEALTH].num_rows, new[DAILY].num_rows
+    for name in behind:
+        if writer.exists(name) and result.days:
+            writer.delete_rows(name, _days_filter(result.days))
+        writer.append(name, new[name], APP_ID, upto)
+        result.written.append(name)
+    return result
+
+
+def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _journal_day(start: dt.datetime, end: dt.datetime) -> RowFilter:
+    """The journal rows that may count in [start, end): processed or failed then."""
+    ts = tables.UTC_TS
+    lo, hi = pa.scalar(start, ts), pa.scalar(end, ts)
+
+    def within(column: str) -> ds.Expression:
+        return (ds.field(column) >= lo) & (ds.field(column) < hi)
+
+    sql = " OR ".join(
+        f"(\"{c}\" >= '{start.isoformat()}' AND \"{c}\" < '{end.isoformat()}')"
+        for c in ("processing_ended", "time_of_failure")
+    )
+    return RowFilter(
+        sql, within("processing_ended") | within("time_of_failure"), ("processing_ended", "time_of_failure")
+    )
+
+
+def _days_filter(days: list[dt.date]) -> RowFilter:
+    listed = ", ".join(f"DATE '{d.isoformat()}'" for d in days)
+    return RowFilter(f'"day" IN ({listed})', ds.field("day").isin(pa.array(days, pa.date32())), ("day",))
+
+
+def read_latest(lake: LakeEngine) -> tuple[pa.Table, pa.Table]:
+    """(the hourly ``endpoint_health`` rows of the latest hour it holds, the ``endpoint_daily`` rows of
+    its latest day): what the current gauges show. Empty tables when nothing was counted."""
+    writer = table_engine(lake, HEALTH)
+    if not writer.exists(DAILY) or not writer.exists(HEALTH):
+        return HEALTH_SCHEMA.empty_table(), DAILY_SCHEMA.empty_table()
+    days = writer.read_arrow(DAILY, columns=["day"])["day"]
+    if not len(days):
+        return HEALTH_SCHEMA.empty_table(), DAILY_SCHEMA.empty_table()
+    latest = pc.max(days)
+    daily = writer.matching_rows(DAILY, _days_filter([latest.as_py()]), [f.name for f in DAILY_SCHEMA])
+    health = writer.matching_rows(HEALTH, _days_filter([latest.as_py()]), [f.name for f in HEALTH_SCHEMA])
+    hours = health.filter(pc.equal(health["period"], "hour"))
+    if hours.num_rows:
+        hours = hours.filter(pc.equal(hours["period_start"], pc.max(hours["period_start"])))
+    return hours, daily
+
+
+def read_daily(lake: LakeEngine, days: int | None = None) -> pa.Table:
+    """``endpoint_daily``'s rows, of its last ``days`` days (None: all), by day and endpoint."""
+    writer = table_engine(lake, DAILY)
+    if not writer.exists(DAILY):
+        return DAILY_SCHEMA.empty_table()
+    table = writer.read_arrow(DAILY)
+    if days is not None and table.num_rows:
+        last = pc.max(table["day"]).as_py()
+        first = last - dt.timedelta(days=days - 1)
+        table = table.filter(pc.greater_equal(table["day"], pa.scalar(first, pa.date32())))
+    return table.sort_by([("day", "ascending"), ("endpoint", "ascending")])
