@@ -18,7 +18,7 @@ import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 from queuelake.config import Config
 from queuelake.transport import db, installer, sqlfiles
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 def recreate(cfg: Config, uri: str, ref: TableRef) -> None:

@@ -71,7 +71,7 @@ from queuelake.report import setup_logging
 from queuelake.transport import db
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 QUEUE = "audit"
 KIB = 1024

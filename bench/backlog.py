@@ -39,7 +39,7 @@ from queuelake.examples.orders import DISCOUNT_QUEUE
 from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.embedded import start_embedded, with_database
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSCRIBER = "Reporting"

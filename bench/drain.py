@@ -69,7 +69,7 @@ from queuelake.pipeline.drain.run import drain
 from queuelake.report import log, setup_logging
 from queuelake.transport import db
 from queuelake.transport.embedded import start_embedded
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 QUEUE = "queuelake_bench_drain"
 TARGET = 0.6

@@ -33,7 +33,7 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.embedded import start_embedded
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = {

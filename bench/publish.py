@@ -54,7 +54,7 @@ from queuelake.lake.engines import open_lake
 from queuelake.report import setup_logging
 from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.embedded import start_embedded
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 TARGET = 0.6
 SEND_TYPE = "Billing.Messages.Commands.ApplyLoyaltyDiscount, Billing.Messages, Version=1.0.0.0"

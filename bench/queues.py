@@ -60,7 +60,7 @@ from queuelake.examples import traffic
 from queuelake.transport import db, installer
 from queuelake.transport.activity import PeakConnections
 from queuelake.transport.embedded import start_embedded
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 TARGET = 0.8
 MODES = ("driver", "processes", "executors")

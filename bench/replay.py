@@ -51,7 +51,7 @@ from queuelake.pipeline.drain.run import drain
 from queuelake.report import setup_logging
 from queuelake.transport import db, installer
 from queuelake.transport.embedded import start_embedded
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 EXCEPTION = "System.TimeoutException"
 WHEN = dt.datetime(2026, 11, 2, 8, 30, tzinfo=dt.timezone.utc)

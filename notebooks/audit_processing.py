@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 from queuelake.notebook_support import (
     BUCKETS,
     LEAST_TREND_BUCKETS,
@@ -107,7 +107,7 @@ def percentile_bars(pdf, key, title, name, n=15):
 # COMMAND ----------
 
 audited = None
-messages = nb.read_table(tables.MESSAGES.name)
+messages = nb.read_table(catalogue.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     scope = queue_rows(messages, AUDIT_QUEUE)

@@ -24,7 +24,7 @@
 import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 from queuelake.notebook_support import (
     BUCKETS,
     Notebook,
@@ -71,7 +71,7 @@ def top_n_bar(ax, pdf, column, title, n=15):
 # COMMAND ----------
 
 failures = None
-messages = nb.read_table(tables.MESSAGES.name)
+messages = nb.read_table(catalogue.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     scope = queue_rows(messages, ERROR_QUEUE)

@@ -24,7 +24,7 @@
 import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
 from queuelake.config import LakeConfig
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 from queuelake.notebook_support import (
     BUCKETS,
     LEAST_TREND_BUCKETS,
@@ -64,7 +64,7 @@ lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 # COMMAND ----------
 
-messages = nb.read_table(tables.MESSAGES.name)
+messages = nb.read_table(catalogue.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     per_queue = (
@@ -211,7 +211,7 @@ if messages is not None:
 
 # COMMAND ----------
 
-runs = nb.read_table(tables.RUNS.name)
+runs = nb.read_table(catalogue.RUNS.name)
 if runs is not None:
     runs = unquote_queues(runs.where(F.col("queue").isNotNull()))
     if runs.isEmpty():

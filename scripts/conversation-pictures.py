@@ -20,7 +20,7 @@ from queuelake.config import from_dict
 from queuelake.context import connect
 from queuelake.examples import traffic
 from queuelake.transport import installer
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 DRAINED = ["Sales", "Shipping", "audit", "error"]
 START = dt.datetime(2026, 11, 2, 9, 30, tzinfo=dt.timezone.utc)

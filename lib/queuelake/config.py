@@ -516,7 +516,7 @@ def _announce(file: Path) -> None:
 
 def _canonical(name: str, transport: TransportConfig) -> str:
     """A queue's canonical address, so ``Billing`` and ``"public"."Billing"`` compare equal: what
-    ``transport.tables.queue_ref(name, transport).canonical`` gives, asked of the dialect directly,
+    ``transport.table_refs.queue_ref(name, transport).canonical`` gives, asked of the dialect directly,
     because the transport's modules take their settings from this one (config is below them)."""
     rules = named_dialect(transport.dialect)
     return rules.format(rules.resolve(name, transport.default_schema, transport.default_catalog))

@@ -8,7 +8,7 @@ from pathlib import Path
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.transport import db
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 
 def config(uri: str, root: Path, engine: str, names: dict | None = None, **bodies: object):

@@ -12,7 +12,7 @@ from queuelake.examples import traffic
 from queuelake.lake.reading import read_table
 from queuelake.transport import db, installer
 from queuelake.transport.claims import claims_ref
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 
 def make_config(uri: str, lake_root: Path, queues_: list[str], **drain: object) -> object:

@@ -12,7 +12,7 @@ import uuid
 import psycopg
 from queuelake.examples import traffic
 from queuelake.transport import db, queues
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 # every step of the protocol: receive, staged, claimed (before/after the DB commit), inside the Delta
 # commit, after it, after the claim is cleared

@@ -19,7 +19,7 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.transport import db, installer, subscriptions
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.cli import run_cli
 from tests.helpers.ports import free_port

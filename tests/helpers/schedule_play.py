@@ -34,7 +34,7 @@ from queuelake.examples.orders import DISCOUNT_QUEUE
 from queuelake.lake.engines import open_lake
 from queuelake.spark import JARS_ENV
 from queuelake.transport import db, installer, subscriptions
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.cli import run_cli
 from tests.helpers.jvm import delta_jars

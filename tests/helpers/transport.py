@@ -12,7 +12,7 @@ import yaml
 from queuelake.config import Config, from_dict
 from queuelake.transport import db
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 from tests.helpers.db import connection_string
 

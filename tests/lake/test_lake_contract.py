@@ -564,9 +564,9 @@ def test_staged_journal_files_skip_statistics_and_dictionaries_that_earn_nothing
     scalar columns, the GUID columns uncompressed and every other column (nested leaves included)
     snappy; the Delta log still carries every column's file statistics, and the rows read back."""
     from deltalake import DeltaTable
-    from queuelake.lake import tables
+    from queuelake.lake import catalogue
 
-    schema = tables.MESSAGES.schema
+    schema = catalogue.MESSAGES.schema
     rows = pa.table(
         {
             "queue": ["Sales"] * 3,

@@ -24,7 +24,7 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.transport import db, queues
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.s3 import (
     BUCKET,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.engines import journal_engine, table_engine
 
@@ -23,10 +23,10 @@ class _SparkLake:
 
 
 def test_the_catalogue_fixes_delta_rs_for_the_journal_and_the_records_and_nothing_else() -> None:
-    fixed = {t.name: t.engine for t in tables.CATALOGUE if t.engine is not None}
+    fixed = {t.name: t.engine for t in catalogue.CATALOGUE if t.engine is not None}
     assert fixed == {"messages": "delta-rs", "runs": "delta-rs", "replays": "delta-rs", "replay_skipped": "delta-rs"}
-    assert tables.engine_for("messages") == "delta-rs"
-    assert tables.engine_for("orders") is None  # not catalogued: the lake's own engine
+    assert catalogue.engine_for("messages") == "delta-rs"
+    assert catalogue.engine_for("orders") is None  # not catalogued: the lake's own engine
 
 
 def test_table_engine_gives_a_fixed_table_to_delta_rs_and_the_rest_to_the_lake(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from queuelake.pipeline.batches.sender import Batch, Book, Sent, send_batches
 from queuelake.transport import installer, ledger, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 from tests.helpers.db import sql
 from tests.helpers.transport import connect, make_config

@@ -16,7 +16,7 @@ from queuelake.pipeline.journal.build import build_batch
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.transport import claims, db, queues
 from queuelake.transport.claims import Claim
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.drain import claim_count, install, journal, make_config, seed_ids
 

@@ -12,7 +12,7 @@ from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.lake.reading import read_table
 from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.cli import REPO, cli, cli_logged
 

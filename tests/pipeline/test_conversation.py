@@ -15,7 +15,7 @@ import pytest
 from queuelake.config import from_dict
 from queuelake.examples import traffic
 from queuelake.transport import db, installer
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import CliResult, run_cli
 

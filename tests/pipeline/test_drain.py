@@ -28,7 +28,7 @@ from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, queues, schema
 from queuelake.transport.embedded import odbc_from_uri
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli
 from tests.helpers.drain import (
@@ -530,7 +530,7 @@ ZOMBIE_SCRIPT = """
 import sys, time
 from queuelake.config import from_dict
 from queuelake.transport import db, queues
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 cfg = from_dict({"transport": {"connection": sys.argv[1]}}, env={})
 conn = db.connect(cfg.transport)
 queues.configure_drain_session(conn, 300, 600)

@@ -207,7 +207,7 @@ def test_small_queues_are_planned_into_fewer_jobs() -> None:
     from queuelake.config import from_dict
     from queuelake.pipeline.drain.backlog import Backlog
     from queuelake.pipeline.drain.executors import PACK_BATCHES, plan_jobs
-    from queuelake.transport.tables import queue_ref
+    from queuelake.transport.table_refs import queue_ref
 
     transport = from_dict({"transport": {"connection": "x"}}, env={}).transport
     refs = [queue_ref(f"q{i}", transport) for i in range(40)]

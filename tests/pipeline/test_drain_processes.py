@@ -355,7 +355,7 @@ def test_small_queues_spread_evenly_over_the_processes_whatever_their_rows() -> 
     draining the last job alone while the other idles)."""
     from queuelake.pipeline.drain.backlog import Backlog
     from queuelake.pipeline.drain.executors import plan_jobs
-    from queuelake.transport.tables import queue_ref
+    from queuelake.transport.table_refs import queue_ref
 
     transport = from_dict({"transport": {"connection": "x"}}, env={}).transport
     refs = [queue_ref(f"q{i}", transport) for i in range(500)]

@@ -25,7 +25,7 @@ from queuelake.pipeline.drain.queue_drain import take_drain_lock
 from queuelake.pipeline.drain.run import drain
 from queuelake.status import Status
 from queuelake.transport import claims, db, queues
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.drain import claim_count, install, journal, make_config, queue_depth, seed_ids, write_config
 from tests.helpers.edges import EXPIRES, TOP, WIRE_TIMES

@@ -35,7 +35,7 @@ from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.runs import RUNS
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.jvm import require_delta_jvm
 

@@ -17,15 +17,15 @@ import pytest
 from queuelake.config import from_dict
 from queuelake.errors import ArgumentError
 from queuelake.examples import traffic
+from queuelake.lake.catalogue import REPLAY_SKIPPED
 from queuelake.lake.engines import open_lake
 from queuelake.lake.increments import added_files
 from queuelake.lake.reading import read_table
 from queuelake.lake.round_files import open_file
-from queuelake.lake.tables import REPLAY_SKIPPED
 from queuelake.pipeline.find.search import find
 from queuelake.pipeline.store.erase import erase
 from queuelake.transport import db, installer
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli
 from tests.helpers.journal_rows import UTC, append, batch

@@ -17,14 +17,14 @@ import pyarrow as pa
 import pytest
 from queuelake.config import LakeConfig, from_dict
 from queuelake.examples import traffic
+from queuelake.lake.catalogue import MESSAGES
 from queuelake.lake.engines import open_lake
 from queuelake.lake.lookup import _may_hold
-from queuelake.lake.tables import MESSAGES
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.find import search
 from queuelake.transport import db, installer
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import CliResult, run_cli
 

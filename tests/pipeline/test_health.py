@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pytest
 from queuelake.config import Config, LakeConfig, from_dict
 from queuelake.examples import traffic
+from queuelake.lake.catalogue import ENDPOINT_DAILY, ENDPOINT_HEALTH
 from queuelake.lake.engines import open_lake
-from queuelake.lake.tables import ENDPOINT_DAILY, ENDPOINT_HEALTH
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, RETRY_UNIQUE_MESSAGE_ID
 from queuelake.pipeline.drain.run import drain
@@ -26,7 +26,7 @@ from queuelake.pipeline.health import depth, metrics
 from queuelake.pipeline.health.run import read_latest, update
 from queuelake.transport import db, installer
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli
 

@@ -18,7 +18,7 @@ from queuelake.pipeline.drain.run import connection_plan, drain
 from queuelake.transport import claims, db, installer, locks, queues
 from queuelake.transport.activity import PeakConnections
 from queuelake.transport.queues import OutgoingMessage, send
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 
 def test_the_plan_never_exceeds_the_budget() -> None:

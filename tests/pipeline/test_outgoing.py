@@ -21,7 +21,7 @@ from queuelake.nsb.times import format_time
 from queuelake.nsb.timespan import timespan
 from queuelake.pipeline.message_ids import NAMESPACE, message_id
 from queuelake.pipeline.publish.routing import Router
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 NOW = dt.datetime(2026, 11, 24, 8, 0, 0, 123456, tzinfo=dt.timezone.utc)
 SENT = format_time(NOW)

@@ -29,7 +29,7 @@ from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.transform import transform
 from queuelake.quality import outbound
 from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.conftest import require_delta_jvm
 

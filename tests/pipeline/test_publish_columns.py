@@ -24,7 +24,7 @@ from queuelake.pipeline.publish.headers import quoted_ids
 from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import in_batches, sent_columns
 from queuelake.transport import binary_copy
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 NOW = dt.datetime(2026, 11, 24, 8, 0, 0, 123456, tzinfo=dt.timezone.utc)
 SENT = format_time(NOW)

@@ -20,7 +20,7 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.publish.rounds import Round, parse_round
 from queuelake.pipeline.publish.run import publish
 from queuelake.transport import db, ledger
-from queuelake.transport.tables import bridge_ref
+from queuelake.transport.table_refs import bridge_ref
 
 from tests.pipeline.test_publish import KILL_SCRIPT, config, drain_all, row, setup_db, subscribe, write_outbound
 

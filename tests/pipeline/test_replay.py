@@ -32,7 +32,7 @@ from queuelake.pipeline.replay.predicate import check_predicate
 from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 from queuelake.transport import db, installer, queues
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 TIMEOUT = "System.TimeoutException"
 DECLINED = "Billing.CardDeclinedException"

@@ -10,7 +10,7 @@ import pytest
 from queuelake.config import from_dict
 from queuelake.pipeline.replay.planned import NO_ENDPOINT, NO_FAILED_QUEUE, Planned, rows_of
 from queuelake.pipeline.replay.rows import EMPTY_KEYS
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 CONFIG = from_dict({"transport": {"connection": "postgresql://x@localhost/y"}, "lake": {"root": "/l"}}, env={})
 

@@ -18,7 +18,7 @@ from deltalake import WriterProperties, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from queuelake.config import from_dict
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.plan import ReplayOptions
@@ -58,7 +58,7 @@ def journal_rows(n: int) -> pa.Table:
                 "expires": TIMES[(i // 5) % len(TIMES)],
             }
         )
-    return pa.Table.from_pylist(rows, schema=tables.MESSAGES.schema)
+    return pa.Table.from_pylist(rows, schema=catalogue.MESSAGES.schema)
 
 
 @pytest.fixture(scope="module")
@@ -192,13 +192,13 @@ def test_combinations_select_alike(replayer: Replayer, tree) -> None:
     ],
 )
 def test_what_only_spark_reads_is_left_to_it(predicate: str) -> None:
-    assert arrow_predicate(predicate, tables.MESSAGES.schema) is None
+    assert arrow_predicate(predicate, catalogue.MESSAGES.schema) is None
 
 
 def test_seq_takes_every_bigint() -> None:
     """SQL Server's RowVersion is a bigint that reaches 19 digits; 18 were the most taken, and ``erase``
     refused ``seq = <19 digits>`` as a predicate it could not translate."""
-    schema = tables.MESSAGES.schema
+    schema = catalogue.MESSAGES.schema
     table = pa.table({"seq": pa.array([-(2**63), 5, 2**63 - 2, 2**63 - 1], pa.int64())})
     for predicate, want in (
         ("seq = 9223372036854775807", [2**63 - 1]),
@@ -213,10 +213,10 @@ def test_seq_takes_every_bigint() -> None:
 
 
 def test_a_time_without_zone_is_read_in_the_session_zone() -> None:
-    translated = arrow_predicate("time_of_failure >= '2026-11-01 09:00'", tables.MESSAGES.schema, "Europe/Paris")
+    translated = arrow_predicate("time_of_failure >= '2026-11-01 09:00'", catalogue.MESSAGES.schema, "Europe/Paris")
     assert translated is not None
     assert "2026-11-01 08:00:00" in str(translated.expression)
-    assert arrow_predicate("time_of_failure >= '2026-11-01 09:00'", tables.MESSAGES.schema, "+01:00") is None
+    assert arrow_predicate("time_of_failure >= '2026-11-01 09:00'", catalogue.MESSAGES.schema, "+01:00") is None
 
 
 def test_statistics_skip_row_groups(replayer: Replayer) -> None:

@@ -21,7 +21,7 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.store import retention
 from queuelake.pipeline.store.typed import body_tables as typed_tables
 from queuelake.transport import db, installer
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli
 from tests.helpers.journal_rows import UTC, append, batch
@@ -199,7 +199,7 @@ def test_maintain_cli_dry_run_then_retention_recorded_in_runs(tmp_path: Path) ->
 @pytest.mark.slow
 def test_runs_made_before_the_retention_columns_gain_them(tmp_path: Path) -> None:
     """A ``runs`` table an older version made (without the new columns) takes maintain's row."""
-    from queuelake.lake.tables import RUNS
+    from queuelake.lake.catalogue import RUNS
 
     cfg, lake = seeded(tmp_path / "lake")
     old = pa.schema(

@@ -10,7 +10,7 @@ from queuelake.config import from_dict
 from queuelake.pipeline.drain.queue_drain import release_drain_lock, take_drain_lock
 from queuelake.pipeline.drain.sessions import LOCK, RECEIVE, SessionPool
 from queuelake.transport import db
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 
 def sessions_named(uri: str, name: str) -> int:

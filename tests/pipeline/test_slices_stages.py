@@ -16,7 +16,7 @@ from queuelake.pipeline import transform as transform_mod
 from queuelake.pipeline.bodies import run as bodies_run
 from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 ORDERS = "body_sales_messages_events_orderplaced"
 OUTPUT = "outbound_customer_totals"

@@ -116,7 +116,7 @@ def _seed(pg_uri: str, lake: Path) -> dict[str, dict[str, int]]:
     from queuelake.context import connect
     from queuelake.examples.demo import seed_traffic
     from queuelake.transport import subscriptions
-    from queuelake.transport.tables import bridge_ref
+    from queuelake.transport.table_refs import bridge_ref
 
     env = {**os.environ, "QUEUELAKE_CONNECTION": pg_uri, "QUEUELAKE_LAKE_ROOT": str(lake)}
     installed = _queuelake(["install", "-c", str(CONFIG)], env)

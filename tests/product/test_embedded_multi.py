@@ -85,7 +85,7 @@ import sys
 from queuelake.config import load
 from queuelake.context import connect
 from queuelake.examples import traffic
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 cfg = load(sys.argv[1])
 with connect(cfg) as conn:
     for i, q in enumerate({QUEUES!r}):

@@ -1,6 +1,6 @@
 """The library's import graph has no circles and imports only downwards through its layers.
 
-Why: issue 31 found four import circles (config <-> transport.tables, lake.catalog <-> lake.port,
+Why: issue 31 found four import circles (config <-> transport.table_refs, lake.catalog <-> lake.port,
 pipeline.publish <-> pipeline.publish_executors, transport.address <-> transport.dialects), each
 dodged by an import inside a function, where nothing saw it. This test reads every module of
 ``lib/queuelake`` with ``ast`` (no import runs) and counts every import: at module level, under
@@ -247,20 +247,20 @@ def test_imports_follow_the_layers() -> None:
 
 
 def test_the_checks_catch_a_back_import(tmp_path: Path) -> None:
-    """A planted back-import (config reaching into transport.tables inside a function, the first
+    """A planted back-import (config reaching into transport.table_refs inside a function, the first
     circle issue 31 removed) is reported as a circle and against the layers."""
     for path in (LIB / PACKAGE).rglob("*.py"):
         copy = tmp_path / path.relative_to(LIB)
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
     config = tmp_path / PACKAGE / "config.py"
-    planted = "\n\ndef _planted():\n    from queuelake.transport.tables import queue_ref\n"
+    planted = "\n\ndef _planted():\n    from queuelake.transport.table_refs import queue_ref\n"
     config.write_text(config.read_text(encoding="utf-8") + planted, encoding="utf-8")
     graph = import_graph(tmp_path)
-    assert ["queuelake.config", "queuelake.transport.tables"] in [
-        [m for m in c if m in ("queuelake.config", "queuelake.transport.tables")] for c in circles(graph)
+    assert ["queuelake.config", "queuelake.transport.table_refs"] in [
+        [m for m in c if m in ("queuelake.config", "queuelake.transport.table_refs")] for c in circles(graph)
     ]
     assert any(
-        p.startswith("queuelake.config (layer 'config') imports queuelake.transport.tables")
+        p.startswith("queuelake.config (layer 'config') imports queuelake.transport.table_refs")
         for p in layer_violations(graph)
     )

@@ -718,7 +718,7 @@ import sys
 from queuelake.config import load
 from queuelake.context import connect
 from queuelake.examples import traffic
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 from tests.helpers.bodies_corpus import corpus
 
 cfg = load(sys.argv[1], env={})

@@ -4,7 +4,7 @@ body tables and ``body_increments`` were described as "what a transform produces
 from __future__ import annotations
 
 from queuelake.commands.tables import about
-from queuelake.lake.tables import CATALOGUE
+from queuelake.lake.catalogue import CATALOGUE
 
 
 def test_every_kind_of_table_is_named_for_what_it_is() -> None:

@@ -23,7 +23,7 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.publish.run import publish
 from queuelake.transport import db, installer
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 OUTBOUND = pa.schema(
     [

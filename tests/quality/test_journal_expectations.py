@@ -19,7 +19,7 @@ from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 
 def config(uri: str, lake_root: Path, expectations: list | None):

@@ -13,7 +13,7 @@ from queuelake import config as config_mod
 from queuelake.config import check_send_target, from_dict
 from queuelake.errors import ConfigError
 from queuelake.transport import installer, schema
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli  # the CLI runs in a process: this module is in the subprocess tier
 from tests.helpers.db import connection_string

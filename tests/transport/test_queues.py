@@ -15,7 +15,7 @@ from queuelake.nsb import headers as hdr
 from queuelake.transport import binary_copy, installer, queues
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 from tests.helpers.cli import run_cli
 from tests.helpers.db import connection_string, sql

@@ -26,7 +26,7 @@ import pytest
 from queuelake.errors import TransportError
 from queuelake.transport import db, installer, queues, sqlfiles
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 from tests.helpers.transport import connect, make_config
 

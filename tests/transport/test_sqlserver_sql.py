@@ -13,7 +13,7 @@ import pytest
 import sqlglot
 from queuelake.config import from_dict
 from queuelake.transport import dialects, installer, sqlfiles
-from queuelake.transport.tables import TableRef, resolve_address
+from queuelake.transport.table_refs import TableRef, resolve_address
 from sqlglot import exp
 
 SQLSERVER_ADDRESSES = [

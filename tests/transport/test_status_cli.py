@@ -96,7 +96,7 @@ def test_status_covers_every_queue_the_config_touches(fresh_pg_uri: str, tmp_pat
     import yaml
     from queuelake.config import from_dict
     from queuelake.transport import subscriptions
-    from queuelake.transport.tables import bridge_ref, queue_ref
+    from queuelake.transport.table_refs import bridge_ref, queue_ref
 
     data = {
         "transport": {"connection": "${QUEUELAKE_CONNECTION}", "delayed_endpoints": ["Billing"]},

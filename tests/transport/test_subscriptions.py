@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from queuelake.transport import installer, subscriptions
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 from tests.helpers.db import sql
 from tests.helpers.transport import connect, make_config

@@ -41,7 +41,7 @@ class Command:
     ``summary_on_stderr``: whether these arguments make stdout the command's own output alone (``install
     --print-sql`` prints a script a DBA pipes to a file), so the summary goes to stderr instead.
     The ``runs`` columns a command fills are the runs table's contract and live with it, in
-    ``lake/tables.py``'s ``RUNS_COLUMNS_BY_COMMAND`` (the lake and the pipelines check rows against it).
+    ``lake/catalogue.py``'s ``RUNS_COLUMNS_BY_COMMAND`` (the lake and the pipelines check rows against it).
     """
 
     name: str

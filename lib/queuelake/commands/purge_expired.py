@@ -19,7 +19,7 @@ def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.report import log
     from queuelake.status import Status
     from queuelake.transport import queues, schema
-    from queuelake.transport.tables import queue_ref
+    from queuelake.transport.table_refs import queue_ref
 
     cfg = config_mod.load(args.config)
     run = runs.Run("purge-expired")

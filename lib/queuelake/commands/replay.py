@@ -12,8 +12,8 @@ from queuelake.commands.command import Command
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import active_spark, lake_for
+    from queuelake.lake.catalogue import MESSAGES
     from queuelake.lake.engines import open_lake
-    from queuelake.lake.tables import MESSAGES
     from queuelake.pipeline.replay.plan import ReplayOptions
     from queuelake.pipeline.replay.predicate import check_columns
     from queuelake.pipeline.replay.replayer import needs_spark

@@ -11,7 +11,7 @@ from queuelake.commands.command import Command
 if TYPE_CHECKING:
     from queuelake import config as config_mod
     from queuelake.transport.db import Connection
-    from queuelake.transport.tables import TableRef
+    from queuelake.transport.table_refs import TableRef
 
 
 def status(args: argparse.Namespace) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def _missing_bridge_tables(conn: Connection, cfg: config_mod.Config) -> list[str
     """The bridge tables ``install`` creates (publish ledger, drain claims) that are not there. The
     subscription table is not among them: a system without pub/sub has none, and status lists it."""
     from queuelake.transport import schema
-    from queuelake.transport.tables import bridge_ref
+    from queuelake.transport.table_refs import bridge_ref
 
     t = cfg.transport
     refs = [bridge_ref(t.ledger_table, t), bridge_ref(t.claims_table, t)]
@@ -79,7 +79,7 @@ def _touched(conn: Connection, cfg: config_mod.Config) -> list[tuple[TableRef, s
     from queuelake.errors import QueuelakeError
     from queuelake.report import log
     from queuelake.transport import schema, subscriptions
-    from queuelake.transport.tables import bridge_ref, queue_ref
+    from queuelake.transport.table_refs import bridge_ref, queue_ref
 
     t = cfg.transport
     found: dict[str, tuple[TableRef, str]] = {}

@@ -20,7 +20,7 @@ def tables(args: argparse.Namespace) -> dict[str, Any]:
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root
-    from queuelake.lake import tables as catalogue
+    from queuelake.lake import catalogue
     from queuelake.lake.engines import open_lake
     from queuelake.report import log
 

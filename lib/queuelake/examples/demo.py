@@ -43,7 +43,7 @@ from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import installer, subscriptions
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import bridge_ref, queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 DRAINED = ["Sales", "audit", "error"]
 ENDPOINTS = ["Sales", "Billing", "Shipping"]

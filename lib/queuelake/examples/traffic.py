@@ -22,7 +22,7 @@ from queuelake.nsb.retry import RETRY_UNIQUE_MESSAGE_ID, unique_message_id
 from queuelake.nsb.times import format_time
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage, send
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 ORDER_PLACED = (
     "Sales.Messages.Events.OrderPlaced, Sales.Messages, Version=1.0.0.0, Culture=neutral, PublicKeyToken=null"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from queuelake.errors import LakeError
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue
 from queuelake.lake.catalog import registrar_for, with_names
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.delta_spark.engine import DeltaSparkEngine

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from queuelake.transport import row_sends
 from queuelake.transport.db import Connection
 from queuelake.transport.row_sends import OutgoingMessage
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # the signature, flags 0, no header extension
 TRAILER = b"\xff\xff"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from queuelake.config import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef, bridge_ref
+from queuelake.transport.table_refs import TableRef, bridge_ref
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from queuelake.config import Config
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
+from queuelake.transport.table_refs import TableRef, bridge_ref, queue_ref
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 @dataclass(frozen=True)

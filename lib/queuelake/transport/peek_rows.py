@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 DEFAULT_LIMIT = 1000  # rows read per table at most: a conversation waiting in one queue is rarely more
 

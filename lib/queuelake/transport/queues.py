@@ -24,7 +24,7 @@ from queuelake.transport.row_sends import as_utc as _utc
 from queuelake.transport.row_sends import db_utc_now as db_utc_now
 from queuelake.transport.row_sends import has_recoverable as has_recoverable
 from queuelake.transport.sqlfiles import Statement
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 SEND_CHUNK = 1000  # rows per executemany: bounds the parameter array pyodbc holds in memory
 

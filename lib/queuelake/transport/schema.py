@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from queuelake.errors import TransportError
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 def table_exists(conn: Connection, ref: TableRef) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 def subscribe(conn: Connection, table: TableRef, queue_address: str, endpoint: str, topic: str) -> None:

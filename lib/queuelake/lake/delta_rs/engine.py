@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import deletes
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue, deletes
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
 from queuelake.lake.delta_rs.commits import KILL_ENV, WRITE_ID_KEY, exactly_once

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue
 from queuelake.lake.arrow_types import conform
 from queuelake.lake.common import EngineBase
 from queuelake.lake.delta_rs.append_log import AppendLog

@@ -221,7 +221,7 @@ class DeltaSparkEngine(EngineBase):
         safe only on tables written in one commit per write (the typed tables, the records): never on
         the journal, whose drain stages files before it commits them (the journal is delta-rs's, whose
         purge deletes only the log's tombstones)."""
-        from queuelake.lake import tables as catalogue
+        from queuelake.lake import catalogue
 
         if table == catalogue.MESSAGES.name or catalogue.engine_for(table) is not None:
             raise LakeError(f"lake table {table}: delta-spark never vacuums a table with staged writes (the journal)")

@@ -29,7 +29,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.report import log
 from queuelake.transport import ledger
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 P = TypeVar("P")
 

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.errors import QueuelakeError, jvm_line
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import rows_in_files
 from queuelake.pipeline import runs

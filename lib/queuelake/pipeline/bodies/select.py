@@ -31,7 +31,7 @@ from queuelake.lake.round_files import open_file, spark_frame
 from queuelake.pipeline.bodies import names
 from queuelake.pipeline.bodies.seen import Times
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -26,7 +26,7 @@ from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import claims
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 
 @dataclass

@@ -23,7 +23,7 @@ from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.report import log
 from queuelake.transport import claims, queues
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from queuelake.report import log
 from queuelake.transport import claims
 from queuelake.transport.claims import Claim
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 OUTCOMES = ("landed", "expired", "quarantined")
 

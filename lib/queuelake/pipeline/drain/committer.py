@@ -32,7 +32,7 @@ from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 MOST_PENDING_PER_WORKER = 2  # a worker runs at most this far ahead of the journal
 MOST_PER_GROUP = 512  # batches in one commit (its log entry lists every file)

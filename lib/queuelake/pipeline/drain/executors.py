@@ -59,7 +59,7 @@ from queuelake.pipeline.drain.task import QueueJob, drain_queues_task
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import claims, drivers
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

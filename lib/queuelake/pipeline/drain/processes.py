@@ -57,7 +57,7 @@ from queuelake.pipeline.drain.poller import ClaimsPoller
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.task import QueueJob, TaskResources, drain_queues_task
 from queuelake.report import log
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 ATTEMPTS = 4  # a job's runs in all when its process dies: Spark's default spark.task.maxFailures
 STOP_CHECK_SECONDS = 0.2  # how often the command looks for a stop request to pass on

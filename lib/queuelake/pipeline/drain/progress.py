@@ -10,7 +10,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.report import log
 from queuelake.transport import queues
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 NEWEST_EVERY_SECONDS = 5.0
 

@@ -30,7 +30,7 @@ from queuelake.pipeline.runs import Run
 from queuelake.report import log
 from queuelake.status import Status, worst
 from queuelake.transport import db, drivers
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

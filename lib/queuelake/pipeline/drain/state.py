@@ -17,7 +17,7 @@ from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import SessionPool
 from queuelake.transport import claims, db
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 class QueueState:

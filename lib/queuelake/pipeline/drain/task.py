@@ -47,7 +47,7 @@ from queuelake.pipeline.drain.sessions import SessionPool
 from queuelake.report import log
 from queuelake.transport import claims, db, drivers, locks
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 POLL_SECONDS = 0.05  # a task's look at its claims while it waits for the driver's commit
 # a worker claims at most this many batches ahead of the driver's commits (then waits for them)

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.errors import ArgumentError, LakeError
+from queuelake.lake.catalogue import MESSAGES
 from queuelake.lake.port import LakeEngine
-from queuelake.lake.tables import MESSAGES
 from queuelake.pipeline.find.ids import check_id, spellings
 
 BY = {"message": "message_id", "conversation": "conversation_id"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 
-MESSAGES = tables.MESSAGES.name
-MESSAGES_SCHEMA: pa.Schema = tables.MESSAGES.schema
-UTC_TS = tables.UTC_TS
+MESSAGES = catalogue.MESSAGES.name
+MESSAGES_SCHEMA: pa.Schema = catalogue.MESSAGES.schema
+UTC_TS = catalogue.UTC_TS

@@ -22,7 +22,7 @@ from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import queues
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 class DriverSender:

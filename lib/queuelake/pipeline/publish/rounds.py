@@ -14,7 +14,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.batches.keys import Round, parse_round
 from queuelake.transport import ledger
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 
 def last_round(batch_keys: list[str]) -> tuple[Round | None, set[int], bool]:

@@ -39,7 +39,7 @@ from queuelake.pipeline.publish.rows import table_of
 from queuelake.transport import binary_copy, queues, schema, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.tables import TableRef, bridge_ref, queue_ref
+from queuelake.transport.table_refs import TableRef, bridge_ref, queue_ref
 
 Verdict = tuple[TableRef | None, str | None]  # (queue, None) when deliverable, else (None, reason)
 

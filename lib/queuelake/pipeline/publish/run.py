@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from queuelake.config import Config
 from queuelake.context import connect, with_database
 from queuelake.errors import QueuelakeError
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.publish import executors
 from queuelake.pipeline.publish.driver import DriverSender
@@ -27,7 +27,7 @@ from queuelake.quality import expectations
 from queuelake.report import log
 from queuelake.status import Status, worst
 from queuelake.transport import ledger
-from queuelake.transport.tables import bridge_ref
+from queuelake.transport.table_refs import bridge_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,8 +119,8 @@ class Publisher:
 def written_tables(config: Config) -> list[str]:
     """The tables a publish may write besides ``runs``: each output's rejects and undeliverables, and
     the expectations' results (``commands.sessions``: whether it may run without a Spark session)."""
-    per_output = [t.name_for(o) for o in config.publish.outputs for t in (tables.REJECTED, tables.UNDELIVERABLE)]
-    return [*per_output, tables.EXPECTATION_RESULTS.name]
+    per_output = [t.name_for(o) for o in config.publish.outputs for t in (catalogue.REJECTED, catalogue.UNDELIVERABLE)]
+    return [*per_output, catalogue.EXPECTATION_RESULTS.name]
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:

@@ -40,7 +40,7 @@ from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.report import log
 from queuelake.transport import binary_copy
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

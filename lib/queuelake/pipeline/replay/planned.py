@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from queuelake.pipeline.replay.rows import Row, Verdicts
 from queuelake.report import log
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 NO_FAILED_QUEUE = "no NServiceBus.FailedQ header: the queue it failed in is unknown (use --to)"
 NO_ENDPOINT = "an audited message without NServiceBus.ProcessingEndpoint: its queue is unknown (use --to)"

@@ -63,7 +63,7 @@ from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import ledger, locks
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import bridge_ref
+from queuelake.transport.table_refs import bridge_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

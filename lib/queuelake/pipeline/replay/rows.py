@@ -15,7 +15,7 @@ from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.round_files import open_file
 from queuelake.transport import schema
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 # The selection's small columns (no headers, no bodies): what planning, dry runs and counts need.
 KEY_COLUMNS = [

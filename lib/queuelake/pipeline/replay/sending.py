@@ -25,7 +25,7 @@ from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
 from queuelake.transport import binary_copy
 from queuelake.transport.db import Connection
-from queuelake.transport.tables import TableRef
+from queuelake.transport.table_refs import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

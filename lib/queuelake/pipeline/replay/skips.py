@@ -9,13 +9,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.lake import tables
+from queuelake.lake import catalogue
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.replay.planned import Planned
 from queuelake.pipeline.runs import record_engine
 
-SKIPPED = tables.REPLAY_SKIPPED.name
-SKIPPED_SCHEMA: pa.Schema = tables.REPLAY_SKIPPED.schema
+SKIPPED = catalogue.REPLAY_SKIPPED.name
+SKIPPED_SCHEMA: pa.Schema = catalogue.REPLAY_SKIPPED.schema
 
 
 def recorded_skips(lake: LakeEngine, replay_id: str) -> set[tuple[str, int]]:

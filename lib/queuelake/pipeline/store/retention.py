@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from queuelake.config import Config, RetentionRule
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
@@ -40,7 +40,7 @@ from queuelake.pipeline.store import typed
 from queuelake.pipeline.store.erase import key_filter
 from queuelake.report import log
 from queuelake.timetext import iso_utc
-from queuelake.transport.tables import queue_ref
+from queuelake.transport.table_refs import queue_ref
 
 JOURNAL = catalogue.MESSAGES.name
 UNPARSED = catalogue.BODY_UNPARSED

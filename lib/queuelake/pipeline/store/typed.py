@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from queuelake.errors import ArgumentError
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine

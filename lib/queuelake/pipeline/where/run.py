@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from queuelake.config import Config
 from queuelake.errors import ArgumentError, HeaderError, TransportError
-from queuelake.lake import tables as catalogue
+from queuelake.lake import catalogue
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ORIGINAL_MESSAGE_ID
@@ -46,7 +46,7 @@ from queuelake.pipeline.where.places import Place, from_journal, from_queue_row,
 from queuelake.report import log
 from queuelake.transport.db import Connection
 from queuelake.transport.peek_rows import DEFAULT_LIMIT, Peeked, peek_matching
-from queuelake.transport.tables import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 MESSAGES = catalogue.MESSAGES.name
 _JOURNAL_SCHEMA: pa.Schema = catalogue.MESSAGES.schema

@@ -414,9 +414,7 @@ BODY_INCREMENTS = LakeTable(
 # ``queuelake.health`` carries the journal version consumed. The lake's own engine: ``queuelake health``
 # opens the lake with delta-rs (Arrow on the driver, no Spark), and ``pipeline.health.run.update`` given a
 # delta-spark lake writes through it.
-_HEALTH_TIMES = [
-    pa.field(f"{kind}_p{q}_ms", pa.float64()) for kind in ("processing", "critical") for q in (50, 95, 99)
-]
+_HEALTH_TIMES = [pa.field(f"{kind}_p{q}_ms", pa.float64()) for kind in ("processing", "critical") for q in (50, 95, 99)]
 
 ENDPOINT_HEALTH = LakeTable(
     "endpoint_health",
