@@ -64,7 +64,7 @@ setup(
             "mypy>=1.10",
             # a local S3 server for the object-storage lake tests (tests/lake/test_s3.py)
             "moto[server]>=5.1",
-            # parses `queuelake health --metrics` output, as Prometheus would (tests/pipeline/test_health.py)
+            # parses `queuelake health --metrics` output, as Prometheus would (tests/pipeline/health/test_health.py)
             "prometheus_client>=0.20",
         ],
         # the embedded default (transport.embedded, conf/local.yaml, `queuelake demo`): a throwaway

@@ -6,7 +6,7 @@ run says so and changes nothing), a delete that commits beside a running drain, 
 removed files gone from storage. The pipelines hand a ``RowFilter`` to the port
 (``LakeEngine.delete_rows`` ...); only this module turns it into deltalake calls.
 
-What was measured on deltalake 1.6.6 (``tests/pipeline/test_retention.py`` keeps it true):
+What was measured on deltalake 1.6.6 (``tests/pipeline/store/test_retention.py`` keeps it true):
 ``DeltaTable.delete`` drops a file all of whose rows match without rewriting it (its add action is
 removed, nothing is written: ``num_added_files`` 0, ``num_copied_rows`` 0); it still opens such a
 file to evaluate the predicate on its columns (a whole-file delete of a file missing from storage

@@ -9,7 +9,7 @@ Arrow kernel (``Templates.headers``). Rows without headers of their own (the usu
 Arrow too, each distinct value (intent, type, TTBR) as JSON once; a row with headers of its own is
 written in Python once per row (``row_headers``), in the order ``{**theirs, **ours}`` gives, which
 keeps their names where they are. The text is byte for byte what ``orjson.dumps`` of the copy's
-headers dict writes (``tests/pipeline/test_outgoing.py`` holds a row-by-row reference).
+headers dict writes (``tests/pipeline/publish/test_outgoing.py`` holds a row-by-row reference).
 """
 
 from __future__ import annotations

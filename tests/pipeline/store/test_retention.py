@@ -155,7 +155,7 @@ def test_ages_back_to_year_one_and_beyond(tmp_path: Path) -> None:
     assert keys(lake) == before - {(SALES, 0), (SALES, 1), (SALES, 3)}
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def cli(args: list[str], uri: str, cwd: Path) -> tuple[dict, str, int]:

@@ -29,7 +29,7 @@ from tests.helpers.cli import summary_of
 from tests.helpers.drain import claim_count, commit_spacing, install, journal, make_config, queue_depth, seed_ids
 from tests.helpers.kills import TASK_POINTS, drain_sessions, wait_for_no_drain
 
-LIB = str(Path(__file__).resolve().parents[2] / "lib")
+LIB = str(Path(__file__).resolve().parents[3] / "lib")
 SMALL, BIG = 12, 3  # queues of one batch, and of several
 SMALL_ROWS, BIG_ROWS, BATCH = 100, 1_000, 250
 

@@ -42,7 +42,7 @@ from tests.helpers.drain import (
     write_config,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 # --- outcomes and decoding ------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from tests.helpers.drain import claim_count, install, journal, make_config, queu
 from tests.helpers.kills import TASK_POINTS, wait_for_no_drain
 from tests.helpers.standalone import Cluster, standalone_cluster
 
-LIB = str(Path(__file__).resolve().parents[2] / "lib")
+LIB = str(Path(__file__).resolve().parents[3] / "lib")
 
 
 @pytest.fixture(scope="session")
