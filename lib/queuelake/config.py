@@ -467,7 +467,7 @@ def from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None, sou
 
 def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Read a YAML config file. Without a path: ``$QUEUELAKE_CONFIG``, else ``conf/local.yaml`` when it
-    exists, else the local embedded config the package ships (``queuelake.examples.local_config``), but
+    exists, else the local embedded config the package ships (``queuelake.local_config``), but
     only where its database already is (``.queuelake/pgdata``, as ``queuelake demo`` leaves it): a
     forgotten ``-c`` elsewhere fails in one line (it used to create a database and report "ok" on its
     empty queues). An explicit path must exist."""
@@ -475,7 +475,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
     if path is None and environ.get(CONFIG_ENV):
         path = environ[CONFIG_ENV]
     if path is None and not Path(DEFAULT_CONFIG).is_file():
-        from queuelake.examples.local_config import LOCAL_YAML, SOURCE
+        from queuelake.local_config import LOCAL_YAML, SOURCE
 
         if not Path(EMBEDDED_DATA).is_dir():
             # a forgotten -c must not quietly start a database here and report on its empty queues

@@ -27,7 +27,7 @@ above; where a layer has parts (``lake | transport``), the parts do not import e
                    type names, ServiceControl's retry headers, the bulk header decoders): no queue
                    database, lake or setting, so every layer that meets the wire can use it
 11. base           ``errors``, ``status``, ``report``, ``redaction``, ``stopping``, ``kill_points``, ``versions``,
-                   ``timetext``, ``allocator`` (glibc's thresholds), ``examples.local_config`` (the YAML config
+                   ``timetext``, ``allocator`` (glibc's thresholds), ``local_config`` (the YAML config
                    falls back to)
 
 Package ``__init__`` modules import nothing from queuelake: every submodule's import runs them, so
@@ -72,7 +72,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                 "versions",
                 "timetext",
                 "allocator",
-                "examples.local_config",
+                "local_config",
             ]
         ],
     ),

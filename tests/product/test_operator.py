@@ -17,7 +17,7 @@ import yaml
 from queuelake import __version__, cli
 from queuelake import config as config_mod
 from queuelake.errors import ConfigError
-from queuelake.examples.local_config import LOCAL_YAML, SOURCE
+from queuelake.local_config import LOCAL_YAML, SOURCE
 from queuelake.report import JsonFormatter
 
 from tests.helpers.cli import CliResult, run_cli

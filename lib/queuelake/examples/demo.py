@@ -34,9 +34,9 @@ from queuelake.config import Config, from_dict, load
 from queuelake.context import connect
 from queuelake.errors import DemoError
 from queuelake.examples import traffic
-from queuelake.examples.local_config import LOCAL_YAML
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.local_config import LOCAL_YAML
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
@@ -53,7 +53,7 @@ LAKE, DATABASE, MARKER = "lake", ".queuelake/pgdata", ".queuelake/demo-created.j
 
 
 def demo_settings(workdir: Path, engine: str = "auto") -> dict[str, Any]:
-    """The built-in local config (``queuelake.examples.local_config``) with absolute paths into the
+    """The built-in local config (``queuelake.local_config``) with absolute paths into the
     work folder, so the written file works from any folder."""
     data = yaml.safe_load(LOCAL_YAML)
     data["transport"]["embedded"] = str(workdir / DATABASE)

@@ -10,7 +10,7 @@ drained (see ``drain.also_destinations`` in the README).
 
 from __future__ import annotations
 
-SOURCE = "queuelake.examples.local_config (built in)"
+SOURCE = "queuelake.local_config (built in)"
 
 LOCAL_YAML = """\
 # The embedded default: a throwaway PostgreSQL (data in ./.queuelake/pgdata), local Spark, ./lake.
