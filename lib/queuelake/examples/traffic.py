@@ -107,14 +107,19 @@ def audit_copy(message: OutgoingMessage, processed_by: str, started: dt.datetime
     return OutgoingMessage(hdr.encode(headers), message.body, id=str(uuid.uuid4()))
 
 
-def failed_copy(message: OutgoingMessage, queue: str, exception: str, text: str, when: dt.datetime) -> OutgoingMessage:
+def failed_copy(
+    message: OutgoingMessage, queue: str, exception: str, text: str, when: dt.datetime, stack_trace: str | None = None
+) -> OutgoingMessage:
+    """The error queue's copy of ``message`` failed at ``queue``; ``stack_trace``: the frames after the
+    exception's first line (default: one frame, ``at <queue>.Handler.Handle()``)."""
     headers = hdr.decode_map(message.headers)
     headers[hdr.FAILED_QUEUE] = queue
     headers[hdr.PROCESSING_ENDPOINT] = queue
     headers[hdr.EXCEPTION_TYPE] = exception
     headers[hdr.EXCEPTION_MESSAGE] = text
     headers["NServiceBus.ExceptionInfo.Source"] = queue
-    headers["NServiceBus.ExceptionInfo.StackTrace"] = f"{exception}: {text}\n   at {queue}.Handler.Handle()"
+    frames = stack_trace if stack_trace is not None else f"   at {queue}.Handler.Handle()"
+    headers["NServiceBus.ExceptionInfo.StackTrace"] = f"{exception}: {text}\n{frames}"
     headers[hdr.TIME_OF_FAILURE] = wire_time(when)
     return OutgoingMessage(hdr.encode(headers), message.body, id=str(uuid.uuid4()))
 

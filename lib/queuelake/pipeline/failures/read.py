@@ -1,0 +1,163 @@
+"""The journal's failed copies, read without Spark and in bounded memory, and the later copies that
+name them as the source of a retry.
+
+Why row group by row group: a failed copy's grouping keys are typed columns, but its stack trace is a
+header, and the ``headers`` map is most of a journal's bytes. Each row group of each file the Delta log
+lists at one version (``LakeEngine.added_files(messages, None, version)``, as replay reads) is read
+first for its small columns alone; only a row group holding failed copies has its ``headers`` read,
+and of those only the failed rows' stack trace and replay headers are kept. Memory holds one row
+group's header map and the failed copies' small columns, never a body.
+
+A failed copy is a ``landed`` row carrying ``NServiceBus.FailedQ`` or an exception type (what health
+and replay call a failure). Expired and quarantined rows are not read: replay cannot send them.
+
+Retries (``later_copies``): a queuelake retry or redirect keeps the failed message's ``MessageId`` and
+says which journal row it came from (``queuelake.Replay.Source``: ``<queue>@<seq>``). A second pass
+reads the ``message_id`` column of every file and, only in row groups holding one of the failed
+messages' ids, the ``headers`` of those rows: each copy naming a failed row as its source is a retry of
+it, processed (an audit copy) or failed again (an error copy). A replay ``--to`` another queue gives
+its copies new MessageIds, so it is not found here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from queuelake.lake import catalogue as tables
+from queuelake.lake.port import LakeEngine
+from queuelake.lake.round_files import open_file
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID
+from queuelake.pipeline.failures.fingerprint import fingerprint
+from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
+
+MESSAGES = tables.MESSAGES.name
+STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
+# the small columns read from every row group
+SMALL = [
+    "queue",
+    "seq",
+    "outcome",
+    "drained_at",
+    "message_id",
+    "message_type",
+    "processing_endpoint",
+    "failed_queue",
+    "exception_type",
+    "exception_message",
+    "time_of_failure",
+]
+_RETRY_SMALL = ["queue", "seq", "message_id", "failed_queue", "exception_type", "processing_ended"]
+
+
+@dataclass
+class Failed:
+    """The failed copies at one journal version, one row each: ``SMALL`` and ``at`` (TimeOfFailure,
+    else drained_at), ``fingerprint``, ``frames`` (how many), ``is_retry`` (the copy is itself a
+    retry's failure: it carries a replay id or ServiceControl's retry id)."""
+
+    rows: pa.Table
+    version: int | None
+    files: int = 0
+    row_groups: int = 0
+    row_groups_with_failures: int = 0
+    rows_scanned: int = 0
+
+
+def _failures(small: pa.Table) -> pa.Array:
+    failed = pc.or_(pc.is_valid(small["failed_queue"]), pc.is_valid(small["exception_type"]))
+    return pc.fill_null(pc.and_(pc.equal(small["outcome"], "landed"), failed), False)
+
+
+def _header(headers: pa.ChunkedArray | pa.Array, name: str) -> list[str | None]:
+    return pc.map_lookup(headers, pa.scalar(name, pa.string()), "first").to_pylist()
+
+
+def read_failed(lake: LakeEngine, version: int | None = None) -> Failed:
+    """The failed copies of the journal at ``version`` (None: the current one)."""
+    version = lake.table_version(MESSAGES) if version is None else version
+    if version is None:
+        return Failed(_empty(), None)
+    files = lake.added_files(MESSAGES, None, version)
+    out = Failed(_empty(), version, files=len(files))
+    parts: list[pa.Table] = []
+    for uri in files:
+        lake_file = open_file(uri)
+        present = set(lake_file.schema_arrow.names)
+        for group in range(lake_file.metadata.num_row_groups):
+            out.row_groups += 1
+            small = lake_file.read_row_group(group, [c for c in SMALL if c in present])
+            out.rows_scanned += small.num_rows
+            small = _complete(small)
+            mask = _failures(small)
+            if not pc.any(mask).as_py():
+                continue
+            out.row_groups_with_failures += 1
+            failed = small.filter(mask)
+            headers = lake_file.read_row_group(group, ["headers"])["headers"].filter(mask)
+            stacks = _header(headers, STACK_TRACE)
+            retry = [
+                a is not None or b is not None
+                for a, b in zip(_header(headers, REPLAY_ID), _header(headers, RETRY_UNIQUE_MESSAGE_ID))
+            ]
+            del headers
+            at = pc.coalesce(failed["time_of_failure"], failed["drained_at"])
+            failed = failed.append_column("at", at)
+            failed = failed.append_column("fingerprint", pa.array([fingerprint(s) for s in stacks], pa.string()))
+            failed = failed.append_column("is_retry", pa.array(retry, pa.bool_()))
+            parts.append(failed)
+    if parts:
+        out.rows = pa.concat_tables(parts)
+    return out
+
+
+def _complete(small: pa.Table) -> pa.Table:
+    """``SMALL``'s columns, a column a file predates read as nulls."""
+    schema = MESSAGES_SCHEMA
+    for name in SMALL:
+        if name not in small.column_names:
+            small = small.append_column(schema.field(name), pa.nulls(small.num_rows, schema.field(name).type))
+    return small.select(SMALL)
+
+
+def _empty() -> pa.Table:
+    schema = MESSAGES_SCHEMA
+    fields = [schema.field(c) for c in SMALL]
+    fields += [pa.field("at", tables.UTC_TS), pa.field("fingerprint", pa.string()), pa.field("is_retry", pa.bool_())]
+    return pa.schema(fields).empty_table()
+
+
+@dataclass(frozen=True)
+class LaterCopy:
+    """A copy that names a failed row as its retry's source: whether it was processed or failed again."""
+
+    source: str  # <queue>@<seq> of the failed row
+    failed_again: bool
+
+
+def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[LaterCopy]:
+    """Every copy at ``version`` whose ``message_id`` is one of ``message_ids`` and whose
+    ``queuelake.Replay.Source`` names a journal row."""
+    if not message_ids:
+        return []
+    wanted = pa.array(sorted(message_ids), pa.string())
+    out: list[LaterCopy] = []
+    for uri in lake.added_files(MESSAGES, None, version):
+        lake_file = open_file(uri)
+        for group in range(lake_file.metadata.num_row_groups):
+            small = lake_file.read_row_group(group, _RETRY_SMALL)
+            mask = pc.fill_null(pc.is_in(small["message_id"], value_set=wanted), False)
+            if not pc.any(mask).as_py():
+                continue
+            rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+            picked = small.take(rows)
+            headers = lake_file.read_row_group(group, ["headers"])["headers"].take(pa.array(rows))
+            sources = _header(headers, REPLAY_SOURCE)
+            failed = pc.or_(pc.is_valid(picked["failed_queue"]), pc.is_valid(picked["exception_type"])).to_pylist()
+            for source, again in zip(sources, failed):
+                if source:
+                    out.append(LaterCopy(source, bool(again)))
+    return out

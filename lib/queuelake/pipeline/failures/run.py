@@ -1,0 +1,50 @@
+"""``queuelake failures``' work: the failed copies at the journal's current version, their later
+retries, the groups (``read.py``, ``groups.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from queuelake.lake.engines import journal_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.failures import groups as groups_mod
+from queuelake.pipeline.failures import read
+
+
+@dataclass
+class Found:
+    version: int | None
+    groups: list[groups_mod.Group] = field(default_factory=list)
+    scan: read.Failed | None = None
+    later_copies: int = 0
+
+    def summary(self) -> dict[str, object]:
+        scan = self.scan
+        return {
+            "journal_version": self.version,
+            "groups": len(self.groups),
+            "failed_copies": sum(len(g.rows) for g in self.groups),
+            "failed_messages": sum(len(g.replay_rows()) for g in self.groups),
+            "retry_copies_found": self.later_copies,
+            "files": scan.files if scan else 0,
+            "row_groups": scan.row_groups if scan else 0,
+            "row_groups_with_failures": scan.row_groups_with_failures if scan else 0,
+            "rows_scanned": scan.rows_scanned if scan else 0,
+        }
+
+
+def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
+    """The failure groups at the journal's current version; ``retries``: also find the later copies
+    that retried their messages (a second pass over the ``message_id`` column)."""
+    journal = journal_engine(lake)
+    scan = read.read_failed(journal)
+    found = Found(scan.version, scan=scan)
+    if scan.version is None:
+        return found
+    later: list[read.LaterCopy] = []
+    if retries and scan.rows.num_rows:
+        ids = {i for i in scan.rows["message_id"].to_pylist() if i}
+        later = read.later_copies(journal, scan.version, ids)
+    found.later_copies = len(later)
+    found.groups = groups_mod.group(scan.rows, later)
+    return found

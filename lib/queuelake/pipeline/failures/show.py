@@ -1,0 +1,97 @@
+"""The failure groups and one group's messages as the text ``queuelake failures`` prints, or JSON lines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+
+from queuelake.pipeline.failures.groups import Group
+
+_HEADER = (
+    "group",
+    "copies",
+    "msgs",
+    "retried",
+    "first seen (UTC)",
+    "last seen (UTC)",
+    "endpoint",
+    "message type",
+    "exception",
+    "stack",
+)
+_ROW_HEADER = ("message id", "journal row", "failed at (UTC)", "retry?", "exception message")
+
+
+def _time(value: object) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else "-"
+
+
+def _short_type(name: str | None) -> str:
+    """A message type without its assembly part (``Ns.Type, Assembly, Version=...`` -> ``Ns.Type``)."""
+    return "-" if name is None else name.split(",", 1)[0]
+
+
+def _align(rows: Sequence[tuple[str, ...]], numeric: set[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(c.rjust(widths[i]) if i in numeric else c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
+        for row in rows
+    ]
+
+
+def group_lines(groups: list[Group]) -> list[str]:
+    if not groups:
+        return ["(no failed messages in the journal)"]
+    rows = [_HEADER] + [
+        (
+            g.id,
+            str(len(g.rows)),
+            str(len(g.replay_rows())),
+            str(len(g.retried)),
+            _time(g.first_seen),
+            _time(g.last_seen),
+            g.endpoint or "-",
+            _short_type(g.message_type),
+            g.exception_type or "-",
+            g.fingerprint[:8],
+        )
+        for g in groups
+    ]
+    return _align(rows, {1, 2, 3})
+
+
+def message_lines(g: Group) -> list[str]:
+    retried = g.retried
+    rows = [_ROW_HEADER] + [
+        (
+            r.message_id or "-",
+            f"{r.queue}@{r.seq}",
+            _time(r.at),
+            "retried" if (r.queue, r.seq) in retried else "",
+            (r.exception_message or "").replace("\n", " ")[:80],
+        )
+        for r in g.replay_rows()
+    ]
+    return _align(rows, set())
+
+
+def group_json(groups: list[Group]) -> Iterator[str]:
+    for g in groups:
+        yield json.dumps(g.summary(), sort_keys=True)
+
+
+def message_json(g: Group) -> Iterator[str]:
+    for r in g.replay_rows():
+        yield json.dumps(
+            {
+                "group": g.id,
+                "message_id": r.message_id,
+                "queue": r.queue,
+                "seq": r.seq,
+                "failed_at": r.at.isoformat(),
+                "failed_queue": r.failed_queue,
+                "exception_message": r.exception_message,
+                "retried": (r.queue, r.seq) in g.retried,
+            },
+            sort_keys=True,
+        )

@@ -1,0 +1,246 @@
+"""``queuelake failures`` on real drained failures: error copies of two endpoints, seeded into PostgreSQL
+and drained by the real drain into a delta-rs journal. One failure thrown by two builds (other line
+numbers, paths, async state machine numbers, addresses) groups together; another call path of the
+same exception, message type and endpoint splits off, as does another exception. Asserted: the groups,
+their counts, first and last seen, the messages a later copy retried (processed or failed again), a
+group's message ids, and that each group's ``replay --where`` passes replay's checks, is evaluated
+without Spark, and selects exactly the group's rows, also after more failures of the group were drained
+(the printed predicate is frozen), and in a replay's dry run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from queuelake.config import Config, from_dict
+from queuelake.examples import traffic
+from queuelake.lake.engines import journal_engine, open_lake
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_KIND, REPLAY_SOURCE
+from queuelake.pipeline.drain.run import drain
+from queuelake.pipeline.failures import fingerprint as fp
+from queuelake.pipeline.failures.groups import Group
+from queuelake.pipeline.failures.run import failure_groups
+from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
+from queuelake.pipeline.replay.arrow_selection import select_keys
+from queuelake.pipeline.replay.plan import ReplayOptions
+from queuelake.pipeline.replay.predicate import check_columns, check_predicate
+from queuelake.pipeline.replay.replayer import replay
+from queuelake.transport import db, installer
+from queuelake.transport.queues import OutgoingMessage
+from queuelake.transport.table_refs import queue_ref
+
+from tests.helpers.cli import run_cli
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+TIMEOUT = "System.TimeoutException"
+NO_ADDRESS = "Shipping.AddressNotFoundException"
+ERROR = '"public"."error"'
+
+
+def _build_a(line: int, folder: str, state: int, address: str) -> str:
+    """Group A's stack trace as build ``folder`` prints it."""
+    return "\n".join(
+        [
+            f"   at Billing.Handler.<Handle>d__{state}.MoveNext() in {folder}Billing{_sep(folder)}Handler.cs"
+            f":line {line}",
+            "--- End of stack trace from previous location ---",
+            f"   at NServiceBus.Pipeline.Invoke(Context c) in {folder}Core{_sep(folder)}Pipeline.cs:line {line + 100}",
+            f"   at Native.Call({address})",
+        ]
+    )
+
+
+def _sep(folder: str) -> str:
+    return "\\" if "\\" in folder else "/"
+
+
+BUILD_1 = [_build_a(42, "C:\\build\\1\\src\\", 12, "0x7ffe12ab00")]
+BUILD_2 = [_build_a(57, "/home/ci/build7/src/", 7, "0x00000001c0")]
+OTHER_PATH = "   at Billing.PaymentGateway.Charge() in C:\\build\\1\\src\\Billing\\Gateway.cs:line 9"
+SHIPPING = "   at Shipping.AddressBook.Find(Guid 3f2504e0-4f89-11d3-9a0c-0305e82c3301) in /src/Book.cs:line 3"
+
+
+def _order(i: int, types: str = traffic.ORDER_PLACED) -> OutgoingMessage:
+    message_id = str(uuid.UUID(int=i + 1))
+    return OutgoingMessage(hdr.encode(traffic.order_headers(message_id, T0, types=types)), b"{}", id=message_id)
+
+
+def _failed(m: OutgoingMessage, endpoint: str, exception: str, minute: int, stack: str) -> OutgoingMessage:
+    return traffic.failed_copy(m, endpoint, exception, f"failed {m.id}", T0 + dt.timedelta(minutes=minute), stack)
+
+
+def _with(m: OutgoingMessage, extra: dict[str, str]) -> OutgoingMessage:
+    return OutgoingMessage(hdr.encode({**hdr.decode_map(m.headers), **extra}), m.body, id=m.id)
+
+
+ORDERS = [_order(i) for i in range(9)]
+BILLS = [_order(100 + i, traffic.BILL_ORDER) for i in range(2)]
+
+
+def _first_failures() -> list[OutgoingMessage]:
+    """A: orders 0-4 (three from build 1, two from build 2); B: orders 5-6 (another call path);
+    C: two BillOrders failing at Shipping with another exception."""
+    out = [_failed(ORDERS[i], "Billing", TIMEOUT, 10 + i, (BUILD_1 if i < 3 else BUILD_2)[0]) for i in range(5)]
+    out += [_failed(ORDERS[i], "Billing", TIMEOUT, 20 + i, OTHER_PATH) for i in (5, 6)]
+    out += [_failed(m, "Shipping", NO_ADDRESS, 30 + i, SHIPPING) for i, m in enumerate(BILLS)]
+    return out
+
+
+def _config(uri: str, root: Path) -> Config:
+    settings = {
+        "transport": {"connection": uri},
+        "lake": {"root": str(root), "engine": "delta-rs"},
+        "drain": {"queues": ["error", "audit"], "batch_size": 4},
+    }
+    return from_dict(settings, env={})
+
+
+def _seed(cfg: Config, queue: str, messages: list[OutgoingMessage]) -> None:
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref(queue, cfg.transport), messages)
+
+
+def _selects(cfg: Config, where: str) -> set[tuple[str, int]]:
+    """The journal rows replay's Arrow selection takes for ``where``, after replay's checks."""
+    lake = journal_engine(open_lake(cfg.lake))
+    version = lake.table_version("messages")
+    assert version is not None
+    schema = lake.schema("messages", version)
+    check_columns(check_predicate(where), schema.names)
+    predicate = arrow_predicate(where, schema)
+    assert predicate is not None, f"replay would need Spark for {where!r}"
+    keys, _ = select_keys(lake.added_files("messages", None, version), schema, predicate)
+    return set(zip(keys["queue"].to_pylist(), keys["seq"].to_pylist()))
+
+
+def _rows(g: Group) -> set[tuple[str, int]]:
+    return {(r.queue, r.seq) for r in g.replay_rows()}
+
+
+def _by_exception(groups: list[Group]) -> dict[tuple[str | None, int], Group]:
+    return {(g.exception_type, len(g.rows)): g for g in groups}
+
+
+@pytest.fixture
+def cfg(fresh_pg_uri: str, tmp_path: Path) -> Config:
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+    _seed(cfg, "error", _first_failures())
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    return cfg
+
+
+def test_fingerprint_strips_what_builds_change() -> None:
+    assert fp.fingerprint(BUILD_1[0]) == fp.fingerprint(BUILD_2[0]) != fp.fingerprint(OTHER_PATH)
+    assert fp.frames(BUILD_1[0]) == [
+        "Billing.Handler.<Handle>d__N.MoveNext()",
+        "NServiceBus.Pipeline.Invoke(Context c)",
+        "Native.Call(<hex>)",
+    ]
+    assert fp.frames(SHIPPING) == ["Shipping.AddressBook.Find(Guid <guid>)"]
+    assert fp.frames("   at a.B.c(B.java:12)\n\tat a.B.lambda$run$3(B.java:40)") == [
+        "a.B.c(B.java)",
+        "a.B.lambda$run$N(B.java)",
+    ]
+    assert fp.frames("System.Exception: order 4711 failed\n ---> Inner: x") == []
+    assert fp.fingerprint(None) == fp.fingerprint("no frames here") == fp.NO_FRAMES
+
+
+def test_groups_counts_times_and_exact_replay_predicates(cfg: Config) -> None:
+    found = failure_groups(open_lake(cfg.lake))
+    assert [len(g.rows) for g in found.groups] == [5, 2, 2]
+    a, b, c = found.groups[0], *sorted(found.groups[1:], key=lambda g: g.exception_type or "")
+    assert (b.exception_type, c.exception_type) == (NO_ADDRESS, TIMEOUT)
+    b, c = c, b  # b: the other call path of A's exception; c: Shipping's
+    assert (a.exception_type, a.message_type, a.endpoint) == (TIMEOUT, "Sales.Messages.Events.OrderPlaced", "Billing")
+    assert (b.exception_type, b.endpoint) == (TIMEOUT, "Billing") and b.fingerprint != a.fingerprint
+    assert (c.endpoint, c.message_type) == ("Shipping", "Billing.Messages.Commands.BillOrder")
+    assert len({a.id, b.id, c.id}) == 3 and all(len(g.id) == 10 for g in (a, b, c))
+    assert (a.first_seen, a.last_seen) == (T0 + dt.timedelta(minutes=10), T0 + dt.timedelta(minutes=14))
+    assert (c.first_seen, c.last_seen) == (T0 + dt.timedelta(minutes=30), T0 + dt.timedelta(minutes=31))
+    assert a.message_ids() == [ORDERS[i].id for i in range(5)]
+    assert b.message_ids() == [ORDERS[5].id, ORDERS[6].id]
+    assert (a.summary()["retried"], a.summary()["retry_failures"], a.summary()["messages"]) == (0, 0, 5)
+    for g in (a, b, c):
+        assert _selects(cfg, g.where) == _rows(g), g.where
+    assert len(_rows(a) | _rows(b) | _rows(c)) == 9
+    frozen_a, a_rows = a.where, _rows(a)
+
+    # later: order 0 retried and processed (an audit copy), order 1 retried and failed again the same
+    # way (line numbers of build 2), order 7 failing for the first time: all in group A
+    source = {r.message_id: f"{r.queue}@{r.seq}" for r in a.rows}
+    retry = {REPLAY_ID: "r-1", REPLAY_KIND: "retry"}
+    processed = traffic.audit_copy(
+        _with(ORDERS[0], {**retry, REPLAY_SOURCE: source[ORDERS[0].id]}), "Billing", T0 + dt.timedelta(hours=1), 20
+    )
+    again = _failed(
+        _with(ORDERS[1], {**retry, REPLAY_SOURCE: source[ORDERS[1].id]}), "Billing", TIMEOUT, 61, BUILD_2[0]
+    )
+    _seed(cfg, "audit", [processed])
+    _seed(cfg, "error", [again, _failed(ORDERS[7], "Billing", TIMEOUT, 62, BUILD_1[0])])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+
+    later = failure_groups(open_lake(cfg.lake))
+    assert [len(g.rows) for g in later.groups] == [7, 2, 2]
+    a2 = later.groups[0]
+    assert a2.id == a.id  # stable
+    s = a2.summary()
+    assert (s["copies"], s["messages"], s["retry_failures"]) == (7, 6, 1)
+    assert (s["retried"], s["retried_processed"], s["retried_failed_again"]) == (2, 1, 1)
+    assert a2.last_seen == T0 + dt.timedelta(minutes=62)
+    assert a2.message_ids() == [ORDERS[i].id for i in (0, 2, 3, 4, 1, 7)]  # by each one's latest failure
+    # the predicate printed before still selects the same rows: the later failures are not added
+    assert _selects(cfg, frozen_a) == a_rows
+    # the new one: each message's latest failure (order 1's retry failure, not its first)
+    assert _selects(cfg, a2.where) == _rows(a2) and len(_rows(a2)) == 6
+    assert not _rows(a2) <= a_rows
+
+    # replay's dry run, without Spark, selects the group
+    def no_spark():  # type: ignore[no-untyped-def]
+        raise AssertionError("the group's predicate needed Spark")
+
+    summary = replay(cfg, None, open_lake(cfg.lake), ReplayOptions(a2.where, dry_run=True), start_spark=no_spark)
+    assert (summary["selected_by"], summary["selected"]) == ("arrow", 6), summary
+
+
+def test_quotes_in_keys_go_to_spark_escaped() -> None:
+    from queuelake.pipeline.failures.groups import literal
+
+    assert literal("it's a \\ path") == "'it\\'s a \\\\ path'"
+
+
+def test_the_command(cfg: Config, tmp_path: Path) -> None:
+    conf = tmp_path / "failures.yaml"
+    conf.write_text(
+        json.dumps({"transport": {"connection": "${QUEUELAKE_CONNECTION}"}, "lake": {"root": str(cfg.lake.root)}})
+    )
+    listed = run_cli(["failures", "-c", str(conf)], cfg.transport.connection, cwd=tmp_path).checked()
+    lines = listed.before_summary.splitlines()
+    assert lines[0].split()[:3] == ["group", "copies", "msgs"]
+    assert len(lines) == 4 and listed.summary["groups"] == 3 and listed.summary["failed_copies"] == 9
+    first = listed.summary["group_ids"][0]
+    assert lines[1].startswith(first) and "Billing" in lines[1] and TIMEOUT in lines[1]
+    as_json = run_cli(["failures", "-c", str(conf), "--json"], cfg.transport.connection, cwd=tmp_path).checked()
+    objects = [json.loads(line) for line in as_json.before_summary.splitlines()]
+    assert [o["copies"] for o in objects] == [5, 2, 2] and objects[0]["group"] == first
+    one = run_cli(["failures", "-c", str(conf), "--group", first[:6]], cfg.transport.connection, cwd=tmp_path).checked()
+    assert one.summary["message_ids"] == [ORDERS[i].id for i in range(5)]
+    assert one.summary["group"] == first and one.summary["replay_where"].startswith("outcome = 'landed' AND ")
+    [group] = [g for g in failure_groups(open_lake(cfg.lake)).groups if g.id == first]
+    assert _selects(cfg, one.summary["replay_where"]) == _rows(group) and {q for q, _ in _rows(group)} == {ERROR}
+    assert len(one.before_summary.splitlines()) == 6  # the header and five messages
+    dry = run_cli(
+        ["replay", "-c", str(conf), "--where", one.summary["replay_where"], "--dry-run"],
+        cfg.transport.connection,
+        cwd=tmp_path,
+    ).checked()
+    assert dry.summary["selected"] == 5 and dry.summary["selected_by"] == "arrow"
+    unknown = run_cli(["failures", "-c", str(conf), "--group", "ffffffffff"], cfg.transport.connection, cwd=tmp_path)
+    assert unknown.returncode != 0 and "no group" in unknown.stderr
