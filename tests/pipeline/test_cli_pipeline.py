@@ -101,7 +101,8 @@ def test_tables_on_an_empty_lake_says_so(tmp_path: Path) -> None:
     conf = tmp_path / "job.yaml"
     conf.write_text(json.dumps({"transport": {"connection": "unused"}, "lake": {"root": str(tmp_path / "lake")}}))
     # a lake root that does not exist is the same mistake to every command: exit 1, error_kind lake
-    for args in (["tables"], ["maintain"], ["erase", "--where", "seq = 1"], ["find", "--message-id", "x"]):
+    every = (["tables"], ["maintain"], ["erase", "--where", "seq = 1"], ["find", "--message-id", "x"])
+    for args in (*every, ["where", "--message-id", "x"], ["health"], ["failures"], ["conversation", "x"]):
         failed, _ = cli_logged([*args, "-c", str(conf)], "unused", tmp_path)
         assert failed["status"] == "failed" and failed["error_kind"] == "lake", (args, failed)
         assert "does not exist" in failed["error"], failed

@@ -89,6 +89,7 @@ def where(args: argparse.Namespace) -> dict[str, Any]:
     import dataclasses
 
     from queuelake import config as config_mod
+    from queuelake.commands.sessions import require_lake_root
     from queuelake.context import connect
     from queuelake.errors import ArgumentError
     from queuelake.lake.engines import open_lake
@@ -102,6 +103,7 @@ def where(args: argparse.Namespace) -> dict[str, Any]:
     if args.field is None and args.value is not None:
         raise ArgumentError("--value goes with --field")
     cfg = config_mod.load(args.config)
+    require_lake_root(cfg)  # a mistyped lake.root fails as in find, tables and the rest (exit 1, kind lake)
     lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # reads the Delta logs and files only
     if args.message_id is not None:
         by, text = "message", args.message_id
