@@ -17,7 +17,7 @@ from queuelake.transport import db, installer, queues
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
 
-from tests.helpers.cli import REPO, cli
+from tests.helpers.cli import REPO, cli, cli_logged
 
 # null unless something went wrong: a run that failed, a round a user's expectations blocked
 ON_FAILURE_ONLY = {"error", "failed_expectations"}
@@ -64,20 +64,28 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
         conn.commit()
         traffic.seed(conn, sales, traffic.order_events(120, seed=5))
 
-    assert cli(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)["status"] == "ok"
+    ran, log = cli_logged(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert ran["status"] == "ok", ran
+    # each stage says what it did, per queue, table or output (issue 59: progress in every stage)
+    assert '"public"."Sales": 120 message(s)' in log or 'drain: 120 message(s)' in log, log
+    assert "bodies: 120 row(s) read" in log and "transform activity: " in log, log
+    assert "publish outbound_activity: batch 1 of 1 sent" in log, log
     with db.connect(cfg.transport) as conn:  # rows that expire before anyone receives them
         queues.send(conn, sales, [OutgoingMessage("{}", b"x", ttbr_ms=1) for _ in range(4)])
         conn.commit()
     time.sleep(0.05)
-    purged = cli(["purge-expired", "-c", str(conf)], fresh_pg_uri, tmp_path)
-    assert purged["total"] == 4, purged
-    replayed = cli(
+    purged, log = cli_logged(["purge-expired", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert purged["total"] == 4 and "removed 4 expired message(s)" in log, (purged, log)
+    replayed, log = cli_logged(
         ["replay", "-c", str(conf), "--where", "queue like '%Sales%'", "--to", "Monitoring", "--limit", "3"],
         fresh_pg_uri,
         tmp_path,
     )
     assert replayed["status"] == "ok", replayed
-    assert cli(["maintain", "-c", str(conf)], fresh_pg_uri, tmp_path)["status"] == "ok"
+    assert f"replay {replayed['replay_id']} batch 1/1: 3 rows" in log, log
+    maintained, log = cli_logged(["maintain", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    assert maintained["status"] == "ok", maintained
+    assert all(f"maintain {t} (table " in log for t in maintained["tables"]), log
     erased = cli(["erase", "-c", str(conf), "--where", "seq < 0"], fresh_pg_uri, tmp_path)  # selects nothing
     assert erased["status"] == "ok" and erased["tables"]["messages"]["rows"] == 0, erased
 

@@ -41,12 +41,14 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     names = lake.tables()
     if not names:
         log.info("maintain: no lake tables under %s yet, nothing to do", cfg.lake.root)
-    for name in names:
+    for number, name in enumerate(names, 1):
         t0 = time.monotonic()
         figures[name] = (journal if lake.written_by(name) == journal.name else lake).maintain(name)
         log.info(
-            "maintain %s: %s file(s) compacted, %s vacuumed in %.1fs",
+            "maintain %s (table %d of %d): %s file(s) compacted, %s vacuumed in %.1fs",
             name,
+            number,
+            len(names),
             figures[name].get("files_compacted", "?"),
             figures[name].get("files_vacuumed", "?"),
             time.monotonic() - t0,
