@@ -67,7 +67,7 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
     ran, log = cli_logged(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)
     assert ran["status"] == "ok", ran
     # each stage says what it did, per queue, table or output (issue 59: progress in every stage)
-    assert '"public"."Sales": 120 message(s)' in log or 'drain: 120 message(s)' in log, log
+    assert '"public"."Sales": 120 message(s)' in log or "drain: 120 message(s)" in log, log
     assert "bodies: 120 row(s) read" in log and "transform activity: " in log, log
     assert "publish outbound_activity: batch 1 of 1 sent" in log, log
     with db.connect(cfg.transport) as conn:  # rows that expire before anyone receives them

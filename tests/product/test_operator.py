@@ -275,7 +275,11 @@ def test_idle_commands_say_what_they_did(tmp_path: Path, fresh_pg_uri: str) -> N
     assert maintained.returncode == 0, maintained.stderr[-3000:]
     lines = own_lines(maintained.stderr)
     assert lines[0] == f"config: {cfg.resolve()}"
-    assert [line.split(":")[0] for line in lines[1:]] == ["retention", "maintain messages", "maintain runs"], lines
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "retention",
+        "maintain messages (table 1 of 2)",
+        "maintain runs (table 2 of 2)",
+    ], lines
     assert lines[1] == "retention: no retention rule with an age limit (lake.retention): nothing to do"
 
 
