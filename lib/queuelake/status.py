@@ -23,15 +23,21 @@ class Status(str, enum.Enum):
     SKIPPED = "skipped"
     # held back by the data: failed expectations; nothing written or sent
     BLOCKED = "blocked"
+    # a replay's canary (--canary) failed again, or was not processed in time: the rest is not sent
+    # (resumable by replay id); exit code 1, as failed
+    CANARY_FAILED = "canary-failed"
+    CANARY_TIMEOUT = "canary-timeout"
 
     def __str__(self) -> str:
         return self.value
 
 
 def worst(statuses: list[Status | str]) -> Status:
-    """The status of a run of several parts: failed (or blocked: the data needs a person) beats
-    incomplete beats interrupted beats ok; skipped parts count as ok."""
+    """The status of a run of several parts: failed (or blocked, or a replay's canary: the data needs a
+    person) beats incomplete beats interrupted beats ok; skipped parts count as ok."""
     found = {Status(s) for s in statuses}
+    if found & {Status.CANARY_FAILED, Status.CANARY_TIMEOUT}:
+        found.add(Status.FAILED)
     for status in (Status.FAILED, Status.INCOMPLETE, Status.INTERRUPTED):
         if status in found or (status is Status.FAILED and Status.BLOCKED in found):
             return status

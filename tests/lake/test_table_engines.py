@@ -24,7 +24,8 @@ class _SparkLake:
 
 def test_the_catalogue_fixes_delta_rs_for_the_journal_and_the_records_and_nothing_else() -> None:
     fixed = {t.name: t.engine for t in catalogue.CATALOGUE if t.engine is not None}
-    assert fixed == {"messages": "delta-rs", "runs": "delta-rs", "replays": "delta-rs", "replay_skipped": "delta-rs"}
+    records = ("runs", "replays", "replay_skipped", "replay_lineage")
+    assert fixed == {"messages": "delta-rs", **{name: "delta-rs" for name in records}}
     assert catalogue.engine_for("messages") == "delta-rs"
     assert catalogue.engine_for("orders") is None  # not catalogued: the lake's own engine
 

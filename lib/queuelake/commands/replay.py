@@ -8,6 +8,8 @@ from typing import Any
 
 from queuelake.commands.command import Command
 
+DEFAULT_CANARY_WAIT = 300.0  # pipeline/replay/plan.py's, spelt here: building the parser imports no pipeline
+
 
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
@@ -30,6 +32,8 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         replay_id=args.replay_id,
         batch_size=args.batch_size,
         ack_queue=args.ack_queue,
+        canary=args.canary,
+        canary_wait=args.canary_wait,
     )
     options.check()  # a bad --where or --replay-id fails before Spark starts
     cfg = config_mod.load(args.config)
@@ -61,6 +65,18 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     add("--replay-id", default=None, help="resume this replay (default: a new id, printed)")
     add("--batch-size", type=int, default=5000, help="messages per DB transaction (default 5000)")
     add("--ack-queue", default=None, help="set ServiceControl.Retry.AcknowledgementQueue on retries")
+    add(
+        "--canary",
+        type=int,
+        default=None,
+        help="send the first N messages first; the rest only once a drain shows them processed, not failed again",
+    )
+    add(
+        "--canary-wait",
+        type=float,
+        default=DEFAULT_CANARY_WAIT,
+        help=f"seconds to wait for the canaries (default {DEFAULT_CANARY_WAIT:g}); then stop, canary-timeout",
+    )
 
 
 COMMAND = Command(

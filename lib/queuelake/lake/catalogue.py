@@ -22,7 +22,7 @@ _STR_MAP = pa.map_(pa.string(), pa.string())
 # (``messages``): the drain stages a batch's files before the queue's DB commit and commits exactly
 # those files afterwards, maybe from another process; deltalake can commit files written earlier,
 # delta-spark has no Python API for it (``delta_rs/staging.py``). The records of commands that may run without
-# Spark (``runs``, ``replays``, ``replay_skipped``): drain, purge-expired and replay never start a
+# Spark (``runs``, ``replays``, ``replay_skipped``, ``replay_lineage``): drain, purge-expired and replay never start a
 # session, and delta-rs is the engine every command has (a record table an older queuelake made with
 # delta-spark stays delta-spark's: ``pipeline.runs.record_engine``). All stay plain Delta tables at
 # protocol 1/2, which delta-spark, Databricks and every other engine read.
@@ -271,6 +271,32 @@ REPLAY_SKIPPED = LakeTable(
     erased_by_journal_key=("queue", "seq"),
 )
 
+REPLAY_LINEAGE = LakeTable(
+    "replay_lineage",
+    pa.schema(
+        [
+            pa.field("replay_id", pa.string(), nullable=False),
+            # the journal row sent (the original): queue, seq, row id, its MessageId and type
+            pa.field("queue", pa.string(), nullable=False),
+            pa.field("seq", pa.int64(), nullable=False),
+            pa.field("id", pa.string()),
+            pa.field("message_id", pa.string()),
+            pa.field("message_type", pa.string()),
+            pa.field("kind", pa.string()),  # retry | redirect | replay
+            pa.field("destination", pa.string()),  # the queue's canonical name
+            pa.field("sent_message_id", pa.string()),  # the copy's NServiceBus.MessageId (new for a replay)
+            pa.field("batch", pa.int64(), nullable=False),  # the replay's batch (its ledger row k/N@B)
+            pa.field("canary", pa.bool_(), nullable=False),  # sent first, as a canary (--canary)
+            # when the row was written: after its batch's commit (the ledger row's transaction)
+            pa.field("recorded_at", UTC_TS, nullable=False),
+        ]
+    ),
+    "replay",
+    "one row per message a replay sent: the original journal row, the replay, the copy's id and queue",
+    engine=DELTA_RS,
+    erased_by_journal_key=("queue", "seq"),
+)
+
 REJECTED = LakeTable(
     "{output}_rejected",
     None,  # the output's own columns plus `reasons`
@@ -463,6 +489,7 @@ CATALOGUE: tuple[LakeTable, ...] = (
     RUNS,
     REPLAYS,
     REPLAY_SKIPPED,
+    REPLAY_LINEAGE,
     OUTBOUND,
     REJECTED,
     UNDELIVERABLE,

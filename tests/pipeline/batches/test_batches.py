@@ -53,7 +53,9 @@ def test_replay_keys_keep_their_format_and_round_trip() -> None:
     plan = keys.plan_key("0123abcd", 7, 4321, 1000)
     assert plan == "plan:0123abcd:v7:n4321:b1000"
     assert keys.is_plan_key(plan) and not keys.is_plan_key("2/5@1000")
-    assert keys.parse_plan_key(plan) == ("0123abcd", 7, 4321, 1000)
+    assert keys.parse_plan_key(plan) == ("0123abcd", 7, 4321, 1000, 0)  # a plan without a canary, as before
+    canary = keys.plan_key("0123abcd", 7, 4321, 1000, canary=3)
+    assert canary == "plan:0123abcd:v7:n4321:b1000:c3" and keys.parse_plan_key(canary)[4] == 3
     assert replay_keys.index(plan) is None  # the plan row is no batch
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from queuelake.config import from_dict
+from queuelake.pipeline.replay.plan import Cut
 from queuelake.pipeline.replay.planned import NO_ENDPOINT, NO_FAILED_QUEUE, Planned, rows_of
 from queuelake.pipeline.replay.rows import EMPTY_KEYS
 from queuelake.transport.table_refs import queue_ref
@@ -109,17 +110,20 @@ def test_destinations_are_judged_once_each_and_batches_hold_only_what_is_sent() 
     billing, shipping = '"public"."Billing"', '"public"."Shipping"'
     assert planned.counts()[0] == {billing: 5, shipping: 3, '"public"."Orders"': 1}
 
-    assert planned.batches_of({("error", 0), ("error", 9), ("error", 11), ("elsewhere", 1)}, 4) == {
+    assert planned.positions_of({("error", 0), ("error", 9), ("error", 11), ("elsewhere", 1)}) == {
         ("error", 0): 0,
-        ("error", 9): 2,
-        ("error", 11): 2,
+        ("error", 9): 9,
+        ("error", 11): 11,
     }
+    assert [Cut(12, 4).batch_of(p) for p in (0, 9, 11)] == [0, 2, 2]
+    assert [Cut(12, 4, canary=2).batch_of(p) for p in (0, 1, 2, 5, 6, 11)] == [0, 0, 1, 1, 2, 3]
+    assert Cut(12, 4, canary=2).batches == 4 and Cut(2, 4, canary=2).batches == 1 and Cut(0, 4, 2).batches == 0
     planned.exclude({("Orders", 8), ("error", 10)})
     destinations, types = planned.counts()
     assert destinations == {billing: 5, shipping: 2}
     assert types == {billing: {"T": 3, "(unknown)": 2}, shipping: {"T": 1, "(unknown)": 1}}
 
-    batches = [planned.batch(k, 4) for k in range(3)]
+    batches = [planned.batch(k, Cut(12, 4)) for k in range(3)]
     assert [[r.seq for r in b] for b in batches] == [[0, 1, 2, 3], [4], [9, 11]]
     first = batches[0][0]
     assert (first.queue, first.id, first.message_id, first.kind, first.address) == (
@@ -136,11 +140,11 @@ def test_destinations_are_judged_once_each_and_batches_hold_only_what_is_sent() 
         None,
     )
     # a Spark task's share: compact Arrow that turns into the same rows
-    assert rows_of(planned.slice(2, 4), planned.targets) == batches[2]
+    assert rows_of(planned.slice(2, Cut(12, 4)), planned.targets) == batches[2]
 
 
 @pytest.mark.parametrize("to", [None, "TestEndpoint"])
 def test_an_empty_selection_plans_nothing(to: str | None) -> None:
     planned = Planned.of(EMPTY_KEYS.empty_table(), to)
     planned.resolve(None, Verdicts())  # type: ignore[arg-type]
-    assert planned.num_rows == 0 and planned.counts() == ({}, {}) and planned.batch(0, 10) == []
+    assert planned.num_rows == 0 and planned.counts() == ({}, {}) and planned.batch(0, Cut(0, 10)) == []

@@ -7,7 +7,8 @@ back: a format written here must never change, or a resumed round or replay woul
   the first round, batches of B rows), ``@Bg`` when its batches follow Parquet row groups (sent from
   executors);
 - a replay's batch k of N: ``k/N@B``, beside the replay's one plan row
-  ``plan:<fingerprint>:v<V>:n<rows>:b<B>``.
+  ``plan:<fingerprint>:v<V>:n<rows>:b<B>``, or ``...:b<B>:c<C>`` for a replay planned with a canary
+  (``--canary C``: batch 0 holds the first C rows, batches 1.. B rows each).
 
 ``RoundKeys`` and ``ReplayKeys`` are what the batch sender (``sender``) is given: the key of batch
 k, and which batch (if any of this round or replay) a key read from the ledger names.
@@ -75,14 +76,17 @@ def is_plan_key(batch_key: str) -> bool:
     return batch_key.startswith(PLAN_PREFIX)
 
 
-def plan_key(fingerprint: str, version: int, total: int, batch_size: int) -> str:
-    return f"{PLAN_PREFIX}{fingerprint}:v{version}:n{total}:b{batch_size}"
+def plan_key(fingerprint: str, version: int, total: int, batch_size: int, canary: int = 0) -> str:
+    key = f"{PLAN_PREFIX}{fingerprint}:v{version}:n{total}:b{batch_size}"
+    return f"{key}:c{canary}" if canary else key
 
 
-def parse_plan_key(batch_key: str) -> tuple[str, int, int, int]:
-    """``plan:<fingerprint>:v<V>:n<rows>:b<B>`` -> (fingerprint, V, rows, B)."""
-    _, fp, v, n, b = batch_key.split(":")
-    return fp, int(v[1:]), int(n[1:]), int(b[1:])
+def parse_plan_key(batch_key: str) -> tuple[str, int, int, int, int]:
+    """``plan:<fingerprint>:v<V>:n<rows>:b<B>[:c<C>]`` -> (fingerprint, V, rows, B, C); C is 0 for a
+    plan without a canary."""
+    _, fp, v, n, b, *rest = batch_key.split(":")
+    canary = int(rest[0][1:]) if rest else 0
+    return fp, int(v[1:]), int(n[1:]), int(b[1:]), canary
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from queuelake.pipeline.batches.keys import parse_plan_key, plan_key
 from queuelake.pipeline.replay.predicate import check_predicate
 
 DEFAULT_BATCH_SIZE = 5000
+DEFAULT_CANARY_WAIT = 300.0  # --canary-wait: seconds to wait for the canaries' outcome
+CANARY_POLL_SECONDS = 5.0  # between two looks at the journal (each after a drain) while waiting
 PACED_BATCH_SECONDS = 0.5  # under --max-rate a batch holds about this long's worth of messages
 
 
@@ -31,6 +33,9 @@ class ReplayOptions:
     replay_id: str | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
     ack_queue: str | None = None
+    canary: int | None = None  # send the first N first, the rest once they are processed (canary.py)
+    canary_wait: float = DEFAULT_CANARY_WAIT
+    canary_poll: float = CANARY_POLL_SECONDS
 
     def check(self) -> None:
         self.predicate = check_predicate(self.predicate)
@@ -46,6 +51,12 @@ class ReplayOptions:
             )
         if self.to is not None and not self.to.strip():
             raise ArgumentError("--to is empty")
+        if self.canary is not None and self.canary < 1:
+            raise ArgumentError("--canary must be at least 1 message")
+        if self.canary_wait <= 0 or self.canary_poll <= 0:
+            raise ArgumentError("--canary-wait must be a positive number of seconds")
+        if self.canary is not None and self.dry_run:
+            raise ArgumentError("--canary sends messages: it cannot go with --dry-run")
 
     def fingerprint(self) -> str:
         data = orjson.dumps({"where": self.predicate, "to": self.to, "limit": self.limit})
@@ -66,18 +77,54 @@ def new_replay_id() -> str:
 
 
 @dataclass(frozen=True)
+class Cut:
+    """How a plan's ``total`` rows (in plan order) are cut into batches: of ``batch_size`` rows, or,
+    with a ``canary`` of C rows, batch 0 the first C rows and batches 1.. ``batch_size`` rows each.
+    Part of the plan (its ledger key), so every run of a replay id cuts the same batches."""
+
+    total: int
+    batch_size: int
+    canary: int = 0
+
+    @property
+    def batches(self) -> int:
+        if not self.canary:
+            return (self.total + self.batch_size - 1) // self.batch_size
+        rest = max(0, self.total - self.canary)
+        return (1 if self.total else 0) + (rest + self.batch_size - 1) // self.batch_size
+
+    def bounds(self, k: int) -> tuple[int, int]:
+        """Batch k's first position and its length (at most; the last batch may be shorter)."""
+        if not self.canary:
+            return k * self.batch_size, self.batch_size
+        if k == 0:
+            return 0, self.canary
+        return self.canary + (k - 1) * self.batch_size, self.batch_size
+
+    def batch_of(self, position: int) -> int:
+        if not self.canary:
+            return position // self.batch_size
+        return 0 if position < self.canary else 1 + (position - self.canary) // self.batch_size
+
+
+@dataclass(frozen=True)
 class Plan:
     fingerprint: str
     version: int
     total: int
     batch_size: int
+    canary: int = 0  # rows of batch 0, sent and checked first (--canary); 0: none
 
     def key(self) -> str:
-        return plan_key(self.fingerprint, self.version, self.total, self.batch_size)
+        return plan_key(self.fingerprint, self.version, self.total, self.batch_size, self.canary)
+
+    @property
+    def cut(self) -> Cut:
+        return Cut(self.total, self.batch_size, self.canary)
 
     @property
     def batches(self) -> int:
-        return (self.total + self.batch_size - 1) // self.batch_size
+        return self.cut.batches
 
     @staticmethod
     def parse(key: str) -> Plan:

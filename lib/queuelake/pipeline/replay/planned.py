@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake.pipeline.replay.plan import Cut
 from queuelake.pipeline.replay.rows import Row, Verdicts
 from queuelake.report import log
 from queuelake.transport.db import Connection
@@ -107,8 +108,9 @@ class Planned:
         """The rows with a reason not to send them."""
         return self.table.filter(pc.is_valid(self.table.column("reason")))
 
-    def batches_of(self, keys: set[tuple[str, int]], size: int) -> dict[tuple[str, int], int]:
-        """The batch index of each of ``keys`` (queue, seq) that is in the plan."""
+    def positions_of(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The plan position of each of ``keys`` (queue, seq) that is in the plan (its batch:
+        ``Cut.batch_of``)."""
         if not keys:
             return {}
         queues, seqs = zip(*keys, strict=True)
@@ -118,7 +120,7 @@ class Planned:
         )
         found = wanted.join(positions, ["queue", "seq"], join_type="inner")
         return {
-            (q, s): p // size
+            (q, s): p
             for q, s, p in zip(
                 found.column("queue").to_pylist(),
                 found.column("seq").to_pylist(),
@@ -131,7 +133,7 @@ class Planned:
         """Not to be sent: these rows' targets cleared (they were recorded as skipped)."""
         if not keys:
             return
-        excluded = self.batches_of(keys, 1)  # size 1: the position itself
+        excluded = self.positions_of(keys)
         mask = np.zeros(self.num_rows, dtype=bool)
         mask[list(excluded.values())] = True
         target = pc.if_else(pa.array(mask), _NULL, self.table.column("target"))
@@ -157,14 +159,14 @@ class Planned:
         destinations = collections.Counter({t: sum(c.values()) for t, c in per_type.items()})
         return dict(destinations.most_common()), {t: dict(c.most_common()) for t, c in per_type.items()}
 
-    def slice(self, k: int, size: int) -> pa.Table:
+    def slice(self, k: int, cut: Cut) -> pa.Table:
         """Batch k's rows that are sent, as their own compact table (one Spark task's share)."""
-        part = self.table.slice(k * size, size)
+        part = self.table.slice(*cut.bounds(k))
         return part.filter(pc.is_valid(part.column("target"))).combine_chunks()
 
-    def batch(self, k: int, size: int) -> list[Row]:
+    def batch(self, k: int, cut: Cut) -> list[Row]:
         """Batch k's rows that are sent, as ``Row`` objects."""
-        return rows_of(self.slice(k, size), self.targets)
+        return rows_of(self.slice(k, cut), self.targets)
 
 
 def rows_of(table: pa.Table, targets: dict[str, TableRef]) -> list[Row]:

@@ -47,10 +47,10 @@ from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.batches.keys import is_plan_key, replay_batch_index
 from queuelake.pipeline.journal.schema import MESSAGES
-from queuelake.pipeline.replay import skips
+from queuelake.pipeline.replay import canary, lineage, skips
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.arrow_selection import select_keys
-from queuelake.pipeline.replay.plan import Plan, ReplayOptions, new_replay_id
+from queuelake.pipeline.replay.plan import Cut, Plan, ReplayOptions, new_replay_id
 from queuelake.pipeline.replay.planned import Planned
 from queuelake.pipeline.replay.predicate import validate_against
 from queuelake.pipeline.replay.record import REPLAYS, record_run
@@ -92,6 +92,8 @@ class Replayer:
         self.sending = False  # set once the plan is in the ledger: from then on the run is recorded
         self.sent_per_destination: collections.Counter[str] = collections.Counter()
         self._files: list[str] | None = None
+        self.planned: Planned | None = None  # set once sending begins: the lineage is written from them
+        self.cut: Cut | None = None
         # seconds per step (select, plan, read, headers, send, ledger): where a replay's time goes
         self.steps = Steps()
 
@@ -214,6 +216,12 @@ class Replayer:
                         f"replay {replay_id} was started with a different --where, --to or --limit; rerun it with "
                         "the same ones to resume, or start a new replay (another --replay-id)"
                     )
+                if plan is not None and opts.canary is not None and plan.canary != opts.canary:
+                    planned_with = f"--canary {plan.canary}" if plan.canary else "no canary"
+                    raise ReplayError(
+                        f"replay {replay_id} was planned with {planned_with}: resume it with that, or without "
+                        "--canary to send what is left, or start a new replay (another --replay-id)"
+                    )
             version = plan.version if plan is not None else self.journal.table_version(MESSAGES)
             assert version is not None
             result.journal_version = version
@@ -242,11 +250,12 @@ class Replayer:
             planned.resolve(conn, self.verdicts)
             conn.rollback()
             size = plan.batch_size if plan is not None else opts.effective_batch_size()
+            cut = plan.cut if plan is not None else Cut(planned.num_rows, size, opts.canary or 0)
             result.selected = planned.num_rows
-            result.batches = (planned.num_rows + size - 1) // size
+            result.batches = cut.batches
             result.batches_done_before = len(done & set(range(result.batches)))
             records = skips.skip_records(replay_id or "", planned, others)
-            new, reasons, skip = skips.settle_skips(self.lake, replay_id, size, done, planned, records)
+            new, reasons, skip = skips.settle_skips(self.lake, replay_id, cut, done, planned, records)
             planned.exclude(skip)
             self._count(result, planned, reasons)
             self.steps.seconds["plan"] += time.perf_counter() - plan_started
@@ -254,7 +263,7 @@ class Replayer:
                 return result
             assert replay_id is not None
             if plan is None:
-                plan = Plan(opts.fingerprint(), version, planned.num_rows, size)
+                plan = Plan(opts.fingerprint(), version, planned.num_rows, size, opts.canary or 0)
                 self._insert_ledger(conn, replay_id, plan.key(), 0)
                 conn.commit()
             self.sending = True
@@ -264,13 +273,77 @@ class Replayer:
             # passes, which walked it again and again while batches allocate.
             gc.freeze()
             try:
+                self.planned, self.cut = planned, plan.cut  # what the lineage is written from
                 sender = Sender(
                     self.config, self.ledger, opts, result, self.steps, self.sent_per_destination, self._session
                 )
-                sender.send(conn, replay_id, plan, done, planned, self.journal_files(plan.version))
+                files = self.journal_files(plan.version)
+                if opts.canary is not None:
+                    self._with_canary(conn, sender, replay_id, plan, done, planned, files)
+                else:
+                    sender.send(conn, replay_id, plan, done, planned, files)
             finally:
                 gc.unfreeze()
         return result
+
+    # -- the canary -------------------------------------------------------------------------------
+
+    def _with_canary(
+        self,
+        conn: Connection,
+        sender: Sender,
+        replay_id: str,
+        plan: Plan,
+        done: set[int],
+        planned: Planned,
+        files: list[str],
+    ) -> None:
+        """Batch 0 (the canaries) sent, unless the ledger has it; then the wait for their outcome
+        (``canary.wait``); the other batches sent only when every canary was processed."""
+        result, opts = self.result, self.options
+        if plan.batches == 0:
+            return
+        sender.send(conn, replay_id, plan, done, planned, files, only={0})
+        if result.status != Status.OK:
+            return  # the canary batch failed or was stopped: nothing else is sent
+        _, done, _ = self._ledger(conn, replay_id)
+        with self.steps.timed("record"):
+            result.lineage_recorded += lineage.record_lineage(self.lake, replay_id, planned, plan.cut, done)
+        if plan.batches == 1:
+            log.info("replay %s: the canary is the whole selection; nothing else to send", replay_id)
+            result.canary = {"status": "whole-selection"}
+            return
+        now = dt.datetime.now(dt.timezone.utc)
+        canaries = lineage.batch_rows(replay_id, planned, plan.cut, 0, now)
+        with self.steps.timed("canary"):
+            verdict = canary.wait(
+                self.config,
+                self.lake,
+                canaries,
+                set(planned.targets),
+                opts.canary_wait,
+                opts.canary_poll,
+                drain=self._drain,
+            )
+        result.canary = verdict.summary()
+        if verdict.status == canary.PASSED:
+            log.info("replay %s: every canary was processed; sending the rest", replay_id)
+            sender.send(conn, replay_id, plan, done, planned, files)
+            return
+        result.error = f"{verdict.reason()}; the rest is not sent (resume: --replay-id {replay_id})"
+        result.status = {
+            canary.FAILED: Status.CANARY_FAILED,
+            canary.TIMEOUT: Status.CANARY_TIMEOUT,
+        }.get(verdict.status, Status.INTERRUPTED)
+        log.error("replay %s: %s", replay_id, result.error)
+
+    def _drain(self, queues: list[str], seconds: float) -> None:
+        """One drain of ``queues`` for at most ``seconds`` (what a canary's wait polls after)."""
+        from queuelake.pipeline.drain.run import drain
+
+        summary = drain(self.config, self.lake, queue_names=queues, max_seconds=seconds, spark=self.spark)
+        if summary.get("status") == Status.FAILED:
+            raise ReplayError(f"the drain of {', '.join(queues)} failed: {summary.get('error')}")
 
     def _lock(self, conn: Connection, replay_id: str) -> None:
         if not locks.try_lock(conn, f"queuelake.replay:{replay_id}"):
@@ -290,7 +363,17 @@ class Replayer:
         return self._files
 
     def record(self, result: ReplayResult) -> None:
-        """A ``replays`` row and ``runs`` rows (one per destination) for this run."""
+        """The lineage of the batches the ledger holds (``lineage.record_lineage``), a ``replays`` row
+        and ``runs`` rows (one per destination) for this run."""
+        if self.planned is not None and self.cut is not None and result.replay_id is not None:
+            try:
+                with connect(self.config, "queuelake-replay") as conn:
+                    _, done, _ = self._ledger(conn, result.replay_id)
+                result.lineage_recorded += lineage.record_lineage(
+                    self.lake, result.replay_id, self.planned, self.cut, done
+                )
+            except QueuelakeError as exc:  # the next run of the replay id writes it
+                log.warning("replay %s: the lineage was not written: %s", result.replay_id, exc)
         record_run(self.lake, self.run_id, self.started, self.options, result, self.sent_per_destination)
 
 
@@ -323,12 +406,23 @@ def replay(
     summary = dict(result.__dict__)
     summary["seconds_by_step"] = {step: round(s, 3) for step, s in replayer.steps.seconds.items()}
     if options.dry_run:
-        for k in ("rows_sent", "total_sent", "batches_sent", "seconds_sending", "rate", "failed_batches"):
+        for k in (
+            "rows_sent",
+            "total_sent",
+            "batches_sent",
+            "seconds_sending",
+            "rate",
+            "failed_batches",
+            "canary",
+            "lineage_recorded",
+        ):
             summary.pop(k)
         summary["note"] = "dry run: nothing was sent or written"
     else:
         summary.pop("message_types")
         summary.pop("dry_run")
+        if summary["canary"] is None:
+            summary.pop("canary")
     return summary
 
 
@@ -338,7 +432,7 @@ def needs_spark(config: Config, lake: LakeEngine, options: ReplayOptions) -> boo
     journal = journal_engine(lake)
     if not journal.exists(MESSAGES):
         return False  # the run says there is no journal
-    for table in (REPLAYS, skips.SKIPPED, RUNS):
+    for table in (REPLAYS, skips.SKIPPED, lineage.LINEAGE, RUNS):
         if journal.exists(table) and journal.written_by(table) not in (None, journal.name):
             return True
     time_zone = config.spark.conf.get("spark.sql.session.timeZone", "UTC")

@@ -30,6 +30,8 @@ class ReplayResult(PartResult):
     message_types: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds_sending: float = 0.0
     rate: float = 0.0
+    canary: dict[str, Any] | None = None  # --canary: how the canaries ended (canary.Verdict.summary)
+    lineage_recorded: int = 0  # rows this run appended to replay_lineage
 
     def runs_rows(self, sent_per_destination: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
         """One row per destination, with the messages sent there; a replay that sent nothing still

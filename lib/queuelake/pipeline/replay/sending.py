@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from queuelake import stopping
@@ -53,27 +53,35 @@ class Sender:
         self.session = session  # the Spark session, started if need be (only to send from executors)
 
     def send(
-        self, conn: Connection, replay_id: str, plan: Plan, done: set[int], planned: Planned, files: list[str]
+        self,
+        conn: Connection,
+        replay_id: str,
+        plan: Plan,
+        done: set[int],
+        planned: Planned,
+        files: list[str],
+        only: Collection[int] | None = None,
     ) -> None:
-        """The batches not in the ledger, in order; the next one read and built while this one is sent
-        (``ahead``). (With a COPY written row by row in Python there was nothing to overlap: tried
-        in round 16, the medians of five runs were equal.)"""
+        """The batches not in the ledger (of ``only``, when given: a canary's batch 0), in order; the
+        next one read and built while this one is sent (``ahead``). (With a COPY written row by row in
+        Python there was nothing to overlap: tried in round 16, the medians of five runs were equal.)"""
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
         threshold = self.config.replay.executors_from_rows
-        if threshold is not None and planned.num_rows >= threshold and opts.max_rate is None:
+        if threshold is not None and planned.num_rows >= threshold and opts.max_rate is None and only is None:
             self._send_on_executors(replay_id, plan, done, planned, files)
             return
         content = Content(files)
 
         def prepare(k: int) -> tuple[list[Row], dict[str, tuple[TableRef, binary_copy.Messages]]]:
-            batch = planned.batch(k, size)
+            batch = planned.batch(k, plan.cut)
             return batch, self._messages(replay_id, batch, content)
 
         keys = ReplayKeys(n, size)
-        todo = [k for k in range(n) if k not in done]
+        todo = [k for k in range(n) if k not in done and (only is None or k in only)]
         started = time.monotonic()
         sent = 0
+        sent_before = result.rows_sent  # a canary's batch, sent by an earlier call of this run
 
         def pace(batch: Sent) -> None:
             """With --max-rate, the commit waits until the batch is due, so the rows become visible on pace."""
@@ -101,7 +109,7 @@ class Sender:
             batch = outcome.content[0]
             k = outcome.k
             sent += len(batch)
-            result.rows_sent = sent
+            result.rows_sent = sent_before + sent
             result.total_sent += len(batch)
             result.batches_sent += 1
             for r in batch:
@@ -109,7 +117,7 @@ class Sender:
             elapsed = time.monotonic() - started
             result.seconds_sending = round(elapsed, 3)
             result.rate = round(sent / elapsed, 1) if elapsed else 0.0
-            left = sum(1 for j in range(k + 1, n) if j not in done)
+            left = sum(1 for j in todo if j > k)
             log.info(
                 "replay %s batch %d/%d: %d rows in %.2fs; %d sent at %.0f msg/s, %d batch(es) left",
                 replay_id,
@@ -141,7 +149,7 @@ class Sender:
 
         result = self.result
         n, size = plan.batches, plan.batch_size
-        units = [executors.Unit(k, planned.slice(k, size)) for k in range(n) if k not in done]
+        units = [executors.Unit(k, planned.slice(k, plan.cut)) for k in range(n) if k not in done]
         job = executors.Job(
             config=self.config,
             replay_id=replay_id,

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from queuelake.lake import catalogue
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.replay.plan import Cut
 from queuelake.pipeline.replay.planned import Planned
 from queuelake.pipeline.runs import record_engine
 
@@ -67,7 +68,7 @@ def skip_records(replay_id: str, planned: Planned, others: pa.Table) -> list[dic
 def settle_skips(
     lake: LakeEngine,
     replay_id: str | None,
-    size: int,
+    cut: Cut,
     done: set[int],
     planned: Planned,
     records: list[dict[str, Any]],
@@ -77,7 +78,8 @@ def settle_skips(
     its batch is still to be sent (one in a sent batch went out while its queue was there).
     Returns (new records, reasons to report, keys not to send)."""
     frozen = recorded_skips(lake, replay_id) if replay_id else set()
-    position = planned.batches_of(frozen | {(rec["queue"], rec["seq"]) for rec in records}, size)
+    found = planned.positions_of(frozen | {(rec["queue"], rec["seq"]) for rec in records})
+    position = {key: cut.batch_of(p) for key, p in found.items()}
     new, reasons, current = [], [], set()
     for rec in records:
         key = (rec["queue"], rec["seq"])

@@ -10,10 +10,10 @@ must reach every copy queuelake keeps, not only the journal's current version.
    conflict with a concurrent drain. The rows it removes are exactly those matching in the snapshot
    it read (``journal_version`` in the summary); rows a concurrent drain lands after that snapshot are
    not selected, even when they match: run the erase again once the drain has landed them.
-3. Derived tables: every catalogued table with ``erased_by_journal_key`` (``replay_skipped`` and
-   ``body_unparsed``, keyed by (queue, seq)) loses its rows whose key is an erased row's; every typed
-   body table (``body_<type>``, as ``body_schema_changes`` records them: ``typed.py``) loses its rows
-   whose ``message_id`` is an erased row's.
+3. Derived tables: every catalogued table with ``erased_by_journal_key`` (``replay_skipped``,
+   ``replay_lineage`` and ``body_unparsed``, keyed by (queue, seq)) loses its rows whose key is an
+   erased row's; every typed body table (``body_<type>``, as ``body_schema_changes`` records them:
+   ``typed.py``) loses its rows whose ``message_id`` is an erased row's.
 4. The purge: each touched table's removed files deleted from storage now (``purge_removed``: only
    the log's tombstones, never the drain's staged files, which a "full" vacuum would destroy).
    Older versions that named them can no longer be read. Delta's log keeps per-file statistics

@@ -1,0 +1,154 @@
+"""``replay_lineage``: one row per message a replay sent, linking the copy to its original journal row,
+and the outcome of each copy read from the journal when asked (``outcomes``).
+
+Why rows are written from the ledger, not as batches go: a batch's messages and its ledger row commit
+in one DB transaction, and a lake append cannot join it. So the ledger is the truth of what was sent,
+and the lineage follows it: after the canary batch and at the end of every run (however it ends), the
+rows of each batch the ledger holds and the lineage does not are appended (``record_lineage``). A run
+killed between a commit and that append leaves the batch out until the next run of the replay id
+(the plan cuts the same batches, so the rows come out the same). One run of a replay id at a time
+(its session lock), so two appends never race.
+
+Why the outcome is not stored: it changes after the replay (a later drain brings the audit or error
+copy), and a stored one would be as old as the last run that wrote it. ``outcomes`` reads it from the
+journal's current version each time: a copy's journal rows are those whose ``message_id`` is the id
+sent and whose ``queuelake.Replay.Id`` / ``queuelake.Replay.Source`` name this replay and row;
+``processed`` when the latest of them is an audit copy, ``failed-again`` when it is an error copy,
+``pending`` when there is neither yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from queuelake.lake import catalogue
+from queuelake.lake.engines import journal_engine
+from queuelake.lake.port import LakeEngine
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE
+from queuelake.pipeline.journal.schema import MESSAGES
+from queuelake.pipeline.message_ids import name_uuid
+from queuelake.pipeline.replay.plan import Cut
+from queuelake.pipeline.replay.planned import Planned
+from queuelake.pipeline.runs import record_engine
+
+LINEAGE = catalogue.REPLAY_LINEAGE.name
+LINEAGE_SCHEMA: pa.Schema = catalogue.REPLAY_LINEAGE.schema
+PROCESSED, FAILED_AGAIN, PENDING = "processed", "failed-again", "pending"
+
+
+def sent_ids(replay_id: str, table: pa.Table) -> list[str | None]:
+    """The ``NServiceBus.MessageId`` each planned row's copy is sent with (``messages.build``): a
+    replay's is new, ``uuid5(replay id, MessageId, destination)``; a retry or redirect keeps it."""
+    out: list[str | None] = []
+    for kind, message_id, target in zip(
+        table.column("kind").to_pylist(),
+        table.column("message_id").to_pylist(),
+        table.column("target").to_pylist(),
+        strict=True,
+    ):
+        out.append(name_uuid(f"replay\n{replay_id}\n{message_id}\n{target}") if kind == "replay" else message_id)
+    return out
+
+
+def batch_rows(replay_id: str, planned: Planned, cut: Cut, k: int, now: dt.datetime) -> pa.Table:
+    """The lineage rows of batch k (its rows that are sent)."""
+    part = planned.slice(k, cut)
+    n = part.num_rows
+    return pa.table(
+        {
+            "replay_id": pa.array([replay_id] * n, pa.string()),
+            "queue": part.column("queue"),
+            "seq": part.column("seq"),
+            "id": part.column("id"),
+            "message_id": part.column("message_id"),
+            "message_type": part.column("message_type"),
+            "kind": part.column("kind"),
+            "destination": part.column("target"),
+            "sent_message_id": pa.array(sent_ids(replay_id, part), pa.string()),
+            "batch": pa.array(np.full(n, k, dtype=np.int64)),
+            "canary": pa.array(np.full(n, bool(cut.canary) and k == 0)),
+            "recorded_at": pa.array([now] * n, catalogue.UTC_TS),
+        },
+        schema=LINEAGE_SCHEMA,
+    )
+
+
+def recorded_batches(lake: LakeEngine, replay_id: str) -> set[int]:
+    """The batches of ``replay_id`` the lineage holds."""
+    journal = journal_engine(lake)
+    if not journal.exists(LINEAGE):
+        return set()
+    table = journal.read_arrow(LINEAGE, columns=["replay_id", "batch"])
+    table = table.filter(pc.equal(table.column("replay_id"), replay_id))
+    return set(pc.unique(table.column("batch")).to_pylist())
+
+
+def record_lineage(lake: LakeEngine, replay_id: str, planned: Planned, cut: Cut, done: set[int]) -> int:
+    """Append the rows of each batch in ``done`` (the ledger's) the lineage does not hold yet; returns
+    how many rows were appended."""
+    missing = sorted(k for k in done - recorded_batches(lake, replay_id) if k < cut.batches)
+    if not missing:
+        return 0
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = pa.concat_tables([batch_rows(replay_id, planned, cut, k, now) for k in missing])
+    writer = record_engine(lake, LINEAGE)
+    app_id = f"queuelake.replay.lineage/{replay_id}"
+    writer.append(LINEAGE, rows, app_id, (writer.last_version(LINEAGE, app_id) or 0) + 1)
+    return rows.num_rows
+
+
+def lineage_of(lake: LakeEngine, replay_id: str) -> pa.Table:
+    """The lineage rows of one replay (none: an empty table)."""
+    journal = journal_engine(lake)
+    if not journal.exists(LINEAGE):
+        return LINEAGE_SCHEMA.empty_table()
+    return journal.lookup(LINEAGE, "replay_id", [replay_id]).rows.select(LINEAGE_SCHEMA.names)
+
+
+def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
+    """``lineage``'s rows with ``outcome`` (processed, failed-again, pending) and ``outcome_at`` (the
+    audit copy's ProcessingEnded or the error copy's TimeOfFailure), from the journal's current version."""
+    journal = journal_engine(lake)
+    wanted = [m for m in pc.unique(pc.drop_null(lineage.column("sent_message_id"))).to_pylist() if m]
+    latest: dict[tuple[str, str], tuple[dt.datetime, str]] = {}
+    if wanted and journal.exists(MESSAGES):
+        rows = journal.lookup(MESSAGES, "message_id", wanted).rows
+        replay_ids = pc.map_lookup(rows.column("headers"), REPLAY_ID, "last").to_pylist()
+        sources = pc.map_lookup(rows.column("headers"), REPLAY_SOURCE, "last").to_pylist()
+        far = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+        for replay_id, source, failed_queue, exception, failed_at, ended, drained in zip(
+            replay_ids,
+            sources,
+            *(
+                rows.column(c).to_pylist()
+                for c in ("failed_queue", "exception_type", "time_of_failure", "processing_ended", "drained_at")
+            ),
+            strict=True,
+        ):
+            if not replay_id or not source:
+                continue
+            if failed_queue is not None or exception is not None:
+                state, at = FAILED_AGAIN, failed_at or drained
+            elif ended is not None:
+                state, at = PROCESSED, ended
+            else:
+                continue  # a copy drained from the queue it was sent to: not processed yet
+            key = (replay_id, source)
+            if key not in latest or (at or far, state) > (latest[key][0] or far, latest[key][1]):
+                latest[key] = (at, state)
+    found = [
+        latest.get((r, f"{q}@{s}"))
+        for r, q, s in zip(
+            lineage.column("replay_id").to_pylist(),
+            lineage.column("queue").to_pylist(),
+            lineage.column("seq").to_pylist(),
+            strict=True,
+        )
+    ]
+    return lineage.append_column(
+        "outcome", pa.array([f[1] if f else PENDING for f in found], pa.string())
+    ).append_column("outcome_at", pa.array([f[0] if f else None for f in found], catalogue.UTC_TS))

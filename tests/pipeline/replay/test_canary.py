@@ -1,0 +1,226 @@
+"""``replay --canary N`` and ``replay_lineage`` on real PostgreSQL and a delta-rs lake, without Spark.
+
+Five OrderPlaced messages failed at Billing are seeded into the error queue and drained. A retry of them
+with ``--canary 2`` (batches of 2 after the canary) sends the first two; an endpoint, simulated in a
+thread, takes them off Billing and puts an audit copy (processed) or an error copy (failed again) of
+each into the audit or error queue, as an NServiceBus endpoint would; the replay's own drain of
+``drain.queues`` (error, audit) brings them into the journal. Asserted per case: what reached Billing
+(each selected message once, by its ``queuelake.Replay.Source``), the status, the ledger's batches,
+and the lineage rows with their outcomes; a canary that failed stops and a later run of the replay id
+without ``--canary`` sends the rest once; no endpoint at all times out, also through the CLI (exit 1).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from queuelake.config import Config, from_dict
+from queuelake.examples import traffic
+from queuelake.lake.engines import journal_engine, open_lake
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE
+from queuelake.pipeline.drain.run import drain
+from queuelake.pipeline.replay import lineage
+from queuelake.pipeline.replay.plan import ReplayOptions
+from queuelake.pipeline.replay.replayer import replay
+from queuelake.transport import db, installer, ledger
+from queuelake.transport.queues import OutgoingMessage, receive_batch
+from queuelake.transport.table_refs import bridge_ref, queue_ref
+
+from tests.helpers.cli import run_cli
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+TIMEOUT = "System.TimeoutException"
+WHERE = f"exception_type = '{TIMEOUT}'"
+BILLING = '"public"."Billing"'
+ORDERS = [
+    OutgoingMessage(
+        hdr.encode(traffic.order_headers(str(uuid.UUID(int=i + 1)), T0)),
+        b'{"OrderId": %d}' % i,
+        id=str(uuid.UUID(int=i + 1)),
+    )
+    for i in range(5)
+]
+
+
+def _config(uri: str, root: Path) -> Config:
+    settings = {
+        "transport": {"connection": uri},
+        "lake": {"root": str(root), "engine": "delta-rs"},
+        "drain": {"queues": ["error", "audit"], "batch_size": 100},
+    }
+    return from_dict(settings, env={})
+
+
+@pytest.fixture
+def cfg(fresh_pg_uri: str, tmp_path: Path) -> Config:
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Billing"]))
+        failed = [
+            traffic.failed_copy(m, "Billing", TIMEOUT, "timed out", T0 + dt.timedelta(minutes=i))
+            for i, m in enumerate(ORDERS)
+        ]
+        traffic.seed(conn, queue_ref("error", cfg.transport), failed)
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    return cfg
+
+
+def _no_spark():  # type: ignore[no-untyped-def]
+    raise AssertionError("this replay needed Spark")
+
+
+def _options(**kw: object) -> ReplayOptions:
+    return ReplayOptions(WHERE, batch_size=2, canary_poll=0.3, **kw)  # type: ignore[arg-type]
+
+
+class Endpoint:
+    """Billing, simulated: takes up to ``take`` messages off its queue and, for each, puts an audit copy
+    into ``audit`` (processed) or an error copy into ``error`` (failed again)."""
+
+    def __init__(self, cfg: Config, take: int, fail: bool) -> None:
+        self.cfg, self.take, self.fail = cfg, take, fail
+        self.taken: list[dict[str, str | None]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Endpoint:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        t = self.cfg.transport
+        with db.connect(t) as conn:
+            while not self.stop.is_set() and len(self.taken) < self.take:
+                rows = receive_batch(conn, queue_ref("Billing", t), self.take - len(self.taken))
+                conn.commit()
+                for r in rows:
+                    message = OutgoingMessage(r.headers or "{}", r.body, id=r.id)
+                    self.taken.append(hdr.decode_map(message.headers))
+                    when = T0 + dt.timedelta(hours=1)
+                    if self.fail:
+                        copy = traffic.failed_copy(message, "Billing", TIMEOUT, "timed out again", when)
+                        traffic.seed(conn, queue_ref("error", t), [copy])
+                    else:
+                        traffic.seed(conn, queue_ref("audit", t), [traffic.audit_copy(message, "Billing", when, 15)])
+                time.sleep(0.1)
+
+
+def _waiting(cfg: Config) -> list[dict[str, str | None]]:
+    """Every message in Billing now (taken off it)."""
+    with db.connect(cfg.transport) as conn:
+        rows = receive_batch(conn, queue_ref("Billing", cfg.transport), 1000)
+        conn.commit()
+    return [hdr.decode_map(r.headers or "{}") for r in rows]
+
+
+def _sources(messages: list[dict[str, str | None]]) -> list[str | None]:
+    return [m.get(REPLAY_SOURCE) for m in messages]
+
+
+def _batch_keys(cfg: Config, replay_id: str) -> list[str]:
+    with db.connect(cfg.transport) as conn:
+        rows = ledger.rows_of_pipeline(
+            conn, bridge_ref(cfg.transport.ledger_table, cfg.transport), f"replay/{replay_id}"
+        )
+        conn.rollback()
+    return sorted(r.batch_key for r in rows)
+
+
+def _error_seqs(cfg: Config) -> list[str]:
+    """The five failed copies' ``<queue>@<seq>``, in plan order."""
+    rows = journal_engine(open_lake(cfg.lake)).read_arrow("messages", columns=["queue", "seq", "exception_type"])
+    seqs = sorted(s for q, s, e in zip(*(rows.column(c).to_pylist() for c in ("queue", "seq", "exception_type"))) if e)
+    return [f'"public"."error"@{s}' for s in seqs]
+
+
+def _outcomes(cfg: Config, replay_id: str) -> dict[str, tuple[bool, str]]:
+    lake = open_lake(cfg.lake)
+    rows = lineage.outcomes(lake, lineage.lineage_of(lake, replay_id)).to_pylist()
+    for r in rows:
+        assert r["destination"] == BILLING and r["kind"] == "retry" and r["sent_message_id"] == r["message_id"]
+    return {f"{r['queue']}@{r['seq']}": (r["canary"], r["outcome"]) for r in rows}
+
+
+@pytest.fixture
+def sources(cfg: Config) -> Iterator[list[str]]:
+    yield _error_seqs(cfg)
+
+
+def test_processed_canary_sends_the_rest_once(cfg: Config, sources: list[str]) -> None:
+    with Endpoint(cfg, take=2, fail=False) as endpoint:
+        summary = replay(
+            cfg, None, open_lake(cfg.lake), _options(replay_id="r-ok", canary=2, canary_wait=60), _no_spark
+        )
+    assert summary["status"] == "ok", summary
+    assert summary["canary"]["status"] == "processed" and summary["canary"]["drains"] >= 1
+    assert [c["outcome"] for c in summary["canary"]["canaries"]] == ["processed", "processed"]
+    assert (summary["rows_sent"], summary["batches"], summary["lineage_recorded"]) == (5, 3, 5)
+    assert _sources(endpoint.taken) == sources[:2] and {m[REPLAY_ID] for m in endpoint.taken} == {"r-ok"}
+    assert sorted(_sources(_waiting(cfg))) == sorted(sources[2:])  # the rest, each once
+    keys = _batch_keys(cfg, "r-ok")
+    assert keys[:3] == ["0/3@2", "1/3@2", "2/3@2"] and keys[3].startswith("plan:") and keys[3].endswith(":b2:c2")
+    outcome = _outcomes(cfg, "r-ok")
+    assert outcome == {
+        **{s: (True, "processed") for s in sources[:2]},
+        **{s: (False, "pending") for s in sources[2:]},
+    }
+    # a rerun sends nothing and writes no lineage twice
+    again = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-ok", canary=2, canary_wait=5), _no_spark)
+    assert (again["status"], again["rows_sent"], again["lineage_recorded"]) == ("ok", 0, 0), again
+    assert _waiting(cfg) == [] and len(_outcomes(cfg, "r-ok")) == 5
+
+
+def test_failed_canary_stops_and_a_resume_sends_the_rest(cfg: Config, sources: list[str]) -> None:
+    with Endpoint(cfg, take=2, fail=True) as endpoint:
+        summary = replay(
+            cfg, None, open_lake(cfg.lake), _options(replay_id="r-bad", canary=2, canary_wait=60), _no_spark
+        )
+    assert summary["status"] == "canary-failed", summary
+    assert "canary failed again" in summary["error"] and sources[0] in summary["error"]
+    assert summary["rows_sent"] == 2 and _sources(endpoint.taken) == sources[:2]
+    assert _waiting(cfg) == []  # nothing else was sent
+    assert [k for k in _batch_keys(cfg, "r-bad") if not k.startswith("plan:")] == ["0/3@2"]
+    assert _outcomes(cfg, "r-bad") == {s: (True, "failed-again") for s in sources[:2]}
+    # with a canary of another size: refused; without --canary: the rest, once
+    with pytest.raises(Exception, match="planned with --canary 2"):
+        replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-bad", canary=3), _no_spark)
+    rest = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-bad"), _no_spark)
+    assert (rest["status"], rest["rows_sent"], rest["total_sent"]) == ("ok", 3, 5), rest
+    assert sorted(_sources(_waiting(cfg))) == sorted(sources[2:])
+    assert _outcomes(cfg, "r-bad") == {
+        **{s: (True, "failed-again") for s in sources[:2]},
+        **{s: (False, "pending") for s in sources[2:]},
+    }
+    again = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-bad"), _no_spark)
+    assert again["rows_sent"] == 0 and _waiting(cfg) == []
+
+
+def test_canary_timeout_through_the_cli(cfg: Config, sources: list[str], tmp_path: Path) -> None:
+    conf = tmp_path / "replay.yaml"
+    settings = {
+        "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+        "lake": {"root": str(cfg.lake.root), "engine": "delta-rs"},
+        "drain": {"queues": ["error", "audit"]},
+    }
+    conf.write_text(json.dumps(settings))
+    args = ["replay", "-c", str(conf), "--where", WHERE, "--replay-id", "r-slow", "--batch-size", "2"]
+    result = run_cli([*args, "--canary", "1", "--canary-wait", "2"], cfg.transport.connection, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.summary["status"] == "canary-timeout" and sources[0] in result.summary["error"]
+    assert result.summary["canary"]["canaries"][0]["outcome"] == "pending"
+    assert _sources(_waiting(cfg)) == sources[:1]  # the canary only
+    assert _outcomes(cfg, "r-slow") == {sources[0]: (True, "pending")}
+    assert [k for k in _batch_keys(cfg, "r-slow") if not k.startswith("plan:")] == ["0/3@2"]
