@@ -1,4 +1,4 @@
-"""The tests' JVMs start as ``tests/jvm_flags.py`` says: Spark's launcher maps the class archive, and each
+"""The tests' JVMs start as ``tests/helpers/jvm_flags.py`` says: Spark's launcher maps the class archive, and each
 worker's long-lived session compiles fully (C1 is for the short-lived JVMs only)."""
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ import pytest
 
 from tests.helpers import jvm_flags
 
-# jvm_flags.use leaves a SPARK_SUBMIT_OPTS of the user's own as it is, and sets nothing then
-pytestmark = pytest.mark.skipif(
-    "QUEUELAKE_TEST_JVM_LONG_LIVED" not in os.environ, reason="QUEUELAKE_TEST_JVM_FLAGS=0, or SPARK_SUBMIT_OPTS set"
-)
+
+@pytest.fixture(autouse=True)
+def _flags_in_use() -> None:
+    """Asked when the test runs, after conftest's ``_fast_tier_guard`` has set the flags (the first test that
+    may start a JVM does): at collection they are not set yet. ``jvm_flags.use`` leaves a SPARK_SUBMIT_OPTS
+    of the user's own as it is, and sets nothing then."""
+    if "QUEUELAKE_TEST_JVM_LONG_LIVED" not in os.environ:
+        pytest.skip("QUEUELAKE_TEST_JVM_FLAGS=0, or SPARK_SUBMIT_OPTS set")
 
 
 def _spark_submit_version(options: str, *args: str) -> subprocess.CompletedProcess[str]:
