@@ -16,7 +16,6 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from queuelake.config import from_dict
 from queuelake.examples import orders, traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
@@ -28,90 +27,22 @@ from queuelake.pipeline.message_ids import message_id
 from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.transform import transform
 from queuelake.quality import outbound
-from queuelake.transport import db, installer, queues, subscriptions
-from queuelake.transport.table_refs import bridge_ref, queue_ref
+from queuelake.transport import db
+from queuelake.transport.table_refs import queue_ref
 
-from tests.conftest import require_delta_jvm
-
-OUTBOUND = pa.schema(
-    [
-        ("key", pa.string()),
-        ("message_type", pa.string()),
-        ("intent", pa.string()),
-        ("destination", pa.string()),
-        ("body", pa.binary()),
-        ("headers", pa.map_(pa.string(), pa.string())),
-        ("ttbr_ms", pa.int64()),
-        ("deliver_at", pa.timestamp("us", tz="UTC")),
-        ("correlation_id", pa.string()),
-        ("conversation_id", pa.string()),
-    ]
+from tests.helpers.jvm import require_delta_jvm
+from tests.helpers.publish import (
+    BASE,
+    CONCRETE,
+    KILL_SCRIPT,
+    OUTBOUND,
+    config,
+    drain_all,
+    row,
+    setup_db,
+    subscribe,
+    write_outbound,
 )
-BASE = "Lakehouse.Events.ICustomerEvent"
-CONCRETE = "Lakehouse.Events.CustomerTotalsUpdated"
-
-
-def config(uri: str, lake_root: Path, outputs: list[str], queues_: list[str], **publish: object):
-    return from_dict(
-        {
-            "transport": {"connection": uri},
-            "lake": {"root": str(lake_root), "engine": "delta-rs"},
-            "drain": {"queues": queues_, "batch_size": 500},
-            "transforms": [
-                {
-                    "name": "customer_totals",
-                    "function": "queuelake.examples.orders:customer_totals",
-                    "output": outputs[0],
-                }
-            ],
-            "publish": {"endpoint": "Lakehouse", "outputs": outputs, **publish},
-        },
-        env={},
-    )
-
-
-def setup_db(cfg, extra: list[str]) -> None:
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg, extra_queues=extra, delayed_endpoints=["Billing"]))
-
-
-def subscribe(cfg, address: str, endpoint: str, topic: str) -> None:
-    with db.connect(cfg.transport) as conn:
-        subscriptions.subscribe(conn, bridge_ref("SubscriptionRouting", cfg.transport), address, endpoint, topic)
-        conn.commit()
-
-
-def drain_all(cfg, name: str) -> list[queues.ReceivedRow]:
-    ref = queue_ref(name, cfg.transport)
-    out: list[queues.ReceivedRow] = []
-    with db.connect(cfg.transport) as conn:
-        while True:
-            rows = queues.receive_batch(conn, ref, 10_000)
-            conn.commit()
-            if not rows:
-                return out
-            out.extend(rows)
-
-
-def write_outbound(lake, name: str, rows: list[dict], version: int = 1) -> None:
-    lake.append(name, pa.Table.from_pylist(rows, schema=OUTBOUND), f"test/{name}", version)
-
-
-def row(
-    key: str, intent: str = "Publish", destination: str | None = None, message_type: str | None = None, **kw
-) -> dict:
-    return {
-        "key": key,
-        "message_type": message_type or f"{CONCRETE}, Lakehouse.Events;{BASE}, Lakehouse.Events",
-        "intent": intent,
-        "destination": destination,
-        "body": kw.pop("body", orjson.dumps({"key": key})),
-        "headers": kw.pop("headers", None),
-        "ttbr_ms": kw.pop("ttbr_ms", None),
-        "deliver_at": kw.pop("deliver_at", None),
-        "correlation_id": None,
-        "conversation_id": None,
-    }
 
 
 def test_round_trip_drain_transform_publish(
@@ -325,18 +256,6 @@ def test_hostile_subscriptions_never_block_the_valid_subscriber(
         assert conn.raw.execute('SELECT count(*) FROM "public"."Tripwire"').fetchone()[0] == 3
         tables = conn.raw.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'X'").fetchone()[0]
         assert tables == 0, "no DDL ran"
-
-
-KILL_SCRIPT = """
-import sys
-from queuelake.config import load
-from queuelake.lake.engines import open_lake
-from queuelake.pipeline.publish.run import publish
-from queuelake.spark import get_spark
-cfg = load(sys.argv[1])
-spark = get_spark(cfg.spark)
-print(publish(cfg, spark, open_lake(cfg.lake, spark))["status"])
-"""
 
 
 @pytest.mark.slow

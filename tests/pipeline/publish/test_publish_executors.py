@@ -22,7 +22,7 @@ from queuelake.pipeline.publish.run import publish
 from queuelake.transport import db, ledger
 from queuelake.transport.table_refs import bridge_ref
 
-from tests.pipeline.publish.test_publish import KILL_SCRIPT, config, drain_all, row, setup_db, subscribe, write_outbound
+from tests.helpers.publish import KILL_SCRIPT, config, drain_all, row, setup_db, subscribe, write_outbound
 
 EVENT = "Big.Event"
 
