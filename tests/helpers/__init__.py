@@ -13,6 +13,7 @@
 - ``jvm``: the Delta JVM jars (and the skip without them); ``jvm_flags``: how the tests' JVMs start
 - ``ports``: free ports for the servers the tests start; ``standalone``: a Spark standalone cluster
 - ``redaction``: what redaction must make true of a message
+- ``publish``: an outbound table, a publish config, the queues and subscriptions around it, the kill script
 - ``schedule_system``, ``schedule_play``: months of a system and its operator on a schedule
 
 A test's tier (tests/conftest.py) counts ``subprocess`` in a helper module it imports names from: ``cli``,
