@@ -12,13 +12,16 @@ later copy shows retried.
 stdout: one line per group (or with ``--json`` one JSON object per group), then the JSON summary as the
 last line. ``--group ID``: that group's messages instead (the latest failed copy of each), and the
 summary's ``replay_where``: the ``queuelake replay --where`` that selects exactly those journal rows, at
-this and any later journal version. It records no ``runs`` row: it only reads.
+this and any later journal version; ``--where-out FILE`` also writes it to a file for ``replay
+--where-file`` (a large group's predicate exceeds Linux's 128 KiB limit on one argument). It records
+no ``runs`` row: it only reads.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from queuelake.commands.command import Command
@@ -37,6 +40,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         type=_group_id,
         metavar="ID",
         help="one group's messages, and the replay --where that selects exactly them (a prefix of the id will do)",
+    )
+    parser.add_argument(
+        "--where-out",
+        metavar="PATH",
+        help="with --group: also write its replay --where to this file, for replay --where-file",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per group (or message) on stdout")
     parser.add_argument(
@@ -58,6 +66,8 @@ def failures(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline.failures.run import failure_groups
     from queuelake.report import log
 
+    if args.where_out and args.group is None:
+        raise ArgumentError("--where-out writes one group's replay --where: give --group ID too")
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
     lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # Arrow on the driver, no Spark
@@ -93,6 +103,12 @@ def failures(args: argparse.Namespace) -> dict[str, Any]:
     out.update(g.summary())
     out["message_ids"] = g.message_ids()
     out["replay_where"] = g.where
+    if args.where_out:
+        Path(args.where_out).write_text(g.where + "\n", encoding="utf-8")
+        out["where_file"] = str(args.where_out)
+        log.info(
+            "failures: group %s's replay --where written to %s (%d characters)", g.id, args.where_out, len(g.where)
+        )
     return out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
+from pathlib import Path
 from typing import Any
 
 from queuelake.commands.command import Command
@@ -24,7 +26,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.spark import get_spark
 
     options = ReplayOptions(
-        predicate=args.where,
+        predicate=where_predicate(args),
         to=args.to,
         dry_run=args.dry_run,
         limit=args.limit,
@@ -55,9 +57,40 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     return run_replay(cfg, session, lake_for(cfg, session), options)
 
 
+def where_predicate(args: argparse.Namespace) -> str:
+    """``--where``, or the text of ``--where-file`` (``-``: stdin).
+
+    Why a file: Linux limits one argument to 128 KiB, and a failure group's ``replay_where`` names its
+    rows (about 8 characters a message), so a group of more than ~15,000 messages cannot be passed as
+    ``--where`` (``"$(cat f)"`` is one argument too). ``failures --group ID --where-out FILE`` writes it."""
+    from queuelake.errors import ArgumentError
+
+    if args.where is not None:
+        return str(args.where)
+    path = args.where_file
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ArgumentError(f"--where-file {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ArgumentError(f"--where-file {path}: not UTF-8 text") from None
+    predicate = text.strip()
+    if not predicate:
+        raise ArgumentError(f"--where-file {path}: the file is empty; it should hold one boolean expression")
+    return predicate
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--where", required=True, help="Spark SQL predicate over messages (one boolean expression)")
+    selection = parser.add_mutually_exclusive_group(required=True)
+    selection.add_argument(
+        "--where", help="Spark SQL predicate over messages (one boolean expression); this or --where-file is required"
+    )
+    selection.add_argument(
+        "--where-file",
+        metavar="PATH",
+        help="read the --where predicate from this file (- for stdin): for predicates over 128 KiB",
+    )
     add("--to", default=None, help="send every selected message to this queue (default: its own)")
     add("--dry-run", action="store_true", help="count per destination and type; write nothing")
     add("--limit", type=int, default=None, help="at most N messages (the first by queue, seq)")

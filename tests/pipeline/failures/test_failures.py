@@ -230,17 +230,27 @@ def test_the_command(cfg: Config, tmp_path: Path) -> None:
     as_json = run_cli(["failures", "-c", str(conf), "--json"], cfg.transport.connection, cwd=tmp_path).checked()
     objects = [json.loads(line) for line in as_json.before_summary.splitlines()]
     assert [o["copies"] for o in objects] == [5, 2, 2] and objects[0]["group"] == first
-    one = run_cli(["failures", "-c", str(conf), "--group", first[:6]], cfg.transport.connection, cwd=tmp_path).checked()
+    where_file = tmp_path / "group.where"
+    one = run_cli(
+        ["failures", "-c", str(conf), "--group", first[:6], "--where-out", str(where_file)],
+        cfg.transport.connection,
+        cwd=tmp_path,
+    ).checked()
+    assert where_file.read_text() == one.summary["replay_where"] + "\n"
     assert one.summary["message_ids"] == [ORDERS[i].id for i in range(5)]
     assert one.summary["group"] == first and one.summary["replay_where"].startswith("outcome = 'landed' AND ")
     [group] = [g for g in failure_groups(open_lake(cfg.lake)).groups if g.id == first]
     assert _selects(cfg, one.summary["replay_where"]) == _rows(group) and {q for q, _ in _rows(group)} == {ERROR}
     assert len(one.before_summary.splitlines()) == 6  # the header and five messages
     dry = run_cli(
-        ["replay", "-c", str(conf), "--where", one.summary["replay_where"], "--dry-run"],
+        ["replay", "-c", str(conf), "--where-file", str(where_file), "--dry-run"],
         cfg.transport.connection,
         cwd=tmp_path,
     ).checked()
     assert dry.summary["selected"] == 5 and dry.summary["selected_by"] == "arrow"
     unknown = run_cli(["failures", "-c", str(conf), "--group", "ffffffffff"], cfg.transport.connection, cwd=tmp_path)
+    alone = run_cli(
+        ["failures", "-c", str(conf), "--where-out", str(where_file)], cfg.transport.connection, cwd=tmp_path
+    )
+    assert alone.returncode != 0 and "give --group ID too" in alone.stderr
     assert unknown.returncode != 0 and "no group" in unknown.stderr

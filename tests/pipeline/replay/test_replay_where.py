@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from queuelake.cli import build_parser
+from queuelake.commands.replay import where_predicate
 from queuelake.config import from_dict
 from queuelake.errors import ArgumentError
 from queuelake.lake.engines import open_lake
@@ -45,3 +47,26 @@ def test_a_typo_fails_before_spark(tmp_path: Path) -> None:
     assert proc.returncode == 1 and summary["error_kind"] == "arguments", summary
     assert "unknown column(s) exeption_type" in summary["error"]
     assert "SparkContext" not in proc.stderr and "log4j" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_where_file_carries_a_predicate_past_the_one_argument_limit(tmp_path: Path) -> None:
+    """A failure group of ~15,000+ messages has a ``replay_where`` over Linux's 128 KiB limit on one
+    argument; ``--where-file`` reads it whole (and ``-`` reads stdin), exactly one of the two is required."""
+    seqs = ", ".join(str(n) for n in range(1_000_000, 1_030_000))
+    predicate = f"outcome = 'landed' AND (queue = '\"public\".\"error\"' AND seq IN ({seqs}))"
+    assert len(predicate.encode()) > 128 * 1024
+    path = tmp_path / "where.txt"
+    path.write_text(predicate + "\n", encoding="utf-8")
+    parser = build_parser()
+    args = parser.parse_args(["replay", "-c", "job.yaml", "--where-file", str(path)])
+    assert where_predicate(args) == predicate
+    assert where_predicate(parser.parse_args(["replay", "-c", "job.yaml", "--where", "seq = 1"])) == "seq = 1"
+    for neither_or_both in ([], ["--where", "seq = 1", "--where-file", str(path)]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["replay", "-c", "job.yaml", *neither_or_both])
+    empty = tmp_path / "empty.txt"
+    empty.write_text(" \n")
+    with pytest.raises(ArgumentError, match=r"--where-file .*empty\.txt: the file is empty"):
+        where_predicate(parser.parse_args(["replay", "-c", "job.yaml", "--where-file", str(empty)]))
+    with pytest.raises(ArgumentError, match=r"--where-file .*missing\.txt: cannot read it"):
+        where_predicate(parser.parse_args(["replay", "-c", "job.yaml", "--where-file", str(tmp_path / "missing.txt")]))
