@@ -78,13 +78,16 @@ def batch_rows(replay_id: str, planned: Planned, cut: Cut, k: int, now: dt.datet
 
 
 def recorded_batches(lake: LakeEngine, replay_id: str) -> set[int]:
-    """The batches of ``replay_id`` the lineage holds."""
+    """The batches of ``replay_id`` the lineage holds.
+
+    Read by ``lookup``, not the whole table: the lineage grows with every replay for as long as the lake
+    keeps it, and each run's append is one replay id's, so the log's statistics leave out every file
+    of the other replays (after a compaction, those whose id range excludes it)."""
     journal = journal_engine(lake)
     if not journal.exists(LINEAGE):
         return set()
-    table = journal.read_arrow(LINEAGE, columns=["replay_id", "batch"])
-    table = table.filter(pc.equal(table.column("replay_id"), replay_id))
-    return set(pc.unique(table.column("batch")).to_pylist())
+    rows = journal.lookup(LINEAGE, "replay_id", [replay_id]).rows
+    return set(pc.unique(rows.column("batch")).to_pylist())
 
 
 def record_lineage(lake: LakeEngine, replay_id: str, planned: Planned, cut: Cut, done: set[int]) -> int:
