@@ -34,6 +34,8 @@ from queuelake.transport import db, installer, queues
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
 
+from tests.helpers.publish import drain_all
+
 TIMEOUT = "System.TimeoutException"
 DECLINED = "Billing.CardDeclinedException"
 WHEN = dt.datetime(2026, 11, 2, 8, 30, tzinfo=dt.timezone.utc)
@@ -69,18 +71,6 @@ def install(cfg, extra: list[str]) -> None:
 def send(cfg, queue: str, messages: list[OutgoingMessage]) -> None:
     with db.connect(cfg.transport) as conn:
         traffic.seed(conn, queue_ref(queue, cfg.transport), messages)
-
-
-def drain_all(cfg, name: str) -> list[queues.ReceivedRow]:
-    ref = queue_ref(name, cfg.transport)
-    out: list[queues.ReceivedRow] = []
-    with db.connect(cfg.transport) as conn:
-        while True:
-            rows = queues.receive_batch(conn, ref, 10_000)
-            conn.commit()
-            if not rows:
-                return out
-            out.extend(rows)
 
 
 def failed(message: OutgoingMessage, queue: str, exception: str, **extra: str) -> OutgoingMessage:
