@@ -67,7 +67,7 @@ def queuelake(args: list[str], check: bool = True) -> Ran:
 
 def spark_start() -> float:
     """Seconds for a bare local Spark session, started and stopped in a new process."""
-    code = "from queuelake.config import SparkConfig; from queuelake.spark import get_spark; "
+    code = "from queuelake.config_sections import SparkConfig; from queuelake.spark import get_spark; "
     return run([sys.executable, "-c", code + "get_spark(SparkConfig()).stop()"]).seconds
 
 

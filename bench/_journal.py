@@ -202,7 +202,7 @@ def build(lake, rows: int, batch_size: int = 10_000, seed: int = 34) -> Iterator
     """Lands ``rows`` journal rows into ``messages`` through the lake port (stage, then commit under
     the queue worker's app id), yielding (batches landed, rows landed) after each batch. Returns
     the skeleton through ``build.last`` for the caller to pick targets from."""
-    from queuelake.lake.catalogue import MESSAGES
+    from queuelake.lake.record_tables import MESSAGES
 
     lake.create_table(MESSAGES.name, MESSAGES.schema)
     plan = skeleton(rows, seed)

@@ -4,7 +4,7 @@ ServiceControl 3.0.0's documented audit ingestion, on 16 vCPU, 64 GB RAM and a d
 disk: 140 msg/s for 13 KB messages and 80 msg/s for 66 KB ones. This bench drains the same message
 sizes from a PostgreSQL-transport queue table named ``audit`` into a fresh temp lake, on this machine.
 
-Rows: ``traffic.audit_events`` (seed 42): audit copies of PlaceOrder commands, with the headers
+Rows: ``sized_audits.audit_events`` (seed 42): audit copies of PlaceOrder commands, with the headers
 NServiceBus writes on an audit copy (MessageId, ConversationId, RelatedTo, EnclosedMessageTypes,
 Originating/Processing Endpoint and Machine, host ids, TimeSent and ProcessingStarted/Ended in the
 28-character wire form, ContentType application/json, Version, trace context; ~1.2 KB) and JSON
@@ -62,13 +62,15 @@ import pyarrow as pa
 import yaml
 from _commands import Ran, queuelake
 from _receive import checkpoint, raw_drain, recreate
-from queuelake.config import Config, DrainConfig, from_dict
-from queuelake.examples import traffic
+from queuelake.commands.demo import sized_audits, traffic
+from queuelake.config import Config, from_dict
+from queuelake.config_sections import DrainConfig
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.run import drain
 from queuelake.report import setup_logging
 from queuelake.transport import db
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import TableRef, queue_ref
@@ -140,7 +142,7 @@ def measure_size(
     kib: int, rows: int, args: argparse.Namespace, work: Path, uri: str, idle: Ran, out: Any
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
-    messages = list(traffic.audit_events(rows, kib * KIB, seed=42))
+    messages = list(sized_audits.audit_events(rows, kib * KIB, seed=42))
     made_s = time.perf_counter() - t0
     body_bytes = sum(len(m.body or b"") for m in messages)
     message_bytes = body_bytes + sum(len(m.headers.encode()) for m in messages)
@@ -339,7 +341,7 @@ def main() -> int:
             version = c.execute("SHOW server_version").fetchone()[0]
         # warm-up, not measured (imports, the first lake's creation), then an idle command: the
         # fixed cost and the memory of a drain with nothing to do
-        warm = list(traffic.audit_events(200, sizes[0] * KIB, seed=1))
+        warm = list(sized_audits.audit_events(200, sizes[0] * KIB, seed=1))
         build(cfg, uri, ref, warm)
         drain(cfg, open_lake(cfg.lake), queue_names=[QUEUE])
         recreate(cfg, uri, ref)
@@ -352,7 +354,7 @@ def main() -> int:
             "sizes_kib": sizes,
             "workers": args.workers,
             "repeat": args.repeat,
-            "receive_driver": receive_driver(cfg),
+            "receive_driver": receive_driver(QueueDatabase(cfg.transport), cfg.drain),
             "server_version": version,
             "embedded": server is not None,
             "cpus": os.cpu_count(),

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psutil
+from queuelake.commands.demo import traffic
+from queuelake.commands.demo.orders import DISCOUNT_QUEUE
 from queuelake.config import from_dict
-from queuelake.examples import traffic
-from queuelake.examples.orders import DISCOUNT_QUEUE
 from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.embedded import start_embedded, with_database
 from queuelake.transport.queues import OutgoingMessage
@@ -53,7 +53,7 @@ def _config(uri: str, lake: Path) -> dict:
         "transforms": [
             {
                 "name": "customer_totals",
-                "function": "queuelake.examples.orders:customer_totals",
+                "function": "queuelake.commands.demo.orders:customer_totals",
                 "output": "outbound_customer_totals",
                 "destinations": [DISCOUNT_QUEUE],
             }

@@ -42,8 +42,8 @@ from pathlib import Path
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import pyarrow as pa
 from queuelake.config import from_dict
-from queuelake.lake.catalogue import BODY_IDENTITY
 from queuelake.lake.engines import journal_engine, open_lake
+from queuelake.lake.stage_tables import BODY_IDENTITY
 from queuelake.pipeline.bodies.run import bodies
 from queuelake.pipeline.journal.build import build_batch
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA

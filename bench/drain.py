@@ -61,13 +61,14 @@ import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 from _history import journal_with_files
 from _receive import checkpoint, raw_copy_drain, raw_drain, recreate
+from queuelake.commands.demo import traffic
 from queuelake.config import Config, from_dict
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.run import drain
 from queuelake.report import log, setup_logging
 from queuelake.transport import db
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.table_refs import TableRef, queue_ref
 
@@ -437,7 +438,7 @@ def main() -> int:
             "workers": args.workers,
             "dead_rows_churned": args.dead,
             "journal_files_before": args.journal_files,
-            "receive_driver": receive_driver(cfg),
+            "receive_driver": receive_driver(QueueDatabase(cfg.transport), cfg.drain),
             "server_version": version,
             "embedded": server is not None,
         }

@@ -34,13 +34,13 @@ import _journal
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import numpy as np
 from _commands import queuelake, run
-from queuelake.config import LakeConfig
+from queuelake.config_sections import LakeConfig
 from queuelake.lake.engines import open_lake
 
 FULL_ARROW = """
 import sys
 import pyarrow.compute as pc
-from queuelake.config import LakeConfig
+from queuelake.config_sections import LakeConfig
 from queuelake.lake.engines import open_lake
 lake = open_lake(LakeConfig(root=sys.argv[1], engine="delta-rs"))
 rows = lake.read_arrow("messages")
@@ -50,7 +50,7 @@ print('{"found": %d}' % found.num_rows)
 FULL_SPARK = """
 import sys
 from pyspark.sql import functions as F
-from queuelake.config import LakeConfig, SparkConfig
+from queuelake.config_sections import LakeConfig, SparkConfig
 from queuelake.lake.engines import open_lake
 from queuelake.spark import get_spark
 spark = get_spark(SparkConfig(master="local[2]"))

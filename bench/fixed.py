@@ -29,8 +29,8 @@ from pathlib import Path
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 from _commands import import_seconds, queuelake, spark_start
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.embedded import start_embedded
 from queuelake.transport.table_refs import bridge_ref, queue_ref

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import numpy as np
 import pyarrow as pa
-from queuelake.config import SparkConfig
+from queuelake.config_sections import SparkConfig
 from queuelake.lake.arrow_types import UTC_TIMESTAMP
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.files import FileSink, commit_files

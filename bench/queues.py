@@ -55,8 +55,8 @@ import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 from _commands import ROOT, queuelake
 from _receive import checkpoint
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.transport import db, installer
 from queuelake.transport.activity import PeakConnections
 from queuelake.transport.embedded import start_embedded

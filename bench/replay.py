@@ -44,8 +44,8 @@ import psycopg
 import yaml
 from _commands import queuelake, spark_start
 from _raw import FORMATS, dump, load
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.run import drain
 from queuelake.report import setup_logging

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import pyarrow as pa
+from queuelake.commands.demo import traffic
+from queuelake.commands.demo.orders import customer_totals
 from queuelake.config import from_dict
-from queuelake.examples import traffic
-from queuelake.examples.orders import customer_totals
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.pipeline.bodies.reader import BodyTables
 from queuelake.pipeline.bodies.run import bodies
@@ -89,7 +89,7 @@ def main() -> int:
             "transforms": [
                 {
                     "name": "customer_totals",
-                    "function": "queuelake.examples.orders:customer_totals",
+                    "function": "queuelake.commands.demo.orders:customer_totals",
                     "output": "outbound_customer_totals",
                     "destinations": ["Billing"],
                 }

@@ -24,8 +24,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 from pyspark.sql import functions as F
-from queuelake.config import LakeConfig
-from queuelake.lake import catalogue
+from queuelake.config_sections import LakeConfig
+from queuelake.lake import record_tables
 from queuelake.notebook_support import (
     BUCKETS,
     LEAST_TREND_BUCKETS,
@@ -107,7 +107,7 @@ def percentile_bars(pdf, key, title, name, n=15):
 # COMMAND ----------
 
 audited = None
-messages = nb.read_table(catalogue.MESSAGES.name)
+messages = nb.read_table(record_tables.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     scope = queue_rows(messages, AUDIT_QUEUE)

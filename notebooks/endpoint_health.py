@@ -14,8 +14,8 @@
 
 # COMMAND ----------
 
-from queuelake.config import LakeConfig
-from queuelake.lake import catalogue
+from queuelake.config_sections import LakeConfig
+from queuelake.lake import stage_tables
 from queuelake.lake.engines import open_lake
 from queuelake.notebook_support import Notebook
 from queuelake.notebooks.health_figure import draw
@@ -27,15 +27,15 @@ lake = open_lake(LakeConfig(root=LAKE_ROOT, engine="delta-rs"))
 
 # COMMAND ----------
 
-if not lake.exists(catalogue.ENDPOINT_HEALTH.name):
-    print(f"note: no {catalogue.ENDPOINT_HEALTH.name} under {LAKE_ROOT}: run `queuelake health -c FILE` first")
+if not lake.exists(stage_tables.ENDPOINT_HEALTH.name):
+    print(f"note: no {stage_tables.ENDPOINT_HEALTH.name} under {LAKE_ROOT}: run `queuelake health -c FILE` first")
 else:
-    health = lake.read_arrow(catalogue.ENDPOINT_HEALTH.name)
+    health = lake.read_arrow(stage_tables.ENDPOINT_HEALTH.name)
     nb.save_or_show(draw(health, depth_over_time(lake)), "endpoint_health")
 
 # COMMAND ----------
 
-if lake.exists(catalogue.ENDPOINT_DAILY.name):
-    daily = lake.read_arrow(catalogue.ENDPOINT_DAILY.name).to_pandas()
+if lake.exists(stage_tables.ENDPOINT_DAILY.name):
+    daily = lake.read_arrow(stage_tables.ENDPOINT_DAILY.name).to_pandas()
     columns = ["day", "endpoint", "processed", "failed", "retries", "message_types", "peak_hour", "peak_hour_processed"]
     nb.show_table(daily.sort_values(["day", "endpoint"])[columns], "daily throughput per endpoint")

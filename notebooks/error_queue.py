@@ -23,8 +23,8 @@
 
 import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
-from queuelake.config import LakeConfig
-from queuelake.lake import catalogue
+from queuelake.config_sections import LakeConfig
+from queuelake.lake import record_tables
 from queuelake.notebook_support import (
     BUCKETS,
     Notebook,
@@ -71,7 +71,7 @@ def top_n_bar(ax, pdf, column, title, n=15):
 # COMMAND ----------
 
 failures = None
-messages = nb.read_table(catalogue.MESSAGES.name)
+messages = nb.read_table(record_tables.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     scope = queue_rows(messages, ERROR_QUEUE)

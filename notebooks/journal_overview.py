@@ -23,8 +23,8 @@
 
 import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
-from queuelake.config import LakeConfig
-from queuelake.lake import catalogue
+from queuelake.config_sections import LakeConfig
+from queuelake.lake import record_tables
 from queuelake.notebook_support import (
     BUCKETS,
     LEAST_TREND_BUCKETS,
@@ -64,7 +64,7 @@ lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
 # COMMAND ----------
 
-messages = nb.read_table(catalogue.MESSAGES.name)
+messages = nb.read_table(record_tables.MESSAGES.name)
 if messages is not None:
     messages = unquote_queues(messages)
     per_queue = (
@@ -211,7 +211,7 @@ if messages is not None:
 
 # COMMAND ----------
 
-runs = nb.read_table(catalogue.RUNS.name)
+runs = nb.read_table(record_tables.RUNS.name)
 if runs is not None:
     runs = unquote_queues(runs.where(F.col("queue").isNotNull()))
     if runs.isEmpty():

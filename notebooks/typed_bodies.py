@@ -39,8 +39,8 @@ from pyspark.sql.types import (
     StringType,
     StructType,
 )
-from queuelake.config import LakeConfig
-from queuelake.lake import catalogue
+from queuelake.config_sections import LakeConfig
+from queuelake.lake import stage_tables
 from queuelake.notebook_support import (
     BAR_LIMIT,
     BUCKETS,
@@ -69,7 +69,7 @@ AMOUNT = nb.param("amount", "Total")
 BUCKET = nb.param("bucket", "auto", ["auto", *BUCKETS])
 
 lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
-IDENTITY = set(catalogue.BODY_IDENTITY.names)  # the columns every typed table starts with; the body's follow
+IDENTITY = set(stage_tables.BODY_IDENTITY.names)  # the columns every typed table starts with; the body's follow
 
 
 def shown(df, width=60):
@@ -114,7 +114,7 @@ def column_named(df, name):
 # COMMAND ----------
 
 typed = {}  # type name -> (table, its DataFrame, rows)
-changes = nb.read_table(catalogue.BODY_SCHEMA_CHANGES.name)
+changes = nb.read_table(stage_tables.BODY_SCHEMA_CHANGES.name)
 if changes is None:
     print("note: no typed tables yet: run `queuelake bodies` (or `queuelake run`) on a lake with a journal")
 else:
@@ -142,7 +142,7 @@ else:
             overview[column] = times_from_micros([entry[column] for entry in listed])  # aligned by the index
         nb.show_table(overview, "typed tables (type name -> table), rows per table")
 
-increments = nb.read_table(catalogue.BODY_INCREMENTS.name)
+increments = nb.read_table(stage_tables.BODY_INCREMENTS.name)
 if increments is not None:
     latest = increments.select(
         "journal_after",
@@ -235,8 +235,8 @@ if changes is not None:
 # COMMAND ----------
 
 unparsed = None
-if lake.exists(catalogue.BODY_UNPARSED.name):
-    unparsed = nb.read_table(catalogue.BODY_UNPARSED.name)
+if lake.exists(stage_tables.BODY_UNPARSED.name):
+    unparsed = nb.read_table(stage_tables.BODY_UNPARSED.name)
 elif changes is not None:  # the stage writes body_unparsed with its first unparsed row
     print("note: no unparsed bodies: every body the stage read parsed")
 

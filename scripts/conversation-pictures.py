@@ -1,6 +1,6 @@
 """Makes the README's conversation pictures, docs/conversation-3.svg and docs/conversation-300.svg, from
 real drained traffic: a throwaway PostgreSQL (the ``embedded`` extra), the two conversations of
-``queuelake.examples.traffic`` seeded into Sales, Shipping, audit and error as endpoints and
+``queuelake.commands.demo.traffic`` seeded into Sales, Shipping, audit and error as endpoints and
 ServiceControl write them, ``queuelake drain``, then ``queuelake conversation`` for each.
 
 Usage (from the repository root, with queuelake installed): python scripts/conversation-pictures.py [--out-dir docs]
@@ -16,17 +16,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from queuelake.commands.demo import conversations, traffic
 from queuelake.config import from_dict
 from queuelake.context import connect
-from queuelake.examples import traffic
 from queuelake.transport import installer
 from queuelake.transport.table_refs import queue_ref
 
 DRAINED = ["Sales", "Shipping", "audit", "error"]
 START = dt.datetime(2026, 11, 2, 9, 30, tzinfo=dt.timezone.utc)
 PICTURES = {
-    "conversation-3.svg": ("5d0c2a7e-8f41-4b6a-9d3e-2f6b1c7a0003", traffic.order_conversation()),
-    "conversation-300.svg": ("5d0c2a7e-8f41-4b6a-9d3e-2f6b1c7a0300", traffic.bulk_conversation(300)),
+    "conversation-3.svg": ("5d0c2a7e-8f41-4b6a-9d3e-2f6b1c7a0003", conversations.order_conversation()),
+    "conversation-300.svg": ("5d0c2a7e-8f41-4b6a-9d3e-2f6b1c7a0300", conversations.bulk_conversation(300)),
 }
 
 
@@ -55,7 +55,7 @@ def main() -> None:
         with connect(cfg) as conn:
             installer.install(conn, installer.plan(cfg))
             for seed, (conversation_id, steps) in enumerate(PICTURES.values(), start=1):
-                for queue, messages in traffic.conversation_traffic(steps, conversation_id, START, seed).items():
+                for queue, messages in conversations.conversation_traffic(steps, conversation_id, START, seed).items():
                     traffic.seed(conn, queue_ref(queue, cfg.transport), messages)
         queuelake("drain", "-c", str(work / "job.yaml"), cwd=work)
         for name, (conversation_id, _) in PICTURES.items():

@@ -217,7 +217,7 @@ def pg_driver(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def spark():
-    from queuelake.config import SparkConfig
+    from queuelake.config_sections import SparkConfig
     from queuelake.spark import delta_conf, get_spark
 
     jars, _ = delta_jars()

@@ -8,8 +8,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from queuelake.config import Config, TransportConfig
-from queuelake.transport import db
+from queuelake.config import Config
+from queuelake.config_sections import TransportConfig
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 
 # data folder -> its pgserver handle: one server per folder and process, stopped at process exit
@@ -74,13 +75,15 @@ def resolved_transport(config: Config) -> TransportConfig:
     return dataclasses.replace(t, connection=connection)
 
 
-def with_database(config: Config) -> Config:
-    """``config`` for a command that works on the queue database: the embedded server started and its
-    connection string in the transport, as a new Config (the loaded one unchanged). What ships to Spark
-    tasks and drain processes carries it, so none of them starts a server of its own."""
-    transport = resolved_transport(config)
-    return config if transport is config.transport else dataclasses.replace(config, transport=transport)
+def open_database(config: Config) -> QueueDatabase:
+    """The queue database a command works on, opened once by the command (or a stage's entry) and
+    passed down: the embedded server started when configured, its connection string in the handle's
+    transport. What ships to Spark tasks and drain processes carries it, so none of them starts a
+    server of its own; the loaded ``config`` is unchanged."""
+    return QueueDatabase(resolved_transport(config))
 
 
 def connect(config: Config, application_name: str = "queuelake", driver: str | None = None) -> Connection:
-    return db.connect(resolved_transport(config), application_name, driver)
+    """One connection for a script that holds a Config only (notebooks, examples run by hand); the
+    library's commands and stages open the database once (``open_database``) and connect through it."""
+    return open_database(config).connect(application_name, driver)

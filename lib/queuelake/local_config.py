@@ -31,7 +31,7 @@ drain:
   workers_per_queue: 2
 transforms:
   - name: customer_totals
-    function: queuelake.examples.orders:customer_totals
+    function: queuelake.commands.demo.orders:customer_totals
     output: outbound_customer_totals
     destinations: [Billing]
 publish:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from queuelake import stopping
-from queuelake.config import SparkConfig
+from queuelake.config_sections import SparkConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.transport import db
 from queuelake.transport.table_refs import queue_ref
 

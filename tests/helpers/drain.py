@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.lake.reading import read_table
 from queuelake.transport import db, installer
 from queuelake.transport.claims import claims_ref

@@ -11,16 +11,16 @@ import pytest
 def stats_fail_on(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     """The file statistics fail on a column holding ``value``, as they did on a time in the last
     millisecond of 9999: a row that builds but cannot be written."""
-    from queuelake.lake import files
+    from queuelake.lake import file_stats
 
-    update = files._ColumnStats.update
+    update = file_stats.ColumnStats.update
 
-    def fails_on_value(self: files._ColumnStats, column: object) -> None:
+    def fails_on_value(self: file_stats.ColumnStats, column: object) -> None:
         if value in getattr(column, "to_pylist", list)():
             raise OverflowError("date value out of range")
         update(self, column)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(files._ColumnStats, "update", fails_on_value)
+    monkeypatch.setattr(file_stats.ColumnStats, "update", fails_on_value)
 
 
 def storage_down(monkeypatch: pytest.MonkeyPatch, lake: Path) -> None:

@@ -7,8 +7,8 @@ import datetime as dt
 import uuid
 
 import pyarrow as pa
-from queuelake.lake.catalogue import MESSAGES
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.record_tables import MESSAGES
 
 UTC = dt.timezone.utc
 _APP = "tests.journal_rows"

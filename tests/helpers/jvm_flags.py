@@ -45,7 +45,7 @@ QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"  # no "cds*": the launcher's words s
 _WORKLOAD = textwrap.dedent(
     """
     import sys, tempfile
-    from queuelake.config import SparkConfig
+    from queuelake.config_sections import SparkConfig
     from queuelake.spark import delta_conf, get_spark
     jars = sys.argv[1].split(",") if sys.argv[1] else []
     spark = get_spark(SparkConfig(master="local[2]", app_name="class-archive", conf=delta_conf(jars) if jars else {}))

@@ -1,6 +1,6 @@
 """What the SIGKILL tests share: the claim protocol's kill points (``QUEUELAKE_TEST_KILL_AT``), live traffic
-with a competing receiver on the queue being drained, and the drain's sessions a killed driver's tasks may
-still hold."""
+with a competing receiver on the queue being drained, the drain's sessions a killed driver's tasks may
+still hold, and a ``replay --canary`` to kill in each of its phases."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import uuid
 
 import psycopg
-from queuelake.examples import traffic
+from queuelake.commands.demo import traffic
 from queuelake.transport import db, queues
 from queuelake.transport.table_refs import queue_ref
 
@@ -98,3 +98,23 @@ def wait_for_no_drain(uri: str, timeout: float = 120) -> None:
     while drain_sessions(uri) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert drain_sessions(uri) == 0, "a killed driver's tasks still hold connections"
+
+
+# ``replay --canary`` in a process of its own, without Spark, polling fast: argv is the config file, the
+# predicate, the replay id, the canary's size and the batch size; prints the summary as JSON. The canary
+# kill tests (tests/pipeline/replay/test_canary.py) SIGKILL it at a phase's kill point, then run it again.
+CANARY_REPLAY_SCRIPT = """
+import json, sys
+from queuelake.config import load
+from queuelake.lake.engines import open_lake
+from queuelake.pipeline.replay.plan import ReplayOptions
+from queuelake.pipeline.replay.replayer import replay
+def no_spark():
+    raise AssertionError("this replay needed Spark")
+cfg = load(sys.argv[1])
+options = ReplayOptions(
+    sys.argv[2], replay_id=sys.argv[3], canary=int(sys.argv[4]), batch_size=int(sys.argv[5]),
+    canary_wait=120, canary_poll=0.3,
+)
+print(json.dumps(replay(cfg, None, open_lake(cfg.lake), options, no_spark), default=str))
+"""

@@ -37,7 +37,7 @@ def config(uri: str, lake_root: Path, outputs: list[str], queues_: list[str], **
             "transforms": [
                 {
                     "name": "customer_totals",
-                    "function": "queuelake.examples.orders:customer_totals",
+                    "function": "queuelake.commands.demo.orders:customer_totals",
                     "output": outputs[0],
                 }
             ],

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.table_refs import bridge_ref, queue_ref

@@ -28,9 +28,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from queuelake.commands.demo import traffic
+from queuelake.commands.demo.orders import DISCOUNT_QUEUE
 from queuelake.config import from_dict
-from queuelake.examples import traffic
-from queuelake.examples.orders import DISCOUNT_QUEUE
 from queuelake.lake.engines import open_lake
 from queuelake.spark import JARS_ENV
 from queuelake.transport import db, installer, subscriptions
@@ -59,7 +59,7 @@ def _config(root: Path, engine: str) -> dict[str, Any]:
         "transforms": [
             {
                 "name": "customer_totals",
-                "function": "queuelake.examples.orders:customer_totals",
+                "function": "queuelake.commands.demo.orders:customer_totals",
                 "output": "outbound_customer_totals",
                 "destinations": [DISCOUNT_QUEUE],
             }

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import orjson
-from queuelake.examples import traffic
+from queuelake.commands.demo import conversations, traffic
 from queuelake.nsb import headers as hdr
 from queuelake.transport.queues import OutgoingMessage
 
@@ -48,7 +48,7 @@ def _headers(message_id: str, sent: dt.datetime, type_name: str, conversation: s
         message_id,
         sent,
         intent="Send" if ".Commands." in type_name else "Publish",
-        types=traffic.shop_type(type_name, type_name.rsplit(".", 2)[0]),
+        types=conversations.shop_type(type_name, type_name.rsplit(".", 2)[0]),
         conversation=conversation,
     )
     headers[hdr.CONTENT_TYPE] = content_type

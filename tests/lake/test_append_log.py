@@ -14,7 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from queuelake.lake.delta_rs.append_log import FOLLOWED_CHECKPOINT_INTERVAL, STALE_TEMPORARY_SECONDS, AppendLog
+from queuelake.lake.delta_rs.append_log import FOLLOWED_CHECKPOINT_INTERVAL, AppendLog
+from queuelake.lake.delta_rs.commit_files import STALE_TEMPORARY_SECONDS
 from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL, DeltaRsEngine
 
 from tests.helpers.jvm import require_delta_jvm

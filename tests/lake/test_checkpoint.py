@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from queuelake.lake.delta_rs.append_log import STALE_TEMPORARY_SECONDS
 from queuelake.lake.delta_rs.checkpoint import TEMPORARY_PREFIX, checkpoint_name, write_appended_checkpoint
+from queuelake.lake.delta_rs.commit_files import STALE_TEMPORARY_SECONDS
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 
 from tests.helpers.jvm import require_delta_jvm

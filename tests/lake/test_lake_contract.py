@@ -564,9 +564,9 @@ def test_staged_journal_files_skip_statistics_and_dictionaries_that_earn_nothing
     scalar columns, the GUID columns uncompressed and every other column (nested leaves included)
     snappy; the Delta log still carries every column's file statistics, and the rows read back."""
     from deltalake import DeltaTable
-    from queuelake.lake import catalogue
+    from queuelake.lake import record_tables
 
-    schema = catalogue.MESSAGES.schema
+    schema = record_tables.MESSAGES.schema
     rows = pa.table(
         {
             "queue": ["Sales"] * 3,
@@ -626,7 +626,7 @@ def test_delta_spark_reads_a_delta_rs_table_across_its_checkpoints(rs: DeltaRsEn
 _KILLED_SPARK_WRITER = textwrap.dedent(
     """
     import sys
-    from queuelake.config import SparkConfig
+    from queuelake.config_sections import SparkConfig
     from queuelake.lake.delta_rs.engine import DeltaRsEngine
     from queuelake.spark import get_spark
 

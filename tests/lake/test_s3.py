@@ -20,8 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.transport import db, queues
 from queuelake.transport.table_refs import queue_ref

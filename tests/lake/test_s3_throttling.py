@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from queuelake.examples import traffic
+from queuelake.commands.demo import traffic
 from queuelake.lake import storage
 
 from tests.helpers.faulty_proxy import FaultyProxy

@@ -24,7 +24,7 @@ class _SparkLake:
 
 def test_the_catalogue_fixes_delta_rs_for_the_journal_and_the_records_and_nothing_else() -> None:
     fixed = {t.name: t.engine for t in catalogue.CATALOGUE if t.engine is not None}
-    records = ("runs", "replays", "replay_skipped", "replay_lineage")
+    records = ("runs", "replays", "replay_skipped", "replay_lineage", "message_keys")
     assert fixed == {"messages": "delta-rs", **{name: "delta-rs" for name in records}}
     assert catalogue.engine_for("messages") == "delta-rs"
     assert catalogue.engine_for("orders") is None  # not catalogued: the lake's own engine

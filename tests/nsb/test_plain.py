@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from queuelake.examples import traffic
+from queuelake.commands.demo import traffic
 from queuelake.nsb import compact_headers as plain
 
 # text NServiceBus writes without escapes: anything but a quote, a backslash or a control character

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.lake.reading import read_table
 from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport.table_refs import bridge_ref, queue_ref

@@ -20,9 +20,10 @@ import orjson
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from queuelake.config import LakeConfig, from_dict
+from queuelake.commands.demo import orders, traffic
+from queuelake.config import from_dict
+from queuelake.config_sections import LakeConfig
 from queuelake.errors import ConfigError, LakeError
-from queuelake.examples import orders, traffic
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.engines import open_lake
@@ -55,7 +56,11 @@ def pipeline_config(uri: str, root: Path, engine: str, **lake: object):
             "lake": {"root": str(root), "engine": engine, **lake},
             "drain": {"queues": ["Sales"], "batch_size": 70, "workers_per_queue": 2},
             "transforms": [
-                {"name": "customer_totals", "function": "queuelake.examples.orders:customer_totals", "output": OUTPUT}
+                {
+                    "name": "customer_totals",
+                    "function": "queuelake.commands.demo.orders:customer_totals",
+                    "output": OUTPUT,
+                }
             ],
             "publish": {"endpoint": "Lakehouse", "outputs": [OUTPUT]},
         },
@@ -303,7 +308,7 @@ def test_auto_keeps_each_table_with_the_engine_that_made_it(tmp_path: Path, spar
     delta-spark made is refused by a run without the JVM classes, saying what to change, before
     anything is written."""
     import pyarrow as pa
-    from queuelake.config import LakeConfig
+    from queuelake.config_sections import LakeConfig
     from queuelake.errors import LakeError
     from queuelake.lake.engines import open_lake as open_engine
 

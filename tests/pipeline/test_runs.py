@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
-from queuelake.lake import catalogue
+from queuelake.lake import catalogue, record_tables, stage_tables
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.runs import append_runs
 from queuelake.transport import db, installer, queues
@@ -89,20 +89,20 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
     erased = cli(["erase", "-c", str(conf), "--where", "seq < 0"], fresh_pg_uri, tmp_path)  # selects nothing
     assert erased["status"] == "ok" and erased["tables"]["messages"]["rows"] == 0, erased
 
-    rows = read_table(str(lake_root / catalogue.RUNS.name)).to_pylist()
+    rows = read_table(str(lake_root / record_tables.RUNS.name)).to_pylist()
     by_command: dict[str, list[dict]] = {}
     for row in rows:
         by_command.setdefault(row["command"], []).append(row)
-    assert set(by_command) == set(catalogue.RUNS_COLUMNS_BY_COMMAND), sorted(by_command)
-    for command, columns in catalogue.RUNS_COLUMNS_BY_COMMAND.items():
+    assert set(by_command) == set(record_tables.RUNS_COLUMNS_BY_COMMAND), sorted(by_command)
+    for command, columns in record_tables.RUNS_COLUMNS_BY_COMMAND.items():
         mine = by_command[command]
         assert all(r["status"] == "ok" and r["seconds"] is not None for r in mine), (command, mine)
         for column in set(columns) - ON_FAILURE_ONLY:
             assert any(r[column] is not None for r in mine), f"{command} never records {column}"
-        others = set(catalogue.RUNS.schema.names) - set(columns) - {"run_id", "command", "started_at", "ended_at"}
+        others = set(record_tables.RUNS.schema.names) - set(columns) - {"run_id", "command", "started_at", "ended_at"}
         for column in others - {"seconds", "status", "error"}:
             assert all(r[column] is None for r in mine), f"{command} records {column}, not one of its counts"
-    always_null = {name for name in catalogue.RUNS.schema.names if all(r[name] is None for r in rows)}
+    always_null = {name for name in record_tables.RUNS.schema.names if all(r[name] is None for r in rows)}
     assert always_null <= ON_FAILURE_ONLY, always_null
 
     assert by_command["drain"][0]["dequeued"] == 120
@@ -116,9 +116,9 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
 def test_the_catalogue_names_every_table_the_docs_list() -> None:
     """docs/lake.md (the README's "Lake tables" once) describes every catalogued table."""
     page = (REPO / "docs" / "lake.md").read_text(encoding="utf-8")
-    assert "Outbound tables" in page  # catalogue.OUTBOUND: the transforms' own
+    assert "Outbound tables" in page  # stage_tables.OUTBOUND: the transforms' own
     for table in catalogue.CATALOGUE:
-        if table is catalogue.OUTBOUND:
+        if table is stage_tables.OUTBOUND:
             continue
         shown = table.name.replace("{output}", "<output>").replace("{type}", "<type>")
         assert f"`{shown}`" in page, f"docs/lake.md does not describe {shown}"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.errors import ConfigError
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline import transform as transform_mod
 from queuelake.pipeline.bodies import run as bodies_run
@@ -32,7 +32,7 @@ def _config(uri: str, root: Path, slice_rows: int):
             "transforms": [
                 {
                     "name": "customer_totals",
-                    "function": "queuelake.examples.orders:customer_totals",
+                    "function": "queuelake.commands.demo.orders:customer_totals",
                     "output": OUTPUT,
                     "destinations": ["Billing"],
                 }

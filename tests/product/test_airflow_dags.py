@@ -113,8 +113,8 @@ def _queuelake(args: list[str], env: dict[str, str]) -> dict[str, Any]:
 def _seed(pg_uri: str, lake: Path) -> dict[str, dict[str, int]]:
     """``queuelake install`` first (as the docs say), then the demo's traffic into Sales, audit and error."""
     from queuelake import config as config_mod
+    from queuelake.commands.demo.end_to_end import seed_traffic
     from queuelake.context import connect
-    from queuelake.examples.demo import seed_traffic
     from queuelake.transport import subscriptions
     from queuelake.transport.table_refs import bridge_ref
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from queuelake import cli
+from queuelake.commands.command import Command
 from queuelake.commands.registry import COMMANDS
 
 LIB = Path(__file__).resolve().parents[2] / "lib"
@@ -23,12 +24,22 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 NOT_COMMANDS = {"__init__", "command", "registry", "sessions"}
 
 
+def _declared_in(command: Command) -> str:
+    """Where a command must be declared: ``commands/<name>.py``, or ``commands/<name>/command.py`` for a
+    command with parts of its own (the demo)."""
+    package = LIB / "queuelake" / "commands" / command.function_name
+    suffix = ".command" if (package / "command.py").is_file() else ""
+    return f"queuelake.commands.{command.function_name}{suffix}"
+
+
 def test_every_command_module_is_registered() -> None:
-    modules = {p.stem for p in (LIB / "queuelake" / "commands").glob("*.py")} - NOT_COMMANDS
-    registered = {c.run.__module__.rpartition(".")[2] for c in COMMANDS.values()}
+    folder = LIB / "queuelake" / "commands"
+    modules = {p.stem for p in folder.glob("*.py")} - NOT_COMMANDS
+    modules |= {p.parent.name for p in folder.glob("*/command.py")}  # a command's package
+    registered = {c.run.__module__.split(".")[2] for c in COMMANDS.values()}
     assert modules == registered, "a command module is missing from commands/registry.py (or a stray one)"
     for name, command in COMMANDS.items():
-        assert command.name == name and command.run.__module__ == f"queuelake.commands.{command.function_name}"
+        assert command.name == name and command.run.__module__ == _declared_in(command)
 
 
 def test_the_registry_loads_with_the_standard_library_alone() -> None:
@@ -46,6 +57,7 @@ def test_the_registry_loads_with_the_standard_library_alone() -> None:
     assert counts == f"{len(COMMANDS)} {1 + sum(c.job for c in COMMANDS.values())}"
     allowed = {"queuelake", "queuelake.commands", "queuelake.commands.command", "queuelake.commands.registry"}
     allowed |= {f"queuelake.commands.{c.function_name}" for c in COMMANDS.values()}
+    allowed |= {_declared_in(c) for c in COMMANDS.values()}  # a command's package and its command.py
     allowed |= {"queuelake.errors", "queuelake.versions"}  # standard library only, themselves
     assert set(loaded.split()) <= allowed, set(loaded.split()) - allowed
 

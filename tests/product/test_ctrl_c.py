@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 
 import yaml
+from queuelake.commands.demo import traffic
 from queuelake.config import load
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.run import drain

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import end_to_end
 from queuelake.errors import QueuelakeError
-from queuelake.examples import demo
 
 from tests.helpers.cli import CliResult, run_cli
 
@@ -35,23 +35,23 @@ def test_demo_refuses_what_it_did_not_create(tmp_path: Path, existing: str) -> N
 
 
 def test_a_rerun_replaces_only_what_an_earlier_demo_made(tmp_path: Path) -> None:
-    demo.prepare_workdir(tmp_path)  # the first run records what it makes
+    end_to_end.prepare_workdir(tmp_path)  # the first run records what it makes
     (tmp_path / "lake" / "messages").mkdir(parents=True)
     (tmp_path / "queuelake-demo.yaml").write_text("{}", encoding="utf-8")
     (tmp_path / "notes.txt").write_text("the user's", encoding="utf-8")
-    demo.prepare_workdir(tmp_path)  # a rerun: the earlier demo's lake and config go, nothing else
+    end_to_end.prepare_workdir(tmp_path)  # a rerun: the earlier demo's lake and config go, nothing else
     assert not (tmp_path / "lake").exists() and not (tmp_path / "queuelake-demo.yaml").exists()
     assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "the user's"
     # a marker that does not list the lake (a user's lake next to a demo's database) still refuses
     (tmp_path / ".queuelake" / "demo-created.json").write_text('{"created": [".queuelake/pgdata"]}', encoding="utf-8")
     (tmp_path / "lake").mkdir()
     with pytest.raises(QueuelakeError, match="did not create"):
-        demo.prepare_workdir(tmp_path)
+        end_to_end.prepare_workdir(tmp_path)
     assert (tmp_path / "lake").is_dir()
 
 
 def test_demo_config_is_the_built_in_one_in_the_workdir(tmp_path: Path) -> None:
-    cfg = demo.demo_config(tmp_path, engine="delta-rs")
+    cfg = end_to_end.demo_config(tmp_path, engine="delta-rs")
     assert cfg.lake.root == str(tmp_path / "lake") and cfg.lake.engine == "delta-rs"
     assert cfg.transport.embedded == str(tmp_path / ".queuelake" / "pgdata")
-    assert cfg.drain.queues == demo.DRAINED and cfg.transforms[0].destinations == ["Billing"]
+    assert cfg.drain.queues == end_to_end.DRAINED and cfg.transforms[0].destinations == ["Billing"]

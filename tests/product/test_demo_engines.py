@@ -1,7 +1,7 @@
 """``queuelake demo --engine delta-spark``: the embedded demo end to end on the JVM engine.
 
 The demo is a subprocess, as a user runs it; it finds the Delta jars ``bash jvm/fetch-jars.sh`` left in
-the checkout's ``jvm/jars`` by itself (QUEUELAKE_DELTA_JARS unset; see ``demo.use_checkout_jars``).
+the checkout's ``jvm/jars`` by itself (QUEUELAKE_DELTA_JARS unset; see ``commands/demo/end_to_end.use_checkout_jars``).
 Nothing is downloaded. Without the jars this skips saying why (fails with QUEUELAKE_REQUIRE_DELTA_JVM=1).
 """
 

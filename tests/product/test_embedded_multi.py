@@ -34,7 +34,7 @@ def write_config(tmp_path: Path, engine: str = "delta-rs") -> tuple[Path, Path]:
                 "transforms": [
                     {
                         "name": "customer_totals",
-                        "function": "queuelake.examples.orders:customer_totals",
+                        "function": "queuelake.commands.demo.orders:customer_totals",
                         "output": "outbound_customer_totals",
                     }
                 ],
@@ -84,7 +84,7 @@ def seed(data: Path, per_queue: int) -> None:
 import sys
 from queuelake.config import load
 from queuelake.context import connect
-from queuelake.examples import traffic
+from queuelake.commands.demo import traffic
 from queuelake.transport.table_refs import queue_ref
 cfg = load(sys.argv[1])
 with connect(cfg) as conn:

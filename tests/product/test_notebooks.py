@@ -717,7 +717,7 @@ SEED_CORPUS = r"""
 import sys
 from queuelake.config import load
 from queuelake.context import connect
-from queuelake.examples import traffic
+from queuelake.commands.demo import traffic
 from queuelake.transport.table_refs import queue_ref
 from tests.helpers.bodies_corpus import corpus
 

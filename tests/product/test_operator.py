@@ -47,7 +47,7 @@ def write_config(tmp_path: Path, **extra: object) -> Path:
         "transforms": [
             {
                 "name": "customer_totals",
-                "function": "queuelake.examples.orders:customer_totals",
+                "function": "queuelake.commands.demo.orders:customer_totals",
                 "output": "outbound_customer_totals",
                 "destinations": ["Billing"],
             }
@@ -279,6 +279,7 @@ def test_idle_commands_say_what_they_did(tmp_path: Path, fresh_pg_uri: str) -> N
         "retention",
         "maintain messages (table 1 of 2)",
         "maintain runs (table 2 of 2)",
+        "maintain message_keys (the journal's id index)",
     ], lines
     assert lines[1] == "retention: no retention rule with an age limit (lake.retention): nothing to do"
 

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.errors import ConfigError
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.run import drain
@@ -31,7 +31,7 @@ def config(uri: str, lake_root: Path, expectations: list | None):
             "transforms": [
                 {
                     "name": "customer_totals",
-                    "function": "queuelake.examples.orders:customer_totals",
+                    "function": "queuelake.commands.demo.orders:customer_totals",
                     "output": "outbound_customer_totals",
                     "expectations": expectations,
                 }

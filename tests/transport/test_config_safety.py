@@ -32,7 +32,7 @@ def settings(queues: list[str], destinations: list[str], dialect: str = "postgre
         "transforms": [
             {
                 "name": "customer_totals",
-                "function": "queuelake.examples.orders:customer_totals",
+                "function": "queuelake.commands.demo.orders:customer_totals",
                 "output": "outbound_customer_totals",
                 "destinations": destinations,
             }
@@ -108,10 +108,10 @@ def test_example_configs_do_not_drain_what_they_send_to(name: str) -> None:
 
 def test_the_example_transform_sends_where_its_config_says() -> None:
     """The config's ``destinations`` for the worked example is its real Send destination."""
-    from queuelake.examples import orders
+    from queuelake.commands.demo import orders
 
     cfg = config_mod.load(ROOT / "conf" / "postgres.example.yaml", env=EXAMPLE_ENV)
-    assert cfg.transforms[0].function == "queuelake.examples.orders:customer_totals"
+    assert cfg.transforms[0].function == "queuelake.commands.demo.orders:customer_totals"
     assert cfg.transforms[0].destinations == [orders.DISCOUNT_QUEUE]
 
 

@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from queuelake.dialects.dialect import DIALECTS
 from queuelake.errors import ConfigError
 from queuelake.transport import drivers
-from queuelake.transport.dialects import DIALECTS
 
 LIB = Path(__file__).resolve().parents[2] / "lib" / "queuelake"
 # a driver's name compared: ``driver == "psycopg"``, ``receive_driver(config) != "adbc"``, ``driver in ("pyodbc",``

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 import psycopg
 import pytest
 from queuelake import cli
-from queuelake.config import TransportConfig
+from queuelake.config_sections import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport import db, installer, queues, schema
 from queuelake.transport.queues import OutgoingMessage

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
 

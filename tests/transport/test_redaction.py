@@ -23,7 +23,7 @@ import pytest
 import yaml
 from queuelake import cli, redaction
 from queuelake import config as config_mod
-from queuelake.config import TransportConfig
+from queuelake.config_sections import TransportConfig
 from queuelake.errors import ConfigError
 from queuelake.transport import db
 

@@ -11,7 +11,7 @@ import threading
 
 import psycopg
 import pytest
-from queuelake.config import TransportConfig
+from queuelake.config_sections import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport import db
 

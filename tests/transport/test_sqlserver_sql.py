@@ -12,7 +12,9 @@ import re
 import pytest
 import sqlglot
 from queuelake.config import from_dict
-from queuelake.transport import dialects, installer, sqlfiles
+from queuelake.dialects.dialect import dialect as named_dialect
+from queuelake.dialects.dialect import parse
+from queuelake.transport import installer, sqlfiles
 from queuelake.transport.table_refs import TableRef, resolve_address
 from sqlglot import exp
 
@@ -33,7 +35,7 @@ FILES_WITH_TABLE = re.compile(r"\{(queue|table)\}")
 
 
 def _ref(text: str, dialect: str, default_schema: str) -> TableRef:
-    return resolve_address(dialects.parse(text, dialect).with_defaults(default_schema), dialect)
+    return resolve_address(parse(text, dialect).with_defaults(default_schema), dialect)
 
 
 def _parse(sql: str, read: str) -> list[exp.Expression]:
@@ -203,7 +205,7 @@ def test_the_union_of_peeks_parses_and_names_every_queue(dialect: str, read: str
     """The drain estimates every queue in one statement made of the dialect's own peek.sql."""
     from queuelake.transport.queues import peek_union
 
-    default_schema = dialects.dialect(dialect).default_schema
+    default_schema = named_dialect(dialect).default_schema
     refs = [_ref(a, dialect, default_schema) for a in addresses]
     peeks = [sqlfiles.render(dialect, "peek", r.identifiers())[0].sql for r in refs]
     (tree,) = _parse(peek_union(peeks), read)

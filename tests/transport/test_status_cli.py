@@ -102,7 +102,7 @@ def test_status_covers_every_queue_the_config_touches(fresh_pg_uri: str, tmp_pat
         "transport": {"connection": "${QUEUELAKE_CONNECTION}", "delayed_endpoints": ["Billing"]},
         "drain": {"queues": ["Sales"]},
         "transforms": [
-            {"name": "t", "function": "queuelake.examples.orders:customer_totals", "output": "o"}
+            {"name": "t", "function": "queuelake.commands.demo.orders:customer_totals", "output": "o"}
             | {"destinations": ["Billing"]}
         ],
     }

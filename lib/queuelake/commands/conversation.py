@@ -27,8 +27,8 @@ def conversation(args: argparse.Namespace) -> dict[str, Any]:
 
     from queuelake import config as config_mod
     from queuelake.errors import ArgumentError
-    from queuelake.lake.catalogue import MESSAGES
     from queuelake.lake.engines import open_lake
+    from queuelake.lake.record_tables import MESSAGES
     from queuelake.pipeline.conversation.model import COLUMNS, build
     from queuelake.pipeline.conversation.svg import render
     from queuelake.report import log

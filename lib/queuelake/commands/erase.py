@@ -22,7 +22,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline import runs
     from queuelake.pipeline.replay.predicate import check_predicate
     from queuelake.pipeline.store.erase import erase as run_erase
-    from queuelake.pipeline.store.where import matches_every_row
+    from queuelake.pipeline.store.erase_predicate import matches_every_row
     from queuelake.status import Status
 
     predicate = check_predicate(args.where)  # a bad --where fails before anything is opened

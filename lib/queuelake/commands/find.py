@@ -90,6 +90,7 @@ def find(args: argparse.Namespace) -> dict[str, Any]:
         "files_scanned": found.files_scanned,
         "files_read": found.files_read,
         "rows_scanned": found.rows_scanned,
+        "index": found.index,
         "find_seconds": seconds,
     }
 

@@ -10,7 +10,7 @@ from queuelake.commands.command import Command
 
 def install(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
-    from queuelake.context import connect
+    from queuelake.context import open_database
     from queuelake.report import log
     from queuelake.transport import installer
 
@@ -21,7 +21,7 @@ def install(args: argparse.Namespace) -> dict[str, Any]:
         # `queuelake install --print-sql > install.sql` gives psql / sqlcmd a file they accept
         print(installer.script(cfg.transport.dialect, plan), flush=True)
         return {"printed": [ref.canonical for _, ref in plan.steps()]}
-    with connect(cfg, "queuelake-install") as conn:
+    with open_database(cfg).connect("queuelake-install") as conn:
         done = installer.install(conn, plan)
     log.info("install: %d table(s) in place (missing ones created): %s", len(done), ", ".join(done))
     return {"tables": done}

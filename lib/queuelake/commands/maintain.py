@@ -11,7 +11,9 @@ from queuelake.commands.command import Command
 
 def maintain(args: argparse.Namespace) -> dict[str, Any]:
     """Apply ``lake.retention`` to the journal (rows past their age leave it), then compact and vacuum
-    every lake table under lake.root. The lake port lists the tables, so an object-storage root
+    every lake table under lake.root, then bring the journal's id index (``message_keys``) up to the journal
+    and rewrite it into disjoint key ranges (``pipeline/key_index``: after the compaction, which would
+    merge its files). The lake port lists the tables, so an object-storage root
     (``s3://...``) is maintained like a local folder, never silently skipped. ``--dry-run`` says what
     retention would remove, per rule, and changes nothing (no compaction, vacuum or ``runs`` row)."""
     import dataclasses
@@ -20,6 +22,7 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.commands.sessions import require_lake_root, writing_lake
     from queuelake.lake.engines import journal_engine, open_lake
     from queuelake.pipeline import runs
+    from queuelake.pipeline.key_index import build, rewrite
     from queuelake.pipeline.store import retention
     from queuelake.report import log
     from queuelake.status import Status
@@ -69,8 +72,18 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
                 seconds=round(row["seconds"] + retention_seconds, 3),
             )
         rows.append(row)
+    t0 = time.monotonic()
+    index: dict[str, Any] = {"build": build.update(lake).summary(), "rewrite": rewrite.rewrite(lake).summary()}
+    index["seconds"] = round(time.monotonic() - t0, 3)
+    rewritten = index["rewrite"]["rewrite"] is not None
+    log.info(
+        "maintain message_keys (the journal's id index): %d journal file(s) indexed, %s in %.1fs",
+        index["build"]["journal_files_read"],
+        f"rewritten into {index['rewrite']['files_written']} file(s)" if rewritten else "not rewritten",
+        index["seconds"],
+    )
     run.record(lake, rows)
-    return {"run_id": run.run_id, "retention": kept.summary(), "tables": figures}
+    return {"run_id": run.run_id, "retention": kept.summary(), "tables": figures, "message_keys": index}
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,20 +14,20 @@ def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
     (the rows themselves are not journalled: a drain would record them as ``expired``)."""
     from queuelake import config as config_mod
     from queuelake.commands.sessions import runs_only_lake
-    from queuelake.context import connect
+    from queuelake.context import open_database
     from queuelake.pipeline import runs
     from queuelake.report import log
     from queuelake.status import Status
     from queuelake.transport import queues, schema
-    from queuelake.transport.table_refs import queue_ref
 
     cfg = config_mod.load(args.config)
     run = runs.Run("purge-expired")
     purged: dict[str, int] = {}
     rows = []
-    with connect(cfg, "queuelake-purge") as conn:
+    database = open_database(cfg)
+    with database.connect("queuelake-purge") as conn:
         for name in cfg.drain.queues:
-            ref = queue_ref(name, cfg.transport)
+            ref = database.queue(name)
             schema.require_table(conn, ref)
             t0 = time.monotonic()
             total = 0

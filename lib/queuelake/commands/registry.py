@@ -2,7 +2,8 @@
 
 The CLI's parser and dispatch, the SIGTERM rule, ``queuelake.jobs``, the console scripts in
 ``setup.py`` and the check on ``jobs/*.py`` all read this table. Adding a command is writing its module
-and naming it here.
+and naming it here. A command with parts of its own (the demo) is a package whose ``command.py``
+declares it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from queuelake.commands import (
     bodies,
     conversation,
-    demo,
     drain,
     erase,
     failures,
@@ -29,6 +29,7 @@ from queuelake.commands import (
     where,
 )
 from queuelake.commands.command import Command
+from queuelake.commands.demo import command as demo
 
 # in the order ``queuelake --help`` lists them
 COMMANDS: dict[str, Command] = {

@@ -16,8 +16,8 @@ DEFAULT_CANARY_WAIT = 300.0  # pipeline/replay/plan.py's, spelt here: building t
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import active_spark, lake_for
-    from queuelake.lake.catalogue import MESSAGES
     from queuelake.lake.engines import open_lake
+    from queuelake.lake.record_tables import MESSAGES
     from queuelake.pipeline.replay.plan import ReplayOptions
     from queuelake.pipeline.replay.predicate import check_columns
     from queuelake.pipeline.replay.replayer import needs_spark

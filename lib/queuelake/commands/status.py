@@ -10,6 +10,7 @@ from queuelake.commands.command import Command
 
 if TYPE_CHECKING:
     from queuelake import config as config_mod
+    from queuelake.transport.database import QueueDatabase
     from queuelake.transport.db import Connection
     from queuelake.transport.table_refs import TableRef
 
@@ -19,16 +20,17 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
     the transforms, the delayed stores of ``transport.delayed_endpoints``, and each subscriber found
     in the subscription table (where published events go). Each entry says why it is listed (``role``)."""
     from queuelake import config as config_mod
-    from queuelake.context import connect
+    from queuelake.context import open_database
     from queuelake.report import log
     from queuelake.status import Status
     from queuelake.transport import queues, schema
 
     cfg = config_mod.load(args.config)
     out: list[dict[str, Any]] = []
-    with connect(cfg, "queuelake-status") as conn:
+    database = open_database(cfg)
+    with database.connect("queuelake-status") as conn:
         now = queues.db_utc_now(conn)
-        for ref, role in _touched(conn, cfg):
+        for ref, role in _touched(conn, cfg, database):
             entry: dict[str, Any] = {"queue": ref.canonical, "role": role}
             if not schema.table_exists(conn, ref):
                 entry.update(exists=False, warnings=[f"{ref.canonical}: table does not exist"])
@@ -45,7 +47,7 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
                 log.warning(warning)
             log.info("%s (%s): about %s message(s) waiting", ref.canonical, role, entry["depth"])
             out.append(entry)
-        pending = _unresolved_claims(conn, cfg)
+        pending = _unresolved_claims(conn, database)
         bridges = _missing_bridge_tables(conn, cfg)
     summary: dict[str, Any] = {"queues": out, "unresolved_claims": pending}
     missing = [e["queue"] for e in out if not e["exists"] and e["role"] in ("drained", "destination")] + bridges
@@ -74,45 +76,43 @@ def _missing_bridge_tables(conn: Connection, cfg: config_mod.Config) -> list[str
     return missing
 
 
-def _touched(conn: Connection, cfg: config_mod.Config) -> list[tuple[TableRef, str]]:
+def _touched(conn: Connection, cfg: config_mod.Config, database: QueueDatabase) -> list[tuple[TableRef, str]]:
     """(table, role) of every queue the config touches, each once, in the order status lists them."""
     from queuelake.errors import QueuelakeError
     from queuelake.report import log
     from queuelake.transport import schema, subscriptions
-    from queuelake.transport.table_refs import bridge_ref, queue_ref
 
-    t = cfg.transport
     found: dict[str, tuple[TableRef, str]] = {}
 
     def add(ref: TableRef, role: str) -> None:
         found.setdefault(ref.canonical, (ref, role))
 
     for name in cfg.drain.queues:
-        add(queue_ref(name, t), "drained")
+        add(database.queue(name), "drained")
     for transform in cfg.transforms:
         for name in transform.destinations:
-            add(queue_ref(name, t), "destination")
-    for endpoint in t.delayed_endpoints:
-        add(queue_ref(endpoint, t).delayed(), "delayed")
-    routing = bridge_ref(t.subscription_table, t)
+            add(database.queue(name), "destination")
+    for endpoint in cfg.transport.delayed_endpoints:
+        add(database.queue(endpoint).delayed(), "delayed")
+    routing = database.subscriptions
     if schema.table_exists(conn, routing):
         for address in subscriptions.all_subscribers(conn, routing):
             try:
-                add(queue_ref(address, t), "subscriber")
+                add(database.queue(address), "subscriber")
             except QueuelakeError as exc:  # another program's row: say so, list the rest
                 log.warning("%s: subscriber address %r is not a queue address (%s)", routing.canonical, address, exc)
     conn.rollback()
     return list(found.values())
 
 
-def _unresolved_claims(conn: Connection, cfg: config_mod.Config) -> list[dict[str, Any]]:
+def _unresolved_claims(conn: Connection, database: QueueDatabase) -> list[dict[str, Any]]:
     """Batches a killed drain left between its DB commit and its Delta commit: their rows are out of
     the queue and staged in the lake; the next drain of the queue commits them. Old ones mean that
     queue has not been drained since."""
     from queuelake.report import log
     from queuelake.transport import claims, schema
 
-    table = claims.claims_ref(cfg.transport)
+    table = database.claims
     if not schema.table_exists(conn, table):
         log.warning("%s does not exist: run `queuelake install` before draining", table.canonical)
         return []

@@ -90,11 +90,11 @@ def where(args: argparse.Namespace) -> dict[str, Any]:
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root
-    from queuelake.context import connect
+    from queuelake.context import open_database
     from queuelake.errors import ArgumentError
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline.where import show
-    from queuelake.pipeline.where.run import Query, summary
+    from queuelake.pipeline.where.run import Query
     from queuelake.pipeline.where.run import where as run_where
     from queuelake.report import log
 
@@ -120,11 +120,12 @@ def where(args: argparse.Namespace) -> dict[str, Any]:
         time_limit_s=args.time_limit,
         limit=args.limit,
     )
-    answer = run_where(cfg, lake, lambda: connect(cfg, "queuelake-where"), query)
+    # the database opened only to peek (not with --no-peek): an embedded one is started then
+    answer = run_where(cfg, lake, lambda: open_database(cfg).connect("queuelake-where"), query)
     lines = show.json_lines(answer.places) if args.json else iter(show.table_lines(answer.places))
     for line in lines:
         sys.stdout.write(line + "\n")
-    out = summary(answer)
+    out = show.summary(answer)
     for reason in answer.not_searched:
         log.warning("where: not searched: %s", reason)
     log.info(

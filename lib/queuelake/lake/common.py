@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
-    from queuelake.lake.lookup import Lookup
+    from queuelake.lake.lookup import Lookup, Within
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -152,12 +152,14 @@ class EngineBase:
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         return read_arrow(self._require(table, version), columns)
 
-    def lookup(self, table: str, column: str, values: Sequence[str], version: int | None = None) -> Lookup:
+    def lookup(
+        self, table: str, column: str, values: Sequence[str], version: int | None = None, within: Within | None = None
+    ) -> Lookup:
         """Rows whose ``column`` holds one of ``values``, reading whole rows only of files that hold
         one (``lookup.py``); either engine, since both tables are Delta logs deltalake reads."""
         from queuelake.lake.lookup import lookup
 
-        return lookup(self._require(table, version), column, values)
+        return lookup(self._require(table, version), column, values, within)
 
 
 def landed(dt: DeltaTable, since: int, key: str, value: str) -> bool:

@@ -3,7 +3,7 @@ catalogue fixes for a table (``journal_engine``: the journal's).
 
 Why a module of its own: the interface (``port.py``) is what every pipeline imports, and it must not
 know its implementations. The choice between them, and the metastore names wrapped around the chosen
-one (``catalog.py``), live here: the one module that builds engines.
+one (``metastore.py``), live here: the one module that builds engines.
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from queuelake.errors import LakeError
-from queuelake.lake import catalogue
-from queuelake.lake.catalog import registrar_for, with_names
+from queuelake.lake import catalogue, record_tables
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.delta_spark.engine import DeltaSparkEngine
+from queuelake.lake.metastore import registrar_for, with_names
 from queuelake.lake.port import JournalLake, LakeEngine
 from queuelake.spark import has_delta_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from queuelake.config import LakeConfig
+    from queuelake.config_sections import LakeConfig
 
 
 def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngine:
@@ -39,7 +39,7 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
     if config.engine == "auto":
         rust = lake if lake.name == "delta-rs" else DeltaRsEngine(config.root, spark, config.storage_options)
         lake = PerTableLake(lake, rust)  # type: ignore[assignment]
-    # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/catalog.py)
+    # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/metastore.py)
     return with_names(lake, registrar_for(config, lake.name, spark))
 
 
@@ -115,10 +115,10 @@ class PerTableLake:
 
 def journal_engine(lake: LakeEngine) -> JournalLake:
     """The engine that writes the ``messages`` journal: always delta-rs (``tables.MESSAGES.engine``;
-    why: ``tables.DELTA_RS``), the one that implements the staged writes (``port.JournalLake``)."""
-    engine = table_engine(lake, catalogue.MESSAGES.name)
+    why: ``table_entry.DELTA_RS``), the one that implements the staged writes (``port.JournalLake``)."""
+    engine = table_engine(lake, record_tables.MESSAGES.name)
     if engine.name != DeltaRsEngine.name:  # the catalogue fixes delta-rs: only a changed catalogue gets here
-        raise LakeError(f"lake table {catalogue.MESSAGES.name}: staged writes need delta-rs, not {engine.name}")
+        raise LakeError(f"lake table {record_tables.MESSAGES.name}: staged writes need delta-rs, not {engine.name}")
     return cast("JournalLake", engine)  # DeltaRsEngine, or a wrapper that passes its methods through
 
 

@@ -6,7 +6,8 @@ transaction. Until that commit the files are invisible (Delta readers only see f
 a process killed in between leaves orphan files and no rows; ``maintain`` vacuums orphans later.
 
 Here: the files (written, described with their Delta statistics, staged, deleted), and
-``commit_files``, which hands them to the commit as add actions. The commit itself, exactly once per
+``commit_files``, which hands them to the commit as add actions. The statistics themselves are
+``file_stats.py``'s. The commit itself, exactly once per
 (app_id, version), is ``delta_rs/commits.py``'s; the partition spellings are ``partitions.py``'s.
 
 Runs in Spark Python workers too: keep imports light and everything picklable.
@@ -20,21 +21,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from queuelake.lake.delta_rs.commits import commit_actions
+from queuelake.lake.file_stats import ColumnStats, column_stats, stats_json
 from queuelake.lake.partitions import partition_dir, split_partitions
-from queuelake.timetext import iso_utc
 
 TARGET_FILE_BYTES = 256 * 1024 * 1024  # Arrow bytes per data file before rolling over to the next
 ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered per row group (bounded memory per open file)
-_STRING_STATS_MAX = 64  # longer strings get no min/max: a truncated max would be wrong for data skipping
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass
@@ -110,89 +107,6 @@ def delete_files(table_uri: str, files: Iterable[WrittenFile], storage_options: 
             pass
 
 
-# ---------------------------------------------------------------- statistics
-
-
-def _stats_kind(t: pa.DataType) -> str | None:
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "str"
-    if pa.types.is_timestamp(t):
-        return "ts"
-    if pa.types.is_date32(t):
-        return "date"
-    return None
-
-
-@dataclass
-class _ColumnStats:
-    """Running nullCount / min / max of one top-level column, in JSON-ready values.
-
-    Statistics are optional in Delta, per column: a bound that cannot be stated exactly is left out
-    (the column is then never skipped), never a reason to fail the file. Two such cases come from
-    values at the edges of their types: a timestamp maximum in the last millisecond of year 9999
-    (the log carries milliseconds and a maximum rounds up, to an instant that does not exist), and
-    values Python cannot hold at all. Failing there failed the drain's batch on every run."""
-
-    kind: str | None
-    nested: bool
-    nulls: int = 0
-    lo: Any = None
-    hi: Any = None
-    unbounded: bool = False  # a value whose bound cannot be stated was seen: no min/max for the file
-
-    def update(self, column: pa.ChunkedArray | pa.Array) -> None:
-        self.nulls += column.null_count
-        if self.kind is None or self.unbounded or column.null_count == len(column):
-            return
-        try:
-            if self.kind in ("ts", "date"):
-                column = column.cast(pa.int64() if self.kind == "ts" else pa.int32())
-            bounds = pc.min_max(column)
-            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
-        except (pa.ArrowException, UnicodeDecodeError, ValueError, OverflowError):
-            self.unbounded = True  # e.g. text that is not valid UTF-8 (a quarantined row's)
-            return
-        self.lo = lo if self.lo is None else min(self.lo, lo)
-        self.hi = hi if self.hi is None else max(self.hi, hi)
-
-    def bounds(self) -> tuple[Any, Any] | None:
-        if self.lo is None or self.unbounded:
-            return None
-        if self.kind == "str":
-            if len(self.lo) > _STRING_STATS_MAX or len(self.hi) > _STRING_STATS_MAX:
-                return None
-            return self.lo, self.hi
-        if self.kind == "ts":  # micros since the epoch; stats carry milliseconds: floor min, ceil max
-            return _ms_bound(self.lo // 1000), _ms_bound(-(-self.hi // 1000))
-        if self.kind == "date":
-            try:
-                return str((_EPOCH + timedelta(days=self.lo)).date()), str((_EPOCH + timedelta(days=self.hi)).date())
-            except OverflowError:
-                return None
-        return self.lo, self.hi
-
-    def json_bounds(self) -> tuple[Any, Any] | None:
-        """``bounds``, or None where either end cannot be written (see the class docstring)."""
-        bounds = self.bounds()
-        return None if bounds is None or None in bounds else bounds
-
-
-def _ms_bound(millis: int) -> str | None:
-    """Milliseconds since the epoch as the log's ISO text; None when that instant is outside
-    0001-01-01 .. 9999-12-31 23:59:59.999 (the maximum of a file holding 9999-12-31 23:59:59.9995
-    or later rounds up past it)."""
-    try:
-        return iso_utc(_EPOCH + timedelta(milliseconds=millis), "milliseconds")
-    except OverflowError:
-        return None
-
-
-def _is_nested(t: pa.DataType) -> bool:
-    return pa.types.is_nested(t)
-
-
 # ---------------------------------------------------------------- the sink
 
 
@@ -220,7 +134,7 @@ class _OpenFile:
     partition_values: dict[str, str | None]
     stream: Any
     writer: pq.ParquetWriter
-    stats: dict[str, _ColumnStats]
+    stats: dict[str, ColumnStats]
     rows: int = 0
     arrow_bytes: int = 0
     buffer: list[pa.Table] = field(default_factory=list)
@@ -322,8 +236,7 @@ class FileSink:
             use_dictionary=self.use_dictionary,
             write_statistics=self.write_statistics,
         )
-        stats = {f.name: _ColumnStats(_stats_kind(f.type), _is_nested(f.type)) for f in self.data_schema}
-        open_file = _OpenFile(path, values, stream, writer, stats)
+        open_file = _OpenFile(path, values, stream, writer, column_stats(self.data_schema))
         self._open[key] = open_file
         return open_file
 
@@ -347,27 +260,9 @@ class FileSink:
                 size=int(size),
                 partition_values=open_file.partition_values,
                 modification_time=int(time.time() * 1000),
-                stats=_stats_json(open_file),
+                stats=stats_json(open_file.rows, open_file.stats),
             )
         )
-
-
-def _stats_json(open_file: _OpenFile) -> str:
-    """Delta file statistics: numRecords, and per top-level column nullCount and (where exact) min/max."""
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for name, stats in open_file.stats.items():
-        if stats.nested:
-            continue
-        nulls[name] = stats.nulls
-        bounds = stats.json_bounds()
-        if bounds is not None:
-            mins[name], maxs[name] = bounds
-    return json.dumps(
-        {"numRecords": open_file.rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
-        separators=(",", ":"),
-    )
 
 
 # ---------------------------------------------------------------- commit

@@ -18,6 +18,11 @@ step 1 prunes was measured and not adopted (README, "Find": a Z-order rewrote th
 ids do cluster (a journal compacted by another tool in id order, time-ordered ids).
 Log statistics may be truncated prefixes (Delta writers cut long strings); a bound is compared on
 its own length, so a truncated maximum never drops a file that holds a match.
+
+``within`` (``Within``) narrows step 1 further for a caller that already knows where the rows may be:
+points of other columns (the journal's ``(queue, seq)`` an index gave, ``pipeline/key_index``) that a
+file's log statistics must admit, and files read whatever their statistics say (those the index does not
+cover yet). Steps 2 and 3 are unchanged: every row returned holds a value asked for.
 """
 
 from __future__ import annotations
@@ -58,8 +63,33 @@ class Lookup:
     rows_scanned: int  # values of the column read in step 2
 
 
-def lookup(dt: DeltaTable, column: str, values: Sequence[str]) -> Lookup:
-    """Rows of the loaded version of ``dt`` whose string ``column`` equals one of ``values``."""
+@dataclass(frozen=True)
+class Within:
+    """The files a lookup may open: those whose name (the last part of the path) is in ``always``,
+    and those whose log statistics of ``columns`` admit one of ``points`` (a value per column, each
+    within the file's [min, max]; a file without statistics of a column admits every point)."""
+
+    columns: tuple[str, ...]
+    points: tuple[tuple[Any, ...], ...]
+    always: frozenset[str] = frozenset()
+
+    def admits(self, name: str, bounds: list[tuple[Any, Any]]) -> bool:
+        if name in self.always:
+            return True
+        return any(all(_within(v, low, high) for v, (low, high) in zip(p, bounds, strict=True)) for p in self.points)
+
+
+def _within(value: Any, low: Any, high: Any) -> bool:
+    if low is None or high is None or value is None:
+        return True
+    if isinstance(value, str):
+        return value >= low and value[: len(high)] <= high  # a text bound may be a truncated prefix
+    return bool(low <= value <= high)
+
+
+def lookup(dt: DeltaTable, column: str, values: Sequence[str], within: Within | None = None) -> Lookup:
+    """Rows of the loaded version of ``dt`` whose string ``column`` equals one of ``values`` (of the
+    files ``within`` admits, when given: the others count as pruned)."""
     schema = table_schema(dt)
     if column not in schema.names:
         raise LakeError(f"lake table {dt.metadata().name or dt.table_uri}: no column {column!r}")
@@ -68,6 +98,9 @@ def lookup(dt: DeltaTable, column: str, values: Sequence[str]) -> Lookup:
     wanted = sorted({str(v) for v in values})
     files = _files_with_bounds(dt, column)
     kept = [f for f in files if _may_hold(f.low, f.high, wanted)]
+    if within is not None:
+        admitted = _admitted(dt, within)
+        kept = [f for f in kept if admitted.get(f.uri.rsplit("/", 1)[-1], True)]
     pruned = len(files) - len(kept)
     version = dt.version()
     if not kept or not wanted:
@@ -103,6 +136,19 @@ def _files_with_bounds(dt: DeltaTable, column: str) -> list[_File]:
     highs = actions.column(high_name).to_pylist() if high_name in actions.column_names else none
     rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else none
     return [_File(*entry) for entry in zip(uris, lows, highs, rows, strict=True)]
+
+
+def _admitted(dt: DeltaTable, within: Within) -> dict[str, bool]:
+    """File name -> does ``within`` admit it, from the log's statistics of ``within.columns``."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    names = [unquote(p).rsplit("/", 1)[-1] for p in actions.column("path").to_pylist()]
+    none: list[Any] = [None] * len(names)
+    bounds = []
+    for name in within.columns:
+        lows = actions.column(f"min.{name}").to_pylist() if f"min.{name}" in actions.column_names else none
+        highs = actions.column(f"max.{name}").to_pylist() if f"max.{name}" in actions.column_names else none
+        bounds.append(list(zip(lows, highs, strict=True)))
+    return {file: within.admits(file, [b[i] for b in bounds]) for i, file in enumerate(names)}
 
 
 def _may_hold(low: str | None, high: str | None, values: list[str]) -> bool:

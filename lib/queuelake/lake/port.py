@@ -3,7 +3,7 @@
 the journal's engine (delta-rs) implements.
 
 This module holds the interface alone and imports neither implementation: ``engines.py`` picks one
-(``open_lake``, ``journal_engine``), so the implementations and ``catalog.py`` can name the
+(``open_lake``, ``journal_engine``), so the implementations and ``metastore.py`` can name the
 interface without a circle.
 """
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from queuelake.lake.deletes import Deleted, Reached, RowFilter
     from queuelake.lake.files import StagedFiles
-    from queuelake.lake.lookup import Lookup
+    from queuelake.lake.lookup import Lookup, Within
 
 
 class LakeEngine(Protocol):
@@ -89,12 +89,15 @@ class LakeEngine(Protocol):
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         """The table (or one version) as Arrow on the driver; for small tables and tests."""
 
-    def lookup(self, table: str, column: str, values: Sequence[str], version: int | None = None) -> Lookup:
+    def lookup(
+        self, table: str, column: str, values: Sequence[str], version: int | None = None, within: Within | None = None
+    ) -> Lookup:
         """The rows (of the current version, or ``version``) whose string ``column`` equals one of
         ``values``, on the driver, without Spark: files the Delta log's statistics exclude are never
         opened, of the rest only ``column`` is read, and only files holding a match are read whole
         (``lookup.py``). Only the files the log lists are read, never the drain's staged ones. What
-        ``queuelake find`` asks of the journal; the result says what was read (files, pruned, rows)."""
+        ``queuelake find`` asks of the journal; the result says what was read (files, pruned, rows).
+        ``within``: only the files it admits (what an index says may hold the rows, ``Within``)."""
 
     def add_columns(self, table: str, fields: list[pa.Field]) -> None:
         """Add nullable columns (schema evolution); old rows read them as null."""

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from queuelake.lake.catalogue import MESSAGES
+from queuelake.lake.record_tables import MESSAGES
 from queuelake.pipeline.conversation.model import COLUMNS, Conversation, build
 from queuelake.pipeline.conversation.svg import render
 

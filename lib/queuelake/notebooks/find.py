@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from queuelake.config import LakeConfig
+from queuelake.config_sections import LakeConfig
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.find import search, show
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from pyspark.sql import DataFrame, SparkSession
 
-    from queuelake.config import LakeConfig
+    from queuelake.config_sections import LakeConfig
     from queuelake.lake.port import LakeEngine
 
 # Where plots go when nothing says otherwise and no notebook front end shows them (relative to the current folder).

@@ -18,13 +18,13 @@ from typing import Any
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import catalogue
+from queuelake.lake import record_tables
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.status import Status
 
-RUNS = catalogue.RUNS.name
-RUNS_SCHEMA: pa.Schema = catalogue.RUNS.schema
+RUNS = record_tables.RUNS.name
+RUNS_SCHEMA: pa.Schema = record_tables.RUNS.schema
 _EVERY_COMMAND = {"run_id", "command", "started_at", "ended_at", "seconds", "status", "error"}
 
 
@@ -103,7 +103,7 @@ def append_runs(lake: LakeEngine, run_id: str, command: str, rows: list[dict[str
     if not rows:
         return
     lake = runs_engine(lake)
-    allowed = _EVERY_COMMAND | set(catalogue.RUNS_COLUMNS_BY_COMMAND[command])
+    allowed = _EVERY_COMMAND | set(record_tables.RUNS_COLUMNS_BY_COMMAND[command])
     for row in rows:
         extra = {k for k, v in row.items() if v is not None} - allowed
         if extra:

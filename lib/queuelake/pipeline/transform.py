@@ -24,7 +24,8 @@ import orjson
 import pyarrow.compute as pc
 
 from queuelake import stopping
-from queuelake.config import Config, SparkConfig, TransformConfig
+from queuelake.config import Config
+from queuelake.config_sections import SparkConfig, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError
 from queuelake.lake.arrow_types import to_spark_schema
 from queuelake.lake.port import LakeEngine

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from queuelake.errors import ConfigError
-from queuelake.lake import catalogue
+from queuelake.lake import stage_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from queuelake.config import Config
     from queuelake.lake.port import LakeEngine
 
-RESULTS = catalogue.EXPECTATION_RESULTS.name
-RESULTS_SCHEMA: pa.Schema = catalogue.EXPECTATION_RESULTS.schema
+RESULTS = stage_tables.EXPECTATION_RESULTS.name
+RESULTS_SCHEMA: pa.Schema = stage_tables.EXPECTATION_RESULTS.schema
 _COLUMN_KWARGS = ("column", "column_list", "column_A", "column_B", "column_set")
 
 

@@ -58,6 +58,10 @@ class Messages:
     def __len__(self) -> int:
         return len(self.headers)
 
+    @property
+    def nbytes(self) -> int:
+        return self.headers.nbytes + self.bodies.nbytes
+
     @classmethod
     def of(cls, messages: list[OutgoingMessage]) -> Messages:
         """Columns of messages given one by one (a message without an id gets a fresh uuid4)."""
@@ -79,6 +83,16 @@ class Messages:
             self.has_ttbr[positions],
             self.headers.take(at),
             self.bodies.take(at),
+        )
+
+    def slice(self, start: int, stop: int) -> Messages:
+        """The rows ``start`` to ``stop`` (not included), without copying them."""
+        return Messages(
+            None if self.ids is None else self.ids[start:stop],
+            self.ttbr_ms[start:stop],
+            self.has_ttbr[start:stop],
+            self.headers.slice(start, stop - start),
+            self.bodies.slice(start, stop - start),
         )
 
     def outgoing(self) -> list[OutgoingMessage]:
@@ -104,28 +118,80 @@ def fresh_ids(n: int) -> np.ndarray:
     return ids
 
 
-def send(conn: Connection, queue: TableRef, messages: Messages) -> int:
-    """Insert a batch given as columns, in the caller's transaction (never commits: publish and replay
-    commit it with their ledger row). On PostgreSQL one binary COPY stream assembled in bulk
-    (``rows``); with the other drivers their bulk statement (``row_sends.send_rows``: pyodbc binds
-    arrays where the dialect's ODBC driver allows it). Binary, because text COPY hex-escapes bodies
-    (twice the bytes, parsed back by the server). Expires is the transaction's now() plus the TTBR:
-    now() is fixed inside a transaction, so this is what the INSERT statement would have written."""
+@dataclass(frozen=True)
+class Stream:
+    """A batch's rows as the body of its COPY stream, assembled before its transaction (a builder
+    thread makes the next batch's while this one is sent, ``pipeline.replay.ahead``). Only Expires
+    waits for the transaction: it is the transaction's now() plus the TTBR, so each timed row's 8
+    bytes are written when the batch is sent (``at``), everything else is final."""
+
+    data: memoryview  # the rows, each timed row's Expires holding its TTBR alone (now() = 1970)
+    expires_at: np.ndarray  # int64: where each timed row's Expires value starts in ``data``
+    expires_us: np.ndarray  # int64: those values (TTBR less 2000-01-01, in microseconds)
+    rows: int
+
+    def __len__(self) -> int:
+        return self.rows
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    def at(self, now_us: int) -> memoryview:
+        """The rows with Expires written for a transaction whose now() is ``now_us`` (microseconds
+        since 1970): a copy, with the timed rows' 8 bytes set, when any row has a TTBR."""
+        if not len(self.expires_at):
+            return self.data
+        out = np.frombuffer(self.data, np.uint8).copy()  # Arrow's buffer is read-only
+        values = (self.expires_us + now_us).astype(">i8").view(np.uint8).reshape(-1, 8)
+        out[self.expires_at[:, None] + np.arange(8)] = values
+        return memoryview(out)
+
+
+def stream_of(messages: Messages) -> Stream:
+    """The batch's rows assembled (``rows``) with Expires left for the send to write."""
+    data, starts = _assemble(messages, 0)
+    timed = np.flatnonzero(messages.has_ttbr)
+    return Stream(
+        data,
+        starts[timed] + _EXPIRES_AT,
+        messages.ttbr_ms[timed].astype(np.int64) * 1000 - PG_EPOCH_US,
+        len(messages),
+    )
+
+
+def prepared(messages: Messages, binary_copy: bool) -> Messages | Stream:
+    """What ``send`` takes, built as far as it can be before the batch's transaction: the COPY
+    stream where the driver takes binary COPY, else the messages themselves."""
+    return stream_of(messages) if binary_copy and len(messages) else messages
+
+
+def send(conn: Connection, queue: TableRef, messages: Messages | Stream, now: dt.datetime | None = None) -> int:
+    """Insert a batch given as columns (or as its assembled ``Stream``), in the caller's transaction
+    (never commits: publish and replay commit it with their ledger row). On PostgreSQL one binary
+    COPY stream assembled in bulk (``rows``); with the other drivers their bulk statement
+    (``row_sends.send_rows``: pyodbc binds arrays where the dialect's ODBC driver allows it).
+    Binary, because text COPY hex-escapes bodies (twice the bytes, parsed back by the server).
+    Expires is the transaction's now() plus the TTBR: now() is fixed inside a transaction, so this
+    is what the INSERT statement would have written. ``now``: the transaction's, when the caller
+    has read it already (``row_sends.db_utc_now``)."""
     if not len(messages):
         return 0
     if not conn.driver.binary_copy:
+        if isinstance(messages, Stream):
+            raise ValueError(f"the {conn.driver.name} driver takes no binary COPY stream")
         return row_sends.send_rows(conn, queue, messages.outgoing())
-    now_us = 0
-    if messages.has_ttbr.any():
-        now = row_sends.db_utc_now(conn)
-        now_us = (now - _UNIX_EPOCH) // dt.timedelta(microseconds=1)
     cur = conn.raw.cursor()
     sql = f"COPY {queue.qualified} {COLUMNS} FROM STDIN (FORMAT BINARY)"
     try:
-        stream = rows(messages, now_us)
+        stream = messages if isinstance(messages, Stream) else stream_of(messages)
+        data = stream.data
+        if len(stream.expires_at):
+            now = now or row_sends.db_utc_now(conn)
+            data = stream.at((now - _UNIX_EPOCH) // dt.timedelta(microseconds=1))
         with cur.copy(sql) as copy:
             copy.write(SIGNATURE)
-            copy.write(stream)
+            copy.write(data)
             copy.write(TRAILER)
     except Exception as exc:
         raise conn.error(exc, "send (COPY)", queue.canonical) from None
@@ -135,12 +201,20 @@ def send(conn: Connection, queue: TableRef, messages: Messages) -> int:
 _UNIX_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
+_EXPIRES_AT = 26  # in a timed row: its field count (2), the id's length and bytes (20), Expires' length (4)
+
+
 def rows(messages: Messages, now_us: int) -> memoryview:
     """The rows of the COPY stream (without signature and trailer), as one contiguous buffer.
     ``now_us``: the database's now() in microseconds since 1970 (Expires = now + TTBR)."""
+    return _assemble(messages, now_us)[0]
+
+
+def _assemble(messages: Messages, now_us: int) -> tuple[memoryview, np.ndarray]:
+    """``rows``, and where each row starts in them (int64)."""
     n = len(messages)
     if n == 0:
-        return memoryview(b"")
+        return memoryview(b""), np.zeros(0, np.int64)
     if messages.headers.null_count:
         raise ValueError("a message without headers cannot be sent (the queue's Headers column is NOT NULL)")
     header_lengths = pc.binary_length(messages.headers).to_numpy(zero_copy_only=False).astype(">i4")
@@ -171,7 +245,10 @@ def rows(messages: Messages, now_us: int) -> memoryview:
     )
     offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset : joined.offset + n + 1]
     data = joined.buffers()[2]
-    return memoryview(data)[int(offsets[0]) : int(offsets[-1])] if data is not None else memoryview(b"")
+    starts = offsets[:-1] - offsets[0]
+    if data is None:
+        return memoryview(b""), starts
+    return memoryview(data)[int(offsets[0]) : int(offsets[-1])], starts
 
 
 def _binary(matrix: np.ndarray) -> pa.Array:

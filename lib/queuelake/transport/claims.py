@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from queuelake.config import TransportConfig
+from queuelake.config_sections import TransportConfig
 from queuelake.errors import TransportError
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef, bridge_ref

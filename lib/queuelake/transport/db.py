@@ -16,10 +16,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from queuelake import redaction
-from queuelake.config import TransportConfig
+from queuelake.config_sections import TransportConfig
+from queuelake.dialects.dialect import dialect as named_dialect
 from queuelake.errors import TransportError
 from queuelake.transport import sqlfiles
-from queuelake.transport.dialects import dialect as named_dialect
 from queuelake.transport.drivers import ADBC, Driver
 from queuelake.transport.drivers import driver as named_driver
 from queuelake.transport.sqlfiles import Statement

@@ -4,7 +4,7 @@ Why objects: what differs between drivers (how statements take parameters, what 
 looks like, whether results arrive as Arrow, whether a bulk COPY or ODBC array binding is there) was
 a string compared in four files; a third driver would have fallen into whichever ``else`` came first.
 Each ``Driver`` says what it can do, ``DRIVERS`` lists them, and ``driver(name)`` is the one place a
-name becomes a driver. Which dialects a driver reaches is the dialect's to say (``dialects.py``).
+name becomes a driver. Which dialects a driver reaches is the dialect's to say (``dialects/dialect.py``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from queuelake.dialects.dialect import Dialect
 from queuelake.errors import ConfigError
-from queuelake.transport.dialects import Dialect
 
 
 def _open_psycopg(connection: str, application_name: str, rules: Dialect) -> Any:

@@ -2,7 +2,7 @@
 
 Files use two kinds of placeholders:
 - ``{name}`` for identifiers. Only values produced by a dialect's ``quote`` / ``qualified``
-  (``dialects.py``) are ever substituted, so no string from config or a table reaches SQL unquoted.
+  (``dialects/dialect.py``) are ever substituted, so no string from config or a table reaches SQL unquoted.
 - ``:name`` for values, turned into the driver's parameter style (``?`` or ``%s``) in order, or
   written into the SQL as a decimal literal when the caller passes it in ``integers``: only a Python
   ``int`` is accepted there, so no text can reach the SQL that way either.
@@ -55,7 +55,7 @@ def read_sql(dialect: str, name: str) -> str:
 
 def split_statements(text: str, dialect: str) -> list[str]:
     body = _COMMENT.sub("", text).strip()
-    from queuelake.transport.dialects import dialect as named
+    from queuelake.dialects.dialect import dialect as named
 
     if not named(dialect).splits_statements:
         return [body]

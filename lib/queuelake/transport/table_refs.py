@@ -10,10 +10,10 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from queuelake.config import TransportConfig
-from queuelake.transport.address import QueueAddress
-from queuelake.transport.dialects import Dialect
-from queuelake.transport.dialects import dialect as named_dialect
+from queuelake.config_sections import TransportConfig
+from queuelake.dialects.address import QueueAddress
+from queuelake.dialects.dialect import Dialect
+from queuelake.dialects.dialect import dialect as named_dialect
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 
 import orjson
-from queuelake.examples.traffic import order_headers
+from queuelake.commands.demo.traffic import order_headers
 from queuelake.nsb import headers as hdr
 from queuelake.transport.queues import OutgoingMessage
 

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from queuelake.examples import traffic
+from queuelake.commands.demo import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.bodies import run as bodies_run
 from queuelake.pipeline.drain.run import drain

@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import conversations, traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
 
@@ -47,10 +47,10 @@ def drained(pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str,
     cfg = from_dict({**settings, "transport": {"connection": pg_uri}}, env={})
     by_queue: dict[str, list] = {q: [] for q in DRAINED}
     for steps, conversation_id, seed in (
-        (traffic.order_conversation(client=CLIENT), SMALL, 3),
-        (traffic.bulk_conversation(300), BULK, 300),
+        (conversations.order_conversation(client=CLIENT), SMALL, 3),
+        (conversations.bulk_conversation(300), BULK, 300),
     ):
-        for queue, messages in traffic.conversation_traffic(steps, conversation_id, START, seed=seed).items():
+        for queue, messages in conversations.conversation_traffic(steps, conversation_id, START, seed=seed).items():
             by_queue[queue].extend(messages)
     by_queue["Sales"].extend(traffic.order_events(40, seed=5, start=START))  # other conversations
     with db.connect(cfg.transport) as conn:
@@ -129,7 +129,7 @@ def boxes(svg: ET.Element) -> list[tuple[float, float, float, float]]:
 
 @pytest.mark.slow
 def test_three_hundred_messages_stay_readable(drained: tuple[str, Path, Path]) -> None:
-    steps = traffic.bulk_conversation(300)
+    steps = conversations.bulk_conversation(300)
     summary, svg, _ = draw(drained, BULK, "bulk.svg")
     drawn = arrows(svg)
     assert summary["messages"] == len(drawn) == len(steps) == 300, summary
@@ -173,7 +173,7 @@ def test_an_unknown_conversation_fails_and_writes_nothing(drained: tuple[str, Pa
 def test_the_notebook_helper_draws_the_same_picture(
     drained: tuple[str, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from queuelake.config import LakeConfig
+    from queuelake.config_sections import LakeConfig
     from queuelake.lake.engines import open_lake
     from queuelake.notebook_support import draw_conversation
 

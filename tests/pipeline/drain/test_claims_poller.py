@@ -16,6 +16,7 @@ from queuelake.pipeline.journal.build import build_batch
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.transport import claims, db, queues
 from queuelake.transport.claims import Claim
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.drain import claim_count, install, journal, make_config, seed_ids
@@ -36,7 +37,8 @@ def test_a_jobs_queues_are_released_together_and_their_claims_committed_first(
     lake.create_table(MESSAGES, MESSAGES_SCHEMA)
     canonical = [queue_ref(n, cfg.transport).canonical for n in names]  # type: ignore[attr-defined]
     monkeypatch.setattr(poller_module, "POLL_SECONDS", 600.0)
-    poller = ClaimsPoller(cfg, lake, on_failure=lambda _exc: None).start()  # type: ignore[arg-type]
+    database = QueueDatabase(cfg.transport)  # type: ignore[attr-defined]
+    poller = ClaimsPoller(database, lake, 0.0, on_failure=lambda _exc: None).start()
     try:
         for queue in canonical:
             poller.watch(queue)

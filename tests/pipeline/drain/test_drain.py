@@ -18,9 +18,9 @@ import orjson
 import psycopg
 import pyarrow as pa
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.errors import ConfigError
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr

@@ -344,6 +344,7 @@ def test_drain_on_is_driver_or_executors_and_tasks_fit_the_connection_budget() -
     from queuelake.config import from_dict
     from queuelake.errors import ConfigError
     from queuelake.pipeline.drain.executors import queues_at_once, task_connections
+    from queuelake.transport.database import QueueDatabase
 
     with pytest.raises(ConfigError, match="drain.on"):
         from_dict({"drain": {"on": "nowhere"}}, env={})
@@ -353,8 +354,9 @@ def test_drain_on_is_driver_or_executors_and_tasks_fit_the_connection_budget() -
             {"transport": {"connection": "x"}, "drain": {"on": "executors", "max_connections": most}}, env={}
         )
         for workers in (1, 2, 5):
-            at_once = queues_at_once(cfg, [workers] * 300)
-            fits = at_once * task_connections(cfg, workers) + 1 <= most  # + the driver's poller
+            database = QueueDatabase(cfg.transport)
+            at_once = queues_at_once(database, cfg.drain, [workers] * 300)
+            fits = at_once * task_connections(database, cfg.drain, workers) + 1 <= most  # + the driver's poller
             assert at_once >= 1 and (fits or at_once == 1), (most, workers, at_once)
 
 

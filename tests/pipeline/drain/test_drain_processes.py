@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-from queuelake.config import ConfigError, from_dict
+from queuelake.config import Config, ConfigError, from_dict
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.processes import process_count
 from queuelake.transport.activity import PeakConnections
+from queuelake.transport.database import QueueDatabase
 
 from tests.helpers.cli import summary_of
 from tests.helpers.drain import claim_count, commit_spacing, install, journal, make_config, queue_depth, seed_ids
@@ -341,12 +342,16 @@ def test_drain_processes_is_a_count_within_the_connection_budget() -> None:
         from_dict({"drain": {"on": "processes", "processes": True}}, env={})
     with pytest.raises(ConfigError, match="drain.on"):
         from_dict({"drain": {"on": "threads"}}, env={})
-    assert process_count(from_dict({"drain": {"on": "processes"}}, env={})) == min(os.cpu_count() or 1, 5)
+
+    def count(cfg: Config) -> int:
+        return process_count(QueueDatabase(cfg.transport), cfg.drain)
+
+    assert count(from_dict({"drain": {"on": "processes"}}, env={})) == min(os.cpu_count() or 1, 5)
     # 8 wanted; 24 connections: 23 for the processes, each holding 1 + 2 workers + 1 (ADBC's) at most
     cfg = from_dict({"drain": {"on": "processes", "processes": 8, "receive_driver": "psycopg"}}, env={})
-    assert process_count(cfg) == 23 // 3
+    assert count(cfg) == 23 // 3
     tight = from_dict({"drain": {"on": "processes", "processes": 8, "max_connections": 5}}, env={})
-    assert process_count(tight) == 1
+    assert count(tight) == 1
 
 
 def test_small_queues_spread_evenly_over_the_processes_whatever_their_rows() -> None:

@@ -196,7 +196,7 @@ def test_queues_that_outgrew_the_estimate_go_on_with_their_own_workers(
     install(cfg)
     seeded = _seed(cfg, names, 150)
 
-    def stale(config, refs):  # type: ignore[no-untyped-def]
+    def stale(database, refs):  # type: ignore[no-untyped-def]
         return Estimate({r.canonical: Backlog(10, 0) for r in refs})
 
     monkeypatch.setattr(drain_run, "estimate", stale)

@@ -17,6 +17,7 @@ from queuelake.pipeline.drain.backlog import ConnectionBudget, estimate
 from queuelake.pipeline.drain.run import connection_plan, drain
 from queuelake.transport import claims, db, installer, locks, queues
 from queuelake.transport.activity import PeakConnections
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.queues import OutgoingMessage, send
 from queuelake.transport.table_refs import queue_ref
 
@@ -128,7 +129,7 @@ def test_an_empty_queue_with_a_claim_left_is_not_idle(fresh_pg_uri: str) -> None
         other = queue_ref("C", cfg.transport).canonical  # a queue outside the run with a claim left
         claims.insert(conn, claims.claims_ref(cfg.transport), claims.Claim("drain-y", 1, other, "messages", 2, "{}"))
         conn.commit()
-    found = estimate(cfg, refs)
+    found = estimate(QueueDatabase(cfg.transport), refs)
     assert found.backlogs[refs[0].canonical].idle and not found.backlogs[refs[1].canonical].idle
     assert found.claimed_elsewhere == {other}
 

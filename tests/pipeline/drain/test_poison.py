@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from queuelake.commands.demo.traffic import MALFORMED_HEADERS, ORDER_EVENT, ORDER_PLACED, order_events
 from queuelake.errors import HeaderError
-from queuelake.examples.traffic import MALFORMED_HEADERS, ORDER_EVENT, ORDER_PLACED, order_events
 from queuelake.nsb import batch_headers as native
 from queuelake.nsb import columns, row_path
 from queuelake.nsb import headers as hdr

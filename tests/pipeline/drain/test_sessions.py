@@ -104,6 +104,7 @@ def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri
     no autocommit switch, and its lock session works in manual commit as before."""
     from queuelake.pipeline.drain.run import _open_session
     from queuelake.transport import queues, schema
+    from queuelake.transport.database import QueueDatabase
 
     from tests.helpers.db import connection_string
 
@@ -119,7 +120,7 @@ def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri
     with db.connect(cfg.transport) as setup_conn:
         setup_conn.raw.cursor().execute('CREATE TABLE "public"."Sales" (seq bigint)')
         setup_conn.commit()
-    with _open_session(cfg, LOCK, None) as conn:
+    with _open_session(QueueDatabase(cfg.transport), cfg.drain, LOCK, None) as conn:
         pid = conn.raw.cursor().execute("SELECT pg_backend_pid()").fetchone()[0]
         assert take_drain_lock(conn, ref)
         schema.require_table(conn, ref)

@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import Config, from_dict
-from queuelake.examples import traffic
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_KIND, REPLAY_SOURCE

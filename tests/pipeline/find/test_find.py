@@ -15,11 +15,12 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 import pytest
-from queuelake.config import LakeConfig, from_dict
-from queuelake.examples import traffic
-from queuelake.lake.catalogue import MESSAGES
+from queuelake.commands.demo import traffic
+from queuelake.config import from_dict
+from queuelake.config_sections import LakeConfig
 from queuelake.lake.engines import open_lake
 from queuelake.lake.lookup import _may_hold
+from queuelake.lake.record_tables import MESSAGES
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.find import search
 from queuelake.transport import db, installer

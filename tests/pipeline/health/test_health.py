@@ -15,10 +15,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from queuelake.config import Config, LakeConfig, from_dict
-from queuelake.examples import traffic
-from queuelake.lake.catalogue import ENDPOINT_DAILY, ENDPOINT_HEALTH
+from queuelake.commands.demo import traffic
+from queuelake.config import Config, from_dict
+from queuelake.config_sections import LakeConfig
 from queuelake.lake.engines import open_lake
+from queuelake.lake.stage_tables import ENDPOINT_DAILY, ENDPOINT_HEALTH
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, RETRY_UNIQUE_MESSAGE_ID
 from queuelake.pipeline.drain.run import drain

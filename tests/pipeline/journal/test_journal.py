@@ -227,7 +227,7 @@ def test_native_decode_matches_the_reference(raws: list[str | None]) -> None:
 def test_native_decode_takes_clean_rows_and_refers_the_rest(monkeypatch) -> None:
     """The native path really runs: clean NServiceBus headers never reach the row-by-row decoder;
     a null value, a number and an escaped lone surrogate each do, and only those rows."""
-    from queuelake.examples import traffic
+    from queuelake.commands.demo import traffic
     from queuelake.nsb import row_path
 
     clean = [m.headers for m in traffic.order_events(50, seed=3)]

@@ -16,7 +16,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from queuelake.examples import orders, traffic
+from queuelake.commands.demo import orders, traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr

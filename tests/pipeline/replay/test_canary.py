@@ -8,12 +8,17 @@ each into the audit or error queue, as an NServiceBus endpoint would; the replay
 (each selected message once, by its ``queuelake.Replay.Source``), the status, the ledger's batches,
 and the lineage rows with their outcomes; a canary that failed stops and a later run of the replay id
 without ``--canary`` sends the rest once; no endpoint at all times out, also through the CLI (exit 1).
+The replay SIGKILLed in each phase (the canary sent, the wait, its drain, the verdict, the rest's send),
+then run again with its replay id: each message reaches Billing once, the canaries are not sent again,
+the journal and the lineage hold no row twice.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -21,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import Config, from_dict
-from queuelake.examples import traffic
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE
@@ -34,7 +39,8 @@ from queuelake.transport import db, installer, ledger
 from queuelake.transport.queues import OutgoingMessage, receive_batch
 from queuelake.transport.table_refs import bridge_ref, queue_ref
 
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import cli_env, last_json, run_cli
+from tests.helpers.kills import CANARY_REPLAY_SCRIPT
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
@@ -224,3 +230,64 @@ def test_canary_timeout_through_the_cli(cfg: Config, sources: list[str], tmp_pat
     assert _sources(_waiting(cfg)) == sources[:1]  # the canary only
     assert _outcomes(cfg, "r-slow") == {sources[0]: (True, "pending")}
     assert [k for k in _batch_keys(cfg, "r-slow") if not k.startswith("plan:")] == ["0/3@2"]
+
+
+# Where the replay dies: batch 0 sent and its lineage written, before the first poll; a poll's outcomes
+# read; inside the wait's own drain of the audit queue (its rows deleted from the queue and the claim
+# committed, not yet in the journal); every canary processed, the rest not sent; the rest's first batch
+# sent but not committed; committed, the last batch not sent.
+CANARY_KILLS = [
+    "canary_waiting",
+    "canary_polled",
+    "after_db_commit",
+    "canary_passed",
+    "before_replay_commit:2",
+    "after_replay_commit:2",
+]
+
+
+def _journal_ids(cfg: Config, queue: str) -> list[str]:
+    rows = journal_engine(open_lake(cfg.lake)).read_arrow("messages", columns=["queue", "message_id"])
+    return [m for q, m in zip(*(rows.column(c).to_pylist() for c in ("queue", "message_id"))) if q == queue]
+
+
+@pytest.mark.parametrize("point", CANARY_KILLS)
+def test_a_kill_in_each_canary_phase_sends_each_message_once(
+    cfg: Config, sources: list[str], tmp_path: Path, point: str
+) -> None:
+    conf = tmp_path / "replay.yaml"
+    settings = {
+        "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+        "lake": {"root": str(cfg.lake.root), "engine": "delta-rs"},
+        "drain": {"queues": ["error", "audit"], "batch_size": 100},
+    }
+    conf.write_text(json.dumps(settings))
+    args = [sys.executable, "-c", CANARY_REPLAY_SCRIPT, str(conf), WHERE, "r-kill", "2", "2"]
+    env = cli_env(cfg.transport.connection)
+    with Endpoint(cfg, take=2, fail=False) as endpoint:
+        killed = subprocess.run(
+            args, env={**env, "QUEUELAKE_TEST_KILL_AT": point}, capture_output=True, text=True, timeout=300
+        )
+        assert killed.returncode == -9, f"not killed at {point}: {killed.stdout[-1000:]} {killed.stderr[-3000:]}"
+        rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    summary = last_json(rerun.stdout)
+    assert rerun.returncode == 0 and summary is not None, rerun.stderr[-3000:]
+    assert summary["status"] == "ok" and summary["total_sent"] == 5, summary
+    assert summary["canary"]["status"] == "processed", summary["canary"]
+    # each planned message reached Billing once: the canaries (taken by the endpoint) before the rest
+    assert _sources(endpoint.taken) == sources[:2], "a canary was sent twice or not at all"
+    assert {m[REPLAY_ID] for m in endpoint.taken} == {"r-kill"}
+    rest = _waiting(cfg)
+    assert sorted(_sources(rest)) == sorted(sources[2:]) and {m[REPLAY_ID] for m in rest} == {"r-kill"}
+    keys = _batch_keys(cfg, "r-kill")
+    assert keys[:3] == ["0/3@2", "1/3@2", "2/3@2"] and len(keys) == 4 and keys[3].startswith("plan:")
+    # the canaries' audit copies landed once each, whichever run's drain took them
+    audited = _journal_ids(cfg, '"public"."audit"')
+    assert len(audited) == len(set(audited)) == 2, audited
+    # one lineage row per planned message, the canaries marked, outcomes from the journal
+    lineage_rows = lineage.lineage_of(open_lake(cfg.lake), "r-kill").to_pylist()
+    assert sorted(f"{r['queue']}@{r['seq']}" for r in lineage_rows) == sorted(sources), lineage_rows
+    assert _outcomes(cfg, "r-kill") == {
+        **{s: (True, "processed") for s in sources[:2]},
+        **{s: (False, "pending") for s in sources[2:]},
+    }

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from queuelake import cli
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.errors import QueuelakeError
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr

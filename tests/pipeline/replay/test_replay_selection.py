@@ -18,11 +18,11 @@ from deltalake import WriterProperties, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from queuelake.config import from_dict
-from queuelake.lake import catalogue
-from queuelake.lake.engines import open_lake
+from queuelake.lake import record_tables
+from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.plan import ReplayOptions
-from queuelake.pipeline.replay.replayer import Replayer
+from queuelake.pipeline.replay.selection import Selection
 
 UTC = dt.timezone.utc
 FIRST = dt.datetime(1, 1, 1, tzinfo=UTC)
@@ -58,11 +58,11 @@ def journal_rows(n: int) -> pa.Table:
                 "expires": TIMES[(i // 5) % len(TIMES)],
             }
         )
-    return pa.Table.from_pylist(rows, schema=catalogue.MESSAGES.schema)
+    return pa.Table.from_pylist(rows, schema=record_tables.MESSAGES.schema)
 
 
 @pytest.fixture(scope="module")
-def replayer(tmp_path_factory: pytest.TempPathFactory, spark) -> Replayer:
+def selection(tmp_path_factory: pytest.TempPathFactory, spark) -> Selection:
     root = tmp_path_factory.mktemp("lake")
     cfg = from_dict(
         {
@@ -76,21 +76,21 @@ def replayer(tmp_path_factory: pytest.TempPathFactory, spark) -> Replayer:
     data = journal_rows(120)
     for start in range(0, 120, 40):  # three files of ten row groups each
         write_deltalake(str(Path(root) / "messages"), data.slice(start, 40), mode="append", writer_properties=small)
-    return Replayer(cfg, spark, open_lake(cfg.lake, spark), ReplayOptions(predicate="true"))
+    return Selection(journal_engine(open_lake(cfg.lake, spark)), ReplayOptions(predicate="true"), spark, None, "UTC")
 
 
-def both(replayer: Replayer, predicate: str) -> tuple[list[tuple], list[tuple]]:
+def both(selection: Selection, predicate: str) -> tuple[list[tuple], list[tuple]]:
     """(Arrow's keys, Spark's keys), each as sorted tuples with the file named by its base name."""
     from queuelake.pipeline.replay.arrow_selection import select_keys
 
-    version = replayer.journal.table_version("messages")
+    version = selection.journal.table_version("messages")
     assert version is not None
-    schema = replayer.journal.schema("messages", version)
+    schema = selection.journal.schema("messages", version)
     translated = arrow_predicate(predicate, schema)
     assert translated is not None, predicate
-    arrow, _ = select_keys(replayer.journal_files(version), schema, translated)
-    replayer.options = ReplayOptions(predicate=predicate)
-    spark = replayer._select_in_spark(version)
+    arrow, _ = select_keys(selection.journal_files(version), schema, translated)
+    selection.options = ReplayOptions(predicate=predicate)
+    spark = selection.select_in_spark(version)
 
     def rows(t: pa.Table) -> list[tuple]:
         out = []
@@ -140,8 +140,8 @@ PREDICATES = [
 
 
 @pytest.mark.parametrize("predicate", PREDICATES)
-def test_arrow_selects_what_spark_selects(replayer: Replayer, predicate: str) -> None:
-    arrow, spark = both(replayer, predicate)
+def test_arrow_selects_what_spark_selects(selection: Selection, predicate: str) -> None:
+    arrow, spark = both(selection, predicate)
     assert arrow == spark
 
 
@@ -159,14 +159,14 @@ TREES = st.recursive(
         max_leaves=4,
     )
 )
-def test_combinations_select_alike(replayer: Replayer, tree) -> None:
+def test_combinations_select_alike(selection: Selection, tree) -> None:
     def text(node) -> str:
         if isinstance(node, str):
             return f"({node})"
         op, a, b = node
         return f"(NOT {text(a)})" if op == "NOT" else f"({text(a)} {op} {text(b)})"
 
-    arrow, spark = both(replayer, text(tree))
+    arrow, spark = both(selection, text(tree))
     assert arrow == spark
 
 
@@ -192,13 +192,13 @@ def test_combinations_select_alike(replayer: Replayer, tree) -> None:
     ],
 )
 def test_what_only_spark_reads_is_left_to_it(predicate: str) -> None:
-    assert arrow_predicate(predicate, catalogue.MESSAGES.schema) is None
+    assert arrow_predicate(predicate, record_tables.MESSAGES.schema) is None
 
 
 def test_seq_takes_every_bigint() -> None:
     """SQL Server's RowVersion is a bigint that reaches 19 digits; 18 were the most taken, and ``erase``
     refused ``seq = <19 digits>`` as a predicate it could not translate."""
-    schema = catalogue.MESSAGES.schema
+    schema = record_tables.MESSAGES.schema
     table = pa.table({"seq": pa.array([-(2**63), 5, 2**63 - 2, 2**63 - 1], pa.int64())})
     for predicate, want in (
         ("seq = 9223372036854775807", [2**63 - 1]),
@@ -213,21 +213,21 @@ def test_seq_takes_every_bigint() -> None:
 
 
 def test_a_time_without_zone_is_read_in_the_session_zone() -> None:
-    translated = arrow_predicate("time_of_failure >= '2026-11-01 09:00'", catalogue.MESSAGES.schema, "Europe/Paris")
+    translated = arrow_predicate("time_of_failure >= '2026-11-01 09:00'", record_tables.MESSAGES.schema, "Europe/Paris")
     assert translated is not None
     assert "2026-11-01 08:00:00" in str(translated.expression)
-    assert arrow_predicate("time_of_failure >= '2026-11-01 09:00'", catalogue.MESSAGES.schema, "+01:00") is None
+    assert arrow_predicate("time_of_failure >= '2026-11-01 09:00'", record_tables.MESSAGES.schema, "+01:00") is None
 
 
-def test_statistics_skip_row_groups(replayer: Replayer) -> None:
+def test_statistics_skip_row_groups(selection: Selection) -> None:
     """A predicate no row group's bounds admit reads no row group at all."""
     from queuelake.pipeline.replay.arrow_selection import select_keys
 
-    version = replayer.journal.table_version("messages")
+    version = selection.journal.table_version("messages")
     assert version is not None
-    schema = replayer.journal.schema("messages", version)
+    schema = selection.journal.schema("messages", version)
     for predicate, most in (("seq > 1000", 0), ("queue = 'nothing'", 0), ("seq BETWEEN 40 AND 46", 29)):
         translated = arrow_predicate(predicate, schema)
         assert translated is not None
-        keys, scan = select_keys(replayer.journal_files(version), schema, translated)
+        keys, scan = select_keys(selection.journal_files(version), schema, translated)
         assert scan.row_groups == 30 and scan.row_groups_read <= most, (predicate, scan)

@@ -14,13 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.errors import ArgumentError
-from queuelake.examples import traffic
-from queuelake.lake.catalogue import REPLAY_SKIPPED
 from queuelake.lake.engines import open_lake
 from queuelake.lake.increments import added_files
 from queuelake.lake.reading import read_table
+from queuelake.lake.record_tables import REPLAY_SKIPPED
 from queuelake.lake.round_files import open_file
 from queuelake.pipeline.find.search import find
 from queuelake.pipeline.store.erase import erase

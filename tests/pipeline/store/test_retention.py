@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.errors import ConfigError
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.lake.increments import added_files
 from queuelake.lake.reading import read_table
@@ -199,7 +199,7 @@ def test_maintain_cli_dry_run_then_retention_recorded_in_runs(tmp_path: Path) ->
 @pytest.mark.slow
 def test_runs_made_before_the_retention_columns_gain_them(tmp_path: Path) -> None:
     """A ``runs`` table an older version made (without the new columns) takes maintain's row."""
-    from queuelake.lake.catalogue import RUNS
+    from queuelake.lake.record_tables import RUNS
 
     cfg, lake = seeded(tmp_path / "lake")
     old = pa.schema(

@@ -29,8 +29,8 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
+from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.examples import traffic
 from queuelake.lake.engines import open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.bodies import run as bodies_run

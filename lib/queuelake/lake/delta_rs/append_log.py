@@ -14,7 +14,8 @@ then reads only each newer commit file, once, for the app versions and metadata 
 commit is written to a temporary file in the log folder and linked to its version's name: the link
 fails if that version exists (put-if-absent on POSIX, what deltalake itself does on a local disk).
 Losing to another writer means reading the winner and trying the next version, after checking again
-which of the batches are still to commit: exactly once per (app id, version), as ``commits.py``.
+which of the batches are still to commit: exactly once per (app id, version), as ``commits.py``. The
+commit file itself (its text, the put-if-absent link, reading one back) is ``commit_files.py``'s.
 
 Where this does not apply, the caller commits through deltalake as before (``appendable``): object
 storage (no link; conditional puts are left to deltalake), a protocol this writer does not know
@@ -33,23 +34,25 @@ loads and other readers replay no more than they did.
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import json
-import os
 import re
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from queuelake import __version__ as QUEUELAKE_VERSION
 from queuelake.errors import LakeError
-from queuelake.lake.delta_rs.checkpoint import TEMPORARY_PREFIX, write_appended_checkpoint
-from queuelake.lake.delta_rs.commits import WRITE_ID_KEY, kill_before_commit
+from queuelake.lake.delta_rs.checkpoint import write_appended_checkpoint
+from queuelake.lake.delta_rs.commit_files import (
+    commit_file_name,
+    commit_text,
+    put_if_absent,
+    read_actions,
+    sweep_temporaries,
+)
+from queuelake.lake.delta_rs.commits import kill_before_commit
 from queuelake.lake.delta_rs.log_head import LogHead, read_log_head
 from queuelake.lake.files import WrittenFile
 from queuelake.report import log
@@ -61,13 +64,6 @@ DEFAULT_CHECKPOINT_INTERVAL = 100  # Delta's, when the table sets none
 FOLLOWED_CHECKPOINT_INTERVAL = 100  # the most often a run's commits checkpoint (module docstring)
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9._=/-]+$")  # what needs no URI encoding in an add action's path
 _ATTEMPTS = 50
-# a temporary commit file this old was left by a killed writer (a live one links it within milliseconds)
-STALE_TEMPORARY_SECONDS = 3600
-_FOLLOWED_KEYS = (b'"txn"', b'"metaData"', b'"protocol"')  # the actions a commit file is read for
-
-
-def commit_file_name(version: int) -> str:
-    return f"{version:020d}.json"
 
 
 class AppendLog:
@@ -201,7 +197,7 @@ class AppendLog:
             text = self._read_commit(self.version + 1)
             if text is None:
                 return
-            if _read_actions(text, self._apps):
+            if read_actions(text, self._apps):
                 self._load()
                 continue
             self.version += 1
@@ -253,7 +249,7 @@ class AppendLog:
                 text = self._read_commit(version)
                 if text is None:
                     return None
-                _read_actions(text, apps)
+                read_actions(text, apps)
         except Exception as exc:  # noqa: BLE001 - a faster path only: deltalake answers instead
             log.debug("lake table %s: app versions not read in one pass (%s)", self.table, type(exc).__name__)
             return None
@@ -290,10 +286,10 @@ class AppendLog:
                     for _, app_id, v in todo:
                         versions[app_id] = max(v, versions.get(app_id, 0))
                     version = self.version + 1
-                    text = self._commit_text(todo, versions, write_id)
+                    text = commit_text(todo, versions, write_id, self.version)
                 if attempt == 0:
                     kill_before_commit()
-                if self._put_if_absent(version, text):
+                if put_if_absent(self._log_dir, version, text):
                     self._appended = True
                     with self._state:  # a reader may have read this very commit since the link
                         if self.version < version:
@@ -305,75 +301,6 @@ class AppendLog:
         raise LakeError(
             f"lake table {self.table}: could not commit a group of {len(batches)} batch(es) after {_ATTEMPTS} attempts"
         )
-
-    def _commit_text(
-        self, todo: list[tuple[list[WrittenFile], str, int]], versions: dict[str, int], write_id: str
-    ) -> bytes:
-        now = int(time.time() * 1000)
-        actions: list[dict[str, Any]] = [
-            {
-                "commitInfo": {
-                    "timestamp": now,
-                    "operation": "WRITE",
-                    "operationParameters": {"mode": "Append", "partitionBy": "[]"},
-                    "readVersion": self.version,
-                    "isBlindAppend": True,
-                    "engineInfo": f"queuelake/{QUEUELAKE_VERSION}",
-                    "clientVersion": f"queuelake-{QUEUELAKE_VERSION}",
-                    WRITE_ID_KEY: write_id,
-                }
-            }
-        ]
-        for files, _, _ in todo:
-            for f in files:
-                actions.append(
-                    {
-                        "add": {
-                            "path": f.path,
-                            "partitionValues": {},
-                            "size": f.size,
-                            "modificationTime": f.modification_time,
-                            "dataChange": True,
-                            "stats": f.stats,
-                        }
-                    }
-                )
-        actions.extend({"txn": {"appId": a, "version": v, "lastUpdated": now}} for a, v in versions.items())
-        return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
-
-    def _put_if_absent(self, version: int, text: bytes) -> bool:
-        """Write the commit file of ``version`` unless it exists: the whole file appears at once (a
-        link to a complete, synced temporary file), or not at all."""
-        target = f"{self._log_dir}/{commit_file_name(version)}"
-        temporary = f"{self._log_dir}/_commit_{uuid.uuid4()}.json.tmp"
-        try:
-            with open(temporary, "wb") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(temporary, target)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-
-    def _sweep_temporaries(self) -> None:
-        """Remove the temporary commit files a killed writer left (a SIGKILL between writing one and
-        linking it; deltalake's writers leave the same ``_commit_*.json.tmp``), and the checkpoints'
-        (``checkpoint.TEMPORARY_PREFIX``). Readers ignore them,
-        but nothing else removes them. Only files older than ``STALE_TEMPORARY_SECONDS``: a live
-        writer links its file within milliseconds of writing it."""
-        if not self._local:
-            return
-        cutoff = time.time() - STALE_TEMPORARY_SECONDS
-        folder = glob.escape(self._log_dir)
-        for path in [*glob.glob(f"{folder}/_commit_*.json.tmp"), *glob.glob(f"{folder}/{TEMPORARY_PREFIX}*.tmp")]:
-            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove
-                if os.stat(path).st_mtime < cutoff:
-                    os.unlink(path)
-                    log.info("lake table %s: removed %s, left by a killed commit", self.table, os.path.basename(path))
 
     def finish(self) -> None:
         """At the end of a run: a checkpoint of the newest version when the table's own interval has
@@ -388,7 +315,8 @@ class AppendLog:
             if version - self._checkpointed >= self._table_interval:
                 self._checkpoint(version)
                 # with the checkpoint, not every run: listing a log of 30,000 commit files takes 20 ms
-                self._sweep_temporaries()
+                if self._local:
+                    sweep_temporaries(self._log_dir, self.table)
 
     def _checkpoint_if_due(self, version: int) -> None:
         """During a run, a checkpoint every ``_checkpoint_interval`` versions (the module docstring)."""
@@ -412,20 +340,3 @@ class AppendLog:
             self._checkpointed = version
         except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation
             log.warning("lake table %s: no checkpoint at version %d (%s)", self.table, version, type(exc).__name__)
-
-
-def _read_actions(text: bytes, apps: dict[str, int]) -> bool:
-    """One commit file's app versions into ``apps`` (each app id's highest); True when it changes the
-    table's metadata or protocol. Only the lines of those actions are parsed: a group's commit lists
-    every file it adds."""
-    changed = False
-    for line in text.splitlines():
-        if not any(key in line for key in _FOLLOWED_KEYS):
-            continue  # add, remove, commitInfo
-        action = json.loads(line)
-        txn = action.get("txn")
-        if txn is not None:
-            apps[txn["appId"]] = max(int(txn["version"]), apps.get(txn["appId"], 0))
-        elif "metaData" in action or "protocol" in action:
-            changed = True
-    return changed

@@ -152,10 +152,14 @@ class DeltaRsEngine(StagedWrites):
 
     def append(self, table: str, data: pa.Table, app_id: str, version: int) -> bool:
         """One commit of ``data`` with (app_id, version); False, writing nothing, if already committed."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake import CommitProperties, Transaction, WriterProperties, write_deltalake
 
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
+        group_rows = catalogue.row_group_rows(table)  # as maintain writes the table (``LakeTable.row_group_rows``)
+        properties: dict[str, Any] = (
+            {"writer_properties": WriterProperties(max_row_group_size=group_rows)} if group_rows else {}
+        )
 
         def write(dt: DeltaTable, attempt: int) -> None:
             # Conformed on every attempt: a concurrent add_columns changes the target schema. A failed
@@ -165,6 +169,7 @@ class DeltaRsEngine(StagedWrites):
                 dt,
                 rows,
                 mode="append",
+                **properties,
                 commit_properties=CommitProperties(
                     app_transactions=[Transaction(app_id, version)],
                     custom_metadata={WRITE_ID_KEY: uuid.uuid4().hex},

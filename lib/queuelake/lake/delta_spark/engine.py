@@ -221,9 +221,9 @@ class DeltaSparkEngine(EngineBase):
         safe only on tables written in one commit per write (the typed tables, the records): never on
         the journal, whose drain stages files before it commits them (the journal is delta-rs's, whose
         purge deletes only the log's tombstones)."""
-        from queuelake.lake import catalogue
+        from queuelake.lake import catalogue, record_tables
 
-        if table == catalogue.MESSAGES.name or catalogue.engine_for(table) is not None:
+        if table == record_tables.MESSAGES.name or catalogue.engine_for(table) is not None:
             raise LakeError(f"lake table {table}: delta-spark never vacuums a table with staged writes (the journal)")
         self._check_writable(table)
         key = "spark.databricks.delta.retentionDurationCheck.enabled"

@@ -19,8 +19,8 @@ import pyarrow as pa
 from pyspark.sql.types import ArrayType, DataType, MapType, NullType, StringType, StructType
 
 from queuelake.lake.arrow_types import from_spark_schema, to_spark_schema
-from queuelake.lake.catalogue import BODY_IDENTITY
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.stage_tables import BODY_IDENTITY
 from queuelake.pipeline.bodies import parse
 from queuelake.pipeline.bodies.infer import Change, finish, merge, repeated_as_arrays, wrapper_field
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StringType, StructField, StructType
 
-from queuelake.lake.catalogue import BODY_IDENTITY
+from queuelake.lake.stage_tables import BODY_IDENTITY
 from queuelake.pipeline.bodies.infer import CORRUPT
 from queuelake.pipeline.bodies.xml_serializer import json_of_xml
 

@@ -23,7 +23,6 @@ so a JSON-only type costs what it did.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -33,13 +32,10 @@ import pyarrow.compute as pc
 
 from queuelake import stopping
 from queuelake.config import Config
-from queuelake.errors import QueuelakeError, jvm_line
-from queuelake.lake import catalogue
+from queuelake.lake import catalogue, stage_tables
 from queuelake.lake.port import LakeEngine
-from queuelake.lake.round_files import rows_in_files
 from queuelake.pipeline import runs
-from queuelake.pipeline.bodies import evolve, names, parse, seen, select
-from queuelake.pipeline.bodies.infer import Change, infer
+from queuelake.pipeline.bodies import evolve, names, schema_plan, select, typed_append
 from queuelake.pipeline.bodies.totals import Totals
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
@@ -50,9 +46,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 APP_ID = "queuelake.bodies"
-INCREMENTS = catalogue.BODY_INCREMENTS.name
-CHANGES = catalogue.BODY_SCHEMA_CHANGES.name
-UNPARSED = catalogue.BODY_UNPARSED.name
+INCREMENTS = stage_tables.BODY_INCREMENTS.name
+CHANGES = stage_tables.BODY_SCHEMA_CHANGES.name
+UNPARSED = stage_tables.BODY_UNPARSED.name
 
 
 def table_app_id(table: str) -> str:
@@ -186,7 +182,7 @@ def _slice(
             "tables": sorted(tables.values()),
             "recorded_at": dt.datetime.now(dt.timezone.utc),
         }
-        lake.append(INCREMENTS, pa.Table.from_pylist([row], schema=catalogue.BODY_INCREMENTS.schema), APP_ID, upto)
+        lake.append(INCREMENTS, pa.Table.from_pylist([row], schema=stage_tables.BODY_INCREMENTS.schema), APP_ID, upto)
     if label:
         seconds = time.monotonic() - started
         log.info(
@@ -221,16 +217,25 @@ def _write_slice(
 ) -> tuple[int, dict[str, str]]:
     """The cached slice into its types' tables (``results`` gets one entry per type) and
     ``body_unparsed``; returns the rows recorded as unparsed and the tables written (type -> table)."""
-    samples = _samples(frame, selected, cfg.sample_rows)
-    xml_types = _xml_types(frame)
+    samples = schema_plan.samples(frame, selected, cfg.sample_rows)
+    xml_types = typed_append.xml_types(frame)
     # a new type none of whose bodies parse gets no table (its rows go to body_unparsed)
     tables = {n: t for n, t in tables.items() if n in samples or lake.exists(t)}
-    evolutions = {name: _evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
+    evolutions = {name: schema_plan.evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
     _record_changes(lake, run.run_id, upto, tables, evolutions)
-    unparsed_parts = [select_unparsed(frame, upto).toArrow()]
+    unparsed_parts = [typed_append.select_unparsed(frame, upto).toArrow()]
     with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
         written_types = pool.map(
-            lambda name: _write_type(lake, frame, selected, name, evolutions[name], upto, name in xml_types),
+            lambda name: typed_append.write_type(
+                lake,
+                frame,
+                selected,
+                name,
+                evolutions[name],
+                upto,
+                name in xml_types,
+                table_app_id(evolutions[name].table),
+            ),
             sorted(tables),
         )
         for result, bad in written_types:
@@ -238,68 +243,6 @@ def _write_slice(
             if bad is not None:
                 unparsed_parts.append(bad)
     return _write_unparsed(lake, unparsed_parts, after, upto), tables
-
-
-def select_unparsed(frame: DataFrame, upto: int) -> DataFrame:
-    """Rows that cannot be parsed at all (no body, empty, null, not JSON or XML)."""
-    from pyspark.sql import functions as F
-
-    df = frame.where(F.col("reason").isNotNull()).withColumn("verdict", F.col("reason"))
-    return parse.unparsed(df, upto)
-
-
-def _samples(
-    frame: DataFrame, selected: select.Plan, rows: int | None
-) -> dict[str, dict[str | None, dict[str, list[str]]]]:
-    """type name -> version -> format -> sampled texts (at most about ``rows`` per type and version)."""
-    from pyspark.sql import functions as F
-
-    stratum = F.concat_ws("|", F.col("type_name"), F.coalesce(F.col("type_version"), F.lit("")))
-    fractions = {
-        f"{name}|{version or ''}": 1.0 if rows is None else min(1.0, rows / count)
-        for (name, version), count in selected.strata.items()
-    }
-    candidates = frame.where(F.col("reason").isNull()).withColumn("stratum", stratum)
-    if any(f < 1.0 for f in fractions.values()):
-        candidates = candidates.sampleBy("stratum", fractions, seed=33)
-    data = candidates.select("type_name", "type_version", "format", "text").toArrow()
-    out: dict[str, dict[str | None, dict[str, list[str]]]] = {}
-    for name, version, fmt, text in zip(*(data[c].to_pylist() for c in data.column_names)):
-        out.setdefault(name, {}).setdefault(version, {}).setdefault(fmt, []).append(text)
-    return out
-
-
-def _xml_types(frame: DataFrame) -> set[str]:
-    """The types with XML bodies in the increment, sampled or not (one small job on the cached
-    selection): only their rows pass through ``xml_serializer``'s Python UDF."""
-    from pyspark.sql import functions as F
-
-    rows = frame.where(F.col("reason").isNull() & (F.col("format") == "xml")).select("type_name").distinct()
-    return {row[0] for row in rows.collect()}
-
-
-def _evolution(
-    lake: LakeEngine, table: str, versions: dict[str | None, dict[str, list[str]]], cfg: Any
-) -> evolve.Evolution:
-    from pyspark.sql.types import DataType, StructType
-
-    from queuelake.pipeline.bodies.infer import merge, merge_xml
-
-    per_version: dict[str | None, tuple[StructType, list[Change]]] = {}
-    xml = False
-    for version, by_format in versions.items():
-        schema: DataType | None = None
-        conflicts: list[Change] = []
-        for fmt, texts in sorted(by_format.items()):
-            xml = xml or fmt == "xml"
-            found, found_conflicts = infer(texts, fmt, cfg.keep_type_member)
-            conflicts += found_conflicts
-            if schema is None:
-                schema = found
-            else:  # JSON, then XML: a field the JSON shows as a list is a list in the XML too
-                schema = (merge_xml if fmt == "xml" else merge)(schema, found, "", conflicts)
-        per_version[version] = (schema if isinstance(schema, StructType) else StructType([]), conflicts)
-    return evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
 
 
 def _record_changes(
@@ -319,99 +262,20 @@ def _record_changes(
                 }
             )
         for version, change in evolution.changes:
-            rows.append(_change_row(name, tables[name], version, change))
+            rows.append(schema_plan.change_row(name, tables[name], version, change))
     if not rows:
         return
     for row in rows:
         row.update(journal_version=upto, run_id=run_id, changed_at=now)
-        log.info("bodies: %s %s %s%s", row["table"], row["change"], row.get("column") or "", _types(row))
-    lake.append(CHANGES, pa.Table.from_pylist(rows, schema=catalogue.BODY_SCHEMA_CHANGES.schema), APP_ID, upto)
-
-
-def _types(row: dict[str, Any]) -> str:
-    if row["change"] == "created":
-        return ""
-    return f" ({row.get('old_type') or '-'} -> {row['new_type']}, version {row['type_version']})"
-
-
-def _change_row(name: str, table: str, version: str | None, change: Change) -> dict[str, Any]:
-    return {
-        "type_name": name,
-        "table": table,
-        "type_version": version,
-        "change": change.kind,
-        "column": change.column,
-        "old_type": change.old,
-        "new_type": change.new,
-    }
-
-
-def _write_type(
-    lake: LakeEngine,
-    frame: DataFrame,
-    selected: select.Plan,
-    name: str,
-    evolution: evolve.Evolution,
-    upto: int,
-    xml: bool,
-) -> tuple[dict[str, Any], pa.Table | None]:
-    """One type's increment into its table, and its unparsed rows."""
-    from pyspark.sql import Observation, Window
-    from pyspark.sql import functions as F
-
-    table = evolution.table
-    started = time.monotonic()
-    result: dict[str, Any] = {"type_name": name, "table": table, "rows_in": selected.rows_of(name), "rows_out": 0}
-    app_id = table_app_id(table)
-    try:
-        committed = lake.last_version(table, app_id) if lake.exists(table) else None
-        if committed is not None and committed >= upto:
-            log.info("bodies: %s already holds journal version %d, skipped", table, upto)
-            return {**result, "status": Status.OK, "note": "already written"}, None
-        had_rows = lake.exists(table) and bool(lake.added_files(table, None, lake.table_version(table) or 0))
-        evolve.apply(lake, evolution)
-        rows = frame.where((F.col("type_name") == name) & F.col("reason").isNull())
-        if name in selected.repeated_ids:  # a business copy and its audit copy: one row
-            order = Window.partitionBy("message_id").orderBy("copy_rank", "drained_at", "queue", "seq")
-            rows = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1).drop("_n")
-        if had_rows:  # only the table's rows sent when this increment's were (``seen.py``)
-            held = seen.seen_ids(lake, table, selected.times.get(name, seen.Times([], False)))
-            if held.num_rows:
-                ids = rows.sparkSession.createDataFrame(held.select(["message_id"]).combine_chunks())
-                rows = rows.join(F.broadcast(ids.distinct()), "message_id", "left_anti")
-        # one Spark job parses and writes; the rows it leaves out (unparsed) are counted on the way
-        # (an Observation: no second job), and parsed again only when there are any, which is rare
-        parsed = parse.parsed(rows, evolution.schema, xml)
-        left_out = Observation(f"bodies/{table}")
-        observed = parsed.observe(left_out, F.count(F.col("verdict")).alias("unparsed"))
-        before = lake.table_version(table)
-        if lake.append_dataframe(table, parse.typed(observed, evolution.schema), app_id, upto):
-            result["rows_out"] = rows_in_files(lake.added_files(table, before, lake.table_version(table) or 0))
-            any_unparsed = bool(left_out.get.get("unparsed"))
-        else:  # another run wrote it meanwhile: no job ran, so nothing was counted
-            any_unparsed = True
-        bad_rows = parse.unparsed(parsed, upto).toArrow() if any_unparsed else None
-        unparsed = 0 if bad_rows is None else bad_rows.num_rows
-        seconds = round(time.monotonic() - started, 3)
         log.info(
-            "bodies: %s: %d row(s) in, %d written to %s, %d unparsed (%.1fs)",
-            name,
-            result["rows_in"],
-            result["rows_out"],
-            table,
-            unparsed,
-            seconds,
+            "bodies: %s %s %s%s", row["table"], row["change"], row.get("column") or "", schema_plan.change_text(row)
         )
-        return {**result, "unparsed": unparsed, "status": Status.OK, "seconds": seconds}, bad_rows
-    except (QueuelakeError, Exception) as exc:  # noqa: BLE001 - one type's failure never blocks another
-        error = jvm_line(exc) or f"{type(exc).__name__}: {exc}"
-        log.error("bodies: %s -> %s failed: %s", name, table, error, exc_info=log.isEnabledFor(logging.DEBUG))
-        return {**result, "status": Status.FAILED, "error": error[:2000]}, None
+    lake.append(CHANGES, pa.Table.from_pylist(rows, schema=stage_tables.BODY_SCHEMA_CHANGES.schema), APP_ID, upto)
 
 
 def _write_unparsed(lake: LakeEngine, parts: list[pa.Table], after: int | None, upto: int) -> int:
     """Append this increment's unparsed rows once: rows an earlier attempt at it recorded are left out."""
-    schema = catalogue.BODY_UNPARSED.schema
+    schema = stage_tables.BODY_UNPARSED.schema
     assert schema is not None
     # one chunk: delta-spark's append (createDataFrame from Arrow) kept only the first chunk's rows
     data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts]).combine_chunks()

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from queuelake.dialects.address import parse_postgresql
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.message_types import full_type_name
 from queuelake.nsb.retry import REPLAY_ID, RETRY_UNIQUE_MESSAGE_ID
-from queuelake.transport.address import parse_postgresql
 
 # the journal columns the model reads (the body is never needed)
 COLUMNS = [

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from queuelake.config import Config
-from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.claims import resolve_claims, shares
@@ -25,8 +23,9 @@ from queuelake.pipeline.drain.result import QueueResult
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import claims
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
-from queuelake.transport.table_refs import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef
 
 
 @dataclass
@@ -48,7 +47,7 @@ class Elsewhere:
 
 
 def resolve_claims_filed_elsewhere(
-    config: Config, journal: JournalLake, refs: Collection[TableRef], elsewhere: Collection[str]
+    database: QueueDatabase, journal: JournalLake, refs: Collection[TableRef], elsewhere: Collection[str]
 ) -> Elsewhere:
     """Resolve the claims of the queues in ``elsewhere`` (queues with claims this run does not drain,
     from the run's estimate) that hold rows of this run's queues. Reads the claims only when
@@ -58,9 +57,9 @@ def resolve_claims_filed_elsewhere(
     if not elsewhere:
         return outcome
     ours = {r.canonical for r in refs}
-    table = claims.claims_ref(config.transport)
+    table = database.claims
     try:
-        with connect(config, "queuelake-drain-lock").use_autocommit() as conn:
+        with database.connect("queuelake-drain-lock").use_autocommit() as conn:
             members: dict[str, set[str]] = {}
             for c in claims.every_claim(conn, table):
                 held = ours & set(shares(c) or ())
@@ -68,7 +67,7 @@ def resolve_claims_filed_elsewhere(
                     members.setdefault(c.queue, set()).update(held)
             for anchor in sorted(members):
                 try:
-                    outcome.resolved += _resolve_under_lock(config, conn, journal, table, anchor)
+                    outcome.resolved += _resolve_under_lock(database, conn, journal, table, anchor)
                 except QueuelakeError as exc:
                     reason = (
                         f"rows of this queue are in a batch claimed under {anchor}, which could not be landed "
@@ -81,9 +80,11 @@ def resolve_claims_filed_elsewhere(
     return outcome
 
 
-def _resolve_under_lock(config: Config, conn: Connection, journal: JournalLake, table: TableRef, anchor: str) -> int:
+def _resolve_under_lock(
+    database: QueueDatabase, conn: Connection, journal: JournalLake, table: TableRef, anchor: str
+) -> int:
     """The claims filed under ``anchor``, resolved under its drain lock; 0 when another drain holds it."""
-    ref = queue_ref(anchor, config.transport)
+    ref = database.queue(anchor)
     if not take_drain_lock(conn, ref):
         log.info(
             "drain: a batch of this run's queues is claimed under %s, whose drain is running: that drain lands it",

@@ -18,11 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from queuelake.config import Config
-from queuelake.context import connect
 from queuelake.errors import QueuelakeError
 from queuelake.report import log
 from queuelake.transport import claims, queues
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.table_refs import TableRef
 
 
@@ -46,17 +45,17 @@ class Estimate:
     claimed_elsewhere: frozenset[str] = frozenset()
 
 
-def estimate(config: Config, refs: list[TableRef]) -> Estimate:
+def estimate(database: QueueDatabase, refs: list[TableRef]) -> Estimate:
     """Every queue's estimated depth and pending claims, on one connection. A database that cannot be
     reached fails the run here, once (a wrong password was logged once per queue, each queue's drain
     failing with the same error); one that can, but whose depths cannot be read (a missing queue
     table), leaves every queue unknown: each queue's drain then fails, or not, with its own error."""
-    conn = connect(config, "queuelake-drain-estimate")  # TransportError: the run's error, not each queue's
+    conn = database.connect("queuelake-drain-estimate")  # TransportError: the run's error, not each queue's
     try:
         with conn:
             depths = queues.depths(conn, refs)
             try:
-                pending = {c.queue: c.claims for c in claims.summary(conn, claims.claims_ref(config.transport))}
+                pending = {c.queue: c.claims for c in claims.summary(conn, database.claims)}
             except QueuelakeError as exc:  # no claims table yet: each queue's drain says so
                 log.debug("drain: could not read the claims summary (%s)", exc)
                 pending = {r.canonical: 1 for r in refs}

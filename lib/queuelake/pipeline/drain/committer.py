@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from queuelake import kill_points
-from queuelake.config import Config
-from queuelake.context import connect
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.claims import resolve_claims
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
@@ -84,17 +83,18 @@ def land_group(lake: JournalLake, conn: Connection, claims_table: TableRef, grou
 class JournalCommitter:
     """One per drain run. Workers ``submit`` claimed batches and ``wait`` for theirs before they end."""
 
-    def __init__(self, config: Config, lake: JournalLake) -> None:
-        self._config = config
+    def __init__(self, database: QueueDatabase, lake: JournalLake, interval: float) -> None:
+        """``interval``: ``drain.commit_interval_seconds``, at least this long between two group commits' starts."""
+        self._database = database
         self._lake = lake
-        self._claims_table = claims.claims_ref(config.transport)
+        self._claims_table = database.claims
         self._waiting: list[Claimed] = []
         self._pending: dict[str, int] = defaultdict(int)  # per app id: handed over, not yet landed
         self._changed = threading.Condition()
         self._error: BaseException | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._interval = float(config.drain.commit_interval_seconds)
+        self._interval = float(interval)
         self.commits = 0
         self.batches = 0
         self.largest_group = 0
@@ -139,7 +139,7 @@ class JournalCommitter:
 
     def _run(self) -> None:
         try:
-            with connect(self._config, "queuelake-drain-commit") as conn:
+            with self._database.connect("queuelake-drain-commit") as conn:
                 last_start = -float("inf")
                 while True:
                     with self._changed:

@@ -45,8 +45,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from queuelake import stopping
-from queuelake.config import Config
-from queuelake.context import connect
+from queuelake.config_sections import DrainConfig
 from queuelake.errors import DrainError, error_kind
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.backlog import Backlog
@@ -55,10 +54,11 @@ from queuelake.pipeline.drain.poller import ClaimsPoller
 from queuelake.pipeline.drain.queue_drain import take_drain_lock
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.drain.task import QueueJob, drain_queues_task
+from queuelake.pipeline.drain.task import QueueJob, TaskSetup, drain_queues_task
 from queuelake.report import log
 from queuelake.status import Status
-from queuelake.transport import claims, drivers
+from queuelake.transport import drivers
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.table_refs import TableRef
 
 if TYPE_CHECKING:
@@ -83,20 +83,20 @@ class ExecutorRun:
     jobs: int = 0  # Spark jobs run (one task each): fewer than the queues when small ones share one
 
 
-def task_connections(config: Config, workers: int) -> int:
+def task_connections(database: QueueDatabase, settings: DrainConfig, workers: int) -> int:
     """What a task holds at most at a time (it drains its queues one after another, closing a queue's
     connections before the next one's): a queue's lock, a receive connection per worker, ADBC's."""
-    adbc = receive_driver(config) == drivers.ADBC.name
+    adbc = receive_driver(database, settings) == drivers.ADBC.name
     return 1 + workers + (1 if adbc else 0)
 
 
-def queues_at_once(config: Config, workers: list[int]) -> int:
+def queues_at_once(database: QueueDatabase, settings: DrainConfig, workers: list[int]) -> int:
     """How many tasks (Spark jobs) may run at once within ``drain.max_connections``: the poller's
     connection set aside, each task counted at the most any queue of the run needs."""
     if not workers:
         return 0
-    each = task_connections(config, max(workers))
-    return max(1, min(len(workers), (config.drain.max_connections - 1) // each))
+    each = task_connections(database, settings, max(workers))
+    return max(1, min(len(workers), (settings.max_connections - 1) // each))
 
 
 def plan_jobs(
@@ -144,7 +144,7 @@ def plan_jobs(
 
 
 def drain_on_executors(
-    config: Config,
+    setup: TaskSetup,
     spark: SparkSession,
     journal: JournalLake,
     busy: list[tuple[TableRef, int]],
@@ -153,15 +153,18 @@ def drain_on_executors(
     max_seconds: float | None,
 ) -> ExecutorRun:
     """Drain ``busy`` (queue, workers) on Spark executors; the module's docstring says how."""
-    out, todo, resolved = begin_run(config, journal, busy, backlogs)
+    database, settings = setup.database, setup.settings
+    out, todo, resolved = begin_run(database, journal, busy, backlogs)
     if not todo:
         return out
-    out.at_once = queues_at_once(config, [w for _, w in todo])
-    out.connection_bound = out.at_once * task_connections(config, max(w for _, w in todo)) + 1
+    out.at_once = queues_at_once(database, settings, [w for _, w in todo])
+    out.connection_bound = out.at_once * task_connections(database, settings, max(w for _, w in todo)) + 1
     deadline = time.time() + max_seconds if max_seconds else None
     group = f"queuelake-drain-{uuid.uuid4().hex[:12]}"
     sc = spark.sparkContext
-    poller = ClaimsPoller(config, journal, on_failure=lambda _exc: sc.cancelJobGroup(group)).start()
+    poller = ClaimsPoller(
+        database, journal, settings.commit_interval_seconds, on_failure=lambda _exc: sc.cancelJobGroup(group)
+    ).start()
     log.info(
         "drain: %d queue(s) on Spark executors, %d at once (at most %d connection(s): each task its queue's "
         "lock and workers, the driver one to commit)",
@@ -172,10 +175,10 @@ def drain_on_executors(
     # the jobs that run at the same time: the pool's, and no more than the cluster's cores (as Spark
     # reports them now: executors that register later only find the jobs coarser)
     slots = max(1, min(out.at_once, sc.defaultParallelism))
-    planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, slots)
+    planned = plan_jobs(todo, backlogs, settings.batch_size, max_messages, slots)
     out.jobs = len(planned)
     log.info("drain: %d Spark job(s) for %d queue(s) (small queues share a job)", len(planned), len(todo))
-    jobs = queue_jobs(config, planned, backlogs, max_messages, deadline, poller)
+    jobs = queue_jobs(setup, planned, backlogs, max_messages, deadline, poller)
     try:
         with ThreadPoolExecutor(max_workers=out.at_once, thread_name_prefix="drain-job") as pool:
             drained = [r for results in pool.map(partial(_run_job, spark, group, poller), jobs) for r in results]
@@ -185,19 +188,19 @@ def drain_on_executors(
 
 
 def begin_run(
-    config: Config, journal: JournalLake, busy: list[tuple[TableRef, int]], backlogs: dict[str, Backlog]
+    database: QueueDatabase, journal: JournalLake, busy: list[tuple[TableRef, int]], backlogs: dict[str, Backlog]
 ) -> tuple[ExecutorRun, list[tuple[TableRef, int]], dict[str, int]]:
     """What a run in tasks (on executors, in local processes) does before it plans: the claims killed
     runs left resolved (``resolve_first``), the queues another drain holds reported as skipped.
     Returns the run's report so far, the queues to drain and the claims resolved per queue."""
     out = ExecutorRun()
-    ready, skipped, resolved = resolve_first(config, journal, [r for r, _ in busy], backlogs)
+    ready, skipped, resolved = resolve_first(database, journal, [r for r, _ in busy], backlogs)
     out.results.extend(skipped)
     return out, [(r, w) for r, w in busy if r.canonical in ready], resolved
 
 
 def queue_jobs(
-    config: Config,
+    setup: TaskSetup,
     planned: list[list[tuple[TableRef, int]]],
     backlogs: dict[str, Backlog],
     max_messages: int | None,
@@ -208,7 +211,7 @@ def queue_jobs(
     level = log.level or 20
     return [
         tuple(
-            QueueJob(config, r, w, max_messages, deadline, level, poller.lock_name, backlogs[r.canonical].depth)
+            QueueJob(setup, r, w, max_messages, deadline, level, poller.lock_name, backlogs[r.canonical].depth)
             for r, w in job
         )
         for job in planned
@@ -227,7 +230,7 @@ def end_run(
 
 
 def resolve_first(
-    config: Config, journal: JournalLake, refs: list[TableRef], backlogs: dict[str, Backlog]
+    database: QueueDatabase, journal: JournalLake, refs: list[TableRef], backlogs: dict[str, Backlog]
 ) -> tuple[set[str], list[QueueResult], dict[str, int]]:
     """The claims killed runs left of ``refs``, committed under the queues' drain locks, taken on one
     connection and released together when it closes. Returns the queues to drain, the results of those
@@ -237,8 +240,8 @@ def resolve_first(
         return {r.canonical for r in refs}, [], {}
     held: list[QueueResult] = []
     resolved: dict[str, int] = {}
-    table = claims.claims_ref(config.transport)
-    with connect(config, "queuelake-drain-resolve") as conn:
+    table = database.claims
+    with database.connect("queuelake-drain-resolve") as conn:
         for ref in pending:
             if not take_drain_lock(conn, ref):
                 result = QueueResult(ref.canonical, status=Status.SKIPPED)

@@ -24,8 +24,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Collection
 
-from queuelake.config import Config
-from queuelake.context import connect
 from queuelake.errors import DrainError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import JournalLake
@@ -34,6 +32,7 @@ from queuelake.pipeline.drain.committer import MOST_PER_GROUP, Claimed, land_gro
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims, locks
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 
 # idle between two reads of the claims table that found nothing: the longer, the more batches one
@@ -45,16 +44,23 @@ class ClaimsPoller:
     """Started for a run's Spark jobs, closed after them. ``watch`` a job's queues before its task
     starts, ``release`` them after the task ended (the claims its last attempt left are committed first)."""
 
-    def __init__(self, config: Config, journal: JournalLake, on_failure: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        database: QueueDatabase,
+        journal: JournalLake,
+        interval: float,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        """``interval``: ``drain.commit_interval_seconds``, at least this long between two polls that found claims."""
         # held by the poller's connection while it runs: a task that can take it knows the driver is
         # gone (its process killed: the server released the lock with the connection) and stops
         # waiting for commits that will never come, instead of holding its connections for minutes
         self.lock_name = f"queuelake.drain.poller:{uuid.uuid4().hex}"
         self._locked = threading.Event()
-        self._config = config
+        self._database = database
         self._journal = journal
         self._on_failure = on_failure
-        self._claims_table = claims.claims_ref(config.transport)
+        self._claims_table = database.claims
         self._watched: Counter[str] = Counter()
         self._started = 0  # polls started
         self._cycles = 0  # polls completed (one at a time: poll n is done when this reaches n)
@@ -62,7 +68,7 @@ class ClaimsPoller:
         self._closed = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="drain-claims-poller", daemon=True)
-        self._interval = float(config.drain.commit_interval_seconds)
+        self._interval = float(interval)
         self.error: BaseException | None = None
         self.commits = 0
         self.batches = 0
@@ -122,7 +128,7 @@ class ClaimsPoller:
 
     def _run(self) -> None:
         try:
-            with connect(self._config, "queuelake-drain-commit") as conn:
+            with self._database.connect("queuelake-drain-commit") as conn:
                 if not locks.try_lock(conn, self.lock_name, what="the drain's claims poller"):
                     raise DrainError(f"the claims poller's lock {self.lock_name} is held by another session")
                 self._locked.set()

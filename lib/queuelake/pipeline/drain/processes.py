@@ -40,7 +40,7 @@ from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 
 from queuelake import stopping
-from queuelake.config import Config
+from queuelake.config_sections import DrainConfig
 from queuelake.errors import DrainError
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.backlog import Backlog
@@ -55,8 +55,9 @@ from queuelake.pipeline.drain.executors import (
 )
 from queuelake.pipeline.drain.poller import ClaimsPoller
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.drain.task import QueueJob, TaskResources, drain_queues_task
+from queuelake.pipeline.drain.task import QueueJob, TaskResources, TaskSetup, drain_queues_task
 from queuelake.report import log
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.table_refs import TableRef
 
 ATTEMPTS = 4  # a job's runs in all when its process dies: Spark's default spark.task.maxFailures
@@ -64,17 +65,17 @@ STOP_CHECK_SECONDS = 0.2  # how often the command looks for a stop request to pa
 PARENT_CHECK_SECONDS = 0.5  # how often a process looks whether its command is still there
 
 
-def process_count(config: Config) -> int:
+def process_count(database: QueueDatabase, settings: DrainConfig) -> int:
     """The processes a run starts: ``drain.processes`` (default the machine's cores), no more than
     ``drain.max_connections`` allows (the poller's connection aside, each process holds at most its
     queue's lock, a connection per worker, and ADBC's)."""
-    wanted = config.drain.processes or os.cpu_count() or 1
-    each = task_connections(config, config.drain.workers_per_queue)
-    return max(1, min(wanted, (config.drain.max_connections - 1) // each))
+    wanted = settings.processes or os.cpu_count() or 1
+    each = task_connections(database, settings, settings.workers_per_queue)
+    return max(1, min(wanted, (settings.max_connections - 1) // each))
 
 
 def drain_in_processes(
-    config: Config,
+    setup: TaskSetup,
     journal: JournalLake,
     processes: Processes,
     busy: list[tuple[TableRef, int]],
@@ -83,23 +84,26 @@ def drain_in_processes(
     max_seconds: float | None,
 ) -> ExecutorRun:
     """Drain ``busy`` (queue, workers) in local processes; the module's docstring says how."""
-    out, todo, resolved = begin_run(config, journal, busy, backlogs)
+    database, settings = setup.database, setup.settings
+    out, todo, resolved = begin_run(database, journal, busy, backlogs)
     if not todo:
         return out
     slots = min(processes.size, len(todo))
     out.at_once = slots
     # the processes that run jobs hold a task's connections; every process started holds its ADBC
     # database from its start (an idle one too), and the poller one
-    adbc = task_connections(config, 0) - 1
+    adbc = task_connections(database, settings, 0) - 1
     out.connection_bound = (
-        slots * task_connections(config, max(w for _, w in todo)) + (processes.size - slots) * adbc + 1
+        slots * task_connections(database, settings, max(w for _, w in todo)) + (processes.size - slots) * adbc + 1
     )
     deadline = time.time() + max_seconds if max_seconds else None
-    poller = ClaimsPoller(config, journal, on_failure=lambda _exc: processes.stop.set()).start()
+    poller = ClaimsPoller(
+        database, journal, settings.commit_interval_seconds, on_failure=lambda _exc: processes.stop.set()
+    ).start()
     # small queues spread evenly over the processes, however many rows (a Spark task's cap on a
     # job's rows bounds what a retry repeats there; here a job of 80 queues of 500 left one process
     # draining the last 20 alone while the other idled)
-    planned = plan_jobs(todo, backlogs, config.drain.batch_size, max_messages, slots, pack_batches=None)
+    planned = plan_jobs(todo, backlogs, settings.batch_size, max_messages, slots, pack_batches=None)
     out.jobs = len(planned)
     log.info(
         "drain: %d queue(s) in %d local process(es), %d job(s) (small queues share one); at most %d connection(s): "
@@ -109,7 +113,7 @@ def drain_in_processes(
         len(planned),
         out.connection_bound,
     )
-    jobs = queue_jobs(config, planned, backlogs, max_messages, deadline, poller)
+    jobs = queue_jobs(setup, planned, backlogs, max_messages, deadline, poller)
     try:
         with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="drain-process") as pool:
             run = partial(run_job, poller, processes.run, process_error)
@@ -125,8 +129,8 @@ class Processes:
     (0.6-0.9 s a process, that a run otherwise waited for). A process runs one job at a time, keeps
     what it opened from one job to the next, and is replaced when it dies; ``close`` stops them all."""
 
-    def __init__(self, config: Config, size: int) -> None:
-        self._config = config
+    def __init__(self, setup: TaskSetup, size: int) -> None:
+        self._setup = setup
         self._context = multiprocessing.get_context("spawn")
         self.stop = self._context.Event()
         self._idle: queue.SimpleQueue[ProcessPoolExecutor] = queue.SimpleQueue()
@@ -176,7 +180,7 @@ class Processes:
             max_workers=1,
             mp_context=self._context,
             initializer=_set_up_process,
-            initargs=(self._config, self.stop, log.level or 20, _log_format()),
+            initargs=(self._setup, self.stop, log.level or 20, _log_format()),
         )
         pool.submit(int)  # the process starts now, not at its first job
         with self._mutex:
@@ -211,7 +215,7 @@ def process_error(queue: str, exc: BaseException) -> str:
     return f"the drain process of {queue} failed: {type(exc).__name__}: {first}"
 
 
-def _set_up_process(config: Config, stop: multiprocessing.synchronize.Event, level: int, fmt: str | None) -> None:
+def _set_up_process(setup: TaskSetup, stop: multiprocessing.synchronize.Event, level: int, fmt: str | None) -> None:
     """A new process: logs to stderr as the command does, ignores SIGINT (the command decides), stops
     at the next batch boundary when the command asks (``stop``) or gets a SIGTERM itself, and opens
     what its jobs share (``TaskResources``)."""
@@ -229,7 +233,7 @@ def _set_up_process(config: Config, stop: multiprocessing.synchronize.Event, lev
     threading.Thread(target=wait_for_stop, name="drain-stop", daemon=True).start()
     threading.Thread(target=_exit_with_the_command, args=(os.getppid(),), name="drain-parent", daemon=True).start()
     try:
-        _opened = TaskResources.open(config)
+        _opened = TaskResources.open(setup)
     except Exception as exc:  # raised by the process's first job, not taken for a dead process
         _failed_to_open = exc
 

@@ -8,8 +8,7 @@ import threading
 import time
 
 from queuelake import stopping
-from queuelake.config import Config
-from queuelake.context import connect
+from queuelake.config_sections import DrainConfig
 from queuelake.errors import QueuelakeError, error_kind
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
@@ -21,6 +20,7 @@ from queuelake.pipeline.drain.worker import Worker
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import db, locks, queues, schema
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
@@ -30,7 +30,8 @@ class QueueDrain:
 
     def __init__(
         self,
-        config: Config,
+        database: QueueDatabase,
+        settings: DrainConfig,
         lake: JournalLake,
         ref: TableRef,
         budget: Budget,
@@ -40,13 +41,14 @@ class QueueDrain:
         sessions: SessionPool | None = None,
         depth: int | None = None,
     ) -> None:
-        self.config = config
+        self.database = database
+        self.settings = settings
         self.workers = workers
         # the run's estimate of the queue's rows (None: unknown): a queue it found exists, and one of
         # a batch or less skips the first read of its newest row
         self.depth = depth
         self.ref = ref
-        self.state = QueueState(config, lake, ref, budget, receive, committer, sessions)
+        self.state = QueueState(database, settings, lake, ref, budget, receive, committer, sessions)
         self.result = self.state.result
         self.result.workers = self.workers
         self.locked = False  # whether ``begin`` took the queue's drain lock
@@ -83,7 +85,7 @@ class QueueDrain:
             schema.require_table(lock_conn, self.ref)
             lock_conn.rollback()
         self.result.claims_resolved = self.state.committer.begin(lock_conn, self.ref.canonical)
-        self.state.progress.start(lock_conn, read=self.depth is None or self.depth > self.config.drain.batch_size)
+        self.state.progress.start(lock_conn, read=self.depth is None or self.depth > self.settings.batch_size)
         return True
 
     def run_workers(self) -> list[BaseException]:
@@ -136,7 +138,7 @@ class QueueDrain:
             self.result.status = Status.INCOMPLETE
             self.result.error = (
                 f"{self.result.held_by_others} row(s) remain in {self.ref.canonical} that this run could not "
-                f"claim: other sessions held them for over {self.config.drain.settle_seconds:g}s "
+                f"claim: other sessions held them for over {self.settings.settle_seconds:g}s "
                 "(a competing receiver's long transaction, or a dead drain's statement still running)"
             )
             log.warning("%s", self.result.error)
@@ -147,7 +149,7 @@ class QueueDrain:
         """A session for the queue's lock: one of the run's kept sessions, given back with the lock
         released (after every worker's batches landed: ``run`` ends only then), else a new one."""
         if self.state.sessions is None:
-            return connect(self.config, "queuelake-drain-lock").use_autocommit()
+            return self.database.connect("queuelake-drain-lock").use_autocommit()
         return self.state.sessions.session(LOCK, lambda conn: release_drain_lock(conn, self.ref))
 
     def _acquire(self, conn: Connection) -> bool:

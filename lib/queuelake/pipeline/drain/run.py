@@ -6,13 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from queuelake.allocator import keep_freed_memory
 from queuelake.config import Config
-from queuelake.context import with_database
+from queuelake.config_sections import DrainConfig
+from queuelake.context import open_database
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import JournalLake, LakeEngine
@@ -25,12 +27,14 @@ from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_connection, receive_driver
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import LOCK, SessionPool
+from queuelake.pipeline.drain.task import TaskSetup
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.pipeline.runs import Run
 from queuelake.report import log
 from queuelake.status import Status, worst
 from queuelake.transport import db, drivers
-from queuelake.transport.table_refs import TableRef, queue_ref
+from queuelake.transport.database import QueueDatabase
+from queuelake.transport.table_refs import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,43 +58,44 @@ def drain(
     names = queue_names or config.drain.queues
     if not names:
         raise DrainError("no queues to drain: set drain.queues or pass --queue")
-    config = with_database(config)  # what the run's sessions, tasks and processes connect with
-    if config.drain.workers_per_queue > MAX_WORKERS_PER_QUEUE:
+    database = open_database(config)  # what the run's sessions, tasks and processes connect with
+    settings = config.drain
+    if settings.workers_per_queue > MAX_WORKERS_PER_QUEUE:
         raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
     keep_freed_memory()  # each batch reuses the last one's pages (allocator.py)
-    refs = list({r.canonical: r for r in (queue_ref(n, config.transport) for n in names)}.values())
-    max_messages = max_messages if max_messages is not None else config.drain.max_messages
-    max_seconds = max_seconds if max_seconds is not None else config.drain.max_seconds
+    refs = list({r.canonical: r for r in (database.queue(n) for n in names)}.values())
+    max_messages = max_messages if max_messages is not None else settings.max_messages
+    max_seconds = max_seconds if max_seconds is not None else settings.max_seconds
     deadline = time.monotonic() + max_seconds if max_seconds else None
     run = Run("drain")
     # opened now, in the background: the workers' connections come from it once the set-up is done
-    transport = config.transport
-    on_executors = config.drain.on in ("executors", "processes")
+    on_executors = settings.on in ("executors", "processes")
     # on executors (or in local processes) each task opens its own ADBC database: the driver receives nothing
-    through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection and not on_executors
-    shared = db.SharedAdbc(transport).start() if through_adbc else None
-    processes = _start_processes(config)
+    through_adbc = receive_driver(database, settings) == drivers.ADBC.name and database.reachable and not on_executors
+    shared = database.shared_adbc() if through_adbc else None
+    setup = TaskSetup(database, settings, config.lake)  # what tasks and processes drain with
+    processes = _start_processes(setup)
     try:
-        estimated = estimate(config, refs)  # first: a database out of reach fails the run before the lake is touched
+        estimated = estimate(database, refs)  # first: a database out of reach fails the run before the lake is touched
         journal = journal_engine(lake)
         journal.create_table(MESSAGES, MESSAGES_SCHEMA)
         evolve_journal(journal)
-        plan = connection_plan(config.drain.max_connections, config.drain.workers_per_queue, len(refs), shared)
+        plan = connection_plan(settings.max_connections, settings.workers_per_queue, len(refs), shared)
         backlogs = estimated.backlogs
-        elsewhere = resolve_claims_filed_elsewhere(config, journal, refs, estimated.claimed_elsewhere)
+        elsewhere = resolve_claims_filed_elsewhere(database, journal, refs, estimated.claimed_elsewhere)
         idle = [r for r in refs if backlogs[r.canonical].idle]
         busy = sorted(
             (r for r in refs if not backlogs[r.canonical].idle), key=lambda r: -(backlogs[r.canonical].depth or 0)
         )
         for r in idle:  # nothing to receive, no claim to resolve: the estimate was the whole drain
             log.info("drain %s: nothing to do, the queue is empty", r.canonical)
-        budget = ConnectionBudget(queue_connections(config.drain.max_connections, shared))
-        committer = JournalCommitter(config, journal)
-        sessions = SessionPool(budget.total, lambda kind: _open_session(config, kind, shared))
+        budget = ConnectionBudget(queue_connections(settings.max_connections, shared))
+        committer = JournalCommitter(database, journal, settings.commit_interval_seconds)
+        sessions = SessionPool(budget.total, lambda kind: _open_session(database, settings, kind, shared))
         if on_executors:
             return _on_executors(
-                config,
-                spark,
+                setup,
+                lambda: spark or _get_spark(config),
                 lake,
                 journal,
                 processes,
@@ -105,12 +110,13 @@ def drain(
             )
         drains = [
             QueueDrain(
-                config,
+                database,
+                settings,
                 journal,
                 r,
-                Budget(config.drain.batch_size, max_messages, deadline),
+                Budget(settings.batch_size, max_messages, deadline),
                 shared,
-                workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, plan.workers),
+                workers_for(backlogs[r.canonical], settings.batch_size, max_messages, plan.workers),
                 committer,
                 sessions,
                 depth=backlogs[r.canonical].depth,
@@ -124,11 +130,11 @@ def drain(
                 len(idle),
                 len(busy),
                 "/".join(str(n) for n in sorted({d.workers for d in drains}, reverse=True)),
-                config.drain.max_connections,
+                settings.max_connections,
             )
         # biggest first; small queues together (``small_queues.py``); a unit waits for its connections,
         # and takes its drain locks only then
-        units = small_queues.plan(drains, config.drain.batch_size)
+        units = small_queues.plan(drains, settings.batch_size)
         grouped = [u for u in units if len(u) > 1]
         if grouped:
             log.info(
@@ -142,7 +148,9 @@ def drain(
             with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="drain") as pool:
                 drained = [
                     r
-                    for results in pool.map(lambda u: _run_unit(config, journal, budget, committer, sessions, u), units)
+                    for results in pool.map(
+                        lambda u: _run_unit(database, settings, journal, budget, committer, sessions, u), units
+                    )
                     for r in results
                 ]
         finally:
@@ -173,8 +181,8 @@ def drain(
 
 
 def _on_executors(
-    config: Config,
-    spark: SparkSession | None,
+    setup: TaskSetup,
+    start_spark: Callable[[], SparkSession],
     lake: LakeEngine,
     journal: JournalLake,
     processes: Processes | None,
@@ -190,23 +198,19 @@ def _on_executors(
     """The run with its queues drained by Spark tasks (``executors.drain_on_executors``) or by the same
     tasks in local processes (``processes.drain_in_processes``): the same summary and ``runs`` rows as
     on the driver."""
-    planned = [
-        (r, workers_for(backlogs[r.canonical], config.drain.batch_size, max_messages, most_workers)) for r in busy
-    ]
+    settings = setup.settings
+    planned = [(r, workers_for(backlogs[r.canonical], settings.batch_size, max_messages, most_workers)) for r in busy]
     outcome = None
     drained: list[QueueResult] = []
     if planned and processes is not None:
         from queuelake.pipeline.drain.processes import drain_in_processes
 
-        outcome = drain_in_processes(config, journal, processes, planned, backlogs, max_messages, max_seconds)
+        outcome = drain_in_processes(setup, journal, processes, planned, backlogs, max_messages, max_seconds)
         drained = outcome.results
     elif planned:
         from queuelake.pipeline.drain.executors import drain_on_executors
-        from queuelake.spark import get_spark
 
-        outcome = drain_on_executors(
-            config, spark or get_spark(config.spark), journal, planned, backlogs, max_messages, max_seconds
-        )
+        outcome = drain_on_executors(setup, start_spark(), journal, planned, backlogs, max_messages, max_seconds)
         drained = outcome.results
     by_queue = {r.queue: r for r in drained}
     results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
@@ -221,13 +225,13 @@ def _on_executors(
     totals["peak_connections"] = outcome.connection_bound if outcome else 0
     totals["journal_commits"] = outcome.commits if outcome else 0
     totals["largest_group"] = outcome.largest_group if outcome else 0
-    if config.drain.on == "processes":
+    if settings.on == "processes":
         totals["processes"] = outcome.at_once if outcome else 0
         totals["jobs"] = outcome.jobs if outcome else 0  # small queues share a job
     else:
         totals["spark_jobs"] = outcome.jobs if outcome else 0
     status = worst([r.status for r in results])
-    summary = {"status": status, "run_id": run.run_id, "on": config.drain.on, **totals}
+    summary = {"status": status, "run_id": run.run_id, "on": settings.on, **totals}
     return {**summary, "queues": [r.summary() for r in results]}
 
 
@@ -268,7 +272,8 @@ def queue_connections(max_connections: int, shared: object) -> int:
 
 
 def _run_unit(
-    config: Config,
+    database: QueueDatabase,
+    settings: DrainConfig,
     journal: JournalLake,
     budget: ConnectionBudget,
     committer: JournalCommitter,
@@ -280,7 +285,7 @@ def _run_unit(
     if len(unit) == 1:
         return [_run_within(budget, unit[0])]
     with budget.hold(2):
-        return small_queues.SmallQueues(config, journal, unit, committer, sessions).run()
+        return small_queues.SmallQueues(database, settings, journal, unit, committer, sessions).run()
 
 
 def _run_within(budget: ConnectionBudget, queue: QueueDrain) -> QueueResult:
@@ -289,14 +294,21 @@ def _run_within(budget: ConnectionBudget, queue: QueueDrain) -> QueueResult:
         return queue.run()
 
 
-def _start_processes(config: Config) -> Processes | None:
+def _start_processes(setup: TaskSetup) -> Processes | None:
     """With ``drain.on: processes``, the run's processes, started before its set-up so that theirs
     (imports, the journal's folder, ADBC) overlaps it; an idle run pays their start for nothing."""
-    if config.drain.on != "processes":
+    if setup.settings.on != "processes":
         return None
     from queuelake.pipeline.drain.processes import Processes, process_count
 
-    return Processes(config, process_count(config))
+    return Processes(setup, process_count(setup.database, setup.settings))
+
+
+def _get_spark(config: Config) -> SparkSession:
+    """The session ``spark.master`` builds, for a run on executors given none."""
+    from queuelake.spark import get_spark
+
+    return get_spark(config.spark)
 
 
 def _idle_result(ref: TableRef, backlog: Backlog) -> QueueResult:
@@ -333,10 +345,10 @@ def evolve_journal(journal: JournalLake) -> None:
         journal.add_columns(MESSAGES, [f.with_nullable(True) for f in missing])
 
 
-def _open_session(config: Config, kind: str, shared: db.SharedAdbc | None) -> db.Connection:
+def _open_session(
+    database: QueueDatabase, settings: DrainConfig, kind: str, shared: db.SharedAdbc | None
+) -> db.Connection:
     """A new session for the run's pool: a queue's lock connection, or a worker's receive connection."""
-    from queuelake.context import connect
-
     if kind == LOCK:
-        return connect(config, "queuelake-drain-lock").use_autocommit()
-    return receive_connection(config, receive_driver(config), shared, 0)
+        return database.connect("queuelake-drain-lock").use_autocommit()
+    return receive_connection(database, receive_driver(database, settings), shared, 0)

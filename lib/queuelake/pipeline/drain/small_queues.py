@@ -35,8 +35,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from queuelake import kill_points
-from queuelake.config import Config
-from queuelake.context import connect
+from queuelake.config_sections import DrainConfig
 from queuelake.errors import QueuelakeError
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import JournalLake
@@ -54,6 +53,7 @@ from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import claims, queues
 from queuelake.transport.claims import Claim
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 
 TOGETHER = "together"  # the anchor's application id for the batches it shares with other small queues
@@ -108,13 +108,15 @@ class SmallQueues:
 
     def __init__(
         self,
-        config: Config,
+        database: QueueDatabase,
+        settings: DrainConfig,
         lake: JournalLake,
         drains: list[QueueDrain],
         committer: Committer,
         sessions: SessionPool | None,
     ) -> None:
-        self.config = config
+        self.database = database
+        self.settings = settings
         self.lake = lake
         self.drains = drains
         self.committer = committer
@@ -203,10 +205,10 @@ class SmallQueues:
     def _together(self, app_id: str, ready: list[QueueDrain]) -> list[QueueDrain]:
         """Receive every ready queue's rows in one transaction, claim them as one batch, hand it to the
         committer; returns the queues to go on draining with a worker of their own."""
-        drain_cfg = self.config.drain
+        drain_cfg = self.settings
         state = ready[0].state
         version = self.lake.staged_version(MESSAGES, app_id) or 0
-        with receive_session(self.config, state.receive_driver, state.receive, 0, self.sessions) as conn:
+        with receive_session(self.database, state.receive_driver, state.receive, 0, self.sessions) as conn:
             queues.configure_drain_session(
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )
@@ -228,7 +230,7 @@ class SmallQueues:
         """Each queue's rows, up to its budget and what is left of the batch's rows and bytes (its
         first rows are assumed ``FIRST_BATCH_ROW_BYTES`` each, as a worker's first batch; then the
         size of the rows received so far). A queue the batch has no room for goes on alone."""
-        drain_cfg = self.config.drain
+        drain_cfg = self.settings
         rows_left, bytes_left = drain_cfg.batch_size, drain_cfg.batch_megabytes * MEGABYTE
         row_bytes = FIRST_BATCH_ROW_BYTES
         got_rows = got_bytes = 0
@@ -354,7 +356,7 @@ class SmallQueues:
                     release_drain_lock(conn, drain.ref)
 
         if self.sessions is None:
-            with connect(self.config, "queuelake-drain-lock").use_autocommit() as conn:
+            with self.database.connect("queuelake-drain-lock").use_autocommit() as conn:
                 yield conn
             return
         with self.sessions.session(LOCK, release) as conn:

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from queuelake.config import Config
+from queuelake.config_sections import DrainConfig
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
@@ -16,7 +16,8 @@ from queuelake.pipeline.drain.progress import Progress
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import SessionPool
-from queuelake.transport import claims, db
+from queuelake.transport import db
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.table_refs import TableRef
 
 
@@ -25,7 +26,8 @@ class QueueState:
 
     def __init__(
         self,
-        config: Config,
+        database: QueueDatabase,
+        settings: DrainConfig,
         lake: JournalLake,
         ref: TableRef,
         budget: Budget,
@@ -33,17 +35,18 @@ class QueueState:
         committer: Committer,
         sessions: SessionPool | None = None,
     ) -> None:
-        self.config = config
+        self.database = database
+        self.settings = settings
         self.sessions = sessions  # the run's sessions kept between queues (driver mode), else None
         self.committer = committer  # the run's: claimed batches of every queue go to the journal together
         self.lake = lake
         self.ref = ref
         self.budget = budget
-        self.claims_table = claims.claims_ref(config.transport)
+        self.claims_table = database.claims
         self.result = QueueResult(ref.canonical)
         self.started = time.monotonic()  # set again as the drain begins (``start_clock``)
         self.progress = Progress(ref, self.started)
-        self.receive_driver = receive_driver(config)
+        self.receive_driver = receive_driver(database, settings)
         self.receive = receive  # the run's shared ADBC database, when the receive goes through ADBC
         self._lock = threading.Lock()
         self._claimed = threading.Condition(self._lock)  # notified whenever a worker's claim commits

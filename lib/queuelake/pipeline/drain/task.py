@@ -15,8 +15,9 @@ worker's connections died with it, so its lock is free and its open DELETE rolle
 are committed by the driver's poller, which the retry waits for under the lock (``begin``). The
 queues the killed attempt had finished are empty by then: the retry finds nothing to receive.
 
-Runs in Spark Python workers: everything it needs travels in ``QueueJob`` (pickled per task; the
-config carries the resolved connection and storage options, as publish's tasks get them).
+Runs in Spark Python workers: everything it needs travels in ``QueueJob`` (pickled per task; its
+``TaskSetup`` carries the queue database with its resolved connection, the drain's settings and the
+lake's storage options, as publish's tasks get them).
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelake.allocator import keep_freed_memory
-from queuelake.config import Config
-from queuelake.context import connect, resolved_transport
+from queuelake.config_sections import DrainConfig, LakeConfig
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.lake.port import JournalLake
@@ -46,6 +46,7 @@ from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import SessionPool
 from queuelake.report import log
 from queuelake.transport import claims, db, drivers, locks
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
@@ -60,11 +61,21 @@ DRIVER_CHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
+class TaskSetup:
+    """What a drain task (a Spark task, a local process) drains with: the queue database the command
+    opened, the drain's settings, and the lake's (the task opens delta-rs on the journal's folder)."""
+
+    database: QueueDatabase
+    settings: DrainConfig
+    lake: LakeConfig
+
+
+@dataclass(frozen=True)
 class QueueJob:
     """What a task needs of one of its queues: no Spark session, no lake handle (the task opens
     delta-rs on the journal's folder for staging)."""
 
-    config: Config
+    setup: TaskSetup
     ref: TableRef
     workers: int
     max_messages: int | None
@@ -109,26 +120,28 @@ def drain_queues_task(
         from queuelake.report import setup_logging
 
         setup_logging(first.log_level)
-    config = first.config
+    setup = first.setup
+    database, settings = setup.database, setup.settings
     keep_freed_memory()  # this process's batches reuse each other's pages (allocator.py)
     log.info("drain: a task of %d queue(s), python %s, pid %d", len(jobs), sys.executable, os.getpid())
-    resources = opened or TaskResources.open(config)
+    resources = opened or TaskResources.open(setup)
     journal, shared = resources.journal, resources.shared
-    committer = TaskCommitter(config, first.poller_lock)
+    committer = TaskCommitter(database, first.poller_lock)
     # the workers' receive sessions, kept from one queue to the next (never more than one queue's)
-    driver = receive_driver(config)
-    sessions = SessionPool(max(j.workers for j in jobs), lambda _: receive_connection(config, driver, shared, 0))
+    driver = receive_driver(database, settings)
+    sessions = SessionPool(max(j.workers for j in jobs), lambda _: receive_connection(database, driver, shared, 0))
     try:
         # in autocommit, as the driver's lock sessions: its reads cost no BEGIN and ROLLBACK round trips
-        with connect(config, "queuelake-drain-lock").use_autocommit() as lock_conn:
+        with database.connect("queuelake-drain-lock").use_autocommit() as lock_conn:
             drains = [_queue_drain(job, journal, shared, committer, sessions) for job in jobs]
             # small queues together: one batch, one claim for several (``small_queues.py``)
-            for unit in small_queues.plan(drains, config.drain.batch_size):
+            for unit in small_queues.plan(drains, settings.batch_size):
                 if len(unit) == 1:
                     log.info("drain %s: a task, python %s, pid %d", unit[0].ref.canonical, sys.executable, os.getpid())
                     yield unit[0].run(lock_conn)
                 else:
-                    yield from small_queues.SmallQueues(config, journal, unit, committer, sessions).run(lock_conn)
+                    together = small_queues.SmallQueues(database, settings, journal, unit, committer, sessions)
+                    yield from together.run(lock_conn)
                 if committer.driver_gone:
                     # nobody commits what the next queues would claim: end the task (its results are
                     # lost with the driver; the claims made so far wait for the next run)
@@ -147,10 +160,11 @@ def _queue_drain(
     """A job's queue as the task drains it: its budget's deadline on this process's clock."""
     deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
     return QueueDrain(
-        job.config,
+        job.setup.database,
+        job.setup.settings,
         journal,
         job.ref,
-        Budget(job.config.drain.batch_size, job.max_messages, deadline),
+        Budget(job.setup.settings.batch_size, job.max_messages, deadline),
         shared,
         job.workers,
         committer,
@@ -169,12 +183,12 @@ class TaskResources:
     shared: db.SharedAdbc | None
 
     @classmethod
-    def open(cls, config: Config) -> TaskResources:
-        lake_config = dataclasses.replace(config.lake, engine="delta-rs", catalog=None, schema=None)
+    def open(cls, setup: TaskSetup) -> TaskResources:
+        lake_config = dataclasses.replace(setup.lake, engine="delta-rs", catalog=None, schema=None)
         journal = journal_engine(open_lake(lake_config))
-        transport = resolved_transport(config)
-        through_adbc = receive_driver(config) == drivers.ADBC.name and transport.connection
-        return cls(journal, db.SharedAdbc(transport).start() if through_adbc else None)
+        database = setup.database
+        through_adbc = receive_driver(database, setup.settings) == drivers.ADBC.name and database.reachable
+        return cls(journal, database.shared_adbc() if through_adbc else None)
 
     def close(self) -> None:
         if self.shared is not None:
@@ -189,8 +203,8 @@ class TaskCommitter:
     once): the task holds the queue's lock on and drains its next queue meanwhile; ``finish`` waits
     for every queue's claims before the task releases its locks."""
 
-    def __init__(self, config: Config, poller_lock: str) -> None:
-        self._claims_table = claims.claims_ref(config.transport)
+    def __init__(self, database: QueueDatabase, poller_lock: str) -> None:
+        self._claims_table = database.claims
         self._poller_lock = poller_lock
         self._conn: Connection | None = None
         self._queue = ""

@@ -58,8 +58,8 @@ class Worker:
         state, worker = self.state, self.worker
         version = state.lake.staged_version(MESSAGES, app_id) or 0
         settle_until: float | None = None
-        drain_cfg = state.config.drain
-        with receive_session(state.config, state.receive_driver, state.receive, worker, state.sessions) as conn:
+        drain_cfg = state.settings
+        with receive_session(state.database, state.receive_driver, state.receive, worker, state.sessions) as conn:
             queues.configure_drain_session(
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )
@@ -150,8 +150,8 @@ class Worker:
             # takes to build and stage (a batch of large bodies took 6.6 s, past settle_seconds, and the
             # run reported its rows as held by others), the clock starts once it has claimed them
             state.wait_for_claim(seen, SETTLE_POLL_SECONDS)
-            return now + state.config.drain.settle_seconds
-        settle_until = settle_until if settle_until is not None else now + state.config.drain.settle_seconds
+            return now + state.settings.settle_seconds
+        settle_until = settle_until if settle_until is not None else now + state.settings.settle_seconds
         if now >= settle_until or stopping.requested():
             state.held_by_others(held)
             return None

@@ -27,14 +27,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.lake import catalogue as tables
+from queuelake.lake import record_tables, table_entry
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID
 from queuelake.pipeline.failures.fingerprint import fingerprint
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 
-MESSAGES = tables.MESSAGES.name
+MESSAGES = record_tables.MESSAGES.name
 STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
 # the small columns read from every row group
 SMALL = [
@@ -126,7 +126,11 @@ def _complete(small: pa.Table) -> pa.Table:
 def _empty() -> pa.Table:
     schema = MESSAGES_SCHEMA
     fields = [schema.field(c) for c in SMALL]
-    fields += [pa.field("at", tables.UTC_TS), pa.field("fingerprint", pa.string()), pa.field("is_retry", pa.bool_())]
+    fields += [
+        pa.field("at", table_entry.UTC_TS),
+        pa.field("fingerprint", pa.string()),
+        pa.field("is_retry", pa.bool_()),
+    ]
     return pa.schema(fields).empty_table()
 
 

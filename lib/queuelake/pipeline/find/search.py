@@ -2,8 +2,10 @@
 
 Why without Spark: an operator asking "what happened to message X?" wants the answer in seconds,
 and a Spark session takes longer to start than the lake port's ``lookup`` takes to find the rows in
-ten million (README, "Find"). The journal holds a message's every trace queuelake drained: the send
-(from a drained queue), its audit copies, its failed copies in ``error`` and the retries sent back.
+ten million (README, "Find"); the journal's id index (``message_keys``, ``pipeline/key_index``) leaves
+it only the files holding the rows to read. The journal holds a message's every trace queuelake
+drained: the send (from a drained queue), its audit copies, its failed copies in ``error`` and the
+retries sent back.
 
 The order (``ORDER``), so that a message's story reads top to bottom:
 
@@ -18,15 +20,17 @@ The order (``ORDER``), so that a message's story reads top to bottom:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.errors import ArgumentError, LakeError
-from queuelake.lake.catalogue import MESSAGES
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.record_tables import MESSAGES
 from queuelake.pipeline.find.ids import check_id, spellings
+from queuelake.pipeline.key_index.search import journal_rows
 
 BY = {"message": "message_id", "conversation": "conversation_id"}
 ORDER = ("time_sent", "moment", "drained_at", "queue", "seq")
@@ -47,6 +51,7 @@ class Found:
     files_scanned: int
     files_read: int
     rows_scanned: int
+    index: dict[str, Any] = field(default_factory=dict)  # the id index's part (``key_index.search``)
 
 
 def find(lake: LakeEngine, by: str, text: str) -> Found:
@@ -59,7 +64,7 @@ def find(lake: LakeEngine, by: str, text: str) -> Found:
             f"no journal yet: lake table {MESSAGES.name!r} does not exist under {lake.root} "
             "(nothing has been drained into this lake; check lake.root, or run queuelake drain)"
         )
-    result = lake.lookup(MESSAGES.name, BY[by], wanted)
+    result, index = journal_rows(lake, BY[by], wanted)
     return Found(
         by=by,
         id=text,
@@ -71,6 +76,7 @@ def find(lake: LakeEngine, by: str, text: str) -> Found:
         files_scanned=result.files_scanned,
         files_read=result.files_matched,
         rows_scanned=result.rows_scanned,
+        index=index,
     )
 
 

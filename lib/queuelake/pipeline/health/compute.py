@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.lake import catalogue
+from queuelake.lake import stage_tables, table_entry
 from queuelake.nsb.retry import REPLAY_ID, RETRY_UNIQUE_MESSAGE_ID
 from queuelake.pipeline.conversation.model import endpoint_name
 
@@ -195,8 +195,8 @@ def periods(rows: pa.Table, journal_version: int, computed_at: dt.datetime) -> p
             for q in QUANTILES:
                 part[f"{kind}_p{q}_ms"] = _ms(table[f"{kind}_p{q}_ms"])
         part["journal_version"] = pa.array([journal_version] * table.num_rows, pa.int64())
-        part["computed_at"] = pa.array([computed_at] * table.num_rows, catalogue.UTC_TS)
-        parts.append(pa.table(part).cast(catalogue.ENDPOINT_HEALTH.schema))
+        part["computed_at"] = pa.array([computed_at] * table.num_rows, table_entry.UTC_TS)
+        parts.append(pa.table(part).cast(stage_tables.ENDPOINT_HEALTH.schema))
     out = pa.concat_tables(parts)
     return out.sort_by(
         [
@@ -249,5 +249,5 @@ def daily(rows: pa.Table, journal_version: int, computed_at: dt.datetime) -> pa.
                 "computed_at": computed_at,
             }
         )
-    table = pa.Table.from_pylist(out, schema=catalogue.ENDPOINT_DAILY.schema)
+    table = pa.Table.from_pylist(out, schema=stage_tables.ENDPOINT_DAILY.schema)
     return table.sort_by([("day", "ascending"), ("endpoint", "ascending")])

@@ -14,14 +14,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.lake import catalogue
+from queuelake.lake import table_entry
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.runs import RUNS, RUNS_SCHEMA, runs_engine
 
 DEPTH_SCHEMA = pa.schema(
     [
         pa.field("queue", pa.string()),
-        pa.field("at", catalogue.UTC_TS),
+        pa.field("at", table_entry.UTC_TS),
         pa.field("depth", pa.int64()),
         pa.field("when", pa.string()),  # before (a drain's start) | after (its end)
     ]
@@ -77,7 +77,7 @@ def current_depth(lake: LakeEngine) -> pa.Table:
     return pa.table(
         {
             "queue": pa.array(list(latest), pa.string()),
-            "at": pa.array([v[0] for v in latest.values()], catalogue.UTC_TS),
+            "at": pa.array([v[0] for v in latest.values()], table_entry.UTC_TS),
             "depth": pa.array([v[1] for v in latest.values()], pa.int64()),
         }
     )

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from queuelake.lake import catalogue
+from queuelake.lake import record_tables, stage_tables, table_entry
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
@@ -35,11 +35,11 @@ from queuelake.pipeline.health import compute
 from queuelake.report import log
 
 APP_ID = "queuelake.health"
-HEALTH = catalogue.ENDPOINT_HEALTH.name
-DAILY = catalogue.ENDPOINT_DAILY.name
-MESSAGES = catalogue.MESSAGES.name
-HEALTH_SCHEMA: pa.Schema = catalogue.ENDPOINT_HEALTH.schema
-DAILY_SCHEMA: pa.Schema = catalogue.ENDPOINT_DAILY.schema
+HEALTH = stage_tables.ENDPOINT_HEALTH.name
+DAILY = stage_tables.ENDPOINT_DAILY.name
+MESSAGES = record_tables.MESSAGES.name
+HEALTH_SCHEMA: pa.Schema = stage_tables.ENDPOINT_HEALTH.schema
+DAILY_SCHEMA: pa.Schema = stage_tables.ENDPOINT_DAILY.schema
 
 
 @dataclass
@@ -125,7 +125,7 @@ def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
 
 def _journal_day(start: dt.datetime, end: dt.datetime) -> RowFilter:
     """The journal rows that may count in [start, end): processed or failed then."""
-    ts = catalogue.UTC_TS
+    ts = table_entry.UTC_TS
     lo, hi = pa.scalar(start, ts), pa.scalar(end, ts)
 
     def within(column: str) -> ds.Expression:

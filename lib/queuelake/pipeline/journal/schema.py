@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from queuelake.lake import catalogue
+from queuelake.lake import record_tables, table_entry
 
-MESSAGES = catalogue.MESSAGES.name
-MESSAGES_SCHEMA: pa.Schema = catalogue.MESSAGES.schema
-UTC_TS = catalogue.UTC_TS
+MESSAGES = record_tables.MESSAGES.name
+MESSAGES_SCHEMA: pa.Schema = record_tables.MESSAGES.schema
+UTC_TS = table_entry.UTC_TS

@@ -1,28 +1,70 @@
 """A round sent from the driver: its accepted rows in the round's fixed order, batch by batch, each
-batch's copies and its ledger row in one DB transaction."""
+batch's copies and its ledger row in one DB transaction.
+
+While batch k is sent, a builder thread reads batch k + 1 and builds its copies' COPY streams
+(``pipeline.replay.ahead``): the COPY waits for the server without the GIL, so the client's work and
+the server's overlap instead of taking turns (issue 60: a round of 300,000 rows was the client's
+build plus the server's COPY, one after the other). What a batch built ahead cannot know yet is
+written in its transaction: Expires (now() plus the TTBR, ``binary_copy.Stream``), and every batch
+with a copy for later delivery or a destination not checked yet is built there whole, as before.
+TimeSent is the database's clock when the batch was built (``DbClock``), at most one batch earlier
+than its transaction's now().
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import RoundKeys
-from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Book, Sent, ready, send_batches
+from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Batch, Book, Sent, ready, send_batches
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round
-from queuelake.pipeline.publish.routing import Router
+from queuelake.pipeline.publish.routing import Outgoing, Router
 from queuelake.pipeline.publish.rows import round_batches
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_batch, undeliverable_record
+from queuelake.pipeline.replay.ahead import ahead
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import queues
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
+
+Lost = list[tuple[dict[str, Any], str | None, str]]
+
+
+class DbClock:
+    """The database's clock, read between queries: its offset from this machine's clock, taken at
+    each batch's transaction (``db_utc_now``). A builder thread cannot ask the connection (it is
+    sending), and the headers must not carry this machine's clock."""
+
+    def __init__(self, db_now: dt.datetime) -> None:
+        self.offset = dt.timedelta(0)
+        self.update(db_now)
+
+    def update(self, db_now: dt.datetime) -> None:
+        self.offset = db_now - dt.datetime.now(dt.timezone.utc)
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(dt.timezone.utc) + self.offset
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch's rows and, when it was built ahead, its copies (their streams ready) and the copies
+    that cannot be delivered."""
+
+    rows: pa.Table
+    built: tuple[Outgoing, Lost] | None = None
 
 
 class DriverSender:
@@ -49,9 +91,22 @@ class DriverSender:
         """The round's ``n`` batches, skipping those ``done`` already; a batch that fails is rolled
         back whole and recorded in the result, and the next one goes on (``batches.sender``)."""
         book = Book(self.ledger, pipeline, output, RoundKeys(rnd, n), f"publish {output}", "publish")
-        batches = (ready(k, rows, len(rows)) for k, rows in enumerate(round_batches(files, bad_keys, rnd.batch_size)))
+        clock = DbClock(queues.db_utc_now(conn))
+        conn.rollback()
+        source = round_batches(files, bad_keys, rnd.batch_size)
+        binary = conn.driver.binary_copy
+
+        def prepare(k: int) -> Prepared | None:
+            """In the builder thread: batch k read (in order) and, unless sent already, built."""
+            rows = next(source, None)
+            if rows is None:
+                return None
+            return Prepared(rows, None if k in done else self._build_ahead(pipeline, rows, clock, binary))
+
+        batches = _batches(ahead(list(range(n)), prepare))
+        send = partial(self.insert_batch, pipeline, output, clock)
         started = time.monotonic()
-        for outcome in send_batches(conn, book, batches, partial(self.insert_batch, pipeline, output), done):
+        for outcome in send_batches(conn, book, batches, send, done):
             result.rows += outcome.rows
             if outcome.status == SKIPPED:
                 result.batches_skipped += 1
@@ -79,18 +134,49 @@ class DriverSender:
                 n - outcome.k - 1,
             )
 
-    def insert_batch(self, pipeline: str, output: str, conn: Connection, batch_key: str, rows: pa.Table) -> Sent:
+    def _build_ahead(self, pipeline: str, rows: pa.Table, clock: DbClock, binary: bool) -> tuple[Outgoing, Lost] | None:
+        """The batch's copies built before its transaction, or None where they are built in it: a
+        copy for later delivery (its delay is counted from the transaction's now()), a destination
+        not checked yet (checking needs the connection), or any failure here (in the transaction a
+        real one fails the batch, as it did)."""
+        if rows.num_rows and pc.any(pc.is_valid(rows["deliver_at"])).as_py():
+            return None
+        now = clock.now()
+        try:
+            out, lost = self.router.build(None, pipeline, rows, now, format_time(now))
+            out.prepare(binary)
+        except Exception:  # built again in the transaction, where an error counts
+            return None
+        return out, lost
+
+    def insert_batch(
+        self, pipeline: str, output: str, clock: DbClock, conn: Connection, batch_key: str, batch: Prepared
+    ) -> Sent:
         """Every deliverable copy of every row, in the batch's transaction (its ledger row and the
         commit follow, in the sender). Copies that cannot be delivered are recorded first (an
         idempotent lake append keyed by the batch), so a rerun after a crash records them once."""
+        rows = batch.rows
         now = queues.db_utc_now(conn)
-        sent = format_time(now)
-        out, lost = self.router.build(conn, pipeline, rows, now, sent)
+        clock.update(now)
+        if batch.built is None:
+            out, lost = self.router.build(conn, pipeline, rows, now, format_time(now))
+        else:
+            out, lost = batch.built
         bad: list[dict[str, Any]] = []
         for row, address, reason in lost:
             bad.append(undeliverable_record(row, address, reason, batch_key, now))
             self.bad.report(output, address, reason)
         if bad:
             record_batch(self.lake, output, batch_key, bad)
-        out.insert(conn)
+        out.insert(conn, now)
         return Sent(rows.num_rows, out.copies, len(bad))
+
+
+def _batches(prepared: Iterator[tuple[int, Callable[[], Prepared | None]]]) -> Iterator[Batch[Prepared]]:
+    """The round's batches from ``ahead``'s (k, result) pairs: batch k's rows are read (and built)
+    by the time the sender asks for it; the rows run out only where the round's count was off."""
+    for k, result in prepared:
+        batch = result()
+        if batch is None:
+            return
+        yield ready(k, batch, batch.rows.num_rows)

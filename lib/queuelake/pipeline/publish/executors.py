@@ -28,8 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.config import Config
-from queuelake.context import connect
 from queuelake.lake import round_files
 from queuelake.lake.round_files import open_file
 from queuelake.nsb.times import format_time
@@ -43,6 +41,7 @@ from queuelake.report import log
 from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
 from queuelake.transport import ledger, queues
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
@@ -69,7 +68,7 @@ class Unit:
 class Job:
     """What every task needs, pickled once per task: no Spark session, no lake handle."""
 
-    config: Config
+    database: QueueDatabase
     router: Router
     pipeline: str
     output: str
@@ -172,14 +171,14 @@ class ExecutorSender:
 
     def __init__(
         self,
-        config: Config,
+        database: QueueDatabase,
         spark: SparkSession,
         lake: LakeEngine,
         router: Router,
         ledger_ref: TableRef,
         bad: BadDestinations,
     ) -> None:
-        self.config = config
+        self.database = database
         self.spark = spark
         self.lake = lake
         self.router = router
@@ -207,7 +206,7 @@ class ExecutorSender:
                 self.bad.report(output, record["destination"], record["reason"])
         result.undeliverable = len(records)
         job = Job(
-            config=self.config,
+            database=self.database,
             router=frozen(self.router),
             pipeline=pipeline,
             output=output,
@@ -292,7 +291,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
         for unit in units
         for j, rows in enumerate(_unit_batches(unit, job.bad_keys, size))
     )
-    with connect(job.config, "queuelake-publish") as conn:
+    with job.database.connect("queuelake-publish") as conn:
         done = book.done(conn)
         started = time.monotonic()
         sent_rows = 0

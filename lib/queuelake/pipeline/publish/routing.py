@@ -292,6 +292,11 @@ class Copies:
         return iter(self.messages())
 
 
+# What a batch built ahead holds of its tables' COPY streams (``Outgoing.prepare``): a batch fanned out
+# to hundreds of tables builds the rest as each is sent, so memory follows the batch, not the fan-out.
+PREPARED_BYTES = 32 << 20
+
+
 @dataclass
 class Outgoing:
     """One batch's messages grouped by table, ready to insert."""
@@ -299,6 +304,8 @@ class Outgoing:
     direct: dict[str, tuple[TableRef, Copies]] = field(default_factory=dict)
     delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, int]]]] = field(default_factory=dict)
     copies: int = 0
+    # tables whose copies are built already (``prepare``), by canonical name
+    ready: dict[str, binary_copy.Messages | binary_copy.Stream] = field(default_factory=dict)
 
     def add_direct(self, target: TableRef, copies: Copies) -> None:
         """One table's copies (a table is given its copies once per batch)."""
@@ -310,11 +317,25 @@ class Outgoing:
         ref = target.delayed()
         self.delayed.setdefault(ref.canonical, (ref, []))[1].append((headers, body, delay))
 
-    def insert(self, conn: Connection) -> None:
+    def prepare(self, binary_copy_stream: bool, budget: int = PREPARED_BYTES) -> None:
+        """Build the tables' copies now, before the batch's transaction (the driver does it in a
+        builder thread while the previous batch is sent): as COPY streams where the driver takes
+        them (``binary_copy.prepared``), table after table until ``budget`` bytes are held."""
+        held = 0
+        for canonical, (_, copies) in self.direct.items():
+            if held >= budget:
+                return
+            built = binary_copy.prepared(copies.messages(), binary_copy_stream)
+            self.ready[canonical] = built
+            held += built.nbytes
+
+    def insert(self, conn: Connection, now: dt.datetime | None = None) -> None:
         """Insert every copy (in the caller's transaction, which also records the batch's ledger
         row): one COPY stream per table (``binary_copy.send``, the sender replay uses too), each
-        table's copies built just before their COPY."""
-        for ref, copies in self.direct.values():
-            binary_copy.send(conn, ref, copies.messages())
+        table's copies built just before their COPY unless ``prepare`` built them. ``now``: the
+        transaction's, when the caller has read it (Expires is now() plus the TTBR)."""
+        for canonical, (ref, copies) in self.direct.items():
+            built = self.ready.pop(canonical, None)
+            binary_copy.send(conn, ref, copies.messages() if built is None else built, now)
         for ref, items in self.delayed.values():
             queues.store_delayed(conn, ref, items)

@@ -10,9 +10,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from queuelake.config import Config
-from queuelake.context import connect, with_database
+from queuelake.context import open_database
 from queuelake.errors import QueuelakeError
-from queuelake.lake import catalogue
+from queuelake.lake import stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.publish import executors
 from queuelake.pipeline.publish.driver import DriverSender
@@ -27,15 +27,18 @@ from queuelake.quality import expectations
 from queuelake.report import log
 from queuelake.status import Status, worst
 from queuelake.transport import ledger
-from queuelake.transport.table_refs import bridge_ref
+from queuelake.transport.database import QueueDatabase
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
 class Publisher:
-    def __init__(self, config: Config, lake: LakeEngine, spark: SparkSession, run_id: str | None = None) -> None:
+    def __init__(
+        self, config: Config, database: QueueDatabase, lake: LakeEngine, spark: SparkSession, run_id: str | None = None
+    ) -> None:
         self.config = config
+        self.database = database
         self.lake = lake
         self.spark = spark
         self.run_id = run_id or str(uuid.uuid4())
@@ -43,11 +46,11 @@ class Publisher:
         # suite is a config error, not a half-published run; {} and no GX import when none is set
         self.suites = expectations.load(config)
         self.endpoint = config.publish.endpoint
-        self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
+        self.ledger = database.ledger
         self.router = Router(config)
         self.bad = BadDestinations()  # warned about once per run, whichever output found them
         self.driver_sender = DriverSender(lake, self.router, self.ledger, self.bad)
-        self.executor_sender = executors.ExecutorSender(config, spark, lake, self.router, self.ledger, self.bad)
+        self.executor_sender = executors.ExecutorSender(database, spark, lake, self.router, self.ledger, self.bad)
 
     def _validate(
         self, output: str, files: list[str], rnd: Round, resumed: bool = False
@@ -61,7 +64,7 @@ class Publisher:
     def publish_output(self, output: str) -> OutputResult:
         result = OutputResult(output)
         pipeline = f"{self.endpoint}/{output}"
-        with connect(self.config, "queuelake-publish") as conn:
+        with self.database.connect("queuelake-publish") as conn:
             rnd, done = next_round(conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size)
             result.round = rnd.key(0, 0).split(":")[0]
             if rnd.after is not None and rnd.after >= rnd.upto:
@@ -119,8 +122,10 @@ class Publisher:
 def written_tables(config: Config) -> list[str]:
     """The tables a publish may write besides ``runs``: each output's rejects and undeliverables, and
     the expectations' results (``commands.sessions``: whether it may run without a Spark session)."""
-    per_output = [t.name_for(o) for o in config.publish.outputs for t in (catalogue.REJECTED, catalogue.UNDELIVERABLE)]
-    return [*per_output, catalogue.EXPECTATION_RESULTS.name]
+    per_output = [
+        t.name_for(o) for o in config.publish.outputs for t in (stage_tables.REJECTED, stage_tables.UNDELIVERABLE)
+    ]
+    return [*per_output, stage_tables.EXPECTATION_RESULTS.name]
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:
@@ -130,12 +135,12 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
     outputs = [o for o in config.publish.outputs if lake.exists(o)]
     if not outputs:
         return []
-    ledger_ref = bridge_ref(config.transport.ledger_table, config.transport)
+    database = open_database(config)
     names = []
-    with connect(config, "queuelake-publish") as conn:
+    with database.connect("queuelake-publish") as conn:
         for output in outputs:
             try:
-                keys = ledger.batch_keys(conn, ledger_ref, f"{config.publish.endpoint}/{output}", output)
+                keys = ledger.batch_keys(conn, database.ledger, f"{config.publish.endpoint}/{output}", output)
             except QueuelakeError:
                 names.append(output)  # publish itself says what is wrong
                 continue
@@ -149,9 +154,9 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
 
 
 def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
-    config = with_database(config)  # what the driver's connections and the Spark tasks' connect with
+    database = open_database(config)  # what the driver's connections and the Spark tasks' connect with
     run = Run("publish")
-    publisher = Publisher(config, lake, spark, run.run_id)
+    publisher = Publisher(config, database, lake, spark, run.run_id)
     results: list[OutputResult] = []
     if not config.publish.outputs:
         log.info("publish: no outputs configured (publish.outputs), nothing to do")

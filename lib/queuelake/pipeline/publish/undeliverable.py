@@ -8,11 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from queuelake.lake import catalogue
+from queuelake.lake import stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.report import log
 
-UNDELIVERABLE_SCHEMA: pa.Schema = catalogue.UNDELIVERABLE.schema
+UNDELIVERABLE_SCHEMA: pa.Schema = stage_tables.UNDELIVERABLE.schema
 
 
 def undeliverable_record(
@@ -35,7 +35,7 @@ def record_batch(lake: LakeEngine, output: str, batch_key: str, records: list[di
     """Append the undeliverable records of one batch sent from the driver, keyed by the batch: a
     rerun after a crash records them once."""
     lake.append(
-        catalogue.UNDELIVERABLE.name_for(output),
+        stage_tables.UNDELIVERABLE.name_for(output),
         pa.Table.from_pylist(records, schema=UNDELIVERABLE_SCHEMA),
         f"queuelake.publish.undeliverable/{output}/{batch_key}",
         1,
@@ -48,7 +48,7 @@ def record_round(lake: LakeEngine, output: str, round_name: str, records: list[d
     append id); a rerun of a round whose records are there already appends only those not yet there
     (its routes may have changed in between), so each copy is recorded once. Returns how many were
     appended."""
-    name = catalogue.UNDELIVERABLE.name_for(output)
+    name = stage_tables.UNDELIVERABLE.name_for(output)
     app_id = f"queuelake.publish.undeliverable/{output}/{round_name}"
     last = lake.last_version(name, app_id)
     if last is not None:  # rare: a resumed round with undeliverable copies reads what it recorded
@@ -56,7 +56,7 @@ def record_round(lake: LakeEngine, output: str, round_name: str, records: list[d
         there = {(r["batch_key"], r["key"], r["destination"]) for r in seen if r["round"] == round_name}
         records = [r for r in records if (r["batch_key"], r["key"], r["destination"]) not in there]
     if records:
-        data = pa.Table.from_pylist(records, schema=catalogue.UNDELIVERABLE.schema)
+        data = pa.Table.from_pylist(records, schema=stage_tables.UNDELIVERABLE.schema)
         lake.append(name, data, app_id, (last or 0) + 1)
     return len(records)
 

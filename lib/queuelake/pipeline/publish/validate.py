@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from queuelake.lake import catalogue
+from queuelake.lake import stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, spark_frame
 from queuelake.pipeline.publish.rounds import Round
@@ -86,7 +86,7 @@ def validate(
             .withColumn("rejected_at", F.current_timestamp())
             .withColumn("round", F.lit(round_name))
         )
-        rejected_table = catalogue.REJECTED.name_for(output)
+        rejected_table = stage_tables.REJECTED.name_for(output)
         lake.append_dataframe(rejected_table, rejected_out, f"queuelake.publish/{output}", rnd.upto)
         log.warning("publish %s: %d row(s) rejected, see %s", output, n_rejected, rejected_table)
     return {k for k in rejected_keys if k is not None}, n_rejected, outcome

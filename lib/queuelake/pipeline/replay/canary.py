@@ -10,7 +10,10 @@ queue configured, it only reads the journal: another drain (a schedule) must bri
 
 Nothing here sends or writes to the ledger: the wait is read-only besides the drains, which are
 exactly once themselves, so a kill during the wait loses nothing; the rest is sent by the same
-replay id (this run, or any later one), skipping the batches the ledger holds.
+replay id (this run, or any later one), skipping the batches the ledger holds. The kill tests stop the
+process at each phase (``canary_waiting``, ``canary_polled``, ``canary_passed`` below; the rest's send
+at the sender's ``before_replay_commit`` / ``after_replay_commit``; the wait's drain at its own points):
+tests/pipeline/replay/test_canary.py.
 """
 
 from __future__ import annotations
@@ -22,13 +25,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from queuelake import stopping
-from queuelake.config import Config
+from queuelake import kill_points, stopping
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.replay.lineage import FAILED_AGAIN, PENDING, PROCESSED, outcomes
 from queuelake.report import log
-from queuelake.transport.table_refs import queue_ref
+from queuelake.transport.database import QueueDatabase
 
 PASSED, FAILED, TIMEOUT, STOPPED = "processed", "failed-again", "timeout", "stopped"
 
@@ -62,26 +64,26 @@ class Verdict:
         return f"stopped while waiting for the canary: {', '.join(by[PENDING]) or 'none'} pending"
 
 
-def drain_queues(config: Config, destinations: set[str]) -> list[str]:
-    """The queues the wait drains: ``drain.queues`` less the replay's destinations (canonical names)."""
+def drain_queues(database: QueueDatabase, configured: list[str], destinations: set[str]) -> list[str]:
+    """The queues the wait drains: ``configured`` (``drain.queues``) less the replay's destinations
+    (canonical names)."""
     out = []
-    for name in config.drain.queues:
-        if queue_ref(name, config.transport).canonical not in destinations:
+    for name in configured:
+        if database.queue(name).canonical not in destinations:
             out.append(name)
     return out
 
 
 def wait(
-    config: Config,
+    queues: list[str],
     lake: LakeEngine,
     canaries: pa.Table,
-    destinations: set[str],
     wait_seconds: float,
     poll_seconds: float,
     drain: Callable[[list[str], float], Any] | None = None,
 ) -> Verdict:
-    """Poll until every canary (lineage rows) is processed, one failed again, or ``wait_seconds`` passed."""
-    queues = drain_queues(config, destinations)
+    """Poll until every canary (lineage rows) is processed, one failed again, or ``wait_seconds`` passed;
+    ``drain`` drains ``queues`` (``drain_queues``) before each poll."""
     verdict = Verdict(PENDING, drained_queues=queues)
     started = time.monotonic()
     deadline = started + wait_seconds
@@ -93,6 +95,7 @@ def wait(
         if queues
         else " (nothing to drain: polling the journal)",
     )
+    kill_points.reached("canary_waiting")  # batch 0 sent and its lineage written; no poll yet
     while True:
         poll_started = time.monotonic()
         if queues and drain is not None:
@@ -104,6 +107,7 @@ def wait(
                 verdict.drain_errors.append(str(exc))
         found = outcomes(lake, canaries)
         verdict.polls += 1
+        kill_points.reached("canary_polled")  # the outcomes read, the verdict not yet drawn
         verdict.canaries = found.select(
             ["queue", "seq", "message_id", "sent_message_id", "destination", "outcome", "outcome_at"]
         ).to_pylist()
@@ -113,6 +117,7 @@ def wait(
             verdict.status = FAILED
             return verdict
         if all(s == PROCESSED for s in states):
+            kill_points.reached("canary_passed")  # every canary processed, the rest not yet sent
             verdict.status = PASSED
             return verdict
         log.info(

@@ -19,16 +19,13 @@ import collections
 import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
-from queuelake.config import Config
-from queuelake.context import connect
 from queuelake.lake import round_files
 from queuelake.pipeline.batches.keys import ReplayKeys
 from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Batch, Book, Sent, send_batches
@@ -39,6 +36,7 @@ from queuelake.pipeline.replay.planned import rows_of
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.report import log
 from queuelake.transport import binary_copy
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
@@ -52,7 +50,7 @@ BATCHES_PER_TASK = 4  # a task opens one DB connection for its batches
 class Job:
     """What every task needs, pickled once per task: no Spark session, no lake handle."""
 
-    config: Config
+    database: QueueDatabase
     replay_id: str
     ledger: TableRef
     keys: ReplayKeys  # the batches' ledger keys
@@ -85,35 +83,59 @@ def book(ledger_ref: TableRef, replay_id: str, keys: ReplayKeys) -> Book:
     return Book(ledger_ref, f"replay/{replay_id}", MESSAGES, keys, f"replay {replay_id}", "replay")
 
 
-def send_messages(conn: Connection, built: dict[str, tuple[TableRef, binary_copy.Messages]]) -> None:
+Ready = binary_copy.Messages | binary_copy.Stream  # a destination's batch: its messages, or its COPY stream
+
+
+def send_messages(conn: Connection, built: Mapping[str, tuple[TableRef, Ready]]) -> None:
     """The batch's inserts into every destination (in the caller's transaction)."""
     for ref, batch in built.values():
         binary_copy.send(conn, ref, batch)
 
 
-def send_built(
-    conn: Connection, key: str, prepared: tuple[list[Row], dict[str, tuple[TableRef, binary_copy.Messages]]]
-) -> Sent:
+def send_built(conn: Connection, key: str, prepared: tuple[list[Row], Mapping[str, tuple[TableRef, Ready]]]) -> Sent:
     """A built batch's inserts, in its transaction (the sender adds its ledger row and commits)."""
     rows, built = prepared
     send_messages(conn, built)
     return Sent(len(rows), len(rows))
 
 
+def by_destination(rows: list[Row]) -> list[Row]:
+    """The rows grouped by destination, in the order destinations first appear, each group in the
+    rows' order: read and built so, each destination's messages are a slice of the batch's, not a
+    copy of its headers and bodies taken out of them."""
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        assert row.target is not None
+        groups.setdefault(row.target.canonical, []).append(row)
+    grouping = [row for group in groups.values() for row in group]
+    return rows if all(a is b for a, b in zip(grouping, rows, strict=True)) else grouping  # grouped already
+
+
 def grouped(
     replay_id: str, rows: list[Row], content: Content | pa.Table, ack_queue: str | None
 ) -> dict[str, tuple[TableRef, binary_copy.Messages]]:
     """The batch's messages by destination (``content``: the journal's files, or the rows' content
-    already read from them)."""
-    read = content.read(rows) if isinstance(content, Content) else content
-    built = messages.build(replay_id, rows, read, ack_queue)
-    positions: dict[str, list[int]] = {}
-    targets: dict[str, TableRef] = {}
-    for i, row in enumerate(rows):
-        assert row.target is not None
-        positions.setdefault(row.target.canonical, []).append(i)
-        targets[row.target.canonical] = row.target
-    return {name: (targets[name], built.messages.take(np.array(at, dtype=np.int64))) for name, at in positions.items()}
+    already read from them, in the order of ``rows``)."""
+    grouping = by_destination(rows)
+    if isinstance(content, Content):
+        read = content.read(grouping)
+    elif grouping is rows:
+        read = content
+    else:
+        place = {id(row): i for i, row in enumerate(rows)}
+        read = content.take(pa.array([place[id(row)] for row in grouping], pa.int64()))
+    built = messages.build(replay_id, grouping, read, ack_queue).messages
+    out: dict[str, tuple[TableRef, binary_copy.Messages]] = {}
+    start = 0
+    while start < len(grouping):
+        target = grouping[start].target
+        assert target is not None
+        stop = start
+        while stop < len(grouping) and grouping[stop].target.canonical == target.canonical:  # type: ignore[union-attr]
+            stop += 1
+        out[target.canonical] = (target, built.slice(start, stop))
+        start = stop
+    return out
 
 
 def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
@@ -132,7 +154,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
 
     mine = list(units)
     sending = book(job.ledger, job.replay_id, job.keys)
-    with connect(job.config, "queuelake-replay") as conn:
+    with job.database.connect("queuelake-replay") as conn:
         done = sending.done(conn)
         todo = [unit for unit in mine if unit.k not in done]
         batches = itertools.chain(

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.lake import catalogue
+from queuelake.lake import record_tables, table_entry
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE
@@ -35,8 +35,8 @@ from queuelake.pipeline.replay.plan import Cut
 from queuelake.pipeline.replay.planned import Planned
 from queuelake.pipeline.runs import record_engine
 
-LINEAGE = catalogue.REPLAY_LINEAGE.name
-LINEAGE_SCHEMA: pa.Schema = catalogue.REPLAY_LINEAGE.schema
+LINEAGE = record_tables.REPLAY_LINEAGE.name
+LINEAGE_SCHEMA: pa.Schema = record_tables.REPLAY_LINEAGE.schema
 PROCESSED, FAILED_AGAIN, PENDING = "processed", "failed-again", "pending"
 
 
@@ -71,7 +71,7 @@ def batch_rows(replay_id: str, planned: Planned, cut: Cut, k: int, now: dt.datet
             "sent_message_id": pa.array(sent_ids(replay_id, part), pa.string()),
             "batch": pa.array(np.full(n, k, dtype=np.int64)),
             "canary": pa.array(np.full(n, bool(cut.canary) and k == 0)),
-            "recorded_at": pa.array([now] * n, catalogue.UTC_TS),
+            "recorded_at": pa.array([now] * n, table_entry.UTC_TS),
         },
         schema=LINEAGE_SCHEMA,
     )
@@ -154,4 +154,4 @@ def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
     ]
     return lineage.append_column(
         "outcome", pa.array([f[1] if f else PENDING for f in found], pa.string())
-    ).append_column("outcome_at", pa.array([f[0] if f else None for f in found], catalogue.UTC_TS))
+    ).append_column("outcome_at", pa.array([f[0] if f else None for f in found], table_entry.UTC_TS))

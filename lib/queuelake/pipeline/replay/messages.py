@@ -75,28 +75,37 @@ def build(replay_id: str, rows: list[Row], content: pa.Table, ack_queue: str | N
     distinct = encoded.dictionary.to_pylist()
     keep = _kept_entries(codes, distinct, counts, rows, extras)
     joined = json_members.members(values, codes, distinct, counts, keep)
-    texts = joined.text.to_pylist()
-    for i in np.flatnonzero(joined.repeated).tolist():  # a name twice: the last one, as a dict keeps it
-        a, b = int(offsets[i]) - first, int(offsets[i + 1]) - first
-        at = [a + j for j in np.flatnonzero(keep[a:b]).tolist()]
-        out = dict(zip(names.take(at).to_pylist(), values.take(at).to_pylist(), strict=True))
-        texts[i] = orjson.dumps(out).decode()[1:-1]
-    json_texts = [
-        "{" + text + "," + orjson.dumps(more).decode()[1:] if text else orjson.dumps(more).decode()
-        for text, more in zip(texts, extras, strict=True)
-    ]
-    ttbr_ms: dict[str | None, int | None] = {}
-    for ttbr in pc.unique(pc.map_lookup(headers, hdr.TIME_TO_BE_RECEIVED, "last")).to_pylist():
-        ttbr_ms[ttbr] = timespan_ms(ttbr)
-    ttbrs = [ttbr_ms[t] for t in _lookup(headers, hdr.TIME_TO_BE_RECEIVED)]
+    texts = joined.text
+    repeated = np.flatnonzero(joined.repeated).tolist()
+    if repeated:  # a name twice: the last one, as a dict keeps it
+        rewritten = []
+        for i in repeated:
+            a, b = int(offsets[i]) - first, int(offsets[i + 1]) - first
+            at = [a + j for j in np.flatnonzero(keep[a:b]).tolist()]
+            out = dict(zip(names.take(at).to_pylist(), values.take(at).to_pylist(), strict=True))
+            rewritten.append(orjson.dumps(out).decode()[1:-1])
+        mask = np.zeros(len(rows), bool)
+        mask[repeated] = True
+        texts = pc.replace_with_mask(texts, pa.array(mask), pa.array(rewritten, pa.string()))
+    # each row's kept headers, then the ones the rewrite sets: joined by Arrow, the kept text (most
+    # of a message's bytes) never a Python string
+    more = pa.array([orjson.dumps(m).decode() for m in extras], pa.string())
+    json_texts = pc.if_else(
+        pc.fill_null(pc.equal(pc.binary_length(texts), 0), True),
+        more,
+        pc.binary_join_element_wise("{", texts, ",", pc.utf8_slice_codeunits(more, 1), ""),
+    )
+    ttbr = pc.dictionary_encode(pc.map_lookup(headers, hdr.TIME_TO_BE_RECEIVED, "last"), null_encoding="encode")
+    ttbr_ms = [timespan_ms(t) for t in ttbr.dictionary.to_pylist()]
+    of_row = ttbr.indices.to_numpy(zero_copy_only=False)
     ids = name_uuid_bytes([f"replay-row\n{replay_id}\n{r.queue}\n{r.seq}\n{r.id}" for r in rows])
     return Built(
         rows,
         binary_copy.Messages(
             ids,
-            np.array([t or 0 for t in ttbrs], np.int64),
-            np.array([t is not None for t in ttbrs], bool),
-            pa.array(json_texts, pa.string()),
+            np.array([t or 0 for t in ttbr_ms], np.int64)[of_row],
+            np.array([t is not None for t in ttbr_ms], bool)[of_row],
+            json_texts,
             content.column("body").combine_chunks(),
         ),
     )

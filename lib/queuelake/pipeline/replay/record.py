@@ -7,14 +7,14 @@ import datetime as dt
 
 import pyarrow as pa
 
-from queuelake.lake import catalogue
+from queuelake.lake import record_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.replay.plan import ReplayOptions
 from queuelake.pipeline.replay.result import ReplayResult
 from queuelake.pipeline.runs import Run, record_engine
 
-REPLAYS = catalogue.REPLAYS.name
-REPLAYS_SCHEMA: pa.Schema = catalogue.REPLAYS.schema
+REPLAYS = record_tables.REPLAYS.name
+REPLAYS_SCHEMA: pa.Schema = record_tables.REPLAYS.schema
 
 
 def record_run(

@@ -37,11 +37,10 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.config import Config
-from queuelake.context import connect, with_database
+from queuelake.context import open_database
 from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
@@ -49,21 +48,20 @@ from queuelake.pipeline.batches.keys import is_plan_key, replay_batch_index
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import canary, lineage, skips
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
-from queuelake.pipeline.replay.arrow_selection import select_keys
 from queuelake.pipeline.replay.plan import Cut, Plan, ReplayOptions, new_replay_id
 from queuelake.pipeline.replay.planned import Planned
-from queuelake.pipeline.replay.predicate import validate_against
 from queuelake.pipeline.replay.record import REPLAYS, record_run
 from queuelake.pipeline.replay.result import ReplayResult
-from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS, Verdicts
+from queuelake.pipeline.replay.rows import Verdicts
+from queuelake.pipeline.replay.selection import TIME_ZONE, Selection
 from queuelake.pipeline.replay.sending import Sender
 from queuelake.pipeline.replay.steps import Steps
 from queuelake.pipeline.runs import RUNS
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import ledger, locks
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
-from queuelake.transport.table_refs import bridge_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,105 +71,30 @@ class Replayer:
     def __init__(
         self,
         config: Config,
+        database: QueueDatabase,
         spark: SparkSession | None,
         lake: LakeEngine,
         options: ReplayOptions,
         start_spark: Callable[[], SparkSession] | None = None,
     ) -> None:
         self.config = config
-        self.spark = spark
-        self.start_spark = start_spark  # when the predicate needs Spark and no session was given
+        self.database = database
         self.lake = lake
         self.journal = journal_engine(lake)
         self.options = options
-        self.ledger = bridge_ref(config.transport.ledger_table, config.transport)
-        self.verdicts = Verdicts(config)
+        time_zone = config.spark.conf.get(TIME_ZONE, "UTC")
+        self.selection = Selection(self.journal, options, spark, start_spark, time_zone)
+        self.ledger = database.ledger
+        self.verdicts = Verdicts(database)
         self.run_id = str(uuid.uuid4())
         self.started = dt.datetime.now(dt.timezone.utc)
         self.result = ReplayResult(options.replay_id)
         self.sending = False  # set once the plan is in the ledger: from then on the run is recorded
         self.sent_per_destination: collections.Counter[str] = collections.Counter()
-        self._files: list[str] | None = None
         self.planned: Planned | None = None  # set once sending begins: the lineage is written from them
         self.cut: Cut | None = None
         # seconds per step (select, plan, read, headers, send, ledger): where a replay's time goes
         self.steps = Steps()
-
-    # -- selection ------------------------------------------------------------------------------
-
-    def _select(self, version: int) -> pa.Table:
-        """The selection's small columns at journal version V, in (queue, seq, id) order, with each row's
-        data file and row index, as Arrow on the driver: without Spark when the predicate allows
-        (``arrow_predicate``), else in Spark. Which of the two depends on the predicate and the
-        journal's columns only, so a rerun of the replay selects the same way."""
-        schema = self.journal.schema(MESSAGES, version)
-        predicate = arrow_predicate(self.options.predicate, schema, self._time_zone())
-        if predicate is None:
-            self.result.selected_by = "spark"
-            keys = self._select_in_spark(version)
-        else:
-            self.result.selected_by = "arrow"
-            keys, scan = select_keys(self.journal_files(version), schema, predicate)
-            log.info(
-                "replay: --where evaluated without Spark: %d of %d row group(s) in %d file(s) read, %d row(s); "
-                "the others' statistics exclude it",
-                scan.row_groups_read,
-                scan.row_groups,
-                scan.files,
-                scan.rows_read,
-            )
-        # Sorted here, not by Spark: the keys are small, and a Spark sort costs a sampling job and a
-        # shuffle of spark.sql.shuffle.partitions tasks. Arrow's sort is stable: rows equal in these
-        # (a journal row twice) keep the files' order, the same in every run.
-        return keys.sort_by([(c, "ascending") for c in ("queue", "seq", "id", "row_index")])
-
-    def _time_zone(self) -> str:
-        """The time zone Spark reads a time without one in (the session's, else queuelake's default)."""
-        key = "spark.sql.session.timeZone"
-        if self.spark is not None:
-            return str(self.spark.conf.get(key, "UTC"))
-        return self.config.spark.conf.get(key, "UTC")
-
-    def _session(self) -> SparkSession:
-        if self.spark is None:
-            if self.start_spark is None:
-                raise ReplayError(f"--where {self.options.predicate!r} needs Spark, and no session was given")
-            self.spark = self.start_spark()
-        return self.spark
-
-    def _select_in_spark(self, version: int) -> pa.Table:
-        from pyspark.sql import functions as F
-
-        self._session()
-        df = self.journal.read(MESSAGES, version)
-        if not self.journal_files(version):  # an empty journal: no files, no _metadata
-            validate_against(df, self.options.predicate)
-            return EMPTY_KEYS.empty_table()
-        selected = validate_against(df, self.options.predicate)
-        failure = F.col("failed_queue").isNotNull() | F.col("exception_type").isNotNull()
-        failure = failure | F.col("time_of_failure").isNotNull()
-        audit = F.col("processing_started").isNotNull() | F.col("processing_ended").isNotNull()
-        keys = selected.select(
-            *KEY_COLUMNS,
-            failure.alias("is_failure"),
-            audit.alias("is_audit"),
-            F.col("_metadata.file_path").alias("file"),
-            F.col("_metadata.row_index").alias("row_index"),
-        )
-        arrow = keys.toArrow()
-        file_at = arrow.schema.get_field_index("file")
-        return arrow.set_column(file_at, "file", pc.dictionary_encode(arrow.column("file")))
-
-    def _planned(self, keys: pa.Table) -> tuple[Planned, pa.Table]:
-        """(the landed rows to plan, first --limit of them), and the other selected rows."""
-        landed_mask = pc.equal(keys.column("outcome"), "landed")
-        if pc.all(landed_mask).as_py() in (True, None):  # a retry's selection, mostly: no copy
-            landed, others = keys, keys.slice(0, 0)
-        else:
-            landed, others = keys.filter(landed_mask), keys.filter(pc.invert(landed_mask))
-        if self.options.limit is not None:
-            landed = landed.slice(0, self.options.limit)
-        return Planned.of(landed, self.options.to), others
 
     # -- ledger ---------------------------------------------------------------------------------
 
@@ -198,8 +121,7 @@ class Replayer:
             raise ReplayError("there is no journal (lake table messages) to replay from: run a drain first")
         replay_id = opts.replay_id or (None if opts.dry_run else new_replay_id())
         result = self.result = ReplayResult(replay_id, dry_run=opts.dry_run)
-        self.config = with_database(self.config)  # what its connections and the Spark tasks' connect with
-        with connect(self.config, "queuelake-replay") as conn:
+        with self.database.connect("queuelake-replay") as conn:
             plan: Plan | None = None
             done: set[int] = set()
             if replay_id is not None:
@@ -227,8 +149,9 @@ class Replayer:
             result.journal_version = version
             t0 = time.monotonic()
             with self.steps.timed("select"):
-                keys = self._select(version)
-                planned, others = self._planned(keys)
+                keys = self.selection.select(version)
+                planned, others = self.selection.planned(keys)
+            result.selected_by = self.selection.by
             result.matched = keys.num_rows
             log.info(
                 "replay %s: %d journal row(s) match at version %d, %d of them landed; %d selected%s (%.1fs)",
@@ -275,9 +198,15 @@ class Replayer:
             try:
                 self.planned, self.cut = planned, plan.cut  # what the lineage is written from
                 sender = Sender(
-                    self.config, self.ledger, opts, result, self.steps, self.sent_per_destination, self._session
+                    self.database,
+                    self.config.replay,
+                    opts,
+                    result,
+                    self.steps,
+                    self.sent_per_destination,
+                    self.selection.session,
                 )
-                files = self.journal_files(plan.version)
+                files = self.selection.journal_files(plan.version)
                 if opts.canary is not None:
                     self._with_canary(conn, sender, replay_id, plan, done, planned, files)
                 else:
@@ -317,10 +246,9 @@ class Replayer:
         canaries = lineage.batch_rows(replay_id, planned, plan.cut, 0, now)
         with self.steps.timed("canary"):
             verdict = canary.wait(
-                self.config,
+                canary.drain_queues(self.database, self.config.drain.queues, set(planned.targets)),
                 self.lake,
                 canaries,
-                set(planned.targets),
                 opts.canary_wait,
                 opts.canary_poll,
                 drain=self._drain,
@@ -341,7 +269,7 @@ class Replayer:
         """One drain of ``queues`` for at most ``seconds`` (what a canary's wait polls after)."""
         from queuelake.pipeline.drain.run import drain
 
-        summary = drain(self.config, self.lake, queue_names=queues, max_seconds=seconds, spark=self.spark)
+        summary = drain(self.config, self.lake, queue_names=queues, max_seconds=seconds, spark=self.selection.spark)
         if summary.get("status") == Status.FAILED:
             raise ReplayError(f"the drain of {', '.join(queues)} failed: {summary.get('error')}")
 
@@ -356,18 +284,12 @@ class Replayer:
         result.destinations, result.message_types = planned.counts()
         result.to_send = sum(result.destinations.values())
 
-    def journal_files(self, version: int) -> list[str]:
-        if self._files is None:
-            # through the lake port: it knows the storage options of the root
-            self._files = self.journal.added_files(MESSAGES, None, version)
-        return self._files
-
     def record(self, result: ReplayResult) -> None:
         """The lineage of the batches the ledger holds (``lineage.record_lineage``), a ``replays`` row
         and ``runs`` rows (one per destination) for this run."""
         if self.planned is not None and self.cut is not None and result.replay_id is not None:
             try:
-                with connect(self.config, "queuelake-replay") as conn:
+                with self.database.connect("queuelake-replay") as conn:
                     _, done, _ = self._ledger(conn, result.replay_id)
                 result.lineage_recorded += lineage.record_lineage(
                     self.lake, result.replay_id, self.planned, self.cut, done
@@ -387,7 +309,8 @@ def replay(
     """Run (or dry-run) one replay; returns the JSON summary. Once sending has begun, a run records
     itself in ``replays`` and ``runs`` however it ends (failed, interrupted). ``spark`` may be None
     when ``start_spark`` is given: a session is started only if the predicate needs one."""
-    replayer = Replayer(config, spark, lake, options, start_spark)
+    database = open_database(config)  # what its connections and the Spark tasks' connect with
+    replayer = Replayer(config, database, spark, lake, options, start_spark)
     try:
         result = replayer.run()
     except QueuelakeError as exc:
@@ -435,5 +358,5 @@ def needs_spark(config: Config, lake: LakeEngine, options: ReplayOptions) -> boo
     for table in (REPLAYS, skips.SKIPPED, lineage.LINEAGE, RUNS):
         if journal.exists(table) and journal.written_by(table) not in (None, journal.name):
             return True
-    time_zone = config.spark.conf.get("spark.sql.session.timeZone", "UTC")
+    time_zone = config.spark.conf.get(TIME_ZONE, "UTC")
     return arrow_predicate(options.predicate, journal.schema(MESSAGES), time_zone) is None

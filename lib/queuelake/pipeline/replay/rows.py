@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from queuelake.config import Config
 from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.round_files import open_file
 from queuelake.transport import schema
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
-from queuelake.transport.table_refs import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef
 
 # The selection's small columns (no headers, no bodies): what planning, dry runs and counts need.
 KEY_COLUMNS = [
@@ -59,8 +59,8 @@ class Row:
 class Verdicts:
     """Each address parsed and checked once per run: (queue, None) or (None, reason naming it)."""
 
-    def __init__(self, config: Config) -> None:
-        self.config = config
+    def __init__(self, database: QueueDatabase) -> None:
+        self.database = database
         self.cache: dict[str, tuple[TableRef | None, str | None]] = {}
 
     def __call__(self, conn: Connection, address: str, kind: str) -> tuple[TableRef | None, str | None]:
@@ -68,7 +68,7 @@ class Verdicts:
         if verdict is None:
             label = "NServiceBus.FailedQ" if kind == "retry" else "destination"
             try:
-                ref = queue_ref(address, self.config.transport)
+                ref = self.database.queue(address)
             except QueuelakeError as exc:
                 verdict = (None, f"{label} {address!r} is not a queue address: {exc}")
             else:

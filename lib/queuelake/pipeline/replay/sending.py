@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from queuelake import stopping
-from queuelake.config import Config
+from queuelake.config import ReplayConfig
 from queuelake.pipeline.batches.keys import ReplayKeys
 from queuelake.pipeline.batches.sender import FAILED, STOPPED, Batch, Sent, send_batches
 from queuelake.pipeline.replay import executors
@@ -24,6 +24,7 @@ from queuelake.report import log
 from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
 from queuelake.transport import binary_copy
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
@@ -36,16 +37,17 @@ class Sender:
 
     def __init__(
         self,
-        config: Config,
-        ledger_ref: TableRef,
+        database: QueueDatabase,
+        settings: ReplayConfig,
         options: ReplayOptions,
         result: ReplayResult,
         steps: Steps,
         sent_per_destination: collections.Counter[str],
         session: Callable[[], SparkSession],
     ) -> None:
-        self.config = config
-        self.ledger = ledger_ref
+        self.database = database
+        self.settings = settings
+        self.ledger = database.ledger
         self.options = options
         self.result = result
         self.steps = steps
@@ -67,15 +69,17 @@ class Sender:
         Python there was nothing to overlap: tried in round 16, the medians of five runs were equal.)"""
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
-        threshold = self.config.replay.executors_from_rows
+        threshold = self.settings.executors_from_rows
         if threshold is not None and planned.num_rows >= threshold and opts.max_rate is None and only is None:
             self._send_on_executors(replay_id, plan, done, planned, files)
             return
         content = Content(files)
 
-        def prepare(k: int) -> tuple[list[Row], dict[str, tuple[TableRef, binary_copy.Messages]]]:
+        binary = conn.driver.binary_copy
+
+        def prepare(k: int) -> tuple[list[Row], dict[str, tuple[TableRef, executors.Ready]]]:
             batch = planned.batch(k, plan.cut)
-            return batch, self._messages(replay_id, batch, content)
+            return batch, self._messages(replay_id, batch, content, binary)
 
         keys = ReplayKeys(n, size)
         todo = [k for k in range(n) if k not in done and (only is None or k in only)]
@@ -131,14 +135,18 @@ class Sender:
             )
 
     def _messages(
-        self, replay_id: str, rows: list[Row], content: Content
-    ) -> dict[str, tuple[TableRef, binary_copy.Messages]]:
+        self, replay_id: str, rows: list[Row], content: Content, binary: bool
+    ) -> dict[str, tuple[TableRef, executors.Ready]]:
         """The batch's messages grouped by destination: its rows' content read from the journal's
-        files, headers rewritten."""
+        files, headers rewritten, each destination's COPY stream assembled (``binary``: where the
+        driver takes binary COPY; only Expires waits for the batch's transaction)."""
+        rows = executors.by_destination(rows)  # each destination's rows together: sliced, not taken
         with self.steps.timed("read"):
             contents = content.read(rows)
         with self.steps.timed("headers"):
-            return executors.grouped(replay_id, rows, contents, self.options.ack_queue)
+            built = executors.grouped(replay_id, rows, contents, self.options.ack_queue)
+        with self.steps.timed("assemble"):
+            return {name: (ref, binary_copy.prepared(batch, binary)) for name, (ref, batch) in built.items()}
 
     def _send_on_executors(
         self, replay_id: str, plan: Plan, done: set[int], planned: Planned, files: list[str]
@@ -151,7 +159,7 @@ class Sender:
         n, size = plan.batches, plan.batch_size
         units = [executors.Unit(k, planned.slice(k, plan.cut)) for k in range(n) if k not in done]
         job = executors.Job(
-            config=self.config,
+            database=self.database,
             replay_id=replay_id,
             ledger=self.ledger,
             keys=ReplayKeys(n, size),

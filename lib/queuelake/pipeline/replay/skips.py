@@ -9,14 +9,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.lake import catalogue
+from queuelake.lake import record_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.replay.plan import Cut
 from queuelake.pipeline.replay.planned import Planned
 from queuelake.pipeline.runs import record_engine
 
-SKIPPED = catalogue.REPLAY_SKIPPED.name
-SKIPPED_SCHEMA: pa.Schema = catalogue.REPLAY_SKIPPED.schema
+SKIPPED = record_tables.REPLAY_SKIPPED.name
+SKIPPED_SCHEMA: pa.Schema = record_tables.REPLAY_SKIPPED.schema
 
 
 def recorded_skips(lake: LakeEngine, replay_id: str) -> set[tuple[str, int]]:

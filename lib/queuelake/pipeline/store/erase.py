@@ -4,7 +4,7 @@ lake and their files purged from storage, Delta time travel included (``queuelak
 Why a module of its own: a request to forget (a customer's messages, a leaked secret in a body)
 must reach every copy queuelake keeps, not only the journal's current version.
 
-1. The selection: ``--where`` over the journal's columns (``where.py``). A dry run counts what it
+1. The selection: ``--where`` over the journal's columns (``erase_predicate.py``). A dry run counts what it
    reaches (rows, files wholly or partly matching, and derived rows) and changes nothing.
 2. The journal delete: one commit (``LakeEngine.delete_rows``), retried from a fresh snapshot on a
    conflict with a concurrent drain. The rows it removes are exactly those matching in the snapshot
@@ -33,19 +33,19 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from queuelake.config import Config
-from queuelake.lake import catalogue
+from queuelake.lake import catalogue, record_tables, table_entry
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.store import typed
-from queuelake.pipeline.store.where import row_filter
+from queuelake.pipeline.store.erase_predicate import row_filter
 from queuelake.report import log
 
-JOURNAL = catalogue.MESSAGES.name
+JOURNAL = record_tables.MESSAGES.name
 KEYS = ["queue", "seq", "message_id"]  # an erased row's keys: (queue, seq) for records, message_id for typed rows
 
 
-def derived_tables() -> list[catalogue.LakeTable]:
+def derived_tables() -> list[table_entry.LakeTable]:
     """The catalogued tables whose rows come from journal rows and go with them."""
     return [t for t in catalogue.CATALOGUE if t.erased_by_journal_key]
 
@@ -55,7 +55,7 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
     Returns the summary: per table rows, files, and what was purged."""
     journal = table_engine(lake, JOURNAL)
     if not journal.exists(JOURNAL):
-        row_filter(predicate, catalogue.MESSAGES.schema)  # a bad --where still fails (no journal needed)
+        row_filter(predicate, record_tables.MESSAGES.schema)  # a bad --where still fails (no journal needed)
         log.info("erase: no journal yet under %s, nothing to do", cfg.lake.root)
         return {"dry_run": dry_run, "note": "no journal yet: nothing to do", "tables": {}}
     where = row_filter(predicate, journal.schema(JOURNAL))
@@ -140,7 +140,7 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
     return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
 
 
-def key_filter(engine: LakeEngine, table: catalogue.LakeTable, keys: pa.Table) -> RowFilter | None:
+def key_filter(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table) -> RowFilter | None:
     """The rows of a derived table whose journal key is among ``keys``; None when the table does not
     exist or holds none of them. The table's keys are read (a record table: small) and joined with
     the erased ones, so the delete names only the keys it holds."""

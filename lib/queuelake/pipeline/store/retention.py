@@ -31,8 +31,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from queuelake.config import Config, RetentionRule
-from queuelake.lake import catalogue
+from queuelake.config import Config
+from queuelake.config_sections import RetentionRule
+from queuelake.lake import record_tables, stage_tables, table_entry
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
@@ -42,9 +43,9 @@ from queuelake.report import log
 from queuelake.timetext import iso_utc
 from queuelake.transport.table_refs import queue_ref
 
-JOURNAL = catalogue.MESSAGES.name
-UNPARSED = catalogue.BODY_UNPARSED
-_UTC = catalogue.UTC_TS
+JOURNAL = record_tables.MESSAGES.name
+UNPARSED = stage_tables.BODY_UNPARSED
+_UTC = table_entry.UTC_TS
 
 
 @dataclass(frozen=True)

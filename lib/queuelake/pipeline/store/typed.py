@@ -19,13 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from queuelake.lake import catalogue
+from queuelake.lake import stage_tables
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.report import log
 
-CHANGES = catalogue.BODY_SCHEMA_CHANGES.name
+CHANGES = stage_tables.BODY_SCHEMA_CHANGES.name
 KEY = "message_id"
 
 

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from queuelake.errors import ArgumentError
-from queuelake.lake import catalogue
+from queuelake.lake import stage_tables
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
@@ -92,7 +92,7 @@ def typed_value(text: str, typ: pa.DataType) -> Any:
 
 def typed_tables_version(lake: LakeEngine) -> int | None:
     """The journal version the last ``bodies`` increment reached (``body_increments``), None without one."""
-    increments = catalogue.BODY_INCREMENTS.name
+    increments = stage_tables.BODY_INCREMENTS.name
     if not lake.exists(increments):
         return None
     versions = lake.read_arrow(increments, columns=["journal_version"]).column("journal_version")

@@ -7,8 +7,10 @@ by an endpoint, failed, expired, retried or replayed by queuelake), and the reco
 module asks each, in this order:
 
 1. the lake, without Spark: a business key through the typed body tables (``keys.py``) to message
-   ids; the journal rows of the ids (``LakeEngine.lookup``: files pruned by the log's statistics, one
-   column scanned, as ``queuelake find``, whose ``search`` this reuses); for a message, its replays
+   ids; the journal rows of the ids (``key_index.search.journal_rows``: the id index's candidate rows,
+   then only the journal files their ``(queue, seq)`` statistics admit and those drained since the
+   index was built; without an index, one column of every file; as ``queuelake find``, whose
+   ``search`` this reuses); for a message, its replays
    (copies with a new id that name it: found through its conversation's rows); the replays' records
    (``replays``, ``replay_skipped``); erase runs whose predicate names it (erase keeps no per-message
    record, ``pipeline/store/erase.py``);
@@ -25,7 +27,6 @@ said in the answer, never left out silently.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,22 +36,23 @@ import pyarrow.compute as pc
 
 from queuelake.config import Config
 from queuelake.errors import ArgumentError, HeaderError, TransportError
-from queuelake.lake import catalogue
+from queuelake.lake import record_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ORIGINAL_MESSAGE_ID
 from queuelake.pipeline.find import search
 from queuelake.pipeline.find.ids import check_id, spellings
+from queuelake.pipeline.key_index.search import journal_rows
 from queuelake.pipeline.where import keys
-from queuelake.pipeline.where.places import Place, from_journal, from_queue_row, state_of
+from queuelake.pipeline.where.places import Place, from_journal, from_queue_row
 from queuelake.report import log
 from queuelake.transport.db import Connection
 from queuelake.transport.peek_rows import DEFAULT_LIMIT, Peeked, peek_matching
 from queuelake.transport.table_refs import TableRef, queue_ref
 
-MESSAGES = catalogue.MESSAGES.name
-_JOURNAL_SCHEMA: pa.Schema = catalogue.MESSAGES.schema
-_REPLAYS_SCHEMA: pa.Schema = catalogue.REPLAYS.schema
+MESSAGES = record_tables.MESSAGES.name
+_JOURNAL_SCHEMA: pa.Schema = record_tables.MESSAGES.schema
+_REPLAYS_SCHEMA: pa.Schema = record_tables.REPLAYS.schema
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ def _journal(lake: LakeEngine, query: Query, ids: list[str], answer: Answer) -> 
         if not ids:
             answer.journal = {"found": 0}
             return _JOURNAL_SCHEMA.empty_table()
-        result = lake.lookup(MESSAGES, "message_id", ids)
+        result, index = journal_rows(lake, "message_id", ids)
         rows = search.in_time_order(result.rows)
         answer.journal = {
             "version": result.version,
@@ -153,6 +155,7 @@ def _journal(lake: LakeEngine, query: Query, ids: list[str], answer: Answer) -> 
             "files_read": result.files_matched,
             "rows_scanned": result.rows_scanned,
             "found": rows.num_rows,
+            "index": index,
         }
         return rows
     found = search.find(lake, query.by, query.text)
@@ -167,6 +170,7 @@ def _journal(lake: LakeEngine, query: Query, ids: list[str], answer: Answer) -> 
         "files_read": found.files_read,
         "rows_scanned": found.rows_scanned,
         "found": rows.num_rows,
+        "index": found.index,
     }
     return rows
 
@@ -175,7 +179,7 @@ def _expired_by_row_id(lake: LakeEngine, ids: tuple[str, ...], rows: pa.Table) -
     """The journal keeps only the identity of an expired row (its headers, hence ``message_id``, are
     dropped): such rows are found by the row's ``id``, which a sender sets to the message id. A
     second lookup, of the ``id`` column; rows the first one found are not added twice."""
-    by_id = lake.lookup(MESSAGES, "id", list(ids)).rows
+    by_id = journal_rows(lake, "id", list(ids))[0].rows
     extra = by_id.filter(pc.is_null(by_id.column("message_id")))
     if not extra.num_rows:
         return rows
@@ -190,7 +194,7 @@ def _replays_of(lake: LakeEngine, rows: pa.Table, answer: Answer) -> list[Place]
     if not conversations:
         return []
     own = set(answer.searched)
-    result = lake.lookup(MESSAGES, "conversation_id", conversations)
+    result, _ = journal_rows(lake, "conversation_id", conversations)
     originals = pc.map_lookup(result.rows.column("headers"), REPLAY_ORIGINAL_MESSAGE_ID, "last")
     replays = result.rows.filter(pc.is_in(originals, value_set=pa.array(sorted(own), pa.string())))
     answer.journal["replay_rows"] = replays.num_rows
@@ -201,7 +205,7 @@ def _records(lake: LakeEngine, answer: Answer) -> None:
     """The replays' records of the found places (``replays``), replays that skipped the messages
     (``replay_skipped``), and erase runs whose predicate names the id or a message id."""
     ids = sorted({p.message_id for p in answer.places if p.message_id} | set(answer.searched))
-    skipped_table = catalogue.REPLAY_SKIPPED.name
+    skipped_table = record_tables.REPLAY_SKIPPED.name
     if ids and lake.exists(skipped_table):
         skipped = lake.lookup(skipped_table, "message_id", ids).rows
         for row in skipped.to_pylist():
@@ -216,7 +220,7 @@ def _records(lake: LakeEngine, answer: Answer) -> None:
                     facts={"replay_id": row.get("replay_id"), "seq": row.get("seq"), "reason": row.get("reason")},
                 )
             )
-    runs = catalogue.RUNS.name
+    runs = record_tables.RUNS.name
     if lake.exists(runs):
         rows = lake.read_arrow(runs, columns=["run_id", "command", "table", "predicate", "ended_at", "status"])
         erases = rows.filter(pc.equal(rows.column("command"), "erase"))
@@ -246,7 +250,7 @@ def _replay_records(lake: LakeEngine, answer: Answer) -> None:
     wanted = {p.facts["replay_id"] for p in answer.places if p.facts.get("replay_id")}
     if not wanted:
         return
-    table = catalogue.REPLAYS.name
+    table = record_tables.REPLAYS.name
     records = lake.read_arrow(table) if lake.exists(table) else _REPLAYS_SCHEMA.empty_table()
     records = records.filter(pc.is_in(records.column("replay_id"), value_set=pa.array(sorted(wanted), pa.string())))
     for replay_id in sorted(wanted):
@@ -372,34 +376,3 @@ def _notes(cfg: Config, query: Query, answer: Answer) -> None:
         p.place in ("retried", "replayed") for p in answer.places
     ):
         answer.notes.append("a retry the endpoint has already taken shows once its audit or error copy is drained")
-
-
-def summary(answer: Answer) -> dict[str, Any]:
-    """The JSON summary's fields (times as ISO text)."""
-    from queuelake.pipeline.where.show import jsonable
-
-    messages = answer.messages()
-    now = {mid: state_of(places) for mid, places in messages.items()}
-    return {
-        "searched": list(answer.searched),
-        "found": len(answer.places),
-        "places": dict(Counter(p.place for p in answer.places)),
-        "messages": [
-            {
-                "message_id": mid,
-                "now": state.place,
-                "location": state.location,
-                "at": jsonable(state.at),
-                "places": [p.place for p in places],
-            }
-            for (mid, places), state in zip(messages.items(), now.values(), strict=True)
-        ][:100],
-        "journal": jsonable(answer.journal),
-        "typed": jsonable(answer.typed),
-        "queues": answer.queues,
-        "replays": jsonable(answer.replays),
-        "erase_runs": answer.erase_runs,
-        "not_searched": answer.not_searched,
-        "notes": answer.notes,
-        "timings": answer.seconds,  # seconds of each part (the CLI adds the command's own "seconds")
-    }

@@ -1,16 +1,21 @@
 """The places as an operator reads them: a table of one line per place, or one JSON object per place
-(``--json``), as ``queuelake find`` shows rows (``pipeline/find/show.py``)."""
+(``--json``), as ``queuelake find`` shows rows (``pipeline/find/show.py``); and the command's JSON
+summary of an answer (``summary``)."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from queuelake.pipeline.where.places import Place
+from queuelake.pipeline.where.places import Place, state_of
 from queuelake.timetext import iso_utc, shown_utc
+
+if TYPE_CHECKING:
+    from queuelake.pipeline.where.run import Answer
 
 TABLE = ("message_id", "place", "at", "location", "endpoint", "detail")
 HEADINGS = {"message_id": "MESSAGE ID", "at": "AT (UTC)"}
@@ -77,3 +82,32 @@ def table_lines(places: list[Place]) -> list[str]:
         return "  ".join(values[n].ljust(widths[n]) for n in TABLE).rstrip()
 
     return [line(heads)] + [line(c) for c in cells]
+
+
+def summary(answer: Answer) -> dict[str, Any]:
+    """The JSON summary's fields (times as ISO text)."""
+    messages = answer.messages()
+    now = {mid: state_of(places) for mid, places in messages.items()}
+    return {
+        "searched": list(answer.searched),
+        "found": len(answer.places),
+        "places": dict(Counter(p.place for p in answer.places)),
+        "messages": [
+            {
+                "message_id": mid,
+                "now": state.place,
+                "location": state.location,
+                "at": jsonable(state.at),
+                "places": [p.place for p in places],
+            }
+            for (mid, places), state in zip(messages.items(), now.values(), strict=True)
+        ][:100],
+        "journal": jsonable(answer.journal),
+        "typed": jsonable(answer.typed),
+        "queues": answer.queues,
+        "replays": jsonable(answer.replays),
+        "erase_runs": answer.erase_runs,
+        "not_searched": answer.not_searched,
+        "notes": answer.notes,
+        "timings": answer.seconds,  # seconds of each part (the CLI adds the command's own "seconds")
+    }

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from queuelake.config import LakeConfig
+    from queuelake.config_sections import LakeConfig
     from queuelake.lake.files import StagedFiles
     from queuelake.lake.port import JournalLake, LakeEngine
 

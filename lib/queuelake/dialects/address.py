@@ -1,6 +1,6 @@
 """Queue addresses of the two NServiceBus SQL transports, and identifier quoting: one set of rules
-per dialect (parse, format, check, quote, qualify), which that dialect's object in ``dialects.py``
-binds. Nothing here knows a dialect by name: code holding a name asks ``dialects.dialect(name)``, so
+per dialect (parse, format, check, quote, qualify), which that dialect's object in ``dialect.py``
+binds. Nothing here knows a dialect by name: code holding a name asks ``dialect.dialect(name)``, so
 a third dialect gets its own rules, never another dialect's quoting by a fall-through.
 
 Addresses come from config and from database rows (SubscriptionRouting.QueueAddress), so they are

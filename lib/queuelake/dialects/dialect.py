@@ -5,7 +5,7 @@ reach the server, how a script is split and shown to a DBA, which error codes me
 which statements must exist in ``sql/<dialect>/``) used to be an ``if dialect == ...`` somewhere in
 eight modules. The rest of the code asks the dialect instead, so a third dialect is one object here,
 one folder of SQL files and one set of address rules (``address.py``: parse, format, check, quote,
-qualify; this module imports them, never the other way round). ``tests/transport/test_dialects.py``
+qualify; this module imports them, never the other way round). ``tests/dialects/test_dialect.py``
 checks that each dialect provides exactly the statements it declares.
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from queuelake.dialects import address as addr
+from queuelake.dialects.address import QueueAddress
 from queuelake.errors import AddressError
-from queuelake.transport import address as addr
-from queuelake.transport.address import QueueAddress
 
 # The statements (``sql/<dialect>/<name>.sql``) every dialect provides. Placeholders and result
 # columns are the same across dialects; each file's header comment says what it returns.

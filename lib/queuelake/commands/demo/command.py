@@ -1,4 +1,4 @@
-"""``queuelake demo``: the embedded default end to end (``queuelake.examples.demo`` does it)."""
+"""``queuelake demo``: the embedded default end to end (``end_to_end.py`` beside this module does it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from queuelake.commands.command import Command
 
 
 def demo(args: argparse.Namespace) -> dict[str, Any]:
-    from queuelake.examples.demo import run
+    from queuelake.commands.demo.end_to_end import run
 
     return run(args)
 

@@ -6,8 +6,7 @@ import pytest
 import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from queuelake.errors import AddressError
-from queuelake.transport.address import (
+from queuelake.dialects.address import (
     POSTGRES_MAX_NAME_BYTES,
     POSTGRES_MAX_TABLE_BYTES,
     SQLSERVER_MAX_NAME_CHARS,
@@ -20,7 +19,8 @@ from queuelake.transport.address import (
     quote_postgresql,
     quote_sqlserver,
 )
-from queuelake.transport.dialects import format_address, parse, qualified_name, quote_identifier
+from queuelake.dialects.dialect import format_address, parse, qualified_name, quote_identifier
+from queuelake.errors import AddressError
 from sqlglot import exp
 
 SQLGLOT = {"sqlserver": "tsql", "postgresql": "postgres"}

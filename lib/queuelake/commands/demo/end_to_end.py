@@ -1,4 +1,4 @@
-"""The demo (``queuelake demo``, declared in ``commands/demo.py``): the embedded default end to end,
+"""The demo (``queuelake demo``, declared in ``command.py`` beside it): the embedded default end to end,
 on a laptop, in a couple of minutes.
 
 An embedded PostgreSQL (pgserver), local Spark and a lake, all in the work folder. It installs an
@@ -30,10 +30,10 @@ from typing import Any
 
 import yaml
 
+from queuelake.commands.demo import traffic
 from queuelake.config import Config, from_dict, load
-from queuelake.context import connect
+from queuelake.context import open_database
 from queuelake.errors import DemoError
-from queuelake.examples import traffic
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.local_config import LOCAL_YAML
@@ -43,11 +43,13 @@ from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import installer, subscriptions
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 DRAINED = ["Sales", "audit", "error"]
 ENDPOINTS = ["Sales", "Billing", "Shipping"]
 CONFIG_NAME = "queuelake-demo.yaml"
+# the repository root when this runs from a checkout (lib/queuelake/commands/demo/ below it): its Delta jars
+# and notebooks are used where they are there (an installed wheel has neither)
+CHECKOUT = Path(__file__).resolve().parents[4]
 # what the demo creates in its work folder, and the record that it did (so a rerun may replace them)
 LAKE, DATABASE, MARKER = "lake", ".queuelake/pgdata", ".queuelake/demo-created.json"
 
@@ -59,7 +61,7 @@ def demo_settings(workdir: Path, engine: str = "auto") -> dict[str, Any]:
     data["transport"]["embedded"] = str(workdir / DATABASE)
     data["lake"].update(root=str(workdir / LAKE), engine=engine)
     data["drain"].update(queues=DRAINED, batch_size=2000)
-    from queuelake.examples.orders import APPLY_DISCOUNT, TOTALS_UPDATED
+    from queuelake.commands.demo.orders import APPLY_DISCOUNT, TOTALS_UPDATED
 
     # a business expectation, as an example (README "Your own expectations"): the lake emits only the
     # two message types agreed with the subscribers; a failure blocks the round and nothing is sent
@@ -129,7 +131,7 @@ def use_checkout_jars() -> None:
     jars would switch the demo's engine."""
     from queuelake.spark import JARS_ENV, local_jars
 
-    jars = Path(__file__).resolve().parents[3] / "jvm" / "jars"
+    jars = CHECKOUT / "jvm" / "jars"
     found = local_jars(str(jars)) if jars.is_dir() else []
     if not os.environ.get(JARS_ENV) and any(os.path.basename(j).startswith("delta-spark") for j in found):
         os.environ[JARS_ENV] = str(jars)
@@ -147,7 +149,7 @@ def next_commands(config_file: Path, lake_root: Path) -> list[str]:
     queuelake = shlex.quote(str(script)) if script.is_file() else f"{python} -m queuelake"
     config = shlex.quote(str(config_file.resolve()))
     commands = [f"{queuelake} status -c {config}", f"{queuelake} drain -c {config}"]
-    notebook = Path(__file__).resolve().parents[3] / "notebooks" / "journal_overview.py"
+    notebook = CHECKOUT / "notebooks" / "journal_overview.py"
     if notebook.is_file():
         root = shlex.quote(str(lake_root.resolve()))
         commands.append(f"QUEUELAKE_LAKE_ROOT={root} {python} {shlex.quote(str(notebook))}")
@@ -183,16 +185,18 @@ def seed_traffic(cfg: Config, per_queue: int) -> dict[str, Counter[str]]:
         exc, text, queue = failures[i % len(failures)]
         error.append(traffic.failed_copy(m, queue, exc, text, start + dt.timedelta(minutes=i)))
     expected["error"]["landed"] += len(error)
-    with connect(cfg, "queuelake-demo-seed") as conn:
+    database = open_database(cfg)
+    with database.connect("queuelake-demo-seed") as conn:
         for name, messages in (("Sales", sales), ("audit", audit), ("error", error)):
-            traffic.seed(conn, queue_ref(name, cfg.transport), messages)
+            traffic.seed(conn, database.queue(name), messages)
     return expected
 
 
 def install_topology(cfg: Config) -> None:
-    with connect(cfg, "queuelake-demo-install") as conn:
+    database = open_database(cfg)
+    with database.connect("queuelake-demo-install") as conn:
         installer.install(conn, installer.plan(cfg, extra_queues=ENDPOINTS, delayed_endpoints=ENDPOINTS))
-        table = bridge_ref(cfg.transport.subscription_table, cfg.transport)
+        table = database.subscriptions
         for address, endpoint, topic in [
             ("Billing", "Billing", "Sales.Messages.Events.OrderPlaced"),
             ("Shipping", "Shipping", "Sales.Messages.Events.OrderPlaced"),
@@ -214,9 +218,10 @@ def journal_counts(lake: LakeEngine) -> dict[str, dict[str, int]]:
 def delivered(cfg: Config) -> dict[str, dict[str, int]]:
     """What sits in the endpoints' queues now, by message type (read without receiving)."""
     out: dict[str, dict[str, int]] = {}
-    with connect(cfg, "queuelake-demo-report") as conn:
+    database = open_database(cfg)
+    with database.connect("queuelake-demo-report") as conn:
         for name in ("Billing", "Shipping"):
-            ref = queue_ref(name, cfg.transport)
+            ref = database.queue(name)
             rows = conn.raw.execute(f"SELECT headers FROM {ref.qualified}").fetchall()
             counts: Counter[str] = Counter()
             for (raw,) in rows:

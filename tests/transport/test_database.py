@@ -1,0 +1,69 @@
+"""The queue database handle (``transport/database.py``): what the commands open once and pass down,
+and what ships to Spark tasks and drain processes. It must pickle, name the same tables the
+transport's functions name, never show the connection string, and leave the loaded config as it was."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from queuelake.config import from_dict
+from queuelake.context import open_database
+from queuelake.errors import TransportError
+from queuelake.transport.claims import claims_ref
+from queuelake.transport.database import QueueDatabase
+from queuelake.transport.table_refs import bridge_ref, queue_ref
+
+SECRET = "s3cr3t-Pa55"
+CONNECTION = f"postgresql://queuelake:{SECRET}@db.example:5432/nsb"
+
+
+def _config(**transport: object):  # type: ignore[no-untyped-def]
+    return from_dict(
+        {"transport": {"connection": CONNECTION, "default_schema": "nsb", **transport}, "drain": {"queues": ["Sales"]}},
+        env={},
+    )
+
+
+def test_the_handle_names_the_tables_the_transport_names() -> None:
+    cfg = _config(ledger_table="my_ledger", claims_table="my_claims", subscription_table="Routes")
+    database = open_database(cfg)
+    t = cfg.transport
+    assert database.queue("Sales") == queue_ref("Sales", t)
+    assert database.ledger == bridge_ref("my_ledger", t)
+    assert database.claims == claims_ref(t)
+    assert database.subscriptions == bridge_ref("Routes", t)
+    assert database.queue("Sales").canonical == '"nsb"."Sales"'
+    assert (database.dialect, database.driver, database.reachable) == ("postgresql", "psycopg", True)
+
+
+def test_opening_changes_nothing_of_the_loaded_config() -> None:
+    """A connection string already set is the handle's as it is; the config is not rewritten."""
+    cfg = _config()
+    before = repr(cfg)
+    database = open_database(cfg)
+    assert database.transport is cfg.transport
+    assert repr(cfg) == before
+
+
+def test_the_handle_pickles_with_its_tables() -> None:
+    """It travels to Spark tasks and drain processes (pickled), its cached table names too."""
+    database = open_database(_config())
+    assert database.claims.canonical  # cached before pickling
+    copy = pickle.loads(pickle.dumps(database))
+    assert copy == database
+    assert copy.claims == database.claims and copy.ledger == database.ledger
+    assert copy.transport.connection == CONNECTION
+
+
+def test_its_repr_and_errors_never_show_the_connection_string() -> None:
+    database = QueueDatabase(_config().transport)
+    for text in (repr(database), str(database), repr([database]), f"{database!r}"):
+        assert SECRET not in text and CONNECTION not in text
+        assert "postgresql" in text
+    unreachable = QueueDatabase(
+        _config(connection=f"host=127.0.0.1 port=1 password={SECRET} connect_timeout=1").transport
+    )
+    with pytest.raises(TransportError) as caught:
+        unreachable.connect("queuelake-tests")
+    assert SECRET not in str(caught.value)
