@@ -19,9 +19,16 @@ backlog a run did not measure is a gap (or says ``not measured``), not 0. The pr
 None or NaT, no count written as ``2045.0``, and every time in one UTC format.
 
 The typed body tables' notebook (``typed_bodies``) needs tables the bodies stage made, so its lakes are made
-for real (``typed_lakes``): by ``queuelake demo``, then with the bodies corpus
-(``tests/helpers/bodies_corpus``) sent to the demo's queue and ``queuelake drain`` and ``queuelake bodies``
-run on the demo's config. What it prints and draws is checked against the tables read with deltalake.
+for real (``typed_lakes``), in this process by the stages the demo runs: the demo's topology and traffic
+on the demo's config (delta-rs), drained and typed as ``queuelake demo`` does, then the bodies corpus
+(``tests/helpers/bodies_corpus``) sent to its queue, drained and typed again. Not by running the demo: the
+suite runs it twice already (``test_fresh_clone``, ``test_demo_engines``), and a third run cost this module
+more than its notebooks. What it prints and draws is checked against the tables read with deltalake.
+
+The endpoint health notebook (``endpoint_health``) reads what ``queuelake health`` writes: its lake is the
+three hours' lake with ``endpoint_health`` and ``endpoint_daily`` brought up to date by the command's own
+work (``pipeline.health.run.update``); its picture is checked like the others', and its throughput, depth
+and daily table against the tables it read.
 """
 
 from __future__ import annotations
@@ -45,24 +52,33 @@ pytest.importorskip("matplotlib", reason="the notebooks plot with matplotlib: pi
 
 import matplotlib.dates as mdates  # noqa: E402
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
+from queuelake.commands.demo import end_to_end  # noqa: E402
+from queuelake.config import LakeConfig, from_dict  # noqa: E402
+from queuelake.lake.engines import open_lake  # noqa: E402
 from queuelake.notebooks import runner as notebook_runner  # noqa: E402
 from queuelake.nsb.times import format_time  # noqa: E402
+from queuelake.pipeline.bodies.run import bodies  # noqa: E402
+from queuelake.pipeline.drain.run import drain  # noqa: E402
+from queuelake.pipeline.health.run import update as update_health  # noqa: E402
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA  # noqa: E402
 from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 
 from tests.helpers import jvm_flags  # noqa: E402
-from tests.helpers.cli import run_cli  # noqa: E402
+from tests.helpers.bodies import send  # noqa: E402
+from tests.helpers.bodies_corpus import corpus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 NAMES = ["journal_overview", "error_queue", "audit_processing"]
-TYPED = "typed_bodies"  # runs on lakes the demo and the bodies stage made (``typed_lakes``), not on NAMES' lakes
+TYPED = "typed_bodies"  # runs on lakes the demo's stages made (``typed_lakes``), not on NAMES' lakes
+HEALTH = "endpoint_health"  # runs on a lake with what ``queuelake health`` writes
 
 EXPECTED_PLOTS = {
     "journal_overview": {"throughput", "lag", "outcomes", "runs"},
     "error_queue": {"error_exception_types", "error_endpoints", "error_failures_over_time"},
     "audit_processing": {"audit_by_message_type", "audit_by_endpoint", "audit_distribution"},
     "typed_bodies": {"unparsed_reasons", "typed_query"},
+    "endpoint_health": {"endpoint_health"},
 }
 # How many panels of each plot have a time x axis (the others: per queue, per type, histograms).
 # Plots whose trend panel is left out when the data fills fewer than 3 buckets, and the note that says so.
@@ -75,6 +91,7 @@ TIME_PANELS = {
     "error_failures_over_time": 1,
     "audit_distribution": 1,
     "typed_query": 1,
+    "endpoint_health": 3,  # throughput, critical time, queue depth
 }
 
 T0 = dt.datetime(2026, 5, 1, 9, 0, tzinfo=dt.timezone.utc)
@@ -417,6 +434,11 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         business.landed('"public"."Sales"', "Shop.Messages.PlaceOrder", T0 + dt.timedelta(minutes=i), "WebShop")
     write_deltalake(str(base / "business_only" / "messages"), business.table())
     write_deltalake(str(base / "business_only" / "runs"), RUNS_SCHEMA.empty_table())
+
+    # as `queuelake health` leaves it: the three hours' lake, endpoint_health and endpoint_daily brought up to date
+    shutil.copytree(base / "full", base / "health")
+    counted = update_health(open_lake(LakeConfig(root=str(base / "health"), engine="delta-rs")))
+    assert counted.hourly_rows > 0 and counted.daily_rows > 0, counted.summary()
     return {
         "full": base / "full",
         "demo": base / "demo",
@@ -424,6 +446,7 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "day": base / "day",
         "business_only": base / "business_only",
         "edges": base / "edges",
+        "health": base / "health",
         "missing": base / "no_such_lake",
     }
 
@@ -642,6 +665,17 @@ def _jobs(lakes: dict[str, Path], out: Path) -> list[dict[str, Any]]:
             "env": {"QUEUELAKE_AUDIT_QUEUE": '"public"."audit"'},
         }
     )
+    # The endpoint health notebook: on a lake `queuelake health` brought up to date, on a journal it has not
+    # counted yet, and where there is no lake.
+    for scenario in ("health", "full", "missing"):
+        jobs.append(
+            {
+                "key": f"{scenario}/{HEALTH}",
+                "notebook": str(NOTEBOOKS / f"{HEALTH}.py"),
+                "lake_root": str(lakes[scenario]),
+                "output": str(out / scenario / HEALTH),
+            }
+        )
     # Run as docs/notebooks.md says: no output folder named, from a folder of one's own.
     (out / "as_readme").mkdir()
     jobs.append(
@@ -711,56 +745,39 @@ def _run_notebooks(jobs: list[dict[str, Any]], out: Path) -> dict[str, dict[str,
 
 # ---------------------------------------------------------------- the typed body tables' notebook
 
-# Seeds the bodies corpus (bodies as the serializers write them, and bodies that do not parse) into the
-# demo's Sales queue, through the demo's config and embedded database: more traffic for its next drain.
-SEED_CORPUS = r"""
-import sys
-from queuelake.config import load
-from queuelake.context import connect
-from queuelake.commands.demo import traffic
-from queuelake.transport.table_refs import queue_ref
-from tests.helpers.bodies_corpus import corpus
-
-cfg = load(sys.argv[1], env={})
-with connect(cfg, "queuelake-test-seed") as conn:
-    traffic.seed(conn, queue_ref("Sales", cfg.transport), list(corpus.corpus()))
-"""
 DEMO_ORDERS = "Sales.Messages.Events.OrderPlaced"
 DEMO_TABLE = "body_sales_messages_events_orderplaced"
 DEMO_MESSAGES = 300
 
 
-def _queuelake(args: list[str], cwd: Path) -> dict[str, Any]:
-    """A command as a user runs it; its JSON summary, which must say ok."""
-    result = run_cli(args, cwd=cwd, timeout=900)
-    assert result.returncode == 0, (args, result.stderr[-3000:])
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "ok", summary
-    return summary
-
-
 @pytest.fixture(scope="module")
-def typed_lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Lakes made for real: ``demo`` as ``queuelake demo`` leaves it (one typed table, OrderPlaced, and every
-    body parsed), and ``typed``: the same demo after more traffic (the bodies corpus: several types and
-    serializers, a contract's two versions, a field that changes type, bodies that do not parse), drained
-    and turned into typed tables by ``queuelake drain`` and ``queuelake bodies`` on the demo's config."""
+def typed_lakes(pg_uri: str, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Lakes made for real: ``demo`` as ``queuelake demo`` leaves its typed tables (one, OrderPlaced, and every
+    body parsed), and ``typed``: the same lake after more traffic (the bodies corpus: several types and
+    serializers, a contract's two versions, a field that changes type, bodies that do not parse), drained and
+    typed again. Made here by the stages the demo runs (its topology, its traffic, drain and bodies on its
+    config, delta-rs), on this module's database and the tests' Spark: the demo itself runs twice in the suite
+    already (``test_fresh_clone``, ``test_demo_engines``), and a third run in a process of its own, with its own
+    database server and Spark, cost this module more than its notebooks. Transform and publish, which the demo
+    runs after bodies, write no table the notebook reads."""
     base = tmp_path_factory.mktemp("typed_lakes")
-    work = base / "demo"
-    summary = _queuelake(
-        ["demo", "--workdir", str(work), "--messages", str(DEMO_MESSAGES), "--engine", "delta-rs"], base
-    )
-    assert summary["typed_tables"] == {DEMO_TABLE: DEMO_MESSAGES}, summary
-    shutil.copytree(work / "lake", base / "demo_lake")  # as the demo left it
-    config = str(work / "queuelake-demo.yaml")
-    seeded = subprocess.run(
-        [sys.executable, "-c", SEED_CORPUS, config], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
-    assert seeded.returncode == 0, seeded.stderr[-3000:]
-    assert _queuelake(["drain", "-c", config], base)["landed"] > 0
-    typed = _queuelake(["bodies", "-c", config], base)
+    settings = end_to_end.demo_settings(base / "demo", engine="delta-rs")
+    settings["transport"].update(connection=pg_uri, embedded=None)  # this module's database, not a demo server
+    cfg = from_dict(settings, env={})
+    end_to_end.install_topology(cfg)
+    end_to_end.seed_traffic(cfg, DEMO_MESSAGES)
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    typed = bodies(cfg, spark, lake)
+    assert typed["status"] == "ok", typed
+    # what the demo's summary reports as its typed tables
+    assert {t["table"]: t.get("rows_out", 0) for t in typed["tables"]} == {DEMO_TABLE: DEMO_MESSAGES}, typed
+    shutil.copytree(cfg.lake.root, base / "demo_lake")  # as the demo left it
+    send(cfg, "Sales", corpus.corpus())  # more traffic for the next drain
+    assert drain(cfg, lake)["landed"] > 0
+    typed = bodies(cfg, spark, lake)
     assert typed["unparsed"] > 0 and len(typed["tables"]) == 5, typed
-    return {"demo": base / "demo_lake", "typed": work / "lake", "missing": base / "no_such_lake"}
+    return {"demo": base / "demo_lake", "typed": Path(cfg.lake.root), "missing": base / "no_such_lake"}
 
 
 def _typed_jobs(typed_lakes: dict[str, Path], out: Path) -> list[dict[str, Any]]:
@@ -1069,7 +1086,7 @@ def _day(ts: dt.datetime) -> float:
 # ---------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("name", [*NAMES, TYPED])
+@pytest.mark.parametrize("name", [*NAMES, TYPED, HEALTH])
 def test_notebook_is_databricks_source_format(name: str) -> None:
     lines = (NOTEBOOKS / f"{name}.py").read_text(encoding="utf-8").splitlines()
     assert lines[0] == "# Databricks notebook source"
@@ -1297,6 +1314,50 @@ def test_notebooks_on_a_lake_without_tables(runs: dict[str, dict[str, Any]], nam
     result = runs[f"missing/{name}"]
     assert not _plots(result["output"])
     assert "note: no lake table 'messages'" in result["stdout"]
+
+
+@pytest.mark.slow
+def test_endpoint_health_draws_what_health_wrote(lakes: dict[str, Path], runs: dict[str, dict[str, Any]]) -> None:
+    """On the lake ``queuelake health`` brought up to date: one picture (throughput and p95 critical time per
+    endpoint and hour, each queue's depth at every drain) that reads honestly like the others, every audit copy
+    drawn once, critical time only where an hour measured it, the depth each drain's ``runs`` row gives (rows
+    taken + rows left), and the daily table with the day's processed and failed copies per endpoint."""
+    result = runs[f"health/{HEALTH}"]
+    plots = _plots(result["output"])
+    assert set(plots) == EXPECTED_PLOTS[HEALTH], result["stdout"]
+    assert all(size > 5000 for size in plots.values()), plots  # a real picture, not an empty canvas
+    assert "note:" not in result["stdout"], result["stdout"]
+    _check_pictures(result, HEALTH)
+    _check_tables(result["stdout"])
+    hours = [r for r in _read(lakes["health"], HEALTH) if r["period"] == "hour"]
+    endpoints = {"Sales", "Billing", "Shipping"}  # audit_and_error_traffic's processing endpoints
+    throughput = _panel(result, HEALTH, "messages processed per hour")
+    assert set(throughput["legend"]) == endpoints, throughput["legend"]
+    drawn = {e: int(sum(y for y in _queue_line(throughput, e)["y"] if y)) for e in endpoints}
+    assert sum(drawn.values()) == 300, drawn  # every audit copy, once
+    assert drawn == {e: sum(r["processed"] for r in hours if r["endpoint"] == e) for e in endpoints}
+    critical = _panel(result, HEALTH, "critical time")
+    assert critical["ylabel"] in ("p95 critical time (ms)", "p95 critical time (s)"), critical["ylabel"]
+    for endpoint in endpoints:  # a point per hour that measured one: a gap elsewhere, never 0
+        measured = {r["period_start"] for r in hours if r["endpoint"] == endpoint and r["critical_p95_ms"] is not None}
+        assert sum(1 for y in _queue_line(critical, endpoint)["y"] if y is not None) == len(measured), endpoint
+    depth = _panel(result, HEALTH, "queue depth when each drain started")
+    for q, queue in enumerate(QUEUES):  # runs_table(QUEUES): 6 drains, Sales' 4th failed (took nothing)
+        taken = [0 if (i, q) == (3, 0) else 100 + 37 * q + 11 * i for i in range(6)]
+        assert _queue_line(depth, queue)["y"] == [t + backlog_of(i, q) for i, t in enumerate(taken)], queue
+    daily = {t[1]: t[2:4] for t in map(str.split, _section(result["stdout"], "daily throughput per endpoint"))}
+    failed = {"Billing": 48, "Shipping": 12, "Sales": 6}  # audit_and_error_traffic's 66: 8, 2 and 1 of every 11
+    assert daily == {e: [str(drawn[e]), str(failed[e])] for e in endpoints}, daily
+
+
+@pytest.mark.slow
+def test_endpoint_health_before_health_ran(runs: dict[str, dict[str, Any]]) -> None:
+    """A journal ``queuelake health`` has not counted yet, or no lake at all: no picture, a note saying what to run."""
+    for scenario in ("full", "missing"):
+        result = runs[f"{scenario}/{HEALTH}"]
+        assert not _plots(result["output"]), scenario
+        assert "note: no endpoint_health under" in result["stdout"], result["stdout"]
+        assert "run `queuelake health -c FILE` first" in result["stdout"], result["stdout"]
 
 
 @pytest.mark.slow
