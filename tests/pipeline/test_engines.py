@@ -35,10 +35,11 @@ from queuelake.pipeline.message_ids import message_id
 from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.runs import RUNS
 from queuelake.pipeline.transform import transform
-from queuelake.transport import db, installer, queues, subscriptions
+from queuelake.transport import db, installer, subscriptions
 from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.jvm import require_delta_jvm
+from tests.helpers.publish import drain_all
 
 ENGINES = ["delta-rs", "delta-spark"]
 OUTPUT = "outbound_customer_totals"
@@ -66,19 +67,6 @@ def pipeline_config(uri: str, root: Path, engine: str, **lake: object):
         },
         env={},
     )
-
-
-def receive_all(cfg, name: str) -> list[queues.ReceivedRow]:
-    """Every row of a queue, removed (what an endpoint would receive)."""
-    ref = queue_ref(name, cfg.transport)
-    out: list[queues.ReceivedRow] = []
-    with db.connect(cfg.transport) as conn:
-        while True:
-            rows = queues.receive_batch(conn, ref, 10_000)
-            conn.commit()
-            if not rows:
-                return out
-            out.extend(rows)
 
 
 def seed(cfg, n: int, seed_: int) -> list:
@@ -164,7 +152,7 @@ def test_round_trip_on_engine(
         assert engine_of(meta.configuration, meta.description) == writer, (table, meta.configuration)
 
     # the target queues hold exactly the expected messages, once each
-    shipping = receive_all(cfg, "Shipping")
+    shipping = drain_all(cfg, "Shipping")
     got_totals = {}
     for r in shipping:
         d = hdr.decode(r.headers, r.id)
@@ -173,7 +161,7 @@ def test_round_trip_on_engine(
         assert body["CustomerId"] not in got_totals, "one event per customer"
         got_totals[body["CustomerId"]] = (body["Orders"], round(body["Total"], 2))
     assert got_totals == expected
-    billing = receive_all(cfg, "Billing")
+    billing = drain_all(cfg, "Billing")
     got_discounts = {}
     for r in billing:
         d = hdr.decode(r.headers, r.id)
