@@ -61,7 +61,11 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None) -> tuple[int, dict
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    out = proc.communicate(timeout=600)[0]
+    # stdout only: ``communicate`` would read stderr too, racing the reader for the very line that
+    # should trigger the SIGINT (a CI run lost it so, and the command ran to its end)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(timeout=600)
     reader.join(timeout=30)
     return proc.returncode, json.loads(out.strip().splitlines()[-1]), "".join(lines)
 
