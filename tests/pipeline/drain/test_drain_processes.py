@@ -233,6 +233,61 @@ def test_a_job_whose_processes_keep_dying_fails_its_queues_only(fresh_pg_uri: st
     assert_every_row_once(cfg, lake_root, seeded)
 
 
+# a command whose process is still starting when the command is SIGKILLed: argv is a file for the
+# process's pid. The process's setup arrives slowly (unpickling it waits until the command is gone),
+# as a spawn's imports do on a loaded machine; by the time its set-up runs, init is its parent.
+COMMAND_GONE_BEFORE_ITS_PROCESS_STARTED = """
+import multiprocessing, os, signal, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from queuelake.pipeline.drain import processes
+
+class ArrivesLate:
+    def __init__(self, pid_file):
+        self.pid_file = pid_file
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        command = os.getppid()
+        with open(self.pid_file + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(self.pid_file + ".tmp", self.pid_file)
+        while os.getppid() == command:
+            time.sleep(0.01)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    initargs = (ArrivesLate(sys.argv[1]), context.Event(), 20, None, os.getpid())
+    pool = ProcessPoolExecutor(1, context, initializer=processes._set_up_process, initargs=initargs)
+    pool.submit(int)
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_process_still_starting_when_the_command_is_killed_ends(tmp_path: Path) -> None:
+    """The command SIGKILLed while one of its processes is still starting: the process ends once set
+    up, though its parent is init by then (it used to watch init's pid, and stayed with its ADBC
+    connection for good: a CI run found that connection 120 s after the kill)."""
+    script, pid_file = tmp_path / "command.py", tmp_path / "process.pid"
+    script.write_text(COMMAND_GONE_BEFORE_ITS_PROCESS_STARTED)
+    env = {**os.environ, "PYTHONPATH": LIB}
+    log = tmp_path / "command.log"
+    with log.open("w") as out:  # a file, not a pipe: a process that lingers would hold the pipe open
+        command = subprocess.run(
+            [sys.executable, str(script), str(pid_file)], env=env, stdout=out, stderr=out, timeout=120
+        )
+    assert command.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 60
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    still = alive(pid)
+    if still:
+        os.kill(pid, signal.SIGKILL)
+    assert not still, "a process set up after its command was killed is still running"
+    assert f"its process {pid} ends" in log.read_text()
+
+
 @pytest.mark.slow
 def test_the_command_killed_while_its_processes_drain(fresh_pg_uri: str, tmp_path: Path) -> None:
     """The command SIGKILLed right after a group commit: its processes find its poller's lock free,

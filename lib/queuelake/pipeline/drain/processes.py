@@ -180,7 +180,7 @@ class Processes:
             max_workers=1,
             mp_context=self._context,
             initializer=_set_up_process,
-            initargs=(self._setup, self.stop, log.level or 20, _log_format()),
+            initargs=(self._setup, self.stop, log.level or 20, _log_format(), os.getpid()),
         )
         pool.submit(int)  # the process starts now, not at its first job
         with self._mutex:
@@ -215,10 +215,16 @@ def process_error(queue: str, exc: BaseException) -> str:
     return f"the drain process of {queue} failed: {type(exc).__name__}: {first}"
 
 
-def _set_up_process(setup: TaskSetup, stop: multiprocessing.synchronize.Event, level: int, fmt: str | None) -> None:
+def _set_up_process(
+    setup: TaskSetup, stop: multiprocessing.synchronize.Event, level: int, fmt: str | None, command: int
+) -> None:
     """A new process: logs to stderr as the command does, ignores SIGINT (the command decides), stops
-    at the next batch boundary when the command asks (``stop``) or gets a SIGTERM itself, and opens
-    what its jobs share (``TaskResources``)."""
+    at the next batch boundary when the command asks (``stop``) or gets a SIGTERM itself, ends when
+    the command (pid ``command``) is gone, and opens what its jobs share (``TaskResources``).
+
+    The command's pid comes from the command, not from ``os.getppid()`` here: a process still starting
+    (its imports take seconds on a loaded machine) when the command was SIGKILLed already has init for
+    its parent, and watching that pid kept it, and its ADBC connection, alive for good."""
     global _opened, _failed_to_open
     from queuelake.report import setup_logging
 
@@ -231,7 +237,8 @@ def _set_up_process(setup: TaskSetup, stop: multiprocessing.synchronize.Event, l
         stopping.request()
 
     threading.Thread(target=wait_for_stop, name="drain-stop", daemon=True).start()
-    threading.Thread(target=_exit_with_the_command, args=(os.getppid(),), name="drain-parent", daemon=True).start()
+    threading.Thread(target=_exit_with_the_command, args=(command,), name="drain-parent", daemon=True).start()
+    log.debug("drain: a local process, pid %d", os.getpid())
     try:
         _opened = TaskResources.open(setup)
     except Exception as exc:  # raised by the process's first job, not taken for a dead process
@@ -246,7 +253,6 @@ def _exit_with_the_command(command: int) -> None:
         time.sleep(PARENT_CHECK_SECONDS)
     log.warning("drain: the command (pid %d) is gone; its process %d ends", command, os.getpid())
     os._exit(70)
-    log.debug("drain: a local process, pid %d", os.getpid())
 
 
 def _log_format() -> str | None:
