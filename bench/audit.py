@@ -65,6 +65,7 @@ from _receive import checkpoint, raw_drain, recreate
 from queuelake.commands.demo import sized_audits, traffic
 from queuelake.config import Config, from_dict
 from queuelake.config_sections import DrainConfig
+from queuelake.context import open_database
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.run import drain
@@ -172,7 +173,7 @@ def measure_size(
         build(cfg, uri, ref, messages)
         shutil.rmtree(cfg.lake.root, ignore_errors=True)
         t = time.perf_counter()
-        summary = drain(cfg, open_lake(cfg.lake), queue_names=[QUEUE])
+        summary = drain(cfg, open_database(cfg), open_lake(cfg.lake), queue_names=[QUEUE])
         seconds = time.perf_counter() - t
         if summary["status"] != "ok" or summary["dequeued"] != rows:
             raise SystemExit(f"{label} drain did not drain {rows} rows: {summary}")
@@ -343,7 +344,7 @@ def main() -> int:
         # fixed cost and the memory of a drain with nothing to do
         warm = list(sized_audits.audit_events(200, sizes[0] * KIB, seed=1))
         build(cfg, uri, ref, warm)
-        drain(cfg, open_lake(cfg.lake), queue_names=[QUEUE])
+        drain(cfg, open_database(cfg), open_lake(cfg.lake), queue_names=[QUEUE])
         recreate(cfg, uri, ref)
         idle = run_command(work, settings, 0)
         print(

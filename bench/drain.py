@@ -63,6 +63,7 @@ from _history import journal_with_files
 from _receive import checkpoint, raw_copy_drain, raw_drain, recreate
 from queuelake.commands.demo import traffic
 from queuelake.config import Config, from_dict
+from queuelake.context import open_database
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.run import drain
@@ -225,7 +226,7 @@ def full_drain(cfg: Config, steps: StepTimes, history_files: int = 0) -> tuple[i
         shutil.rmtree(cfg.lake.root, ignore_errors=True)
     steps.reset()
     t0 = time.perf_counter()
-    summary = drain(cfg, open_lake(cfg.lake), queue_names=[QUEUE])
+    summary = drain(cfg, open_database(cfg), open_lake(cfg.lake), queue_names=[QUEUE])
     seconds = time.perf_counter() - t0
     if summary["status"] != "ok":
         raise SystemExit(f"drain failed: {summary}")

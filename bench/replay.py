@@ -46,6 +46,7 @@ from _commands import queuelake, spark_start
 from _raw import FORMATS, dump, load
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
+from queuelake.context import open_database
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.drain.run import drain
 from queuelake.report import setup_logging
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         error = queue_ref("error", cfg.transport)
         traffic.seed(conn, error, (m for _, m in failed_messages(args.rows)))
     t0 = time.perf_counter()
-    drained = drain(cfg, open_lake(cfg.lake))
+    drained = drain(cfg, open_database(cfg), open_lake(cfg.lake))
     drain_s = time.perf_counter() - t0
     assert drained["landed"] == args.rows, drained
     tables = {q: queue_ref(q, cfg.transport).qualified for q in ("Billing", "Shipping")}

@@ -231,12 +231,14 @@ if failures is not None:
     print(f'\nfrom a shell: queuelake replay -c <config> --where "{predicate}" --dry-run   (then without --dry-run)')
     if RETRY_CONFIG:
         from queuelake import config as queuelake_config
+        from queuelake.context import open_database
         from queuelake.lake.engines import open_lake
         from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 
         retry_cfg = queuelake_config.load(RETRY_CONFIG)
         options = ReplayOptions(predicate, dry_run=RETRY_DRY_RUN, max_rate=RETRY_MAX_RATE, replay_id=RETRY_ID)
-        summary = replay(retry_cfg, nb.spark, open_lake(retry_cfg.lake, nb.spark), options)
+        lake = open_lake(retry_cfg.lake, nb.spark)
+        summary = replay(retry_cfg, open_database(retry_cfg), nb.spark, lake, options)
         print(summary)
 
 # COMMAND ----------

@@ -76,10 +76,11 @@ def resolved_transport(config: Config) -> TransportConfig:
 
 
 def open_database(config: Config) -> QueueDatabase:
-    """The queue database a command works on, opened once by the command (or a stage's entry) and
-    passed down: the embedded server started when configured, its connection string in the handle's
-    transport. What ships to Spark tasks and drain processes carries it, so none of them starts a
-    server of its own; the loaded ``config`` is unchanged."""
+    """The queue database a command works on, opened once by the command and passed down (the drain,
+    replay and publish stages take it as an argument; no pipeline module opens its own): the embedded
+    server started when configured, its connection string in the handle's transport. What ships to
+    Spark tasks and drain processes carries it, so none of them starts a server of its own; the
+    loaded ``config`` is unchanged."""
     return QueueDatabase(resolved_transport(config))
 
 

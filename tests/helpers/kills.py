@@ -108,6 +108,7 @@ import json, sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.replay.plan import ReplayOptions
+from queuelake.context import open_database
 from queuelake.pipeline.replay.replayer import replay
 def no_spark():
     raise AssertionError("this replay needed Spark")
@@ -116,5 +117,5 @@ options = ReplayOptions(
     sys.argv[2], replay_id=sys.argv[3], canary=int(sys.argv[4]), batch_size=int(sys.argv[5]),
     canary_wait=120, canary_poll=0.3,
 )
-print(json.dumps(replay(cfg, None, open_lake(cfg.lake), options, no_spark), default=str))
+print(json.dumps(replay(cfg, open_database(cfg), None, open_lake(cfg.lake), options, no_spark), default=str))
 """

@@ -95,9 +95,10 @@ KILL_SCRIPT = """
 import sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
+from queuelake.context import open_database
 from queuelake.pipeline.publish.run import publish
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])
 spark = get_spark(cfg.spark)
-print(publish(cfg, spark, open_lake(cfg.lake, spark))["status"])
+print(publish(cfg, open_database(cfg), spark, open_lake(cfg.lake, spark))["status"])
 """

@@ -10,11 +10,11 @@ from typing import Any
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.bodies import run as bodies_run
-from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer
 
 from tests.helpers.bodies import send
 from tests.helpers.bodies_corpus import corpus as c
+from tests.helpers.stages import drain
 
 ORDERS = "body_sales_contracts_orderplaced"
 

@@ -214,7 +214,8 @@ def test_every_named_edge_in_one_queue(edge_database: Callable[[], str], tmp_pat
 
 def _drain_in_process(uri: str, lake: Path) -> dict:
     from queuelake.lake.engines import open_lake
-    from queuelake.pipeline.drain.run import drain
+
+    from tests.helpers.stages import drain
 
     cfg = from_dict(
         {

@@ -29,10 +29,8 @@ from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.engines import open_lake
 from queuelake.lake.marks import engine_of
 from queuelake.nsb import headers as hdr
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.message_ids import message_id
-from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.runs import RUNS
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer, subscriptions
@@ -40,6 +38,7 @@ from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.jvm import require_delta_jvm
 from tests.helpers.publish import drain_all
+from tests.helpers.stages import drain, publish
 
 ENGINES = ["delta-rs", "delta-spark"]
 OUTPUT = "outbound_customer_totals"

@@ -14,9 +14,10 @@ from queuelake.errors import ConfigError
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline import transform as transform_mod
 from queuelake.pipeline.bodies import run as bodies_run
-from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
+
+from tests.helpers.stages import drain
 
 ORDERS = "body_sales_messages_events_orderplaced"
 OUTPUT = "outbound_customer_totals"

@@ -19,9 +19,10 @@ from queuelake.commands.demo import traffic
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
+
+from tests.helpers.stages import drain
 
 REPO = Path(__file__).resolve().parents[2]
 ORDERS = "body_sales_messages_events_orderplaced"

@@ -58,7 +58,6 @@ from queuelake.lake.engines import open_lake  # noqa: E402
 from queuelake.notebooks import runner as notebook_runner  # noqa: E402
 from queuelake.nsb.times import format_time  # noqa: E402
 from queuelake.pipeline.bodies.run import bodies  # noqa: E402
-from queuelake.pipeline.drain.run import drain  # noqa: E402
 from queuelake.pipeline.health.run import update as update_health  # noqa: E402
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA  # noqa: E402
 from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
@@ -66,6 +65,7 @@ from queuelake.pipeline.runs import RUNS_SCHEMA  # noqa: E402
 from tests.helpers import jvm_flags  # noqa: E402
 from tests.helpers.bodies import send  # noqa: E402
 from tests.helpers.bodies_corpus import corpus  # noqa: E402
+from tests.helpers.stages import drain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"

@@ -21,9 +21,10 @@ from queuelake.config import from_dict
 from queuelake.errors import ConfigError
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.publish.run import publish
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
+
+from tests.helpers.stages import publish
 
 OUTBOUND = pa.schema(
     [
@@ -214,11 +215,12 @@ NO_GX_SCRIPT = """
 import json, sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
+from queuelake.context import open_database
 from queuelake.pipeline.publish.run import publish
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])
 spark = get_spark(cfg.spark)
-summary = publish(cfg, spark, open_lake(cfg.lake, spark))
+summary = publish(cfg, open_database(cfg), spark, open_lake(cfg.lake, spark))
 print(json.dumps({"status": summary["status"], "published": summary["published"],
                   "gx": "great_expectations" in sys.modules}))
 """

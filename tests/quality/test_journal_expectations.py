@@ -16,10 +16,11 @@ from queuelake.config import from_dict
 from queuelake.errors import ConfigError
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.transform import transform
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
+
+from tests.helpers.stages import drain
 
 
 def config(uri: str, lake_root: Path, expectations: list | None):

@@ -22,6 +22,7 @@ def queue_arguments(parser: argparse.ArgumentParser) -> None:
 def drain(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands import sessions
+    from queuelake.context import open_database
     from queuelake.pipeline.drain.run import drain as run_drain
 
     cfg = config_mod.load(args.config)
@@ -29,6 +30,7 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
     # the journal and runs are delta-rs's whatever lake.engine says: a drain never starts Spark
     return run_drain(
         cfg,
+        open_database(cfg),  # the queue database's handle: what the drain's connections come from
         sessions.lake_for(cfg, spark) if spark is not None else sessions.runs_only_lake(cfg),
         queue_names=args.queues,
         max_messages=args.max_messages,

@@ -16,6 +16,7 @@ DEFAULT_CANARY_WAIT = 300.0  # pipeline/replay/plan.py's, spelt here: building t
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import active_spark, lake_for
+    from queuelake.context import open_database
     from queuelake.lake.engines import open_lake
     from queuelake.lake.record_tables import MESSAGES
     from queuelake.pipeline.replay.plan import ReplayOptions
@@ -45,6 +46,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     reader = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # the Delta log only, no Spark
     if reader.exists(MESSAGES.name):
         check_columns(options.predicate, reader.schema(MESSAGES.name).names)
+    database = open_database(cfg)  # the queue database's handle: what the replay's connections come from
     session = active_spark()
     if session is None:
         # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting
@@ -52,9 +54,9 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
         if not needs_spark(cfg, lake, options):
             log.info("replay: no Spark needed for --where %r", options.predicate)
-            return run_replay(cfg, None, lake, options, start_spark=lambda: get_spark(cfg.spark))
+            return run_replay(cfg, database, None, lake, options, start_spark=lambda: get_spark(cfg.spark))
     session = session or get_spark(cfg.spark)
-    return run_replay(cfg, session, lake_for(cfg, session), options)
+    return run_replay(cfg, database, session, lake_for(cfg, session), options)
 
 
 def where_predicate(args: argparse.Namespace) -> str:

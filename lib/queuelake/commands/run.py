@@ -18,20 +18,23 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     does not stop the later steps, but the run reports "incomplete"."""
     from queuelake import config as config_mod
     from queuelake import stopping
+    from queuelake.commands.publish import publish_steps
     from queuelake.commands.sessions import Sessions
+    from queuelake.context import open_database
     from queuelake.pipeline import transform as transform_mod
     from queuelake.pipeline.bodies import run as bodies_mod
     from queuelake.pipeline.drain.run import drain as run_drain
-    from queuelake.pipeline.publish import run as publish_mod
     from queuelake.status import Status
 
     cfg = config_mod.load(args.config)
+    database = open_database(cfg)  # the queue database's handle, for the drain and the publish
     sessions = Sessions(cfg, None)
+    publish, publish_pending = publish_steps(database)
     order = {
-        "drain": lambda: run_drain(cfg, sessions.quiet(), args.queues, args.max_messages, args.max_seconds),
+        "drain": lambda: run_drain(cfg, database, sessions.quiet(), args.queues, args.max_messages, args.max_seconds),
         "bodies": lambda: sessions.step(bodies_mod.bodies, bodies_mod.pending),
         "transform": lambda: sessions.step(transform_mod.transform, transform_mod.pending),
-        "publish": lambda: sessions.step(publish_mod.publish, publish_mod.pending),
+        "publish": lambda: sessions.step(publish, publish_pending),
     }
     if not cfg.bodies.enabled:
         del order["bodies"]

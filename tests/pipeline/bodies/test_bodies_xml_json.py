@@ -13,12 +13,12 @@ import orjson
 import pytest
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.bodies import run as bodies_run
-from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, installer
 
 from tests.helpers.bodies import config, rows, send
 from tests.helpers.bodies_corpus import corpus as c
 from tests.helpers.jvm import require_delta_jvm
+from tests.helpers.stages import drain
 
 SUBMITTED = c.aqn("Shop.Messages.OrderSubmitted", "Shop.Messages", "1.0.0.0")
 TABLE = "body_shop_messages_ordersubmitted"

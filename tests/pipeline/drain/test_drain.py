@@ -24,7 +24,6 @@ from queuelake.errors import ConfigError
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr
-from queuelake.pipeline.drain.run import drain
 from queuelake.transport import db, queues, schema
 from queuelake.transport.embedded import odbc_from_uri
 from queuelake.transport.queues import OutgoingMessage
@@ -41,6 +40,7 @@ from tests.helpers.drain import (
     seed_ids,
     write_config,
 )
+from tests.helpers.stages import drain
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -417,9 +417,10 @@ RSS_SCRIPT = """
 import json, resource, sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
+from queuelake.context import open_database
 from queuelake.pipeline.drain.run import drain
 cfg = load(sys.argv[1])
-summary = drain(cfg, open_lake(cfg.lake))
+summary = drain(cfg, open_database(cfg), open_lake(cfg.lake))
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"status": summary["status"], "dequeued": summary["dequeued"],
                   "errors": [q["error"] for q in summary["queues"]], "rss_kb": rss}))

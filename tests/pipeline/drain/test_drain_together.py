@@ -22,7 +22,6 @@ from queuelake.pipeline.drain import run as drain_run
 from queuelake.pipeline.drain import small_queues
 from queuelake.pipeline.drain.backlog import Backlog, Estimate
 from queuelake.pipeline.drain.queue_drain import take_drain_lock
-from queuelake.pipeline.drain.run import drain
 from queuelake.status import Status
 from queuelake.transport import claims, db, queues
 from queuelake.transport.table_refs import queue_ref
@@ -31,6 +30,7 @@ from tests.helpers.drain import claim_count, install, journal, make_config, queu
 from tests.helpers.edges import EXPIRES, TOP, WIRE_TIMES
 from tests.helpers.faults import stats_fail_on, storage_down
 from tests.helpers.kills import PROTOCOL_POINTS, Traffic
+from tests.helpers.stages import drain
 
 NAMES = [f"Small{i:02d}" for i in range(12)]
 

@@ -21,7 +21,6 @@ from queuelake.config import Config, from_dict
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_KIND, REPLAY_SOURCE
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.failures import fingerprint as fp
 from queuelake.pipeline.failures.groups import Group
 from queuelake.pipeline.failures.run import failure_groups
@@ -29,12 +28,12 @@ from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
 from queuelake.pipeline.replay.arrow_selection import select_keys
 from queuelake.pipeline.replay.plan import ReplayOptions
 from queuelake.pipeline.replay.predicate import check_columns, check_predicate
-from queuelake.pipeline.replay.replayer import replay
 from queuelake.transport import db, installer
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli
+from tests.helpers.stages import drain, replay
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)

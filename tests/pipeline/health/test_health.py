@@ -22,7 +22,6 @@ from queuelake.lake.engines import open_lake
 from queuelake.lake.stage_tables import ENDPOINT_DAILY, ENDPOINT_HEALTH
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, RETRY_UNIQUE_MESSAGE_ID
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.health import depth, metrics
 from queuelake.pipeline.health.run import read_latest, update
 from queuelake.transport import db, installer
@@ -30,6 +29,7 @@ from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli
+from tests.helpers.stages import drain
 
 UTC = dt.timezone.utc
 DAY = dt.datetime(2026, 11, 2, tzinfo=UTC)

@@ -22,9 +22,7 @@ from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.times import FIRST_INSTANT, LAST_INSTANT
 from queuelake.nsb.timespan import MAX_TTBR_MS
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.message_ids import message_id
-from queuelake.pipeline.publish.run import publish
 from queuelake.pipeline.transform import transform
 from queuelake.quality import outbound
 from queuelake.transport import db
@@ -43,6 +41,7 @@ from tests.helpers.publish import (
     subscribe,
     write_outbound,
 )
+from tests.helpers.stages import drain, publish
 
 
 def test_round_trip_drain_transform_publish(

@@ -18,11 +18,11 @@ import pytest
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.publish.rounds import Round, parse_round
-from queuelake.pipeline.publish.run import publish
 from queuelake.transport import db, ledger
 from queuelake.transport.table_refs import bridge_ref
 
 from tests.helpers.publish import KILL_SCRIPT, config, drain_all, row, setup_db, subscribe, write_outbound
+from tests.helpers.stages import publish
 
 EVENT = "Big.Event"
 

@@ -31,16 +31,15 @@ from queuelake.config import Config, from_dict
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.replay import lineage
 from queuelake.pipeline.replay.plan import ReplayOptions
-from queuelake.pipeline.replay.replayer import replay
 from queuelake.transport import db, installer, ledger
 from queuelake.transport.queues import OutgoingMessage, receive_batch
 from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.cli import cli_env, last_json, run_cli
 from tests.helpers.kills import CANARY_REPLAY_SCRIPT
+from tests.helpers.stages import drain, replay
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)

@@ -27,14 +27,14 @@ from queuelake.lake.reading import read_table
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import retry_headers, unique_message_id
 from queuelake.nsb.timespan import timespan_ms
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.replay.predicate import check_predicate
-from queuelake.pipeline.replay.replayer import ReplayOptions, replay
+from queuelake.pipeline.replay.replayer import ReplayOptions
 from queuelake.transport import db, installer, queues
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.publish import drain_all
+from tests.helpers.stages import drain, replay
 
 TIMEOUT = "System.TimeoutException"
 DECLINED = "Billing.CardDeclinedException"
@@ -485,13 +485,14 @@ KILL_SCRIPT = """
 import sys
 from queuelake.config import load
 from queuelake.lake.engines import open_lake
+from queuelake.context import open_database
 from queuelake.pipeline.replay.replayer import ReplayOptions, replay
 from queuelake.spark import get_spark
 cfg = load(sys.argv[1])
 spark = get_spark(cfg.spark)
 rate = float(sys.argv[4]) if len(sys.argv) > 4 else None
 options = ReplayOptions(predicate=sys.argv[2], replay_id=sys.argv[3], batch_size=1000, max_rate=rate)
-print(replay(cfg, spark, open_lake(cfg.lake, spark), options)["status"])
+print(replay(cfg, open_database(cfg), spark, open_lake(cfg.lake, spark), options)["status"])
 """
 
 

@@ -34,12 +34,13 @@ from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.bodies import run as bodies_run
-from queuelake.pipeline.drain.run import drain
 from queuelake.pipeline.where.keys import body_matches, typed_value
 from queuelake.transport import db, installer, queues
 from queuelake.transport.peek_rows import peek_matching
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
+
+from tests.helpers.stages import drain
 
 SENT = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)
 ID = {name: f"7a1d0c3e-5b2f-4c6d-9e8f-0a1b2c3d4e{i:02d}" for i, name in enumerate("ABCDEF")}

@@ -261,10 +261,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log.info("demo: starting an embedded PostgreSQL in %s", workdir / DATABASE)
         install_topology(cfg)
         expected = seed_traffic(cfg, args.messages)
-        drained = drain(cfg, lake)
+        database = open_database(cfg)  # the queue database's handle, for the drain and the publish
+        drained = drain(cfg, database, lake)
         typed = bodies(cfg, spark, lake)  # as ``queuelake run`` does: before the transform that reads them
         transformed = transform(cfg, spark, lake)
-        published = publish(cfg, spark, lake)
+        published = publish(cfg, database, spark, lake)
         counts = journal_counts(journal_engine(lake))
         to_whom = delivered(cfg)
         commands = next_commands(config_file, lake_root)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from queuelake.allocator import keep_freed_memory
 from queuelake.config import Config
 from queuelake.config_sections import DrainConfig
-from queuelake.context import open_database
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import JournalLake, LakeEngine
@@ -46,6 +45,7 @@ MAX_WORKERS_PER_QUEUE = 32
 
 def drain(
     config: Config,
+    database: QueueDatabase,
     lake: LakeEngine,
     queue_names: list[str] | None = None,
     max_messages: int | None = None,
@@ -53,12 +53,13 @@ def drain(
     spark: SparkSession | None = None,
 ) -> dict[str, Any]:
     """Drain the configured (or named) queues in parallel; returns the summary and writes ``runs``.
+    ``database`` is the queue database's handle the command opened (``context.open_database``): what
+    the run's sessions, tasks and processes connect with.
     With ``drain.on: executors`` the queues are drained by Spark tasks (``executors.py``) of ``spark``
     (or the session ``spark.master`` builds)."""
     names = queue_names or config.drain.queues
     if not names:
         raise DrainError("no queues to drain: set drain.queues or pass --queue")
-    database = open_database(config)  # what the run's sessions, tasks and processes connect with
     settings = config.drain
     if settings.workers_per_queue > MAX_WORKERS_PER_QUEUE:
         raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")

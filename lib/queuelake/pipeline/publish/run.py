@@ -10,7 +10,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from queuelake.config import Config
-from queuelake.context import open_database
 from queuelake.errors import QueuelakeError
 from queuelake.lake import stage_tables
 from queuelake.lake.port import LakeEngine
@@ -128,14 +127,13 @@ def written_tables(config: Config) -> list[str]:
     return [*per_output, stage_tables.EXPECTATION_RESULTS.name]
 
 
-def pending(config: Config, lake: LakeEngine) -> list[str]:
+def pending(config: Config, database: QueueDatabase, lake: LakeEngine) -> list[str]:
     """The outputs with a round to send: versions past the last round, or a round not finished
     (cheap: the ledger's keys and a Delta log lookup each, no Spark). An idle scheduled run asks
     this before starting a Spark session for nothing."""
     outputs = [o for o in config.publish.outputs if lake.exists(o)]
     if not outputs:
         return []
-    database = open_database(config)
     names = []
     with database.connect("queuelake-publish") as conn:
         for output in outputs:
@@ -153,8 +151,10 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
     return names
 
 
-def publish(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
-    database = open_database(config)  # what the driver's connections and the Spark tasks' connect with
+def publish(config: Config, database: QueueDatabase, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
+    """Send every configured output's new round through ``database``, the queue database's handle
+    the command opened (``context.open_database``): what the driver's connections and the Spark
+    tasks' connect with."""
     run = Run("publish")
     publisher = Publisher(config, database, lake, spark, run.run_id)
     results: list[OutputResult] = []

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from queuelake.config import Config
-from queuelake.context import open_database
 from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
@@ -269,7 +268,9 @@ class Replayer:
         """One drain of ``queues`` for at most ``seconds`` (what a canary's wait polls after)."""
         from queuelake.pipeline.drain.run import drain
 
-        summary = drain(self.config, self.lake, queue_names=queues, max_seconds=seconds, spark=self.selection.spark)
+        summary = drain(
+            self.config, self.database, self.lake, queue_names=queues, max_seconds=seconds, spark=self.selection.spark
+        )
         if summary.get("status") == Status.FAILED:
             raise ReplayError(f"the drain of {', '.join(queues)} failed: {summary.get('error')}")
 
@@ -301,15 +302,16 @@ class Replayer:
 
 def replay(
     config: Config,
+    database: QueueDatabase,
     spark: SparkSession | None,
     lake: LakeEngine,
     options: ReplayOptions,
     start_spark: Callable[[], SparkSession] | None = None,
 ) -> dict[str, Any]:
-    """Run (or dry-run) one replay; returns the JSON summary. Once sending has begun, a run records
+    """Run (or dry-run) one replay through ``database``, the queue database's handle the command
+    opened (``context.open_database``); returns the JSON summary. Once sending has begun, a run records
     itself in ``replays`` and ``runs`` however it ends (failed, interrupted). ``spark`` may be None
     when ``start_spark`` is given: a session is started only if the predicate needs one."""
-    database = open_database(config)  # what its connections and the Spark tasks' connect with
     replayer = Replayer(config, database, spark, lake, options, start_spark)
     try:
         result = replayer.run()
