@@ -286,6 +286,7 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     import argparse
 
     from queuelake import config as config_mod
+    from queuelake import context
     from queuelake.commands import sessions
     from queuelake.commands.run import run_all
     from queuelake.pipeline import transform
@@ -308,6 +309,7 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sessions, "spark_for", lambda cfg, spark: None)
     monkeypatch.setattr(sessions, "lake_for", lambda cfg, spark=None: None)
     monkeypatch.setattr(sessions, "runs_only_lake", lambda cfg: None)
+    monkeypatch.setattr(context, "open_database", lambda cfg: None)
     monkeypatch.setattr(drain, "drain", step("drain", stop=True))
     monkeypatch.setattr(bodies, "bodies", step("bodies"))
     monkeypatch.setattr(transform, "transform", step("transform"))

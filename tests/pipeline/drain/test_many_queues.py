@@ -14,12 +14,14 @@ from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.backlog import ConnectionBudget, estimate
-from queuelake.pipeline.drain.run import connection_plan, drain
+from queuelake.pipeline.drain.run import connection_plan
 from queuelake.transport import claims, db, installer, locks, queues
 from queuelake.transport.activity import PeakConnections
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.queues import OutgoingMessage, send
 from queuelake.transport.table_refs import queue_ref
+
+from tests.helpers.stages import drain
 
 
 def test_the_plan_never_exceeds_the_budget() -> None:
