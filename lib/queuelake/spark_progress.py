@@ -49,6 +49,8 @@ def heartbeat(
                 done, total = tasks(spark)
             except Exception:  # noqa: BLE001 - a heartbeat never fails the work it reports on
                 done = total = 0
+            if stop.is_set():  # the block ended while the tracker was asked (the join gives up after 1 s)
+                return
             running = f"; Spark tasks {done}/{total} of the running stage(s)" if total else ""
             log.info("%s: working for %.0fs on %d %s%s", what, time.monotonic() - started, rows, unit, running)
 

@@ -5,8 +5,9 @@ rate climbs) and drops the odd connection; every client queuelake uses on a lake
 delta-rs's object_store, Spark's s3a) must ride that out with its retries. moto never fails, so the
 tests put this in front of it:
 
-- during a burst (``burst`` seconds of every ``period``, counted from ``start``) every request gets
-  ``503`` with S3's ``SlowDown`` error body;
+- during a burst (``burst`` seconds of every ``period``, counted from ``start``, or with
+  ``from_first_request`` from the first request) every request gets ``503`` with S3's ``SlowDown``
+  error body;
 - besides, a request gets that at random with probability ``error_rate``, and with probability
   ``reset_rate`` its connection is reset (RST, no reply) instead; both before anything is forwarded, so
   the store never acts on a request its client saw fail, as with S3's throttling;
@@ -54,12 +55,16 @@ class FaultyProxy:
         error_rate: float = 0.02,
         reset_rate: float = 0.0,
         seed: int = 0,
+        from_first_request: bool = False,
     ) -> None:
         parsed = urlparse(target)
         self.target_host, self.target_port = parsed.hostname or "127.0.0.1", parsed.port or 80
         self.burst, self.period = burst, period
         self.error_rate, self.reset_rate = error_rate, reset_rate
         self.faults = True
+        # the plan's clock starts at the first request, not at ``start``: a test whose first request must
+        # meet a burst's start does not depend on how long its client took to set up
+        self.from_first_request = from_first_request
         self.requests = self.throttled = self.resets = 0
         self.throttled_by: collections.Counter[str] = collections.Counter()
         self._random = random.Random(seed)
@@ -109,6 +114,8 @@ class FaultyProxy:
     def verdict(self, user_agent: str = "") -> str:
         """``forward``, ``throttle`` or ``reset`` for the next request (counted)."""
         with self._lock:
+            if self.from_first_request and self.requests == 0:
+                self._start = time.monotonic()
             self.requests += 1
             draw = self._random.random()
             if not self.faults:

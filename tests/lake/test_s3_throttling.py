@@ -94,12 +94,13 @@ def test_drain_and_maintain_ride_out_throttling(
 
 def test_pyarrow_rides_out_a_burst_and_without_retries_does_not(s3: str) -> None:
     """One HEAD sent at the start of a 1.5 s burst: with the defaults pyarrow's client retries past
-    it; with ``max_retries: 0`` it fails at once (the proxy is what makes the difference)."""
-    with FaultyProxy(s3, burst=1.5, period=600.0, error_rate=0.0) as proxy:
+    it; with ``max_retries: 0`` it fails at once (the proxy is what makes the difference). The burst
+    starts with the first request, however long the client took to set up (a loaded machine)."""
+    with FaultyProxy(s3, burst=1.5, period=600.0, error_rate=0.0, from_first_request=True) as proxy:
         fs, base = storage.filesystem(f"s3://{BUCKET}/x", resolved_options(proxy.url))
         assert fs.get_file_info(f"{BUCKET}/absent").type.name == "NotFound"
         assert proxy.throttled >= 2
-    with FaultyProxy(s3, burst=1.5, period=600.0, error_rate=0.0) as proxy:
+    with FaultyProxy(s3, burst=1.5, period=600.0, error_rate=0.0, from_first_request=True) as proxy:
         fs, base = storage.filesystem(f"s3://{BUCKET}/x", {**resolved_options(proxy.url), "max_retries": "0"})
         with pytest.raises(OSError, match="503"):
             fs.get_file_info(f"{BUCKET}/absent")

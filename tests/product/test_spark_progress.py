@@ -4,6 +4,7 @@ of all (issue 59: bodies on 1.5M rows logged nothing for 70 s). Real local Spark
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -39,3 +40,33 @@ def test_a_running_job_is_reported_while_it_runs(spark) -> None:
     assert beats, "no heartbeat during a 2 s job"
     assert all(b.startswith("bodies slice 2/5: working for ") and "500000 row(s)" in b for b in beats)
     assert any("Spark tasks" in b and "/4 of the running stage(s)" in b for b in beats), beats
+
+
+def test_no_heartbeat_after_its_block_when_the_tracker_answers_late(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block ends while a beat is asking Spark's status tracker, and the tracker answers only after
+    the block's wait for the beat (1 s) gave up, as a loaded JVM may: that beat logs nothing."""
+    from queuelake import spark_progress
+
+    asked, answer = threading.Event(), threading.Event()
+
+    def late_tasks(spark: object) -> tuple[int, int]:
+        asked.set()
+        answer.wait(60)
+        return 1, 4
+
+    monkeypatch.setattr(spark_progress, "tasks", late_tasks)
+    lines = _Lines()
+    log.addHandler(lines)
+    level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        with heartbeat(None, "bodies slice 1/1", 10, every=0.01):  # type: ignore[arg-type]
+            assert asked.wait(60)
+        beats = [t for t in threading.enumerate() if t.name == "queuelake-heartbeat"]
+        answer.set()
+        for beat in beats:
+            beat.join(60)
+    finally:
+        log.removeHandler(lines)
+        log.setLevel(level)
+    assert lines.lines == []

@@ -40,6 +40,7 @@ from tests.helpers.drain import (
     seed_ids,
     write_config,
 )
+from tests.helpers.kills import wait_for_no_drain
 from tests.helpers.stages import drain
 
 REPO = Path(__file__).resolve().parents[3]
@@ -541,6 +542,22 @@ conn.raw.execute("SELECT pg_sleep(120)")  # a statement still running when the c
 """
 
 
+def wait_for_statement(uri: str, prefix: str, timeout: float = 60) -> None:
+    """Until a session of this database is running a statement that starts with ``prefix``."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(uri, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'"
+                " AND starts_with(query, %s)",
+                (prefix,),
+            ).fetchone()
+            if row and row[0]:
+                return
+            assert time.monotonic() < deadline, f"no session ran {prefix!r} within {timeout:g} s"
+            time.sleep(0.05)
+
+
 @pytest.mark.parametrize("configured", [True, False])
 def test_a_killed_drains_statement_stops_holding_rows(fresh_pg_uri: str, tmp_path: Path, configured: bool) -> None:
     cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"])
@@ -549,11 +566,15 @@ def test_a_killed_drains_statement_stops_holding_rows(fresh_pg_uri: str, tmp_pat
     script = ZOMBIE_SCRIPT if configured else ZOMBIE_SCRIPT.replace("queues.configure_drain_session", "(lambda *a: 0)")
     proc = subprocess.Popen([sys.executable, "-c", script, fresh_pg_uri], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "50"
-    time.sleep(0.5)
+    # killed once its statement runs server-side, not after a fixed wait: killed before it sent the
+    # statement (a loaded machine), its idle transaction ends with it and the control's rows come back
+    wait_for_statement(fresh_pg_uri, "SELECT pg_sleep(120)")
     proc.kill()
     proc.wait()
     ref = queue_ref("Sales", cfg.transport)
-    deadline = time.monotonic() + 8
+    # the drain's settings release the rows within a client check (2 s): 30 s is only a liveness bound;
+    # the control watches its 120 s statement hold them for 4 checks
+    deadline = time.monotonic() + (30 if configured else 8)
     got = 0
     with db.connect(cfg.transport) as conn:
         while time.monotonic() < deadline and got == 0:
@@ -580,6 +601,10 @@ def test_claims_of_workers_that_no_longer_run_are_resolved(fresh_pg_uri: str, tm
     conf = write_config(tmp_path / "three.yaml", lake_root, ["Sales"], batch_size=200, workers=3)
     proc = run_cli(["drain", "-c", str(conf)], fresh_pg_uri, QUEUELAKE_TEST_KILL_AT="after_db_commit:4")
     assert proc.returncode == -9, proc.stderr[-2000:]
+    # counted once the killed run's sessions are gone: another worker's claim whose commit was on its
+    # way when the process died lands after that (counted too early, it was resolved but not in
+    # ``left``), and no dead session holds the queue's lock when the next run starts (it would skip it)
+    wait_for_no_drain(fresh_pg_uri)
     left = claim_count(cfg)
     assert left >= 1, "the kill left no claim: nothing to resolve"
     one = write_config(tmp_path / "one.yaml", lake_root, ["Sales"], batch_size=200, workers=1)
