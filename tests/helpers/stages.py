@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from queuelake.commands.drain import spark_starter
 from queuelake.config import Config
 from queuelake.context import open_database
 from queuelake.lake.port import LakeEngine
@@ -17,7 +18,9 @@ from queuelake.pipeline.replay.plan import ReplayOptions
 
 
 def drain(config: Config, lake: LakeEngine, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """``pipeline.drain.run.drain`` through a handle opened from ``config``."""
+    """``pipeline.drain.run.drain`` through a handle opened from ``config``, starting Spark (on
+    executors) as the command does."""
+    kwargs.setdefault("start_spark", spark_starter(config))
     return drain_run.drain(config, open_database(config), lake, *args, **kwargs)
 
 

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from queuelake.commands.command import Command
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from queuelake.config import Config
 
 
 def queue_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +41,20 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
         queue_names=args.queues,
         max_messages=args.max_messages,
         max_seconds=args.max_seconds,
+        start_spark=spark_starter(cfg),
     )
+
+
+def spark_starter(cfg: Config) -> Callable[[], SparkSession]:
+    """How a drain on executors starts Spark (``spark.master``'s session), imported only then: a
+    drain on the driver never imports pyspark."""
+
+    def start() -> SparkSession:
+        from queuelake.spark import get_spark
+
+        return get_spark(cfg.spark)
+
+    return start
 
 
 COMMAND = Command(

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from queuelake.commands.command import Command
-from queuelake.commands.drain import queue_arguments
+from queuelake.commands.drain import queue_arguments, spark_starter
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -31,7 +31,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     sessions = Sessions(cfg, None)
     publish, publish_pending = publish_steps(database)
     order = {
-        "drain": lambda: run_drain(cfg, database, sessions.quiet(), args.queues, args.max_messages, args.max_seconds),
+        "drain": lambda: run_drain(
+            cfg, database, sessions.quiet(), args.queues, args.max_messages, args.max_seconds, spark_starter(cfg)
+        ),
         "bodies": lambda: sessions.step(bodies_mod.bodies, bodies_mod.pending),
         "transform": lambda: sessions.step(transform_mod.transform, transform_mod.pending),
         "publish": lambda: sessions.step(publish, publish_pending),

@@ -132,7 +132,7 @@ def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri
     with db.connect(cfg.transport) as setup_conn:
         setup_conn.raw.cursor().execute('CREATE TABLE "public"."Sales" (seq bigint)')
         setup_conn.commit()
-    with _open_session(QueueDatabase(cfg.transport), cfg.drain, LOCK, None) as conn:
+    with _open_session(QueueDatabase(cfg.transport), pg_driver, LOCK, None) as conn:
         pid = conn.raw.cursor().execute("SELECT pg_backend_pid()").fetchone()[0]
         assert take_drain_lock(conn, ref)
         schema.require_table(conn, ref)

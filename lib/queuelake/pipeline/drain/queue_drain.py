@@ -36,6 +36,7 @@ class QueueDrain:
         ref: TableRef,
         budget: Budget,
         receive: db.SharedAdbc | None,
+        receive_driver: str,
         workers: int,
         committer: Committer,
         sessions: SessionPool | None = None,
@@ -48,7 +49,7 @@ class QueueDrain:
         # a batch or less skips the first read of its newest row
         self.depth = depth
         self.ref = ref
-        self.state = QueueState(database, settings, lake, ref, budget, receive, committer, sessions)
+        self.state = QueueState(database, settings, lake, ref, budget, receive, receive_driver, committer, sessions)
         self.result = self.state.result
         self.result.workers = self.workers
         self.locked = False  # whether ``begin`` took the queue's drain lock

@@ -50,13 +50,13 @@ def drain(
     queue_names: list[str] | None = None,
     max_messages: int | None = None,
     max_seconds: float | None = None,
-    spark: SparkSession | None = None,
+    start_spark: Callable[[], SparkSession] | None = None,
 ) -> dict[str, Any]:
     """Drain the configured (or named) queues in parallel; returns the summary and writes ``runs``.
     ``database`` is the queue database's handle the command opened (``context.open_database``): what
     the run's sessions, tasks and processes connect with.
-    With ``drain.on: executors`` the queues are drained by Spark tasks (``executors.py``) of ``spark``
-    (or the session ``spark.master`` builds)."""
+    With ``drain.on: executors`` the queues are drained by Spark tasks (``executors.py``) of the
+    session ``start_spark`` gives (the command's: ``spark.master``'s, started only then)."""
     names = queue_names or config.drain.queues
     if not names:
         raise DrainError("no queues to drain: set drain.queues or pass --queue")
@@ -71,8 +71,9 @@ def drain(
     run = Run("drain")
     # opened now, in the background: the workers' connections come from it once the set-up is done
     on_executors = settings.on in ("executors", "processes")
+    receiving = receive_driver(database, settings)  # the driver's name, resolved once for every queue
     # on executors (or in local processes) each task opens its own ADBC database: the driver receives nothing
-    through_adbc = receive_driver(database, settings) == drivers.ADBC.name and database.reachable and not on_executors
+    through_adbc = receiving == drivers.ADBC.name and database.reachable and not on_executors
     shared = database.shared_adbc() if through_adbc else None
     setup = TaskSetup(database, settings, config.lake)  # what tasks and processes drain with
     processes = _start_processes(setup)
@@ -92,11 +93,11 @@ def drain(
             log.info("drain %s: nothing to do, the queue is empty", r.canonical)
         budget = ConnectionBudget(queue_connections(settings.max_connections, shared))
         committer = JournalCommitter(database, journal, settings.commit_interval_seconds)
-        sessions = SessionPool(budget.total, lambda kind: _open_session(database, settings, kind, shared))
+        sessions = SessionPool(budget.total, lambda kind: _open_session(database, receiving, kind, shared))
         if on_executors:
             return _on_executors(
                 setup,
-                lambda: spark or _get_spark(config),
+                start_spark or _no_spark,
                 lake,
                 journal,
                 processes,
@@ -117,6 +118,7 @@ def drain(
                 r,
                 Budget(settings.batch_size, max_messages, deadline),
                 shared,
+                receiving,
                 workers_for(backlogs[r.canonical], settings.batch_size, max_messages, plan.workers),
                 committer,
                 sessions,
@@ -305,11 +307,9 @@ def _start_processes(setup: TaskSetup) -> Processes | None:
     return Processes(setup, process_count(setup.database, setup.settings))
 
 
-def _get_spark(config: Config) -> SparkSession:
-    """The session ``spark.master`` builds, for a run on executors given none."""
-    from queuelake.spark import get_spark
-
-    return get_spark(config.spark)
+def _no_spark() -> SparkSession:
+    """What a run on executors calls when its caller gave it no way to start Spark."""
+    raise DrainError("drain.on: executors needs a Spark session, and the caller gave no way to start one")
 
 
 def _idle_result(ref: TableRef, backlog: Backlog) -> QueueResult:
@@ -346,10 +346,9 @@ def evolve_journal(journal: JournalLake) -> None:
         journal.add_columns(MESSAGES, [f.with_nullable(True) for f in missing])
 
 
-def _open_session(
-    database: QueueDatabase, settings: DrainConfig, kind: str, shared: db.SharedAdbc | None
-) -> db.Connection:
-    """A new session for the run's pool: a queue's lock connection, or a worker's receive connection."""
+def _open_session(database: QueueDatabase, driver: str, kind: str, shared: db.SharedAdbc | None) -> db.Connection:
+    """A new session for the run's pool: a queue's lock connection, or a worker's receive connection
+    (with ``driver``, the run's receive driver)."""
     if kind == LOCK:
         return database.connect("queuelake-drain-lock").use_autocommit()
-    return receive_connection(database, receive_driver(database, settings), shared, 0)
+    return receive_connection(database, driver, shared, 0)

@@ -13,7 +13,6 @@ from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.progress import Progress
-from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import SessionPool
 from queuelake.transport import db
@@ -32,6 +31,7 @@ class QueueState:
         ref: TableRef,
         budget: Budget,
         receive: db.SharedAdbc | None,
+        receive_driver: str,
         committer: Committer,
         sessions: SessionPool | None = None,
     ) -> None:
@@ -46,7 +46,7 @@ class QueueState:
         self.result = QueueResult(ref.canonical)
         self.started = time.monotonic()  # set again as the drain begins (``start_clock``)
         self.progress = Progress(ref, self.started)
-        self.receive_driver = receive_driver(database, settings)
+        self.receive_driver = receive_driver  # the driver's name, resolved once by the run (or task)
         self.receive = receive  # the run's shared ADBC database, when the receive goes through ADBC
         self._lock = threading.Lock()
         self._claimed = threading.Condition(self._lock)  # notified whenever a worker's claim commits

@@ -133,7 +133,7 @@ def drain_queues_task(
     try:
         # in autocommit, as the driver's lock sessions: its reads cost no BEGIN and ROLLBACK round trips
         with database.connect("queuelake-drain-lock").use_autocommit() as lock_conn:
-            drains = [_queue_drain(job, journal, shared, committer, sessions) for job in jobs]
+            drains = [_queue_drain(job, journal, shared, driver, committer, sessions) for job in jobs]
             # small queues together: one batch, one claim for several (``small_queues.py``)
             for unit in small_queues.plan(drains, settings.batch_size):
                 if len(unit) == 1:
@@ -155,7 +155,12 @@ def drain_queues_task(
 
 
 def _queue_drain(
-    job: QueueJob, journal: JournalLake, shared: db.SharedAdbc | None, committer: TaskCommitter, sessions: SessionPool
+    job: QueueJob,
+    journal: JournalLake,
+    shared: db.SharedAdbc | None,
+    driver: str,
+    committer: TaskCommitter,
+    sessions: SessionPool,
 ) -> QueueDrain:
     """A job's queue as the task drains it: its budget's deadline on this process's clock."""
     deadline = time.monotonic() + (job.deadline - time.time()) if job.deadline is not None else None
@@ -166,6 +171,7 @@ def _queue_drain(
         job.ref,
         Budget(job.setup.settings.batch_size, job.max_messages, deadline),
         shared,
+        driver,
         job.workers,
         committer,
         sessions,

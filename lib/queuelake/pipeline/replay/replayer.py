@@ -269,7 +269,12 @@ class Replayer:
         from queuelake.pipeline.drain.run import drain
 
         summary = drain(
-            self.config, self.database, self.lake, queue_names=queues, max_seconds=seconds, spark=self.selection.spark
+            self.config,
+            self.database,
+            self.lake,
+            queue_names=queues,
+            max_seconds=seconds,
+            start_spark=self.selection.session,
         )
         if summary.get("status") == Status.FAILED:
             raise ReplayError(f"the drain of {', '.join(queues)} failed: {summary.get('error')}")
