@@ -39,8 +39,11 @@ def checkpoint(uri: str) -> None:
         c.execute("CHECKPOINT")
 
 
-def raw_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
-    """The raw limit: rows received and seconds taken by the receive statement alone, binary protocol."""
+def raw_drain(
+    uri: str, ref: TableRef, batch: int, connections: int, firsts: list[float] | None = None
+) -> tuple[int, float]:
+    """The raw limit: rows received and seconds taken by the receive statement alone, binary protocol.
+    ``firsts`` (if given) gets each connection's first statement's seconds (see ``until_empty``)."""
     (stmt,) = sqlfiles.render("postgresql", "receive_batch", ref.identifiers(), "format")
 
     def receive(conn: psycopg.Connection) -> int:
@@ -48,7 +51,7 @@ def raw_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[in
             cur.execute(stmt.sql, stmt.args({"batch_size": batch}))
             return len(cur.fetchall())
 
-    return until_empty(uri, connections, receive)
+    return until_empty(uri, connections, receive, firsts)
 
 
 def raw_copy_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tuple[int, float]:
@@ -65,18 +68,29 @@ def raw_copy_drain(uri: str, ref: TableRef, batch: int, connections: int) -> tup
     return until_empty(uri, connections, receive)
 
 
-def until_empty(uri: str, connections: int, receive: Callable[[psycopg.Connection], int]) -> tuple[int, float]:
+def until_empty(
+    uri: str, connections: int, receive: Callable[[psycopg.Connection], int], firsts: list[float] | None = None
+) -> tuple[int, float]:
     """``receive`` (one statement, returns its row count) then commit, on each of ``connections``
-    psycopg connections in parallel, until it returns no row; rows received and seconds taken."""
+    psycopg connections in parallel, until it returns no row; rows received and seconds taken.
+
+    ``firsts`` (if given) gets each connection's first statement and commit seconds: on a churned table
+    the first receives step over the dead index entries at the head (the drain's depth estimate does
+    that before its workers start), the later ones do not."""
     counts = [0] * connections
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
         try:
             with psycopg.connect(uri) as conn:
+                first = True
                 while True:
+                    started = time.perf_counter()
                     rows = receive(conn)
                     conn.commit()
+                    if first and firsts is not None:
+                        firsts.append(time.perf_counter() - started)
+                    first = False
                     if not rows:
                         return
                     counts[i] += rows

@@ -21,9 +21,17 @@ receive. The same lines carry the worker thread's own CPU seconds for receive, b
 CPU: for each consumer the CPU this process spent (the client) and, on Linux, the machine's busy and
 stolen CPU seconds over the run (``/proc/stat``): busy minus client is the server, plus anything else
 running. Their medians over --repeat runs say how much more CPU the drain spends per row than the
-raw limit; with the machine's cores near fully busy, that, not waiting, bounds the ratio.
+raw limit; with the machine's cores near fully busy, that, not waiting, bounds the ratio. Where the
+server is a process of this machine, ``server_cpu_s`` is its own CPU (its processes', ended backends
+included), which a loaded machine's busy time does not tell apart from other work.
 
-    python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--repeat N] [--dsn URI]
+Set-up: ``setup_seconds`` is the drain's time before its first receive (the depth estimate, claims,
+journal table, sessions); ``raw_first_receive_seconds`` the raw leg's slowest first statement. On a
+churned table both hold the one walk over the dead index entries at the seq index's head (the
+drain's depth estimate, ``peek``, steps over them before its workers start; the raw leg's first
+receives do), so the two are compared, not the set-up alone.
+
+    python bench/drain.py [--rows 200000] [--batch-size 10000] [--workers 2] [--dead N] [--repeat N] [--dsn URI] [--pin]
 
 --raw-copy: also measures a stricter raw limit, the same statement wrapped in
 ``COPY (...) TO STDOUT (FORMAT binary)`` with its batch size written in, the bytes read and dropped
@@ -33,6 +41,12 @@ table is then built a third time; its ratio is printed beside the main one.
 --journal-files N: each drain lands in a journal that already holds N data files (one commit, then a
 checkpoint), as a journal does between two runs of ``maintain``; the default is a fresh lake. The
 drain commits once per batch, and deltalake's work per commit grows with the files the table holds.
+
+--pin: the database on a CPU of its own (``_pin.py``): every PostgreSQL server process (the postmaster
+and its children, so every backend opened later) on the second CPU, every thread of this bench (the
+raw leg's connections, the drain's workers, anything they start) on the first, for both consumers
+alike; the affinity is read back after each leg and the JSON says the pinning (``pinning``). Where
+the platform cannot pin, the bench says why and runs unpinned.
 
 --repeat N: N pairs of runs per table, their order alternating, summed up as the median ratio, its
 spread, the runs at the target and the ratio of the median rates (the raw limit is the noisier one).
@@ -57,6 +71,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import _pin
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 from _history import journal_with_files
@@ -85,6 +100,8 @@ class StepTimes(logging.Handler):
         self.seconds: dict[str, float] = defaultdict(float)
         self.cpu_seconds: dict[str, float] = defaultdict(float)  # the worker thread's CPU per step
         self.batches = 0
+        self.started: float | None = None  # the drain's start (set by full_drain)
+        self.setup_seconds: float | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -99,17 +116,25 @@ class StepTimes(logging.Handler):
                 except ValueError:
                     continue
         if words and words[0] == "receive":  # the worker's line; the committer's (delta, clear) overlaps it
+            if self.batches == 0 and self.started is not None:
+                # the first batch's end less its steps: when its receive began, the run's set-up
+                # (estimate, claims, journal table, sessions) done
+                first = sum(float(v) for v in wall[1::2])
+                self.setup_seconds = time.perf_counter() - self.started - first
             self.batches += 1
 
     def reset(self) -> None:
         self.seconds.clear()
         self.cpu_seconds.clear()
         self.batches = 0
+        self.started = time.perf_counter()
+        self.setup_seconds = None
 
     def figures(self) -> dict[str, Any]:
         total = sum(self.seconds.values())
         return {
             "batches": self.batches,
+            "setup_seconds": round(self.setup_seconds, 3) if self.setup_seconds is not None else None,
             "steps": {
                 name: {"worker_seconds": round(s, 3), "share": round(s / total, 3) if total else None}
                 for name, s in self.seconds.items()
@@ -125,10 +150,21 @@ class CpuMeter:
 
     Why: on a small shared machine the wall-clock ratio moves by a third between runs, while the CPU
     a consumer spends per row hardly moves; "busy" near "cores x wall" says the run was CPU-bound,
-    and "steal" is time the hypervisor gave our cores to another machine."""
+    and "steal" is time the hypervisor gave our cores to another machine.
+
+    With the server's postmaster known (a server of this machine), ``server_cpu_s`` is the server's
+    own CPU (``_pin.server_cpu_seconds``: its processes, the ended backends included), which the
+    machine's figure mixes with whatever else runs there."""
+
+    def __init__(self, postmaster: int | None = None) -> None:
+        self._postmaster = postmaster
+
+    def _server_now(self) -> float | None:
+        return _pin.server_cpu_seconds(self._postmaster) if self._postmaster is not None else None
 
     def __enter__(self) -> CpuMeter:
         self._client, self._machine, self._t = self._client_now(), self._machine_now(), time.perf_counter()
+        self._server = self._server_now()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -144,6 +180,11 @@ class CpuMeter:
                 machine_busy_share=round(busy / (cores * wall), 2) if wall > 0 else None,
                 steal_cpu_s=round(steal, 2),
             )
+        if self._server is not None:
+            time.sleep(0.1)  # the consumer's backends end as its connections close: reaped by then
+            server = self._server_now()
+            if server is not None:
+                self.figures["server_cpu_s"] = round(server - self._server, 2)
 
     @staticmethod
     def _client_now() -> float:
@@ -246,12 +287,15 @@ def measure(
     label = "churned" if churned else "fresh"
     cpu: dict[str, dict[str, Any]] = {}
     history: dict[str, int] = {}
+    firsts: list[float] = []  # the raw leg's first statement per connection
 
     def raw() -> tuple[int, float]:
         seed_s = build(cfg, uri, ref, args.rows, churned, args.dead)
         print(f"[{label}] table built in {seed_s:.1f}s", file=sys.stderr)
-        with CpuMeter() as meter:
-            raw_n, raw_s = raw_drain(uri, ref, args.batch_size, args.workers)
+        with CpuMeter(args.postmaster) as meter:
+            raw_n, raw_s = raw_drain(uri, ref, args.batch_size, args.workers, firsts)
+        if args.pinning is not None:
+            _pin.check(uri, args.pinning)
         if raw_n != args.rows:
             raise SystemExit(f"[{label}] raw received {raw_n} of {args.rows}")
         cpu["raw"] = meter.figures
@@ -268,8 +312,10 @@ def measure(
         build(cfg, uri, ref, args.rows, churned, args.dead)
         journal_with_history(cfg, args.journal_files)
         history["files"] = journal_file_count(cfg)
-        with CpuMeter() as meter:
+        with CpuMeter(args.postmaster) as meter:
             drain_n, drain_s, timing = full_drain(cfg, steps, args.journal_files)
+        if args.pinning is not None:
+            _pin.check(uri, args.pinning)
         cpu["drain"] = meter.figures
         if drain_n != args.rows:
             raise SystemExit(f"[{label}] drain dequeued {drain_n} of {args.rows}")
@@ -291,6 +337,9 @@ def measure(
         "ratio": round(drain_rate / raw_rate, 3),
         "cpu": cpu,
         "journal_files_at_start": history["files"],
+        # the raw leg's slowest first statement: on a churned table it steps over the dead index
+        # entries, which the drain does in its set-up (the depth estimate), before its first receive
+        "raw_first_receive_seconds": round(max(firsts), 3) if firsts else None,
         **timing,
     }
     print(
@@ -318,11 +367,22 @@ def measure(
             ),
             file=sys.stderr,
         )
+    if "server_cpu_s" in cpu["raw"] and "server_cpu_s" in cpu["drain"]:
+        print(
+            f"[{label}] the server's own CPU: raw {cpu['raw']['server_cpu_s']:.2f}s, "
+            f"drain {cpu['drain']['server_cpu_s']:.2f}s",
+            file=sys.stderr,
+        )
     if timing["batches"]:
         shares = ", ".join(
             f"{name} {v['share']:.0%} ({v['worker_seconds']:.2f}s)" for name, v in timing["steps"].items()
         )
-        print(f"[{label}] drain steps over {timing['batches']} batches: {shares}", file=sys.stderr)
+        print(
+            f"[{label}] drain steps over {timing['batches']} batches: {shares}; "
+            f"set-up before the first receive {timing['setup_seconds']:.2f}s "
+            f"(the raw leg's first receive {out['raw_first_receive_seconds']:.2f}s)",
+            file=sys.stderr,
+        )
         if timing["worker_cpu_seconds"]:
             worked = ", ".join(f"{name} {s:.2f}s" for name, s in timing["worker_cpu_seconds"].items())
             print(f"[{label}] drain workers' own CPU: {worked}", file=sys.stderr)
@@ -359,6 +419,8 @@ def measure_repeated(
             for key in figures[0]
             if all(f.get(key) is not None for f in figures)
         }
+    setups = [r["setup_seconds"] for r in runs if r.get("setup_seconds") is not None]
+    out["drain_setup_seconds_median"] = round(statistics.median(setups), 3) if setups else None
     raw_busy, drain_busy = (out[f"{w}_cpu_median"].get("machine_busy_cpu_s") for w in ("raw", "drain"))
     if raw_busy and drain_busy:
         out["drain_cpu_per_raw_cpu"] = round(drain_busy / raw_busy, 2)
@@ -376,6 +438,13 @@ def measure_repeated(
         print(
             f"[{label}] median machine CPU: raw {raw_busy:.2f}s, drain {drain_busy:.2f}s "
             f"({out['drain_cpu_per_raw_cpu']:.2f}x)",
+            file=sys.stderr,
+        )
+    raw_server, drain_server = (out[f"{w}_cpu_median"].get("server_cpu_s") for w in ("raw", "drain"))
+    if raw_server and drain_server:
+        print(
+            f"[{label}] median server's own CPU: raw {raw_server:.2f}s, drain {drain_server:.2f}s; "
+            f"median drain set-up before its first receive {out['drain_setup_seconds_median']}s",
             file=sys.stderr,
         )
     if args.raw_copy:
@@ -403,6 +472,7 @@ def main() -> int:
         default=0,
         help="the drain lands in a journal already holding this many files (default: a fresh lake)",
     )
+    parser.add_argument("--pin", action="store_true", help="the server on one CPU, this bench on another")
     args = parser.parse_args()
     args.dead = args.rows if args.dead is None else args.dead
     if args.repeat < 1:
@@ -421,7 +491,22 @@ def main() -> int:
     if uri is None:
         server = start_embedded(work / "pg")
         uri = server.get_uri("postgres")
+    args.pinning = None
     try:
+        args.postmaster = _pin.postmaster(uri)  # the server's own CPU is measured where it is local
+        pinning = _pin.unpinned()
+        if args.pin:
+            pinned = _pin.pin(uri)
+            pinning = pinned.figures()
+            if pinned.pinned:
+                args.pinning = pinned
+                print(
+                    f"pinned: server (postmaster {pinned.postmaster} and its children) on CPU "
+                    f"{pinned.server_cpu}, this bench on CPU {pinned.client_cpu}",
+                    file=sys.stderr,
+                )
+            else:
+                print(f"--pin: running unpinned: {pinned.reason}", file=sys.stderr)
         cfg = from_dict(
             {
                 "transport": {"connection": uri},
@@ -450,9 +535,14 @@ def main() -> int:
         for churned in (False, True):
             result["churned" if churned else "fresh"] = measure_repeated(cfg, uri, ref, args, churned, steps)
         result["target"] = TARGET
+        if args.pinning is not None:
+            pinning = args.pinning.figures()  # with the checks made after every leg
+        result["pinning"] = pinning
         with psycopg.connect(uri, autocommit=True) as c:
             c.execute(f"DROP TABLE IF EXISTS {ref.qualified}")
     finally:
+        if args.pinning is not None:
+            _pin.restore(args.pinning)
         if server is not None:
             server.cleanup()
         shutil.rmtree(work, ignore_errors=True)

@@ -12,13 +12,15 @@ imports, connections, Spark's start when it starts one: its fixed cost included)
 one per Parquet row group (``publish.executors_from_rows: 1``). Between runs the queues are emptied
 and the ledger forgotten, so each run sends the same round again. An idle publish (nothing new)
 gives the command's fixed cost without a round.
-raw: the very rows the first publish wrote, dumped by the server in batches of --batch-size rows per
-queue, then COPY'd back from those bytes in text and in binary format, a batch per transaction (every
-queue's COPY in it, as publish sends a batch); only the COPY and the commit are timed
-(``bench/_raw.py`` says why). The faster of the two formats is the raw limit.
+raw: the very rows the first complete publish wrote (its rows checked, below), dumped by the server
+in batches of --batch-size rows per queue, then COPY'd back from those bytes in text and in binary
+format, a batch per transaction (every queue's COPY in it, as publish sends a batch); only the COPY
+and the commit are timed (``bench/_raw.py`` says why). The faster of the two formats is the raw
+limit.
 
     python bench/publish.py [--rows 300000] [--subscribers 0] [--batch-size 5000]
-                            [--modes driver,executors] [--repeat N] [--dsn URI]
+                            [--modes driver,executors] [--driver psycopg,pyodbc] [--repeat N]
+                            [--dsn URI]
 
 Prints, per repeat, a line of figures to stderr, then one JSON line: the raw rates (copies/s) per
 format and the fastest, and per mode the median whole-command rate, its ratio to the fastest raw
@@ -28,11 +30,25 @@ process; not the JVM, not the executors), and the round's own seconds from the c
 its ratio to the fastest raw. ``rows_per_s`` and the ratios count copies (messages written): in the
 send case one per row. --raw-binary is accepted for older callers; both formats are always
 measured.
+
+drivers (``--driver``, comma-separated; default the configured default, psycopg): each driver
+publishes the same round against the same raw limit of its repeat. ``pyodbc`` goes through psqlodbc
+(the ODBC string of the same database) twice: as PostgreSQL configures it (array binding off,
+``executemany`` row by row) and as SQL Server configures it (``fast_executemany``, variant
+``pyodbc+array_binding``). The product has no setting for the latter; the bench's own launcher
+switches the PostgreSQL dialect's ``odbc_array_binding`` on inside the command's process only
+(``ARRAY_BINDING``), so the executors mode, whose Spark workers it does not reach, is not run under
+it. A variant that fails is reported with its error, not stopped on. After every run the rows that
+arrived are checked: their count, their row ids (distinct), their MessageIds (distinct, and the same
+as every other run's: uuid5 of the key and queue), and their bodies (the outbound bodies, byte for
+byte). A final table on stderr gives, per variant and mode, the medians and ranges.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import logging
 import shutil
@@ -47,13 +63,16 @@ import orjson
 import psycopg
 import pyarrow as pa
 import yaml
-from _commands import Ran, queuelake
+from _commands import QUEUELAKE, Ran, queuelake
+from _commands import run as run_command
 from _raw import Dump, dump, load
 from queuelake.config import from_dict
+from queuelake.config_sections import TransportConfig
+from queuelake.dialects.dialect import POSTGRESQL
 from queuelake.lake.engines import open_lake
 from queuelake.report import setup_logging
-from queuelake.transport import db, installer, subscriptions
-from queuelake.transport.embedded import start_embedded
+from queuelake.transport import db, drivers, installer, subscriptions
+from queuelake.transport.embedded import odbc_from_uri, start_embedded
 from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 TARGET = 0.6
@@ -62,6 +81,48 @@ EVENT = "Lakehouse.Events.CustomerScored"
 EVENT_TYPE = f"{EVENT}, Lakehouse.Events, Version=1.0.0.0"
 MODES = {"driver": None, "executors": 1}  # publish.executors_from_rows
 OUTPUT = "outbound_bench"
+DEFAULT_DRIVER = TransportConfig.driver  # what a config without transport.driver sends with
+# The bench's hook for array binding on PostgreSQL (no product setting has it: the dialect decides,
+# SQL Server on, PostgreSQL off): run before the command's module, in the command's process, it gives
+# the PostgreSQL dialect SQL Server's ``odbc_array_binding``; ``Connection.executemany`` then sets
+# pyodbc's ``fast_executemany``. Nothing else of the dialect changes.
+ARRAY_BINDING = (
+    "import dataclasses, importlib\n"
+    "rules = importlib.import_module('queuelake.dialects.dialect')\n"
+    "rules.DIALECTS['postgresql'] = dataclasses.replace(rules.POSTGRESQL, odbc_array_binding=True)\n"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A driver the command sends with, and whether pyodbc binds arrays (``fast_executemany``)."""
+
+    driver: str
+    array_binding: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.driver}+array_binding" if self.array_binding else self.driver
+
+    def connection(self, uri: str) -> str:
+        """The database's connection string as this driver takes it (psqlodbc's for pyodbc)."""
+        return odbc_from_uri(uri) if drivers.driver(self.driver).connection_string == "odbc" else uri
+
+    def runs(self, mode: str) -> bool:
+        """The hook reaches the command's process, not the executors' Spark workers."""
+        return not (self.array_binding and mode != "driver")
+
+
+def variants(names: str) -> list[Variant]:
+    """``--driver``'s drivers; a driver that can bind arrays (pyodbc) twice, off then on."""
+    out: list[Variant] = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name not in POSTGRESQL.drivers:
+            raise SystemExit(f"--driver {name!r}: use {', '.join(POSTGRESQL.drivers)}")
+        out.append(Variant(name))
+        if drivers.driver(name).odbc_array_binding:
+            out.append(Variant(name, array_binding=True))
+    return out
 
 
 def body(i: int) -> bytes:
@@ -99,6 +160,11 @@ def main() -> int:
     parser.add_argument("--subscribers", type=int, default=0, help="0: Send rows; K: events to K subscribers")
     parser.add_argument("--batch-size", type=int, default=5000)
     parser.add_argument("--modes", default="driver,executors", help="comma-separated: driver, executors")
+    parser.add_argument(
+        "--driver",
+        default=DEFAULT_DRIVER,
+        help=f"comma-separated: {', '.join(POSTGRESQL.drivers)}; pyodbc runs with array binding off and on",
+    )
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--repeat", type=int, default=1, help="rounds of (every mode, raw); medians reported")
     parser.add_argument("--raw-binary", action="store_true", help="(always on) both raw formats are measured")
@@ -154,6 +220,77 @@ def count(uri: str, tables: list[str]) -> int:
         return sum(int(c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables)  # type: ignore[index]
 
 
+def arrived(uri: str, tables: list[str], ledger: str) -> dict[str, Any]:
+    """What a run left in the queues: rows, distinct row ids (fresh uuids, drawn by the sender) and
+    MessageIds (headers' ``NServiceBus.MessageId``: uuid5 of the key and queue, the same in every
+    run), a digest of the MessageIds and one of the bodies (each body's md5, sorted), the bodies'
+    bytes; and the ledger's rows (a failed batch has none)."""
+    union = " UNION ALL ".join(
+        f"SELECT id, CAST(headers AS jsonb) ->> 'NServiceBus.MessageId' AS message_id, body FROM {t}" for t in tables
+    )
+    query = (
+        "SELECT count(*), count(DISTINCT id), count(DISTINCT message_id), "
+        "md5(coalesce(string_agg(message_id, ',' ORDER BY message_id COLLATE \"C\"), '')), "
+        "md5(coalesce(string_agg(md5(body), ',' ORDER BY md5(body) COLLATE \"C\"), '')), "
+        f"coalesce(sum(octet_length(body)), 0) FROM ({union}) r"
+    )
+    with psycopg.connect(uri) as c:
+        n, ids, message_ids, id_digest, body_digest, body_bytes = c.execute(query).fetchone()  # type: ignore[misc]
+        ledger_rows = c.execute(f"SELECT count(*) FROM {ledger}").fetchone()[0]  # type: ignore[index]
+    return {
+        "rows": n,
+        "distinct_ids": ids,
+        "distinct_message_ids": message_ids,
+        "message_ids_digest": id_digest,
+        "bodies_digest": body_digest,
+        "body_bytes": int(body_bytes),
+        "ledger_rows": ledger_rows,
+    }
+
+
+def sent_bodies(rows: int, subscribers: int) -> tuple[str, int]:
+    """The digest and bytes ``arrived`` must find: every outbound body, once per copy."""
+    copies = max(subscribers, 1)
+    digests = sorted(hashlib.md5(body(i)).hexdigest() for i in range(rows) for _ in range(copies))
+    return hashlib.md5(",".join(digests).encode()).hexdigest(), copies * sum(len(body(i)) for i in range(rows))
+
+
+def check(found: dict[str, Any], copies: int, bodies: tuple[str, int], ids: str | None) -> dict[str, Any]:
+    """A run's rows against what was sent: ``ok`` when every copy arrived once (distinct row ids and
+    MessageIds), with the MessageIds every other run wrote (``ids`` None: the first complete run,
+    the reference) and the bodies as sent."""
+    out = {
+        "rows": found["rows"],
+        "distinct_ids": found["distinct_ids"],
+        "distinct_message_ids": found["distinct_message_ids"],
+        "message_ids_as_other_runs": ids is None or found["message_ids_digest"] == ids,
+        "bodies_as_sent": (found["bodies_digest"], found["body_bytes"]) == bodies,
+        "ledger_rows": found["ledger_rows"],
+    }
+    every_copy_once = found["rows"] == found["distinct_ids"] == found["distinct_message_ids"] == copies
+    out["ok"] = bool(every_copy_once and out["message_ids_as_other_runs"] and out["bodies_as_sent"])
+    return out
+
+
+def publish(config_file: Path, variant: Variant) -> Ran:
+    """``queuelake publish``; under array binding through the bench's launcher with ``ARRAY_BINDING``
+    first, and allowed to fail (its failure is a figure too)."""
+    argv = ["publish", "-c", str(config_file)]
+    if not variant.array_binding:
+        return queuelake(argv)
+    python, flag, launcher = QUEUELAKE
+    return run_command([python, flag, ARRAY_BINDING + launcher, *argv], check=False)
+
+
+def failure(ran: Ran) -> str | None:
+    """Why a publish failed (its summary's error, or its exit code), None when it did not."""
+    errors = [o.get("error") for o in ran.summary.get("outputs", []) if o.get("error")]
+    if ran.exit_code == 0 and ran.summary.get("status") == "ok" and not errors:
+        return None
+    error = errors[0] if errors else ran.summary.get("error")
+    return f"exit {ran.exit_code}: {error or 'no summary'}"
+
+
 def run(args: argparse.Namespace, work: Path) -> int:
     server = None
     uri = args.dsn
@@ -162,28 +299,50 @@ def run(args: argparse.Namespace, work: Path) -> int:
         uri = server.get_uri("postgres")
     settings, tables, ledger = set_up(args, work, uri)
     copies = args.rows * max(args.subscribers, 1)
+    bodies = sent_bodies(args.rows, args.subscribers)
     config_file = work / "queuelake.yaml"
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    chosen = variants(args.driver)
     rows: Dump | None = None
     idle: Ran | None = None
+    idle_driver = ""
+    ids: str | None = None
     runs: list[dict[str, Any]] = []
     for _ in range(args.repeat):
         figures: dict[str, Any] = {}
-        for mode in modes:
-            publish_settings = {**settings["publish"], "executors_from_rows": MODES[mode]}
-            config_file.write_text(yaml.safe_dump({**settings, "publish": publish_settings}))
-            ran = queuelake(["publish", "-c", str(config_file)])
-            assert ran.summary["status"] == "ok" and ran.summary["copies"] == copies, ran.summary
-            assert count(uri, tables) == copies
-            if rows is None:  # the raw limit loads what publish wrote
-                rows = dump(uri, tables, args.batch_size, work / "raw")
-            if idle is None:  # nothing new: the command's fixed cost
-                idle = queuelake(["publish", "-c", str(config_file)])
-                assert idle.summary["status"] == "ok" and idle.summary["copies"] == 0, idle.summary
-            reset(uri, tables, ledger)
-            inside = sum(float(o["seconds"]) for o in ran.summary["outputs"])
-            figures[mode] = {"seconds": ran.seconds, "publish_seconds": inside, "peak_rss_mb": ran.peak_rss_mb or 0.0}
-        assert rows is not None
+        for variant in chosen:
+            transport = {**settings["transport"], "driver": variant.driver, "connection": variant.connection(uri)}
+            for mode in filter(variant.runs, modes):
+                publish_settings = {**settings["publish"], "executors_from_rows": MODES[mode]}
+                config_file.write_text(
+                    yaml.safe_dump({**settings, "transport": transport, "publish": publish_settings})
+                )
+                ran = publish(config_file, variant)
+                found = arrived(uri, tables, ledger)
+                checked = check(found, copies, bodies, ids)
+                error = failure(ran)
+                if error is None:
+                    assert ran.summary["copies"] == copies, ran.summary
+                    assert checked["ok"] or variant.array_binding, (variant.label, mode, checked)
+                if ids is None and checked["ok"]:
+                    ids = found["message_ids_digest"]
+                if rows is None and checked["ok"]:  # the raw limit loads what publish wrote
+                    rows = dump(uri, tables, args.batch_size, work / "raw")
+                if idle is None and error is None:  # nothing new: the command's fixed cost
+                    idle = queuelake(["publish", "-c", str(config_file)])
+                    assert idle.summary["status"] == "ok" and idle.summary["copies"] == 0, idle.summary
+                    idle_driver = variant.label
+                reset(uri, tables, ledger)
+                inside = sum(float(o["seconds"]) for o in ran.summary.get("outputs", []))
+                figures[f"{variant.label}/{mode}"] = {
+                    "seconds": ran.seconds,
+                    "publish_seconds": inside,
+                    "peak_rss_mb": ran.peak_rss_mb or 0.0,
+                    "error": error,
+                    "check": checked,
+                }
+        if rows is None:
+            raise SystemExit(f"no run sent every row; the raw limit has nothing to load: {figures}")
         for fmt in ("text", "binary"):
             seconds = load(uri, rows, fmt)
             assert count(uri, tables) == copies
@@ -191,9 +350,12 @@ def run(args: argparse.Namespace, work: Path) -> int:
             figures[f"raw_{fmt}"] = copies / seconds
         runs.append(figures)
         line = {k: (round(v) if isinstance(v, float) else v) for k, v in figures.items()}
-        print(json.dumps(line), file=sys.stderr)
+        print(json.dumps(line, default=str), file=sys.stderr)
     assert idle is not None
-    print(json.dumps(report(args, copies, runs, modes, idle)))
+    out = report(args, copies, runs, modes, chosen, idle)
+    out["idle_command_driver"] = idle_driver
+    print(table(out, chosen, modes), file=sys.stderr)
+    print(json.dumps(out))
     if server is not None:
         server.cleanup()
     return 0
@@ -204,43 +366,103 @@ def _fastest(run: dict[str, Any]) -> float:
     return max(run["raw_text"], run["raw_binary"])
 
 
+def summary(copies: int, runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """One variant and mode over the repeats: medians of its complete runs, each run's ratio against
+    the fastest raw of its own repeat; a run that failed or mis-sent counts in ``failed_runs`` with
+    its error and what arrived."""
+    bad = [r for r in runs if r[key]["error"] is not None or not r[key]["check"]["ok"]]
+    good = [r for r in runs if r not in bad]
+    out: dict[str, Any] = {"runs": len(runs), "failed_runs": len(bad)}
+    # a command that said ok and left wrong rows: the finding to look for first
+    out["silently_mis_sent"] = sum(r[key]["error"] is None for r in bad)
+    if bad:
+        out["errors"] = sorted({r[key]["error"] or "exit 0, rows mis-sent" for r in bad})
+        out["arrived"] = [r[key]["check"] for r in bad]
+    out["checks_ok"] = sum(r[key]["check"]["ok"] for r in runs)
+    if not good:
+        return out
+    rates = [copies / r[key]["seconds"] for r in good]
+    ratios = sorted(round(rate / _fastest(r), 3) for rate, r in zip(rates, good))
+    out |= {
+        "command_seconds": round(statistics.median(r[key]["seconds"] for r in good), 2),
+        "command_seconds_all": [round(r[key]["seconds"], 2) for r in good],
+        "rows_per_s": round(statistics.median(rates)),  # copies per second of the whole command
+        "rows_per_s_range": [round(min(rates)), round(max(rates))],
+        "ratio": round(statistics.median(ratios), 3),  # against the fastest raw
+        "ratios": ratios,
+        "ratio_vs_raw_text": round(statistics.median(x / r["raw_text"] for x, r in zip(rates, good)), 3),
+        "ratio_vs_raw_binary": round(statistics.median(x / r["raw_binary"] for x, r in zip(rates, good)), 3),
+        "runs_at_target": sum(x >= TARGET for x in ratios),
+        "peak_rss_mb": round(max(r[key]["peak_rss_mb"] for r in good)),
+        # the round itself, as the summary times it: once the command and its Spark session started
+        "publish_seconds": round(statistics.median(r[key]["publish_seconds"] for r in good), 2),
+        "publish_ratio": round(statistics.median(copies / r[key]["publish_seconds"] / _fastest(r) for r in good), 3),
+    }
+    return out
+
+
 def report(
-    args: argparse.Namespace, copies: int, runs: list[dict[str, Any]], modes: list[str], idle: Ran
+    args: argparse.Namespace,
+    copies: int,
+    runs: list[dict[str, Any]],
+    modes: list[str],
+    chosen: list[Variant],
+    idle: Ran,
 ) -> dict[str, Any]:
-    """Medians over the repeats; each run's ratio against the fastest raw of its own repeat."""
+    """Medians over the repeats. The default driver's modes at the top (as before ``--driver``), and
+    every variant's under ``drivers``: ``{label: {driver, array_binding, modes: {mode: figures}}}``."""
+    raw = {fmt: [r[f"raw_{fmt}"] for r in runs] for fmt in ("text", "binary")}
     out: dict[str, Any] = {
         "rows": args.rows,
         "subscribers": args.subscribers,
         "copies": copies,
         "batch_size": args.batch_size,
         "repeat": args.repeat,
-        "raw_rows_per_s": round(statistics.median(r["raw_text"] for r in runs)),  # text COPY
-        "raw_binary_rows_per_s": round(statistics.median(r["raw_binary"] for r in runs)),
+        "raw_rows_per_s": round(statistics.median(raw["text"])),  # text COPY
+        "raw_binary_rows_per_s": round(statistics.median(raw["binary"])),
         "raw_fastest_rows_per_s": round(statistics.median(_fastest(r) for r in runs)),
+        "raw_range": {fmt: [round(min(v)), round(max(v))] for fmt, v in raw.items()},
         "idle_command_seconds": round(idle.seconds, 2),
         "idle_command_peak_rss_mb": round(idle.peak_rss_mb or 0),
+        "drivers": {},
     }
-    for mode in modes:
-        rates = [copies / r[mode]["seconds"] for r in runs]
-        ratios = sorted(round(rate / _fastest(r), 3) for rate, r in zip(rates, runs))
-        out[mode] = {
-            "command_seconds": round(statistics.median(r[mode]["seconds"] for r in runs), 2),
-            "command_seconds_all": [round(r[mode]["seconds"], 2) for r in runs],
-            "rows_per_s": round(statistics.median(rates)),  # copies per second of the whole command
-            "ratio": round(statistics.median(ratios), 3),  # against the fastest raw
-            "ratios": ratios,
-            "ratio_vs_raw_text": round(statistics.median(x / r["raw_text"] for x, r in zip(rates, runs)), 3),
-            "ratio_vs_raw_binary": round(statistics.median(x / r["raw_binary"] for x, r in zip(rates, runs)), 3),
-            "runs_at_target": sum(x >= TARGET for x in ratios),
-            "peak_rss_mb": round(max(r[mode]["peak_rss_mb"] for r in runs)),
-            # the round itself, as the summary times it: once the command and its Spark session started
-            "publish_seconds": round(statistics.median(r[mode]["publish_seconds"] for r in runs), 2),
-            "publish_ratio": round(
-                statistics.median(copies / r[mode]["publish_seconds"] / _fastest(r) for r in runs), 3
-            ),
+    for variant in chosen:
+        figures = {mode: summary(copies, runs, f"{variant.label}/{mode}") for mode in filter(variant.runs, modes)}
+        out["drivers"][variant.label] = {
+            "driver": variant.driver,
+            "array_binding": variant.array_binding,
+            "modes": figures,
         }
+        if variant == Variant(DEFAULT_DRIVER):
+            out |= figures
     out["target"] = TARGET
     return out
+
+
+def table(out: dict[str, Any], chosen: list[Variant], modes: list[str]) -> str:
+    """The report as a table: per variant and mode the median and range of the whole command's rate
+    and of its ratio to the fastest raw, its peak memory, and how many runs' rows checked out."""
+    lines = [
+        f"{'variant / mode':32} {'copies/s median [range]':>26} {'ratio median [range]':>22} "
+        f"{'peak MB':>8} {'rows ok':>8}"
+    ]
+    for variant in chosen:
+        for mode in filter(variant.runs, modes):
+            s = out["drivers"][variant.label]["modes"][mode]
+            name = f"{variant.label} / {mode}"
+            ok = f"{s['checks_ok']}/{s['runs']}"
+            if "rows_per_s" not in s:
+                lines.append(f"{name:32} {'failed: ' + s['errors'][0]}  rows ok {ok}")
+                continue
+            low, high = s["rows_per_s_range"]
+            rate = f"{s['rows_per_s']:,} [{low:,}-{high:,}]"
+            ratio = f"{s['ratio']:.2f} [{s['ratios'][0]:.2f}-{s['ratios'][-1]:.2f}]"
+            lines.append(f"{name:32} {rate:>26} {ratio:>22} {s['peak_rss_mb']:>8} {ok:>8}")
+    for fmt in ("text", "binary"):
+        low, high = out["raw_range"][fmt]
+        median = out["raw_rows_per_s"] if fmt == "text" else out["raw_binary_rows_per_s"]
+        lines.append(f"{'raw COPY ' + fmt:32} {f'{median:,} [{low:,}-{high:,}]':>26}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -128,6 +128,32 @@ def test_publish_bench_measures_both_modes_against_both_raw_limits(fresh_pg_uri:
         assert summary["ratio"] > 0 and summary["ratio_vs_raw_binary"] > 0
 
 
+def test_publish_bench_measures_pyodbc_with_and_without_array_binding(fresh_pg_uri: str) -> None:
+    """pyodbc over psqlodbc, beside the default driver: array binding off (PostgreSQL's setting) and
+    on (SQL Server's), each run's rows checked. Array binding on psqlodbc may fail (it does with
+    pyodbc 5.5 and psqlodbc 13: bytea is described without a size); it must never mis-send quietly."""
+    result = _bench(
+        "publish.py",
+        *("--rows", "600", "--batch-size", "200", "--modes", "driver", "--driver", "psycopg,pyodbc"),
+        *("--repeat", "1", "--dsn", fresh_pg_uri),
+    )
+    variants = result["drivers"]
+    assert list(variants) == ["psycopg", "pyodbc", "pyodbc+array_binding"]
+    assert [(v["driver"], v["array_binding"]) for v in variants.values()] == [
+        ("psycopg", False),
+        ("pyodbc", False),
+        ("pyodbc", True),
+    ]
+    assert result["driver"] == variants["psycopg"]["modes"]["driver"]  # the default driver's figures stay on top
+    for label in ("psycopg", "pyodbc"):
+        summary = variants[label]["modes"]["driver"]
+        assert summary["runs"] == summary["checks_ok"] == 1 and summary["failed_runs"] == 0, summary
+        assert summary["rows_per_s"] > 0 and summary["ratio"] > 0 and summary["peak_rss_mb"] > 20
+    array = variants["pyodbc+array_binding"]["modes"]["driver"]
+    assert array["runs"] == 1 and array["silently_mis_sent"] == 0, array
+    assert array["checks_ok"] == 1 or (array["failed_runs"] == 1 and array["errors"] and array["arrived"]), array
+
+
 @pytest.mark.slow
 def test_replay_bench_measures_whole_commands_steps_and_fixed_costs(fresh_pg_uri: str) -> None:
     result = _bench("replay.py", "--rows", "2000", "--batch-size", "500", "--repeat", "2", "--dsn", fresh_pg_uri)
@@ -239,3 +265,28 @@ def test_backlog_bench_runs_a_first_backlog_on_defaults_with_its_peak_memory() -
     for stage in ("drain", "bodies", "transform", "publish"):
         assert one["stages"][stage]["status"] == "ok" and one["stages"][stage]["seconds"] is not None, one
     assert one["stages"]["bodies"]["rows"] == 3000 and one["stages"]["bodies"]["slices"] == 1
+
+
+@pytest.mark.slow
+def test_drain_bench_pins_the_server_and_itself_to_cpus_of_their_own() -> None:
+    """``--pin`` on its own embedded server (pinning a shared one would move the suite's server): the
+    JSON says the pinning, checked after every leg, and each leg's server CPU is the server's own.
+    Unpinned only where this platform cannot pin at all, and then it says why."""
+    result = _bench("drain.py", "--rows", "2000", "--batch-size", "500", "--pin")
+    pinning = result["pinning"]
+    assert result["embedded"] and pinning["requested"] is True
+    can_pin = hasattr(os, "sched_setaffinity") and Path("/proc").is_dir() and len(os.sched_getaffinity(0)) >= 2
+    if not can_pin:
+        assert pinning["pinned"] is False and pinning["reason"], pinning
+        return
+    assert pinning["pinned"] is True, pinning
+    (server,), (client,) = pinning["server_cpus"], pinning["client_cpus"]
+    assert server != client and {server, client} <= os.sched_getaffinity(0)
+    # once when pinned, then after each of the four legs (raw and drain, fresh and churned)
+    assert pinning["checks"] == 5, pinning
+    assert pinning["server_processes_checked"] >= 5 and pinning["client_threads_checked"] >= 5, pinning
+    assert pinning["postmaster_taskset"].endswith(f": {server}"), pinning
+    for table in ("fresh", "churned"):
+        summary = result[table]
+        assert summary["cpu"]["raw"]["server_cpu_s"] >= 0 and summary["cpu"]["drain"]["server_cpu_s"] >= 0
+        assert summary["batches"] >= 4 and summary["setup_seconds"] is not None
