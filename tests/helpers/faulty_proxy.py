@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import http.client
 import random
+import re
 import socket
 import struct
 import sys
@@ -56,6 +57,7 @@ class FaultyProxy:
         reset_rate: float = 0.0,
         seed: int = 0,
         from_first_request: bool = False,
+        small_reads: int = 0,
     ) -> None:
         parsed = urlparse(target)
         self.target_host, self.target_port = parsed.hostname or "127.0.0.1", parsed.port or 80
@@ -65,6 +67,9 @@ class FaultyProxy:
         # the plan's clock starts at the first request, not at ``start``: a test whose first request must
         # meet a burst's start does not depend on how long its client took to set up
         self.from_first_request = from_first_request
+        # this many ranged GETs shorter than the SlowDown body are throttled, whatever the plan: S3's
+        # throttling of a small read (a column chunk), whose error body the client's buffer cannot hold
+        self.small_reads = small_reads
         self.requests = self.throttled = self.resets = 0
         self.throttled_by: collections.Counter[str] = collections.Counter()
         self._random = random.Random(seed)
@@ -110,6 +115,20 @@ class FaultyProxy:
 
     def in_burst(self) -> bool:
         return (time.monotonic() - self._start) % self.period < self.burst
+
+    def throttles_small_read(self, method: str, byte_range: str, user_agent: str = "") -> bool:
+        """Whether this request is one of the ``small_reads`` to throttle (counted as throttled)."""
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range.strip())
+        with self._lock:
+            if method != "GET" or match is None or self.small_reads <= 0:
+                return False
+            if int(match.group(2)) - int(match.group(1)) + 1 >= len(SLOW_DOWN):
+                return False
+            self.small_reads -= 1
+            self.requests += 1
+            self.throttled += 1
+            self.throttled_by[client_of(user_agent)] += 1
+            return True
 
     def verdict(self, user_agent: str = "") -> str:
         """``forward``, ``throttle`` or ``reset`` for the next request (counted)."""
@@ -177,7 +196,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         body = self._read_body()  # whole, whatever happens next: the connection stays in step
-        verdict = self.owner.verdict(self.headers.get("User-Agent", ""))
+        agent = self.headers.get("User-Agent", "")
+        if self.owner.throttles_small_read(self.command, self.headers.get("Range", ""), agent):
+            self._reply(503, [("Content-Type", "application/xml"), ("x-amz-request-id", "QLFAULTYPROXY")], SLOW_DOWN)
+            return
+        verdict = self.owner.verdict(agent)
         if verdict == "reset":
             # SO_LINGER 0: close() sends RST, as a dropped connection looks to the client
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

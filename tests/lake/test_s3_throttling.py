@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from queuelake.commands.demo import traffic
 from queuelake.lake import storage
@@ -105,6 +106,30 @@ def test_pyarrow_rides_out_a_burst_and_without_retries_does_not(s3: str) -> None
         with pytest.raises(OSError, match="503"):
             fs.get_file_info(f"{BUCKET}/absent")
         assert proxy.requests == 1
+
+
+def test_a_throttled_small_read_is_read_again(s3: str) -> None:
+    """A throttled ranged read shorter than the 503 SlowDown body (a small column chunk): the S3 client
+    reports it as INTERNAL_FAILURE "Failed to flush response stream", which its own retries skip (a CI
+    run's ``maintain`` failed so, building the id index); the lake's readers read it again."""
+    import pyarrow.parquet as pq
+    from queuelake.lake import round_files
+
+    uri = f"s3://{BUCKET}/small-read-{uuid.uuid4().hex[:8]}.parquet"
+    rows = pa.table({"body": pa.array([b"x" * 1000] * 200), "tiny": pa.array([1] * 200, pa.int8())})
+    fs, path = storage.filesystem(uri, resolved_options(s3))
+    with fs.open_output_stream(path) as out:
+        pq.write_table(rows, out)
+    with FaultyProxy(s3, burst=0.0, period=600.0, error_rate=0.0, small_reads=1) as proxy:
+        fs, path = storage.filesystem(uri, resolved_options(proxy.url))
+        with pytest.raises(OSError, match=storage.TRANSIENT_READ):  # pyarrow's client alone
+            pq.ParquetFile(path, filesystem=fs).read(columns=["tiny"])
+        assert proxy.small_reads == 0
+        proxy.small_reads = 1
+        storage.register(uri.rsplit("/", 1)[0], resolved_options(proxy.url))
+        read = round_files.open_file(uri).read(columns=["tiny"])
+        assert proxy.small_reads == 0 and proxy.throttled == 2, "the throttle did not meet the reader"
+    assert read.column("tiny").to_pylist() == [1] * 200
 
 
 def test_retry_defaults_and_overrides() -> None:

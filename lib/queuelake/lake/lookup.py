@@ -27,6 +27,7 @@ cover yet). Steps 2 and 3 are unchanged: every row returned holds a value asked 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -165,7 +166,7 @@ def _holds(fs: Any, path: str, column: str, value_set: pa.Array) -> list[int]:
     column was added to the table holds none)."""
     import pyarrow.parquet as pq
 
-    file = pq.ParquetFile(path, filesystem=fs)
+    file = storage.read_retrying(lambda: pq.ParquetFile(path, filesystem=fs), path)
     parquet = file.metadata.schema  # leaf columns: a map or a list before ours shifts its index
     index = next((i for i in range(len(parquet)) if parquet.column(i).path == column), None)
     if index is None:
@@ -177,7 +178,8 @@ def _holds(fs: Any, path: str, column: str, value_set: pa.Array) -> list[int]:
         if stats is not None and stats.has_min_max and isinstance(stats.min, str) and isinstance(stats.max, str):
             if not _may_hold(stats.min, stats.max, wanted):
                 continue
-        values = as_string(file.read_row_group(group, columns=[column], use_threads=False).column(0))
+        read = functools.partial(file.read_row_group, group, columns=[column], use_threads=False)
+        values = as_string(storage.read_retrying(read, path).column(0))
         if pc.any(pc.is_in(values, value_set=value_set)).as_py():
             found.append(group)
     return found
@@ -197,9 +199,11 @@ def _matching_rows(
     against 0.16-0.22 s through a dataset fragment's subset."""
     import pyarrow.parquet as pq
 
-    file = pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT)
+    file = storage.read_retrying(
+        lambda: pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT), path
+    )
     present = [name for name in schema.names if name in file.schema_arrow.names]
-    data = file.read_row_groups(groups, columns=present, use_threads=True)
+    data = storage.read_retrying(lambda: file.read_row_groups(groups, columns=present, use_threads=True), path)
     # cast first: a file a delete rewrote holds string_view, which pyarrow cannot filter (no take kernel)
     arrays = [
         data.column(f.name).cast(f.type) if f.name in present else pa.nulls(data.num_rows, f.type) for f in schema

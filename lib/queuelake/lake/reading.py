@@ -102,6 +102,8 @@ def _filesystem_paths(uris: list[str]) -> tuple[Any, list[str]]:
 
 def read_arrow(dt: DeltaTable, columns: list[str] | None = None) -> pa.Table:
     """The loaded version as one Arrow table with the table's schema (columns added later read null)."""
+    from queuelake.lake.storage import read_retrying
+
     schema = table_schema(dt)
     partition_by = list(dt.metadata().partition_columns)
     wanted = list(columns) if columns is not None else schema.names
@@ -113,9 +115,9 @@ def read_arrow(dt: DeltaTable, columns: list[str] | None = None) -> pa.Table:
     pieces = []
     for values, uris in files_by_partition(dt):
         filesystem, paths = _filesystem_paths(uris)
-        data = ds.dataset(paths, schema=data_schema, format=parquet_format(), filesystem=filesystem).to_table(
-            columns=[c for c in wanted if c not in partition_by]
-        )
+        dataset = ds.dataset(paths, schema=data_schema, format=parquet_format(), filesystem=filesystem)
+        columns = [c for c in wanted if c not in partition_by]
+        data = read_retrying(functools.partial(dataset.to_table, columns=columns), dt.table_uri)
         arrays = []
         for field in out_schema:
             if field.name in partition_by:

@@ -20,6 +20,7 @@ and ships them with the task, which hands them to ``grant`` before opening any f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +47,9 @@ class LakeFile:
     pipelines use (``is_in``, ``take``, comparisons with a ``string``) have none for it: readers failed on
     such files until the next compaction (issue 57). Every read here returns ``plain_table``'s types."""
 
-    def __init__(self, parquet: pq.ParquetFile) -> None:
+    def __init__(self, parquet: pq.ParquetFile, name: str = "a data file") -> None:
         self._parquet = parquet
+        self._name = name  # the file, for a log line about a throttled read
 
     @property
     def metadata(self) -> pq.FileMetaData:
@@ -58,13 +60,15 @@ class LakeFile:
         return plain_table(self._parquet.schema_arrow.empty_table()).schema
 
     def read(self, columns: list[str] | None = None) -> pa.Table:
-        return plain_table(self._parquet.read(columns=columns))
+        return plain_table(storage.read_retrying(lambda: self._parquet.read(columns=columns), self._name))
 
     def read_row_group(self, group: int, columns: list[str] | None = None) -> pa.Table:
-        return plain_table(self._parquet.read_row_group(group, columns=columns))
+        read = functools.partial(self._parquet.read_row_group, group, columns=columns)
+        return plain_table(storage.read_retrying(read, self._name))
 
     def read_row_groups(self, groups: list[int], columns: list[str] | None = None) -> pa.Table:
-        return plain_table(self._parquet.read_row_groups(groups, columns=columns))
+        read = functools.partial(self._parquet.read_row_groups, groups, columns=columns)
+        return plain_table(storage.read_retrying(read, self._name))
 
     def iter_batches(self, **options: Any) -> Iterator[pa.RecordBatch]:
         for batch in self._parquet.iter_batches(**options):
@@ -79,7 +83,10 @@ def open_file(uri: str) -> LakeFile:
     import pyarrow.parquet as pq
 
     fs, path = storage.filesystem(uri)
-    return LakeFile(pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT))
+    opened = storage.read_retrying(
+        lambda: pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT), uri
+    )
+    return LakeFile(opened, uri)
 
 
 def rows_in_files(uris: Sequence[str]) -> int:
@@ -92,7 +99,10 @@ def read_table(uri: str, columns: list[str]) -> pa.Table:
     import pyarrow.parquet as pq
 
     fs, path = storage.filesystem(uri)
-    return plain_table(pq.read_table(path, columns=columns, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT))
+    read = functools.partial(
+        pq.read_table, path, columns=columns, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT
+    )
+    return plain_table(storage.read_retrying(read, uri))
 
 
 def dataset(uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:

@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from queuelake.errors import LakeError
+from queuelake.report import log
+
+T = TypeVar("T")
 
 _ROOTS: dict[str, dict[str, str]] = {}
 _GUARD = threading.Lock()
@@ -185,6 +189,31 @@ def retry_strategy(opts: Mapping[str, str]) -> Any:
     from pyarrow import fs as pafs
 
     return pafs.AwsDefaultS3RetryStrategy(max_attempts=_retries(opts))
+
+
+# The AWS SDK for C++ (pyarrow's S3 client) reads a ranged GET into a buffer the size of the range. A
+# throttled read whose 503 SlowDown body is longer than the range (the XML into an 81-byte column chunk)
+# turns that buffer bad: the SDK reports INTERNAL_FAILURE "Failed to flush response stream", which it
+# marks not retryable, so ``retry_strategy`` never sees it. A CI run's ``maintain`` behind a throttling
+# store failed so, reading the journal's small column chunks for the id index.
+TRANSIENT_READ = "Failed to flush response stream"
+READ_RETRIES = 10  # as RETRY_DEFAULTS' max_retries: waits of 0.3 s doubling, at most 5 s (~34 s in all)
+
+
+def read_retrying(read: Callable[[], T], what: str) -> T:
+    """``read()`` (a whole read of lake files through pyarrow: idempotent), again after a wait when the
+    S3 client failed it with the transient error its own retries skip (``TRANSIENT_READ``)."""
+    wait = 0.3
+    for attempt in range(READ_RETRIES + 1):
+        try:
+            return read()
+        except OSError as exc:
+            if TRANSIENT_READ not in str(exc) or attempt == READ_RETRIES:
+                raise
+            log.info("lake: reading %s met a throttled store (%s); again in %.1fs", what, TRANSIENT_READ, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, 5.0)
+    raise AssertionError("unreachable")
 
 
 def path_in(uri: str) -> str:
