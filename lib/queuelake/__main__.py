@@ -1,3 +1,3 @@
-from queuelake.cli import main
+from queuelake.cli import console
 
-raise SystemExit(main())
+raise SystemExit(console())

@@ -66,4 +66,5 @@ def jobs() -> list[Command]:
 def console_scripts() -> list[str]:
     """``setup.py``'s console scripts: the CLI, and ``queuelake-<job>`` for each job (its
     ``queuelake.jobs`` function raises on failure, as a Databricks ``python_wheel_task`` needs)."""
-    return ["queuelake=queuelake.cli:main"] + [f"queuelake-{c.name}=queuelake.jobs:{c.function_name}" for c in jobs()]
+    jobs_ = [f"queuelake-{c.name}=queuelake.jobs:{c.function_name}" for c in jobs()]
+    return ["queuelake=queuelake.cli:console", *jobs_]

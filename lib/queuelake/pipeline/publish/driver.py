@@ -43,16 +43,24 @@ Lost = list[tuple[dict[str, Any], str | None, str]]
 
 
 class DbClock:
-    """The database's clock, read between queries: its offset from this machine's clock, taken at
-    each batch's transaction (``db_utc_now``). A builder thread cannot ask the connection (it is
-    sending), and the headers must not carry this machine's clock."""
+    """The database's clock, read between queries: its offset from this machine's clock, taken when
+    a batch's transaction reads now() (``db_utc_now``), and at least every ``MAX_AGE`` seconds. A
+    builder thread cannot ask the connection (it is sending), and the headers must not carry this
+    machine's clock."""
+
+    MAX_AGE = 10.0  # seconds: an offset between two clocks does not move in that time
 
     def __init__(self, db_now: dt.datetime) -> None:
         self.offset = dt.timedelta(0)
+        self.read_at = 0.0
         self.update(db_now)
 
     def update(self, db_now: dt.datetime) -> None:
         self.offset = db_now - dt.datetime.now(dt.timezone.utc)
+        self.read_at = time.monotonic()
+
+    def stale(self) -> bool:
+        return time.monotonic() - self.read_at >= self.MAX_AGE
 
     def now(self) -> dt.datetime:
         return dt.datetime.now(dt.timezone.utc) + self.offset
@@ -154,8 +162,14 @@ class DriverSender:
     ) -> Sent:
         """Every deliverable copy of every row, in the batch's transaction (its ledger row and the
         commit follow, in the sender). Copies that cannot be delivered are recorded first (an
-        idempotent lake append keyed by the batch), so a rerun after a crash records them once."""
+        idempotent lake append keyed by the batch), so a rerun after a crash records them once.
+        A batch built ahead with every copy deliverable asks the database for now() only when its
+        copies carry Expires (``binary_copy.send``) or the clock's offset is old: a round trip per
+        batch was 0.1-0.17 s of a 300,000-row publish."""
         rows = batch.rows
+        if batch.built is not None and not batch.built[1] and not clock.stale():
+            batch.built[0].insert(conn)
+            return Sent(rows.num_rows, batch.built[0].copies, 0)
         now = queues.db_utc_now(conn)
         clock.update(now)
         if batch.built is None:
