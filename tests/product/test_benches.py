@@ -290,3 +290,29 @@ def test_drain_bench_pins_the_server_and_itself_to_cpus_of_their_own() -> None:
         summary = result[table]
         assert summary["cpu"]["raw"]["server_cpu_s"] >= 0 and summary["cpu"]["drain"]["server_cpu_s"] >= 0
         assert summary["batches"] >= 4 and summary["setup_seconds"] is not None
+
+
+@pytest.mark.slow
+def test_where_bench_asks_each_question_with_every_state_of_the_index() -> None:
+    """``bench/where.py`` at a tiny size: the three questions (a typed key, a message id, a
+    conversation) with no index, one left behind by the last journal files and a current one, each
+    finding the target's rows; the index's own build, rewrite and increment timed."""
+    result = _bench(
+        "where.py",
+        *("--rows", "6000", "--waiting", "1000", "--repeat", "1", "--batch-size", "1000"),
+        *("--increment-rows", "3000", "--behind", "2"),
+    )
+    assert result["rows"] == 6000 and result["target"]["journal_rows"] >= 1
+    answers = result["where_by_index_state"]
+    assert sorted(answers) == ["behind", "current", "none"]
+    for state, questions in answers.items():
+        assert sorted(questions) == ["conversation", "key", "message"], state
+        for question, answer in questions.items():
+            assert answer["seconds"] > 0 and answer["not_searched"] == [], (state, question, answer)
+            assert answer["journal"]["index"]["used"] is (state != "none"), (state, question)
+        assert questions["message"]["found"] == result["target"]["journal_rows"], state
+        assert questions["key"]["found"] >= questions["message"]["found"], state
+        assert questions["conversation"]["journal"]["found"] == result["target"]["conversation_rows"], state
+    assert answers["behind"]["message"]["journal"]["index"]["unindexed_files"] == 2
+    for step in ("build", "rewrite", "increment"):
+        assert result["index"][step]["seconds"] > 0, step
