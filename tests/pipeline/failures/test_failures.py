@@ -20,7 +20,7 @@ from queuelake.commands.demo import traffic
 from queuelake.config import Config, from_dict
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.nsb import headers as hdr
-from queuelake.nsb.retry import REPLAY_ID, REPLAY_KIND, REPLAY_SOURCE
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_KIND, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID, unique_message_id
 from queuelake.pipeline.failures import fingerprint as fp
 from queuelake.pipeline.failures.groups import Group
 from queuelake.pipeline.failures.run import failure_groups
@@ -194,11 +194,12 @@ def test_groups_counts_times_and_exact_replay_predicates(cfg: Config) -> None:
     assert (s["copies"], s["messages"], s["retry_failures"]) == (7, 6, 1)
     assert (s["retried"], s["retried_processed"], s["retried_failed_again"]) == (2, 1, 1)
     assert a2.last_seen == T0 + dt.timedelta(minutes=62)
-    assert a2.message_ids() == [ORDERS[i].id for i in (0, 2, 3, 4, 1, 7)]  # by each one's latest failure
+    # by each one's latest failure; order 0, processed by its retry, is resolved: a replay leaves it
+    assert a2.message_ids() == [ORDERS[i].id for i in (2, 3, 4, 1, 7)] and s["resolved"] == 1
     # the predicate printed before still selects the same rows: the later failures are not added
     assert _selects(cfg, frozen_a) == a_rows
-    # the new one: each message's latest failure (order 1's retry failure, not its first)
-    assert _selects(cfg, a2.where) == _rows(a2) and len(_rows(a2)) == 6
+    # the new one: each unresolved message's latest failure (order 1's retry failure, not its first)
+    assert _selects(cfg, a2.where) == _rows(a2) and len(_rows(a2)) == 5
     assert not _rows(a2) <= a_rows
 
     # replay's dry run, without Spark, selects the group
@@ -206,7 +207,39 @@ def test_groups_counts_times_and_exact_replay_predicates(cfg: Config) -> None:
         raise AssertionError("the group's predicate needed Spark")
 
     summary = replay(cfg, None, open_lake(cfg.lake), ReplayOptions(a2.where, dry_run=True), start_spark=no_spark)
-    assert (summary["selected_by"], summary["selected"]) == ("arrow", 6), summary
+    assert (summary["selected_by"], summary["selected"]) == ("arrow", 5), summary
+
+
+def test_servicecontrol_retries_resolve_failures_and_leave_the_replay(cfg: Config) -> None:
+    """ServiceControl retries keep the MessageId and name no journal row: their copies carry
+    ``ServiceControl.Retry.UniqueMessageId``. A retry processed later (an audit copy) resolves the
+    message's failure: it counts as retried and processed, and the group's replay --where leaves it (it
+    would be processed twice); one that failed again counts so and stays; a group whose every message
+    was processed since selects no row."""
+
+    def sc_retry(m: OutgoingMessage) -> OutgoingMessage:
+        failed = hdr.decode_map(_failed(m, "Billing", TIMEOUT, 0, "").headers)
+        return _with(m, {RETRY_UNIQUE_MESSAGE_ID: unique_message_id(failed) or ""})
+
+    later = T0 + dt.timedelta(hours=2)
+    processed = traffic.audit_copy(sc_retry(ORDERS[2]), "Billing", later, 30)
+    again = _failed(sc_retry(ORDERS[3]), "Billing", TIMEOUT, 120, BUILD_1[0])
+    shipped = [traffic.audit_copy(sc_retry(m), "Shipping", later, 10) for m in BILLS]
+    _seed(cfg, "audit", [processed, *shipped])
+    _seed(cfg, "error", [again])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+
+    found = failure_groups(open_lake(cfg.lake))
+    a = next(g for g in found.groups if g.exception_type == TIMEOUT and len(g.rows) == 6)
+    s = a.summary()
+    assert (s["retried"], s["retried_processed"], s["retried_failed_again"]) == (2, 1, 1), s
+    assert (s["messages"], s["resolved"], s["retry_failures"]) == (5, 1, 1), s
+    assert a.message_ids() == [ORDERS[i].id for i in (0, 1, 4, 3)]  # order 2 resolved; order 3 by its retry
+    assert _selects(cfg, a.where) == _rows(a) and len(_rows(a)) == 4
+    c = next(g for g in found.groups if g.exception_type == NO_ADDRESS)
+    assert (c.summary()["resolved"], c.replay_rows()) == (2, [])
+    assert _selects(cfg, c.where) == set()
+    assert found.summary()["unresolved_messages"] == 4 + 2  # A's four and B's two
 
 
 def test_quotes_in_keys_go_to_spark_escaped() -> None:

@@ -35,10 +35,10 @@ from queuelake.lake.engines import open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.bodies import run as bodies_run
 from queuelake.pipeline.where.keys import body_matches, typed_value
-from queuelake.transport import db, installer, queues
+from queuelake.transport import db, installer, queues, subscriptions
 from queuelake.transport.peek_rows import peek_matching
 from queuelake.transport.queues import OutgoingMessage
-from queuelake.transport.table_refs import queue_ref
+from queuelake.transport.table_refs import bridge_ref, queue_ref
 
 from tests.helpers.stages import drain
 
@@ -48,6 +48,9 @@ CONVERSATION = {name: f"c0c0c0c0-0000-4000-8000-0000000000{i:02d}" for i, name i
 SALES, BILLING, SHIPPING = '"public"."Sales"', '"public"."Billing"', '"public"."Shipping"'
 AUDIT, ERROR = '"public"."audit"', '"public"."error"'
 DELAYED = '"public"."Billing.Delayed"'
+ID.update({name: f"7a1d0c3e-5b2f-4c6d-9e8f-0a1b2c3d4e{i:02d}" for i, name in enumerate("GH", start=6)})
+CONVERSATION.update({name: f"c0c0c0c0-0000-4000-8000-0000000000{i:02d}" for i, name in enumerate("GH", start=6)})
+OTHERS = list(traffic.order_events(40, seed=61, start=SENT))
 
 
 def _order(name: str, seconds: int, ttbr_ms: int | None = None) -> OutgoingMessage:
@@ -99,7 +102,7 @@ def system(pg_uri: str, tmp_path_factory: pytest.TempPathFactory, spark: Any) ->
     t = cfg.transport
     orders = {name: _order(name, i) for i, name in enumerate("ABCDEF")}
     orders["F"] = _order("F", 5, ttbr_ms=1)
-    others = list(traffic.order_events(40, seed=61, start=SENT))
+    others = OTHERS
     with db.connect(t) as conn:
         installer.install(conn, installer.plan(cfg, extra_queues=["Billing", "Shipping"]))
         conn.commit()
@@ -200,6 +203,8 @@ def test_waiting_delayed_and_expired_messages(system: tuple[Path, Path, str]) ->
     assert rows[0]["due_now"] is False
     summary, rows, _ = _where(system, "--message-id", ID["F"])
     assert _places(rows) == [("expired", SALES)]
+    # found by its row id, which is its message id: the answer names the message asked about
+    assert rows[0]["message_id"] == ID["F"] and summary["messages"][0]["message_id"] == ID["F"]
 
 
 def test_a_conversation_and_an_unknown_id(system: tuple[Path, Path, str]) -> None:
@@ -322,6 +327,64 @@ def test_body_and_value_rules() -> None:
     assert typed_value("4711", pa.int64()) == 4711 and typed_value("TRUE", pa.bool_()) is True
     with pytest.raises(ValueError):
         typed_value("order-1", pa.int64())
+
+
+def test_the_queues_of_endpoints_the_config_and_records_know_are_read(system: tuple[Path, Path, str]) -> None:
+    """A message in no journal row is still found waiting in the input queue of an endpoint that the
+    system names somewhere: an endpoint with a delayed store (Billing: its queue is beside it), a
+    subscriber in the subscription table (Warehouse), and the queue a replay sent a copy to (Shipping,
+    through ``replay_lineage``: the copy has a new MessageId and no journal row yet)."""
+    conf, work, uri = system
+    cfg = from_dict({**_settings(conf.parent / "lake", ["Sales"]), "transport": {"connection": uri}}, env={})
+    t = cfg.transport
+    waiting = {name: _order(name, 30 + i) for i, name in enumerate(("G", "H"), start=0)}
+    with db.connect(t) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Warehouse"]))
+        subscriptions.subscribe(
+            conn, bridge_ref(t.subscription_table, t), "Warehouse", "Warehouse", "Sales.Messages.Events.OrderPlaced"
+        )
+        traffic.seed(conn, queue_ref("Billing", t), [waiting["G"]])
+        traffic.seed(conn, queue_ref("Warehouse", t), [waiting["H"]])
+        conn.commit()
+    summary, rows, _ = _where(system, "--message-id", ID["G"])
+    assert _places(rows) == [("waiting", BILLING)], rows
+    summary, rows, _ = _where(system, "--message-id", ID["H"])
+    assert _places(rows) == [("waiting", '"public"."Warehouse"')], rows
+    # a drained order replayed --to Shipping: its copy waits there under a new MessageId
+    drained = _where(system, "--message-id", OTHERS[30].id or "")[1]
+    assert _places(drained) == [("drained", SALES)]
+    replayed, _, proc = _cli(
+        [
+            "replay",
+            "-c",
+            str(conf),
+            "--where",
+            f"message_id = '{OTHERS[30].id}' AND queue = '{SALES}'",
+            "--to",
+            "Shipping",
+        ],
+        work,
+        uri,
+    )
+    assert replayed["status"] == "ok", proc.stderr[-3000:]
+    summary, rows, _ = _where(system, "--message-id", OTHERS[30].id or "")
+    assert _places(rows) == [("drained", SALES), ("waiting", SHIPPING)], rows
+    assert rows[1]["original_message_id"] == OTHERS[30].id and rows[1]["replay_kind"] == "replay"
+
+
+def test_a_compaction_does_not_make_the_typed_tables_look_behind(system: tuple[Path, Path, str], spark: Any) -> None:
+    """The typed tables brought up to the journal, then ``maintain`` compacts the journal (a new Delta
+    version, no new row): a business key's answer does not say the typed tables lag behind."""
+    conf, work, uri = system
+    cfg = from_dict({**_settings(conf.parent / "lake", ["Sales"]), "transport": {"connection": uri}}, env={})
+    assert bodies_run.bodies(cfg, spark, open_lake(cfg.lake, spark))["status"] == "ok"
+    maintained, _, proc = _cli(["maintain", "-c", str(conf)], work, uri)
+    assert maintained["status"] == "ok", proc.stderr[-3000:]
+    assert maintained["tables"]["messages"]["files_compacted"] > 0, maintained["tables"]["messages"]
+    summary, rows, _ = _where(system, "--field", "OrderId", "--value", "order-A", "--no-peek")
+    assert summary["typed"]["journal_files_untyped"] == 0
+    assert summary["typed"]["journal_version_typed"] < summary["journal"]["version"]
+    assert not any("typed tables cover" in note for note in summary["notes"]), summary["notes"]
 
 
 def test_an_erased_message_is_said_erased_by_the_run_that_names_it(system: tuple[Path, Path, str]) -> None:

@@ -8,13 +8,16 @@ so a group keeps its id from run to run, and in every lake holding the same fail
 
 The replay selection (``Group.replay_rows``): the latest failed copy (highest ``at``, then ``seq``) of
 each message of the group, so a message that failed, was retried and failed again the same way is sent
-once. Its ``--where`` (``Group.where``) names the key columns (readable, and they let row-group
-statistics prune) and then the rows themselves by ``queue`` and ``seq``, per error queue either as
-``seq IN (...)`` or as ``seq BETWEEN lo AND hi`` less the other key-matching rows in that range, the
-shorter of the two. Rows are never rewritten in the journal (a row is its queue and seq for good), so
-the predicate selects exactly these rows at any later journal version: failures drained after it was
-printed are not added, and a rerun or a second replay of it sends the same rows. It is a predicate
-replay evaluates without Spark unless a key holds a backslash or a quote (Spark then reads it).
+once; a message whose latest failure a retry has since processed (a queuelake retry naming the row, or a
+ServiceControl retry: a later copy of the message with ServiceControl's retry id) is resolved, as
+ServicePulse resolves it, and not selected: sending it again would process it twice. Its ``--where``
+(``Group.where``) names the key columns (readable, and they let row-group statistics prune) and then the
+rows themselves by ``queue`` and ``seq``, per error queue either as ``seq IN (...)`` or as ``seq BETWEEN
+lo AND hi`` less the other key-matching rows in that range, the shorter of the two. Rows are never
+rewritten in the journal (a row is its queue and seq for good), so the predicate selects exactly these
+rows at any later journal version: failures drained after it was printed are not added, and a rerun or a
+second replay of it sends the same rows. It is a predicate replay evaluates without Spark unless a key
+holds a backslash or a quote (Spark then reads it).
 """
 
 from __future__ import annotations
@@ -86,10 +89,15 @@ class Group:
         return max(r.at for r in self.rows)
 
     def message_ids(self) -> list[str]:
-        """The group's distinct message ids, by when each last failed."""
+        """The distinct message ids a replay of the group sends, by when each last failed."""
         return [r.message_id or f"{r.queue}@{r.seq}" for r in self.replay_rows()]
 
     def replay_rows(self) -> list[Row]:
+        """The latest failed copy of each message not resolved since (``latest_rows`` less the rows a
+        retry processed), by ``at`` (then queue, seq)."""
+        return [r for r in self.latest_rows() if (r.queue, r.seq) not in self.retried_processed]
+
+    def latest_rows(self) -> list[Row]:
         """The latest failed copy of each message, by ``at`` (then queue, seq)."""
         latest: dict[str, Row] = {}
         for r in self.rows:
@@ -109,7 +117,8 @@ class Group:
             "fingerprint": self.fingerprint,
             "failed_queues": sorted({r.failed_queue for r in self.rows if r.failed_queue}),
             "copies": len(self.rows),
-            "messages": len(self.replay_rows()),
+            "messages": len(self.latest_rows()),
+            "resolved": len(self.latest_rows()) - len(self.replay_rows()),
             "first_seen": self.first_seen.isoformat(),
             "last_seen": self.last_seen.isoformat(),
             "retry_failures": sum(1 for r in self.rows if r.is_retry),
@@ -132,13 +141,15 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> list[Group]
         )
         g.rows.append(row)
         by_row[(row.queue, row.seq)] = g
+    by_message: dict[str, list[Row]] = defaultdict(list)
+    for g in groups.values():
+        for row in g.rows:
+            if row.message_id:
+                by_message[row.message_id].append(row)
     for copy in later or []:
-        queue, _, seq = copy.source.rpartition("@")
-        if not seq.isdigit():
-            continue
-        source = (queue, int(seq))
-        g_ = by_row.get(source)
-        if g_ is None:
+        source = _source(copy, by_message)
+        g_ = by_row.get(source) if source else None
+        if g_ is None or source is None:
             continue
         g_.retried.add(source)
         (g_.retried_failed_again if copy.failed_again else g_.retried_processed).add(source)
@@ -148,6 +159,21 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> list[Group]
     for g in groups.values():
         g.where = where(g, triples[g.key[:3]])
     return sorted(groups.values(), key=lambda g: (-len(g.rows), g.id))
+
+
+def _source(copy: LaterCopy, by_message: dict[str, list[Row]]) -> tuple[str, int] | None:
+    """The failed row a retry's copy retried: the row it names (queuelake), else the message's latest
+    failure before it (ServiceControl names none; its retries of one message follow one another)."""
+    if copy.source is not None:
+        queue, _, seq = copy.source.rpartition("@")
+        return (queue, int(seq)) if seq.isdigit() else None
+    if copy.message_id is None or copy.at is None:
+        return None
+    before = [r for r in by_message.get(copy.message_id, []) if r.at < copy.at]
+    if not before:
+        return None
+    latest = max(before, key=lambda r: (r.at, r.seq))
+    return (latest.queue, latest.seq)
 
 
 def literal(text: str) -> str:
@@ -171,6 +197,8 @@ def where(g: Group, same_columns: list[Row]) -> str:
     chosen: dict[str, set[int]] = defaultdict(set)
     for r in g.replay_rows():
         chosen[r.queue].add(r.seq)
+    if not chosen:  # every message resolved: a predicate that selects no row
+        return " AND ".join(parts + ["seq < 0"])
     matching: dict[str, set[int]] = defaultdict(set)
     for r in same_columns:
         matching[r.queue].add(r.seq)

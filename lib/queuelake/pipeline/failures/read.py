@@ -15,12 +15,15 @@ Retries (``later_copies``): a queuelake retry or redirect keeps the failed messa
 says which journal row it came from (``queuelake.Replay.Source``: ``<queue>@<seq>``). A second pass
 reads the ``message_id`` column of every file and, only in row groups holding one of the failed
 messages' ids, the ``headers`` of those rows: each copy naming a failed row as its source is a retry of
-it, processed (an audit copy) or failed again (an error copy). A replay ``--to`` another queue gives
-its copies new MessageIds, so it is not found here.
+it, processed (an audit copy) or failed again (an error copy). A ServiceControl retry keeps the
+MessageId too and names no row: its copies carry ``ServiceControl.Retry.UniqueMessageId``, and each
+such copy retries the message's latest failure before it (``groups.group`` matches them by time). A
+replay ``--to`` another queue gives its copies new MessageIds, so it is not found here.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +53,16 @@ SMALL = [
     "exception_message",
     "time_of_failure",
 ]
-_RETRY_SMALL = ["queue", "seq", "message_id", "failed_queue", "exception_type", "processing_ended"]
+_RETRY_SMALL = [
+    "queue",
+    "seq",
+    "message_id",
+    "failed_queue",
+    "exception_type",
+    "processing_ended",
+    "time_of_failure",
+    "drained_at",
+]
 
 
 @dataclass
@@ -136,15 +148,19 @@ def _empty() -> pa.Table:
 
 @dataclass(frozen=True)
 class LaterCopy:
-    """A copy that names a failed row as its retry's source: whether it was processed or failed again."""
+    """A retry's copy: the failed row it names as its source (a queuelake retry), or none (a
+    ServiceControl retry: ``message_id`` and ``at`` find the failure it retried); whether it was
+    processed or failed again."""
 
-    source: str  # <queue>@<seq> of the failed row
+    source: str | None  # <queue>@<seq> of the failed row; None: a ServiceControl retry
     failed_again: bool
+    message_id: str | None = None
+    at: dt.datetime | None = None  # TimeOfFailure or ProcessingEnded, else when it was drained
 
 
 def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[LaterCopy]:
-    """Every copy at ``version`` whose ``message_id`` is one of ``message_ids`` and whose
-    ``queuelake.Replay.Source`` names a journal row."""
+    """Every copy at ``version`` whose ``message_id`` is one of ``message_ids`` and that a retry sent:
+    its ``queuelake.Replay.Source`` names a journal row, or it carries ServiceControl's retry id."""
     if not message_ids:
         return []
     wanted = pa.array(sorted(message_ids), pa.string())
@@ -160,8 +176,13 @@ def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[
             picked = small.take(rows)
             headers = lake_file.read_row_group(group, ["headers"])["headers"].take(pa.array(rows))
             sources = _header(headers, REPLAY_SOURCE)
+            servicecontrol = _header(headers, RETRY_UNIQUE_MESSAGE_ID)
             failed = pc.or_(pc.is_valid(picked["failed_queue"]), pc.is_valid(picked["exception_type"])).to_pylist()
-            for source, again in zip(sources, failed):
+            at = pc.coalesce(picked["time_of_failure"], picked["processing_ended"], picked["drained_at"]).to_pylist()
+            ids = picked["message_id"].to_pylist()
+            for source, retry_id, again, when, message_id in zip(sources, servicecontrol, failed, at, ids):
                 if source:
-                    out.append(LaterCopy(source, bool(again)))
+                    out.append(LaterCopy(source, bool(again), message_id, when))
+                elif retry_id:
+                    out.append(LaterCopy(None, bool(again), message_id, when))
     return out

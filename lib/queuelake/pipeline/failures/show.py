@@ -46,7 +46,7 @@ def group_lines(groups: list[Group]) -> list[str]:
         (
             g.id,
             str(len(g.rows)),
-            str(len(g.replay_rows())),
+            str(len(g.latest_rows())),
             str(len(g.retried)),
             _time(g.first_seen),
             _time(g.last_seen),
@@ -60,17 +60,25 @@ def group_lines(groups: list[Group]) -> list[str]:
     return _align(rows, {1, 2, 3})
 
 
+def _retry(g: Group, key: tuple[str, int]) -> str:
+    """What became of a failure's retry: processed (resolved: replay leaves it), failed again, or none."""
+    if key in g.retried_processed:
+        return "processed"
+    if key in g.retried_failed_again:
+        return "failed again"
+    return "retried" if key in g.retried else ""
+
+
 def message_lines(g: Group) -> list[str]:
-    retried = g.retried
     rows = [_ROW_HEADER] + [
         (
             r.message_id or "-",
             f"{r.queue}@{r.seq}",
             _time(r.at),
-            "retried" if (r.queue, r.seq) in retried else "",
+            _retry(g, (r.queue, r.seq)),
             (r.exception_message or "").replace("\n", " ")[:80],
         )
-        for r in g.replay_rows()
+        for r in g.latest_rows()
     ]
     return _align(rows, set())
 
@@ -81,7 +89,7 @@ def group_json(groups: list[Group]) -> Iterator[str]:
 
 
 def message_json(g: Group) -> Iterator[str]:
-    for r in g.replay_rows():
+    for r in g.latest_rows():
         yield json.dumps(
             {
                 "group": g.id,
@@ -92,6 +100,8 @@ def message_json(g: Group) -> Iterator[str]:
                 "failed_queue": r.failed_queue,
                 "exception_message": r.exception_message,
                 "retried": (r.queue, r.seq) in g.retried,
+                "retry_outcome": _retry(g, (r.queue, r.seq)) or None,
+                "resolved": (r.queue, r.seq) in g.retried_processed,
             },
             sort_keys=True,
         )

@@ -46,9 +46,10 @@ from queuelake.pipeline.key_index.search import journal_rows
 from queuelake.pipeline.where import keys
 from queuelake.pipeline.where.places import Place, from_journal, from_queue_row
 from queuelake.report import log
+from queuelake.transport import schema, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.peek_rows import DEFAULT_LIMIT, Peeked, peek_matching
-from queuelake.transport.table_refs import TableRef, queue_ref
+from queuelake.transport.table_refs import TableRef, bridge_ref, queue_ref
 
 MESSAGES = record_tables.MESSAGES.name
 _JOURNAL_SCHEMA: pa.Schema = record_tables.MESSAGES.schema
@@ -78,6 +79,7 @@ class Answer:
     queues: dict[str, Any] = field(default_factory=dict)
     replays: dict[str, dict[str, Any]] = field(default_factory=dict)
     erase_runs: int = 0
+    lineage_queues: list[str] = field(default_factory=list)  # where replays sent the messages (``replay_lineage``)
     not_searched: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -105,6 +107,7 @@ def where(cfg: Config, lake: LakeEngine, connect: Callable[[], Connection] | Non
             "tables_searched": found.tables_searched,
             "tables_without_field": found.tables_without_field,
             "journal_version_typed": found.journal_version_typed,
+            "journal_files_untyped": _untyped_files(lake, found.journal_version_typed),
             "message_ids": len(ids),
             "truncated": found.truncated,
         }
@@ -119,6 +122,7 @@ def where(cfg: Config, lake: LakeEngine, connect: Callable[[], Connection] | Non
     if query.by == "message" and rows.num_rows:
         answer.places += _replays_of(lake, rows, answer)
     _records(lake, answer)
+    _lineage(lake, answer)
     _replay_records(lake, answer)  # before the queues: a replay's --to queue is read too
     answer.seconds["lake"] = round(time.monotonic() - started, 3)
     if query.peek and connect is not None:
@@ -175,6 +179,19 @@ def _journal(lake: LakeEngine, query: Query, ids: list[str], answer: Answer) -> 
     return rows
 
 
+def _untyped_files(lake: LakeEngine, typed: int | None) -> int | None:
+    """How many journal files landed after the version the typed tables were brought up to: rows a
+    business key cannot find there yet. Counted from the Delta log's data-changing adds
+    (``added_files``), so a compaction, a retention delete or an erase, which add versions but no new
+    rows, do not count (``None``: no typed tables, or no journal)."""
+    if typed is None or not lake.exists(MESSAGES):
+        return None
+    version = lake.table_version(MESSAGES)
+    if version is None or version <= typed:
+        return 0
+    return len(lake.added_files(MESSAGES, typed, version))
+
+
 def _expired_by_row_id(lake: LakeEngine, ids: tuple[str, ...], rows: pa.Table) -> pa.Table:
     """The journal keeps only the identity of an expired row (its headers, hence ``message_id``, are
     dropped): such rows are found by the row's ``id``, which a sender sets to the message id. A
@@ -183,6 +200,9 @@ def _expired_by_row_id(lake: LakeEngine, ids: tuple[str, ...], rows: pa.Table) -
     extra = by_id.filter(pc.is_null(by_id.column("message_id")))
     if not extra.num_rows:
         return rows
+    # the message is the one asked for: its row id is its message id (a sender sets one to the other)
+    index = extra.schema.get_field_index("message_id")
+    extra = extra.set_column(index, extra.schema.field(index), pc.cast(extra.column("id"), pa.string()))
     return search.in_time_order(pa.concat_tables([rows.drop_columns([search.MOMENT]), extra]))
 
 
@@ -245,6 +265,18 @@ def _records(lake: LakeEngine, answer: Answer) -> None:
             )
 
 
+def _lineage(lake: LakeEngine, answer: Answer) -> None:
+    """Where replays sent the messages found (``replay_lineage``: one row per message a replay sent),
+    so that those queues are read: a copy still waiting there is in no journal row yet, and a replay
+    ``--to`` a queue gives it a new MessageId that only the copy's headers link to the original."""
+    table = record_tables.REPLAY_LINEAGE.name
+    ids = sorted({p.message_id for p in answer.places if p.message_id} | set(answer.searched))
+    if not ids or not lake.exists(table):
+        return
+    rows = lake.lookup(table, "message_id", ids).rows
+    answer.lineage_queues = sorted({d for d in rows.column("destination").to_pylist() if d})
+
+
 def _replay_records(lake: LakeEngine, answer: Answer) -> None:
     """Each replay id the places name, with its ``replays`` row (when, what, status)."""
     wanted = {p.facts["replay_id"] for p in answer.places if p.facts.get("replay_id")}
@@ -281,6 +313,9 @@ def _tables(cfg: Config, query: Query, answer: Answer) -> tuple[list[TableRef], 
         if place.place == "processed" and place.endpoint:
             names.append(place.endpoint)
     names += [r["to_queue"] for r in answer.replays.values() if r.get("to_queue")]
+    names += answer.lineage_queues
+    # an endpoint that receives delayed messages has its input queue beside its delayed table
+    names += list(t.delayed_endpoints)
     queues: dict[str, TableRef] = {}
     for name in names:
         try:
@@ -317,10 +352,34 @@ def _peek(cfg: Config, connect: Callable[[], Connection], query: Query, answer: 
         answer.queues = figures
         return
     with conn:
+        for ref in _subscribers(conn, cfg, answer):
+            if all(q.canonical != ref.canonical for q in queues):
+                queues.append(ref)
         for ref, is_delayed in [(q, False) for q in queues] + [(d, True) for d in delayed]:
             peeked = peek_matching(conn, ref, header_text, body, is_delayed, query.limit, query.time_limit_s)
             _take(peeked, query, searched, answer, figures)
     answer.queues = figures
+
+
+def _subscribers(conn: Connection, cfg: Config, answer: Answer) -> list[TableRef]:
+    """The queues of every subscriber in the subscription table (``status`` lists them too): the
+    endpoints' input queues that an event, or anything else, may be waiting in."""
+    t = cfg.transport
+    routing = bridge_ref(t.subscription_table, t)
+    try:
+        addresses = subscriptions.all_subscribers(conn, routing) if schema.table_exists(conn, routing) else []
+    except TransportError as exc:
+        answer.not_searched.append(f"the subscribers in {routing.canonical}: {exc}")
+        addresses = []
+    finally:
+        conn.rollback()
+    refs = []
+    for address in addresses:
+        try:
+            refs.append(queue_ref(address, t))
+        except ValueError as exc:  # another program's row
+            answer.not_searched.append(f"subscriber {address!r}: {exc}")
+    return refs
 
 
 def _take(peeked: Peeked, query: Query, searched: set[str], answer: Answer, figures: dict[str, Any]) -> None:
@@ -359,14 +418,13 @@ def _take(peeked: Peeked, query: Query, searched: set[str], answer: Answer, figu
 
 def _notes(cfg: Config, query: Query, answer: Answer) -> None:
     """What the answer cannot show, said once."""
-    if query.by == "key" and answer.typed.get("journal_version_typed") is not None:
-        version = answer.journal.get("version")
+    if query.by == "key" and answer.typed.get("journal_files_untyped"):
         typed = answer.typed["journal_version_typed"]
-        if version is not None and typed < version:
-            answer.notes.append(
-                f"the typed tables cover the journal up to version {typed} of {version}: messages drained "
-                "since are found by key only in the queues (run queuelake bodies)"
-            )
+        answer.notes.append(
+            f"the typed tables cover the journal up to version {typed}; {answer.typed['journal_files_untyped']} "
+            "journal file(s) drained since are not typed yet: their messages are found by key only in the queues "
+            "(run queuelake bodies)"
+        )
     if cfg.lake.retention.rules or cfg.lake.retention.default_days is not None:
         answer.notes.append("lake.retention removes old journal rows (maintain): a retired message leaves no trace")
     answer.notes.append(
