@@ -14,8 +14,11 @@ from typing import Any
 
 import psutil
 import pytest
+from queuelake.config import load
+from queuelake.lake.engines import open_lake
 
 from tests.helpers.cli import run_cli
+from tests.helpers.publish import row, write_outbound
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUES = ["Sales", "Billing", "Shipping", "audit", "error"]
@@ -179,6 +182,53 @@ def test_a_failing_command_stops_the_server(tmp_path: Path) -> None:
     code, summary, err = cli(["drain", "-c", str(conf), "--queue", "NoSuchQueue"])
     assert code == 1 and summary["status"] == "failed", summary
     assert "Traceback" not in err
+    assert_nothing_left(data)
+
+
+def server_starts(data: Path) -> int:
+    """How many times a server was started on this data folder: pgserver's ``pg_ctl -l`` appends the
+    server's log to ``<data>/log``, one "ready to accept connections" per start."""
+    log = data / "log"
+    return log.read_text(errors="replace").count("ready to accept connections") if log.exists() else 0
+
+
+def test_an_idle_publish_starts_no_server(tmp_path: Path) -> None:
+    """The command opens the queue database's handle up front; the server is started only when a
+    connection is needed, and a publish whose outputs hold nothing to send needs none."""
+    conf, data = write_config(tmp_path)
+    assert cli(["install", "-c", str(conf)])[0] == 0
+    assert_nothing_left(data)
+    starts = server_starts(data)
+    assert starts >= 1
+
+    code, summary, err = cli(["publish", "-c", str(conf)])
+    assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
+    assert summary["published"] == 0 and [o["status"] for o in summary["outputs"]] == ["skipped"]
+    assert "nothing to do" in err
+    assert server_starts(data) == starts, "the idle publish started the embedded server"
+    assert not (data / "postmaster.pid").exists()
+
+
+def test_a_publish_with_rows_to_send_still_sends(tmp_path: Path) -> None:
+    conf, data = write_config(tmp_path)
+    settings = json.loads(conf.read_text())
+    settings["drain"]["also_destinations"] = ["Billing"]  # sent to and drained: the drain below finds it
+    conf.write_text(json.dumps(settings))
+    assert cli(["install", "-c", str(conf)])[0] == 0
+    lake = open_lake(load(str(conf)).lake)
+    write_outbound(
+        lake, "outbound_customer_totals", [row(f"k{i}", intent="Send", destination="Billing") for i in range(3)]
+    )
+    starts = server_starts(data)
+
+    code, summary, err = cli(["publish", "-c", str(conf)])
+    assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
+    assert summary["published"] == 3 and summary["undeliverable"] == 0, summary
+    assert server_starts(data) == starts + 1
+    assert_nothing_left(data)
+    # what it sent is in the queue: a drain of Billing (its own process, its own server start) finds it
+    code, summary, err = cli(["drain", "-c", str(conf), "--queue", "Billing"])
+    assert code == 0 and summary["dequeued"] == 3, (summary, err[-3000:])
     assert_nothing_left(data)
 
 

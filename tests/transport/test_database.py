@@ -67,3 +67,46 @@ def test_its_repr_and_errors_never_show_the_connection_string() -> None:
     with pytest.raises(TransportError) as caught:
         unreachable.connect("queuelake-tests")
     assert SECRET not in str(caught.value)
+
+
+class _FakeServer:
+    def get_uri(self, database: str) -> str:
+        return f"postgresql://postgres:@/{database}?host=/tmp/fake-socket"
+
+
+def test_an_embedded_server_starts_on_the_first_connection_not_on_opening(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening the handle starts nothing (an idle publish never needs the server); the first
+    connection, or pickling the handle for a Spark task or a drain process, starts it, once."""
+    from queuelake.transport import db, embedded
+
+    started: list[str] = []
+    monkeypatch.setattr(embedded, "embedded_server", lambda data: started.append(str(data)) or _FakeServer())
+    monkeypatch.setattr(db, "connect", lambda transport, name, driver: transport.connection)
+    cfg = from_dict(
+        {"transport": {"connection": None, "embedded": "/tmp/nowhere/pgdata"}, "drain": {"queues": ["Sales"]}}, env={}
+    )
+    database = open_database(cfg)
+    assert database.reachable and database.queue("Sales").canonical == '"public"."Sales"' and database.ledger
+    assert started == []
+    assert database.connect("t") == "postgresql://postgres:@/postgres?host=/tmp/fake-socket"
+    assert database.connect("t") and started == ["/tmp/nowhere/pgdata"]
+    assert cfg.transport.connection is None  # the loaded config is unchanged
+
+
+def test_a_pickled_embedded_handle_carries_its_connection_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ships to a Spark task or a drain process connects to this process's server: pickling fills
+    the connection string in (starting the server here) so the copy never starts one of its own."""
+    from queuelake.transport import embedded
+
+    started: list[str] = []
+    monkeypatch.setattr(embedded, "embedded_server", lambda data: started.append(str(data)) or _FakeServer())
+    cfg = from_dict(
+        {"transport": {"connection": None, "embedded": "/tmp/nowhere/pgdata"}, "drain": {"queues": ["Sales"]}}, env={}
+    )
+    database = open_database(cfg)
+    shipped = pickle.dumps(database)
+    assert started == ["/tmp/nowhere/pgdata"]
+    monkeypatch.setattr(embedded, "embedded_server", lambda data: pytest.fail("the copy started a server"))
+    copy = pickle.loads(shipped)
+    assert copy == database
+    assert copy._connectable.connection == "postgresql://postgres:@/postgres?host=/tmp/fake-socket"

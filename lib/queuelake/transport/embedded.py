@@ -1,14 +1,78 @@
-"""A throwaway PostgreSQL for the demo and the tests (the ``pgserver`` package ships the binaries)."""
+"""A throwaway PostgreSQL for the demo and the tests (the ``pgserver`` package ships the binaries).
+
+Here, in the transport layer, rather than in ``context``: the queue database's handle
+(``transport/database.py``) starts the server itself, the first time a connection is needed, so that
+a command with nothing to do for the database (an idle publish) never starts one."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from queuelake.config_sections import TransportConfig
+
+# data folder -> its pgserver handle: one server per folder and process, stopped at process exit
+_servers: dict[str, object] = {}
+# drain workers of several queues ask for the server at once; pgserver's start is not thread-safe
+# (its inter-process file lock is shared by the threads of a process), so one thread starts it.
+# Across processes, pgserver's own inter-process lock and its per-folder list of handle pids
+# make a second process reuse the running server, and the last one to exit stop it.
+_servers_lock = threading.Lock()
+
+
+def resolved_transport(t: TransportConfig) -> TransportConfig:
+    """``t`` with an embedded server's connection string filled in (the server started if it is not
+    running in this process yet): a new object, never ``t`` changed. A transport with a connection
+    string, or with no embedded server, is returned as it is."""
+    if t.connection or not t.embedded:
+        return t
+    from queuelake.transport.drivers import driver
+
+    uri = embedded_server(t.embedded).get_uri("postgres")
+    connection = odbc_from_uri(uri) if driver(t.driver).connection_string == "odbc" else uri
+    return dataclasses.replace(t, connection=connection)
+
+
+def embedded_server(data_dir: str | Path) -> Any:
+    """The pgserver instance for this data folder, started once per process (thread-safe)."""
+    data = str(Path(data_dir).resolve())
+    with _servers_lock:
+        server = _servers.get(data)
+        if server is None:
+            Path(data).mkdir(parents=True, exist_ok=True)
+            _forget_dead_handles(Path(data))
+            server = start_embedded(data)
+            _servers[data] = server
+        return server
+
+
+def _forget_dead_handles(data: Path) -> None:
+    """Drop the pids of processes that died without cleaning up (SIGKILL) from pgserver's list of
+    handles: with them listed, the last live process would never stop the server at exit."""
+    handles = data / ".handle_pids.json"
+    if not handles.exists():
+        return
+    try:
+        import psutil
+
+        with quiet_runtime_dir():
+            from pgserver.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            pids = json.loads(handles.read_text())
+            alive = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+            if alive != pids:
+                handles.write_text(json.dumps(alive))
+    except Exception:  # best effort: pgserver's internals may change; starting still works
+        pass
 
 
 def start_embedded(data_dir: str | Path | None = None) -> Any:

@@ -179,18 +179,26 @@ def write_config(path: Path, root: Path, rules: list[dict], **drain) -> Path:
 
 @pytest.mark.slow
 def test_maintain_cli_dry_run_then_retention_recorded_in_runs(tmp_path: Path) -> None:
+    from queuelake.pipeline.key_index import build
+
     cfg, lake = seeded(tmp_path / "lake")
+    build.update(lake)  # the id index an earlier maintain built
     conf = write_config(tmp_path / "job.yaml", tmp_path / "lake", RULES)
     before = keys(lake)
     dry, log, code = cli(["maintain", "-c", str(conf), "--dry-run"], "x", tmp_path)
     assert code == 0 and dry["status"] == "ok" and dry["dry_run"] is True, dry
     assert dry["retention"]["rows_removed"] == 160 and dry["retention"]["files_removed"] == 3, dry
+    assert dry["retention"]["index_rows_removed"] == 160, dry
     assert "would remove 140 row(s)" in log, log
+    assert "retention message_keys: 140 row(s) of the removed journal rows counted" in log, log
     assert keys(lake) == before and not lake.exists("runs")  # nothing changed, nothing recorded
 
     done, log, code = cli(["maintain", "-c", str(conf)], "x", tmp_path)
     assert code == 0 and done["retention"]["rows_removed"] == 160, done
+    assert done["retention"]["index_rows_removed"] == 160, done
+    assert "retention message_keys: 140 row(s) of the removed journal rows removed" in log, log
     assert len(keys(lake)) == len(before) - 160
+    assert index_keys(lake) == keys(lake)
     runs = read_table(str(tmp_path / "lake" / "runs"))
     row = runs.filter(pc.equal(runs.column("table"), "messages")).to_pylist()[0]
     assert (row["rows_removed"], row["files_removed"], row["files_rewritten"]) == (160, 3, 1)
@@ -313,8 +321,15 @@ def lake_engine(request, spark) -> str:
 def test_retention_removes_the_typed_rows_of_the_journal_rows_it_removes(
     fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str
 ) -> None:
+    from queuelake.lake.engines import table_engine
+    from queuelake.pipeline.key_index import build
+
     cfg, lake = typed_lake(fresh_pg_uri, tmp_path / "lake", spark, lake_engine, retention={"default_days": 0})
     typed = typed_tables(lake)
+    build.update(lake)  # the id index (delta-rs's under either engine), as maintain builds it
+    index = table_engine(lake, "message_keys")
+    indexed = index.read_arrow("message_keys").num_rows
+    assert indexed >= len(ids_of(lake, "messages"))
     assert ORDERS in typed and all(ids_of(lake, t) for t in typed)
     journal = len(ids_of(lake, "messages"))
     unparsed = lake.read_arrow("body_unparsed").num_rows
@@ -324,7 +339,9 @@ def test_retention_removes_the_typed_rows_of_the_journal_rows_it_removes(
     counted = dry["rules"][0]["typed"]
     assert dry["rows_removed"] == journal and counted[ORDERS]["rows"] == len(ids_of(lake, ORDERS)), dry
     assert counted["body_unparsed"]["rows"] == unparsed, dry
+    assert dry["index_rows_removed"] == indexed, dry
     assert all(ids_of(lake, t) for t in typed)  # the dry run changed nothing
+    assert index.read_arrow("message_keys").num_rows == indexed
 
     done = retention.apply(cfg, lake).summary()
     assert done["rows_removed"] == journal, done
@@ -332,3 +349,107 @@ def test_retention_removes_the_typed_rows_of_the_journal_rows_it_removes(
     assert set(removed) >= set(typed) and removed[ORDERS]["rows"] == counted[ORDERS]["rows"], done
     assert ids_of(lake, "messages") == [] and all(ids_of(lake, t) == [] for t in typed)
     assert removed["body_unparsed"]["rows"] == unparsed and lake.read_arrow("body_unparsed").num_rows == 0, done
+    assert done["index_rows_removed"] == indexed and index.read_arrow("message_keys").num_rows == 0, done
+
+
+def index_keys(lake) -> set[tuple[str, int]]:
+    table = lake.read_arrow("message_keys", columns=["queue", "seq"])
+    return set(zip(table.column("queue").to_pylist(), table.column("seq").to_pylist(), strict=True))
+
+
+def interleaved(root: Path):
+    """Sales 100 days old, its quarantined rows kept by a longer rule between landed ones that go (four
+    runs of removed seqs); audit all old; error young; the index built over all but the last file."""
+    from queuelake.pipeline.key_index import build
+
+    cfg = config(root, [{"outcome": "quarantined", "days": 1000}], default_days=30)
+    lake = open_lake(cfg.lake)
+    old = days_ago(100)
+    for seqs, outcome in (
+        (range(0, 10), "landed"),
+        (range(10, 12), "quarantined"),
+        (range(12, 50), "landed"),
+        (range(50, 51), "quarantined"),
+        (range(51, 80), "landed"),
+        (range(80, 81), "quarantined"),
+        (range(81, 100), "landed"),
+    ):
+        append(lake, batch(SALES, seqs, old, outcome=outcome))
+    append(lake, batch(AUDIT, range(0, 40), old))
+    append(lake, batch(ERROR, range(0, 5), days_ago(1)))
+    build.update(lake)
+    append(lake, batch(AUDIT, range(40, 50), old))  # drained since the last maintain: not indexed yet
+    return cfg, lake
+
+
+def ids_at(lake, queue: str, seqs: list[int]) -> list[str]:
+    rows = lake.read_arrow("messages", columns=["queue", "seq", "message_id"]).to_pylist()
+    return [r["message_id"] for r in rows if r["queue"] == queue and r["seq"] in seqs]
+
+
+@pytest.mark.parametrize("max_ranges", [16, 2])
+def test_retention_removes_the_index_rows_of_the_rows_it_removes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, max_ranges: int
+) -> None:
+    """With 2 ranges a queue at most, Sales's narrower gaps are bridged: their kept rows are excluded
+    by the NOT IN list of the delete's SQL instead."""
+    from queuelake.pipeline.find.search import find
+    from queuelake.pipeline.key_index import build
+    from queuelake.pipeline.store import index_ranges
+    from queuelake.pipeline.where import run as where
+
+    monkeypatch.setattr(index_ranges, "MAX_RANGES", max_ranges)
+    ranges = {16: 4 + 1, 2: 2 + 1}[max_ranges]  # Sales cut by its three kept stretches; audit one range
+    cfg, lake = interleaved(tmp_path)
+    kept_ids = ids_at(lake, SALES, [10, 50, 80]) + ids_at(lake, ERROR, [2])
+    gone_ids = ids_at(lake, SALES, [0, 49, 99]) + ids_at(lake, AUDIT, [0, 45])
+    indexed = index_keys(lake)
+    assert len(indexed) == 145 and (AUDIT, 45) not in indexed
+    journal_version = lake.table_version("messages")
+
+    dry = retention.apply(cfg, lake, dry_run=True).summary()
+    assert dry["rows_removed"] == 146 and dry["index_rows_removed"] == 146 - 10, dry  # audit 40..49: no index row yet
+    assert dry["rules"][1]["message_keys"]["ranges"] == ranges, dry
+    assert index_keys(lake) == indexed and lake.table_version("messages") == journal_version  # changed nothing
+
+    with caplog.at_level("INFO", logger="queuelake"):
+        done = retention.apply(cfg, lake).summary()
+    assert done["rows_removed"] == 146 and done["index_rows_removed"] == 146, done
+    assert done["rules"][1]["message_keys"]["ranges"] == ranges, done
+    assert done["rules"][1]["message_keys"]["seqs_kept_inside"] == {16: 0, 2: 2}[max_ranges], done
+    assert (
+        f"retention message_keys: 146 row(s) of the removed journal rows removed, named by {ranges} seq range(s)"
+        in caplog.text
+    )
+    assert (
+        index_keys(lake)
+        == keys(lake)
+        == {(SALES, 10), (SALES, 11), (SALES, 50), (SALES, 80)} | {(ERROR, s) for s in range(5)}
+    )
+
+    build.update(lake)  # the next maintain's build: the removed rows drained since the last one stay out
+    assert index_keys(lake) == keys(lake)
+    for kept in kept_ids:  # answered through the index: the kept rows' files are covered by it
+        found = find(lake, "message", kept)
+        assert found.rows.num_rows == 1 and found.index["used"] and found.index["candidates"] == 1, found.index
+        answer = where.where(cfg, lake, None, where.Query(by="message", text=kept, peek=False))
+        assert [p.place for p in answer.places] and answer.journal["index"]["used"], answer
+    for gone in gone_ids:
+        found = find(lake, "message", gone)
+        assert found.rows.num_rows == 0 and found.index["used"] and found.index["candidates"] == 0, found.index
+    again = retention.apply(cfg, lake).summary()
+    assert again["rows_removed"] == 0 and again["index_rows_removed"] == 0
+
+
+def test_index_rows_without_an_index_and_after_a_rewrite(tmp_path: Path) -> None:
+    """No index: retention says nothing of one. A rewritten index (files of disjoint key ranges, where a
+    range's rows mix queues and seqs) loses exactly the removed rows' rows too."""
+    from queuelake.pipeline.key_index import build, rewrite
+
+    cfg, lake = seeded(tmp_path)
+    assert "message_keys" not in retention.apply(cfg, lake, dry_run=True).summary()["rules"][0]
+    build.update(lake)
+    assert rewrite.rewrite(lake).files_written >= 1
+    done = retention.apply(cfg, lake).summary()
+    assert done["rows_removed"] == done["index_rows_removed"] == 160, done
+    assert index_keys(lake) == keys(lake)

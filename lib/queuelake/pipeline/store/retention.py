@@ -19,6 +19,15 @@ Typed body tables: a typed row goes when a journal row of its message goes (``ty
 rule's journal delete, the typed rows whose ``message_id`` is among the removed rows' (those matching
 in the snapshot the delete read) are deleted, and ``body_unparsed`` loses the removed rows' (queue, seq).
 Their files are purged as the journal's are, by ``maintain``'s vacuum after its retention period.
+
+The id index (``message_keys``, ``pipeline/key_index``): it keeps a row per journal row and key kind,
+so without this it would grow for ever while the journal is bounded. After each rule's journal delete
+the index is first brought up to the journal (so that removed rows drained since the last ``maintain``
+have their index rows to remove, rather than gaining them from the next build, which reads the files
+the commits added), then its rows of the removed (queue, seq) are deleted in one commit, named by
+seq ranges (``index_ranges.py``: exact, and small however many rows left). ``replay_lineage`` and
+``replay_skipped`` stay: they record what a replay did (an audit record, like ``runs``), hold no
+body, and only ``erase`` removes them.
 """
 
 from __future__ import annotations
@@ -37,7 +46,8 @@ from queuelake.lake import record_tables, stage_tables, table_entry
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.store import typed
+from queuelake.pipeline.key_index import build
+from queuelake.pipeline.store import index_ranges, typed
 from queuelake.pipeline.store.erase import key_filter
 from queuelake.report import log
 from queuelake.timetext import iso_utc
@@ -45,6 +55,7 @@ from queuelake.transport.table_refs import queue_ref
 
 JOURNAL = record_tables.MESSAGES.name
 UNPARSED = stage_tables.BODY_UNPARSED
+KEYS = record_tables.MESSAGE_KEYS.name
 _UTC = table_entry.UTC_TS
 
 
@@ -69,12 +80,17 @@ class RetentionResult:
     def total(self, key: str) -> int:
         return sum(int(r.get(key) or 0) for r in self.rules)
 
+    def index_rows(self) -> int:
+        """The id index's rows removed (a dry run: that would be)."""
+        return sum(int((r.get(KEYS) or {}).get("rows") or 0) for r in self.rules)
+
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "dry_run": self.dry_run,
             "rows_removed": self.total("rows"),
             "files_removed": self.total("files_removed"),
             "files_rewritten": self.total("files_rewritten"),
+            "index_rows_removed": self.index_rows(),
             "rules": self.rules,
         }
         if self.note:
@@ -203,6 +219,9 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
             keys = None
         if keys is not None and keys.num_rows:
             figures["typed"] = _typed(lake, keys, dry_run)
+            index = _index(lake, keys, rule, dry_run)
+            if index is not None:
+                figures[KEYS] = index
         figures["seconds"] = round(time.monotonic() - t0, 3)
         log.info(
             "retention %s (drained before %s): %s %d row(s), %d file(s) left the journal, %d rewritten, in %.1fs",
@@ -235,4 +254,52 @@ def _typed(lake: LakeEngine, keys: pa.Table, dry_run: bool) -> dict[str, Any]:
             figures[UNPARSED.name]["rows"],
             "counted" if dry_run else "removed",
         )
+    return figures
+
+
+def _index(lake: LakeEngine, keys: pa.Table, rule: RetentionFilter, dry_run: bool) -> dict[str, Any] | None:
+    """The removed journal rows' rows of the id index, deleted (``dry_run``: counted) by seq ranges;
+    None when there is no index."""
+    engine = table_engine(lake, KEYS)
+    if not engine.exists(KEYS):
+        return None
+    journal = journal_engine(lake)
+    if not dry_run and build.watermark(lake) is not None:
+        build.update(lake)  # removed rows drained since the last build get their index rows, to remove now
+    version = journal.table_version(JOURNAL)
+    assert version is not None
+    removed = keys.select(["queue", "seq"])
+    span = index_ranges.spans(removed)
+    assert span is not None
+    if dry_run:  # nothing left the journal: what stays is what the rule does not match
+        span = RowFilter(
+            f"({span.sql}) AND NOT ({rule.where.sql})",
+            span.arrow & ~rule.where.arrow,
+            tuple(dict.fromkeys(span.columns + rule.where.columns)),
+        )
+    kept = journal.matching_rows(JOURNAL, span, ["queue", "seq"], version)
+    per_queue = index_ranges.queue_runs(removed, kept)
+    where = index_ranges.index_filter(per_queue, version)
+    figures: dict[str, Any] = {
+        "rows": 0,
+        "ranges": sum(len(q.ranges) for q in per_queue),
+        "seqs_kept_inside": sum(len(q.excluded) for q in per_queue),
+        "journal_version": version,
+    }
+    if where is not None:
+        if dry_run:
+            figures["rows"] = engine.count_rows(KEYS, where).rows
+        else:
+            deleted = engine.delete_rows(KEYS, where)
+            figures.update(
+                rows=deleted.rows, files_removed=deleted.files_removed, files_rewritten=deleted.files_rewritten
+            )
+    log.info(
+        "retention %s: %d row(s) of the removed journal rows %s, named by %d seq range(s) in %d queue(s)",
+        KEYS,
+        figures["rows"],
+        "counted" if dry_run else "removed",
+        figures["ranges"],
+        len(per_queue),
+    )
     return figures
