@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}  # this tree's queuelake, as _tree gives the bench
+# this tree's queuelake, as _tree gives the bench; with its compiled bytecode cached, as an installed
+# package has it (pip compiles at install): an environment that sets PYTHONDONTWRITEBYTECODE (some
+# containers and sandboxes do) made every command compile the modules changed since their cache was
+# written, ~0.1 s of each command's start measured as if it were the command's
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": str(ROOT / "lib")}
 # ``python -m queuelake`` that writes its VmHWM (KiB) to $BENCH_PEAK_FILE as it exits
 QUEUELAKE = [
     sys.executable,
