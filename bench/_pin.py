@@ -168,30 +168,34 @@ def check(uri: str, pinning: Pinning) -> None:
         server = _server_processes(pinning.postmaster)
         if backend not in server:
             strays.append(f"backend {backend} is not a child of the postmaster {pinning.postmaster}")
-        for pid in server:
-            for tid in _threads(pid):
-                try:
-                    cpus = os.sched_getaffinity(tid)
-                except ProcessLookupError:
-                    continue
-                if cpus != {pinning.server_cpu}:
-                    strays.append(f"server {pid}/{tid} on {sorted(cpus)}")
-            pinning.server_processes_checked += 1
-    for pid in _client_processes(pinning.postmaster):
-        for tid in _threads(pid):
-            try:
-                cpus = os.sched_getaffinity(tid)
-            except ProcessLookupError:
-                continue
-            if cpus != {pinning.client_cpu}:
-                strays.append(f"client {pid}/{tid} on {sorted(cpus)}")
-            pinning.client_threads_checked += 1
+        strays += _off_cpu(server, pinning.server_cpu, "server")[0]
+        pinning.server_processes_checked += len(server)
+    client_strays, client_threads = _off_cpu(_client_processes(pinning.postmaster), pinning.client_cpu, "client")
+    strays += client_strays
+    pinning.client_threads_checked += client_threads
     if strays:
         raise SystemExit("--pin: processes off their CPU: " + "; ".join(strays[:10]))
     pinning.checks += 1
     if pinning.postmaster_taskset is None and shutil.which("taskset"):
         done = subprocess.run(["taskset", "-pc", str(pinning.postmaster)], capture_output=True, text=True)
         pinning.postmaster_taskset = done.stdout.strip() or done.stderr.strip()
+
+
+def _off_cpu(pids: list[int], cpu: int | None, label: str) -> tuple[list[str], int]:
+    """The threads of ``pids`` not on ``cpu`` alone (one that ended meanwhile is skipped), and how many
+    threads were checked."""
+    strays: list[str] = []
+    checked = 0
+    for pid in pids:
+        for tid in _threads(pid):
+            try:
+                cpus = os.sched_getaffinity(tid)
+            except ProcessLookupError:
+                continue
+            if cpus != {cpu}:
+                strays.append(f"{label} {pid}/{tid} on {sorted(cpus)}")
+            checked += 1
+    return strays, checked
 
 
 def restore(pinning: Pinning) -> None:
