@@ -453,3 +453,82 @@ def test_index_rows_without_an_index_and_after_a_rewrite(tmp_path: Path) -> None
     done = retention.apply(cfg, lake).summary()
     assert done["rows_removed"] == done["index_rows_removed"] == 160, done
     assert index_keys(lake) == keys(lake)
+
+
+def copies_lake(uri: str, root: Path, spark, engine: str):
+    """Six orders sent to Sales (their business copies), three of them also audited, and a body that does
+    not parse sent to both: drained and through ``bodies``. Retention removes Sales's rows only."""
+    from queuelake.pipeline.bodies import run as bodies_run
+
+    from tests.helpers.bodies import send
+    from tests.helpers.bodies_corpus import corpus as c
+    from tests.helpers.stages import drain
+
+    cfg = from_dict(
+        {
+            "transport": {"connection": uri},
+            "lake": {"root": str(root), "engine": engine, "retention": {"rules": [{"queue": "Sales", "days": 0}]}},
+            "drain": {"queues": ["Sales", "audit"], "batch_size": 50},
+        },
+        env={},
+    )
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    orders = [c.message(c.ORDER_V1, c.system_text_json(i, 1), "application/json", i) for i in range(6)]
+    broken = c.message(c.ORDER_V1, b'{"OrderId": "broken"', "application/json", 99)
+    send(cfg, "Sales", orders + [broken])
+    send(cfg, "audit", [traffic.audit_copy(m, "Billing", c.START, 30) for m in orders[:3] + [broken]])
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    assert bodies_run.bodies(cfg, spark, lake)["status"] == "ok"
+    return cfg, lake
+
+
+@pytest.mark.slow
+def test_a_typed_row_goes_only_with_the_last_journal_copy_of_its_message(
+    fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rule on the business queue alone leaves the audited orders' typed rows (their audit copies stay:
+    ``where --field`` still finds them) and takes the others'; ``body_unparsed`` loses the removed rows'
+    own rows. The dry run counts what the run removes, also when another rule takes the last copy. The
+    copies are looked up by more ids than the lookup's SQL text lists (it is never run)."""
+    from queuelake.pipeline.where import run as where
+
+    monkeypatch.setattr(retention, "_SQL_IDS", 3)
+    cfg, lake = copies_lake(fresh_pg_uri, tmp_path / "lake", spark, lake_engine)
+    assert len(ids_of(lake, ORDERS)) == 6
+    unparsed = lake.read_arrow("body_unparsed", columns=["queue"]).column("queue").to_pylist()
+    assert unparsed == [SALES], unparsed  # one row a message too, keyed by its business copy's (queue, seq)
+    broken = set(ids_of(lake, "body_unparsed"))
+
+    both = from_dict(
+        {
+            "transport": {"connection": fresh_pg_uri},
+            "lake": {
+                "root": str(tmp_path / "lake"),
+                "engine": lake_engine,
+                "retention": {"rules": [{"queue": "Sales", "days": 0}, {"queue": "audit", "days": 0}]},
+            },
+        },
+        env={},
+    )
+    dry_both = retention.apply(both, lake, dry_run=True).summary()
+    assert [r["typed"][ORDERS]["rows"] for r in dry_both["rules"]] == [3, 3], dry_both  # the last copy decides
+    assert [r["typed_messages_kept"] for r in dry_both["rules"]] == [4, 0], dry_both
+
+    dry = retention.apply(cfg, lake, dry_run=True).summary()
+    assert dry["rows_removed"] == 7 and dry["rules"][0]["typed"][ORDERS]["rows"] == 3, dry
+    assert dry["rules"][0]["typed"]["body_unparsed"]["rows"] == 1, dry
+    assert len(ids_of(lake, ORDERS)) == 6  # the dry run changed nothing
+
+    done = retention.apply(cfg, lake).summary()
+    assert done["rows_removed"] == 7 and done["rules"][0]["typed"][ORDERS]["rows"] == 3, done
+    assert done["rules"][0]["typed"]["body_unparsed"]["rows"] == 1 and done["rules"][0]["typed_messages_kept"] == 4
+    audited = {r["message_id"] for r in lake.read_arrow("messages", columns=["message_id"]).to_pylist()}
+    assert len(audited) == 4 and set(ids_of(lake, ORDERS)) == audited - broken
+    assert lake.read_arrow("body_unparsed").num_rows == 0  # went with its journal row
+
+    for order, places in (("order-1", [AUDIT]), ("order-4", [])):
+        answer = where.where(cfg, lake, None, where.Query(by="key", text=order, field="OrderId", peek=False))
+        assert [p.location for p in answer.places if p.source == "journal"] == places, answer

@@ -15,10 +15,18 @@ absent one matches anything), and by ``default_days`` when none does; ``days: nu
 The filters are disjoint (each excludes the rows earlier rules match), so no row is counted twice.
 A row leaves only when its ``drained_at`` is strictly before ``now - days``: nothing younger is touched.
 
-Typed body tables: a typed row goes when a journal row of its message goes (``typed.py``): after each
-rule's journal delete, the typed rows whose ``message_id`` is among the removed rows' (those matching
-in the snapshot the delete read) are deleted, and ``body_unparsed`` loses the removed rows' (queue, seq).
-Their files are purged as the journal's are, by ``maintain``'s vacuum after its retention period.
+Typed body tables: a typed row goes when the LAST journal row of its message goes (``typed.py``). A
+typed table holds one row per ``message_id`` while the journal holds each copy of the message (its
+business queue's, its audit copy, error copies), and rules keep them for different times (audit 400
+days, queues 30): a rule on the business queue must not take the body an audit copy still names
+(``where --field OrderId`` would no longer find the order). So after each rule's journal delete, of the
+removed rows' message ids (those matching in the snapshot the delete read) those still held by a
+journal row are kept (read at the journal's version after the delete; a dry run, which removes
+nothing, counts as held a row that none of the rules applied so far matches, so it counts what the
+run removes) and the typed rows of the others are deleted. ``body_unparsed`` rows are keyed by a
+journal row's (queue, seq), not the message: they go with that row. Their files are purged as the
+journal's are, by ``maintain``'s vacuum after its retention period. (``erase`` differs: erasing any
+copy of a message removes its typed row, as erasure must.)
 
 The id index (``message_keys``, ``pipeline/key_index``): it keeps a row per journal row and key kind,
 so without this it would grow for ever while the journal is bounded. After each rule's journal delete
@@ -38,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from queuelake.config import Config
@@ -57,6 +66,7 @@ JOURNAL = record_tables.MESSAGES.name
 UNPARSED = stage_tables.BODY_UNPARSED
 KEYS = record_tables.MESSAGE_KEYS.name
 _UTC = table_entry.UTC_TS
+_SQL_IDS = 100  # message ids a lookup's SQL text lists (``_ids_sql``)
 
 
 @dataclass(frozen=True)
@@ -194,7 +204,7 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
     if result.note:
         log.info("retention: %s", result.note)
         return result
-    for rule in rules:
+    for done, rule in enumerate(rules, start=1):
         t0 = time.monotonic()
         figures: dict[str, Any] = {"rule": rule.rule, "days": rule.days, "cutoff": rule.cutoff.isoformat()}
         if dry_run:
@@ -218,7 +228,7 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
         else:
             keys = None
         if keys is not None and keys.num_rows:
-            figures["typed"] = _typed(lake, keys, dry_run)
+            figures["typed"], figures["typed_messages_kept"] = _typed(lake, keys, rules[:done] if dry_run else None)
             index = _index(lake, keys, rule, dry_run)
             if index is not None:
                 figures[KEYS] = index
@@ -237,10 +247,18 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
     return result
 
 
-def _typed(lake: LakeEngine, keys: pa.Table, dry_run: bool) -> dict[str, Any]:
-    """The removed journal rows' typed rows (by message id) and unparsed rows (by queue, seq)."""
-
-    figures, _ = typed.remove(lake, keys["message_id"], dry_run, "retention")
+def _typed(lake: LakeEngine, keys: pa.Table, taken: list[RetentionFilter] | None) -> tuple[dict[str, Any], int]:
+    """The typed rows of the removed rows' messages that have no journal row left (by message id), and
+    the unparsed rows of the removed rows (by queue, seq); with the number of messages whose typed rows
+    stay because a copy of them does. ``taken``: None in a real run, else (a dry run) the rules applied
+    so far, this one included, whose rows count as gone."""
+    dry_run = taken is not None
+    ids = pc.unique(pc.drop_null(keys["message_id"]))
+    kept = _copies_left(lake, ids, taken) if len(ids) and typed.body_tables(lake) else pa.array([], ids.type)
+    gone = ids.filter(pc.invert(pc.is_in(ids, value_set=kept)))
+    figures, _ = typed.remove(lake, gone, dry_run, "retention")
+    if len(kept):
+        log.info("retention: %d removed message(s) keep their typed rows: a journal copy of each stays", len(kept))
     engine = table_engine(lake, UNPARSED.name)
     where = key_filter(engine, UNPARSED, keys)
     if where is not None:
@@ -254,7 +272,32 @@ def _typed(lake: LakeEngine, keys: pa.Table, dry_run: bool) -> dict[str, Any]:
             figures[UNPARSED.name]["rows"],
             "counted" if dry_run else "removed",
         )
-    return figures
+    return figures, len(kept)
+
+
+def _copies_left(lake: LakeEngine, ids: pa.Array, taken: list[RetentionFilter] | None) -> pa.Array:
+    """Those of ``ids`` that still have a journal row: in a real run, at the journal's version now (after
+    this rule's delete, and any rows drained since: a copy drained meanwhile keeps its typed row too);
+    in a dry run, where nothing left, a row that none of ``taken`` matches. Read: the journal's
+    ``message_id`` column (and the rules' columns), filtered to ``ids``; held: the matching rows' ids."""
+    arrow = ds.field("message_id").isin(ids)
+    sql = _ids_sql(ids)
+    columns: tuple[str, ...] = ("message_id",)
+    for rule in taken or []:
+        arrow = arrow & ~rule.where.arrow
+        sql += f" AND NOT ({rule.where.sql})"
+        columns += tuple(c for c in rule.where.columns if c not in columns)
+    rows = journal_engine(lake).matching_rows(JOURNAL, RowFilter(sql, arrow, columns), ["message_id"])
+    return pc.unique(rows["message_id"].combine_chunks())
+
+
+def _ids_sql(ids: pa.Array) -> str:
+    """The SQL text of ``message_id IN ids``: the lookup is only read (``matching_rows`` evaluates the
+    arrow expression, never the text), so past ``_SQL_IDS`` ids the text says how many rather than list
+    them all (a retention run removes millions), and would fail to parse if it were ever run."""
+    if len(ids) > _SQL_IDS:
+        return f'"message_id" IN (<the {len(ids)} message ids of the removed rows>)'
+    return '"message_id" IN (' + ", ".join(sql_text(str(v)) for v in ids.to_pylist()) + ")"
 
 
 def _index(lake: LakeEngine, keys: pa.Table, rule: RetentionFilter, dry_run: bool) -> dict[str, Any] | None:

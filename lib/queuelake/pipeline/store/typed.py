@@ -5,9 +5,11 @@ come from the message types the journal holds), so ``erased_by_journal_key`` can
 bodies stage records which table each type owns in ``body_schema_changes`` (its ``created`` rows);
 that registry, not a guess from the ``bodies.table_prefix``, is the list of tables reached here.
 
-The rule: a typed row goes when a journal row of its message goes. A typed row is keyed by the
-message's ``message_id`` (one row per message, even when the journal holds its business copy and its
-audit copy), so erasing or retiring either copy removes the typed row. Rows are deleted by the
+The rule: a typed row is keyed by the message's ``message_id`` (one row per message, even when the
+journal holds its business copy and its audit copy), and each caller says which ids lose theirs.
+``erase``: every message a journal row of which is erased (erasing either copy removes the body: that
+is erasure). Retention (``retention.py``): only the messages whose last journal row it removed (a
+rule on the business queue leaves the typed row its audit copy still names). Rows are deleted by the
 table's own engine (delta-rs or delta-spark: the lake's), one commit per table.
 """
 
