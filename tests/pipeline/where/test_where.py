@@ -387,6 +387,36 @@ def test_a_compaction_does_not_make_the_typed_tables_look_behind(system: tuple[P
     assert not any("typed tables cover" in note for note in summary["notes"]), summary["notes"]
 
 
+def test_a_key_search_answers_when_the_log_since_the_typed_tables_is_cleaned(tmp_path: Path) -> None:
+    """``bodies`` last ran 30 days ago: the journal's commits since then are past the Delta log's
+    retention, cleaned at a checkpoint. How many files are not typed yet is unknown; the search still
+    answers, and says the typed tables are behind (before, it failed: ``commit 3 is no longer in the log``)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+    from queuelake.lake import record_tables, stage_tables
+    from queuelake.pipeline.where.run import Query, where
+
+    root = tmp_path / "lake"
+    cfg = from_dict({"transport": {"connection": None}, "lake": {"root": str(root), "engine": "delta-rs"}}, env={})
+    journal = str(root / "messages")
+    empty = record_tables.MESSAGES.schema.empty_table()
+    write_deltalake(journal, empty, mode="append", configuration={"delta.logRetentionDuration": "interval 0 seconds"})
+    for _ in range(12):
+        write_deltalake(journal, empty, mode="append")
+    increments = stage_tables.BODY_INCREMENTS.schema
+    typed_upto = {f.name: pa.array([2 if f.name == "journal_version" else None], f.type) for f in increments}
+    write_deltalake(str(root / "body_increments"), pa.table(typed_upto, schema=increments))
+    table = DeltaTable(journal)
+    table.create_checkpoint()
+    time.sleep(1)
+    table.cleanup_metadata()
+    assert not (root / "messages" / "_delta_log" / f"{3:020d}.json").exists()  # the commits since version 2 are gone
+
+    answer = where(cfg, open_lake(cfg.lake), None, Query("key", "4711", field="OrderId", peek=False))
+    assert answer.typed["journal_version_typed"] == 2 and answer.typed["journal_files_untyped"] == -1
+    assert any("typed tables cover the journal up to version 2" in note for note in answer.notes), answer.notes
+
+
 def test_an_erased_message_is_said_erased_by_the_run_that_names_it(system: tuple[Path, Path, str]) -> None:
     """Last in this module: it erases A from the shared journal (and its typed row)."""
     conf, work, uri = system

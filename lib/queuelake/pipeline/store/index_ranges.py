@@ -16,6 +16,13 @@ runs, maximal stretches with no kept row between them (``runs``). A queue with m
 range is evaluated on every index row (the index is sorted by key, so its (queue, seq) statistics
 prune nothing), where one IN-list is one hash lookup per row.
 
+Bounded, not always whole: a queue whose removed rows lie scattered among rows that stay (a rule on
+expired rows, with every twentieth row expired) would need a NOT IN list as long as the rows that stay,
+and deltalake's DELETE crashes the process (a segfault, measured from ~20,000 entries) on such lists.
+So the list holds at most ``MAX_LISTED`` seqs; past that, the queue's ``MAX_RANGES`` largest runs are
+named with no list, and the removed seqs of its other runs keep their index rows (``left``): a stale
+index row is a hint that costs a lookup one file read, never a wrong answer, and the count is reported.
+
 The index rows deleted also have ``upto <= version``, the journal version the kept rows were read
 at: an index row written later (a concurrent ``maintain``'s build) may name a row the read did not
 see, and stays. A kept row with the very seq of a removed one (a queue table recreated, its seqs
@@ -35,29 +42,35 @@ import pyarrow.dataset as ds
 from queuelake.lake.deletes import RowFilter
 
 MAX_RANGES = 16  # seq ranges per queue; the kept rows of narrower gaps go to the queue's NOT IN list
+MAX_LISTED = 5_000  # seqs in a queue's NOT IN list (deltalake's DELETE crashed on ~20,000)
 
 
 @dataclass(frozen=True)
 class QueueRuns:
-    """One queue's removed seqs as ranges, less the kept seqs inside them (``excluded``)."""
+    """One queue's removed seqs as ranges, less the kept seqs inside them (``excluded``); ``left``:
+    removed seqs no range names (their index rows stay, see the module's docstring)."""
 
     queue: str
     ranges: list[tuple[int, int]]
     excluded: list[int]
+    left: int = 0
 
 
 def runs(
-    removed: np.ndarray, kept: np.ndarray, max_ranges: int | None = None
-) -> tuple[list[tuple[int, int]], list[int]]:
-    """``removed`` seqs of one queue as at most ``max_ranges`` inclusive ranges, and the ``kept`` seqs that
-    lie inside them (to exclude): every removed seq is in a range, no kept seq is in one unless excluded.
-    A seq both removed and kept is left out of both (its index rows are the kept row's too)."""
+    removed: np.ndarray, kept: np.ndarray, max_ranges: int | None = None, max_listed: int | None = None
+) -> tuple[list[tuple[int, int]], list[int], int]:
+    """``removed`` seqs of one queue as at most ``max_ranges`` inclusive ranges, the ``kept`` seqs that
+    lie inside them (to exclude, at most ``max_listed``), and how many removed seqs no range names: no
+    kept seq is in a range unless excluded, and every removed seq is in one unless the exclusions would
+    pass ``max_listed`` (then the largest runs are named, none excluded, the others' seqs counted as
+    left). A seq both removed and kept is left out of both (its index rows are the kept row's too)."""
     max_ranges = max_ranges or MAX_RANGES
+    max_listed = MAX_LISTED if max_listed is None else max_listed
     r = np.unique(np.asarray(removed, dtype=np.int64))
     k = np.unique(np.asarray(kept, dtype=np.int64))
     r = r[~np.isin(r, k)]
     if r.size == 0:
-        return [], []
+        return [], [], 0
     k = k[(k > r[0]) & (k < r[-1])]
     gap = np.searchsorted(r, k)  # kept seq k[j] lies between r[gap[j] - 1] and r[gap[j]]
     counts = np.bincount(gap, minlength=r.size)
@@ -67,21 +80,42 @@ def runs(
         widest = np.argsort(-counts[gaps], kind="stable")[: max_ranges - 1]
         cuts = np.sort(gaps[widest])
     excluded = k[~np.isin(gap, cuts)]
+    if excluded.size > max_listed:  # scattered: the largest natural runs, no list
+        starts = np.concatenate([[0], gaps])
+        ends = np.concatenate([gaps - 1, [r.size - 1]])
+        largest = np.sort(np.argsort(-(ends - starts + 1), kind="stable")[:max_ranges])
+        named = int((ends[largest] - starts[largest] + 1).sum())
+        chosen = [(int(r[starts[i]]), int(r[ends[i]])) for i in largest]
+        return chosen, [], int(r.size) - named
     starts = np.concatenate([[0], cuts])
     ends = np.concatenate([cuts - 1, [r.size - 1]])
-    return [(int(r[s]), int(r[e])) for s, e in zip(starts, ends, strict=True)], [int(s) for s in excluded]
+    return [(int(r[s]), int(r[e])) for s, e in zip(starts, ends, strict=True)], [int(s) for s in excluded], 0
 
 
-def queue_runs(removed: pa.Table, kept: pa.Table, max_ranges: int | None = None) -> list[QueueRuns]:
+def queue_runs(
+    removed: pa.Table, kept: pa.Table, max_ranges: int | None = None, max_listed: int | None = None
+) -> list[QueueRuns]:
     """``runs`` per queue: ``removed`` and ``kept`` are (queue, seq) rows (``kept``: at least those
     inside each queue's [min, max] of removed seqs)."""
     out = []
     for queue in sorted(pc.unique(removed["queue"]).to_pylist()):
         gone = removed.filter(pc.equal(removed["queue"], queue))["seq"]
         stay = kept.filter(pc.equal(kept["queue"], queue))["seq"] if kept.num_rows else pa.array([], pa.int64())
-        ranges, excluded = runs(gone.to_numpy(), np.asarray(stay.to_numpy(), dtype=np.int64), max_ranges)
+        ranges, excluded, left = runs(
+            gone.to_numpy(), np.asarray(stay.to_numpy(), dtype=np.int64), max_ranges, max_listed
+        )
         if ranges:
-            out.append(QueueRuns(queue, ranges, excluded))
+            out.append(QueueRuns(queue, ranges, excluded, left))
+    # the lists of every queue go into one DELETE: their sum is held to ``MAX_LISTED`` too, the longest
+    # lists giving way first (their queues named by their largest runs alone)
+    budget = MAX_LISTED if max_listed is None else max_listed
+    while sum(len(q.excluded) for q in out) > budget:
+        i = max(range(len(out)), key=lambda j: len(out[j].excluded))
+        q = out[i]
+        gone = removed.filter(pc.equal(removed["queue"], q.queue))["seq"]
+        stay = kept.filter(pc.equal(kept["queue"], q.queue))["seq"]
+        ranges, excluded, left = runs(gone.to_numpy(), np.asarray(stay.to_numpy(), dtype=np.int64), max_ranges, 0)
+        out[i] = QueueRuns(q.queue, ranges, excluded, left)
     return out
 
 

@@ -327,6 +327,8 @@ def _index(lake: LakeEngine, keys: pa.Table, rule: RetentionFilter, dry_run: boo
         "rows": 0,
         "ranges": sum(len(q.ranges) for q in per_queue),
         "seqs_kept_inside": sum(len(q.excluded) for q in per_queue),
+        # removed rows too scattered among kept ones to name (``index_ranges``): their index rows stay
+        "seqs_left": sum(q.left for q in per_queue),
         "journal_version": version,
     }
     if where is not None:
@@ -345,4 +347,11 @@ def _index(lake: LakeEngine, keys: pa.Table, rule: RetentionFilter, dry_run: boo
         figures["ranges"],
         len(per_queue),
     )
+    if figures["seqs_left"]:
+        log.info(
+            "retention %s: the index rows of %d removed row(s), scattered among rows that stay, are left as "
+            "stale hints (a hint costs a lookup one more file read, never a wrong answer)",
+            KEYS,
+            figures["seqs_left"],
+        )
     return figures

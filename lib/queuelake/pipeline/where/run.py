@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.config import Config
-from queuelake.errors import ArgumentError, HeaderError, TransportError
+from queuelake.errors import ArgumentError, HeaderError, LakeError, TransportError
 from queuelake.lake import record_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb import headers as hdr
@@ -183,13 +183,17 @@ def _untyped_files(lake: LakeEngine, typed: int | None) -> int | None:
     """How many journal files landed after the version the typed tables were brought up to: rows a
     business key cannot find there yet. Counted from the Delta log's data-changing adds
     (``added_files``), so a compaction, a retention delete or an erase, which add versions but no new
-    rows, do not count (``None``: no typed tables, or no journal)."""
+    rows, do not count (``None``: no typed tables, or no journal; -1: some, how many unknown, the commits
+    since being past the Delta log's retention: ``bodies`` has not run for that long)."""
     if typed is None or not lake.exists(MESSAGES):
         return None
     version = lake.table_version(MESSAGES)
     if version is None or version <= typed:
         return 0
-    return len(lake.added_files(MESSAGES, typed, version))
+    try:
+        return len(lake.added_files(MESSAGES, typed, version))
+    except LakeError:  # the commits since are past the log's retention: how many is unknown (the note says so)
+        return -1
 
 
 def _expired_by_row_id(lake: LakeEngine, ids: tuple[str, ...], rows: pa.Table) -> pa.Table:
@@ -418,12 +422,13 @@ def _take(peeked: Peeked, query: Query, searched: set[str], answer: Answer, figu
 
 def _notes(cfg: Config, query: Query, answer: Answer) -> None:
     """What the answer cannot show, said once."""
-    if query.by == "key" and answer.typed.get("journal_files_untyped"):
+    untyped = answer.typed.get("journal_files_untyped")
+    if query.by == "key" and untyped:
         typed = answer.typed["journal_version_typed"]
+        files = "journal file(s)" if untyped < 0 else f"{untyped} journal file(s)"
         answer.notes.append(
-            f"the typed tables cover the journal up to version {typed}; {answer.typed['journal_files_untyped']} "
-            "journal file(s) drained since are not typed yet: their messages are found by key only in the queues "
-            "(run queuelake bodies)"
+            f"the typed tables cover the journal up to version {typed}; {files} drained since are not typed "
+            "yet: their messages are found by key only in the queues (run queuelake bodies)"
         )
     if cfg.lake.retention.rules or cfg.lake.retention.default_days is not None:
         answer.notes.append("lake.retention removes old journal rows (maintain): a retired message leaves no trace")
