@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 _ATTEMPTS = 20
+# values in one IN (or NOT IN) list of a DELETE's predicate: deltalake's DELETE crashes the process (a
+# segfault, not an error) on a list of ~20,000-30,000, so callers naming more rows split them into several
+# deletes (``pipeline/store``: erase's and retention's derived rows, the typed rows, the id index)
+MAX_IN_LIST = 5_000
 DELETE_OPERATION = "DELETE"  # the commitInfo operation of a delete (delta-rs and delta-spark alike)
 
 

@@ -131,6 +131,31 @@ def test_erase_removes_the_rows_their_derived_rows_and_every_file_holding_them(t
     assert again["tables"]["messages"]["rows"] == 0
 
 
+def test_erase_splits_a_derived_tables_delete_into_lists_deltalake_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deltalake's DELETE crashes the process (a segfault) on an IN list of ~20,000-30,000 values, so the
+    derived rows of an erase are named ``MAX_IN_LIST`` keys a delete (here 1: two deletes for the two
+    replay_skipped rows), and together remove exactly what one delete did."""
+    from queuelake.pipeline.store import erase as erase_module
+
+    monkeypatch.setattr(erase_module, "MAX_IN_LIST", 1)
+    cfg, lake, _ = seeded(tmp_path)
+    before = lake.table_version("replay_skipped")
+    assert before is not None
+    dry = erase(cfg, lake, PREDICATE, dry_run=True)
+    assert dry["tables"]["replay_skipped"]["rows"] == 2, dry
+    done = erase(cfg, lake, PREDICATE)
+    assert done["tables"]["messages"]["rows"] == 70 and done["tables"]["replay_skipped"]["rows"] == 2, done
+    from deltalake import DeltaTable
+
+    history = DeltaTable(str(tmp_path / "replay_skipped")).history()
+    deletes = [h for h in history if h["operation"] == "DELETE" and h["version"] > before]
+    assert len(deletes) == 2  # one delete commit per list
+    skipped = lake.read_arrow("replay_skipped", columns=["queue", "seq"]).to_pylist()
+    assert sorted((r["queue"], r["seq"]) for r in skipped) == sorted([(AUDIT, 1), (SALES, 90)])
+
+
 def test_erase_edges(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     lake = open_lake(cfg.lake)

@@ -34,7 +34,7 @@ import pyarrow.dataset as ds
 
 from queuelake.config import Config
 from queuelake.lake import catalogue, record_tables, table_entry
-from queuelake.lake.deletes import RowFilter
+from queuelake.lake.deletes import MAX_IN_LIST, RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.store import typed
@@ -73,10 +73,9 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
         }
         for table in derived_tables():
             engine = table_engine(lake, table.name)
-            key = key_filter(engine, table, keys)
-            if key is not None:
-                counted = engine.count_rows(table.name, key)
-                tables[table.name] = {"rows": counted.rows, "files_removed": counted.files}
+            filters = key_filters(engine, table, keys)
+            if filters:
+                tables[table.name] = count_all(engine, table.name, filters)
         tables.update(typed.remove(lake, keys["message_id"], True, "erase")[0])
         for name, figures in tables.items():
             log.info(
@@ -120,17 +119,12 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
     engines = {JOURNAL: journal}
     for table in derived_tables():
         engine = table_engine(lake, table.name)
-        key = key_filter(engine, table, keys)
-        if key is None:
+        filters = key_filters(engine, table, keys)
+        if not filters:
             continue
-        removed = engine.delete_rows(table.name, key)
         engines[table.name] = engine
-        tables[table.name] = {
-            "rows": removed.rows,
-            "files_removed": removed.files_removed,
-            "files_rewritten": removed.files_rewritten,
-        }
-        log.info("erase %s: %d derived row(s) removed", table.name, removed.rows)
+        tables[table.name] = delete_all(engine, table.name, filters)
+        log.info("erase %s: %d derived row(s) removed", table.name, tables[table.name]["rows"])
     typed_tables, typed_engines = typed.remove(lake, keys["message_id"], False, "erase")
     tables.update(typed_tables)
     engines.update(typed_engines)
@@ -140,18 +134,23 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
     return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
 
 
-def key_filter(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table) -> RowFilter | None:
-    """The rows of a derived table whose journal key is among ``keys``; None when the table does not
-    exist or holds none of them. The table's keys are read (a record table: small) and joined with
-    the erased ones, so the delete names only the keys it holds."""
+def key_filters(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table) -> list[RowFilter]:
+    """The rows of a derived table whose journal key is among ``keys``, as filters of at most
+    ``MAX_IN_LIST`` keys each (one delete each: deltalake's DELETE crashes on longer IN lists); none
+    when the table does not exist or holds none of them. The table's keys are read (a record table:
+    small) and joined with the erased ones, so the deletes name only the keys it holds."""
     columns = list(table.erased_by_journal_key)
     if keys.num_rows == 0 or not engine.exists(table.name):
-        return None
+        return []
     held = engine.read_arrow(table.name, columns=columns)
     hit = held.join(keys.select(columns).group_by(columns).aggregate([]), keys=columns, join_type="inner")
     if hit.num_rows == 0:
-        return None
-    hit = hit.group_by(columns).aggregate([])
+        return []
+    hit = hit.group_by(columns).aggregate([]).sort_by([(c, "ascending") for c in columns])
+    return [_key_filter(hit.slice(at, MAX_IN_LIST), columns) for at in range(0, hit.num_rows, MAX_IN_LIST)]
+
+
+def _key_filter(hit: pa.Table, columns: list[str]) -> RowFilter:
     sql: list[str] = []
     arrow: ds.Expression | None = None
     queue, seq = columns  # (queue, seq): the one journal key the catalogue uses
@@ -163,3 +162,19 @@ def key_filter(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table)
         arrow = part if arrow is None else arrow | part
     assert arrow is not None
     return RowFilter(" OR ".join(sql), arrow, tuple(columns))
+
+
+def count_all(engine: LakeEngine, table: str, filters: list[RowFilter]) -> dict[str, int]:
+    """What ``filters`` reach together (they name disjoint rows): rows and whole files."""
+    counted = [engine.count_rows(table, f) for f in filters]
+    return {"rows": sum(c.rows for c in counted), "files_removed": sum(c.files for c in counted)}
+
+
+def delete_all(engine: LakeEngine, table: str, filters: list[RowFilter]) -> dict[str, int]:
+    """``filters``' rows deleted, one commit each; the rows and files together."""
+    deleted = [engine.delete_rows(table, f) for f in filters]
+    return {
+        "rows": sum(d.rows for d in deleted),
+        "files_removed": sum(d.files_removed for d in deleted),
+        "files_rewritten": sum(d.files_rewritten for d in deleted),
+    }

@@ -39,10 +39,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from queuelake.lake.deletes import RowFilter
+from queuelake.lake.deletes import MAX_IN_LIST, RowFilter
 
 MAX_RANGES = 16  # seq ranges per queue; the kept rows of narrower gaps go to the queue's NOT IN list
-MAX_LISTED = 5_000  # seqs in a queue's NOT IN list (deltalake's DELETE crashed on ~20,000)
+MAX_LISTED = MAX_IN_LIST  # seqs in the NOT IN lists of the one DELETE (deltalake's crashed on ~20,000)
 
 
 @dataclass(frozen=True)

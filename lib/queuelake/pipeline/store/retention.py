@@ -57,7 +57,7 @@ from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.key_index import build
 from queuelake.pipeline.store import index_ranges, typed
-from queuelake.pipeline.store.erase import key_filter
+from queuelake.pipeline.store.erase import count_all, delete_all, key_filters
 from queuelake.report import log
 from queuelake.timetext import iso_utc
 from queuelake.transport.table_refs import queue_ref
@@ -260,12 +260,12 @@ def _typed(lake: LakeEngine, keys: pa.Table, taken: list[RetentionFilter] | None
     if len(kept):
         log.info("retention: %d removed message(s) keep their typed rows: a journal copy of each stays", len(kept))
     engine = table_engine(lake, UNPARSED.name)
-    where = key_filter(engine, UNPARSED, keys)
-    if where is not None:
+    filters = key_filters(engine, UNPARSED, keys)
+    if filters:
         if dry_run:
-            figures[UNPARSED.name] = {"rows": engine.count_rows(UNPARSED.name, where).rows}
+            figures[UNPARSED.name] = {"rows": count_all(engine, UNPARSED.name, filters)["rows"]}
         else:
-            figures[UNPARSED.name] = {"rows": engine.delete_rows(UNPARSED.name, where).rows}
+            figures[UNPARSED.name] = {"rows": delete_all(engine, UNPARSED.name, filters)["rows"]}
         log.info(
             "retention %s: %d row(s) %s",
             UNPARSED.name,

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from queuelake.lake import stage_tables
-from queuelake.lake.deletes import RowFilter
+from queuelake.lake.deletes import MAX_IN_LIST, RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.report import log
@@ -40,18 +40,21 @@ def body_tables(lake: LakeEngine) -> list[str]:
     return sorted({t for t in created if t and lake.exists(t)})
 
 
-def message_filter(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray | pa.Array) -> RowFilter | None:
-    """The rows of ``table`` whose ``message_id`` is among ``message_ids``; None when it holds none.
-    The table's ids are read first so the delete names only ids it holds."""
+def message_filters(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray | pa.Array) -> list[RowFilter]:
+    """The rows of ``table`` whose ``message_id`` is among ``message_ids``, as filters of at most
+    ``MAX_IN_LIST`` ids each (one delete each: deltalake's DELETE crashes on longer IN lists); none when
+    it holds none. The table's ids are read first so the deletes name only ids it holds."""
     wanted = pc.unique(pc.drop_null(message_ids))
     if len(wanted) == 0:
-        return None
+        return []
     held = engine.read_arrow(table, columns=[KEY])[KEY]
-    hit = pc.unique(pc.drop_null(held.filter(pc.is_in(held, value_set=wanted)))).to_pylist()
-    if not hit:
-        return None
-    quoted = ", ".join("'" + str(v).replace("'", "''") + "'" for v in sorted(hit))
-    return RowFilter(f'"{KEY}" IN ({quoted})', ds.field(KEY).isin(hit), (KEY,))
+    hit = sorted(pc.unique(pc.drop_null(held.filter(pc.is_in(held, value_set=wanted)))).to_pylist())
+    out = []
+    for at in range(0, len(hit), MAX_IN_LIST):
+        ids = hit[at : at + MAX_IN_LIST]
+        quoted = ", ".join("'" + str(v).replace("'", "''") + "'" for v in ids)
+        out.append(RowFilter(f'"{KEY}" IN ({quoted})', ds.field(KEY).isin(ids), (KEY,)))
+    return out
 
 
 def remove(
@@ -65,20 +68,20 @@ def remove(
         return figures, engines
     for table in body_tables(lake):
         engine = table_engine(lake, table)
-        where = message_filter(engine, table, message_ids)
-        if where is None:
+        filters = message_filters(engine, table, message_ids)
+        if not filters:
             continue
         if dry_run:
-            counted = engine.count_rows(table, where)
-            figures[table] = {"rows": counted.rows, "files_removed": counted.files}
-            log.info("%s --dry-run %s: would remove %d typed row(s)", step, table, counted.rows)
+            counted = [engine.count_rows(table, where) for where in filters]
+            figures[table] = {"rows": sum(c.rows for c in counted), "files_removed": sum(c.files for c in counted)}
+            log.info("%s --dry-run %s: would remove %d typed row(s)", step, table, figures[table]["rows"])
             continue
-        removed = engine.delete_rows(table, where)
+        removed = [engine.delete_rows(table, where) for where in filters]  # one commit per filter
         engines[table] = engine
         figures[table] = {
-            "rows": removed.rows,
-            "files_removed": removed.files_removed,
-            "files_rewritten": removed.files_rewritten,
+            "rows": sum(r.rows for r in removed),
+            "files_removed": sum(r.files_removed for r in removed),
+            "files_rewritten": sum(r.files_rewritten for r in removed),
         }
-        log.info("%s %s: %d typed row(s) removed", step, table, removed.rows)
+        log.info("%s %s: %d typed row(s) removed", step, table, figures[table]["rows"])
     return figures, engines
