@@ -22,6 +22,7 @@ from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_KIND, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID, unique_message_id
 from queuelake.pipeline.failures import fingerprint as fp
+from queuelake.pipeline.failures import show
 from queuelake.pipeline.failures.groups import Group
 from queuelake.pipeline.failures.run import failure_groups
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
@@ -40,6 +41,7 @@ T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 TIMEOUT = "System.TimeoutException"
 NO_ADDRESS = "Shipping.AddressNotFoundException"
 ERROR = '"public"."error"'
+ORDER_TYPE = "Sales.Messages.Events.OrderPlaced"
 
 
 def _build_a(line: int, folder: str, state: int, address: str) -> str:
@@ -217,14 +219,10 @@ def test_servicecontrol_retries_resolve_failures_and_leave_the_replay(cfg: Confi
     would be processed twice); one that failed again counts so and stays; a group whose every message
     was processed since selects no row."""
 
-    def sc_retry(m: OutgoingMessage) -> OutgoingMessage:
-        failed = hdr.decode_map(_failed(m, "Billing", TIMEOUT, 0, "").headers)
-        return _with(m, {RETRY_UNIQUE_MESSAGE_ID: unique_message_id(failed) or ""})
-
     later = T0 + dt.timedelta(hours=2)
-    processed = traffic.audit_copy(sc_retry(ORDERS[2]), "Billing", later, 30)
-    again = _failed(sc_retry(ORDERS[3]), "Billing", TIMEOUT, 120, BUILD_1[0])
-    shipped = [traffic.audit_copy(sc_retry(m), "Shipping", later, 10) for m in BILLS]
+    processed = traffic.audit_copy(_sc_retry(ORDERS[2], "Billing"), "Billing", later, 30)
+    again = _failed(_sc_retry(ORDERS[3], "Billing"), "Billing", TIMEOUT, 120, BUILD_1[0])
+    shipped = [traffic.audit_copy(_sc_retry(m, "Shipping"), "Shipping", later, 10) for m in BILLS]
     _seed(cfg, "audit", [processed, *shipped])
     _seed(cfg, "error", [again])
     assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
@@ -240,6 +238,114 @@ def test_servicecontrol_retries_resolve_failures_and_leave_the_replay(cfg: Confi
     assert (c.summary()["resolved"], c.replay_rows()) == (2, [])
     assert _selects(cfg, c.where) == set()
     assert found.summary()["unresolved_messages"] == 4 + 2  # A's four and B's two
+    assert found.summary()["retry_copies_unmatched"] == 0
+
+
+def _sc_retry(m: OutgoingMessage, endpoint: str) -> OutgoingMessage:
+    """``m`` as ServiceControl retries its failure at ``endpoint``: with that failure's unique id."""
+    failed = hdr.decode_map(_failed(m, endpoint, TIMEOUT, 0, "").headers)
+    return _with(m, {RETRY_UNIQUE_MESSAGE_ID: unique_message_id(failed) or ""})
+
+
+def test_a_servicecontrol_retry_resolves_only_the_failure_of_its_endpoint(cfg: Config) -> None:
+    """A published event has one MessageId in every subscriber. It fails at Billing (group A) and, later,
+    at Shipping; ServiceControl retries Billing's failure and Billing processes it. The retry's unique
+    id (MessageId + Billing) resolves Billing's failure alone: A's replay leaves the event, Shipping's
+    replay still sends it (matched by MessageId and time, the retry took Shipping's failure, the later
+    one, and Billing's stayed: Billing processed the event twice, Shipping never). Shipping's failure
+    then fails again on a retry whose machine's clock is a minute behind: the error queue's order, not
+    that clock, says which failure is the latest (and which one the failed retry retried). A retry copy
+    whose unique id names no failure resolves nothing: counted as unmatched, not guessed."""
+    event = ORDERS[8]
+    at_billing = _failed(event, "Billing", TIMEOUT, 40, BUILD_1[0])
+    at_shipping = _failed(event, "Shipping", NO_ADDRESS, 50, SHIPPING)
+    _seed(cfg, "error", [at_billing, at_shipping])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    _seed(cfg, "audit", [traffic.audit_copy(_sc_retry(event, "Billing"), "Billing", T0 + dt.timedelta(hours=2), 30)])
+    # Shipping's retry fails again at 10:49 by its machine's clock, after the 10:50 failure it retried
+    _seed(cfg, "error", [_failed(_sc_retry(event, "Shipping"), "Shipping", NO_ADDRESS, 49, SHIPPING)])
+    # a retry copy of order 6 naming the unique id of a failure at Sales, which never failed it
+    _seed(cfg, "audit", [traffic.audit_copy(_sc_retry(ORDERS[6], "Sales"), "Sales", T0 + dt.timedelta(hours=2), 5)])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+
+    found = failure_groups(open_lake(cfg.lake))
+    a = next(g for g in found.groups if g.endpoint == "Billing" and len(g.rows) == 6)
+    shipping = next(g for g in found.groups if g.endpoint == "Shipping" and g.message_type == ORDER_TYPE)
+    # Billing processed the event: A's replay leaves it; Shipping did not: its group's replay sends it
+    assert event.id not in a.message_ids() and a.message_ids() == [ORDERS[i].id for i in range(5)]
+    assert shipping.message_ids() == [event.id]
+    s = a.summary()
+    assert (s["messages"], s["resolved"], s["retried_processed"], s["unresolved"]) == (6, 1, 1, 5), s
+    assert _selects(cfg, a.where) == _rows(a)
+    t = shipping.summary()
+    assert (t["copies"], t["messages"], t["resolved"], t["retried_processed"]) == (2, 1, 0, 0), t
+    assert (t["retried"], t["retried_failed_again"], t["retry_failures"]) == (1, 1, 1), t
+    first, again = sorted(shipping.rows, key=lambda r: r.seq)
+    assert again.at < first.at  # the skewed clock
+    assert shipping.retried_failed_again == {first.key}  # the retry that failed again retried the first
+    assert shipping.replay_rows() == [again]
+    assert _selects(cfg, shipping.where) == {again.key}
+    b = next(g for g in found.groups if g.fingerprint == fp.fingerprint(OTHER_PATH))
+    assert b.summary()["resolved"] == 0 and ORDERS[6].id in b.message_ids()
+    summary = found.summary()
+    assert (summary["retry_copies_found"], summary["retry_copies_unmatched"]) == (3, 1), summary
+    assert summary["failed_messages"] == 9 + 2  # the event at Billing and at Shipping: two failed messages
+
+
+def test_a_message_is_replayed_by_the_group_of_its_latest_failure(cfg: Config) -> None:
+    """ServicePulse counts a failed message in the group of its latest failed attempt. Orders 0 and 1
+    failed with a timeout (group A); their retries failed with a NullReference (group N); order 0's next
+    retry was processed. Order 0 is resolved: no group's replay sends it (A's did: a processed message
+    sent again); order 1 is N's to send, not A's too. A lists both, as history, saying where their
+    latest failure is; each count says what it counts."""
+    a = next(g for g in failure_groups(open_lake(cfg.lake)).groups if len(g.rows) == 5)
+    source = {r.message_id: f"{r.queue}@{r.seq}" for r in a.rows}
+    retry = {REPLAY_ID: "r-1", REPLAY_KIND: "retry"}
+    npe = "System.NullReferenceException"
+    failed_again = [
+        _failed(_with(ORDERS[i], {**retry, REPLAY_SOURCE: source[ORDERS[i].id]}), "Billing", npe, 60 + i, OTHER_PATH)
+        for i in (0, 1)
+    ]
+    _seed(cfg, "error", failed_again)
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    n = next(g for g in failure_groups(open_lake(cfg.lake)).groups if g.exception_type == npe)
+    second = {r.message_id: f"{r.queue}@{r.seq}" for r in n.rows}
+    retry2 = {REPLAY_ID: "r-2", REPLAY_KIND: "retry", REPLAY_SOURCE: second[ORDERS[0].id]}
+    _seed(cfg, "audit", [traffic.audit_copy(_with(ORDERS[0], retry2), "Billing", T0 + dt.timedelta(hours=2), 20)])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+
+    found = failure_groups(open_lake(cfg.lake))
+    a = next(g for g in found.groups if g.id == a.id)
+    n = next(g for g in found.groups if g.exception_type == npe)
+    # order 0 was processed (resolved), order 1 failed last in N: A's replay sends neither
+    assert a.message_ids() == [ORDERS[i].id for i in (2, 3, 4)]
+    s = a.summary()
+    assert (s["copies"], s["messages"], s["retried"], s["retried_failed_again"]) == (5, 5, 2, 2), s
+    assert (s["latest_failure_elsewhere"], s["resolved"], s["unresolved"]) == (2, 0, 3), s
+    assert _selects(cfg, a.where) == _rows(a) and len(_rows(a)) == 3
+    t = n.summary()
+    assert (t["messages"], t["resolved"], t["unresolved"], t["latest_failure_elsewhere"]) == (2, 1, 1, 0), t
+    assert n.message_ids() == [ORDERS[1].id]
+    assert _selects(cfg, n.where) == _rows(n) and len(_rows(n)) == 1
+    summary = found.summary()
+    assert (summary["failed_messages"], summary["unresolved_messages"]) == (9, 3 + 2 + 2 + 1), summary
+
+    def no_spark():  # type: ignore[no-untyped-def]
+        raise AssertionError("the group's predicate needed Spark")
+
+    dry = replay(cfg, None, open_lake(cfg.lake), ReplayOptions(a.where, dry_run=True), start_spark=no_spark)
+    assert dry["selected"] == 3, dry
+
+    lines = {line.split()[0]: line for line in show.message_lines(a)[1:]}
+    assert f"failed again; latest failure in {n.id} (processed)" in lines[ORDERS[0].id]
+    assert lines[ORDERS[1].id].split("  ")[3].strip() == f"failed again; latest failure in {n.id}"
+    listed = {o["message_id"]: o for o in map(json.loads, show.message_json(a))}
+    assert (listed[ORDERS[0].id]["resolved"], listed[ORDERS[0].id]["in_replay"]) == (True, False)
+    assert listed[ORDERS[1].id]["latest_failure_group"] == n.id and not listed[ORDERS[1].id]["resolved"]
+    assert (listed[ORDERS[2].id]["latest_failure_group"], listed[ORDERS[2].id]["in_replay"]) == (a.id, True)
+    table = {line.split()[0]: line.split() for line in show.group_lines(found.groups)[1:]}
+    assert table[a.id][1:5] == ["5", "5", "3", "2"]  # copies, msgs, open, retried
+    assert table[n.id][1:5] == ["2", "2", "1", "1"]
 
 
 def test_quotes_in_keys_go_to_spark_escaped() -> None:

@@ -6,11 +6,24 @@ The columns are the journal's typed ones, as the drain decoded them (``nsb/colum
 is a key of its own (null). The group id is the first 10 hex digits of the SHA-256 of the key (its JSON),
 so a group keeps its id from run to run, and in every lake holding the same failures.
 
-The replay selection (``Group.replay_rows``): the latest failed copy (highest ``at``, then ``seq``) of
-each message of the group, so a message that failed, was retried and failed again the same way is sent
-once; a message whose latest failure a retry has since processed (a queuelake retry naming the row, or a
-ServiceControl retry: a later copy of the message with ServiceControl's retry id) is resolved, as
-ServicePulse resolves it, and not selected: sending it again would process it twice. Its ``--where``
+A message is what ServiceControl calls one failed message: its unique id (``nsb.retry.unique_id_of``,
+the MessageId and the endpoint that failed it), so a published event failing at two subscribers is two
+messages. Its failures are ordered by the error queue's ``seq`` when they lie in one error queue (the
+order they were written, one counter, no clocks), else by ``at`` (TimeOfFailure, set by whichever
+machine failed it). As in ServicePulse, a message belongs to the group of its latest failure, across
+groups: another group holding an earlier failure of it (a retry that failed with another exception)
+lists it, as history, and does not select it.
+
+The replay selection (``Group.replay_rows``): the latest failed copy of each message of the group whose
+latest failure is in the group, so a message that failed, was retried and failed again the same way is
+sent once; a message whose latest failure a retry has since processed is resolved, as ServicePulse
+resolves it, and not selected: sending it again would process it twice. Which failure a retry's copy
+retried: the row a queuelake retry names (``queuelake.Replay.Source``); for a ServiceControl retry, which
+names no row, the failure of the same unique id (the copy's ``ServiceControl.Retry.UniqueMessageId``)
+that it followed: for a copy that failed again, the failure of that id before its own row; for a
+processed copy, the latest failure of that id before its ProcessingEnded (``_source``). A copy whose id
+matches no failure before it (one the journal does not hold) retried nothing known: never guessed from
+the MessageId and the time, which would take another subscriber's failure. Its ``--where``
 (``Group.where``) names the key columns (readable, and they let row-group statistics prune) and then the
 rows themselves by ``queue`` and ``seq``, per error queue either as ``seq IN (...)`` or as ``seq BETWEEN
 lo AND hi`` less the other key-matching rows in that range, the shorter of the two. Rows are never
@@ -33,6 +46,8 @@ import pyarrow as pa
 
 from queuelake.pipeline.failures.read import LaterCopy
 
+RowKey = tuple[str, int]  # a journal row: queue, seq
+
 Key = tuple[str | None, str | None, str | None, str]  # exception type, message type, endpoint, fingerprint
 
 
@@ -49,15 +64,36 @@ class Row:
     failed_queue: str | None
     exception_message: str | None
     is_retry: bool
+    unique_id: str | None = None  # ServiceControl's id of the failed message (read.Failed's retry_unique_id)
+    rank: int = 0  # its place among its message's failures (0: the first)
+
+    @property
+    def key(self) -> RowKey:
+        return (self.queue, self.seq)
+
+    @property
+    def message(self) -> str:
+        """The message it is a failure of: ServiceControl's unique id, else the MessageId, else the row."""
+        return self.unique_id or self.message_id or f"{self.queue}@{self.seq}"
+
+
+@dataclass(frozen=True)
+class Later:
+    """Where a message's latest failure is when it is not in the group listing an earlier one."""
+
+    group: str
+    row: RowKey
+    resolved: bool  # a retry processed that latest failure since
 
 
 @dataclass
 class Group:
     key: Key
     rows: list[Row] = field(default_factory=list)
-    retried: set[tuple[str, int]] = field(default_factory=set)  # rows a later copy names as its source
-    retried_processed: set[tuple[str, int]] = field(default_factory=set)
-    retried_failed_again: set[tuple[str, int]] = field(default_factory=set)
+    retried: set[RowKey] = field(default_factory=set)  # rows a later copy retried
+    retried_processed: set[RowKey] = field(default_factory=set)
+    retried_failed_again: set[RowKey] = field(default_factory=set)
+    elsewhere: dict[RowKey, Later] = field(default_factory=dict)  # latest_rows whose message failed later elsewhere
     where: str = ""
 
     @property
@@ -93,18 +129,22 @@ class Group:
         return [r.message_id or f"{r.queue}@{r.seq}" for r in self.replay_rows()]
 
     def replay_rows(self) -> list[Row]:
-        """The latest failed copy of each message not resolved since (``latest_rows`` less the rows a
-        retry processed), by ``at`` (then queue, seq)."""
-        return [r for r in self.latest_rows() if (r.queue, r.seq) not in self.retried_processed]
+        """The latest failed copy of each message whose latest failure is in the group and not resolved
+        since (``latest_rows`` less ``elsewhere`` and the rows a retry processed), by ``at`` (then queue,
+        seq)."""
+        return [r for r in self.latest_rows() if r.key not in self.retried_processed and r.key not in self.elsewhere]
+
+    def resolved_rows(self) -> list[Row]:
+        """The messages whose latest failure is in the group and a retry processed it since."""
+        return [r for r in self.latest_rows() if r.key in self.retried_processed and r.key not in self.elsewhere]
 
     def latest_rows(self) -> list[Row]:
-        """The latest failed copy of each message, by ``at`` (then queue, seq)."""
+        """The latest failed copy in the group of each message with one here, by ``at`` (then queue, seq)."""
         latest: dict[str, Row] = {}
         for r in self.rows:
-            name = r.message_id or f"{r.queue}@{r.seq}"
-            seen = latest.get(name)
-            if seen is None or (r.at, r.seq) > (seen.at, seen.seq):
-                latest[name] = r
+            seen = latest.get(r.message)
+            if seen is None or r.rank > seen.rank:
+                latest[r.message] = r
         return sorted(latest.values(), key=lambda r: (r.at, r.queue, r.seq))
 
     def summary(self) -> dict[str, Any]:
@@ -118,7 +158,9 @@ class Group:
             "failed_queues": sorted({r.failed_queue for r in self.rows if r.failed_queue}),
             "copies": len(self.rows),
             "messages": len(self.latest_rows()),
-            "resolved": len(self.latest_rows()) - len(self.replay_rows()),
+            "latest_failure_elsewhere": len(self.elsewhere),
+            "resolved": len(self.resolved_rows()),
+            "unresolved": len(self.replay_rows()),
             "first_seen": self.first_seen.isoformat(),
             "last_seen": self.last_seen.isoformat(),
             "retry_failures": sum(1 for r in self.rows if r.is_retry),
@@ -129,51 +171,97 @@ class Group:
         }
 
 
-def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> list[Group]:
+@dataclass
+class Grouping:
+    groups: list[Group]
+    unmatched_retry_copies: int = 0  # ServiceControl retry copies whose unique id names no failed copy
+
+
+def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
     """The groups of ``read.Failed.rows``, largest first (then by id), their ``where`` filled in."""
     groups: dict[Key, Group] = {}
-    by_row: dict[tuple[str, int], Group] = {}
+    by_row: dict[RowKey, Group] = {}
     for r in failed.to_pylist():
         key: Key = (r["exception_type"], r["message_type"], r["processing_endpoint"], r["fingerprint"])
         g = groups.setdefault(key, Group(key))
         row = Row(
-            r["queue"], r["seq"], r["message_id"], r["at"], r["failed_queue"], r["exception_message"], r["is_retry"]
+            r["queue"],
+            r["seq"],
+            r["message_id"],
+            r["at"],
+            r["failed_queue"],
+            r["exception_message"],
+            r["is_retry"],
+            r.get("retry_unique_id"),
         )
         g.rows.append(row)
-        by_row[(row.queue, row.seq)] = g
-    by_message: dict[str, list[Row]] = defaultdict(list)
+        by_row[row.key] = g
+    messages: dict[str, list[Row]] = defaultdict(list)
     for g in groups.values():
         for row in g.rows:
-            if row.message_id:
-                by_message[row.message_id].append(row)
+            messages[row.message].append(row)
+    by_unique: dict[str, list[Row]] = {}
+    for name, rows in messages.items():
+        rows[:] = _in_order(rows)
+        for rank, row in enumerate(rows):
+            row.rank = rank
+        if rows[0].unique_id is not None:
+            by_unique[name] = rows
+    unmatched = 0
     for copy in later or []:
-        source = _source(copy, by_message)
+        source = _source(copy, by_unique)
         g_ = by_row.get(source) if source else None
         if g_ is None or source is None:
+            unmatched += copy.source is None
             continue
         g_.retried.add(source)
         (g_.retried_failed_again if copy.failed_again else g_.retried_processed).add(source)
+    for g in groups.values():
+        for row in g.latest_rows():
+            last = messages[row.message][-1]
+            if last is not row:
+                owner = by_row[last.key]
+                g.elsewhere[row.key] = Later(owner.id, last.key, last.key in owner.retried_processed)
     triples: dict[tuple[str | None, str | None, str | None], list[Row]] = defaultdict(list)
     for g in groups.values():
         triples[g.key[:3]].extend(g.rows)
     for g in groups.values():
         g.where = where(g, triples[g.key[:3]])
-    return sorted(groups.values(), key=lambda g: (-len(g.rows), g.id))
+    return Grouping(sorted(groups.values(), key=lambda g: (-len(g.rows), g.id)), unmatched)
 
 
-def _source(copy: LaterCopy, by_message: dict[str, list[Row]]) -> tuple[str, int] | None:
-    """The failed row a retry's copy retried: the row it names (queuelake), else the message's latest
-    failure before it (ServiceControl names none; its retries of one message follow one another)."""
+def _in_order(rows: list[Row]) -> list[Row]:
+    """One message's failures, first to last: by ``seq`` when one error queue holds them all (the order
+    the queue took them: one counter, exact), else by ``at`` (TimeOfFailure: the failing machines'
+    clocks), then queue and seq."""
+    if len({r.queue for r in rows}) == 1:
+        return sorted(rows, key=lambda r: r.seq)
+    return sorted(rows, key=lambda r: (r.at, r.queue, r.seq))
+
+
+def _source(copy: LaterCopy, by_unique: dict[str, list[Row]]) -> RowKey | None:
+    """The failed row a retry's copy retried. A queuelake retry names it. A ServiceControl retry names
+    its unique id: among the failures of that id (one message at one endpoint), a copy that failed again
+    (itself one of them) retried the one before it, in the order of ``_in_order``; a processed copy
+    retried the latest one that failed before its ProcessingEnded. Those two times come from the
+    machines of one endpoint (NTP-synchronised, minutes apart: a retry goes through the error queue and
+    back), while the drain order of the audit and the error queues is no order at all (each queue is
+    drained on its own, an error queue maybe hours late). None when the id matches no failure: never a
+    guess by MessageId and time, which would take another subscriber's failure of a published event."""
     if copy.source is not None:
         queue, _, seq = copy.source.rpartition("@")
         return (queue, int(seq)) if seq.isdigit() else None
-    if copy.message_id is None or copy.at is None:
+    chain = by_unique.get(copy.retry_unique_id) if copy.retry_unique_id else None
+    if not chain:
         return None
-    before = [r for r in by_message.get(copy.message_id, []) if r.at < copy.at]
-    if not before:
+    if copy.failed_again and copy.row is not None:
+        place = next((i for i, r in enumerate(chain) if r.key == copy.row), None)
+        if place is not None:
+            return chain[place - 1].key if place > 0 else None
+    if copy.at is None:
         return None
-    latest = max(before, key=lambda r: (r.at, r.seq))
-    return (latest.queue, latest.seq)
+    before = [r for r in chain if r.at < copy.at]
+    return before[-1].key if before else None
 
 
 def literal(text: str) -> str:

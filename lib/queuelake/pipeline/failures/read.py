@@ -16,9 +16,12 @@ says which journal row it came from (``queuelake.Replay.Source``: ``<queue>@<seq
 reads the ``message_id`` column of every file and, only in row groups holding one of the failed
 messages' ids, the ``headers`` of those rows: each copy naming a failed row as its source is a retry of
 it, processed (an audit copy) or failed again (an error copy). A ServiceControl retry keeps the
-MessageId too and names no row: its copies carry ``ServiceControl.Retry.UniqueMessageId``, and each
-such copy retries the message's latest failure before it (``groups.group`` matches them by time). A
-replay ``--to`` another queue gives its copies new MessageIds, so it is not found here.
+MessageId too and names no row: its copies carry ``ServiceControl.Retry.UniqueMessageId``, ServiceControl's
+id of the failed message it retried (``nsb.retry.unique_id_of``: the MessageId and the endpoint that
+failed it, or the failed copy's own retry id), which ``read_failed`` computes for each failed copy
+(``retry_unique_id``) so that ``groups.group`` matches the two exactly. The MessageId alone does not
+name a failure: a published event has one MessageId in every subscriber, so two subscribers' failures
+of it share it. A replay ``--to`` another queue gives its copies new MessageIds, so it is not found here.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import pyarrow.compute as pc
 from queuelake.lake import record_tables, table_entry
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file
-from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID
+from queuelake.nsb import headers as hdr
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID, unique_id_of
 from queuelake.pipeline.failures.fingerprint import fingerprint
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 
@@ -68,8 +72,10 @@ _RETRY_SMALL = [
 @dataclass
 class Failed:
     """The failed copies at one journal version, one row each: ``SMALL`` and ``at`` (TimeOfFailure,
-    else drained_at), ``fingerprint``, ``frames`` (how many), ``is_retry`` (the copy is itself a
-    retry's failure: it carries a replay id or ServiceControl's retry id)."""
+    else drained_at), ``fingerprint``, ``is_retry`` (the copy is itself a retry's failure: it carries a
+    replay id or ServiceControl's retry id) and ``retry_unique_id`` (ServiceControl's id of the failed
+    message: what a ServiceControl retry of this copy carries as ``ServiceControl.Retry.UniqueMessageId``;
+    null without a MessageId or an endpoint)."""
 
     rows: pa.Table
     version: int | None
@@ -111,19 +117,32 @@ def read_failed(lake: LakeEngine, version: int | None = None) -> Failed:
             failed = small.filter(mask)
             headers = lake_file.read_row_group(group, ["headers"])["headers"].filter(mask)
             stacks = _header(headers, STACK_TRACE)
-            retry = [
-                a is not None or b is not None
-                for a, b in zip(_header(headers, REPLAY_ID), _header(headers, RETRY_UNIQUE_MESSAGE_ID))
-            ]
+            existing = _header(headers, RETRY_UNIQUE_MESSAGE_ID)
+            retry = [a is not None or b is not None for a, b in zip(_header(headers, REPLAY_ID), existing)]
+            unique = _unique_ids(failed, existing, _header(headers, hdr.REPLY_TO_ADDRESS))
             del headers
             at = pc.coalesce(failed["time_of_failure"], failed["drained_at"])
             failed = failed.append_column("at", at)
             failed = failed.append_column("fingerprint", pa.array([fingerprint(s) for s in stacks], pa.string()))
             failed = failed.append_column("is_retry", pa.array(retry, pa.bool_()))
+            failed = failed.append_column("retry_unique_id", pa.array(unique, pa.string()))
             parts.append(failed)
     if parts:
         out.rows = pa.concat_tables(parts)
     return out
+
+
+def _unique_ids(failed: pa.Table, existing: list[str | None], reply_to: list[str | None]) -> list[str | None]:
+    """ServiceControl's unique id of each failed copy (``nsb.retry.unique_id_of``), from its columns
+    (MessageId, ProcessingEndpoint, FailedQ) and headers (its own retry id, ReplyToAddress)."""
+    columns = zip(
+        existing,
+        failed["message_id"].to_pylist(),
+        failed["processing_endpoint"].to_pylist(),
+        failed["failed_queue"].to_pylist(),
+        reply_to,
+    )
+    return [unique_id_of(*values) for values in columns]
 
 
 def _complete(small: pa.Table) -> pa.Table:
@@ -142,6 +161,7 @@ def _empty() -> pa.Table:
         pa.field("at", table_entry.UTC_TS),
         pa.field("fingerprint", pa.string()),
         pa.field("is_retry", pa.bool_()),
+        pa.field("retry_unique_id", pa.string()),
     ]
     return pa.schema(fields).empty_table()
 
@@ -149,13 +169,15 @@ def _empty() -> pa.Table:
 @dataclass(frozen=True)
 class LaterCopy:
     """A retry's copy: the failed row it names as its source (a queuelake retry), or none (a
-    ServiceControl retry: ``message_id`` and ``at`` find the failure it retried); whether it was
-    processed or failed again."""
+    ServiceControl retry: ``retry_unique_id``, and ``at`` or its own row, find the failure it retried);
+    whether it was processed or failed again."""
 
     source: str | None  # <queue>@<seq> of the failed row; None: a ServiceControl retry
     failed_again: bool
     message_id: str | None = None
     at: dt.datetime | None = None  # TimeOfFailure or ProcessingEnded, else when it was drained
+    retry_unique_id: str | None = None  # its ServiceControl.Retry.UniqueMessageId
+    row: tuple[str, int] | None = None  # its own journal row (queue, seq)
 
 
 def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[LaterCopy]:
@@ -180,9 +202,8 @@ def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[
             failed = pc.or_(pc.is_valid(picked["failed_queue"]), pc.is_valid(picked["exception_type"])).to_pylist()
             at = pc.coalesce(picked["time_of_failure"], picked["processing_ended"], picked["drained_at"]).to_pylist()
             ids = picked["message_id"].to_pylist()
-            for source, retry_id, again, when, message_id in zip(sources, servicecontrol, failed, at, ids):
-                if source:
-                    out.append(LaterCopy(source, bool(again), message_id, when))
-                elif retry_id:
-                    out.append(LaterCopy(None, bool(again), message_id, when))
+            own = zip(picked["queue"].to_pylist(), picked["seq"].to_pylist())
+            for source, retry_id, again, when, message_id, row in zip(sources, servicecontrol, failed, at, ids, own):
+                if source or retry_id:
+                    out.append(LaterCopy(source or None, bool(again), message_id, when, retry_id, row))
     return out

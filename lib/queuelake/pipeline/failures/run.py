@@ -17,6 +17,7 @@ class Found:
     groups: list[groups_mod.Group] = field(default_factory=list)
     scan: read.Failed | None = None
     later_copies: int = 0
+    unmatched_retry_copies: int = 0
 
     def summary(self) -> dict[str, object]:
         scan = self.scan
@@ -24,9 +25,10 @@ class Found:
             "journal_version": self.version,
             "groups": len(self.groups),
             "failed_copies": sum(len(g.rows) for g in self.groups),
-            "failed_messages": sum(len(g.latest_rows()) for g in self.groups),
-            "unresolved_messages": sum(len(g.replay_rows()) for g in self.groups),
+            "failed_messages": len({r.message for g in self.groups for r in g.rows}),
+            "unresolved_messages": sum(len(g.replay_rows()) for g in self.groups),  # each in one group's replay
             "retry_copies_found": self.later_copies,
+            "retry_copies_unmatched": self.unmatched_retry_copies,
             "files": scan.files if scan else 0,
             "row_groups": scan.row_groups if scan else 0,
             "row_groups_with_failures": scan.row_groups_with_failures if scan else 0,
@@ -47,5 +49,7 @@ def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
         ids = {i for i in scan.rows["message_id"].to_pylist() if i}
         later = read.later_copies(journal, scan.version, ids)
     found.later_copies = len(later)
-    found.groups = groups_mod.group(scan.rows, later)
+    grouping = groups_mod.group(scan.rows, later)
+    found.groups = grouping.groups
+    found.unmatched_retry_copies = grouping.unmatched_retry_copies
     return found

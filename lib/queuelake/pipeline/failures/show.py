@@ -11,6 +11,7 @@ _HEADER = (
     "group",
     "copies",
     "msgs",
+    "open",
     "retried",
     "first seen (UTC)",
     "last seen (UTC)",
@@ -47,6 +48,7 @@ def group_lines(groups: list[Group]) -> list[str]:
             g.id,
             str(len(g.rows)),
             str(len(g.latest_rows())),
+            str(len(g.replay_rows())),
             str(len(g.retried)),
             _time(g.first_seen),
             _time(g.last_seen),
@@ -57,7 +59,7 @@ def group_lines(groups: list[Group]) -> list[str]:
         )
         for g in groups
     ]
-    return _align(rows, {1, 2, 3})
+    return _align(rows, {1, 2, 3, 4})
 
 
 def _retry(g: Group, key: tuple[str, int]) -> str:
@@ -69,13 +71,23 @@ def _retry(g: Group, key: tuple[str, int]) -> str:
     return "retried" if key in g.retried else ""
 
 
+def _fate(g: Group, key: tuple[str, int]) -> str:
+    """``_retry``, and for a message whose latest failure is in another group, that group (its replay
+    sends the message, or nobody does when a retry processed it since)."""
+    later = g.elsewhere.get(key)
+    if later is None:
+        return _retry(g, key)
+    where = f"latest failure in {later.group}" + (" (processed)" if later.resolved else "")
+    return "; ".join(part for part in (_retry(g, key), where) if part)
+
+
 def message_lines(g: Group) -> list[str]:
     rows = [_ROW_HEADER] + [
         (
             r.message_id or "-",
             f"{r.queue}@{r.seq}",
             _time(r.at),
-            _retry(g, (r.queue, r.seq)),
+            _fate(g, (r.queue, r.seq)),
             (r.exception_message or "").replace("\n", " ")[:80],
         )
         for r in g.latest_rows()
@@ -89,7 +101,9 @@ def group_json(groups: list[Group]) -> Iterator[str]:
 
 
 def message_json(g: Group) -> Iterator[str]:
+    sent = {r.key for r in g.replay_rows()}
     for r in g.latest_rows():
+        later = g.elsewhere.get(r.key)
         yield json.dumps(
             {
                 "group": g.id,
@@ -101,7 +115,11 @@ def message_json(g: Group) -> Iterator[str]:
                 "exception_message": r.exception_message,
                 "retried": (r.queue, r.seq) in g.retried,
                 "retry_outcome": _retry(g, (r.queue, r.seq)) or None,
-                "resolved": (r.queue, r.seq) in g.retried_processed,
+                # the message's latest failure (this row, or one in another group) was processed since
+                "resolved": later.resolved if later else r.key in g.retried_processed,
+                "latest_failure_group": later.group if later else g.id,
+                "latest_failure_row": f"{later.row[0]}@{later.row[1]}" if later else f"{r.queue}@{r.seq}",
+                "in_replay": r.key in sent,  # the group's replay_where selects it
             },
             sort_keys=True,
         )
