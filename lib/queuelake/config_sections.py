@@ -351,8 +351,10 @@ class BodiesConfig:
     types: list[str] = field(default_factory=list)
     # audit copies (rows with a ProcessingEnded header): counted once with the business queue's copy
     include_audit: bool = True
-    # copies in the error queue (rows with a FailedQ header)
-    include_failed: bool = False
+    # copies in the error queue (rows with a FailedQ header): counted once with the message's other copies,
+    # which are preferred; a message that only failed is typed from its error copy, so `where --field`
+    # finds it (a failed order is the one an operator asks after)
+    include_failed: bool = True
     # table name = prefix + the type name in lower case, non-alphanumerics as `_`
     table_prefix: str = "body_"
     # type name -> table name, where the derived one will not do

@@ -60,6 +60,10 @@ class Plan:
     repeated_ids: set[str] = field(default_factory=set)  # type names whose message ids repeat
     times: dict[str, Times] = field(default_factory=dict)  # type name -> its rows' send times
     queues: list[str] | None = None  # canonical addresses; None: every queue
+    # which copies are read (``bodies.include_audit`` / ``include_failed``): ``frame`` must select the
+    # very rows counted here, or copies left out of the count (and of ``repeated_ids``) get written
+    include_audit: bool = True
+    include_failed: bool = False
 
     @property
     def rows(self) -> int:
@@ -76,7 +80,7 @@ class Plan:
 def plan(config: Config, files: list[str]) -> Plan:
     cfg = config.bodies
     queues = sorted({queue_ref(q, config.transport).canonical for q in cfg.queues}) if cfg.queues else None
-    out = Plan(files, queues=queues)
+    out = Plan(files, queues=queues, include_audit=cfg.include_audit, include_failed=cfg.include_failed)
     ids: dict[str, list[pa.Array]] = {}
     sent: dict[str, list[pa.Array]] = {}
     for uri in files:
@@ -84,9 +88,9 @@ def plan(config: Config, files: list[str]) -> Plan:
         keep = pc.and_(pc.equal(data["outcome"], "landed"), pc.is_valid(data["message_type"]))
         if queues is not None:
             keep = pc.and_(keep, pc.is_in(data["queue"], value_set=pa.array(queues, pa.string())))
-        if not cfg.include_failed:
+        if not out.include_failed:  # the same copies as ``_copies`` selects in Spark
             keep = pc.and_(keep, pc.is_null(data["failed_queue"]))
-        if not cfg.include_audit:
+        if not out.include_audit:
             keep = pc.and_(keep, pc.or_(pc.is_null(data["processing_ended"]), pc.is_valid(data["failed_queue"])))
         rows = data.filter(keep)
         if not rows.num_rows:
@@ -111,17 +115,35 @@ def plan(config: Config, files: list[str]) -> Plan:
 
 
 def _first_type(rows: pa.Table) -> pa.ChunkedArray:
-    """The first EnclosedMessageTypes entry, else the journal's ``message_type``."""
+    """The first EnclosedMessageTypes entry, else the journal's ``message_type``: as ``_aqn`` says in
+    Spark (a null first entry included), so that both passes file a row under the same type."""
     enclosed = rows["enclosed_message_types"]
     lengths = pc.fill_null(pc.list_value_length(enclosed), 0)
     first = pc.list_element(pc.if_else(pc.greater(lengths, 0), enclosed, pa.scalar([""], enclosed.type)), 0)
-    return pc.if_else(pc.greater(lengths, 0), first, rows["message_type"])
+    return pc.coalesce(pc.if_else(pc.greater(lengths, 0), first, rows["message_type"]), rows["message_type"])
 
 
 def _aqn() -> Column:
     from pyspark.sql import functions as F
 
     return F.coalesce(F.get(F.col("enclosed_message_types"), 0), F.col("message_type"))
+
+
+def _copies(selected: Plan) -> Column:
+    """The Spark side of ``plan``'s row filter: landed, with a message type, and only the copies
+    configured (error copies only with ``include_failed``, audit copies unless ``include_audit`` is
+    off). Why it must match: ``plan`` counts the rows (``rows_in``) and finds the message ids that
+    repeat (``repeated_ids``: the one-row-per-message window runs only for those types); a copy that
+    Spark read but ``plan`` did not (an error copy, then its audit copy after a retry) was written as
+    a second row, and counted nowhere."""
+    from pyspark.sql import functions as F
+
+    keep = (F.col("outcome") == "landed") & F.col("message_type").isNotNull()
+    if not selected.include_failed:
+        keep = keep & F.col("failed_queue").isNull()
+    if not selected.include_audit:
+        keep = keep & (F.col("processing_ended").isNull() | F.col("failed_queue").isNotNull())
+    return keep
 
 
 def _text(body: Column) -> Column:
@@ -138,7 +160,7 @@ def frame(spark: SparkSession, selected: Plan) -> DataFrame:
     (filled by the caller's map), ``text``, ``format`` (json, xml or null) and ``reason``."""
     from pyspark.sql import functions as F
 
-    df = spark_frame(spark, selected.files, to_spark_schema(MESSAGES_SCHEMA)).where(F.col("outcome") == "landed")
+    df = spark_frame(spark, selected.files, to_spark_schema(MESSAGES_SCHEMA)).where(_copies(selected))
     full = list(selected.types)
     df = df.withColumn("aqn", _aqn()).where(F.col("aqn").isin(full))
     if selected.queues is not None:
