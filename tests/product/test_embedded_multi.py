@@ -61,6 +61,11 @@ def cli(args: list[str], timeout: float = 300) -> tuple[int, dict[str, Any], str
     return result.returncode, json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
 
+def install(conf: Path) -> None:
+    code, summary, err = cli(["install", "-c", str(conf)])
+    assert code == 0, (summary, err[-3000:])
+
+
 def servers_of(data: Path) -> list[psutil.Process]:
     """postgres processes whose command line names this data folder (the postmaster's -D)."""
     found = []
@@ -126,7 +131,7 @@ def test_drain_of_several_queues_starts_one_server_and_stops_it(tmp_path: Path) 
 
 def test_two_processes_share_one_data_folder(tmp_path: Path) -> None:
     conf, data = write_config(tmp_path)
-    assert cli(["install", "-c", str(conf)])[0] == 0
+    install(conf)
     seed(data, 200)
     procs = [
         subprocess.Popen(
@@ -150,7 +155,7 @@ def test_two_processes_share_one_data_folder(tmp_path: Path) -> None:
 
 def test_sigterm_stops_the_embedded_server(tmp_path: Path) -> None:
     conf, data = write_config(tmp_path)
-    assert cli(["install", "-c", str(conf)])[0] == 0
+    install(conf)
     seed(data, 20_000)
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-seconds", "60"],
@@ -178,7 +183,7 @@ def test_sigterm_stops_the_embedded_server(tmp_path: Path) -> None:
 
 def test_a_failing_command_stops_the_server(tmp_path: Path) -> None:
     conf, data = write_config(tmp_path)
-    assert cli(["install", "-c", str(conf)])[0] == 0
+    install(conf)
     code, summary, err = cli(["drain", "-c", str(conf), "--queue", "NoSuchQueue"])
     assert code == 1 and summary["status"] == "failed", summary
     assert "Traceback" not in err
@@ -196,7 +201,7 @@ def test_an_idle_publish_starts_no_server(tmp_path: Path) -> None:
     """The command opens the queue database's handle up front; the server is started only when a
     connection is needed, and a publish whose outputs hold nothing to send needs none."""
     conf, data = write_config(tmp_path)
-    assert cli(["install", "-c", str(conf)])[0] == 0
+    install(conf)
     assert_nothing_left(data)
     starts = server_starts(data)
     assert starts >= 1
@@ -214,7 +219,7 @@ def test_a_publish_with_rows_to_send_still_sends(tmp_path: Path) -> None:
     settings = json.loads(conf.read_text())
     settings["drain"]["also_destinations"] = ["Billing"]  # sent to and drained: the drain below finds it
     conf.write_text(json.dumps(settings))
-    assert cli(["install", "-c", str(conf)])[0] == 0
+    install(conf)
     lake = open_lake(load(str(conf)).lake)
     write_outbound(
         lake, "outbound_customer_totals", [row(f"k{i}", intent="Send", destination="Billing") for i in range(3)]
@@ -235,7 +240,7 @@ def test_a_publish_with_rows_to_send_still_sends(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_run_with_the_embedded_default(tmp_path: Path) -> None:
     conf, data = write_config(tmp_path, engine="auto")
-    assert cli(["install", "-c", str(conf)])[0] == 0
+    install(conf)
     seed(data, 100)
     code, summary, err = cli(["run", "-c", str(conf)], timeout=900)
     assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
