@@ -463,3 +463,43 @@ def test_values_at_the_edges_of_their_types_are_rejected_row_by_row_or_sent(
         dues = sorted(r[0] for r in conn.raw.execute('SELECT due FROM "public"."Billing.Delayed"').fetchall())
         assert len(dues) == 2 and dues[1].year == 9999 and dues[0] < dt.datetime.now(dt.timezone.utc)
     assert publish(cfg, spark, lake)["published"] == 0  # the rerun adds nothing
+
+
+@pytest.mark.parametrize("max_age", [10.0, 0.0], ids=["clock-kept", "clock-read-every-batch"])
+def test_batches_built_ahead_write_expires_from_their_transactions_now(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_age: float
+) -> None:
+    """A batch built ahead with every copy deliverable no longer asks the database for now() (the clock's
+    offset is kept up to 10 s): its Expires is still its own transaction's now() plus the TTBR, one value
+    per transaction, and TimeSent is the database's clock, never later than that now(). Both with the
+    offset kept and with it read again for every batch (the path before)."""
+    from queuelake.nsb.times import parse_time
+    from queuelake.pipeline.publish import driver
+
+    monkeypatch.setattr(driver.DbClock, "MAX_AGE", max_age)
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_t"], [], batch_size=50)
+    setup_db(cfg, ["Billing"])
+    lake = open_lake(cfg.lake)
+    charge = "Billing.Messages.Commands.Charge, Billing"
+    rows = [row(f"k{i}", "Send", "Billing", charge, ttbr_ms=3_600_000 if i % 2 else None) for i in range(400)]
+    write_outbound(lake, "outbound_t", rows)
+    with db.connect(cfg.transport) as conn:
+        before = conn.raw.execute("SELECT now()").fetchone()[0]
+    summary = publish(cfg, None, lake)
+    with db.connect(cfg.transport) as conn:
+        after = conn.raw.execute("SELECT now()").fetchone()[0]
+        got = conn.raw.execute('SELECT expires, headers, xmin::text FROM "public"."Billing"').fetchall()
+    assert summary["outputs"][0]["published"] == 400 and summary["outputs"][0]["batches"] == 8, summary
+    timed = [(expires, orjson.loads(headers), tx) for expires, headers, tx in got if expires is not None]
+    assert len(got) == 400 and len(timed) == 200
+    as_utc = [e.replace(tzinfo=dt.timezone.utc) if e.tzinfo is None else e for e, _, _ in timed]
+    starts = [e - dt.timedelta(hours=1) for e in as_utc]
+    assert all(before <= s <= after for s in starts), (before, min(starts), max(starts), after)
+    per_transaction: dict[str, set] = {}
+    for (_, _, tx), expires in zip(timed, as_utc, strict=True):
+        per_transaction.setdefault(tx, set()).add(expires)
+    assert len(per_transaction) == 8 and all(len(v) == 1 for v in per_transaction.values()), per_transaction
+    for (_, headers, _), start in zip(timed, starts, strict=True):
+        sent = parse_time(headers[hdr.TIME_SENT])
+        sent = sent.replace(tzinfo=dt.timezone.utc) if sent.tzinfo is None else sent
+        assert before - dt.timedelta(seconds=1) <= sent <= start + dt.timedelta(milliseconds=1), (sent, start)
