@@ -132,6 +132,30 @@ def test_a_throttled_small_read_is_read_again(s3: str) -> None:
     assert read.column("tiny").to_pylist() == [1] * 200
 
 
+def test_a_throttled_small_read_mid_stream_resumes_where_it_stopped(s3: str) -> None:
+    """The same throttled small read in the middle of a stream of batches (the id index's rewrite reads
+    the index so: a CI run's ``maintain`` failed there): the stream is opened again and resumes after
+    the last batch it gave, so every row comes once and in order."""
+    import pyarrow.parquet as pq
+    from queuelake.lake import round_files
+
+    uri = f"s3://{BUCKET}/stream-read-{uuid.uuid4().hex[:8]}.parquet"
+    bodies = [os.urandom(1000) for _ in range(200)]  # incompressible: the footer's read holds no chunk
+    rows = pa.table({"body": pa.array(bodies), "seq": pa.array(range(200), pa.int16())})
+    fs, path = storage.filesystem(uri, resolved_options(s3))
+    with fs.open_output_stream(path) as out:  # row groups whose seq chunk is shorter than the 503's body
+        pq.write_table(rows, out, row_group_size=20, use_dictionary=False, write_statistics=False)
+    with FaultyProxy(s3, burst=0.0, period=600.0, error_rate=0.0) as proxy:
+        storage.register(uri.rsplit("/", 1)[0], resolved_options(proxy.url))
+        seqs: list[int] = []
+        for batch in round_files.open_file(uri).iter_batches(columns=["seq"], batch_size=20):
+            seqs += batch.column("seq").to_pylist()
+            if len(seqs) == 100:
+                proxy.small_reads = 1  # the sixth row group's chunk
+        assert proxy.small_reads == 0 and proxy.throttled == 1, "the throttle did not meet the stream"
+    assert seqs == list(range(200))
+
+
 def test_retry_defaults_and_overrides() -> None:
     opts = storage.lake_options(
         "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}

@@ -118,10 +118,11 @@ def _filtered(dataset: Any, where: RowFilter, columns: list[str]) -> pa.Table:
     stores its text columns as ``string_view``, against which pyarrow cannot evaluate a ``string``
     literal on the row groups' statistics (``equal(string, string_view)`` has no kernel): such a file
     is read whole (its columns cast to the table's types) and filtered in memory."""
+    what = "a file to delete rows from"
     try:
-        return dataset.to_table(columns=columns, filter=where.arrow)
+        return storage.read_retrying(lambda: dataset.to_table(columns=columns, filter=where.arrow), what)
     except pa.ArrowNotImplementedError:
-        return dataset.to_table(columns=columns).filter(where.arrow)
+        return storage.read_retrying(lambda: dataset.to_table(columns=columns), what).filter(where.arrow)
 
 
 def _fragments(dt: DeltaTable, where: RowFilter, columns: list[str] | None = None) -> list[tuple[str, int, Any]]:

@@ -71,7 +71,8 @@ class LakeFile:
         return plain_table(storage.read_retrying(read, self._name))
 
     def iter_batches(self, **options: Any) -> Iterator[pa.RecordBatch]:
-        for batch in self._parquet.iter_batches(**options):
+        batches = storage.batches_retrying(lambda: self._parquet.iter_batches(**options), self._name)
+        for batch in batches:
             plain = plain_table(batch.schema.empty_table()).schema
             yield batch if plain.equals(batch.schema) else batch.cast(plain)
 
@@ -114,6 +115,12 @@ def dataset(uris: Sequence[str], schema: pa.Schema) -> ds.Dataset:
     fs, _ = storage.filesystem(uris[0])  # one filesystem for them all (a round's files share a root)
     paths = [storage.path_in(uri) for uri in uris]
     return ds.dataset(paths, schema=schema, format=parquet_format(), filesystem=fs)
+
+
+def read_piece(piece: ds.Fragment, schema: pa.Schema, columns: list[str], uri: str) -> pa.Table:
+    """One fragment of ``dataset`` (a file, or a row group of it ``split_by_row_group`` cut), its
+    ``columns`` read with ``schema``; read again when a throttled store failed the read (``storage``)."""
+    return storage.read_retrying(lambda: piece.to_table(schema=schema, columns=columns), uri)
 
 
 def spark_frame(spark: SparkSession, uris: Sequence[str], schema: StructType) -> DataFrame:

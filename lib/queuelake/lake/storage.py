@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -203,17 +203,47 @@ READ_RETRIES = 10  # as RETRY_DEFAULTS' max_retries: waits of 0.3 s doubling, at
 def read_retrying(read: Callable[[], T], what: str) -> T:
     """``read()`` (a whole read of lake files through pyarrow: idempotent), again after a wait when the
     S3 client failed it with the transient error its own retries skip (``TRANSIENT_READ``)."""
-    wait = 0.3
-    for attempt in range(READ_RETRIES + 1):
+    waits = _Waits(what)
+    while True:
         try:
             return read()
         except OSError as exc:
-            if TRANSIENT_READ not in str(exc) or attempt == READ_RETRIES:
-                raise
-            log.info("lake: reading %s met a throttled store (%s); again in %.1fs", what, TRANSIENT_READ, wait)
-            time.sleep(wait)
-            wait = min(wait * 2, 5.0)
-    raise AssertionError("unreachable")
+            waits.after(exc)
+
+
+def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iterator[T]:
+    """The items of ``open_batches()`` (a stream of batches read from lake files, the same ones in the
+    same order each time it is opened), reopened after a wait when the S3 client failed a read with
+    ``TRANSIENT_READ``, resuming after the last item already yielded: a caller sees each batch once."""
+    waits = _Waits(what)
+    yielded = 0
+    while True:
+        try:
+            for i, item in enumerate(open_batches()):
+                if i >= yielded:
+                    yielded += 1
+                    yield item
+            return
+        except OSError as exc:
+            waits.after(exc)
+
+
+class _Waits:
+    """The waits between attempts at a read the S3 client failed with ``TRANSIENT_READ``: 0.3 s
+    doubling, at most 5 s, ``READ_RETRIES`` of them; any other error, or one too many, is raised."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._left = READ_RETRIES
+        self._wait = 0.3
+
+    def after(self, exc: OSError) -> None:
+        if TRANSIENT_READ not in str(exc) or self._left == 0:
+            raise exc
+        self._left -= 1
+        log.info("lake: reading %s met a throttled store (%s); again in %.1fs", self._what, TRANSIENT_READ, self._wait)
+        time.sleep(self._wait)
+        self._wait = min(self._wait * 2, 5.0)
 
 
 def path_in(uri: str) -> str:

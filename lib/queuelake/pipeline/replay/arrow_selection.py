@@ -50,7 +50,7 @@ def select_keys(files: list[str], schema: pa.Schema, predicate: ArrowPredicate) 
         scan.row_groups += len(fragment.row_groups)
         for piece in fragment.split_by_row_group(filter=predicate.expression, schema=read_schema):
             (group,) = piece.row_groups
-            table = piece.to_table(schema=read_schema, columns=needed)
+            table = round_files.read_piece(piece, read_schema, needed, uri)
             scan.row_groups_read += 1
             scan.rows_read += table.num_rows
             start = int(starts[group.id])

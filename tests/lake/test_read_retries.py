@@ -1,0 +1,51 @@
+"""The lake's own retries of a read the S3 client failed with the transient error its retries skip
+(``storage.TRANSIENT_READ``): whole reads are read again, streams resume after the last batch given,
+any other error is raised at once. (``test_s3_throttling`` meets the real error through moto.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from queuelake.lake import storage
+
+FLUSH = OSError(f"AWS Error INTERNAL_FAILURE during GetObject operation: {storage.TRANSIENT_READ} (eof: 0, bad: 1)")
+
+
+@pytest.fixture(autouse=True)
+def no_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    waits: list[float] = []
+    monkeypatch.setattr(storage.time, "sleep", waits.append)
+    return waits
+
+
+def test_a_stream_resumes_after_the_last_batch_it_gave(no_waits: list[float]) -> None:
+    failures = iter([3, 3, 7])  # fail before the 4th batch twice, then before the 8th
+
+    def stream() -> Iterator[int]:
+        fail_at = next(failures, None)
+        for i in range(10):
+            if i == fail_at:
+                raise FLUSH
+            yield i
+
+    assert list(storage.batches_retrying(stream, "a file")) == list(range(10))
+    assert no_waits == [0.3, 0.6, 1.2]
+
+
+def test_other_errors_and_the_last_retry_are_raised(no_waits: list[float]) -> None:
+    def broken() -> Iterator[int]:
+        yield 0
+        raise OSError("AWS Error ACCESS_DENIED")
+
+    seen: list[int] = []
+    with pytest.raises(OSError, match="ACCESS_DENIED"):
+        seen.extend(storage.batches_retrying(broken, "a file"))
+    assert seen == [0] and no_waits == []
+
+    def always() -> int:
+        raise FLUSH
+
+    with pytest.raises(OSError, match=storage.TRANSIENT_READ):
+        storage.read_retrying(always, "a file")
+    assert len(no_waits) == storage.READ_RETRIES and max(no_waits) == 5.0
