@@ -239,7 +239,7 @@ def _traits(command: Any) -> str:
             f"(`queuelake-{command.name}`, a Databricks `python_wheel_task` entry point)"
         )
     if command.graceful:
-        traits.append("a first SIGTERM or Ctrl-C stops it at the next batch boundary, a second stops it now")
+        traits.append("a first SIGTERM, Ctrl-C or SIGHUP stops it at the next batch boundary, a second stops it now")
     if not command.takes_config:
         traits.append("reads no config file")
     return "; ".join(traits)

@@ -5,8 +5,9 @@ it ends: 0 on success; 1 on failure (``"status": "failed"``, why, and its ``erro
 ``queuelake.errors``; never a traceback unless ``--debug``, never the connection string); 2 when the
 arguments do not parse and on a drain that left rows other sessions held
 (``"status": "incomplete"``); 143 when SIGTERM stopped it (``"status": "interrupted"``),
-130 on Ctrl-C. ``drain`` and ``run`` take a first SIGTERM or Ctrl-C as "stop at the next batch boundary"
-and a second as "stop now"; the other commands stop at the first.
+130 on Ctrl-C, 129 on a hang-up (SIGHUP: the terminal closed). The graceful commands (``drain``, ``run``,
+...) take a first such signal as "stop at the next batch boundary" and a second as "stop now"; the other
+commands stop at the first.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ DESCRIPTION = (
 EPILOG = (
     "Each command logs its steps to stderr and prints one JSON summary as the last line of stdout. Exit "
     "codes: 0 ok, 1 failed (see error and error_kind; a drain that left rows held by others too), 2 bad arguments, 130 "
-    "Ctrl-C, 143 SIGTERM. A config file is named with -c (or QUEUELAKE_CONFIG)."
+    "Ctrl-C, 129 SIGHUP, 143 SIGTERM. A config file is named with -c (or QUEUELAKE_CONFIG)."
 )
 
 
@@ -77,10 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 @contextlib.contextmanager
 def _sigterm(command: str) -> Iterator[dict[str, Any]]:
-    """While armed, SIGTERM (a scheduler's cancel) and SIGINT (Ctrl-C) ask loops to stop
-    (stopping.request()) and, unless it is the first one for a graceful command, raise Interrupted in
-    the main thread. Yields the arming switch and the signal received (``exit_code``: 143 for SIGTERM,
-    130 for SIGINT, as shells report them).
+    """While armed, SIGTERM (a scheduler's cancel), SIGINT (Ctrl-C) and SIGHUP (the terminal or ssh
+    session closed; not under ``nohup``, which ignores it) ask loops to stop (stopping.request()) and,
+    unless it is the first one for a graceful command, raise Interrupted in the main thread. Yields the
+    arming switch and the signal received (``exit_code``: 143 for SIGTERM, 130 for SIGINT, 129 for
+    SIGHUP, as shells report them).
 
     Why SIGINT too: Python's own Ctrl-C is a KeyboardInterrupt in the main thread only, which a drain's
     main thread (waiting on its workers) never saw: the workers drained the queues to the end, and the
@@ -105,7 +107,7 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
         _cancel_spark_jobs()
         raise Interrupted(f"stopped by signal {name}")
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, handler) for sig in stopping.stop_signals()}
     stopping.keep_handlers({sig: handler for sig in previous})  # put back after pyspark replaces them
     try:
         yield state

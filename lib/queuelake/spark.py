@@ -10,11 +10,12 @@ catalog are switched on too (unless the config sets them).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,11 +72,31 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     for key, value in conf.items():
         if key not in given:
             builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _jvm_ignoring_hangups():
+        spark = builder.getOrCreate()
     stopping.restore_handlers()  # pyspark's SIGINT handler out, the command's back (Ctrl-C stops at a boundary)
     spark.sparkContext.setLogLevel("ERROR")
     _check_once(spark, check_spark)
     return spark
+
+
+@contextlib.contextmanager
+def _jvm_ignoring_hangups() -> Iterator[None]:
+    """A JVM pyspark starts now ignores SIGHUP (``stopping.hangup_ignored``, held around its ``Popen``
+    alone), so a closed terminal stops the command at a batch boundary instead of killing its Spark."""
+    import pyspark.java_gateway as gateway
+
+    popen = gateway.Popen
+
+    def popen_ignoring_hangups(*args: Any, **kwargs: Any) -> Any:
+        with stopping.hangup_ignored():
+            return popen(*args, **kwargs)
+
+    gateway.Popen = popen_ignoring_hangups  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        gateway.Popen = popen  # type: ignore[misc]
 
 
 # the sessions already checked (by identity): get_spark runs once per stage, the check once per session

@@ -6,14 +6,45 @@ claimed and committed, so nothing is half-done. Long loops ask ``requested()`` b
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _event = threading.Event()
-# the command's own SIGTERM/SIGINT handlers (cli._sigterm), to put back where a library replaced them
+# the command's own SIGTERM/SIGINT/SIGHUP handlers (cli._sigterm), to put back where a library replaced them
 _handlers: dict[int, Callable[[int, Any], Any]] = {}
+
+
+def stop_signals() -> list[int]:
+    """The signals a command takes as a stop request: SIGTERM, SIGINT, and SIGHUP unless it is ignored
+    (``nohup`` ignores it so a command outlives its terminal: that is kept). Why SIGHUP: an operator's
+    ssh session that dropped, or a closed terminal, ended a drain at once, by the default action, with no
+    summary and no ``runs`` row."""
+    signals: list[int] = [signal.SIGTERM, signal.SIGINT]
+    hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
+        signals.append(hangup)
+    return signals
+
+
+@contextlib.contextmanager
+def hangup_ignored() -> Iterator[None]:
+    """SIGHUP ignored while a child process is started, which keeps ignoring it (an ignored signal stays
+    ignored across exec; a handler does not). For Spark's JVM: pyspark starts it ignoring SIGINT, so
+    Ctrl-C reaches the command alone, but a hang-up reached the JVM too, which shut down under the
+    stage the command was finishing. Held only around the start (milliseconds): a SIGHUP that arrives
+    in it is lost."""
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(hangup, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(hangup, before)
 
 
 def request() -> None:

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import yaml
 from queuelake.commands.demo import traffic
 from queuelake.config import load
@@ -40,8 +41,10 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _bodies(config: Path, uri: str, interrupt_on: str | None) -> tuple[int, dict, str]:
-    """``queuelake bodies``; with ``interrupt_on``, one SIGINT once a log line holds it."""
+def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = signal.SIGINT) -> tuple[int, dict, str]:
+    """``queuelake bodies`` in a process group of its own; with ``interrupt_on``, one ``signum`` once a
+    log line holds it: a SIGINT to the command alone, a SIGHUP to the whole group (Spark's JVM too), as
+    a closing terminal sends it."""
     env = {**os.environ, "QUEUELAKE_CONNECTION": uri}
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "bodies", "-c", str(config)],
@@ -50,6 +53,7 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None) -> tuple[int, dict
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     lines: list[str] = []
 
@@ -58,7 +62,10 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None) -> tuple[int, dict
         for line in proc.stderr:
             lines.append(line)
             if interrupt_on and interrupt_on in line and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+                if signum == signal.SIGHUP:
+                    os.killpg(proc.pid, signum)
+                else:
+                    proc.send_signal(signum)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -71,9 +78,13 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None) -> tuple[int, dict
     return proc.returncode, json.loads(out.strip().splitlines()[-1]), "".join(lines)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
 def test_ctrl_c_stops_bodies_after_the_slice_in_hand_and_the_next_run_does_the_rest(
-    fresh_pg_uri: str, tmp_path: Path
+    fresh_pg_uri: str, tmp_path: Path, signum: int
 ) -> None:
+    """Ctrl-C, and a hang-up (the terminal or ssh session closed) sent to the command's whole process
+    group: Spark's JVM ignores it (pyspark's start had it ignore SIGINT only, so the hang-up shut it down
+    under the slice in hand), the command stops at the boundary and exits 129."""
     config = _config(tmp_path)
     cfg = load(str(config), env={"QUEUELAKE_CONNECTION": fresh_pg_uri})
     with db.connect(cfg.transport) as conn:
@@ -82,10 +93,11 @@ def test_ctrl_c_stops_bodies_after_the_slice_in_hand_and_the_next_run_does_the_r
         conn.commit()
     assert drain(cfg, open_lake(cfg.lake))["landed"] == 600  # 12 journal versions: slices of about 100 rows
 
-    code, summary, log = _bodies(config, fresh_pg_uri, interrupt_on=" slices of at most ")
-    assert code == 130, log[-3000:]
+    code, summary, log = _bodies(config, fresh_pg_uri, interrupt_on=" slices of at most ", signum=signum)
+    assert code == 128 + signum, log[-3000:]
     assert summary["command"] == "bodies" and summary["status"] == "interrupted", summary
-    assert "SIGINT: bodies stops at the next batch boundary" in log, log[-3000:]
+    name = signal.Signals(signum).name
+    assert f"{name}: bodies stops at the next batch boundary" in log, log[-3000:]
     assert "bodies: stopping after slice 1 of " in log, log[-3000:]
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
     assert summary["slices"] == 1 and summary["rows_read"] > 0, summary  # its counts: the one slice done

@@ -167,6 +167,22 @@ def test_first_sigterm_lets_a_drain_stop_at_a_boundary(
     stopping.reset()
 
 
+def test_a_hangup_stops_a_command_unless_nohup_ignores_it() -> None:
+    """SIGHUP (a closed terminal) is a stop request like SIGTERM, exit 129; under ``nohup``, which
+    ignores it so the command outlives its terminal, it stays ignored. A child started in
+    ``hangup_ignored`` (Spark's JVM, the drain's processes) ignores it; the handler before is back."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in stopping.stop_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert signal.SIGHUP in stopping.stop_signals()
+        with stopping.hangup_ignored():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_describe_drops_stack_frames() -> None:
     class FakeJavaError(Exception):
         pass

@@ -313,12 +313,13 @@ def test_the_command_killed_while_its_processes_drain(fresh_pg_uri: str, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_stops_the_processes_at_a_batch_boundary(fresh_pg_uri: str, tmp_path: Path, signum: int) -> None:
-    """A SIGTERM (a scheduler's cancel) or a SIGINT (Ctrl-C) to the command while its processes drain
-    big queues in small batches: it passes the stop on; each process ends its batch in hand, the command
-    commits it and exits 143 (130 for SIGINT) with status interrupted and its counts. Nothing lost,
-    nothing twice, nothing claimed left; the next run drains the rest."""
+    """A SIGTERM (a scheduler's cancel, to the command alone), a SIGINT (Ctrl-C) or a SIGHUP (the terminal
+    closed), the last two to the whole process group as a terminal sends them, while the command's
+    processes drain big queues in small batches: it passes the stop on; each process ends its batch in
+    hand, the command commits it and exits 128 + the signal with status interrupted and its counts.
+    Nothing lost, nothing twice, nothing claimed left; the next run drains the rest."""
     lake_root = tmp_path / "lake"
     names = [f"Long{i}" for i in range(3)]
     cfg = make_config(fresh_pg_uri, lake_root, names)
@@ -328,11 +329,15 @@ def test_a_signal_stops_the_processes_at_a_batch_boundary(fresh_pg_uri: str, tmp
     env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "PYTHONPATH": LIB}
     env.pop("QUEUELAKE_TEST_KILL_AT", None)
     cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with subprocess.Popen(cmd, env=env, start_new_session=True, **pipes) as proc:  # its own group, as a terminal's
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and sum(queue_depth(cfg, n) for n in names) > 58_000:
             time.sleep(0.1)
-        proc.send_signal(signum)
+        if signum == signal.SIGTERM:
+            proc.send_signal(signum)
+        else:
+            os.killpg(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, stderr[-4000:]
     assert "Traceback" not in stderr and "stops at the next batch boundary" in stderr, stderr[-4000:]

@@ -132,14 +132,17 @@ class Processes:
     def __init__(self, setup: TaskSetup, size: int) -> None:
         self._setup = setup
         self._context = multiprocessing.get_context("spawn")
-        self.stop = self._context.Event()
         self._idle: queue.SimpleQueue[ProcessPoolExecutor] = queue.SimpleQueue()
         self._all: list[ProcessPoolExecutor] = []
         self._mutex = threading.Lock()
         self._closed = threading.Event()
         self.size = size
-        for _ in range(size):
-            self._idle.put(self._start())
+        # started ignoring a hang-up (multiprocessing's resource tracker, which the Event starts, too):
+        # the terminal's SIGHUP reaches the whole group, and the command decides (it stops them)
+        with stopping.hangup_ignored():
+            self.stop = self._context.Event()
+            for _ in range(size):
+                self._idle.put(self._start())
         threading.Thread(target=self._pass_on_stop, name="drain-stop-watch", daemon=True).start()
 
     def run(self, job: tuple[QueueJob, ...]) -> list[QueueResult]:
@@ -230,6 +233,8 @@ def _set_up_process(
 
     setup_logging(level, fmt)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):  # a closed terminal's hang-up reaches the whole group: the command decides
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.request())
 
     def wait_for_stop() -> None:
