@@ -278,6 +278,43 @@ def test_erase_cli_dry_run_then_erase_recorded_in_runs(tmp_path: Path) -> None:
     assert code == 0 and counted["tables"]["messages"]["rows"] == left, (counted, log)
 
 
+def ids_on_disk(folder: Path, column: str) -> set[str]:
+    found: set[str] = set()
+    for path in data_files(folder):
+        found |= set(pq.read_table(path, columns=[column]).column(column).to_pylist())
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["erase_derived_removed", "erase_journal_removed"])
+def test_an_erase_killed_at_any_step_is_finished_by_the_next(tmp_path: Path, point: str) -> None:
+    """An erase SIGKILLed after its derived rows went (the journal's still there), or after every delete
+    committed but before the purge. Either way the same erase run again leaves no erased row in any
+    table nor any erased value in any file on disk (time travel included). Before, the journal went
+    first: a kill after it left the derived rows for good (a second erase selected nothing), and a kill
+    before the purge left the removed files readable."""
+    root = tmp_path / "lake"
+    cfg, lake, _ = seeded(root)
+    conf = write_config(tmp_path / "job.yaml", root)
+    args = ["erase", "-c", str(conf), "--where", PREDICATE]
+    killed = run_cli(args, "x", cwd=tmp_path, QUEUELAKE_TEST_KILL_AT=point)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    journal_left = lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist()
+    gone_left = [m for m in journal_left if m.startswith("gone-")]
+    assert len(gone_left) == (70 if point == "erase_derived_removed" else 0)
+    assert ids_on_disk(root / "messages", "message_id") & set(ids("gone", 70)), "nothing was left to purge"
+
+    done, log, code = cli(args, "x", tmp_path)
+    assert code == 0 and done["status"] == "ok", (done, log)
+    left = set(lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist())
+    assert left == set(ids("kept", 30)) | set(ids("audit", 40))
+    skipped = lake.read_arrow("replay_skipped", columns=["queue", "seq"]).to_pylist()
+    assert sorted((r["queue"], r["seq"]) for r in skipped) == sorted([(AUDIT, 1), (SALES, 90)])
+    assert not ids_on_disk(root / "messages", "message_id") & set(ids("gone", 70))
+    assert ids_on_disk(root / "replay_skipped", "id") == {"c", "d"}, "the derived table's removed file stayed"
+    assert not list((root / "_queuelake" / "pending" / "erase").glob("*.json")), "the pending record stayed"
+
+
 @pytest.mark.slow
 def test_erase_beside_a_running_drain_removes_exactly_the_selected_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
     """A real drain (subprocess, 40 batches) lands Sales while an erase removes `seq < 8000`. The erase

@@ -6,19 +6,28 @@ must reach every copy queuelake keeps, not only the journal's current version.
 
 1. The selection: ``--where`` over the journal's columns (``erase_predicate.py``). A dry run counts what it
    reaches (rows, files wholly or partly matching, and derived rows) and changes nothing.
-2. The journal delete: one commit (``LakeEngine.delete_rows``), retried from a fresh snapshot on a
+2. Derived tables first: every catalogued table with ``erased_by_journal_key`` (``replay_skipped``,
+   ``replay_lineage``, ``body_unparsed`` and the id index ``message_keys``, keyed by (queue, seq)) loses
+   its rows whose key is a selected row's (the journal's rows matching at its current version); every
+   typed body table (``body_<type>``, as ``body_schema_changes`` records them: ``typed.py``) loses its
+   rows whose ``message_id`` is a selected row's.
+3. The journal delete: one commit (``LakeEngine.delete_rows``), retried from a fresh snapshot on a
    conflict with a concurrent drain. The rows it removes are exactly those matching in the snapshot
    it read (``journal_version`` in the summary); rows a concurrent drain lands after that snapshot are
-   not selected, even when they match: run the erase again once the drain has landed them.
-3. Derived tables: every catalogued table with ``erased_by_journal_key`` (``replay_skipped``,
-   ``replay_lineage`` and ``body_unparsed``, keyed by (queue, seq)) loses its rows whose key is an
-   erased row's; every typed body table (``body_<type>``, as ``body_schema_changes`` records them:
-   ``typed.py``) loses its rows whose ``message_id`` is an erased row's.
+   not selected, even when they match: run the erase again once the drain has landed them. Matching
+   rows a drain landed between step 2's snapshot and this one lose their derived rows after it.
 4. The purge: each touched table's removed files deleted from storage now (``purge_removed``: only
    the log's tombstones, never the drain's staged files, which a "full" vacuum would destroy).
    Older versions that named them can no longer be read. Delta's log keeps per-file statistics
    (min/max of each column) of the removed files until log cleanup (``delta.logRetentionDuration``,
    30 days): an erased value that was a file's min or max stays there until then.
+
+Killed at any instant, the same erase run again finishes it. Why this order: the journal is deleted
+last, so a run killed before it leaves the selected rows in the journal, and the next run selects them
+again (the derived deletes find nothing left to delete). When the journal went first, a kill after it
+left the derived and typed rows for good: a second erase selected nothing. Before its first delete an
+erase records the tables it may touch (``lake/pending``); the next erase purges them first, so a kill
+before the purge does not leave the removed files readable; the record goes once the purge is done.
 
 The ``runs`` rows carry counts and the predicate, never a row's content.
 """
@@ -26,14 +35,16 @@ The ``runs`` rows carry counts and the predicate, never a row's content.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from queuelake import kill_points
 from queuelake.config import Config
-from queuelake.lake import catalogue, record_tables, table_entry
+from queuelake.lake import catalogue, pending, record_tables, table_entry
 from queuelake.lake.deletes import MAX_IN_LIST, RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
@@ -42,6 +53,7 @@ from queuelake.pipeline.store.erase_predicate import row_filter
 from queuelake.report import log
 
 JOURNAL = record_tables.MESSAGES.name
+PENDING = "erase"  # the kind of ``lake/pending`` record an erase leaves until its purge is done
 KEYS = ["queue", "seq", "message_id"]  # an erased row's keys: (queue, seq) for records, message_id for typed rows
 
 
@@ -59,7 +71,6 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
         log.info("erase: no journal yet under %s, nothing to do", cfg.lake.root)
         return {"dry_run": dry_run, "note": "no journal yet: nothing to do", "tables": {}}
     where = row_filter(predicate, journal.schema(JOURNAL))
-    t0 = time.monotonic()
     if dry_run:
         reached = journal.count_rows(JOURNAL, where)
         keys = journal.matching_rows(JOURNAL, where, KEYS)
@@ -85,18 +96,34 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
                 figures["files_removed"],
             )
         return {"dry_run": True, "tables": tables}
+    finished = finish_pending(cfg, lake)
+    summary = _erase(cfg, lake, journal, where)
+    return {**summary, "purged_for_an_unfinished_erase": finished} if finished else summary
 
+
+def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter) -> dict[str, Any]:
+    """The erase itself, in an order a kill at any instant leaves finishable (the module's docstring)."""
+    t0 = time.monotonic()
+    version = journal.table_version(JOURNAL)
+    keys = journal.matching_rows(JOURNAL, where, KEYS, version)
+    tables: dict[str, dict[str, Any]] = {}
+    engines: dict[str, LakeEngine] = {}
+    name = f"erase-{uuid.uuid4().hex}"
+    if keys.num_rows:
+        reached = [t.name for t in derived_tables()] + typed.body_tables(lake) + [JOURNAL]
+        pending.record(cfg.lake.root, PENDING, name, {"purge": reached, "journal_version": version})
+    _remove_derived(lake, keys, tables, engines)
+    kill_points.reached("erase_derived_removed")  # derived and typed rows gone, the journal's still there
     deleted = journal.delete_rows(JOURNAL, where)
-    tables = {
-        JOURNAL: {
-            "rows": deleted.rows,
-            "files_removed": deleted.files_removed,
-            "files_rewritten": deleted.files_rewritten,
-            "journal_version": deleted.read_version,
-            "version": deleted.version,
-            "attempts": deleted.attempts,
-        }
+    tables[JOURNAL] = {
+        "rows": deleted.rows,
+        "files_removed": deleted.files_removed,
+        "files_rewritten": deleted.files_rewritten,
+        "journal_version": deleted.read_version,
+        "version": deleted.version,
+        "attempts": deleted.attempts,
     }
+    engines[JOURNAL] = journal
     log.info(
         "erase %s: %d row(s) removed (those matching at version %s), %d file(s) left the log, %d rewritten",
         JOURNAL,
@@ -105,33 +132,60 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
         deleted.files_removed,
         deleted.files_rewritten,
     )
-    keys = (
-        journal.matching_rows(JOURNAL, where, KEYS, deleted.read_version)
-        if deleted.version is not None
-        else pa.table(
-            {
-                "queue": pa.array([], pa.string()),
-                "seq": pa.array([], pa.int64()),
-                "message_id": pa.array([], pa.string()),
-            }
-        )
-    )
-    engines = {JOURNAL: journal}
+    if deleted.version is not None and deleted.read_version != version:
+        # a drain committed between the keys' snapshot and the delete's: rows it landed that match went too
+        later = journal.matching_rows(JOURNAL, where, KEYS, deleted.read_version)
+        landed = later.join(keys.select(["queue", "seq"]), keys=["queue", "seq"], join_type="left anti")
+        if landed.num_rows:
+            log.info("erase: %d matching row(s) landed during the erase; their derived rows too", landed.num_rows)
+            pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines) + typed.body_tables(lake)})
+            _remove_derived(lake, landed, tables, engines)
+    kill_points.reached("erase_journal_removed")  # every delete committed, nothing purged yet
+    for table, engine in engines.items():
+        tables[table]["files_vacuumed"] = engine.purge_removed(table)
+        log.info("erase %s: %d removed file(s) purged from storage", table, tables[table]["files_vacuumed"])
+    pending.clear(cfg.lake.root, PENDING, name)
+    return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _remove_derived(
+    lake: LakeEngine, keys: pa.Table, tables: dict[str, dict[str, Any]], engines: dict[str, LakeEngine]
+) -> None:
+    """Delete the derived and typed rows of the journal rows ``keys`` names, adding each table's
+    figures to ``tables`` and its engine to ``engines`` (the tables to purge)."""
     for table in derived_tables():
         engine = table_engine(lake, table.name)
         filters = key_filters(engine, table, keys)
         if not filters:
             continue
         engines[table.name] = engine
-        tables[table.name] = delete_all(engine, table.name, filters)
+        _add(tables, table.name, delete_all(engine, table.name, filters))
         log.info("erase %s: %d derived row(s) removed", table.name, tables[table.name]["rows"])
     typed_tables, typed_engines = typed.remove(lake, keys["message_id"], False, "erase")
-    tables.update(typed_tables)
+    for name, figures in typed_tables.items():
+        _add(tables, name, figures)
     engines.update(typed_engines)
-    for name, engine in engines.items():
-        tables[name]["files_vacuumed"] = engine.purge_removed(name)
-        log.info("erase %s: %d removed file(s) purged from storage", name, tables[name]["files_vacuumed"])
-    return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _add(tables: dict[str, dict[str, Any]], table: str, figures: dict[str, Any]) -> None:
+    into = tables.setdefault(table, {})
+    for key, value in figures.items():
+        into[key] = into.get(key, 0) + value
+
+
+def finish_pending(cfg: Config, lake: LakeEngine) -> dict[str, int]:
+    """What erases killed before their end left: the tables they named purged (their removed files
+    deleted from storage; a table already purged has nothing left), then their records cleared.
+    Returns the files purged per table."""
+    purged: dict[str, int] = {}
+    for name, work in pending.recorded(cfg.lake.root, PENDING).items():
+        log.info("erase: an erase that did not finish (%s) is finished first: its tables purged", name)
+        for table in work.get("purge", []):
+            engine = table_engine(lake, table)
+            if engine.exists(table):
+                purged[table] = purged.get(table, 0) + engine.purge_removed(table)
+        pending.clear(cfg.lake.root, PENDING, name)
+    return purged
 
 
 def key_filters(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table) -> list[RowFilter]:
