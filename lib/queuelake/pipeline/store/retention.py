@@ -19,17 +19,22 @@ Typed body tables: a typed row goes when the LAST journal row of its message goe
 typed table holds one row per ``message_id`` while the journal holds each copy of the message (its
 business queue's, its audit copy, error copies), and rules keep them for different times (audit 400
 days, queues 30): a rule on the business queue must not take the body an audit copy still names
-(``where --field OrderId`` would no longer find the order). So after each rule's journal delete, of the
-removed rows' message ids (those matching in the snapshot the delete read) those still held by a
-journal row are kept (read at the journal's version after the delete; a dry run, which removes
-nothing, counts as held a row that none of the rules applied so far matches, so it counts what the
-run removes) and the typed rows of the others are deleted. ``body_unparsed`` rows are keyed by a
-journal row's (queue, seq), not the message: they go with that row. Their files are purged as the
-journal's are, by ``maintain``'s vacuum after its retention period. (``erase`` differs: erasing any
-copy of a message removes its typed row, as erasure must.)
+(``where --field OrderId`` would no longer find the order). So of the message ids of the rows a rule
+removes, those still held by a journal row that none of the rules applied so far (this one included)
+matches are kept, and the typed rows of the others are deleted.
+
+Order: a rule's derived rows (typed, unparsed, the id index's) go before its journal rows, read at the
+journal's version before the delete. Killed between the two, the journal rows are still there and the
+next ``maintain`` finds them again (their derived deletes find nothing left). When the journal went
+first, a kill after it left the typed rows for good: the rule matched nothing the next time. Matching
+rows a concurrent drain lands between the two reads lose their derived rows after the delete.
+
+``body_unparsed`` rows are keyed by a journal row's (queue, seq), not the message: they go with that
+row. Their files are purged as the journal's are, by ``maintain``'s vacuum after its retention period.
+(``erase`` differs: erasing any copy of a message removes its typed row, as erasure must.)
 
 The id index (``message_keys``, ``pipeline/key_index``): it keeps a row per journal row and key kind,
-so without this it would grow for ever while the journal is bounded. After each rule's journal delete
+so without this it would grow for ever while the journal is bounded. Before each rule's journal delete
 the index is first brought up to the journal (so that removed rows drained since the last ``maintain``
 have their index rows to remove, rather than gaining them from the next build, which reads the files
 the commits added), then its rows of the removed (queue, seq) are deleted in one commit, named by
@@ -49,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from queuelake import kill_points
 from queuelake.config import Config
 from queuelake.config_sections import RetentionRule
 from queuelake.lake import record_tables, stage_tables, table_entry
@@ -207,11 +213,18 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
     for done, rule in enumerate(rules, start=1):
         t0 = time.monotonic()
         figures: dict[str, Any] = {"rule": rule.rule, "days": rule.days, "cutoff": rule.cutoff.isoformat()}
+        # the rows the rule removes, read first: their derived rows go before they do (a kill between
+        # leaves them in the journal, so the next run finds them again), counted as gone meanwhile
+        keys = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"])
+        if keys.num_rows:
+            _derived(lake, keys, figures, rule, rules[:done], dry_run)
         if dry_run:
             reached = journal.count_rows(JOURNAL, rule.where)
             figures.update(rows=reached.rows, files_removed=reached.files, files_rewritten=reached.files_partial)
             verb = "would remove"
         else:
+            kill_points.reached("retention_derived_removed")  # the rule's derived rows gone, its journal rows not
+            read = journal.table_version(JOURNAL)
             deleted = journal.delete_rows(JOURNAL, rule.where)
             figures.update(
                 rows=deleted.rows,
@@ -221,17 +234,12 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
                 attempts=deleted.attempts,
             )
             verb = "removed"
-        if dry_run:
-            keys = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"])
-        elif figures.get("version") is not None:
-            keys = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"], deleted.read_version)
-        else:
-            keys = None
-        if keys is not None and keys.num_rows:
-            figures["typed"], figures["typed_messages_kept"] = _typed(lake, keys, rules[:done] if dry_run else None)
-            index = _index(lake, keys, rule, dry_run)
-            if index is not None:
-                figures[KEYS] = index
+            if deleted.version is not None and deleted.read_version != read:
+                # a drain committed meanwhile: matching rows it landed went too, their derived rows now
+                later = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"], deleted.read_version)
+                landed = later.join(keys.select(["queue", "seq"]), keys=["queue", "seq"], join_type="left anti")
+                if landed.num_rows:
+                    _derived(lake, landed, figures, rule, None, False)
         figures["seconds"] = round(time.monotonic() - t0, 3)
         log.info(
             "retention %s (drained before %s): %s %d row(s), %d file(s) left the journal, %d rewritten, in %.1fs",
@@ -247,12 +255,39 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
     return result
 
 
-def _typed(lake: LakeEngine, keys: pa.Table, taken: list[RetentionFilter] | None) -> tuple[dict[str, Any], int]:
+def _derived(
+    lake: LakeEngine,
+    keys: pa.Table,
+    figures: dict[str, Any],
+    rule: RetentionFilter,
+    taken: list[RetentionFilter] | None,
+    dry_run: bool,
+) -> None:
+    """The typed, unparsed and index rows of the journal rows ``keys`` names, removed (``dry_run``:
+    counted), their figures added to the rule's. ``taken``: the rules applied so far, this one included,
+    whose rows count as gone (the journal rows still there: before the delete, or a dry run); None once
+    the rows have left the journal."""
+    typed_figures, kept = _typed(lake, keys, taken, dry_run)
+    for table, counted in typed_figures.items():
+        into = figures.setdefault("typed", {}).setdefault(table, {})
+        for key, value in counted.items():
+            into[key] = into.get(key, 0) + value
+    figures.setdefault("typed", {})
+    figures["typed_messages_kept"] = figures.get("typed_messages_kept", 0) + kept
+    index = _index(lake, keys, rule, dry_run, still_in_journal=taken is not None)
+    if index is not None:
+        for key in ("rows", "ranges", "seqs_kept_inside", "seqs_left"):  # a second call: rows a drain landed
+            index[key] += (figures.get(KEYS) or {}).get(key, 0)
+        figures[KEYS] = index
+
+
+def _typed(
+    lake: LakeEngine, keys: pa.Table, taken: list[RetentionFilter] | None, dry_run: bool
+) -> tuple[dict[str, Any], int]:
     """The typed rows of the removed rows' messages that have no journal row left (by message id), and
     the unparsed rows of the removed rows (by queue, seq); with the number of messages whose typed rows
-    stay because a copy of them does. ``taken``: None in a real run, else (a dry run) the rules applied
-    so far, this one included, whose rows count as gone."""
-    dry_run = taken is not None
+    stay because a copy of them does. ``taken``: None once the rows left the journal, else the rules
+    applied so far, this one included, whose rows count as gone."""
     ids = pc.unique(pc.drop_null(keys["message_id"]))
     kept = _copies_left(lake, ids, taken) if len(ids) and typed.body_tables(lake) else pa.array([], ids.type)
     gone = ids.filter(pc.invert(pc.is_in(ids, value_set=kept)))
@@ -300,9 +335,12 @@ def _ids_sql(ids: pa.Array) -> str:
     return '"message_id" IN (' + ", ".join(sql_text(str(v)) for v in ids.to_pylist()) + ")"
 
 
-def _index(lake: LakeEngine, keys: pa.Table, rule: RetentionFilter, dry_run: bool) -> dict[str, Any] | None:
+def _index(
+    lake: LakeEngine, keys: pa.Table, rule: RetentionFilter, dry_run: bool, still_in_journal: bool
+) -> dict[str, Any] | None:
     """The removed journal rows' rows of the id index, deleted (``dry_run``: counted) by seq ranges;
-    None when there is no index."""
+    None when there is no index. ``still_in_journal``: the rule's rows are still there (they count as
+    gone: the rows between them that stay are those it does not match)."""
     engine = table_engine(lake, KEYS)
     if not engine.exists(KEYS):
         return None
@@ -314,7 +352,7 @@ def _index(lake: LakeEngine, keys: pa.Table, rule: RetentionFilter, dry_run: boo
     removed = keys.select(["queue", "seq"])
     span = index_ranges.spans(removed)
     assert span is not None
-    if dry_run:  # nothing left the journal: what stays is what the rule does not match
+    if still_in_journal:  # what stays is what the rule does not match
         span = RowFilter(
             f"({span.sql}) AND NOT ({rule.where.sql})",
             span.arrow & ~rule.where.arrow,
