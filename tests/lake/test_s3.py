@@ -119,13 +119,20 @@ def test_drain_transform_maintain_status_on_s3(s3: str, fresh_pg_uri: str, tmp_p
     assert status["status"] == "ok", out[-3000:]
     assert SECRET not in out
 
+    # erase on the store: its pending record (lake/pending) written there and cleared, its purge there
+    erase = ["erase", "-c", str(conf), "--where", """queue = '"public"."Small1"'"""]
+    erased, out = s3_cli(erase, env, tmp_path)
+    assert erased["status"] == "ok" and erased["tables"]["messages"]["rows"] == 20, out[-3000:]
+    assert erased["tables"]["messages"]["files_vacuumed"] >= 1, erased
+    assert not [k for k in _objects(s3, prefix + "/") if "/_queuelake/" in k and k.endswith(".json")]
+
     lake = DeltaRsEngine(root, storage_options=resolved_options(s3))
     journal = lake.read_arrow("messages", columns=["queue", "batch_id"])
-    assert journal.num_rows == 310  # compaction keeps every row
+    assert journal.num_rows == 290  # compaction keeps every row; the erase took Small1's 20
     by_batch: dict[str, set[str]] = {}
     for row in journal.to_pylist():
         by_batch.setdefault(row["batch_id"], set()).add(row["queue"])
-    assert sorted(len(qs) for qs in by_batch.values()) == [1, 1, 1, 3], by_batch  # Sales' 3, the small ones' 1
+    assert sorted(len(qs) for qs in by_batch.values()) == [1, 1, 1, 2], by_batch  # Sales' 3, the small ones' 1
     (body,) = lake.read_arrow("outbound_activity", columns=["body"])["body"].to_pylist()
     assert json.loads(body)["Messages"] == 310
 
