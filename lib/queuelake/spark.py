@@ -72,7 +72,7 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     for key, value in conf.items():
         if key not in given:
             builder = builder.config(key, value)
-    with _jvm_ignoring_hangups():
+    with _jvm_ignoring_stop_signals():
         spark = builder.getOrCreate()
     stopping.restore_handlers()  # pyspark's SIGINT handler out, the command's back (Ctrl-C stops at a boundary)
     spark.sparkContext.setLogLevel("ERROR")
@@ -81,18 +81,19 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
 
 
 @contextlib.contextmanager
-def _jvm_ignoring_hangups() -> Iterator[None]:
-    """A JVM pyspark starts now ignores SIGHUP (``stopping.hangup_ignored``, held around its ``Popen``
-    alone), so a closed terminal stops the command at a batch boundary instead of killing its Spark."""
+def _jvm_ignoring_stop_signals() -> Iterator[None]:
+    """A JVM pyspark starts now ignores the stop signals (``stopping.ignored_while_starting_children``,
+    held around its ``Popen`` alone), so a hang-up or a cancel sent to the whole process group stops the
+    command at a batch boundary instead of killing its Spark."""
     import pyspark.java_gateway as gateway
 
     popen = gateway.Popen
 
-    def popen_ignoring_hangups(*args: Any, **kwargs: Any) -> Any:
-        with stopping.hangup_ignored():
+    def popen_ignoring_stop_signals(*args: Any, **kwargs: Any) -> Any:
+        with stopping.ignored_while_starting_children():
             return popen(*args, **kwargs)
 
-    gateway.Popen = popen_ignoring_hangups  # type: ignore[assignment,misc]
+    gateway.Popen = popen_ignoring_stop_signals  # type: ignore[assignment,misc]
     try:
         yield
     finally:

@@ -30,21 +30,27 @@ def stop_signals() -> list[int]:
 
 
 @contextlib.contextmanager
-def hangup_ignored() -> Iterator[None]:
-    """SIGHUP ignored while a child process is started, which keeps ignoring it (an ignored signal stays
-    ignored across exec; a handler does not). For Spark's JVM: pyspark starts it ignoring SIGINT, so
-    Ctrl-C reaches the command alone, but a hang-up reached the JVM too, which shut down under the
-    stage the command was finishing. Held only around the start (milliseconds): a SIGHUP that arrives
-    in it is lost."""
-    hangup = getattr(signal, "SIGHUP", None)
-    if hangup is None or threading.current_thread() is not threading.main_thread():
+def ignored_while_starting_children() -> Iterator[None]:
+    """The stop signals (SIGTERM, SIGINT, SIGHUP) ignored while child processes are started, which keep
+    ignoring them (an ignored signal stays ignored across exec; a handler does not). A terminal's Ctrl-C
+    and hang-up reach the command's whole process group, and so does a scheduler's cancel: Airflow's task
+    runner and systemd (``KillMode=control-group``) send SIGTERM to every process of the group. Spark's
+    JVM, which pyspark starts ignoring SIGINT only, shut down under the stage the command was finishing
+    (it still ends when the command does: it exits when its stdin, a pipe from the command, closes);
+    the drain's processes died starting. The command decides, and stops its children. Held only around
+    the starts (milliseconds): a signal that arrives in them is lost."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.signal(hangup, signal.SIG_IGN)
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(hangup, before)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+_STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
 
 def request() -> None:

@@ -43,8 +43,8 @@ def _config(tmp_path: Path) -> Path:
 
 def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = signal.SIGINT) -> tuple[int, dict, str]:
     """``queuelake bodies`` in a process group of its own; with ``interrupt_on``, one ``signum`` once a
-    log line holds it: a SIGINT to the command alone, a SIGHUP to the whole group (Spark's JVM too), as
-    a closing terminal sends it."""
+    log line holds it, to the whole group (Spark's JVM too), as a terminal sends Ctrl-C and a hang-up,
+    and as Airflow's task runner and systemd send SIGTERM."""
     env = {**os.environ, "QUEUELAKE_CONNECTION": uri}
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "bodies", "-c", str(config)],
@@ -62,10 +62,7 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = sign
         for line in proc.stderr:
             lines.append(line)
             if interrupt_on and interrupt_on in line and proc.poll() is None:
-                if signum == signal.SIGHUP:
-                    os.killpg(proc.pid, signum)
-                else:
-                    proc.send_signal(signum)
+                os.killpg(proc.pid, signum)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -78,13 +75,14 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = sign
     return proc.returncode, json.loads(out.strip().splitlines()[-1]), "".join(lines)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM], ids=["SIGINT", "SIGHUP", "SIGTERM"])
 def test_ctrl_c_stops_bodies_after_the_slice_in_hand_and_the_next_run_does_the_rest(
     fresh_pg_uri: str, tmp_path: Path, signum: int
 ) -> None:
-    """Ctrl-C, and a hang-up (the terminal or ssh session closed) sent to the command's whole process
-    group: Spark's JVM ignores it (pyspark's start had it ignore SIGINT only, so the hang-up shut it down
-    under the slice in hand), the command stops at the boundary and exits 129."""
+    """Ctrl-C, a hang-up (the terminal or ssh session closed) and a scheduler's SIGTERM, each sent to the
+    command's whole process group: Spark's JVM ignores them (pyspark's start had it ignore SIGINT only,
+    so a hang-up or a SIGTERM shut it down under the slice in hand and the command failed), the command
+    stops at the boundary and exits 128 + the signal."""
     config = _config(tmp_path)
     cfg = load(str(config), env={"QUEUELAKE_CONNECTION": fresh_pg_uri})
     with db.connect(cfg.transport) as conn:

@@ -170,15 +170,17 @@ def test_first_sigterm_lets_a_drain_stop_at_a_boundary(
 def test_a_hangup_stops_a_command_unless_nohup_ignores_it() -> None:
     """SIGHUP (a closed terminal) is a stop request like SIGTERM, exit 129; under ``nohup``, which
     ignores it so the command outlives its terminal, it stays ignored. A child started in
-    ``hangup_ignored`` (Spark's JVM, the drain's processes) ignores it; the handler before is back."""
+    ``ignored_while_starting_children`` (Spark's JVM, the drain's processes) ignores every stop signal;
+    the handlers before are back."""
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         assert signal.SIGHUP not in stopping.stop_signals()
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         assert signal.SIGHUP in stopping.stop_signals()
-        with stopping.hangup_ignored():
-            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        term = signal.getsignal(signal.SIGTERM)
+        with stopping.ignored_while_starting_children():
+            assert signal.getsignal(signal.SIGHUP) is signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL and signal.getsignal(signal.SIGTERM) is term
     finally:
         signal.signal(signal.SIGHUP, before)
 

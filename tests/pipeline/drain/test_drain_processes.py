@@ -313,13 +313,20 @@ def test_the_command_killed_while_its_processes_drain(fresh_pg_uri: str, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
-def test_a_signal_stops_the_processes_at_a_batch_boundary(fresh_pg_uri: str, tmp_path: Path, signum: int) -> None:
-    """A SIGTERM (a scheduler's cancel, to the command alone), a SIGINT (Ctrl-C) or a SIGHUP (the terminal
-    closed), the last two to the whole process group as a terminal sends them, while the command's
-    processes drain big queues in small batches: it passes the stop on; each process ends its batch in
-    hand, the command commits it and exits 128 + the signal with status interrupted and its counts.
-    Nothing lost, nothing twice, nothing claimed left; the next run drains the rest."""
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGHUP, True)],
+    ids=["SIGTERM", "SIGTERM-group", "SIGINT-group", "SIGHUP-group"],
+)
+def test_a_signal_stops_the_processes_at_a_batch_boundary(
+    fresh_pg_uri: str, tmp_path: Path, signum: int, to_group: bool
+) -> None:
+    """A SIGTERM (a scheduler's cancel: to the command alone, or to its whole process group as Airflow's
+    task runner and systemd send it), a SIGINT (Ctrl-C) or a SIGHUP (the terminal closed), the last two to
+    the whole group as a terminal sends them, while the command's processes drain big queues in small
+    batches: it passes the stop on; each process ends its batch in hand, the command commits it and exits
+    128 + the signal with status interrupted and its counts. Nothing lost, nothing twice, nothing claimed
+    left; the next run drains the rest."""
     lake_root = tmp_path / "lake"
     names = [f"Long{i}" for i in range(3)]
     cfg = make_config(fresh_pg_uri, lake_root, names)
@@ -334,10 +341,10 @@ def test_a_signal_stops_the_processes_at_a_batch_boundary(fresh_pg_uri: str, tmp
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and sum(queue_depth(cfg, n) for n in names) > 58_000:
             time.sleep(0.1)
-        if signum == signal.SIGTERM:
-            proc.send_signal(signum)
-        else:
+        if to_group:
             os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, stderr[-4000:]
     assert "Traceback" not in stderr and "stops at the next batch boundary" in stderr, stderr[-4000:]

@@ -137,9 +137,9 @@ class Processes:
         self._mutex = threading.Lock()
         self._closed = threading.Event()
         self.size = size
-        # started ignoring a hang-up (multiprocessing's resource tracker, which the Event starts, too):
-        # the terminal's SIGHUP reaches the whole group, and the command decides (it stops them)
-        with stopping.hangup_ignored():
+        # started ignoring the stop signals (multiprocessing's resource tracker, which the Event starts,
+        # too): a terminal's or a scheduler's signal to the whole group is the command's to decide
+        with stopping.ignored_while_starting_children():
             self.stop = self._context.Event()
             for _ in range(size):
                 self._idle.put(self._start())
@@ -235,7 +235,7 @@ def _set_up_process(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "SIGHUP"):  # a closed terminal's hang-up reaches the whole group: the command decides
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.request())
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.request())  # to the group: stop at a boundary
 
     def wait_for_stop() -> None:
         stop.wait()
