@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -130,3 +131,10 @@ def cli_logged(args: Sequence[str], uri: str, cwd: Path) -> tuple[dict, str]:
 def cli(args: Sequence[str], uri: str, cwd: Path) -> dict:
     """The JSON summary of one command on the database ``uri``; its exit code must match its status."""
     return cli_logged(args, uri, cwd)[0]
+
+
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` for a command a test signals as a terminal would: SIGHUP at its default, as a
+    shell's job has it, whatever the test run inherited (a CI started under ``nohup`` ignores it, and an
+    ignored signal stays ignored in every child: the command kept it so, as it should under ``nohup``)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)

@@ -23,6 +23,7 @@ from queuelake.lake.reading import read_table
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
 
+from tests.helpers.cli import as_from_a_terminal
 from tests.helpers.stages import drain
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +55,7 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = sign
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
     lines: list[str] = []
 

@@ -26,7 +26,7 @@ from queuelake.pipeline.drain.processes import process_count
 from queuelake.transport.activity import PeakConnections
 from queuelake.transport.database import QueueDatabase
 
-from tests.helpers.cli import summary_of
+from tests.helpers.cli import as_from_a_terminal, summary_of
 from tests.helpers.drain import claim_count, commit_spacing, install, journal, make_config, queue_depth, seed_ids
 from tests.helpers.kills import TASK_POINTS, drain_sessions, wait_for_no_drain
 
@@ -337,7 +337,8 @@ def test_a_signal_stops_the_processes_at_a_batch_boundary(
     env.pop("QUEUELAKE_TEST_KILL_AT", None)
     cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    with subprocess.Popen(cmd, env=env, start_new_session=True, **pipes) as proc:  # its own group, as a terminal's
+    # its own process group, as a terminal's job has
+    with subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=as_from_a_terminal, **pipes) as proc:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and sum(queue_depth(cfg, n) for n in names) > 58_000:
             time.sleep(0.1)
