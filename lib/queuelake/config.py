@@ -126,14 +126,14 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
             )
         log = logging.getLogger("queuelake")
         log.info("no %s here: using the built-in local config (%s) over %s", DEFAULT_CONFIG, SOURCE, EMBEDDED_DATA)
-        return from_dict(yaml.safe_load(LOCAL_YAML), env=env, source=SOURCE)
+        return from_dict(read_yaml(LOCAL_YAML), env=env, source=SOURCE)
     file = Path(path or DEFAULT_CONFIG)
     if not file.is_file():
         templates = sorted(str(t) for t in file.parent.glob("*.example.yaml")) if file.parent.is_dir() else []
         start = f"; start from {' or '.join(templates)}" if templates else ""
         raise ConfigError(f"config file {file} does not exist (pass the right one with -c FILE{start})")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = read_yaml(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: invalid YAML: {exc}") from None
     if data is not None and not isinstance(data, dict):
@@ -141,6 +141,25 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
     config = from_dict(data or {}, env=env, source=str(file))
     _announce(file)
     return config
+
+
+class _KeysAsWritten(yaml.SafeLoader):
+    """YAML as ``safe_load`` reads it, but a mapping's key is the text written: YAML 1.1 reads an unquoted
+    ``on``, ``off``, ``yes``, ``no`` as a boolean, and ``drain: {on: processes}`` (docs/drain.md's own
+    example) became ``{True: processes}``, refused as an unknown key. Values keep YAML 1.1's booleans
+    (``include_failed: yes`` is still true)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for i, (key, value) in enumerate(node.value):
+            if isinstance(key, yaml.ScalarNode) and key.tag == "tag:yaml.org,2002:bool":
+                text = yaml.ScalarNode("tag:yaml.org,2002:str", key.value, key.start_mark, key.end_mark)
+                node.value[i] = (text, value)
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(text: str) -> Any:
+    """A config file's YAML (``_KeysAsWritten``)."""
+    return yaml.load(text, Loader=_KeysAsWritten)  # noqa: S506 - a SafeLoader
 
 
 _ANNOUNCED: set[Path] = set()

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from queuelake.commands.demo import traffic
-from queuelake.config import Config, from_dict, load
+from queuelake.config import Config, from_dict, load, read_yaml
 from queuelake.context import open_database
 from queuelake.errors import DemoError
 from queuelake.lake.engines import journal_engine
@@ -57,7 +57,7 @@ LAKE, DATABASE, MARKER = "lake", ".queuelake/pgdata", ".queuelake/demo-created.j
 def demo_settings(workdir: Path, engine: str = "auto") -> dict[str, Any]:
     """The built-in local config (``queuelake.local_config``) with absolute paths into the
     work folder, so the written file works from any folder."""
-    data = yaml.safe_load(LOCAL_YAML)
+    data = read_yaml(LOCAL_YAML)
     data["transport"]["embedded"] = str(workdir / DATABASE)
     data["lake"].update(root=str(workdir / LAKE), engine=engine)
     data["drain"].update(queues=DRAINED, batch_size=2000)
