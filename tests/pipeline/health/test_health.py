@@ -174,6 +174,24 @@ def test_an_increment_recomputes_only_the_days_it_touches(drained: tuple[Config,
     assert lake.last_version(ENDPOINT_HEALTH.name, "queuelake.health") == after.journal_version
 
 
+def test_a_time_sent_never_set_counts_the_message_without_a_critical_time(drained: tuple[Config, Path]) -> None:
+    """An audit copy whose TimeSent is .NET's ``DateTime.MinValue`` (a header value that lands typed): its
+    critical time would be 2,025 years (past 2**53 microseconds, which failed every later ``health``).
+    It counts as processed, with its processing time, and no critical time."""
+    cfg, _ = drained
+    lake = open_lake(cfg.lake)
+    update(lake)
+    when = DAY + dt.timedelta(hours=9, minutes=55)
+    never = _sent(dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc))
+    _seed(cfg, {"audit": [traffic.audit_copy(never, "Billing", when, 7000)]})
+    assert drain(cfg, lake, ["audit"])["status"] == "ok"
+    update(lake)
+    health = lake.read_arrow(ENDPOINT_HEALTH.name)
+    [billing9] = _rows(health, period="hour", endpoint="Billing", period_start=DAY + dt.timedelta(hours=9))
+    assert billing9["processed"] == 11 and billing9["processing_p99_ms"] == 7000
+    assert billing9["critical_p99_ms"] is not None and billing9["critical_p99_ms"] < 3_600_000, billing9
+
+
 def test_queue_depth_comes_from_the_drains_runs_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
     cfg = _config(fresh_pg_uri, tmp_path / "lake")
     _seed(cfg, {"Sales": [_sent(DAY + dt.timedelta(seconds=i)) for i in range(5)]})

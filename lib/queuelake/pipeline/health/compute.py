@@ -127,11 +127,19 @@ def _retried(headers: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.fill_null(found, False)
 
 
+# a span longer than this is not a time the message took but a time that was never set: .NET's
+# ``DateTime.MinValue`` (0001-01-01) as a TimeSent made a critical time of 2,025 years, which failed
+# every later ``health`` (its microseconds, over 2**53, refused by the cast to milliseconds)
+MAX_SPAN_US = 100 * 366 * 86_400 * 1_000_000
+
+
 def _span(start: pa.ChunkedArray, end: pa.ChunkedArray, processed: pa.ChunkedArray) -> pa.ChunkedArray:
-    """end - start in microseconds (at least 0), null unless ``processed`` and both times known."""
+    """end - start in microseconds (at least 0), null unless ``processed``, both times known and the
+    span at most ``MAX_SPAN_US``."""
     us = pc.subtract(pc.cast(end, pa.int64()), pc.cast(start, pa.int64()))
     us = pc.max_element_wise(us, pa.scalar(0, pa.int64()))
-    return pc.if_else(processed, us, pa.scalar(None, pa.int64()))
+    plausible = pc.fill_null(pc.less_equal(us, pa.scalar(MAX_SPAN_US, pa.int64())), False)
+    return pc.if_else(pc.and_(processed, plausible), us, pa.scalar(None, pa.int64()))
 
 
 def nearest_rank(table: pa.Table, keys: list[str], value: str, quantiles: tuple[int, ...] = QUANTILES) -> pa.Table:
@@ -157,7 +165,7 @@ def nearest_rank(table: pa.Table, keys: list[str], value: str, quantiles: tuple[
 
 
 def _ms(us: pa.ChunkedArray | pa.Array) -> pa.Array:
-    return pc.divide(pc.cast(us, pa.float64()), 1000.0)
+    return pc.divide(pc.cast(us, pa.float64(), safe=False), 1000.0)  # past 2**53 us: rounded, not refused
 
 
 def periods(rows: pa.Table, journal_version: int, computed_at: dt.datetime) -> pa.Table:
