@@ -107,7 +107,9 @@ def odd(i: int) -> tuple[bytes | None, str | None]:
         (b"null", "application/json"),
         (b"\x00\xff garbage \xfe", "application/json"),
         (b"[1, 2, 3]", "application/json"),
-        (b'{"Name": "fine", "Size": 3}', None),  # no content type: sniffed as JSON, parses
+        # no content type: sniffed as JSON, parses; ``Queue`` is an identity column's name (stored as
+        # ``body_Queue``) and ``body_queue`` reads like its escape (stored as ``body_body_queue``)
+        (b'{"Name": "fine", "Size": 3, "Queue": "Billing", "body_queue": "x"}', None),
         (b"\x0a\x03abc", "application/x-protobuf"),
         (b"<Everything><Name>xml sniffed</Name></Everything>", None),
         (b'{"Name": "broken"', "application/json"),

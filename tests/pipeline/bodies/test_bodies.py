@@ -104,6 +104,10 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
     # what does not parse goes to body_unparsed with its reason; the type's parseable bodies still land
     odd = rows(lake, ODD)
     assert sorted(r["Name"] for r in odd) == ["fine", "xml sniffed"]
+    # a field named as an identity column and one named as its escape: each its own column (the two
+    # shared ``body_queue`` and failed the type's every ``bodies``)
+    (fine,) = [r for r in odd if r["Name"] == "fine"]
+    assert (fine["queue"], fine["body_Queue"], fine["body_body_queue"]) == ('"public"."Sales"', "Billing", "x"), fine
     unparsed = lake.read_arrow("body_unparsed").to_pylist()
     reasons = sorted(r["reason"] for r in unparsed)
     assert reasons == sorted(

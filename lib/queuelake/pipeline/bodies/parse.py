@@ -30,12 +30,25 @@ _RESERVED = {n.lower() for n in IDENTITY} | {CORRUPT}
 PARTLY = "partly parsed: a value does not fit its column's type (a shape the sampled bodies did not show)"
 
 
+def _escaped(name: str) -> bool:
+    """True for a reserved name with any number of ``body_`` before it (``queue``, ``body_queue``, ...)."""
+    lowered = name.lower()
+    while lowered.startswith("body_") and lowered[5:]:
+        lowered = lowered[5:]
+    return lowered in _RESERVED
+
+
 def column_of(key: str) -> str:
-    return f"body_{key}" if key.lower() in _RESERVED else key
+    """The column of a body's field: ``body_`` before a name the typed table's own columns use, and before
+    a field that already reads like such a column (``body_queue``), so that two fields never share one
+    column (a body with ``Queue`` and ``body_queue`` failed its type's every ``bodies``: two columns
+    ``body_queue``)."""
+    return f"body_{key}" if _escaped(key) else key
 
 
 def key_of(column: str) -> str:
-    if column.startswith("body_") and column[5:].lower() in _RESERVED:
+    """The body field of a column (``column_of``'s inverse)."""
+    if column.lower().startswith("body_") and _escaped(column[5:]):
         return column[5:]
     return column
 
