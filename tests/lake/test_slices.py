@@ -51,3 +51,52 @@ def test_a_whole_table_with_more_than_appends_is_one_slice(tmp_path: Path) -> No
     upto = lake.table_version("messages")
     assert upto is not None
     assert lake.slices("messages", None, upto, 5) == [(None, upto)]
+
+
+def _rows(lake, after: int | None, upto: int) -> list[int]:
+    return sorted(s for f in lake.added_files("messages", after, upto) for s in pq.read_table(f)["seq"].to_pylist())
+
+
+def test_an_erase_before_the_stage_leaves_the_increment_readable_and_exact(tmp_path: Path) -> None:
+    """A drain's file erased from (and purged) before a stage read it: the increment names the erase's
+    file instead, which holds the rows it kept, each once (it named the purged file, and every later
+    ``bodies`` and ``transform`` failed on it)."""
+    from queuelake.pipeline.store.erase import erase
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake)
+    append(lake, batch('"public"."Sales"', range(0, 10), NOW, message_ids=[f"a-{i}" for i in range(10)]))
+    seen = lake.table_version("messages")
+    for k in (1, 2, 3):
+        ids = [f"b-{k}{i}" for i in range(10)]
+        append(lake, batch('"public"."Sales"', range(k * 10, k * 10 + 10), NOW, message_ids=ids))
+    deleted_at = lake.table_version("messages") + 1  # the erase's delete commit (its purge commits follow)
+    assert erase(cfg, lake, "message_id IN ('b-17', 'b-33')")["tables"]["messages"]["files_vacuumed"] >= 2
+    upto = lake.table_version("messages")
+    assert seen is not None and upto is not None
+    expected = [s for s in range(10, 40) if s not in (17, 33)]
+    assert _rows(lake, seen, upto) == expected
+    # sliced: no slice ends between a file's add and the erase that rewrote it; every row in one slice
+    spans = lake.slices("messages", seen, upto, 10)
+    assert all(high >= deleted_at for _, high in spans), spans
+    assert sum((_rows(lake, low, high) for low, high in spans), []) == expected, spans
+    # before the erase, the same commits are cut at every version (10 rows each)
+    assert len(lake.slices("messages", seen, deleted_at - 1, 10)) == 3
+
+
+def test_an_erase_of_rows_read_before_and_new_ones_loses_no_new_row(tmp_path: Path) -> None:
+    """One erase over a file the stage read and a new one: delta-rs writes their kept rows into one file,
+    which the increment reads whole (the earlier file's kept rows are read again, with a warning);
+    no new row is lost."""
+    from queuelake.pipeline.store.erase import erase
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake)
+    append(lake, batch('"public"."Sales"', range(0, 10), NOW, message_ids=[f"a-{i}" for i in range(10)]))
+    seen = lake.table_version("messages")
+    append(lake, batch('"public"."Sales"', range(10, 20), NOW, message_ids=[f"b-{i}" for i in range(10)]))
+    erase(cfg, lake, "message_id IN ('a-1', 'b-1')")
+    upto = lake.table_version("messages")
+    assert seen is not None and upto is not None
+    rows = _rows(lake, seen, upto)
+    assert set(range(10, 20)) - {11} <= set(rows) and 11 not in rows and 1 not in rows

@@ -1,17 +1,18 @@
-"""What a table gained between two versions: the data files its commits added.
+"""What a table gained between two versions: the data files holding the rows its commits added.
 
-Transform and publish consume tables incrementally. Delta's change data feed would need writer
-protocol 4 (our tables stay at 1/2 so every engine can write them), so increments come from the
-commit log itself: the ``add`` actions with ``dataChange: true`` of versions (after, upto]. A
-compaction re-adds rows with ``dataChange: false`` and is rightly ignored; a delete (retention,
-``erase``) re-adds the kept rows of the files it rewrote with ``dataChange: true``, and its commits
-are skipped too: those rows were consumed when they first landed. Works for tables written
-by either engine: the log format is the same.
+Transform, bodies and the other stages consume tables incrementally. Delta's change data feed would
+need writer protocol 4 (our tables stay at 1/2 so every engine can write them), so increments come from
+the commit log itself: the ``add`` actions with ``dataChange: true`` of versions (after, upto]. A
+compaction re-adds rows with ``dataChange: false``; a delete (retention, ``erase``) re-adds the kept
+rows of the files it rewrote with ``dataChange: true``: neither adds new rows. When either removes a
+file the range added, the rows it kept are in its own files, which the increment names instead
+(``_new_files``). Works for tables written by either engine: the log format is the same.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
@@ -20,6 +21,7 @@ from queuelake.errors import LakeError
 from queuelake.lake.deletes import DELETE_OPERATION
 from queuelake.lake.reading import local_paths
 from queuelake.lake.storage import filesystem, options_for
+from queuelake.report import log
 
 
 def _absolute(table_uri: str, path: str) -> str:
@@ -36,6 +38,102 @@ def snapshot_files(table_uri: str, version: int, storage_options: dict[str, str]
     return sorted(local_paths(table, table.file_uris()))
 
 
+@dataclass(frozen=True)
+class _Commit:
+    """One commit's actions that increments care about."""
+
+    version: int
+    delete: bool  # a DELETE (retention, erase): its adds are the kept rows of the files it rewrote
+    adds: list[str]  # paths added with dataChange: true
+    rearranged: list[str]  # paths added with dataChange: false (a compaction: the same rows, regrouped)
+    removes: list[str]
+    rows: int | None  # rows the dataChange adds hold (None: an add without statistics)
+
+
+def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None) -> list[_Commit]:
+    """The commits (after, upto] from the log; LakeError when one is no longer there (log retention)."""
+    fs, root = filesystem(table_uri, storage_options)
+    root = root.rstrip("/")
+    out: list[_Commit] = []
+    for version in range((after + 1) if after is not None else 0, upto + 1):
+        try:
+            with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
+                text = stream.read().decode("utf-8")
+        except FileNotFoundError:
+            raise LakeError(
+                f"{table_uri}: commit {version} is no longer in the Delta log (log retention); "
+                "the increment cannot be computed. Run transform/publish more often than the log retention."
+            ) from None
+        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+        adds: list[str] = []
+        rearranged: list[str] = []
+        removes: list[str] = []
+        rows: int | None = 0
+        for action in actions:
+            if "add" in action:
+                add = action["add"]
+                if add.get("dataChange", True):
+                    adds.append(add["path"])
+                    count = json.loads(add.get("stats") or "{}").get("numRecords")
+                    rows = None if count is None or rows is None else rows + int(count)
+                else:
+                    rearranged.append(add["path"])
+            elif "remove" in action:
+                removes.append(action["remove"]["path"])
+        delete = any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions)
+        out.append(_Commit(version, delete, adds, rearranged, removes, rows))
+    return out
+
+
+def _new_files(table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None) -> list[str]:
+    """The files holding the rows ``commits`` added that are still there at the last of them.
+
+    A file a data commit added is new. A later commit of the range that removes a new file put the rows
+    it kept elsewhere: a delete (retention, ``erase``) in the files it wrote, a compaction in the files it
+    regrouped them into. When every file it removed was new, its files replace them (they hold only new
+    rows). When it also removed files from before the range, its files mix rows consumed before with new
+    ones: the new files it removed stay named when they are still in storage (a compaction's, until
+    vacuum), else its files are taken whole and a warning says the kept rows of older files are read
+    again. Why: the delete's files used to be skipped while the new file it removed stayed named, so an
+    ``erase`` between a drain and ``bodies`` (which purges at once) failed every later ``bodies`` and
+    ``transform`` on a missing file."""
+    new: dict[str, None] = {}
+    for commit in commits:
+        gone = [path for path in commit.removes if path in new]
+        if not commit.delete and not commit.rearranged:
+            new.update(dict.fromkeys(commit.adds))  # a data commit (an overwrite's removes are not ours)
+            continue
+        if not gone:
+            continue  # rows consumed before the range, rewritten or regrouped: not new
+        if not commit.delete and all(_exists(table_uri, path, storage_options) for path in gone):
+            continue  # a compaction's removed files stay readable until vacuum: read them
+        written = commit.adds if commit.delete else commit.rearranged
+        if len(gone) == len(commit.removes):
+            for path in gone:
+                del new[path]
+            new.update(dict.fromkeys(written))
+            continue
+        for path in gone:
+            del new[path]
+        new.update(dict.fromkeys(written))
+        log.warning(
+            "%s: version %d rewrote files of rows read before (after) and new ones together; its %d file(s) "
+            "are read whole, so rows of earlier files it kept are read again",
+            table_uri,
+            commit.version,
+            len(written),
+        )
+    return sorted(_absolute(table_uri, path) for path in new)
+
+
+def _exists(table_uri: str, path: str, storage_options: dict[str, str] | None = None) -> bool:
+    """Whether a data file the log names is still in storage (a removed one stays until vacuum)."""
+    from pyarrow import fs as pafs
+
+    fs, root = filesystem(table_uri, storage_options)
+    return bool(fs.get_file_info(f"{root.rstrip('/')}/{unquote(path)}").type != pafs.FileType.NotFound)
+
+
 def slices(
     table_uri: str, after: int | None, upto: int, max_rows: int, storage_options: dict[str, str] | None = None
 ) -> list[tuple[int | None, int]]:
@@ -45,40 +143,40 @@ def slices(
     Why: a stage that takes an increment in one Spark job holds it all (the first backlog of 5M journal
     rows ran the default local Spark out of memory); taken a range at a time, each committed as an
     increment of its own, memory is bounded by ``max_rows`` and a killed run resumes at the next range.
-    One range, the whole span, where the log cannot be cut: a whole table (``after=None``) whose history
-    holds more than appends (a compaction or a delete: older files may be gone), a commit the log no
-    longer has, or an add without row counts."""
+    A range never ends between a file's add and a later commit of (after, upto] that removed it where
+    the rows it kept are read from that commit's files (``_new_files``: a delete's; a compaction's once
+    vacuum deleted the file). One range, the
+    whole span, where the log cannot be cut: a whole table (``after=None``) whose history holds more
+    than appends (a compaction or a delete: older files may be gone), a commit the log no longer has, or
+    an add without row counts."""
     if after is not None and after >= upto:
         return []
     whole: list[tuple[int | None, int]] = [(after, upto)]
-    fs, root = filesystem(table_uri, storage_options)
-    root = root.rstrip("/")
+    try:
+        commits = _commits(table_uri, after, upto, storage_options)
+    except LakeError:
+        return whole
+    if after is None and any(c.removes or c.delete for c in commits):
+        return whole
+    added = {path for c in commits if not c.delete and not c.rearranged for path in c.adds}
+    removed_at = {
+        path: c.version
+        for c in commits
+        for path in c.removes
+        if path in added and (c.delete or not _exists(table_uri, path, storage_options))
+    }
     ranges: list[tuple[int | None, int]] = []
-    start, rows = after, 0
-    for version in range((after + 1) if after is not None else 0, upto + 1):
-        try:
-            with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
-                actions = [json.loads(line) for line in stream.read().decode("utf-8").splitlines() if line.strip()]
-        except FileNotFoundError:
+    start, rows, hold = after, 0, -1  # hold: no cut before this version (a removal of a file in the range)
+    for commit in commits:
+        if commit.delete:
+            continue  # re-added rows are not new (see _new_files)
+        if commit.rows is None:
             return whole
-        if any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions):
-            if after is None:
-                return whole
-            continue  # re-added rows are not new (see added_files)
-        if after is None and any("remove" in a for a in actions):
-            return whole
-        added = 0
-        for action in actions:
-            add = action.get("add")
-            if add and add.get("dataChange", True):
-                count = json.loads(add.get("stats") or "{}").get("numRecords")
-                if count is None:
-                    return whole
-                added += int(count)
-        if rows and rows + added > max_rows:
-            ranges.append((start, version - 1))
-            start, rows = version - 1, 0
-        rows += added
+        if rows and rows + commit.rows > max_rows and commit.version - 1 >= hold:
+            ranges.append((start, commit.version - 1))
+            start, rows = commit.version - 1, 0
+        rows += commit.rows
+        hold = max([hold, *(removed_at.get(path, -1) for path in commit.adds)])
     ranges.append((start, upto))
     return ranges
 
@@ -86,32 +184,10 @@ def slices(
 def added_files(
     table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None = None
 ) -> list[str]:
-    """Data files added by versions (after, upto], sorted; ``after=None`` means the whole table.
-    ``storage_options`` default: those of the lake the table is in (registered by its engine)."""
+    """Data files holding the rows versions (after, upto] added (``_new_files``), sorted; ``after=None``
+    means the whole table. ``storage_options`` default: those of the lake the table is in."""
     if after is None:
         return snapshot_files(table_uri, upto, storage_options)
     if after >= upto:
         return []
-    fs, root = filesystem(table_uri, storage_options)
-    root = root.rstrip("/")
-    added: list[str] = []
-    for version in range(after + 1, upto + 1):
-        log = f"{root}/_delta_log/{version:020d}.json"
-        try:
-            with fs.open_input_stream(log) as stream:
-                text = stream.read().decode("utf-8")
-        except FileNotFoundError:
-            raise LakeError(
-                f"{table_uri}: commit {version} is no longer in the Delta log (log retention); "
-                "the increment cannot be computed. Run transform/publish more often than the log retention."
-            ) from None
-        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
-        if any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions):
-            # a delete (retention, erase) re-adds the kept rows of the files it rewrote with
-            # dataChange: true; they are not new rows, and a transform must not see them twice
-            continue
-        for action in actions:
-            add = action.get("add")
-            if add and add.get("dataChange", True):
-                added.append(_absolute(table_uri, add["path"]))
-    return sorted(added)
+    return _new_files(table_uri, _commits(table_uri, after, upto, storage_options), storage_options)
