@@ -184,8 +184,11 @@ def test_a_time_sent_never_set_counts_the_message_without_a_critical_time(draine
     when = DAY + dt.timedelta(hours=9, minutes=55)
     never = _sent(dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc))
     _seed(cfg, {"audit": [traffic.audit_copy(never, "Billing", when, 7000)]})
-    assert drain(cfg, lake, ["audit"])["status"] == "ok"
-    update(lake)
+    # and a failure at the last instant a time can name (its day has no next day)
+    last = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.timezone.utc)
+    _seed(cfg, {"error": [traffic.failed_copy(_sent(when), "Shipping", "System.TimeoutException", "no", last)]})
+    assert drain(cfg, lake, ["audit", "error"])["status"] == "ok"
+    assert dt.date(9999, 12, 31) in update(lake).days
     health = lake.read_arrow(ENDPOINT_HEALTH.name)
     [billing9] = _rows(health, period="hour", endpoint="Billing", period_start=DAY + dt.timedelta(hours=9))
     assert billing9["processed"] == 11 and billing9["processing_p99_ms"] == 7000

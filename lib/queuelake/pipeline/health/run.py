@@ -98,7 +98,8 @@ def update(lake: LakeEngine, now: dt.datetime | None = None) -> HealthResult:
     hourly, per_day = [], []
     for day in result.days:
         start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
-        end = start + dt.timedelta(days=1)
+        # the last day a time can name (a TimeOfFailure of 9999-12-31 lands typed) has no next day
+        end = start + dt.timedelta(days=1) if day < dt.date.max else dt.datetime.max.replace(tzinfo=dt.timezone.utc)
         rows = journal.matching_rows(MESSAGES, _journal_day(start, end), compute.COLUMNS, version=upto)
         copies = compute.copies(rows, start, end)
         del rows
