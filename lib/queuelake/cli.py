@@ -263,6 +263,11 @@ def main(
         except Exception as exc:
             sigterm["armed"] = False
             summary, code = _failure(args, exc), EXIT_FAILED
+        except BaseException as exc:
+            if not is_panic(exc):
+                raise
+            sigterm["armed"] = False
+            summary, code = _failure(args, exc), EXIT_FAILED
         summary["seconds"] = round(time.monotonic() - started, 3)
         # install --print-sql: stdout is the command's own output alone (see Command.summary_on_stderr)
         on_stderr = COMMANDS[args.command].summary_on_stderr(args)
@@ -303,7 +308,14 @@ def missing_spark(exc: BaseException) -> str | None:
     return None
 
 
-def _failure(args: argparse.Namespace, exc: Exception) -> dict[str, Any]:
+def is_panic(exc: BaseException) -> bool:
+    """A Rust library's panic (deltalake's, through pyo3: ``PanicException``), a BaseException that no
+    ``except Exception`` catches: a body nested too deep for serde_json ended ``bodies`` with a traceback
+    and no JSON summary. It is a failure like any other."""
+    return type(exc).__name__ == "PanicException"
+
+
+def _failure(args: argparse.Namespace, exc: BaseException) -> dict[str, Any]:
     secrets = _secrets(args)
     # an error redacted where it was built (a driver's text inside our own) keeps its words
     error = _redact(describe(exc), secrets, words=not getattr(exc, "redacted", False))

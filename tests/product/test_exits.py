@@ -167,6 +167,25 @@ def test_first_sigterm_lets_a_drain_stop_at_a_boundary(
     stopping.reset()
 
 
+class PanicException(BaseException):
+    """As pyo3 names a Rust panic (``pyo3_runtime.PanicException``): a BaseException."""
+
+
+def _panics(args: Any) -> dict[str, Any]:
+    raise PanicException("exceeded serde_json's recursion limit")
+
+
+def test_a_rust_panic_is_a_failure_with_its_summary(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """deltalake's panic on a body nested too deep ended ``bodies`` with a traceback and no summary."""
+    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_panics))
+    code = cli.main(["status"])
+    summary = _summary(capsys.readouterr().out)
+    assert code == 1 and summary["status"] == "failed" and summary["error_kind"] == "unexpected", summary
+    assert "recursion limit" in summary["error"], summary
+
+
 def test_a_hangup_stops_a_command_unless_nohup_ignores_it() -> None:
     """SIGHUP (a closed terminal) is a stop request like SIGTERM, exit 129; under ``nohup``, which
     ignores it so the command outlives its terminal, it stays ignored. A child started in
