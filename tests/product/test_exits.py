@@ -57,6 +57,11 @@ def _boom(args: Any) -> dict[str, Any]:
 _SLEPT_THROUGH: list[bool] = []
 
 
+def _replace_run(monkeypatch: pytest.MonkeyPatch, command: str, run: Any) -> None:
+    """``command`` runs ``run`` instead, for this test."""
+    monkeypatch.setitem(cli.COMMANDS, command, dataclasses.replace(cli.COMMANDS[command], run=run))
+
+
 def _sigterm_self(args: Any) -> dict[str, Any]:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)  # the handler raises in the main thread before this ends
@@ -77,7 +82,7 @@ def test_any_exception_is_a_clean_failure_without_the_secret(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("QUEUELAKE_CONNECTION", SECRET_URI)
-    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_boom))
+    _replace_run(monkeypatch, "status", _boom)
     code = cli.main(["status", "-c", "/nonexistent.yaml"])
     out = capsys.readouterr()
     summary = _summary(out.out)
@@ -94,7 +99,7 @@ def test_a_common_word_secret_is_hidden_and_the_message_kept(
     """A password that is a word (or part of the user, host or database names) is hidden as the
     secret it is, and the words of the message are left whole."""
     monkeypatch.setenv("QUEUELAKE_CONNECTION", f"postgresql://postgres:{password}@db.example.invalid:5432/queues")
-    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_boom))
+    _replace_run(monkeypatch, "status", _boom)
     assert cli.main(["status", "-c", "/nonexistent.yaml"]) == 1
     out = capsys.readouterr()
     assert _summary(out.out)["error"] == "RuntimeError: cannot reach <connection string>"
@@ -134,7 +139,7 @@ def test_a_failure_names_its_kind(
     exc: BaseException, kind: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The summary's ``error_kind`` tells a scheduler what failed without parsing the message."""
-    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_raises(exc)))
+    _replace_run(monkeypatch, "status", _raises(exc))
     assert cli.main(["status", "-c", "/nonexistent.yaml"]) == 1
     summary = _summary(capsys.readouterr().out)
     assert summary["status"] == "failed" and summary["error_kind"] == kind, summary
@@ -147,7 +152,7 @@ def test_a_missing_config_file_is_a_config_failure(capsys: pytest.CaptureFixture
 
 
 def test_sigterm_interrupts_a_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_sigterm_self))
+    _replace_run(monkeypatch, "status", _sigterm_self)
     before = signal.getsignal(signal.SIGTERM)
     code = cli.main(["status"])
     assert not _SLEPT_THROUGH, "SIGTERM did not stop the command: it ran to its end"
@@ -160,7 +165,7 @@ def test_sigterm_interrupts_a_command(monkeypatch: pytest.MonkeyPatch, capsys: p
 def test_first_sigterm_lets_a_drain_stop_at_a_boundary(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "drain", dataclasses.replace(cli.COMMANDS["drain"], run=_sigterm_graceful))
+    _replace_run(monkeypatch, "drain", _sigterm_graceful)
     code = cli.main(["drain"])
     summary = _summary(capsys.readouterr().out)
     assert code == 143 and summary["status"] == "interrupted" and summary["batches"] == 1
@@ -179,7 +184,7 @@ def test_a_rust_panic_is_a_failure_with_its_summary(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """deltalake's panic on a body nested too deep ended ``bodies`` with a traceback and no summary."""
-    monkeypatch.setitem(cli.COMMANDS, "status", dataclasses.replace(cli.COMMANDS["status"], run=_panics))
+    _replace_run(monkeypatch, "status", _panics)
     code = cli.main(["status"])
     summary = _summary(capsys.readouterr().out)
     assert code == 1 and summary["status"] == "failed" and summary["error_kind"] == "unexpected", summary
