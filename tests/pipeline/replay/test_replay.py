@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -407,6 +408,21 @@ def test_dry_run_writes_nothing(failures, spark) -> None:
     assert lake_snapshot(lake_root) == before, "a dry run wrote to the lake"
     assert sql(cfg, "SELECT count(*) FROM queuelake_publish_ledger") == ledger_before
     assert drain_all(cfg, "Billing") == [] and drain_all(cfg, "Shipping") == []
+
+
+def test_a_retry_to_a_queue_this_job_drains_is_skipped_unless_allowed(failures, spark) -> None:
+    """A FailedQ the job drains: the retry went out, the next drain took it back into the lake, and
+    ``failures`` counted it retried though no endpoint received it (found by a review). Its rows are
+    skipped with the reason; ``drain.also_destinations`` allows it, as it does for ``--to``."""
+    cfg, *_ = failures
+    drained = dataclasses.replace(cfg, drain=dataclasses.replace(cfg.drain, queues=["error", "audit", "Shipping"]))
+    summary = run(drained, spark, "exception_type IS NOT NULL", dry_run=True)
+    assert summary["destinations"] == {'"public"."Billing"': 20}, summary
+    assert summary["skipped"] == 23, summary
+    assert any("'Shipping'" in r and "drained by this job" in r for r in summary["skipped_reasons"]), summary
+    allowed = dataclasses.replace(drained, drain=dataclasses.replace(drained.drain, also_destinations=["Shipping"]))
+    summary = run(allowed, spark, "exception_type IS NOT NULL", dry_run=True)
+    assert summary["destinations"] == {'"public"."Billing"': 20, '"public"."Shipping"': 20}, summary
 
 
 def test_spark_refuses_what_is_not_a_boolean_over_messages(failures, spark) -> None:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
-from queuelake.config import Config
+from queuelake.config import Config, drained_as
 from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
@@ -84,7 +84,7 @@ class Replayer:
         time_zone = config.spark.conf.get(TIME_ZONE, "UTC")
         self.selection = Selection(self.journal, options, spark, start_spark, time_zone)
         self.ledger = database.ledger
-        self.verdicts = Verdicts(database)
+        self.verdicts = Verdicts(database, drained=lambda address: drained_as(config, address))
         self.run_id = str(uuid.uuid4())
         self.started = dt.datetime.now(dt.timezone.utc)
         self.result = ReplayResult(options.replay_id)

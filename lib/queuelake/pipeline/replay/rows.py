@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,10 +58,16 @@ class Row:
 
 
 class Verdicts:
-    """Each address parsed and checked once per run: (queue, None) or (None, reason naming it)."""
+    """Each address parsed and checked once per run: (queue, None) or (None, reason naming it).
 
-    def __init__(self, database: QueueDatabase) -> None:
+    ``drained``: the ``drain.queues`` entry that drains an address (``config.drained_as``), or None. A
+    retry to a FailedQ this job drains went out, the next drain took it back into the lake, and
+    ``failures`` counted it retried though no endpoint ever received it (``--to`` such a queue is refused
+    by the command; a retry's destination is each row's own)."""
+
+    def __init__(self, database: QueueDatabase, drained: Callable[[str], str | None] | None = None) -> None:
         self.database = database
+        self.drained = drained or (lambda _address: None)
         self.cache: dict[str, tuple[TableRef | None, str | None]] = {}
 
     def __call__(self, conn: Connection, address: str, kind: str) -> tuple[TableRef | None, str | None]:
@@ -72,7 +79,13 @@ class Verdicts:
             except QueuelakeError as exc:
                 verdict = (None, f"{label} {address!r} is not a queue address: {exc}")
             else:
-                problem = schema.delivery_problem(conn, ref)
+                drained = self.drained(address)
+                problem = (
+                    f"drained by this job (drain.queues: {drained}): the next drain would take the message back "
+                    "into the lake before an endpoint receives it (drain.also_destinations allows it)"
+                    if drained is not None
+                    else schema.delivery_problem(conn, ref)
+                )
                 verdict = (ref, None) if problem is None else (None, f"{label} {address!r}: {problem}")
             self.cache[address] = verdict
         return verdict
