@@ -83,6 +83,17 @@ def test_an_erase_before_the_stage_leaves_the_increment_readable_and_exact(tmp_p
     # before the erase, the same commits are cut at every version (10 rows each)
     assert len(lake.slices("messages", seen, deleted_at - 1, 10)) == 3
 
+    # more rows, then a second erase of a row the first one's file kept: followed through both
+    append(lake, batch('"public"."Sales"', range(40, 50), NOW, message_ids=[f"c-{i}" for i in range(10)]))
+    again_at = lake.table_version("messages") + 1
+    erase(cfg, lake, "message_id = 'b-15'")
+    upto = lake.table_version("messages")
+    expected = [s for s in range(10, 50) if s not in (15, 17, 33)]
+    assert _rows(lake, seen, upto) == expected
+    spans = lake.slices("messages", seen, upto, 10)
+    assert all(high >= again_at for _, high in spans), spans
+    assert sum((_rows(lake, low, high) for low, high in spans), []) == expected, spans
+
 
 def test_an_erase_of_rows_read_before_and_new_ones_loses_no_new_row(tmp_path: Path) -> None:
     """One erase over a file the stage read and a new one: delta-rs writes their kept rows into one file,

@@ -134,6 +134,26 @@ def _exists(table_uri: str, path: str, storage_options: dict[str, str] | None = 
     return bool(fs.get_file_info(f"{root.rstrip('/')}/{unquote(path)}").type != pafs.FileType.NotFound)
 
 
+def _held(table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None) -> list[tuple[int, int]]:
+    """(added, removed) versions between which no range of ``slices`` may end: a file a data commit
+    added, and the commit that removed it where its kept rows are read from that commit's files
+    (``_new_files``: a delete's, or a compaction's once the file is gone), followed through such files
+    a later commit removes in turn (two erases)."""
+    origin: dict[str, int] = {}  # a file of the range -> the version its rows were first added
+    held: list[tuple[int, int]] = []
+    for commit in commits:
+        if not commit.delete and not commit.rearranged:
+            origin.update(dict.fromkeys(commit.adds, commit.version))
+            continue
+        gone = [path for path in commit.removes if path in origin]
+        if not gone or (not commit.delete and all(_exists(table_uri, path, storage_options) for path in gone)):
+            continue  # as _new_files: nothing of the range, or a compaction's files still readable
+        first = min(origin.pop(p) for p in gone)
+        held.append((first, commit.version))
+        origin.update(dict.fromkeys(commit.adds if commit.delete else commit.rearranged, first))
+    return held
+
+
 def slices(
     table_uri: str, after: int | None, upto: int, max_rows: int, storage_options: dict[str, str] | None = None
 ) -> list[tuple[int | None, int]]:
@@ -158,25 +178,19 @@ def slices(
         return whole
     if after is None and any(c.removes or c.delete for c in commits):
         return whole
-    added = {path for c in commits if not c.delete and not c.rearranged for path in c.adds}
-    removed_at = {
-        path: c.version
-        for c in commits
-        for path in c.removes
-        if path in added and (c.delete or not _exists(table_uri, path, storage_options))
-    }
+    held = _held(table_uri, commits, storage_options)
     ranges: list[tuple[int | None, int]] = []
-    start, rows, hold = after, 0, -1  # hold: no cut before this version (a removal of a file in the range)
+    start, rows = after, 0
     for commit in commits:
         if commit.delete:
             continue  # re-added rows are not new (see _new_files)
         if commit.rows is None:
             return whole
-        if rows and rows + commit.rows > max_rows and commit.version - 1 >= hold:
-            ranges.append((start, commit.version - 1))
-            start, rows = commit.version - 1, 0
+        cut = commit.version - 1
+        if rows and rows + commit.rows > max_rows and not any(added <= cut < removed for added, removed in held):
+            ranges.append((start, cut))
+            start, rows = cut, 0
         rows += commit.rows
-        hold = max([hold, *(removed_at.get(path, -1) for path in commit.adds)])
     ranges.append((start, upto))
     return ranges
 
