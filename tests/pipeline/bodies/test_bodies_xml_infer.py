@@ -118,3 +118,31 @@ def test_nested_lists_and_the_rest_of_the_xml_conventions() -> None:
     loose = StructType([StructField("Location", StringType())])
     out = to_json_text("<S><Location><Aisle>3</Aisle><Bins><int>1</int></Bins></Location></S>", loose)
     assert json.loads(out or "") == {"Location": {"Aisle": 3, "Bins": [1]}}
+
+
+def _json_depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_json_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_json_depth(v) for v in value), default=0)
+    return 0
+
+
+def test_a_body_nested_past_what_delta_rs_parses_keeps_the_rest_as_json_text() -> None:
+    """A category tree 60 objects deep (and lists of them): the stored schema stays within serde_json's
+    128 levels, which delta-rs parses it with (it panicked at 45 objects); below the cut, a value's JSON
+    text."""
+    from queuelake.pipeline.bodies.infer import MAX_SCHEMA_DEPTH, finish
+
+    for wrap in (lambda child: {"Name": "node", "Child": child}, lambda child: {"Children": [child]}):
+        deep: dict = {"Name": "leaf"}
+        for _ in range(60):
+            deep = wrap(deep)
+        schema, _ = infer([json.dumps({"Root": deep})], "json", False)
+        stored = finish(schema)
+        assert _json_depth(json.loads(stored.json())) <= MAX_SCHEMA_DEPTH < 128
+        node, levels = stored["Root"].dataType, 0
+        while not isinstance(node, StringType):
+            node = node.elementType if isinstance(node, ArrayType) else node.fields[-1].dataType
+            levels += 1
+        assert levels >= 30, levels  # deep enough for any real tree, then text

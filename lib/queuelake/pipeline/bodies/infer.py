@@ -292,16 +292,25 @@ def infer(texts: list[str], fmt: str, keep_type_member: bool) -> tuple[StructTyp
     return schema, [c for c in changes if c.kind == "conflict"]
 
 
-def finish(t: DataType) -> DataType:
-    """Storable: a type never seen with a value is a string; a struct with no fields too."""
+# How deep the Delta schema's JSON may nest (a struct field costs 3 levels: its type, the fields list,
+# the field; a list 2): delta-rs parses it with serde_json, whose limit is 128, and panicked on a body
+# nested 45 objects deep (a category tree), failing the type's every ``bodies`` with no summary
+MAX_SCHEMA_DEPTH = 120
+
+
+def finish(t: DataType, depth: int = 1) -> DataType:
+    """Storable: a type never seen with a value is a string; a struct with no fields too; a value nested
+    past ``MAX_SCHEMA_DEPTH`` is its JSON text (a string column holds any value's text)."""
     if isinstance(t, NullType):
         return StringType()
     if isinstance(t, ArrayType):
-        return ArrayType(finish(t.elementType), True)
-    if isinstance(t, StructType):
-        if not t.fields:
+        if depth + 2 > MAX_SCHEMA_DEPTH:
             return StringType()
-        return StructType([StructField(f.name, finish(f.dataType), True) for f in t.fields])
+        return ArrayType(finish(t.elementType, depth + 2), True)
+    if isinstance(t, StructType):
+        if not t.fields or depth + 3 > MAX_SCHEMA_DEPTH:
+            return StringType()
+        return StructType([StructField(f.name, finish(f.dataType, depth + 3), True) for f in t.fields])
     return t
 
 
