@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.round_files import open_file
+from queuelake.report import log
 from queuelake.transport import schema
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
@@ -61,9 +62,10 @@ class Verdicts:
     """Each address parsed and checked once per run: (queue, None) or (None, reason naming it).
 
     ``drained``: the ``drain.queues`` entry that drains an address (``config.drained_as``), or None. A
-    retry to a FailedQ this job drains went out, the next drain took it back into the lake, and
-    ``failures`` counted it retried though no endpoint ever received it (``--to`` such a queue is refused
-    by the command; a retry's destination is each row's own)."""
+    retry to a FailedQ this job drains goes out and the next drain takes it back into the lake (an
+    endpoint that shares the queue with the drain may get it first): it is sent, with a warning naming
+    the queue (``--to`` such a queue is refused by the command). Not skipped: the shipped configs drain
+    ``Sales``, the queue their failed messages name."""
 
     def __init__(self, database: QueueDatabase, drained: Callable[[str], str | None] | None = None) -> None:
         self.database = database
@@ -79,14 +81,17 @@ class Verdicts:
             except QueuelakeError as exc:
                 verdict = (None, f"{label} {address!r} is not a queue address: {exc}")
             else:
-                drained = self.drained(address)
-                problem = (
-                    f"drained by this job (drain.queues: {drained}): the next drain would take the message back "
-                    "into the lake before an endpoint receives it (drain.also_destinations allows it)"
-                    if drained is not None
-                    else schema.delivery_problem(conn, ref)
-                )
+                problem = schema.delivery_problem(conn, ref)
                 verdict = (ref, None) if problem is None else (None, f"{label} {address!r}: {problem}")
+                drained = self.drained(address)
+                if problem is None and drained is not None:
+                    log.warning(
+                        "replay: %s %r is drained by this job (drain.queues: %s): the next drain takes what is sent "
+                        "there back into the lake, unless its endpoint receives it first",
+                        label,
+                        address,
+                        drained,
+                    )
             self.cache[address] = verdict
         return verdict
 
