@@ -6,6 +6,8 @@ Arrow (the journal's ``enclosed_message_types`` and ``message_type``).
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,6 +34,18 @@ def full_type_name(assembly_qualified: str) -> str:
             return assembly_qualified[:i].strip()
         i += 1
     return assembly_qualified.strip()
+
+
+_ASSEMBLY_DETAIL = re.compile(r",\s*(Version|Culture|PublicKeyToken)\s*=\s*[^,\]]*")
+
+
+def without_versions(full_name: str) -> str:
+    """A full name without its generic arguments' assembly versions, cultures and key tokens
+    (``Ns.Envelope`1[[Ns.Order, Asm, Version=2.0.0.0, ...]]`` -> ``Ns.Envelope`1[[Ns.Order, Asm]]``): the
+    type across releases, as a plain type's full name already is. Why: a generic type's full name (the
+    journal's ``message_type``, .NET's ``Type.FullName``) changes with each release of its arguments'
+    assembly, which split one contract into a typed table per release."""
+    return _ASSEMBLY_DETAIL.sub("", full_name) if "[" in full_name else full_name
 
 
 def split_types(value: str | None) -> list[str] | None:

@@ -107,7 +107,8 @@ def arrow_schema(body: StructType) -> pa.Schema:
 
 def convert(col: Column, old: DataType, new: DataType) -> Column:
     """An old value as the new type: structs field by field (new fields null), arrays element by
-    element, numbers cast, anything else to text (structs, lists and maps as their JSON)."""
+    element, maps value by value (a struct to a map: its non-null fields), numbers cast, anything else
+    to text (structs, lists and maps as their JSON)."""
     from pyspark.sql import functions as F
 
     if old == new:
@@ -122,6 +123,19 @@ def convert(col: Column, old: DataType, new: DataType) -> Column:
         return F.when(col.isNull(), F.lit(None).cast(new)).otherwise(F.struct(*members))
     if isinstance(new, ArrayType) and isinstance(old, ArrayType):
         return F.transform(col, lambda x: convert(x, old.elementType, new.elementType))
+    if isinstance(new, MapType) and isinstance(old, MapType):
+        return F.transform_values(col, lambda _, v: convert(v, old.valueType, new.valueType))
+    if isinstance(new, MapType) and isinstance(old, StructType):  # a dictionary seen as a struct before
+        entries = F.array(
+            *[
+                F.struct(
+                    F.lit(f.name).alias("key"), convert(col.getField(f.name), f.dataType, new.valueType).alias("value")
+                )
+                for f in old.fields
+            ]
+        )
+        present = F.map_from_entries(F.filter(entries, lambda e: e.getField("value").isNotNull()))
+        return F.when(col.isNull(), F.lit(None).cast(new)).otherwise(present)
     if isinstance(new, ArrayType) and not isinstance(old, StringType):  # one XML element: a list now
         wrapper = wrapper_field(old, new.elementType)
         if wrapper is not None:  # XmlSerializer's wrapper of one item: its item, or its items

@@ -12,8 +12,15 @@ Types: JSON true/false -> boolean, whole numbers -> long (beyond 64 bits: string
 double, ISO 8601 date-times with a zone (``2024-05-01T13:45:10.1234567Z``, ``...+02:00``: what
 System.Text.Json, Newtonsoft and the XmlSerializer write for UTC DateTime and DateTimeOffset) ->
 timestamp, other text -> string, objects -> structs, lists -> arrays. A field only ever null is a
-string. XML (``from_xml``'s conventions): child elements are fields, a repeated element an array,
-attributes ``_name`` fields, an element with attributes and text keeps the text in ``_VALUE``;
+string. An object whose keys are data, not a class's properties (a ``Dictionary<Guid, T>``, ``<int, T>``,
+``<DateTime, T>``: a key that is a GUID or starts with a digit; or any dictionary once its keys pass
+``MAX_STRUCT_FIELDS``) is a ``map<string, T>``, ``T`` merged from every value: as a struct, each run's
+new keys were new fields, and a typed table grew a column per key until Spark failed (a review's
+``Dictionary<Guid, Stock>`` failed every run at 3,000-6,000 keys). A table's struct that turns out to be
+such a dictionary becomes a map (one rewrite).
+
+XML (``from_xml``'s conventions): child elements are fields, a repeated element an array, attributes
+``_name`` fields, an element with attributes and text keeps the text in ``_VALUE``;
 values are typed from their text (a number with a leading zero stays text: a zip code).
 
 XmlSerializer's collections (turn 4): a ``List<OrderLine> Lines`` is a wrapper ``<Lines>`` holding one
@@ -42,6 +49,7 @@ from pyspark.sql.types import (
     DataType,
     DoubleType,
     LongType,
+    MapType,
     NullType,
     StringType,
     StructField,
@@ -55,6 +63,10 @@ _DOUBLE = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
 # characters a Delta column name cannot hold without column mapping (which would lift the protocol)
 _BAD_NAME = re.compile(r"[ ,;{}()\n\t=]")
 _XSI = "{http://www.w3.org/2001/XMLSchema-instance}"
+# a dictionary's key, never a property's name: a GUID (``N``, ``D`` or ``B`` format) or a number, a date, ...
+_DATA_KEY = re.compile(r"\d.*|\{?[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\}?", re.DOTALL)
+# more fields than a class has properties: the object is a dictionary keyed by data (product codes, names)
+MAX_STRUCT_FIELDS = 400
 # the element names XmlSerializer gives a primitive list's items (List<string> -> <string>); a list of
 # lists' items are ``ArrayOf<Item>``
 XML_ITEM_NAMES = frozenset(
@@ -85,7 +97,9 @@ def merge(a: DataType, b: DataType, path: str, changes: list[Change]) -> DataTyp
         return a
     if isinstance(a, NullType):
         return b
-    if isinstance(a, StructType) and isinstance(b, StructType):
+    if isinstance(a, (StructType, MapType)) and isinstance(b, (StructType, MapType)):
+        if isinstance(a, MapType) or isinstance(b, MapType):
+            return _merged_maps(a, b, path, changes)
         fields = list(a.fields)
         have = {f.name.lower(): i for i, f in enumerate(fields)}
         for f in b.fields:
@@ -97,6 +111,9 @@ def merge(a: DataType, b: DataType, path: str, changes: list[Change]) -> DataTyp
             else:
                 old = fields[i]
                 fields[i] = StructField(old.name, merge(old.dataType, f.dataType, _path(path, old.name), changes), True)
+        if path and len(fields) > MAX_STRUCT_FIELDS:
+            changes.append(Change(path, "widened", _show(a), "map"))
+            return as_map(StructType(fields), path, changes)
         return StructType(fields)
     if isinstance(a, ArrayType) and isinstance(b, ArrayType):
         return ArrayType(merge(a.elementType, b.elementType, path + "[]", changes), True)
@@ -112,7 +129,31 @@ def merge(a: DataType, b: DataType, path: str, changes: list[Change]) -> DataTyp
 
 
 def _show(t: DataType) -> str:
-    return t.simpleString()
+    text = t.simpleString()
+    return text if len(text) <= 200 else text[:197] + "..."  # a struct of 400 fields is no column type to read
+
+
+def keyed_by_data(keys: list[str]) -> bool:
+    """True for an object's keys that are a dictionary's data, not a class's property names."""
+    return len(keys) > MAX_STRUCT_FIELDS or any(_DATA_KEY.fullmatch(k) for k in keys)
+
+
+def as_map(t: StructType | MapType, path: str, changes: list[Change]) -> MapType:
+    """``t`` as a ``map<string, V>``: a struct's fields are the map's entries, ``V`` their types merged."""
+    if isinstance(t, MapType):
+        return t
+    value: DataType = NullType()
+    for f in t.fields:
+        value = merge(value, f.dataType, path + "{}", changes)
+    return MapType(StringType(), value, True)
+
+
+def _merged_maps(a: StructType | MapType, b: StructType | MapType, path: str, changes: list[Change]) -> MapType:
+    """A map holding ``a`` and ``b`` (either a map, the other a struct the dictionary was seen as before)."""
+    if isinstance(a, StructType) and a.fields:
+        changes.append(Change(path, "widened", _show(a), "map"))
+    left, right = as_map(a, path, changes), as_map(b, path, changes)
+    return MapType(StringType(), merge(left.valueType, right.valueType, path + "{}", changes), True)
 
 
 # ---------------------------------------------------------------- JSON
@@ -135,6 +176,11 @@ def json_type(value: Any, path: str, changes: list[Change]) -> DataType:
             element = merge(element, json_type(item, path + "[]", changes), path + "[]", changes)
         return ArrayType(element, True)
     if isinstance(value, dict):
+        if path and keyed_by_data(list(value)):
+            entry: DataType = NullType()
+            for item in value.values():
+                entry = merge(entry, json_type(item, path + "{}", changes), path + "{}", changes)
+            return MapType(StringType(), entry, True)
         return _struct(((k, json_type(v, _path(path, k), changes)) for k, v in value.items()), path, changes)
     return StringType()
 
@@ -307,6 +353,10 @@ def finish(t: DataType, depth: int = 1) -> DataType:
         if depth + 2 > MAX_SCHEMA_DEPTH:
             return StringType()
         return ArrayType(finish(t.elementType, depth + 2), True)
+    if isinstance(t, MapType):
+        if depth + 2 > MAX_SCHEMA_DEPTH:
+            return StringType()
+        return MapType(StringType(), finish(t.valueType, depth + 2), True)
     if isinstance(t, StructType):
         if not t.fields or depth + 3 > MAX_SCHEMA_DEPTH:
             return StringType()

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from queuelake.errors import ConfigError
-from queuelake.nsb.message_types import full_type_name
+from queuelake.nsb.message_types import full_type_name, without_versions
 
 TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,127}")
 _VERSION = re.compile(r",\s*Version\s*=\s*([^,\]]+)")
@@ -26,8 +26,9 @@ MAX_TABLE = 120
 
 
 def type_name(message_type: str) -> str:
-    """The .NET full name, without the assembly part and version."""
-    return full_type_name(message_type)
+    """The .NET full name, without the assembly part and version, its generic arguments' versions too
+    (``without_versions``): ``Envelope<Order>`` of releases 1.0 and 2.0 is one table."""
+    return without_versions(full_type_name(message_type))
 
 
 def type_version(message_type: str) -> str | None:

@@ -1,0 +1,167 @@
+"""Dictionary properties and generic types in bodies: an object whose keys are data (``Dictionary<Guid, Stock>``) is a
+``map<string, T>`` column, not a struct with a field per key ever seen.
+
+Why: as a struct, each run's new keys were new fields; the typed table was rewritten every run and its
+schema grew without bound, until Spark failed every run at 3,000-6,000 keys (found by a review). The fast
+tests check the inference; the slow one runs three rounds through a real drain, Spark and Delta, from a
+table that first saw the dictionary as a struct (keys like property names) to a map (one rewrite that
+keeps every value), then rounds of new keys that change nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
+from queuelake.lake.engines import open_lake
+from queuelake.pipeline.bodies import evolve
+from queuelake.pipeline.bodies import run as bodies_run
+from queuelake.pipeline.bodies.infer import MAX_STRUCT_FIELDS, finish, infer
+from queuelake.transport import db, installer
+
+from tests.helpers.bodies import config, rows, send
+from tests.helpers.bodies_corpus import corpus as c
+from tests.helpers.jvm import require_delta_jvm
+from tests.helpers.stages import drain
+
+STOCK = "body_stock_contracts_stockcounted"
+QTY = StructType([StructField("Qty", LongType(), True)])
+
+
+def _stock(by_warehouse: dict, i: int = 1) -> str:
+    return json.dumps({"Sku": f"sku-{i}", "ByWarehouse": by_warehouse})
+
+
+def _guids(n: int) -> list[str]:
+    return [str(uuid.uuid4()) for _ in range(n)]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        _guids(3),
+        [k.replace("-", "") for k in _guids(2)],  # Guid.ToString("N")
+        ["{" + k.upper() + "}" for k in _guids(2)],  # Guid.ToString("B")
+        ["1", "17", "2024"],  # Dictionary<int, T>
+        ["2026-11-28", "2026-11-29"],  # Dictionary<DateOnly, T>
+        [f"SKU-{i}" for i in range(MAX_STRUCT_FIELDS + 1)],  # more keys than a class has properties
+    ],
+)
+def test_an_object_keyed_by_data_is_a_map(keys: list[str]) -> None:
+    schema, conflicts = infer([_stock({k: {"Qty": n} for n, k in enumerate(keys)})], "json", False)
+    assert schema["ByWarehouse"].dataType == MapType(StringType(), QTY, True)
+    assert schema["Sku"].dataType == StringType() and not conflicts
+
+
+def test_property_names_stay_a_struct_and_a_body_is_never_a_map() -> None:
+    schema, _ = infer([_stock({"Main": {"Qty": 1}, "Overflow": {"Qty": 2}})], "json", False)
+    assert isinstance(schema["ByWarehouse"].dataType, StructType)
+    root, _ = infer([json.dumps({k: 1 for k in _guids(2)})], "json", False)  # the message's own fields
+    assert isinstance(root, StructType) and len(root.fields) == 2
+
+
+def test_samples_of_new_keys_merge_into_one_map_and_values_widen() -> None:
+    texts = [_stock({k: {"Qty": 1}}, i) for i, k in enumerate(_guids(50))]
+    texts.append(_stock({str(uuid.uuid4()): {"Qty": 1.5, "Bin": "A"}}))
+    schema, _ = infer(texts, "json", False)
+    value = schema["ByWarehouse"].dataType
+    assert isinstance(value, MapType)
+    fields = [(f.name, f.dataType.simpleString()) for f in value.valueType.fields]
+    assert fields == [("Qty", "double"), ("Bin", "string")]
+
+
+def test_a_struct_grown_past_the_cap_across_samples_becomes_a_map() -> None:
+    """Keys that read like names (product codes), a few per body: no body alone is a dictionary, the
+    samples together are."""
+    texts = [_stock({f"P{i}x{j}": {"Qty": j} for j in range(3)}, i) for i in range(MAX_STRUCT_FIELDS)]
+    schema, _ = infer(texts, "json", False)
+    assert schema["ByWarehouse"].dataType == MapType(StringType(), QTY, True)
+
+
+def test_a_tables_struct_that_is_a_dictionary_is_planned_as_a_map_with_one_rewrite() -> None:
+    existing = StructType(
+        [StructField("Sku", StringType()), StructField("ByWarehouse", StructType([StructField("Main", QTY)]))]
+    )
+    found, conflicts = infer([_stock({k: {"Qty": 2} for k in _guids(2)})], "json", False)
+    out = evolve.plan(STOCK, existing, {"1.0.0.0": (found, conflicts)}, xml=False)
+    assert out.rewrite and out.schema["ByWarehouse"].dataType == MapType(StringType(), QTY, True)
+    assert [(c.column, c.kind, c.new) for _, c in out.changes] == [("ByWarehouse", "widened", "map")]
+    again = evolve.plan(STOCK, out.schema, {"1.0.0.0": (found, conflicts)}, xml=False)
+    assert not again.rewrite and not again.changes  # a round of new keys changes nothing
+
+
+def test_a_map_deeper_than_the_log_can_hold_is_text() -> None:
+    deep: dict = {"Leaf": 1}
+    for _ in range(60):
+        deep = {str(uuid.uuid4()): deep}
+    schema, _ = infer([json.dumps({"Root": deep})], "json", False)
+    stored = finish(schema)
+    node, levels = stored["Root"].dataType, 0
+    while isinstance(node, MapType):
+        node, levels = node.valueType, levels + 1
+    assert isinstance(node, StringType) and levels >= 30
+
+
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def engine(request, spark) -> str:
+    if request.param == "delta-spark":
+        require_delta_jvm(spark)
+    return request.param
+
+
+@pytest.mark.slow
+def test_rounds_of_new_keys_keep_one_map_column(fresh_pg_uri: str, tmp_path: Path, spark, engine: str) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", engine)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    lake = open_lake(cfg.lake, spark)
+    n = 0
+
+    def round_of(bodies: list[dict]) -> dict:
+        nonlocal n
+        messages = []
+        for body in bodies:
+            n += 1
+            messages.append(c.message(c.STOCK, _stock(body, n).encode(), "application/json", n))
+        send(cfg, "Sales", messages)
+        assert drain(cfg, lake)["status"] == "ok"
+        out = bodies_run.bodies(cfg, spark, lake)
+        assert out["status"] == "ok", out
+        return out
+
+    # round 1: two warehouses named like properties: a struct, as before this change
+    round_of([{"Main": {"Qty": 1}}, {"Main": {"Qty": 2}, "Overflow": {"Qty": 3}}])
+    assert str(lake.schema(STOCK).field("ByWarehouse").type).startswith("struct<")
+    # round 2: warehouses by id: the column becomes a map, round 1's values kept as its entries
+    guids = _guids(40)
+    round_of([{g: {"Qty": i}} for i, g in enumerate(guids)])
+    column = lake.schema(STOCK).field("ByWarehouse").type
+    assert str(column) == "map<string, struct<Qty: int64>>", column
+    written = {r["Sku"]: r["ByWarehouse"] for r in rows(lake, STOCK)}
+    assert len(written) == 42
+    assert dict(written["sku-2"]) == {"Main": {"Qty": 2}, "Overflow": {"Qty": 3}}
+    assert dict(written["sku-3"]) == {guids[0]: {"Qty": 0}}
+    # rounds 3 and 4: more new keys each, and no schema change at all
+    for _ in range(2):
+        before = lake.schema(STOCK)
+        round_of([{g: {"Qty": 7}} for g in _guids(30)])
+        assert lake.schema(STOCK).equals(before)
+    assert len(rows(lake, STOCK)) == 102
+    changes = [r for r in lake.read_arrow("body_schema_changes").to_pylist() if r["column"] == "ByWarehouse"]
+    assert [(r["change"], r["new_type"]) for r in changes] == [("widened", "map")]
+
+
+@pytest.mark.parametrize("version", ["1.0.0.0", "2.0.0.0"])
+def test_a_generic_types_releases_share_one_table(version: str) -> None:
+    """``Envelope<Order>`` keeps its argument's assembly version in its full name: each release of the
+    argument's assembly made another typed table (found by a review)."""
+    from queuelake.pipeline.bodies import names
+
+    detail = f"Version={version}, Culture=neutral, PublicKeyToken=null"
+    aqn = f"MyNs.Envelope`2[[MyNs.Order, MyAsm, {detail}],[System.Int32, mscorlib, {detail}]], MyAsm, {detail}"
+    assert names.type_name(aqn) == "MyNs.Envelope`2[[MyNs.Order, MyAsm],[System.Int32, mscorlib]]"
+    assert names.type_version(aqn) == version
+    assert names.type_name(f"MyNs.Order, MyAsm, {detail}") == "MyNs.Order"
