@@ -29,7 +29,7 @@ from typing import Any
 from queuelake import __version__, stopping
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
-from queuelake.errors import QueuelakeError, error_kind, jvm_line
+from queuelake.errors import QueuelakeError, error_kind, is_panic, jvm_line
 from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
 from queuelake.status import Status
 
@@ -306,13 +306,6 @@ def missing_spark(exc: BaseException) -> str | None:
                 return package
         current = current.__cause__ or current.__context__
     return None
-
-
-def is_panic(exc: BaseException) -> bool:
-    """A Rust library's panic (deltalake's, through pyo3: ``PanicException``), a BaseException that no
-    ``except Exception`` catches: a body nested too deep for serde_json ended ``bodies`` with a traceback
-    and no JSON summary. It is a failure like any other."""
-    return type(exc).__name__ == "PanicException"
 
 
 def _failure(args: argparse.Namespace, exc: BaseException) -> dict[str, Any]:

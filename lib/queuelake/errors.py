@@ -97,6 +97,13 @@ def error_kind(exc: BaseException) -> str:
     return exc.kind if isinstance(exc, QueuelakeError) else "unexpected"
 
 
+def is_panic(exc: BaseException) -> bool:
+    """A Rust library's panic (deltalake's, through pyo3: ``PanicException``), a BaseException that no
+    ``except Exception`` catches: a body nested too deep for serde_json ended ``bodies`` with a traceback
+    and no JSON summary. It is a failure like any other."""
+    return type(exc).__name__ == "PanicException"
+
+
 def jvm_line(exc: BaseException) -> str | None:
     """One line for an error the JVM raised (a Java exception through py4j, or one pyspark captured):
     the Java exception's class and message, the call it broke, and no stack. None for any other error.

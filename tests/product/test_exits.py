@@ -324,7 +324,9 @@ def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -
     assert set(left) | set(journal_ids) == ids and len(left) + len(journal_ids) == len(ids)
 
 
-def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[str, bool]]) -> tuple[list[str], dict]:
+    """``run_all`` with each step replaced: ``outcomes`` maps a step to (its status, whether SIGTERM
+    arrives during it); returns the steps that ran and the run's summary."""
     import argparse
 
     from queuelake import config as config_mod
@@ -338,12 +340,14 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
 
     ran: list[str] = []
 
-    def step(name: str, stop: bool = False):
+    def step(name: str):
+        status, stop = outcomes.get(name, ("ok", False))
+
         def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
             ran.append(name)
             if stop:
                 stopping.request()  # SIGTERM arrives during this step
-            return {"status": "ok"}
+            return {"status": status, **({"error": f"{name} broke"} if status == "failed" else {})}
 
         return run
 
@@ -351,15 +355,36 @@ def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sessions, "spark_for", lambda cfg, spark: None)
     monkeypatch.setattr(sessions, "lake_for", lambda cfg, spark=None: None)
     monkeypatch.setattr(sessions, "runs_only_lake", lambda cfg: None)
+    monkeypatch.setattr(sessions.Sessions, "step", lambda self, run, pending, writes=None: run(None, None, None))
     monkeypatch.setattr(context, "open_database", lambda cfg: None)
-    monkeypatch.setattr(drain, "drain", step("drain", stop=True))
+    monkeypatch.setattr(drain, "drain", step("drain"))
     monkeypatch.setattr(bodies, "bodies", step("bodies"))
     monkeypatch.setattr(transform, "transform", step("transform"))
     monkeypatch.setattr(publish, "publish", step("publish"))
     args = argparse.Namespace(config="x.yaml", queues=None, max_messages=None, max_seconds=None)
     try:
-        out = run_all(args)
+        return ran, run_all(args)
     finally:
         stopping.reset()
+
+
+def test_run_skips_later_steps_once_sigterm_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran, out = _run_with_steps(monkeypatch, {"drain": ("ok", True)})
     assert ran == ["drain"]
     assert out["status"] == "interrupted" and out["skipped"] == ["bodies", "transform", "publish"]
+
+
+@pytest.mark.parametrize("failing", ["bodies", "transform"])
+def test_a_failed_bodies_or_transform_step_does_not_stop_the_steps_after_it(
+    monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """One message type whose bodies failed every run stopped every later transform and publish (found
+    by a review): the run goes on, and fails at its end."""
+    ran, out = _run_with_steps(monkeypatch, {failing: ("failed", False)})
+    assert ran == ["drain", "bodies", "transform", "publish"]
+    assert out["status"] == "failed" and out[failing]["error"] == f"{failing} broke"
+
+
+def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran, out = _run_with_steps(monkeypatch, {"drain": ("failed", False)})
+    assert ran == ["drain"] and out["status"] == "failed"

@@ -9,13 +9,19 @@ from typing import Any
 from queuelake.commands.command import Command
 from queuelake.commands.drain import queue_arguments, spark_starter
 
+# steps whose failure leaves only their own tables behind: the later steps still run (one message type
+# whose bodies failed stopped every later transform and publish, for as long as the type kept failing).
+# A transform that reads a typed table catches the bodies up itself, and fails alone if they cannot be.
+_GO_ON_AFTER_FAILURE = ("bodies", "transform")
+
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     """drain, bodies, transform, publish (bodies before transform: a transform may read the typed
-    tables of the same journal versions; skipped when ``bodies.enabled`` is false). Stops at the
-    first failing step, and before the next step once SIGTERM asked to stop (status "interrupted",
-    the steps not run are listed). A drain that ended "incomplete" (rows held by other sessions)
-    does not stop the later steps, but the run reports "incomplete"."""
+    tables of the same journal versions; skipped when ``bodies.enabled`` is false). A failed drain
+    stops the run; a failed bodies or transform step does not stop the steps after it, and the run
+    reports "failed" at its end. Stops before the next step once SIGTERM asked to stop (status
+    "interrupted", the steps not run are listed). A drain that ended "incomplete" (rows held by other
+    sessions) does not stop the later steps, but the run reports "incomplete"."""
     from queuelake import config as config_mod
     from queuelake import stopping
     from queuelake.commands.publish import publish_steps
@@ -50,7 +56,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         # the whole step, a Spark session's start included: what a scheduler's run is made of
         steps[name]["step_seconds"] = round(time.monotonic() - started, 3)
         # an incomplete drain (rows other sessions held) journalled everything it took: go on
-        if steps[name].get("status") not in going_on:
+        if steps[name].get("status") not in going_on and name not in _GO_ON_AFTER_FAILURE:
             break
     statuses = {s.get("status") for s in steps.values()}
     if statuses - set(going_on):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from queuelake.errors import QueuelakeError, jvm_line
+from queuelake.errors import is_panic, jvm_line
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import rows_in_files
 from queuelake.pipeline.bodies import evolve, parse, seen, select
@@ -100,7 +100,9 @@ def write_type(
             seconds,
         )
         return {**result, "unparsed": unparsed, "status": Status.OK, "seconds": seconds}, bad_rows
-    except (QueuelakeError, Exception) as exc:  # noqa: BLE001 - one type's failure never blocks another
+    except BaseException as exc:  # one type's failure, a Rust panic included, never blocks another
+        if not isinstance(exc, Exception) and not is_panic(exc):
+            raise  # a stop request, or the interpreter's exit
         error = jvm_line(exc) or f"{type(exc).__name__}: {exc}"
         log.error("bodies: %s -> %s failed: %s", name, table, error, exc_info=log.isEnabledFor(logging.DEBUG))
         return {**result, "status": Status.FAILED, "error": error[:2000]}, None
