@@ -43,6 +43,8 @@ def batch(
 
 
 def append(lake: LakeEngine, data: pa.Table) -> None:
-    """One commit (one file) of journal rows."""
+    """One commit (one file) of journal rows, their ``batch_id`` its transaction's, as the drain writes."""
     version = (lake.last_version(MESSAGES.name, _APP) or 0) + 1
+    index = data.schema.get_field_index("batch_id")
+    data = data.set_column(index, "batch_id", pa.array([f"{_APP}:{version}"] * data.num_rows, pa.string()))
     assert lake.append(MESSAGES.name, data, _APP, version)

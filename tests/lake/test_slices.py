@@ -111,3 +111,34 @@ def test_an_erase_of_rows_read_before_and_new_ones_loses_no_new_row(tmp_path: Pa
     assert seen is not None and upto is not None
     rows = _rows(lake, seen, upto)
     assert set(range(10, 20)) - {11} <= set(rows) and 11 not in rows and 1 not in rows
+
+
+def test_a_mixed_erase_is_read_exactly_by_the_ranges_batches(tmp_path: Path) -> None:
+    """The same erase over a file read before and a new one: ``added_batches`` names the range's batches,
+    and a transform's rows (``new_landed``, ``count_landed``) are the new ones only, each once (the
+    earlier file's kept rows were counted again)."""
+    from queuelake.pipeline.store.erase import erase
+    from queuelake.pipeline.transform import count_landed
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake)
+    append(lake, batch('"public"."Sales"', range(0, 10), NOW, message_ids=[f"a-{i}" for i in range(10)]))
+    seen = lake.table_version("messages")
+    append(lake, batch('"public"."Sales"', range(10, 20), NOW, message_ids=[f"b-{i}" for i in range(10)]))
+    append(lake, batch('"public"."Sales"', range(20, 25), NOW, message_ids=[f"c-{i}" for i in range(5)]))
+    assert lake.added_batches("messages", seen, lake.table_version("messages")) is None  # appends only
+    erase(cfg, lake, "message_id IN ('a-1', 'b-1')")
+    upto = lake.table_version("messages")
+    assert seen is not None and upto is not None
+    batches = lake.added_batches("messages", seen, upto)
+    assert batches is not None and len(batches) == 2
+    files = lake.added_files("messages", seen, upto)
+    kept = [
+        s
+        for f in files
+        for s, b in zip(pq.read_table(f)["seq"].to_pylist(), pq.read_table(f)["batch_id"].to_pylist())
+        if b in batches
+    ]
+    assert sorted(kept) == [s for s in range(10, 25) if s != 11]
+    assert count_landed(files, batches) == 14
+    assert count_landed(files) > 14  # read whole, the earlier file's kept rows are there too

@@ -105,6 +105,11 @@ class EngineBase:
 
         return added_files(self.path(table), after, upto, self.storage_options)
 
+    def added_batches(self, table: str, after: int | None, upto: int) -> list[str] | None:
+        from queuelake.lake.increments import added_batches
+
+        return added_batches(self.path(table), after, upto, self.storage_options)
+
     def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[tuple[int | None, int]]:
         from queuelake.lake.increments import slices
 

@@ -48,6 +48,7 @@ class _Commit:
     rearranged: list[str]  # paths added with dataChange: false (a compaction: the same rows, regrouped)
     removes: list[str]
     rows: int | None  # rows the dataChange adds hold (None: an add without statistics)
+    batches: list[str]  # its application transactions, ``appId:version`` (a journal row's ``batch_id``)
 
 
 def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None) -> list[_Commit]:
@@ -68,6 +69,7 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
         adds: list[str] = []
         rearranged: list[str] = []
         removes: list[str] = []
+        batches: list[str] = []
         rows: int | None = 0
         for action in actions:
             if "add" in action:
@@ -80,24 +82,33 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
                     rearranged.append(add["path"])
             elif "remove" in action:
                 removes.append(action["remove"]["path"])
+            elif "txn" in action:
+                batches.append(f"{action['txn'].get('appId')}:{action['txn'].get('version')}")
         delete = any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions)
-        out.append(_Commit(version, delete, adds, rearranged, removes, rows))
+        out.append(_Commit(version, delete, adds, rearranged, removes, rows, batches))
     return out
 
 
 def _new_files(table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None) -> list[str]:
-    """The files holding the rows ``commits`` added that are still there at the last of them.
+    return _increment(table_uri, commits, storage_options)[0]
+
+
+def _increment(
+    table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None
+) -> tuple[list[str], bool]:
+    """The files holding the rows ``commits`` added that are still there at the last of them, and whether
+    some of them also hold rows of files from before the range (``added_batches`` filters those out).
 
     A file a data commit added is new. A later commit of the range that removes a new file put the rows
     it kept elsewhere: a delete (retention, ``erase``) in the files it wrote, a compaction in the files it
     regrouped them into. When every file it removed was new, its files replace them (they hold only new
     rows). When it also removed files from before the range, its files mix rows consumed before with new
     ones: the new files it removed stay named when they are still in storage (a compaction's, until
-    vacuum), else its files are taken whole and a warning says the kept rows of older files are read
-    again. Why: the delete's files used to be skipped while the new file it removed stayed named, so an
-    ``erase`` between a drain and ``bodies`` (which purges at once) failed every later ``bodies`` and
-    ``transform`` on a missing file."""
+    vacuum), else its files are taken whole (``mixed``). Why: the delete's files used to be skipped while
+    the new file it removed stayed named, so an ``erase`` between a drain and ``bodies`` (which purges
+    at once) failed every later ``bodies`` and ``transform`` on a missing file."""
     new: dict[str, None] = {}
+    mixed = False
     for commit in commits:
         gone = [path for path in commit.removes if path in new]
         if not commit.delete and not commit.rearranged:
@@ -116,14 +127,15 @@ def _new_files(table_uri: str, commits: list[_Commit], storage_options: dict[str
         for path in gone:
             del new[path]
         new.update(dict.fromkeys(written))
-        log.warning(
-            "%s: version %d rewrote files of rows read before (after) and new ones together; its %d file(s) "
-            "are read whole, so rows of earlier files it kept are read again",
+        mixed = True
+        log.info(
+            "%s: version %d rewrote files of rows read before and new ones together; its %d file(s) are read "
+            "whole (a table with batch ids reads only the range's batches: ``added_batches``)",
             table_uri,
             commit.version,
             len(written),
         )
-    return sorted(_absolute(table_uri, path) for path in new)
+    return sorted(_absolute(table_uri, path) for path in new), mixed
 
 
 def _exists(table_uri: str, path: str, storage_options: dict[str, str] | None = None) -> bool:
@@ -193,6 +205,35 @@ def slices(
         rows += commit.rows
     ranges.append((start, upto))
     return ranges
+
+
+def added_batches(
+    table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None = None
+) -> list[str] | None:
+    """The batch ids (``appId:version`` of the application transactions, what the drain writes in each
+    journal row's ``batch_id``) of the data commits of (after, upto], when ``added_files`` names files
+    that also hold rows of earlier commits (a delete that rewrote files read before together with new
+    ones into one file); None when every row of those files is new, so no filter is needed.
+
+    Why: such files are read whole, and a transform counted the earlier rows they kept twice. Filtering
+    on the range's batches reads exactly the range's rows. A data commit without a transaction (not the
+    drain's) cannot be told apart: None, and a warning that earlier rows are read again."""
+    if after is None or after >= upto:
+        return None
+    commits = _commits(table_uri, after, upto, storage_options)
+    if not _increment(table_uri, commits, storage_options)[1]:
+        return None
+    data = [c for c in commits if not c.delete and not c.rearranged and c.adds]
+    if any(not c.batches for c in data):
+        log.warning(
+            "%s: versions (%s, %s] hold files that also keep rows read before, and a commit without a batch id: "
+            "those earlier rows are read again",
+            table_uri,
+            after,
+            upto,
+        )
+        return None
+    return sorted({b for c in data for b in c.batches})
 
 
 def added_files(

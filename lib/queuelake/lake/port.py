@@ -52,6 +52,10 @@ class LakeEngine(Protocol):
         """URIs of the data files versions (after, upto] added (``after=None``: the whole table as of
         ``upto``); what transform and publish consume incrementally (``increments.py``)."""
 
+    def added_batches(self, table: str, after: int | None, upto: int) -> list[str] | None:
+        """The batch ids of the rows versions (after, upto] added, when the files ``added_files`` names
+        also hold earlier rows (a delete rewrote them together); None: every row of those files is new."""
+
     def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[tuple[int | None, int]]:
         """Versions (after, upto] as consecutive ranges of at most ``max_rows`` new rows each, for the
         stages that take an increment a slice at a time (``increments.slices``)."""

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.config_sections import SparkConfig, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError
-from queuelake.lake.arrow_types import to_spark_schema
+from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
 from queuelake.pipeline import runs
@@ -64,24 +65,36 @@ def sql_text(path: str) -> str:
 
 def new_landed(spark: SparkSession, lake: LakeEngine, after: int | None, upto: int) -> DataFrame:
     """Landed journal rows committed in versions (after, upto], as a Spark DataFrame."""
-    return _landed(spark, lake.added_files(MESSAGES, after, upto))
+    return _landed(spark, *_increment(lake, after, upto))
 
 
-def _landed(spark: SparkSession, files: list[str]) -> DataFrame:
+def _increment(lake: LakeEngine, after: int | None, upto: int) -> tuple[list[str], list[str] | None]:
+    """The journal files of versions (after, upto], and the batches to keep of them (None: all rows):
+    after an erase that rewrote rows read before together with new ones into one file, that file is
+    read whole, and the earlier rows in it were counted again by every transform."""
+    return lake.added_files(MESSAGES, after, upto), lake.added_batches(MESSAGES, after, upto)
+
+
+def _landed(spark: SparkSession, files: list[str], batches: list[str] | None = None) -> DataFrame:
     from pyspark.sql import functions as F
 
     schema = to_spark_schema(MESSAGES_SCHEMA)  # given, never inferred: no job to sample the files
     if not files:
         return spark.createDataFrame([], schema)
-    return spark_frame(spark, files, schema).where(F.col("outcome") == "landed")
+    landed = spark_frame(spark, files, schema).where(F.col("outcome") == "landed")
+    return landed if batches is None else landed.where(F.col("batch_id").isin(batches))
 
 
-def count_landed(files: list[str]) -> int:
-    """Landed rows in journal files, from their ``outcome`` column alone (pyarrow, no Spark job)."""
+def count_landed(files: list[str], batches: list[str] | None = None) -> int:
+    """Landed rows in journal files (of ``batches`` only, when given), from their ``outcome`` and
+    ``batch_id`` columns alone (pyarrow, no Spark job)."""
     total = 0
     for uri in files:
-        outcome = open_file(uri).read(columns=["outcome"])["outcome"]
-        total += pc.sum(pc.equal(outcome, "landed")).as_py() or 0
+        columns = open_file(uri).read(columns=["outcome", "batch_id"])
+        keep = pc.equal(columns["outcome"], "landed")
+        if batches is not None:
+            keep = pc.and_(keep, pc.is_in(as_string(columns["batch_id"]), value_set=pa.array(batches, pa.string())))
+        total += pc.sum(keep).as_py() or 0
     return total
 
 
@@ -176,8 +189,8 @@ def _transform_slice(
     Returns rows in and out; with ``status`` when the journal's expectations blocked it."""
     started = time.monotonic()
     app_id = checkpoint_app_id(transform.name)
-    files = lake.added_files(MESSAGES, after, upto)
-    source = _landed(spark, files)
+    files, batches = _increment(lake, after, upto)
+    source = _landed(spark, files, batches)
     out_part: dict[str, Any] = {}
     if suite is not None:
         blocked = _check_journal(lake, run_id, transform, suite, source, f"{'' if after is None else after}-{upto}")
@@ -197,7 +210,7 @@ def _transform_slice(
         assert transform.sql is not None
         source.createOrReplaceTempView("new_messages")
         out = spark.sql(sql_text(transform.sql))
-    rows_in = count_landed(files)
+    rows_in = count_landed(files, batches)
     before = lake.table_version(transform.output) if lake.exists(transform.output) else None
     with heartbeat(spark, f"transform {transform.name}{label}", rows_in):
         committed = lake.append_dataframe(transform.output, out, app_id, upto)
