@@ -10,6 +10,7 @@ without Spark, and selects exactly the group's rows, also after more failures of
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -346,6 +347,20 @@ def test_a_message_is_replayed_by_the_group_of_its_latest_failure(cfg: Config) -
     table = {line.split()[0]: line.split() for line in show.group_lines(found.groups)[1:]}
     assert table[a.id][1:5] == ["5", "5", "3", "2"]  # copies, msgs, open, retried
     assert table[n.id][1:5] == ["2", "2", "1", "1"]
+
+
+def test_a_group_without_a_processing_endpoint_shows_the_one_its_failed_queue_names() -> None:
+    """A copy that failed before a handler ran has a FailedQ but no ProcessingEndpoint: the table showed
+    "-" as its endpoint (found by a review)."""
+    from queuelake.pipeline.failures.groups import Row
+
+    at = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
+    row = Row('"public"."error"', 1, "m-1", at, "Sales@[dbo]@[nservicebus]", "boom", False)
+    bare = Group(("System.Exception", "Sales.Order", None, "f" * 16), [row])
+    named = Group(("System.Exception", "Sales.Order", "Billing", "e" * 16), [row])
+    nothing = Group(("System.Exception", "Sales.Order", None, "d" * 16), [dataclasses.replace(row, failed_queue=None)])
+    table = {line.split()[0]: line.split() for line in show.group_lines([bare, named, nothing])[1:]}
+    assert (table[bare.id][9], table[named.id][9], table[nothing.id][9]) == ("(Sales)", "Billing", "-")
 
 
 def test_quotes_in_keys_go_to_spark_escaped() -> None:

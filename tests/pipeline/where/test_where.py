@@ -425,3 +425,10 @@ def test_an_erased_message_is_said_erased_by_the_run_that_names_it(system: tuple
     summary, rows, _ = _where(system, "--message-id", ID["A"])
     assert _places(rows) == [("erased", "messages")] and ID["A"] in rows[0]["predicate"]
     assert summary["erase_runs"] == 1 and summary["messages"][0]["now"] == "erased"
+    # an erase of A's conversation: a note of the conversation's answer, not a message named by its id
+    erased, _, proc = _cli(["erase", "-c", str(conf), "--where", f"conversation_id = '{CONVERSATION['A']}'"], work, uri)
+    assert erased["status"] == "ok", proc.stderr[-3000:]
+    summary, rows, _ = _where(system, "--conversation-id", CONVERSATION["A"])
+    assert all(r.get("message_id") != CONVERSATION["A"] for r in rows), rows
+    assert all(m["message_id"] != CONVERSATION["A"] for m in summary["messages"]), summary["messages"]
+    assert any("named this conversation" in note for note in summary["notes"]), summary["notes"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 
+from queuelake.pipeline.conversation.model import endpoint_name
 from queuelake.pipeline.failures.groups import Group
 
 _HEADER = (
@@ -32,6 +33,15 @@ def _short_type(name: str | None) -> str:
     return "-" if name is None else name.split(",", 1)[0]
 
 
+def _endpoint(g: Group) -> str:
+    """The group's ProcessingEndpoint; without one (a copy failed before its handler ran, or an older
+    NServiceBus), the endpoint its FailedQ names, in parentheses: it showed "-"."""
+    if g.endpoint:
+        return g.endpoint
+    named = sorted({endpoint_name(r.failed_queue) or "" for r in g.rows} - {""})
+    return f"({', '.join(named)})" if named else "-"
+
+
 def _align(rows: Sequence[tuple[str, ...]], numeric: set[int]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
@@ -52,7 +62,7 @@ def group_lines(groups: list[Group]) -> list[str]:
             str(len(g.retried)),
             _time(g.first_seen),
             _time(g.last_seen),
-            g.endpoint or "-",
+            _endpoint(g),
             _short_type(g.message_type),
             g.exception_type or "-",
             g.fingerprint[:8],

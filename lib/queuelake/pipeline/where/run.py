@@ -121,7 +121,7 @@ def where(cfg: Config, lake: LakeEngine, connect: Callable[[], Connection] | Non
     answer.places += [from_journal(row) for row in rows.to_pylist()]
     if query.by == "message" and rows.num_rows:
         answer.places += _replays_of(lake, rows, answer)
-    _records(lake, answer)
+    _records(lake, answer, query.by)
     _lineage(lake, answer)
     _replay_records(lake, answer)  # before the queues: a replay's --to queue is read too
     answer.seconds["lake"] = round(time.monotonic() - started, 3)
@@ -225,9 +225,11 @@ def _replays_of(lake: LakeEngine, rows: pa.Table, answer: Answer) -> list[Place]
     return [from_journal(row) for row in search.in_time_order(replays).to_pylist()]
 
 
-def _records(lake: LakeEngine, answer: Answer) -> None:
+def _records(lake: LakeEngine, answer: Answer, by: str) -> None:
     """The replays' records of the found places (``replays``), replays that skipped the messages
-    (``replay_skipped``), and erase runs whose predicate names the id or a message id."""
+    (``replay_skipped``), and erase runs whose predicate names the id or a message id. An erase that
+    names the conversation asked about is a note, not a message: it was listed as an erased message
+    whose id was the conversation's."""
     ids = sorted({p.message_id for p in answer.places if p.message_id} | set(answer.searched))
     skipped_table = record_tables.REPLAY_SKIPPED.name
     if ids and lake.exists(skipped_table):
@@ -256,6 +258,11 @@ def _records(lake: LakeEngine, answer: Answer) -> None:
             if not named or row["run_id"] in seen:
                 continue
             seen.add(row["run_id"])
+            if by == "conversation" and all(i in answer.searched for i in named):
+                answer.notes.append(
+                    f"erase run {row['run_id']} ({row.get('status')}) named this conversation: --where {predicate}"
+                )
+                continue
             answer.places.append(
                 Place(
                     place="erased",
