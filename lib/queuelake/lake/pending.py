@@ -8,6 +8,12 @@ time travel, and a second ``erase`` selected nothing (the journal rows were alre
 never purged them. A record written before the first delete names the tables to purge; a command
 that finds one does what it names, then clears it.
 
+A record is also how a running command says it is running: it names its process (host and pid) and
+is rewritten between steps. Another command finishes the work of every record, but clears only a
+dead command's: one whose process is gone from this host, or, from another host, one left alone for
+``STALE_SECONDS``. It cleared a running erase's record, and that erase, killed afterwards, left its
+removed files for good.
+
 Not a Delta table: a record is written and cleared once per command, read only by the next one, and
 a table's log would outlive it. ``list_tables`` never lists the folder (no ``_delta_log``).
 """
@@ -15,11 +21,47 @@ a table's log would outlive it. ``list_tables`` never lists the folder (no ``_de
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from queuelake.lake import storage
 
 FOLDER = "_queuelake/pending"
+# a record untouched this long is a killed command's: a running one rewrites it between its steps
+STALE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    payload: dict[str, Any]
+    age_seconds: float  # since it was last written (0 when the store gives no time)
+
+    @property
+    def stale(self) -> bool:
+        """Its command is gone: its process ended (on this host), or it has not written for long."""
+        owner = self.payload.get(OWNER) or {}
+        if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+            return not _alive(owner["pid"])
+        return self.age_seconds >= STALE_SECONDS
+
+
+OWNER = "_owner"  # the payload's key naming the recording process
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def _where(root: str, kind: str) -> tuple[Any, str]:
@@ -31,22 +73,25 @@ def record(root: str, kind: str, name: str, payload: dict[str, Any]) -> None:
     """Record (or replace) the pending work ``name`` of ``kind``; durable when this returns."""
     fs, folder = _where(root, kind)
     fs.create_dir(folder, recursive=True)
+    owned = {**payload, OWNER: {"host": socket.gethostname(), "pid": os.getpid()}}
     with fs.open_output_stream(f"{folder}/{name}.json") as out:
-        out.write(json.dumps(payload, sort_keys=True).encode("utf-8"))
+        out.write(json.dumps(owned, sort_keys=True).encode("utf-8"))
 
 
-def recorded(root: str, kind: str) -> dict[str, dict[str, Any]]:
-    """Every pending work of ``kind``, by name; {} when there is none."""
+def recorded(root: str, kind: str) -> list[Record]:
+    """Every pending work of ``kind``, by name; [] when there is none."""
     from pyarrow import fs as pafs
 
     fs, folder = _where(root, kind)
     infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-    found: dict[str, dict[str, Any]] = {}
+    found: list[Record] = []
     for info in sorted(infos, key=lambda i: i.path):
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
             continue
         with fs.open_input_stream(info.path) as stream:
-            found[info.base_name[: -len(".json")]] = json.loads(stream.read().decode("utf-8"))
+            payload = json.loads(stream.read().decode("utf-8"))
+        age = max(0.0, time.time() - info.mtime.timestamp()) if info.mtime is not None else 0.0
+        found.append(Record(info.base_name[: -len(".json")], payload, age))
     return found
 
 

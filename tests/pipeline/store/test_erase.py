@@ -315,6 +315,40 @@ def test_an_erase_killed_at_any_step_is_finished_by_the_next(tmp_path: Path, poi
     assert not list((root / "_queuelake" / "pending" / "erase").glob("*.json")), "the pending record stayed"
 
 
+def test_an_erase_clears_only_the_records_of_erases_that_are_gone(tmp_path: Path) -> None:
+    """Two erases at once: the second one purged the first one's tables and cleared its record, so the
+    first, killed afterwards, left its removed files for good. A record of a live process (on this host),
+    or one another host wrote lately, stays; a dead process's, or an old one from another host, goes."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from queuelake.lake import pending
+    from queuelake.pipeline.store.erase import PENDING, finish_pending
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake)
+    append(lake, batch(SALES, range(0, 5), NOW))
+    folder = tmp_path / "_queuelake" / "pending" / PENDING
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    owners = {
+        "running-here": {"host": socket.gethostname(), "pid": os.getppid()},
+        "killed-here": {"host": socket.gethostname(), "pid": int(dead.stdout)},
+        "running-elsewhere": {"host": "another-host", "pid": 1},
+        "killed-elsewhere": {"host": "another-host", "pid": 1},
+    }
+    for name, owner in owners.items():
+        pending.record(str(tmp_path), PENDING, name, {"purge": ["messages"]})
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "_owner": owner}))
+    old = time.time() - pending.STALE_SECONDS - 60
+    os.utime(folder / "killed-elsewhere.json", (old, old))
+
+    finish_pending(cfg, lake)
+    assert sorted(p.stem for p in folder.glob("*.json")) == ["running-elsewhere", "running-here"]
+
+
 @pytest.mark.slow
 def test_erase_beside_a_running_drain_removes_exactly_the_selected_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
     """A real drain (subprocess, 40 batches) lands Sales while an erase removes `seq < 8000`. The erase

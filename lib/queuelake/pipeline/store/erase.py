@@ -114,6 +114,8 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter)
         pending.record(cfg.lake.root, PENDING, name, {"purge": reached, "journal_version": version})
     _remove_derived(lake, keys, tables, engines)
     kill_points.reached("erase_derived_removed")  # derived and typed rows gone, the journal's still there
+    if keys.num_rows:  # still running: an erase started meanwhile leaves the record alone
+        pending.record(cfg.lake.root, PENDING, name, {"purge": reached, "journal_version": version})
     deleted = journal.delete_rows(JOURNAL, where)
     tables[JOURNAL] = {
         "rows": deleted.rows,
@@ -141,6 +143,8 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter)
             pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines) + typed.body_tables(lake)})
             _remove_derived(lake, landed, tables, engines)
     kill_points.reached("erase_journal_removed")  # every delete committed, nothing purged yet
+    if keys.num_rows or deleted.rows:
+        pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines) + typed.body_tables(lake)})
     for table, engine in engines.items():
         tables[table]["files_vacuumed"] = engine.purge_removed(table)
         log.info("erase %s: %d removed file(s) purged from storage", table, tables[table]["files_vacuumed"])
@@ -175,16 +179,22 @@ def _add(tables: dict[str, dict[str, Any]], table: str, figures: dict[str, Any])
 
 def finish_pending(cfg: Config, lake: LakeEngine) -> dict[str, int]:
     """What erases killed before their end left: the tables they named purged (their removed files
-    deleted from storage; a table already purged has nothing left), then their records cleared.
+    deleted from storage; a table already purged has nothing left), then their records cleared. A
+    record written in the last ``pending.STALE_SECONDS`` may be an erase running beside this one: its
+    tables are purged too, and the record stays for that erase to clear (or, killed, for a later one).
     Returns the files purged per table."""
     purged: dict[str, int] = {}
-    for name, work in pending.recorded(cfg.lake.root, PENDING).items():
-        log.info("erase: an erase that did not finish (%s) is finished first: its tables purged", name)
-        for table in work.get("purge", []):
+    for record in pending.recorded(cfg.lake.root, PENDING):
+        running = "" if record.stale else ", perhaps still running: its record stays"
+        log.info(
+            "erase: an erase that did not finish (%s) is finished first: its tables purged%s", record.name, running
+        )
+        for table in record.payload.get("purge", []):
             engine = table_engine(lake, table)
             if engine.exists(table):
                 purged[table] = purged.get(table, 0) + engine.purge_removed(table)
-        pending.clear(cfg.lake.root, PENDING, name)
+        if record.stale:
+            pending.clear(cfg.lake.root, PENDING, record.name)
     return purged
 
 
