@@ -46,6 +46,8 @@ def _guids(n: int) -> list[str]:
         ["{" + k.upper() + "}" for k in _guids(2)],  # Guid.ToString("B")
         ["1", "17", "2024"],  # Dictionary<int, T>
         ["2026-11-28", "2026-11-29"],  # Dictionary<DateOnly, T>
+        ["New York", "Boston"],  # Dictionary<string, T> by city: a space no column name holds (it was dropped)
+        ["", "main"],
         [f"SKU-{i}" for i in range(MAX_STRUCT_FIELDS + 1)],  # more keys than a class has properties
     ],
 )

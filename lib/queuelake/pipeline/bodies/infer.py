@@ -13,7 +13,8 @@ double, ISO 8601 date-times with a zone (``2024-05-01T13:45:10.1234567Z``, ``...
 System.Text.Json, Newtonsoft and the XmlSerializer write for UTC DateTime and DateTimeOffset) ->
 timestamp, other text -> string, objects -> structs, lists -> arrays. A field only ever null is a
 string. An object whose keys are data, not a class's properties (a ``Dictionary<Guid, T>``, ``<int, T>``,
-``<DateTime, T>``: a key that is a GUID or starts with a digit; or any dictionary once its keys pass
+``<DateTime, T>``: a key that is a GUID or starts with a digit, is empty or holds a space or another
+character a column name cannot; or any dictionary once its keys pass
 ``MAX_STRUCT_FIELDS``) is a ``map<string, T>``, ``T`` merged from every value: as a struct, each run's
 new keys were new fields, and a typed table grew a column per key until Spark failed (a review's
 ``Dictionary<Guid, Stock>`` failed every run at 3,000-6,000 keys). A table's struct that turns out to be
@@ -134,8 +135,10 @@ def _show(t: DataType) -> str:
 
 
 def keyed_by_data(keys: list[str]) -> bool:
-    """True for an object's keys that are a dictionary's data, not a class's property names."""
-    return len(keys) > MAX_STRUCT_FIELDS or any(_DATA_KEY.fullmatch(k) for k in keys)
+    """True for an object's keys that are a dictionary's data, not a class's property names: a key no
+    property is named (a GUID, a number, empty, or with a character a column name cannot hold: as a
+    struct's field it was dropped), or more keys than a class has properties."""
+    return len(keys) > MAX_STRUCT_FIELDS or any(not k or _DATA_KEY.fullmatch(k) or _BAD_NAME.search(k) for k in keys)
 
 
 def as_map(t: StructType | MapType, path: str, changes: list[Change]) -> MapType:
