@@ -34,6 +34,8 @@ class Evolution:
     schema: StructType  # the body's fields after this increment (names as in the bodies)
     existed: bool
     changes: list[tuple[str | None, Change]] = field(default_factory=list)  # (version, change)
+    # JSON keys to respell before parsing: a spelling the samples showed -> the column's (``respellings``)
+    respell: dict[str, str] = field(default_factory=dict)
 
     @property
     def created(self) -> bool:
@@ -83,6 +85,34 @@ def plan(
     final = finish(schema)
     out.schema = final if isinstance(final, StructType) else StructType([])
     return out
+
+
+def respellings(schema: StructType, spellings: dict[str, set[str]]) -> dict[str, str]:
+    """The JSON keys to write in the schema's spelling before parsing: ``spellings`` (a lower-case name
+    -> the spellings the sampled bodies used) against the schema's fields at any depth. Why: a type sent
+    in PascalCase (Newtonsoft) and camelCase (System.Text.Json's web defaults) has one column per name,
+    spelled as first seen, and Spark's ``from_json`` matches names exactly: every camelCase row was
+    written with its fields null, silently. A name spelled differently at two depths is left alone."""
+    canonical: dict[str, set[str]] = {}
+    _names(schema, canonical)
+    out: dict[str, str] = {}
+    for lower, seen in spellings.items():
+        names = canonical.get(lower, set())
+        if len(names) == 1:
+            (name,) = names
+            out.update({spelling: name for spelling in seen if spelling != name})
+    return out
+
+
+def _names(t: DataType, into: dict[str, set[str]]) -> None:
+    if isinstance(t, StructType):
+        for f in t.fields:
+            into.setdefault(f.name.lower(), set()).add(f.name)
+            _names(f.dataType, into)
+    elif isinstance(t, ArrayType):
+        _names(t.elementType, into)
+    elif isinstance(t, MapType):
+        _names(t.valueType, into)
 
 
 def _listed(old: DataType, new: DataType, path: str, changes: list[Change]) -> None:

@@ -341,6 +341,28 @@ def infer(texts: list[str], fmt: str, keep_type_member: bool) -> tuple[StructTyp
     return schema, [c for c in changes if c.kind == "conflict"]
 
 
+def key_spellings(texts: list[str], into: dict[str, set[str]]) -> None:
+    """Every spelling of every object key (not a dictionary's data keys) in the JSON ``texts``, by lower
+    case name, added to ``into`` (``evolve.respellings`` keeps the names spelled more than one way)."""
+    for text in texts:
+        try:
+            _spellings(orjson.loads(text), into)
+        except orjson.JSONDecodeError:
+            continue
+
+
+def _spellings(value: Any, into: dict[str, set[str]]) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _spellings(item, into)
+    elif isinstance(value, dict):
+        data = keyed_by_data(list(value))  # a dictionary: its keys are data, its values may hold names
+        for key, item in value.items():
+            if not data:
+                into.setdefault(key.lower(), set()).add(key)
+            _spellings(item, into)
+
+
 # How deep the Delta schema's JSON may nest (a struct field costs 3 levels: its type, the fields list,
 # the field; a list 2): delta-rs parses it with serde_json, whose limit is 128, and panicked on a body
 # nested 45 objects deep (a category tree), failing the type's every ``bodies`` with no summary

@@ -14,6 +14,8 @@ Body fields become top-level columns after the identity columns; a field named l
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StringType, StructField, StructType
@@ -62,16 +64,19 @@ def to_columns(keys: StructType) -> StructType:
     return StructType([StructField(column_of(f.name), f.dataType, True) for f in keys.fields])
 
 
-def parsed(rows: DataFrame, schema: StructType, xml: bool = True) -> DataFrame:
+def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[str, str] | None = None) -> DataFrame:
     """``rows`` (the selection's columns) with ``p``: the body as ``schema`` (field names as in the
     body), ``verdict`` (null: written; else the reason it goes to ``body_unparsed``) and ``written``.
-    ``xml``: the rows may hold XML bodies (False: none do, so no Python UDF runs)."""
+    ``xml``: the rows may hold XML bodies (False: none do, so no Python UDF runs). ``respell``: JSON keys
+    written in the schema's spelling first (``evolve.respellings``: ``orderId`` -> ``OrderId``)."""
     from pyspark.sql import functions as F
 
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType(), True)])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     is_xml = F.col("format") == "xml"
     source = F.col("text")
+    for spelling, name in sorted((respell or {}).items()):
+        source = F.regexp_replace(source, _key_pattern(spelling), f"$1{_replacement(name)}$2")
     if xml:  # null in, null out for JSON rows: a Python UDF is not skipped inside a CASE
         source = F.when(is_xml, json_of_xml(F.when(is_xml, F.col("text")), schema)).otherwise(source)
     df = rows.withColumn("_json", source)
@@ -87,6 +92,17 @@ def parsed(rows: DataFrame, schema: StructType, xml: bool = True) -> DataFrame:
     )
     written = F.col("reason").isNull() & F.col("p").isNotNull() & (corrupt.isNull() | partly)
     return df.withColumn("verdict", verdict).withColumn("written", written)
+
+
+def _key_pattern(spelling: str) -> str:
+    """A JSON object's key ``spelling`` and no other text: an unescaped quote after ``{`` or ``,`` (and
+    spaces) opens a key, never a string value's text, where every quote is escaped."""
+    return r'([{,]\s*)"' + re.escape(json.dumps(spelling)[1:-1]) + r'"(\s*:)'
+
+
+def _replacement(name: str) -> str:
+    """``name`` as a quoted JSON key in a Java regex replacement (``$`` and ``\\`` escaped)."""
+    return json.dumps(name).replace("\\", "\\\\").replace("$", "\\$")
 
 
 def typed(df: DataFrame, schema: StructType) -> DataFrame:

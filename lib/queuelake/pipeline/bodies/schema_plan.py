@@ -45,11 +45,13 @@ def evolution(
     """The table's evolution (``evolve.plan``) from the schemas the sampled texts of each type version show."""
     from pyspark.sql.types import DataType, StructType
 
-    from queuelake.pipeline.bodies.infer import merge, merge_xml
+    from queuelake.pipeline.bodies.infer import key_spellings, merge, merge_xml
 
     per_version: dict[str | None, tuple[StructType, list[Change]]] = {}
+    spellings: dict[str, set[str]] = {}
     xml = False
     for version, by_format in versions.items():
+        key_spellings(by_format.get("json", []), spellings)
         schema: DataType | None = None
         conflicts: list[Change] = []
         for fmt, texts in sorted(by_format.items()):
@@ -61,7 +63,9 @@ def evolution(
             else:  # JSON, then XML: a field the JSON shows as a list is a list in the XML too
                 schema = (merge_xml if fmt == "xml" else merge)(schema, found, "", conflicts)
         per_version[version] = (schema if isinstance(schema, StructType) else StructType([]), conflicts)
-    return evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
+    out = evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
+    out.respell = evolve.respellings(out.schema, spellings)
+    return out
 
 
 def change_row(name: str, table: str, version: str | None, change: Change) -> dict[str, Any]:

@@ -55,18 +55,31 @@ def field_path(name: str) -> list[str]:
     return parts
 
 
-def _field_type(schema: pa.Schema, path: list[str]) -> pa.DataType | None:
-    if path[0] not in schema.names:
+def _named(names: list[str], wanted: str) -> int:
+    """The index of ``wanted`` among ``names``: spelled so, else the one name equal to it in any case (a
+    typed column is spelled as the bodies first were: ``OrderId`` also for ``orderId`` senders); -1."""
+    if wanted in names:
+        return names.index(wanted)
+    folded = [i for i, name in enumerate(names) if name.lower() == wanted.lower()]
+    return folded[0] if len(folded) == 1 else -1
+
+
+def _field_type(schema: pa.Schema, path: list[str]) -> tuple[pa.DataType, list[str]] | None:
+    """The column type at ``path``, and the path as the table spells it; None: no such column."""
+    index = _named(schema.names, path[0])
+    if index < 0:
         return None
-    typ = schema.field(path[0]).type
+    typ = schema.field(index).type
+    spelled = [schema.names[index]]
     for part in path[1:]:
         if not pa.types.is_struct(typ):
             return None
-        index = typ.get_field_index(part)
+        index = _named([typ.field(i).name for i in range(typ.num_fields)], part)
         if index < 0:
             return None
+        spelled.append(typ.field(index).name)
         typ = typ.field(index).type
-    return typ
+    return typ, spelled
 
 
 def typed_value(text: str, typ: pa.DataType) -> Any:
@@ -114,17 +127,18 @@ def find_key(lake: LakeEngine, name: str, value: str, max_messages: int) -> KeyR
     found: dict[str, None] = {}
     for table in tables:
         engine = table_engine(lake, table)
-        typ = _field_type(engine.schema(table), path)
-        if typ is None:
+        found_type = _field_type(engine.schema(table), path)
+        if found_type is None:
             out.tables_without_field += 1
             continue
+        typ, spelled = found_type
         try:
             wanted = typed_value(value, typ)
         except (ValueError, TypeError) as exc:
             out.not_searchable.append(f"{table}.{name} ({typ}): {value!r} is not a value of it ({exc})")
             continue
-        expression = ds.field(*path) == pa.scalar(wanted, typ)
-        where = RowFilter(f"{name} = {value!r}", expression, (path[0],))
+        expression = ds.field(*spelled) == pa.scalar(wanted, typ)
+        where = RowFilter(f"{name} = {value!r}", expression, (spelled[0],))
         rows = engine.matching_rows(table, where, ["message_id"])
         ids = [i for i in rows.column("message_id").to_pylist() if i]
         out.tables_searched[table] = len(ids)
@@ -163,8 +177,10 @@ def _json_values(data: Any, path: list[str]) -> list[Any]:
         return [v for item in data for v in _json_values(item, path)]
     if not path:
         return [data]
-    if isinstance(data, dict) and path[0] in data:
-        return _json_values(data[path[0]], path[1:])
+    if isinstance(data, dict):
+        index = _named(list(data), path[0])  # a camelCase sender's body too, as its typed column
+        if index >= 0:
+            return _json_values(data[list(data)[index]], path[1:])
     return []
 
 

@@ -1,0 +1,93 @@
+"""One message type sent in PascalCase (Newtonsoft's default) and camelCase (System.Text.Json's web
+defaults): one column per name, and every row's values in it.
+
+Why: the schema merges names that differ in case only into one column, spelled as first seen, and Spark's
+``from_json`` matches names exactly, so every camelCase row was written with its fields null, and
+counted as parsed (found by a review). The JSON keys are now respelled as the schema spells them before
+parsing. Real drain, Spark and Delta in the slow test."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+from queuelake.lake.engines import open_lake
+from queuelake.pipeline.bodies import evolve, parse
+from queuelake.pipeline.bodies import run as bodies_run
+from queuelake.pipeline.bodies.infer import key_spellings
+from queuelake.pipeline.where import keys
+from queuelake.transport import db, installer
+
+from tests.helpers.bodies import config, rows, send
+from tests.helpers.bodies_corpus import corpus as c
+from tests.helpers.stages import drain
+
+STOCK = "body_stock_contracts_stockcounted"
+PASCAL = {"Sku": "P-1", "Count": 3, "Lines": [{"Bin": "A", "Qty": 1}]}
+CAMEL = {"sku": "c-1", "count": 4, "lines": [{"bin": "B", "qty": 2}]}
+
+
+def test_the_spellings_the_samples_showed_are_respelled_as_the_schema_spells_them() -> None:
+    line = StructType([StructField("Bin", StringType()), StructField("Qty", LongType())])
+    schema = StructType(
+        [StructField("Sku", StringType()), StructField("Count", LongType()), StructField("Lines", ArrayType(line))]
+    )
+    spellings: dict[str, set[str]] = {}
+    key_spellings([json.dumps(PASCAL), json.dumps(CAMEL), "not json"], spellings)
+    respell = evolve.respellings(schema, spellings)
+    assert respell == {"sku": "Sku", "count": "Count", "lines": "Lines", "bin": "Bin", "qty": "Qty"}
+    # a name spelled two ways at two depths is left alone: no one spelling fits both
+    twice = StructType(
+        [StructField("Id", StringType()), StructField("Ref", StructType([StructField("id", LongType())]))]
+    )
+    assert evolve.respellings(twice, {"id": {"Id", "id", "ID"}}) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "respelled"),
+    [
+        ('{"sku":"x","count":1}', '{"Sku":"x","Count":1}'),
+        ('{ "sku" : "x", "lines": [ {"bin": "sku"} ] }', '{ "Sku" : "x", "lines": [ {"bin": "sku"} ] }'),
+        ('{"note":"a \\"sku\\": in text","sku":1}', '{"note":"a \\"sku\\": in text","Sku":1}'),
+        ('{"note":"{\\"sku\\":1}"}', '{"note":"{\\"sku\\":1}"}'),
+    ],
+)
+def test_only_keys_are_respelled_never_text(text: str, respelled: str) -> None:
+    """The pattern (run here with Python's ``re``, whose syntax for it is Java's) takes an unescaped quote
+    after ``{`` or ``,``: in a string value every quote is escaped."""
+    out = text
+    for spelling, name in {"sku": "Sku", "count": "Count"}.items():
+        pattern = parse._key_pattern(spelling)
+        out = re.sub(pattern, lambda m, name=name: m.group(1) + json.dumps(name) + m.group(2), out)
+    assert out == respelled
+    assert json.loads(out)  # still JSON
+
+
+@pytest.mark.slow
+def test_pascal_and_camel_case_senders_fill_the_same_columns(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", "delta-rs")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    bodies = [PASCAL, CAMEL, {**CAMEL, "sku": "c-2"}, {**PASCAL, "Sku": "P-2"}]
+    send(
+        cfg, "Sales", [c.message(c.STOCK, json.dumps(b).encode(), "application/json", i) for i, b in enumerate(bodies)]
+    )
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    out = bodies_run.bodies(cfg, spark, lake)
+    assert out["status"] == "ok" and out["unparsed"] == 0, out
+    written = sorted((r["Sku"], r["Count"], [dict(x) for x in r["Lines"]]) for r in rows(lake, STOCK))
+    assert written == [
+        ("P-1", 3, [{"Bin": "A", "Qty": 1}]),
+        ("P-2", 3, [{"Bin": "A", "Qty": 1}]),
+        ("c-1", 4, [{"Bin": "B", "Qty": 2}]),
+        ("c-2", 4, [{"Bin": "B", "Qty": 2}]),
+    ]
+    # a business key asked in either spelling finds the camelCase sender's message
+    for field in ("Sku", "sku", "SKU"):
+        assert len(keys.find_key(lake, field, "c-2", 10).message_ids) == 1, field
+    assert keys.body_matches(json.dumps(CAMEL).encode(), "Lines.Qty", "2")
