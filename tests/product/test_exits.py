@@ -385,6 +385,18 @@ def test_a_failed_bodies_or_transform_step_does_not_stop_the_steps_after_it(
     assert out["status"] == "failed" and out[failing]["error"] == f"{failing} broke"
 
 
+@pytest.mark.parametrize("step", ["drain", "bodies", "publish"])
+def test_a_step_interrupted_by_a_stop_request_makes_the_run_interrupted(
+    monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """A SIGTERM (Airflow's cancel) during the drain: the drain stopped at a batch boundary and said
+    "interrupted", and the run reported "failed", exit 1 (found by a review)."""
+    ran, out = _run_with_steps(monkeypatch, {step: ("interrupted", True)})
+    order = ["drain", "bodies", "transform", "publish"]
+    assert ran == order[: order.index(step) + 1]
+    assert out["status"] == "interrupted" and out["skipped"] == order[order.index(step) + 1 :], out
+
+
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ran, out = _run_with_steps(monkeypatch, {"drain": ("failed", False)})
     assert ran == ["drain"] and out["status"] == "failed"

@@ -55,15 +55,17 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         steps[name] = step()
         # the whole step, a Spark session's start included: what a scheduler's run is made of
         steps[name]["step_seconds"] = round(time.monotonic() - started, 3)
+        if steps[name].get("status") == Status.INTERRUPTED:
+            break  # a stop request: the steps after it are skipped, and the run says "interrupted"
         # an incomplete drain (rows other sessions held) journalled everything it took: go on
         if steps[name].get("status") not in going_on and name not in _GO_ON_AFTER_FAILURE:
             break
     statuses = {s.get("status") for s in steps.values()}
-    if statuses - set(going_on):
+    if statuses - {*going_on, Status.INTERRUPTED}:
         return {"status": Status.FAILED, **steps}
     if Status.INCOMPLETE in statuses and len(steps) == len(order):
         return {"status": Status.INCOMPLETE, **steps}
-    if len(steps) < len(order):
+    if Status.INTERRUPTED in statuses or len(steps) < len(order):
         return {"status": Status.INTERRUPTED, **steps, "skipped": [n for n in order if n not in steps]}
     return {"status": Status.OK, **steps}
 
