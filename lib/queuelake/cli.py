@@ -262,7 +262,13 @@ def main(
             summary, code = {"command": args.command, "status": Status.INTERRUPTED}, EXIT_INTERRUPTED
         except Exception as exc:
             sigterm["armed"] = False
-            summary, code = _failure(args, exc), EXIT_FAILED
+            stopped = _stopped_under(exc)
+            if stopped is not None:  # the second signal's stop, replaced on its way out (see _stopped_under)
+                log.warning("%s interrupted: %s (then %s)", args.command, stopped, describe(exc))
+                summary = {"command": args.command, "status": Status.INTERRUPTED, "error": str(stopped)}
+                code = sigterm["exit_code"] if isinstance(stopped, Interrupted) else EXIT_INTERRUPTED
+            else:
+                summary, code = _failure(args, exc), EXIT_FAILED
         except BaseException as exc:
             if not is_panic(exc):
                 raise
@@ -305,6 +311,21 @@ def missing_spark(exc: BaseException) -> str | None:
             if package:
                 return package
         current = current.__cause__ or current.__context__
+    return None
+
+
+def _stopped_under(exc: BaseException) -> BaseException | None:
+    """The stop (``Interrupted``, ``KeyboardInterrupt``) an error replaced on its way out, if any. Why: a
+    second signal raises the stop inside whatever the command was doing; inside pyspark's ``toArrow``,
+    its ``finally`` then waits for the job the handler cancelled and raises that job's SparkException,
+    with the stop only as its context: the command ended "failed", error_kind "unexpected"."""
+    seen: set[int] = set()
+    current = exc.__context__
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (Interrupted, KeyboardInterrupt)):
+            return current
+        seen.add(id(current))
+        current = current.__context__
     return None
 
 

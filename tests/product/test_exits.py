@@ -172,6 +172,30 @@ def test_first_sigterm_lets_a_drain_stop_at_a_boundary(
     stopping.reset()
 
 
+def _stop_replaced_by_a_cancelled_job(args: Any) -> dict[str, Any]:
+    """As pyspark's ``toArrow`` does when the second signal's stop arrives in it: its ``finally`` waits
+    for the job the handler cancelled, and raises that job's error instead."""
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the first: stop at a boundary
+        os.kill(os.getpid(), signal.SIGTERM)  # the second: stop now, raised here
+        time.sleep(5)
+    finally:
+        raise RuntimeError("org.apache.spark.SparkException: Exception thrown in awaitResult")
+    return {"status": "ok"}
+
+
+def test_a_stop_an_error_replaced_on_its_way_out_is_still_a_stop(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second SIGTERM or Ctrl-C during ``bodies`` ended it "failed", error_kind "unexpected", in 5 of 19
+    tries (found by a review): the cancelled Spark job's error replaced the stop."""
+    _replace_run(monkeypatch, "status", _stop_replaced_by_a_cancelled_job)
+    code = cli.main(["status"])
+    summary = _summary(capsys.readouterr().out)
+    assert code == 143 and summary["status"] == "interrupted", summary
+    stopping.reset()
+
+
 class PanicException(BaseException):
     """As pyo3 names a Rust panic (``pyo3_runtime.PanicException``): a BaseException."""
 
