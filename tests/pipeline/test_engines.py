@@ -316,3 +316,18 @@ def test_auto_keeps_each_table_with_the_engine_that_made_it(tmp_path: Path, spar
         again.append("made_by_spark", rows, "test/spark", 2)
     assert again.table_version("made_by_spark") == with_jvm.table_version("made_by_spark")  # nothing written
     assert again.append("made_by_rs", rows, "test/rs", 3)
+
+
+def test_delta_spark_asked_for_without_its_jvm_classes_says_what_to_change(tmp_path: Path) -> None:
+    """``lake.engine: delta-spark`` in a run whose session lacks the Delta classes failed at its first
+    Delta call with "'JavaPackage' object is not callable" or a parse error at VACUUM, error_kind
+    unexpected (found by a review); it is now a lake error that says what to change."""
+    from queuelake.config_sections import LakeConfig
+    from queuelake.errors import LakeError
+    from queuelake.lake.engines import open_lake as open_engine
+
+    class NoDelta:  # a session whose JVM knows no Delta class (has_delta_jvm asks it)
+        _jvm = None
+
+    with pytest.raises(LakeError, match="no Delta JVM classes.*spark-packages.*QUEUELAKE_DELTA_JARS"):
+        open_engine(LakeConfig(root=str(tmp_path / "lake"), engine="delta-spark"), NoDelta())  # type: ignore[arg-type]

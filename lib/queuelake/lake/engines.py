@@ -33,6 +33,14 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
     if engine == "delta-spark":
         if spark is None:
             raise LakeError("lake.engine delta-spark needs a Spark session")
+        if config.engine == "delta-spark" and not has_delta_jvm(spark):
+            # said before anything is written: without the classes, the first Delta call failed with a
+            # Py4J "'JavaPackage' object is not callable" or a SQL parse error at VACUUM
+            raise LakeError(
+                "lake.engine: delta-spark, and this run's Spark session has no Delta JVM classes: put Delta on "
+                "Spark's classpath (`queuelake spark-packages` prints spark-submit's --packages; a local session "
+                "takes jars from QUEUELAKE_DELTA_JARS or spark.jars)"
+            )
         lake: LakeEngine = DeltaSparkEngine(config.root, spark, config.storage_options)
     else:
         lake = DeltaRsEngine(config.root, spark, config.storage_options)
@@ -91,7 +99,8 @@ class PerTableLake:
         raise LakeError(
             f"lake table {table!r} was made by {recorded} and this run has no Delta JVM classes "
             "(lake.engine: auto chose delta-rs): put Delta on Spark's classpath (`queuelake "
-            "spark-packages` prints spark-submit's --packages) or set lake.engine: delta-spark"
+            "spark-packages` prints spark-submit's --packages; a local session takes jars from "
+            "QUEUELAKE_DELTA_JARS or spark.jars)"
         )
 
     def _read_mark(self, table: str) -> str | None:
