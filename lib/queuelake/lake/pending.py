@@ -74,8 +74,12 @@ def record(root: str, kind: str, name: str, payload: dict[str, Any]) -> None:
     fs, folder = _where(root, kind)
     fs.create_dir(folder, recursive=True)
     owned = {**payload, OWNER: {"host": socket.gethostname(), "pid": os.getpid()}}
-    with fs.open_output_stream(f"{folder}/{name}.json") as out:
+    # written aside, then moved in place: a reader (another erase) saw a half-written record, truncated
+    # by the rewrite, and failed on its JSON; an object store's put is whole already
+    staged = f"{folder}/{name}.json.{os.getpid()}.tmp"
+    with fs.open_output_stream(staged) as out:
         out.write(json.dumps(owned, sort_keys=True).encode("utf-8"))
+    fs.move(staged, f"{folder}/{name}.json")
 
 
 def recorded(root: str, kind: str) -> list[Record]:
@@ -88,8 +92,11 @@ def recorded(root: str, kind: str) -> list[Record]:
     for info in sorted(infos, key=lambda i: i.path):
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
             continue
-        with fs.open_input_stream(info.path) as stream:
-            payload = json.loads(stream.read().decode("utf-8"))
+        try:
+            with fs.open_input_stream(info.path) as stream:
+                payload = json.loads(stream.read().decode("utf-8"))
+        except FileNotFoundError:
+            continue  # cleared since it was listed: done
         age = max(0.0, time.time() - info.mtime.timestamp()) if info.mtime is not None else 0.0
         found.append(Record(info.base_name[: -len(".json")], payload, age))
     return found

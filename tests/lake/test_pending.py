@@ -1,0 +1,40 @@
+"""Pending-work records (``lake/pending.py``) read while another command rewrites them: never half a
+record. A second erase read a running erase's record as it was rewritten in place (truncated, then
+written) and failed on its JSON (found by a review: 75,588 of 84,293 reads in 5 s)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from queuelake.lake import pending
+
+PAYLOAD = {"purge": [f"body_type_{i}" for i in range(200)] + ["messages"], "journal_version": 12}
+
+
+def test_a_record_rewritten_while_read_is_read_whole(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    pending.record(root, "erase", "erase-running", PAYLOAD)
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            pending.record(root, "erase", "erase-running", PAYLOAD)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    reads = 0
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            (record,) = pending.recorded(root, "erase")
+            assert record.payload["purge"] == PAYLOAD["purge"] and not record.stale
+            reads += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert reads > 100
+    pending.clear(root, "erase", "erase-running")
+    assert pending.recorded(root, "erase") == []
+    assert not list((tmp_path / pending.FOLDER / "erase").iterdir())  # nothing staged left behind
