@@ -185,10 +185,13 @@ def test_a_time_sent_never_set_counts_the_message_without_a_critical_time(draine
     never = _sent(dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc))
     _seed(cfg, {"audit": [traffic.audit_copy(never, "Billing", when, 7000)]})
     # and a failure at the last instant a time can name (its day has no next day)
-    last = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.timezone.utc)
+    # (.NET's DateTime.MaxValue, 23:59:59.9999999: its last microsecond was counted nowhere)
+    last = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
     _seed(cfg, {"error": [traffic.failed_copy(_sent(when), "Shipping", "System.TimeoutException", "no", last)]})
     assert drain(cfg, lake, ["audit", "error"])["status"] == "ok"
     assert dt.date(9999, 12, 31) in update(lake).days
+    daily = lake.read_arrow(ENDPOINT_DAILY.name).to_pylist()
+    assert [(r["endpoint"], r["failed"]) for r in daily if r["day"] == dt.date(9999, 12, 31)] == [("Shipping", 1)]
     health = lake.read_arrow(ENDPOINT_HEALTH.name)
     [billing9] = _rows(health, period="hour", endpoint="Billing", period_start=DAY + dt.timedelta(hours=9))
     assert billing9["processed"] == 11 and billing9["processing_p99_ms"] == 7000

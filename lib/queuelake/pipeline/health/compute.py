@@ -73,7 +73,9 @@ def days_of(rows: pa.Table) -> set[dt.date]:
     return set(pc.unique(pc.cast(pc.floor_temporal(when, unit="day"), pa.date32())).to_pylist())
 
 
-def copies(rows: pa.Table, start: dt.datetime | None = None, end: dt.datetime | None = None) -> pa.Table:
+def copies(
+    rows: pa.Table, start: dt.datetime | None = None, end: dt.datetime | None = None, end_included: bool = False
+) -> pa.Table:
     """The audit and error copies among journal ``rows`` (``COLUMNS``) counting in [start, end), one row
     each: endpoint, message_type, at, hour, day, processed, failed, retry (0/1), processing_us,
     critical_us (null unless processed with both times)."""
@@ -82,7 +84,8 @@ def copies(rows: pa.Table, start: dt.datetime | None = None, end: dt.datetime | 
     if start is not None:
         keep = pc.and_(keep, pc.greater_equal(when, pa.scalar(start, when.type)))
     if end is not None:
-        keep = pc.and_(keep, pc.less(when, pa.scalar(end, when.type)))
+        below = pc.less_equal if end_included else pc.less  # [start, end] for the calendar's last day
+        keep = pc.and_(keep, below(when, pa.scalar(end, when.type)))
     keep = pc.fill_null(keep, False)
     rows, when, failed = rows.filter(keep), when.filter(keep), failed.filter(keep)
     processed = pc.invert(failed)

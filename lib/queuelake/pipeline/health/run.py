@@ -99,9 +99,11 @@ def update(lake: LakeEngine, now: dt.datetime | None = None) -> HealthResult:
     for day in result.days:
         start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
         # the last day a time can name (a TimeOfFailure of 9999-12-31 lands typed) has no next day
-        end = start + dt.timedelta(days=1) if day < dt.date.max else dt.datetime.max.replace(tzinfo=dt.timezone.utc)
-        rows = journal.matching_rows(MESSAGES, _journal_day(start, end), compute.COLUMNS, version=upto)
-        copies = compute.copies(rows, start, end)
+        # and its last microsecond (.NET's DateTime.MaxValue) counts: the day's end is taken in
+        last = day == dt.date.max
+        end = dt.datetime.max.replace(tzinfo=dt.timezone.utc) if last else start + dt.timedelta(days=1)
+        rows = journal.matching_rows(MESSAGES, _journal_day(start, end, last), compute.COLUMNS, version=upto)
+        copies = compute.copies(rows, start, end, end_included=last)
         del rows
         result.copies += copies.num_rows
         if copies.num_rows:
@@ -124,16 +126,18 @@ def _concat(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def _journal_day(start: dt.datetime, end: dt.datetime) -> RowFilter:
-    """The journal rows that may count in [start, end): processed or failed then."""
+def _journal_day(start: dt.datetime, end: dt.datetime, end_included: bool = False) -> RowFilter:
+    """The journal rows that may count in [start, end) (``end_included``: [start, end]): processed or
+    failed then."""
     ts = table_entry.UTC_TS
     lo, hi = pa.scalar(start, ts), pa.scalar(end, ts)
 
     def within(column: str) -> ds.Expression:
-        return (ds.field(column) >= lo) & (ds.field(column) < hi)
+        return (ds.field(column) >= lo) & ((ds.field(column) <= hi) if end_included else (ds.field(column) < hi))
 
+    below = "<=" if end_included else "<"
     sql = " OR ".join(
-        f"(\"{c}\" >= '{start.isoformat()}' AND \"{c}\" < '{end.isoformat()}')"
+        f"(\"{c}\" >= '{start.isoformat()}' AND \"{c}\" {below} '{end.isoformat()}')"
         for c in ("processing_ended", "time_of_failure")
     )
     return RowFilter(
