@@ -1,5 +1,5 @@
-"""Dictionary properties and generic types in bodies: an object whose keys are data (``Dictionary<Guid, Stock>``) is a
-``map<string, T>`` column, not a struct with a field per key ever seen.
+"""Dictionary properties, generic types and numbers at the edges in bodies: an object whose keys are
+data (``Dictionary<Guid, Stock>``) is a ``map<string, T>`` column, not a struct with a field per key ever seen.
 
 Why: as a struct, each run's new keys were new fields; the typed table was rewritten every run and its
 schema grew without bound, until Spark failed every run at 3,000-6,000 keys (found by a review). The fast
@@ -167,3 +167,12 @@ def test_a_generic_types_releases_share_one_table(version: str) -> None:
     assert names.type_name(aqn) == "MyNs.Envelope`2[[MyNs.Order, MyAsm],[System.Int32, mscorlib]]"
     assert names.type_version(aqn) == version
     assert names.type_name(f"MyNs.Order, MyAsm, {detail}") == "MyNs.Order"
+
+
+def test_a_number_past_a_doubles_range_is_a_double_not_an_empty_schema() -> None:
+    """orjson refuses ``1e400``: a type whose every sampled body held one was stored with no column at all,
+    its rows counted as written (found by a review). It is a double (infinity, as Spark reads it)."""
+    schema, conflicts = infer(['{"OrderId": 4, "X": 1e400}', '{"OrderId": 5, "X": -1e400}'], "json", False)
+    assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == [("OrderId", "bigint"), ("X", "double")]
+    assert not conflicts
+    assert infer(["{not json", "[1, 2]"], "json", False)[0].fields == []

@@ -38,6 +38,7 @@ show (``xml_serializer`` writes it as an empty list where the column is a list).
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -204,12 +205,28 @@ def _struct(members: Any, path: str, changes: list[Change]) -> StructType:
     return StructType(fields)
 
 
+_NOT_JSON = object()
+
+
+def _loads(text: str) -> Any:
+    """The JSON value of ``text`` (``_NOT_JSON``: none). orjson first; the standard library when orjson
+    refuses a number past a double's range (``1e400``): orjson
+    rejected the whole body, and a type whose every sampled body held one was stored with no column at
+    all, its rows counted as written (found by a review). Such a number is a double's infinity, as Spark
+    reads it."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+
+
 def json_root(text: str, keep_type_member: bool) -> StructType | None:
     """The type of one JSON body (None: not a JSON object)."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
+    value = _loads(text)
     if not isinstance(value, dict):
         return None
     if not keep_type_member:
@@ -345,10 +362,7 @@ def key_spellings(texts: list[str], into: dict[str, set[str]]) -> None:
     """Every spelling of every object key (not a dictionary's data keys) in the JSON ``texts``, by lower
     case name, added to ``into`` (``evolve.respellings`` keeps the names spelled more than one way)."""
     for text in texts:
-        try:
-            _spellings(orjson.loads(text), into)
-        except orjson.JSONDecodeError:
-            continue
+        _spellings(_loads(text), into)
 
 
 def _spellings(value: Any, into: dict[str, set[str]]) -> None:
