@@ -30,6 +30,7 @@ for, since a successful retry then sends an acknowledgement to that queue). Ever
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import gc
 import time
@@ -120,12 +121,13 @@ class Replayer:
             raise ReplayError("there is no journal (lake table messages) to replay from: run a drain first")
         replay_id = opts.replay_id or (None if opts.dry_run else new_replay_id())
         result = self.result = ReplayResult(replay_id, dry_run=opts.dry_run)
-        with self.database.connect("queuelake-replay") as conn:
+        with self.database.connect("queuelake-replay") as conn, contextlib.ExitStack() as held:
             plan: Plan | None = None
             done: set[int] = set()
             if replay_id is not None:
                 if not opts.dry_run:
                     self._lock(conn, replay_id)
+                    held.callback(self._unlock, conn, replay_id)
                 try:
                     plan, done, result.total_sent = self._ledger(conn, replay_id)
                 except QueuelakeError:
@@ -282,6 +284,12 @@ class Replayer:
     def _lock(self, conn: Connection, replay_id: str) -> None:
         if not locks.try_lock(conn, f"queuelake.replay:{replay_id}"):
             raise ReplayError(f"replay {replay_id} is already running in another process")
+
+    def _unlock(self, conn: Connection, replay_id: str) -> None:
+        """Released before the connection closes: a closed session's locks go only when its server
+        process has ended, and a resume started at once found the replay "already running"."""
+        with contextlib.suppress(Exception):  # a broken connection: its locks go with its session
+            locks.unlock(conn, f"queuelake.replay:{replay_id}")
 
     def _count(self, result: ReplayResult, planned: Planned, reasons: list[str]) -> None:
         counted = collections.Counter(reasons)
