@@ -228,6 +228,15 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def lake_engine(request: pytest.FixtureRequest, spark) -> str:
+    """Each lake engine in turn (delta-spark skipped without the Delta jars): a test of what a table
+    written by either engine must keep."""
+    if request.param == "delta-spark":
+        require_delta_jvm(spark)
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def s3() -> Iterator[str]:
     """A moto S3 server with one bucket (``tests.helpers.s3``); yields its endpoint URL. Imported

@@ -27,16 +27,9 @@ STOCK = "body_stock_contracts_stockcounted"
 ODD = "body_odd_contracts_everything"
 
 
-@pytest.fixture(params=["delta-rs", "delta-spark"])
-def engine(request, spark) -> str:
-    if request.param == "delta-spark":
-        require_delta_jvm(spark)
-    return request.param
-
-
 @pytest.mark.slow
-def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path, spark, engine: str) -> None:
-    cfg = config(fresh_pg_uri, tmp_path / "lake", engine)
+def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", lake_engine)
     with db.connect(cfg.transport) as conn:
         installer.install(conn, installer.plan(cfg))
         conn.commit()
@@ -156,7 +149,7 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
 
 
 @pytest.mark.slow
-def test_typed_tables_registered_by_name(fresh_pg_uri: str, tmp_path: Path, spark, engine: str) -> None:
+def test_typed_tables_registered_by_name(fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str) -> None:
     """With lake.catalog/lake.schema, every table the bodies stage writes is registered in the metastore
     (issue 33): ``spark.table('<schema>.body_<type>')`` reads the typed table, with the lake's rows and
     columns, and so do body_schema_changes, body_unparsed and body_increments. The name points at the
@@ -165,7 +158,7 @@ def test_typed_tables_registered_by_name(fresh_pg_uri: str, tmp_path: Path, spar
     require_delta_jvm(spark)
     schema = "ql_" + uuid.uuid4().hex[:8]
     root = tmp_path / "lake"
-    cfg = config(fresh_pg_uri, root, engine, names={"catalog": "spark_catalog", "schema": schema})
+    cfg = config(fresh_pg_uri, root, lake_engine, names={"catalog": "spark_catalog", "schema": schema})
     with db.connect(cfg.transport) as conn:
         installer.install(conn, installer.plan(cfg))
         conn.commit()

@@ -23,7 +23,6 @@ from queuelake.transport import db, installer
 
 from tests.helpers.bodies import config, rows, send
 from tests.helpers.bodies_corpus import corpus as c
-from tests.helpers.jvm import require_delta_jvm
 from tests.helpers.stages import drain
 
 STOCK = "body_stock_contracts_stockcounted"
@@ -106,16 +105,9 @@ def test_a_map_deeper_than_the_log_can_hold_is_text() -> None:
     assert isinstance(node, StringType) and levels >= 30
 
 
-@pytest.fixture(params=["delta-rs", "delta-spark"])
-def engine(request, spark) -> str:
-    if request.param == "delta-spark":
-        require_delta_jvm(spark)
-    return request.param
-
-
 @pytest.mark.slow
-def test_rounds_of_new_keys_keep_one_map_column(fresh_pg_uri: str, tmp_path: Path, spark, engine: str) -> None:
-    cfg = config(fresh_pg_uri, tmp_path / "lake", engine)
+def test_rounds_of_new_keys_keep_one_map_column(fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str) -> None:
+    cfg = config(fresh_pg_uri, tmp_path / "lake", lake_engine)
     with db.connect(cfg.transport) as conn:
         installer.install(conn, installer.plan(cfg))
         conn.commit()

@@ -29,7 +29,6 @@ from queuelake.transport.table_refs import queue_ref
 
 from tests.helpers.cli import run_cli
 from tests.helpers.journal_rows import UTC, append, batch
-from tests.helpers.jvm import require_delta_jvm
 from tests.helpers.typed_lake import ORDERS, ids_of, typed_lake
 
 NOW = dt.datetime.now(UTC)
@@ -391,13 +390,6 @@ def test_erase_beside_a_running_drain_removes_exactly_the_selected_rows(fresh_pg
     assert {s for s in left if s < 8000} <= later_seqs
     assert len(left) + journal["rows"] == 20000  # every drained row: in the journal, or erased once
     assert pc.min(seqs).as_py() >= 1
-
-
-@pytest.fixture(params=["delta-rs", "delta-spark"])
-def lake_engine(request, spark) -> str:
-    if request.param == "delta-spark":
-        require_delta_jvm(spark)
-    return request.param
 
 
 @pytest.mark.slow

@@ -281,8 +281,6 @@ def test_maintain_with_retention_on_a_delta_spark_lake(tmp_path: Path, spark) ->
     from queuelake.commands.maintain import maintain
     from queuelake.lake.engines import journal_engine
 
-    from tests.helpers.jvm import require_delta_jvm
-
     require_delta_jvm(spark)
     root = tmp_path / "lake"
     conf = tmp_path / "job.yaml"
@@ -308,13 +306,6 @@ def test_maintain_with_retention_on_a_delta_spark_lake(tmp_path: Path, spark) ->
     assert summary["tables"]["messages"]["engine"] == "delta-rs", summary
     assert lake.read_arrow("messages").num_rows == 50 and lake.read_arrow("outbound_x").num_rows == 2
     assert lake.written_by("outbound_x") == "delta-spark"
-
-
-@pytest.fixture(params=["delta-rs", "delta-spark"])
-def lake_engine(request, spark) -> str:
-    if request.param == "delta-spark":
-        require_delta_jvm(spark)
-    return request.param
 
 
 @pytest.mark.slow
