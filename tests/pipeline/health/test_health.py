@@ -289,3 +289,34 @@ def test_on_delta_spark(drained: tuple[Config, Path], spark) -> None:
     hours = lake.read(ENDPOINT_HEALTH.name).where("period = 'hour' AND endpoint = 'Billing'").orderBy("period_start")
     assert [r["processing_p95_ms"] for r in hours.collect()] == [100.0, 400.0]
     assert pc.sum(read_latest(lake)[1]["processed"]).as_py() == 1
+
+
+def test_a_generic_types_releases_count_as_one_type() -> None:
+    """``Envelope<Order>`` keeps its argument's assembly version in the journal's message type: each
+    release of that assembly was a type of its own in the health tables (found by a review)."""
+    from queuelake.lake.record_tables import MESSAGES
+    from queuelake.pipeline.health import compute
+
+    detail = "Culture=neutral, PublicKeyToken=null"
+    types = [f"MyNs.Envelope`1[[MyNs.Order, MyAsm, Version={v}, {detail}]]" for v in ("1.0.0.0", "2.0.0.0")]
+    at = dt.datetime(2026, 11, 28, 9, tzinfo=dt.timezone.utc)
+    n = 4
+    columns = {
+        "outcome": ["landed"] * n,
+        "message_type": [*types, "Sales.OrderPlaced", None],
+        "processing_endpoint": ["Billing"] * n,
+        "processing_started": [at] * n,
+        "processing_ended": [at] * n,
+        "time_sent": [at] * n,
+    }
+    schema = MESSAGES.schema
+    rows = pa.table(
+        {c: pa.array(columns.get(c, [None] * n), schema.field(c).type) for c in compute.COLUMNS if c != "headers"}
+    ).append_column("headers", pa.nulls(n, schema.field("headers").type))
+    counted = compute.copies(rows)
+    assert counted["message_type"].to_pylist() == [
+        "MyNs.Envelope`1[[MyNs.Order, MyAsm]]",
+        "MyNs.Envelope`1[[MyNs.Order, MyAsm]]",
+        "Sales.OrderPlaced",
+        compute.UNKNOWN,
+    ]

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.lake import stage_tables, table_entry
+from queuelake.nsb.message_types import without_versions
 from queuelake.nsb.retry import REPLAY_ID, RETRY_UNIQUE_MESSAGE_ID
 from queuelake.pipeline.conversation.model import endpoint_name
 
@@ -93,7 +94,7 @@ def copies(
     return pa.table(
         {
             "endpoint": _endpoints(rows),
-            "message_type": pc.fill_null(rows["message_type"], UNKNOWN),
+            "message_type": _message_types(rows["message_type"]),
             "at": when,
             "hour": pc.floor_temporal(when, unit="hour"),
             "day": pc.cast(pc.floor_temporal(when, unit="day"), pa.date32()),
@@ -104,6 +105,17 @@ def copies(
             "critical_us": _span(rows["time_sent"], ended, processed),
         }
     )
+
+
+def _message_types(types: pa.ChunkedArray | pa.Array) -> pa.Array | pa.ChunkedArray:
+    """The journal's message type without its generic arguments' versions (``without_versions``): one
+    generic contract across its releases is one row of the health tables, as a plain type is. Done per
+    distinct value: a journal has a handful of types."""
+    distinct = [t for t in pc.unique(types).to_pylist() if t is not None and "[" in t]
+    if distinct:
+        names = pa.array([without_versions(t) for t in distinct], pa.string())
+        types = pc.coalesce(pc.take(names, pc.index_in(types, value_set=pa.array(distinct, pa.string()))), types)
+    return pc.fill_null(types, UNKNOWN)
 
 
 def _endpoints(rows: pa.Table) -> pa.Array:
