@@ -11,7 +11,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.lake.record_tables import MESSAGES
 
 UTC = dt.timezone.utc
-_APP = "tests.journal_rows"
+APP = "tests.journal_rows"  # the application id of the commits ``append`` makes
 
 
 def batch(
@@ -44,7 +44,7 @@ def batch(
 
 def append(lake: LakeEngine, data: pa.Table) -> None:
     """One commit (one file) of journal rows, their ``batch_id`` its transaction's, as the drain writes."""
-    version = (lake.last_version(MESSAGES.name, _APP) or 0) + 1
+    version = (lake.last_version(MESSAGES.name, APP) or 0) + 1
     index = data.schema.get_field_index("batch_id")
-    data = data.set_column(index, "batch_id", pa.array([f"{_APP}:{version}"] * data.num_rows, pa.string()))
-    assert lake.append(MESSAGES.name, data, _APP, version)
+    data = data.set_column(index, "batch_id", pa.array([f"{APP}:{version}"] * data.num_rows, pa.string()))
+    assert lake.append(MESSAGES.name, data, APP, version)

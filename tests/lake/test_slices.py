@@ -142,3 +142,30 @@ def test_a_mixed_erase_is_read_exactly_by_the_ranges_batches(tmp_path: Path) -> 
     assert sorted(kept) == [s for s in range(10, 25) if s != 11]
     assert count_landed(files, batches) == 14
     assert count_landed(files) > 14  # read whole, the earlier file's kept rows are there too
+
+
+def test_a_group_commit_of_several_batches_of_one_worker_is_read_whole(tmp_path: Path) -> None:
+    """A group commit (drain processes, or a commit interval) writes batches 2 to 4 of a worker in one
+    commit, whose transaction says only 4: the filter named batch 4 alone, and a transform after a mixed
+    erase dropped batches 2 and 3 silently (found by a review: 60 of 90 rows). Every version after the
+    one committed before the range is named."""
+    import pyarrow as pa
+    from queuelake.pipeline.store.erase import erase
+    from queuelake.pipeline.transform import count_landed
+
+    from tests.helpers.journal_rows import APP
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake)
+    append(lake, batch('"public"."Sales"', range(0, 10), NOW, message_ids=[f"a-{i}" for i in range(10)]))  # v 1
+    seen = lake.table_version("messages")
+    group = batch('"public"."Sales"', range(10, 40), NOW, message_ids=[f"b-{i}" for i in range(30)])
+    ids = pa.array([f"{APP}:{2 + i // 10}" for i in range(30)], pa.string())  # batches 2, 3 and 4
+    group = group.set_column(group.schema.get_field_index("batch_id"), "batch_id", ids)
+    assert lake.append("messages", group, APP, 4)  # one commit, its transaction: version 4
+    erase(cfg, lake, "message_id IN ('a-1', 'b-1')")
+    upto = lake.table_version("messages")
+    assert seen is not None and upto is not None
+    batches = lake.added_batches("messages", seen, upto)
+    assert batches == [f"{APP}:2", f"{APP}:3", f"{APP}:4"]
+    assert count_landed(lake.added_files("messages", seen, upto), batches) == 29

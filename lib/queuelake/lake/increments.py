@@ -48,7 +48,7 @@ class _Commit:
     rearranged: list[str]  # paths added with dataChange: false (a compaction: the same rows, regrouped)
     removes: list[str]
     rows: int | None  # rows the dataChange adds hold (None: an add without statistics)
-    batches: list[str]  # its application transactions, ``appId:version`` (a journal row's ``batch_id``)
+    batches: list[tuple[str, int]]  # its application transactions (appId, version): each app's highest
 
 
 def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None) -> list[_Commit]:
@@ -69,7 +69,7 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
         adds: list[str] = []
         rearranged: list[str] = []
         removes: list[str] = []
-        batches: list[str] = []
+        batches: list[tuple[str, int]] = []
         rows: int | None = 0
         for action in actions:
             if "add" in action:
@@ -83,7 +83,7 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
             elif "remove" in action:
                 removes.append(action["remove"]["path"])
             elif "txn" in action:
-                batches.append(f"{action['txn'].get('appId')}:{action['txn'].get('version')}")
+                batches.append((str(action["txn"].get("appId")), int(action["txn"].get("version") or 0)))
         delete = any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions)
         out.append(_Commit(version, delete, adds, rearranged, removes, rows, batches))
     return out
@@ -207,33 +207,54 @@ def slices(
     return ranges
 
 
+# the most batch ids a filter lists (``added_batches``); past it, the files are read whole, with a warning
+MAX_BATCHES = 100_000
+
+
 def added_batches(
     table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None = None
 ) -> list[str] | None:
-    """The batch ids (``appId:version`` of the application transactions, what the drain writes in each
-    journal row's ``batch_id``) of the data commits of (after, upto], when ``added_files`` names files
-    that also hold rows of earlier commits (a delete that rewrote files read before together with new
-    ones into one file); None when every row of those files is new, so no filter is needed.
+    """The batch ids (``appId:version``, what the drain writes in each journal row's ``batch_id``) that
+    versions (after, upto] committed, when ``added_files`` names files that also hold rows of earlier
+    commits (a delete that rewrote files read before together with new ones into one file); None when
+    every row of those files is new, so no filter is needed.
 
-    Why: such files are read whole, and a transform counted the earlier rows they kept twice. Filtering
-    on the range's batches reads exactly the range's rows. A data commit without a transaction (not the
-    drain's) cannot be told apart: None, and a warning that earlier rows are read again."""
+    Why: such files are read whole, and a transform counted the earlier rows they kept twice. A commit
+    records only each app's highest version (a group commit of batches 2 to 5 of one worker carries
+    ``version: 5``), so the ids are every version of each app after the one it had committed at
+    ``after`` up to its highest in the range: an app's versions only grow. A data commit without a
+    transaction (not the drain's) cannot be told apart: None, and a warning that earlier rows are read
+    again."""
     if after is None or after >= upto:
         return None
     commits = _commits(table_uri, after, upto, storage_options)
     if not _increment(table_uri, commits, storage_options)[1]:
         return None
     data = [c for c in commits if not c.delete and not c.rearranged and c.adds]
-    if any(not c.batches for c in data):
+    highest: dict[str, int] = {}
+    for commit in data:
+        for app, version in commit.batches:
+            highest[app] = max(version, highest.get(app, version))
+    options = storage_options if storage_options is not None else options_for(table_uri)
+    before = DeltaTable(table_uri, version=after, storage_options=dict(options) or None)
+    # the first version of each app the range committed: after the one it had at ``after``
+    first = {app: _next_version(before.transaction_version(app)) for app in highest}
+    count = sum(top + 1 - first[app] for app, top in highest.items())
+    if any(not c.batches for c in data) or count > MAX_BATCHES:
         log.warning(
-            "%s: versions (%s, %s] hold files that also keep rows read before, and a commit without a batch id: "
-            "those earlier rows are read again",
+            "%s: versions (%s, %s] hold files that also keep rows read before, and %s: those earlier rows are "
+            "read again",
             table_uri,
             after,
             upto,
+            "a commit without a batch id" if count <= MAX_BATCHES else f"{count} batch ids to tell them apart",
         )
         return None
-    return sorted({b for c in data for b in c.batches})
+    return sorted(f"{app}:{version}" for app, top in highest.items() for version in range(first[app], top + 1))
+
+
+def _next_version(committed: int | None) -> int:
+    return 0 if committed is None else committed + 1
 
 
 def added_files(
