@@ -87,18 +87,22 @@ def plan(
     return out
 
 
-def respellings(schema: StructType, spellings: dict[str, set[str]]) -> dict[str, str]:
+def respellings(
+    schema: StructType, spellings: dict[str, set[str]], data_keys: set[str] | None = None
+) -> dict[str, str]:
     """The JSON keys to write in the schema's spelling before parsing: ``spellings`` (a lower-case name
     -> the spellings the sampled bodies used) against the schema's fields at any depth. Why: a type sent
     in PascalCase (Newtonsoft) and camelCase (System.Text.Json's web defaults) has one column per name,
     spelled as first seen, and Spark's ``from_json`` matches names exactly: every camelCase row was
-    written with its fields null, silently. A name spelled differently at two depths is left alone."""
+    written with its fields null, silently. A name spelled differently at two depths is left alone, and
+    so is one the samples used as a dictionary's key (``data_keys``, in lower case): the respelling is
+    done on the JSON text, and would rewrite that data too (two entries ``Total`` of one map)."""
     canonical: dict[str, set[str]] = {}
     _names(schema, canonical)
     out: dict[str, str] = {}
     for lower, seen in spellings.items():
         names = canonical.get(lower, set())
-        if len(names) == 1:
+        if len(names) == 1 and lower not in (data_keys or set()):
             (name,) = names
             out.update({spelling: name for spelling in seen if spelling != name})
     return out

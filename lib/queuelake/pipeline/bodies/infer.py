@@ -358,23 +358,26 @@ def infer(texts: list[str], fmt: str, keep_type_member: bool) -> tuple[StructTyp
     return schema, [c for c in changes if c.kind == "conflict"]
 
 
-def key_spellings(texts: list[str], into: dict[str, set[str]]) -> None:
-    """Every spelling of every object key (not a dictionary's data keys) in the JSON ``texts``, by lower
-    case name, added to ``into`` (``evolve.respellings`` keeps the names spelled more than one way)."""
+def key_spellings(texts: list[str], into: dict[str, set[str]], data_keys: set[str]) -> None:
+    """Every spelling of every object key in the JSON ``texts``, by lower case name, added to ``into``
+    (``evolve.respellings`` keeps the names spelled more than one way); a dictionary's data keys, in lower
+    case, to ``data_keys`` instead (a respelling would rewrite them too: they are left as they are)."""
     for text in texts:
-        _spellings(_loads(text), into)
+        _spellings(_loads(text), into, data_keys)
 
 
-def _spellings(value: Any, into: dict[str, set[str]]) -> None:
+def _spellings(value: Any, into: dict[str, set[str]], data_keys: set[str]) -> None:
     if isinstance(value, list):
         for item in value:
-            _spellings(item, into)
+            _spellings(item, into, data_keys)
     elif isinstance(value, dict):
         data = keyed_by_data(list(value))  # a dictionary: its keys are data, its values may hold names
         for key, item in value.items():
-            if not data:
+            if data:
+                data_keys.add(key.lower())
+            else:
                 into.setdefault(key.lower(), set()).add(key)
-            _spellings(item, into)
+            _spellings(item, into, data_keys)
 
 
 # How deep the Delta schema's JSON may nest (a struct field costs 3 levels: its type, the fields list,

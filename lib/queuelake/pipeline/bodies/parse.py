@@ -96,13 +96,26 @@ def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[
 
 def _key_pattern(spelling: str) -> str:
     """A JSON object's key ``spelling`` and no other text: an unescaped quote after ``{`` or ``,`` (and
-    spaces) opens a key, never a string value's text, where every quote is escaped."""
-    return r'([{,]\s*)"' + re.escape(json.dumps(spelling)[1:-1]) + r'"(\s*:)'
+    spaces) opens a key, never a string value's text, where every quote is escaped. A character past
+    ASCII matches as written (UTF-8) and as its ``\\uXXXX`` escape in either case (System.Text.Json's
+    default encoder writes ``pr\\u00E9nom``); Java's regex syntax for this is Python's."""
+    return r'([{,]\s*)"' + "".join(_key_char(c) for c in spelling) + r'"(\s*:)'
+
+
+def _key_char(char: str) -> str:
+    if char in '"\\' or ord(char) < 0x20:
+        return re.escape(json.dumps(char)[1:-1])  # as JSON escapes it
+    if ord(char) < 0x80:
+        return re.escape(char)
+    units = char.encode("utf-16-be")  # a character past the BMP: its surrogate pair
+    escaped = "".join(rf"\\u(?i:{units[i]:02x}{units[i + 1]:02x})" for i in range(0, len(units), 2))
+    return f"(?:{re.escape(char)}|{escaped})"
 
 
 def _replacement(name: str) -> str:
-    """``name`` as a quoted JSON key in a Java regex replacement (``$`` and ``\\`` escaped)."""
-    return json.dumps(name).replace("\\", "\\\\").replace("$", "\\$")
+    """``name`` as a quoted JSON key (UTF-8 as it is) in a Java regex replacement (``$`` and ``\\``
+    escaped)."""
+    return json.dumps(name, ensure_ascii=False).replace("\\", "\\\\").replace("$", "\\$")
 
 
 def typed(df: DataFrame, schema: StructType) -> DataFrame:

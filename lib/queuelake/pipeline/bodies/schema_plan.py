@@ -49,9 +49,10 @@ def evolution(
 
     per_version: dict[str | None, tuple[StructType, list[Change]]] = {}
     spellings: dict[str, set[str]] = {}
+    data_keys: set[str] = set()
     xml = False
     for version, by_format in versions.items():
-        key_spellings(by_format.get("json", []), spellings)
+        key_spellings(by_format.get("json", []), spellings, data_keys)
         schema: DataType | None = None
         conflicts: list[Change] = []
         for fmt, texts in sorted(by_format.items()):
@@ -64,7 +65,7 @@ def evolution(
                 schema = (merge_xml if fmt == "xml" else merge)(schema, found, "", conflicts)
         per_version[version] = (schema if isinstance(schema, StructType) else StructType([]), conflicts)
     out = evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
-    out.respell = evolve.respellings(out.schema, spellings)
+    out.respell = evolve.respellings(out.schema, spellings, data_keys)
     return out
 
 
