@@ -221,7 +221,13 @@ def _write_slice(
     xml_types = typed_append.xml_types(frame)
     # a new type none of whose bodies parse gets no table (its rows go to body_unparsed)
     tables = {n: t for n, t in tables.items() if n in samples or lake.exists(t)}
-    evolutions = {name: schema_plan.evolution(lake, tables[name], samples.get(name, {}), cfg) for name in tables}
+    evolutions: dict[str, evolve.Evolution] = {}
+    for name in sorted(tables):
+        try:
+            evolutions[name] = schema_plan.evolution(lake, tables[name], samples.get(name, {}), cfg)
+        except Exception as exc:  # noqa: BLE001 - one type's table unreadable (another writer, storage) fails it alone
+            results.append(typed_append.failed_type(name, tables[name], selected.rows_of(name), exc))
+    tables = {name: table for name, table in tables.items() if name in evolutions}
     _record_changes(lake, run.run_id, upto, tables, evolutions)
     unparsed_parts = [typed_append.select_unparsed(frame, upto).toArrow()]
     with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:

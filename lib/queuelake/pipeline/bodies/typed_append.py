@@ -103,6 +103,19 @@ def write_type(
     except BaseException as exc:  # one type's failure, a Rust panic included, never blocks another
         if not isinstance(exc, Exception) and not is_panic(exc):
             raise  # a stop request, or the interpreter's exit
-        error = jvm_line(exc) or f"{type(exc).__name__}: {exc}"
-        log.error("bodies: %s -> %s failed: %s", name, table, error, exc_info=log.isEnabledFor(logging.DEBUG))
-        return {**result, "status": Status.FAILED, "error": error[:2000]}, None
+        return failed_type(name, table, result["rows_in"], exc), None
+
+
+def failed_type(name: str, table: str, rows_in: int, exc: BaseException) -> dict[str, Any]:
+    """The result of a type whose table could not be written (its rows are read again by the next run:
+    the slice's checkpoint is not committed), said in the log."""
+    error = jvm_line(exc) or f"{type(exc).__name__}: {exc}"
+    log.error("bodies: %s -> %s failed: %s", name, table, error, exc_info=log.isEnabledFor(logging.DEBUG))
+    return {
+        "type_name": name,
+        "table": table,
+        "rows_in": rows_in,
+        "rows_out": 0,
+        "status": Status.FAILED,
+        "error": error[:2000],
+    }
