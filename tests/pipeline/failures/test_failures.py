@@ -213,6 +213,30 @@ def test_groups_counts_times_and_exact_replay_predicates(cfg: Config) -> None:
     assert (summary["selected_by"], summary["selected"]) == ("arrow", 5), summary
 
 
+def _envelope(version: str) -> str:
+    """A generic message type as NServiceBus names it, its argument from release ``version``."""
+    details = "Culture=neutral, PublicKeyToken=null"
+    argument = f"Sales.Messages.Order, Sales.Messages, Version={version}, {details}"
+    return f"Sales.Messages.Envelope`1[[{argument}]], Sales.Messages, Version=1.0.0.0, {details}"
+
+
+def test_a_generic_types_releases_failing_alike_are_one_group(cfg: Config) -> None:
+    """Two releases of a generic message type (its argument's assembly version moved) failing the same
+    way are one group, as they are one typed table; its --where selects both releases' rows (they were
+    two groups before, whose --where each named one exact type)."""
+    releases = [_order(200 + i, _envelope("1.0.0.0" if i % 2 else "2.0.0.0")) for i in range(4)]
+    _seed(cfg, "error", [_failed(m, "Billing", TIMEOUT, 40 + i, OTHER_PATH) for i, m in enumerate(releases)])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    found = failure_groups(open_lake(cfg.lake))
+    envelopes = [g for g in found.groups if g.message_type and g.message_type.startswith("Sales.Messages.Envelope")]
+    assert len(envelopes) == 1, [g.message_type for g in envelopes]
+    (g,) = envelopes
+    assert g.message_type == "Sales.Messages.Envelope`1[[Sales.Messages.Order, Sales.Messages]]"
+    assert g.message_ids() == [m.id for m in releases]
+    assert "message_type IN (" in g.where
+    assert _selects(cfg, g.where) == _rows(g) and len(_rows(g)) == 4
+
+
 def test_servicecontrol_retries_resolve_failures_and_leave_the_replay(cfg: Config) -> None:
     """ServiceControl retries keep the MessageId and name no journal row: their copies carry
     ``ServiceControl.Retry.UniqueMessageId``. A retry processed later (an audit copy) resolves the

@@ -2,6 +2,9 @@
 
 The grouping key is (exception type, message type, processing endpoint, stack-trace fingerprint):
 ServicePulse's classifiers ("Exception Type and Stack Trace", "Message Type", "Endpoint Name") at once.
+A generic message type is keyed without its arguments' assembly versions
+(``nsb.message_types.without_versions``), so its releases failing alike are one group, as they are one
+typed table; the group's ``--where`` lists each release's full name.
 The columns are the journal's typed ones, as the drain decoded them (``nsb/columns.py``); a missing one
 is a key of its own (null). The group id is the first 10 hex digits of the SHA-256 of the key (its JSON),
 so a group keeps its id from run to run, and in every lake holding the same failures.
@@ -44,6 +47,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from queuelake.nsb.message_types import without_versions
 from queuelake.pipeline.failures.read import LaterCopy
 
 RowKey = tuple[str, int]  # a journal row: queue, seq
@@ -66,6 +70,7 @@ class Row:
     is_retry: bool
     unique_id: str | None = None  # ServiceControl's id of the failed message (read.Failed's retry_unique_id)
     rank: int = 0  # its place among its message's failures (0: the first)
+    message_type: str | None = None  # as the journal holds it (a generic's argument versions kept)
 
     @property
     def key(self) -> RowKey:
@@ -182,7 +187,9 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
     groups: dict[Key, Group] = {}
     by_row: dict[RowKey, Group] = {}
     for r in failed.to_pylist():
-        key: Key = (r["exception_type"], r["message_type"], r["processing_endpoint"], r["fingerprint"])
+        message_type = r["message_type"]
+        across_releases = None if message_type is None else without_versions(message_type)
+        key: Key = (r["exception_type"], across_releases, r["processing_endpoint"], r["fingerprint"])
         g = groups.setdefault(key, Group(key))
         row = Row(
             r["queue"],
@@ -193,6 +200,7 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
             r["exception_message"],
             r["is_retry"],
             r.get("retry_unique_id"),
+            message_type=message_type,
         )
         g.rows.append(row)
         by_row[row.key] = g
@@ -273,6 +281,15 @@ def _equals(column: str, value: str | None) -> str:
     return f"{column} IS NULL" if value is None else f"{column} = {literal(value)}"
 
 
+def _message_types(g: Group, same_columns: list[Row]) -> str:
+    """The group's message type as the journal's rows spell it: a generic type's releases (its
+    arguments' assembly versions) are one group, and its rows carry each release's full name."""
+    spelled = sorted({r.message_type for r in same_columns if r.message_type is not None})
+    if g.message_type is None or len(spelled) <= 1:
+        return _equals("message_type", spelled[0] if spelled else g.message_type)
+    return f"message_type IN ({', '.join(map(literal, spelled))})"
+
+
 def where(g: Group, same_columns: list[Row]) -> str:
     """The predicate selecting exactly ``g.replay_rows()``; ``same_columns``: every failed copy with the
     group's exception type, message type and endpoint (the rows the key columns alone select)."""
@@ -281,7 +298,7 @@ def where(g: Group, same_columns: list[Row]) -> str:
         parts += ["exception_type IS NULL", "failed_queue IS NOT NULL"]
     else:
         parts.append(_equals("exception_type", g.exception_type))
-    parts += [_equals("message_type", g.message_type), _equals("processing_endpoint", g.endpoint)]
+    parts += [_message_types(g, same_columns), _equals("processing_endpoint", g.endpoint)]
     chosen: dict[str, set[int]] = defaultdict(set)
     for r in g.replay_rows():
         chosen[r.queue].add(r.seq)
