@@ -162,8 +162,10 @@ def run(args: argparse.Namespace, work: Path) -> int:
         per_row_rate = args.rows / max(replay_s - empty_s, 1e-9)
         whole_rate = args.rows / replay_s
         steps = summary["seconds_by_step"]
+        spread = sorted(r.seconds for r in runs)
         print(
-            f"replay, {mode}: {args.rows} rows in {replay_s:.2f}s, of which the empty replay's {empty_s:.2f}s: "
+            f"replay, {mode}: {args.rows} rows in {replay_s:.2f}s (median of {len(runs)}, range "
+            f"{spread[0]:.2f}-{spread[-1]:.2f}s), of which the empty replay's {empty_s:.2f}s: "
             f"{per_row_rate:,.0f} rows/s per row, ratio {per_row_rate / raw_rate:.2f} (target 0.6); "
             f"as a whole command {whole_rate:,.0f} rows/s, ratio {whole_rate / raw_rate:.2f}",
             file=out,
@@ -180,6 +182,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
             "ratio": round(per_row_rate / raw_rate, 3),
             "whole_command_rows_per_s": round(whole_rate),
             "whole_command_ratio": round(whole_rate / raw_rate, 3),
+            "whole_command_ratio_range": [round(args.rows / s / raw_rate, 3) for s in (spread[-1], spread[0])],
         }
     print(
         f"fixed costs (whole commands, s): empty replay {empty_s:.2f}; dry run of all {args.rows} {dry_s:.2f}; "
