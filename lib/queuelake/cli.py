@@ -17,7 +17,6 @@ import contextlib
 import gc
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -29,12 +28,11 @@ from typing import Any
 from queuelake import __version__, stopping
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
-from queuelake.errors import QueuelakeError, error_kind, is_panic, jvm_line
+from queuelake.errors import describe, error_kind, is_panic
 from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
 from queuelake.status import Status
 
 EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGTERM = 1, 130, 128 + signal.SIGTERM
-MAX_ERROR_CHARS = 2000
 
 
 DESCRIPTION = (
@@ -182,33 +180,6 @@ def _redact(text: str, secrets: list[str], words: bool = True) -> str:
     from queuelake.redaction import redact
 
     return redact(text, secrets, words)
-
-
-_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \"|\^+$|~*\^+~*$)")
-
-
-def describe(exc: BaseException) -> str:
-    """One readable line: what failed and why, without stack frames (Java or Python)."""
-    jvm = jvm_line(exc)
-    if jvm is not None:
-        return jvm if len(jvm) <= MAX_ERROR_CHARS else jvm[: MAX_ERROR_CHARS - 3] + "..."
-    text = str(exc).strip()
-    if not isinstance(exc, QueuelakeError):
-        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    kept: list[str] = []
-    in_frame = False
-    for line in text.splitlines():
-        if not line.strip() or line.strip().startswith(("Traceback (most recent call last)", "JVM stacktrace:")):
-            continue
-        if _FRAME.match(line):
-            in_frame = line.lstrip().startswith('File "')
-            continue
-        if in_frame and line.startswith("    "):  # the source line under a Python frame
-            continue
-        in_frame = False
-        kept.append(line.strip())
-    out = " | ".join(kept) or type(exc).__name__
-    return out if len(out) <= MAX_ERROR_CHARS else out[: MAX_ERROR_CHARS - 3] + "..."
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:

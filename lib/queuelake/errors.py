@@ -8,6 +8,10 @@ command without pyspark or delta-spark installed) and ``unexpected`` (any other 
 error or a bug; the message names its type). Every failure but ``usage`` exits 1.
 """
 
+from __future__ import annotations
+
+import re
+
 
 class QueuelakeError(Exception):
     """Base class: the CLI turns these into a clean message and a non-zero exit."""
@@ -121,6 +125,40 @@ def jvm_line(exc: BaseException) -> str | None:
         text = f"{name}: {str(message).splitlines()[0]}" if message else name
         return f"{text} ({call[0].lower() + call[1:]})" if call else text
     if type(exc).__module__.startswith("pyspark.errors") and hasattr(exc, "getMessage"):
+        if type(exc).__name__ == "PythonException":  # a task's Python error: its own last line, not the banner
+            text = str(exc).split("JVM stacktrace:")[0]
+            raised = [line.strip() for line in text.splitlines() if line.strip() and not line[0].isspace()]
+            raised = [line for line in raised if not line.startswith(("Traceback", "An exception was thrown"))]
+            if raised:
+                return f"PythonException: {raised[-1]} (in a Spark task's Python worker)"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return f"{type(exc).__name__}: {first}"
     return None
+
+
+MAX_ERROR_CHARS = 2000
+_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \"|\^+$|~*\^+~*$)")
+
+
+def describe(exc: BaseException) -> str:
+    """One readable line: what failed and why, without stack frames (Java or Python)."""
+    jvm = jvm_line(exc)
+    if jvm is not None:
+        return jvm if len(jvm) <= MAX_ERROR_CHARS else jvm[: MAX_ERROR_CHARS - 3] + "..."
+    text = str(exc).strip()
+    if not isinstance(exc, QueuelakeError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    kept: list[str] = []
+    in_frame = False
+    for line in text.splitlines():
+        if not line.strip() or line.strip().startswith(("Traceback (most recent call last)", "JVM stacktrace:")):
+            continue
+        if _FRAME.match(line):
+            in_frame = line.lstrip().startswith('File "')
+            continue
+        if in_frame and line.startswith("    "):  # the source line under a Python frame
+            continue
+        in_frame = False
+        kept.append(line.strip())
+    out = " | ".join(kept) or type(exc).__name__
+    return out if len(out) <= MAX_ERROR_CHARS else out[: MAX_ERROR_CHARS - 3] + "..."

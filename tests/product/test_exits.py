@@ -371,6 +371,8 @@ def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[s
             ran.append(name)
             if stop:
                 stopping.request()  # SIGTERM arrives during this step
+            if status == "raises":  # an error outside what the step fails alone (a Spark job over every type)
+                raise RuntimeError(f"{name} broke")
             return {"status": status, **({"error": f"{name} broke"} if status == "failed" else {})}
 
         return run
@@ -419,6 +421,25 @@ def test_a_step_interrupted_by_a_stop_request_makes_the_run_interrupted(
     order = ["drain", "bodies", "transform", "publish"]
     assert ran == order[: order.index(step) + 1]
     assert out["status"] == "interrupted" and out["skipped"] == order[order.index(step) + 1 :], out
+
+
+@pytest.mark.parametrize("failing", ["bodies", "transform"])
+def test_a_bodies_or_transform_step_that_raises_does_not_stop_the_steps_after_it(
+    monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A step that raised (a transform's Spark job failing on one message, a body no column name can
+    hold) ended the run there: the later transforms and publish never ran (found by a review)."""
+    ran, out = _run_with_steps(monkeypatch, {failing: ("raises", False)})
+    assert ran == ["drain", "bodies", "transform", "publish"]
+    assert out["status"] == "failed" and out[failing]["error"] == f"RuntimeError: {failing} broke"
+    assert out[failing]["error_kind"] == "unexpected"
+
+
+def test_a_step_that_raises_after_a_stop_signal_is_the_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop cancels the step's Spark job, whose error then reaches the run: it is not a failure to go
+    on from, but the command's stop (``cli`` reports it interrupted)."""
+    with pytest.raises(RuntimeError, match="bodies broke"):
+        _run_with_steps(monkeypatch, {"bodies": ("raises", True)})
 
 
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:

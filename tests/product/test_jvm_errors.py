@@ -7,8 +7,7 @@ from __future__ import annotations
 import logging
 
 from py4j.protocol import Py4JJavaError
-from queuelake.cli import describe
-from queuelake.errors import jvm_line
+from queuelake.errors import describe, jvm_line
 from queuelake.report import setup_logging
 
 
@@ -34,6 +33,29 @@ def test_a_java_exception_is_one_line_with_its_class_message_and_call() -> None:
     line = describe(exc)
     assert line == "java.lang.OutOfMemoryError: Java heap space (an error occurred while calling o249.unpersist)"
     assert "\n" not in line and " at " not in line
+
+
+def test_a_python_workers_error_is_its_own_last_line() -> None:
+    """A UDF raising in a Spark task reached the summary as pyspark's banner alone ("An exception was
+    thrown from the Python worker. Please see the stack trace below."): the error itself was lost."""
+
+    class PythonException(Exception):  # pyspark's needs a live JVM to be built and printed
+        __module__ = "pyspark.errors.exceptions.captured"
+
+        def getMessage(self) -> str:  # noqa: N802 - pyspark's method
+            return str(self)
+
+    text = (
+        "\n  An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        'Traceback (most recent call last):\n  File "<stdin>", line 5, in check\n'
+        "ValueError: cannot handle the message at seq 7\n"
+        "\nJVM stacktrace:\norg.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        "\tat org.apache.spark.Task.run(Task.scala:1)\n"
+    )
+    exc = PythonException(text)
+    assert describe(exc) == (
+        "PythonException: ValueError: cannot handle the message at seq 7 (in a Spark task's Python worker)"
+    )
 
 
 def test_other_errors_are_not_taken_for_the_jvm() -> None:

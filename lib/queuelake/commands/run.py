@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 from queuelake.commands.command import Command
@@ -52,7 +53,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         if stopping.requested():
             break
         started = time.monotonic()
-        steps[name] = step()
+        steps[name] = _step(name, step)
         # the whole step, a Spark session's start included: what a scheduler's run is made of
         steps[name]["step_seconds"] = round(time.monotonic() - started, 3)
         if steps[name].get("status") == Status.INTERRUPTED:
@@ -68,6 +69,28 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     if Status.INTERRUPTED in statuses or len(steps) < len(order):
         return {"status": Status.INTERRUPTED, **steps, "skipped": [n for n in order if n not in steps]}
     return {"status": Status.OK, **steps}
+
+
+def _step(name: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The step's summary; a bodies or transform step that raised (an error outside the parts it fails
+    alone: a Spark job over every type, a library's bug) is a failed step, and the run goes on. Why: one
+    message whose body broke the bodies step failed every scheduled run before its transforms and
+    publish ran (found by a review). A stop is not a failure: it goes to the command."""
+    from queuelake import stopping
+    from queuelake.errors import describe, error_kind, is_panic
+    from queuelake.report import log
+    from queuelake.status import Status
+
+    if name not in _GO_ON_AFTER_FAILURE:
+        return step()
+    try:
+        return step()
+    except BaseException as exc:
+        if stopping.requested() or not (isinstance(exc, Exception) or is_panic(exc)):
+            raise
+        error = describe(exc)
+        log.error("run: the %s step failed: %s; the steps after it still run", name, error)
+        return {"status": Status.FAILED, "error": error, "error_kind": error_kind(exc)}
 
 
 COMMAND = Command(

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.config_sections import SparkConfig, TransformConfig
-from queuelake.errors import ConfigError, QueuelakeError
+from queuelake.errors import ConfigError, QueuelakeError, describe, is_panic
 from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
@@ -276,9 +276,12 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
             results.append(run_transform(spark, lake, t, suites.get(t.name), run.run_id, config))
             if results[-1]["status"] == Status.BLOCKED:
                 status = Status.FAILED  # the data needs a person's attention
-        except QueuelakeError as exc:
-            log.error("transform %s failed: %s", t.name, exc)
-            results.append({"transform": t.name, "output": t.output, "status": Status.FAILED, "error": str(exc)})
+        except BaseException as exc:  # noqa: BLE001 - the user's function or its Spark job: this transform fails alone
+            if stopping.requested() or not (isinstance(exc, Exception) or is_panic(exc)):
+                raise  # a stop signal's (the stop itself, or the cancelled Spark job's error): the command's to report
+            error = str(exc) if isinstance(exc, QueuelakeError) else describe(exc)
+            log.error("transform %s failed: %s", t.name, error)
+            results.append({"transform": t.name, "output": t.output, "status": Status.FAILED, "error": error})
             status = Status.FAILED
         results[-1].setdefault("seconds", round(time.monotonic() - t0, 3))
     run.record(lake, [_runs_row(r) for r in results])

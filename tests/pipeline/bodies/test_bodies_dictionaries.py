@@ -168,3 +168,17 @@ def test_a_number_past_a_doubles_range_is_a_double_not_an_empty_schema() -> None
     assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == [("OrderId", "bigint"), ("X", "double")]
     assert not conflicts
     assert infer(["{not json", "[1, 2]"], "json", False)[0].fields == []
+
+
+def test_what_orjson_rightly_refuses_stays_refused() -> None:
+    """The standard library's parser, the fallback for ``1e400``, also took a lone surrogate escape (a
+    column name no Arrow or Parquet name can hold: every run failed after the type's write) and nesting
+    past 1,024 levels (it raised RecursionError, which failed the type every run). Both are bodies
+    that do not parse, as before the fallback (found by a review)."""
+    deep = '{"Id": 1, "Tree": ' + "[" * 1100 + "]" * 1100 + "}"
+    surrogate = '{"Id": 1, "Note\\ud83d": "x"}'
+    both = '{"Id": 1, "X": 1e400, "Note\\ud83d": "x"}'
+    for body in (deep, surrogate, both):
+        assert infer([body], "json", False)[0].fields == [], body[:40]
+    schema, _ = infer(['{"Id": 1, "Note": "ok"}', surrogate, deep], "json", False)
+    assert [f.name for f in schema.fields] == ["Id", "Note"]

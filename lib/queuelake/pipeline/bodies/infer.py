@@ -209,19 +209,24 @@ _NOT_JSON = object()
 
 
 def _loads(text: str) -> Any:
-    """The JSON value of ``text`` (``_NOT_JSON``: none). orjson first; the standard library when orjson
-    refuses a number past a double's range (``1e400``): orjson
-    rejected the whole body, and a type whose every sampled body held one was stored with no column at
-    all, its rows counted as written (found by a review). Such a number is a double's infinity, as Spark
-    reads it."""
+    """The JSON value of ``text`` (``_NOT_JSON``: none). orjson first; the standard library only when
+    orjson refuses a number past a double's range (``1e400``): orjson rejected the whole body, and a
+    type whose every sampled body held one was stored with no column at all, its rows counted as
+    written (found by a review). Such a number is a double's infinity, as Spark reads it. Only then:
+    the standard library also takes what orjson rightly refuses, a lone surrogate escape (a key no
+    Arrow or Parquet name can hold) and nesting past 1,024 levels (it recursed past Python's limit),
+    and each failed the type's every run (found by a review)."""
     try:
         return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        pass
+    except orjson.JSONDecodeError as exc:
+        if "number is infinity" not in str(exc):
+            return _NOT_JSON
     try:
-        return json.loads(text)
-    except ValueError:
+        value = json.loads(text)
+        orjson.dumps(value)  # refuses a lone surrogate here too (the body held a big number first)
+    except (ValueError, RecursionError, orjson.JSONEncodeError):
         return _NOT_JSON
+    return value
 
 
 def json_root(text: str, keep_type_member: bool) -> StructType | None:
