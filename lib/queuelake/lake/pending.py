@@ -8,11 +8,11 @@ time travel, and a second ``erase`` selected nothing (the journal rows were alre
 never purged them. A record written before the first delete names the tables to purge; a command
 that finds one does what it names, then clears it.
 
-A record is also how a running command says it is running: it names its process (host and pid) and
-is rewritten between steps. Another command finishes the work of every record, but clears only a
-dead command's: one whose process is gone from this host, or, from another host, one left alone for
-``STALE_SECONDS``. It cleared a running erase's record, and that erase, killed afterwards, left its
-removed files for good.
+A record is also how a running command says it is running: it names its process (host, pid and when
+the process started, so that a reused pid is not taken for it) and is rewritten between steps. Another
+command finishes the work of every record, but clears only a dead command's: one whose process is gone
+from this host, or, from another host, one left alone for ``STALE_SECONDS``. It cleared a running
+erase's record, and that erase, killed afterwards, left its removed files for good.
 
 Not a Delta table: a record is written and cleared once per command, read only by the next one, and
 a table's log would outlive it. ``list_tables`` never lists the folder (no ``_delta_log``).
@@ -45,16 +45,22 @@ class Record:
         """Its command is gone: its process ended (on this host), or it has not written for long."""
         owner = self.payload.get(OWNER) or {}
         if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
-            return not _alive(owner["pid"])
+            return not _alive(owner["pid"], owner.get("started"))
         return self.age_seconds >= STALE_SECONDS
 
 
 OWNER = "_owner"  # the payload's key naming the recording process
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: str | None) -> bool:
+    """The process ``pid`` runs, and is the one that started at ``started`` (``_started``): a pid is
+    reused, and a container restarted with its host name gets the same low pids again, so a killed
+    erase's record looked alive to every later erase, each of which got its pid (found by a review)."""
+    now = _started(pid)
+    if started is not None and now is not None:
+        return now == started
     if pid == os.getpid():
-        return True
+        return False  # not this process's record (it clears its own): another's with the same pid
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -62,6 +68,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process: alive
         return True
     return True
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started, as this boot's clock ticks (Linux ``/proc/<pid>/stat``'s
+    ``starttime``) after the boot's id; None when it is gone or the system says nothing."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            return f"{boot.read().strip()}:{fields[19]}"
+    except (OSError, IndexError):
+        return None
 
 
 def _where(root: str, kind: str) -> tuple[Any, str]:
@@ -73,7 +91,8 @@ def record(root: str, kind: str, name: str, payload: dict[str, Any]) -> None:
     """Record (or replace) the pending work ``name`` of ``kind``; durable when this returns."""
     fs, folder = _where(root, kind)
     fs.create_dir(folder, recursive=True)
-    owned = {**payload, OWNER: {"host": socket.gethostname(), "pid": os.getpid()}}
+    owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _started(os.getpid())}
+    owned = {**payload, OWNER: owner}
     # written aside, then moved in place: a reader (another erase) saw a half-written record, truncated
     # by the rewrite, and failed on its JSON; an object store's put is whole already
     staged = f"{folder}/{name}.json.{os.getpid()}.tmp"

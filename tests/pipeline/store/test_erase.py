@@ -22,6 +22,7 @@ from queuelake.lake.increments import added_files
 from queuelake.lake.reading import read_table
 from queuelake.lake.record_tables import REPLAY_SKIPPED
 from queuelake.lake.round_files import open_file
+from queuelake.lake.stage_tables import BODY_SCHEMA_CHANGES as CHANGES
 from queuelake.pipeline.find.search import find
 from queuelake.pipeline.store.erase import erase
 from queuelake.transport import db, installer
@@ -285,23 +286,32 @@ def ids_on_disk(folder: Path, column: str) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["erase_derived_removed", "erase_journal_removed"])
+@pytest.mark.parametrize("point", ["erase_derived_removed", "erase_journal_removed", "erase_purged"])
 def test_an_erase_killed_at_any_step_is_finished_by_the_next(tmp_path: Path, point: str) -> None:
-    """An erase SIGKILLed after its derived rows went (the journal's still there), or after every delete
-    committed but before the purge. Either way the same erase run again leaves no erased row in any
-    table nor any erased value in any file on disk (time travel included). Before, the journal went
-    first: a kill after it left the derived rows for good (a second erase selected nothing), and a kill
-    before the purge left the removed files readable."""
+    """An erase SIGKILLed after its derived rows went (the journal's still there), after every delete
+    committed but before the purge, or after the purge before its record was cleared. Either way the
+    same erase run again leaves no erased row in any table nor any erased value in any file on disk
+    (time travel included). Before, the journal went first: a kill after it left the derived rows for
+    good (a second erase selected nothing), and a kill before the purge left the removed files
+    readable. The record a kill leaves names the tables the erase touched, not a typed table it did
+    not (after the journal's delete it named every typed table again: a review)."""
     root = tmp_path / "lake"
     cfg, lake, _ = seeded(root)
+    untouched = "body_untouched"  # a typed table none of the erased messages has a row in
+    lake.append(untouched, pa.table({"message_id": ["someone-else"]}), "t", 1)
+    lake.append(CHANGES.name, pa.Table.from_pylist([{"table": untouched, "change": "created"}], CHANGES.schema), "t", 1)
     conf = write_config(tmp_path / "job.yaml", root)
     args = ["erase", "-c", str(conf), "--where", PREDICATE]
     killed = run_cli(args, "x", cwd=tmp_path, QUEUELAKE_TEST_KILL_AT=point)
     assert killed.returncode == -9, killed.stderr[-3000:]
+    [record] = (root / "_queuelake" / "pending" / "erase").glob("*.json")
+    purge = json.loads(record.read_text())["purge"]
+    assert (untouched in purge) == (point == "erase_derived_removed"), purge  # before: every typed table
     journal_left = lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist()
     gone_left = [m for m in journal_left if m.startswith("gone-")]
     assert len(gone_left) == (70 if point == "erase_derived_removed" else 0)
-    assert ids_on_disk(root / "messages", "message_id") & set(ids("gone", 70)), "nothing was left to purge"
+    on_disk = ids_on_disk(root / "messages", "message_id") & set(ids("gone", 70))
+    assert bool(on_disk) == (point != "erase_purged"), "nothing was left to purge, or the purge left some"
 
     done, log, code = cli(args, "x", tmp_path)
     assert code == 0 and done["status"] == "ok", (done, log)
@@ -317,7 +327,9 @@ def test_an_erase_killed_at_any_step_is_finished_by_the_next(tmp_path: Path, poi
 def test_an_erase_clears_only_the_records_of_erases_that_are_gone(tmp_path: Path) -> None:
     """Two erases at once: the second one purged the first one's tables and cleared its record, so the
     first, killed afterwards, left its removed files for good. A record of a live process (on this host),
-    or one another host wrote lately, stays; a dead process's, or an old one from another host, goes."""
+    or one another host wrote lately, stays; a dead process's, or an old one from another host, goes. So
+    does one whose pid another process has now: a killed erase's record stayed for good when each later
+    erase got the same pid (a container restarted keeps its host name: a review)."""
     import os
     import socket
     import subprocess
@@ -331,9 +343,14 @@ def test_an_erase_clears_only_the_records_of_erases_that_are_gone(tmp_path: Path
     append(lake, batch(SALES, range(0, 5), NOW))
     folder = tmp_path / "_queuelake" / "pending" / PENDING
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    here = socket.gethostname()
     owners = {
-        "running-here": {"host": socket.gethostname(), "pid": os.getppid()},
-        "killed-here": {"host": socket.gethostname(), "pid": int(dead.stdout)},
+        "running-here": {"host": here, "pid": os.getppid()},
+        "running-here-since": {"host": here, "pid": os.getppid(), "started": pending._started(os.getppid())},
+        "killed-here": {"host": here, "pid": int(dead.stdout)},
+        # a killed erase whose pid another process has now (a container restarted: pid 1 or 2 again)
+        "killed-pid-reused": {"host": here, "pid": os.getppid(), "started": "another-boot:1"},
+        "killed-pid-now-ours": {"host": here, "pid": os.getpid(), "started": "another-boot:1"},
         "running-elsewhere": {"host": "another-host", "pid": 1},
         "killed-elsewhere": {"host": "another-host", "pid": 1},
     }
@@ -345,7 +362,7 @@ def test_an_erase_clears_only_the_records_of_erases_that_are_gone(tmp_path: Path
     os.utime(folder / "killed-elsewhere.json", (old, old))
 
     finish_pending(cfg, lake)
-    assert sorted(p.stem for p in folder.glob("*.json")) == ["running-elsewhere", "running-here"]
+    assert sorted(p.stem for p in folder.glob("*.json")) == ["running-elsewhere", "running-here", "running-here-since"]
 
 
 @pytest.mark.slow

@@ -143,14 +143,16 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter)
         landed = later.join(keys.select(["queue", "seq"]), keys=["queue", "seq"], join_type="left anti")
         if landed.num_rows:
             log.info("erase: %d matching row(s) landed during the erase; their derived rows too", landed.num_rows)
+            # until their derived deletes are done, any typed table may hold their rows
             pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines) + typed.body_tables(lake)})
             _remove_derived(lake, landed, tables, engines)
     kill_points.reached("erase_journal_removed")  # every delete committed, nothing purged yet
-    if keys.num_rows or deleted.rows:
-        pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines) + typed.body_tables(lake)})
+    if keys.num_rows or deleted.rows:  # every delete done: the purge left is of the tables they touched
+        pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines)})
     for table, engine in engines.items():
         tables[table]["files_vacuumed"] = engine.purge_removed(table)
         log.info("erase %s: %d removed file(s) purged from storage", table, tables[table]["files_vacuumed"])
+    kill_points.reached("erase_purged")  # every purge done, the record still there
     pending.clear(cfg.lake.root, PENDING, name)
     return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
 
