@@ -138,3 +138,58 @@ def test_a_transform_after_an_erase_of_old_and_new_rows_reads_each_new_row_once(
     ids = lake.read_arrow("seen_ids", columns=["message_id"]).column("message_id").to_pylist()
     # the first run's 40 (an output is the user's table: erase leaves it), then the 29 new ones kept
     assert len(ids) == len(set(ids)) == 40 + 29 and new not in ids
+
+
+@pytest.mark.slow
+def test_bodies_after_an_erase_of_old_and_new_rows_record_each_unparsed_row_once(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """As the transform above: bodies read the file the erase rewrote whole, and appended the earlier
+    rows' unparsed records again (the typed rows were deduplicated by message id, the unparsed ones
+    only against this increment's: found by a review). It reads the increment's batches only."""
+    import uuid
+
+    from queuelake.nsb import headers as hdr
+    from queuelake.pipeline.store.erase import erase
+    from queuelake.transport.queues import OutgoingMessage
+
+    def message(i: int, body: bytes) -> OutgoingMessage:
+        headers = {
+            hdr.MESSAGE_ID: str(uuid.UUID(int=i + 1)),
+            hdr.ENCLOSED_MESSAGE_TYPES: "Shop.Ordered, Shop",
+            hdr.CONTENT_TYPE: "application/json",
+            hdr.MESSAGE_INTENT: "Send",
+        }
+        return OutgoingMessage(hdr.encode(headers), body, id=str(uuid.UUID(int=i + 1)))
+
+    cfg = from_dict(
+        {
+            "transport": {"connection": fresh_pg_uri},
+            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+            "drain": {"queues": ["Sales"], "batch_size": 500, "workers_per_queue": 1},
+        },
+        env={},
+    )
+    sales = queue_ref("Sales", cfg.transport)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        traffic.seed(conn, sales, [message(i, b"not json" if i % 4 == 0 else b'{"X": 1}') for i in range(40)])
+        conn.commit()
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["landed"] == 40
+    first = bodies_run.bodies(cfg, spark, lake)
+    assert first["status"] == "ok" and first["unparsed"] == 10, first
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, sales, [message(100 + i, b'{"X": 2}') for i in range(30)])
+        conn.commit()
+    assert drain(cfg, lake)["landed"] == 30
+    journal = lake.read_arrow("messages", columns=["message_id", "seq"]).sort_by("seq").to_pylist()
+    old, new = journal[1]["message_id"], journal[-1]["message_id"]  # a parsed old row, a new one
+    erase(cfg, lake, f"message_id IN ('{old}', '{new}')")
+    read = bodies_run.checkpoint(lake)
+    assert lake.added_batches("messages", read, lake.table_version("messages")), "the erase did not mix rows"
+
+    second = bodies_run.bodies(cfg, spark, lake)
+    assert second["status"] == "ok" and second["rows_read"] == 29 and second["unparsed"] == 0, second
+    unparsed = lake.read_arrow("body_unparsed", columns=["queue", "id"]).to_pylist()
+    assert len(unparsed) == len({(r["queue"], r["id"]) for r in unparsed}) == 10

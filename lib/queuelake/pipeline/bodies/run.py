@@ -147,7 +147,7 @@ def _slice(
     """One increment, journal versions (after, upto]: typed tables appended, its checkpoint committed
     unless a type failed."""
     started = time.monotonic()
-    selected = select.plan(config, lake.added_files(MESSAGES, after, upto))
+    selected = select.plan(config, lake.added_files(MESSAGES, after, upto), lake.added_batches(MESSAGES, after, upto))
     cfg = config.bodies
     tables = names.assign(selected.type_names, claimed(lake), cfg.table_prefix, cfg.tables, _reserved())
     log.info(

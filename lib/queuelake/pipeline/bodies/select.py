@@ -1,10 +1,11 @@
 """Which journal rows a bodies increment reads, and what each is: type, version, format, text.
 
 An increment is the journal versions (after, upto] (``increments.py``: the files those commits
-added). A row is read when it landed, has a message type, comes from a configured queue
-(``bodies.queues``; default every queue) and type (``bodies.types``), and is not an audit copy
-(``ProcessingEnded`` set) when ``include_audit`` is off, nor an error-queue copy (``FailedQ`` set)
-unless ``include_failed`` is on. Rows without a message type (subscription control messages) have
+added; of their batches only when an erase rewrote rows read before into one of them). A row is read
+when it landed, has a message type, comes from a configured queue (``bodies.queues``; default every
+queue) and type (``bodies.types``), and is not an audit copy (``ProcessingEnded`` set) when
+``include_audit`` is off, nor an error-queue copy (``FailedQ`` set) unless ``include_failed`` is on.
+Rows without a message type (subscription control messages) have
 no table and are not read.
 
 First a pass in Arrow on the driver over the few small columns (no body, no Spark job): which types
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.config import Config
-from queuelake.lake.arrow_types import to_spark_schema
+from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.round_files import open_file, spark_frame
 from queuelake.pipeline.bodies import names
 from queuelake.pipeline.bodies.seen import Times
@@ -53,6 +54,9 @@ class Plan:
     """What the increment holds, from the Arrow pass: the selected rows per (type name, version)."""
 
     files: list[str]
+    # the increment's batch ids when its files also hold rows read before (``LakeEngine.added_batches``:
+    # an erase rewrote old and new rows into one file); None: every row of the files is new
+    batches: list[str] | None = None
     # the first EnclosedMessageTypes entry (assembly-qualified; the journal's ``message_type`` is its
     # full name alone) -> type name
     types: dict[str, str] = field(default_factory=dict)
@@ -77,15 +81,19 @@ class Plan:
         return sorted({t for t, _ in self.strata})
 
 
-def plan(config: Config, files: list[str]) -> Plan:
+def plan(config: Config, files: list[str], batches: list[str] | None = None) -> Plan:
+    """The rows of ``files`` (of ``batches`` only, when given) the bodies read, counted per type."""
     cfg = config.bodies
     queues = sorted({queue_ref(q, config.transport).canonical for q in cfg.queues}) if cfg.queues else None
-    out = Plan(files, queues=queues, include_audit=cfg.include_audit, include_failed=cfg.include_failed)
+    out = Plan(files, batches, queues=queues, include_audit=cfg.include_audit, include_failed=cfg.include_failed)
     ids: dict[str, list[pa.Array]] = {}
     sent: dict[str, list[pa.Array]] = {}
+    wanted_batches = None if batches is None else pa.array(batches, pa.string())
     for uri in files:
-        data = open_file(uri).read(columns=_PLAN_COLUMNS)
+        data = open_file(uri).read(columns=_PLAN_COLUMNS + ([] if batches is None else ["batch_id"]))
         keep = pc.and_(pc.equal(data["outcome"], "landed"), pc.is_valid(data["message_type"]))
+        if wanted_batches is not None:
+            keep = pc.and_(keep, pc.fill_null(pc.is_in(as_string(data["batch_id"]), value_set=wanted_batches), False))
         if queues is not None:
             keep = pc.and_(keep, pc.is_in(data["queue"], value_set=pa.array(queues, pa.string())))
         if not out.include_failed:  # the same copies as ``_copies`` selects in Spark
@@ -139,6 +147,8 @@ def _copies(selected: Plan) -> Column:
     from pyspark.sql import functions as F
 
     keep = (F.col("outcome") == "landed") & F.col("message_type").isNotNull()
+    if selected.batches is not None:
+        keep = keep & F.col("batch_id").isin(selected.batches)
     if not selected.include_failed:
         keep = keep & F.col("failed_queue").isNull()
     if not selected.include_audit:
