@@ -363,26 +363,35 @@ def infer(texts: list[str], fmt: str, keep_type_member: bool) -> tuple[StructTyp
     return schema, [c for c in changes if c.kind == "conflict"]
 
 
-def key_spellings(texts: list[str], into: dict[str, set[str]], data_keys: set[str]) -> None:
+def key_spellings(
+    texts: list[str], into: dict[str, set[str]], data_keys: set[str], schema: DataType | None = None
+) -> None:
     """Every spelling of every object key in the JSON ``texts``, by lower case name, added to ``into``
     (``evolve.respellings`` keeps the names spelled more than one way); a dictionary's data keys, in lower
-    case, to ``data_keys`` instead (a respelling would rewrite them too: they are left as they are)."""
+    case, to ``data_keys`` instead (a respelling would rewrite them too: they are left as they are). A
+    dictionary is an object whose keys look like data (``keyed_by_data``), or one where the table's
+    ``schema`` holds a map: a map whose keys look like names (``orderId``) had them respelled, and two
+    entries ``OrderId`` in one map (found by a review)."""
     for text in texts:
-        _spellings(_loads(text), into, data_keys)
+        _spellings(_loads(text), schema, into, data_keys)
 
 
-def _spellings(value: Any, into: dict[str, set[str]], data_keys: set[str]) -> None:
+def _spellings(value: Any, t: DataType | None, into: dict[str, set[str]], data_keys: set[str]) -> None:
     if isinstance(value, list):
+        element = t.elementType if isinstance(t, ArrayType) else None
         for item in value:
-            _spellings(item, into, data_keys)
+            _spellings(item, element, into, data_keys)
     elif isinstance(value, dict):
-        data = keyed_by_data(list(value))  # a dictionary: its keys are data, its values may hold names
+        # a dictionary: its keys are data, its values may hold names
+        data = isinstance(t, MapType) or keyed_by_data(list(value))
+        fields = {f.name.lower(): f.dataType for f in t.fields} if isinstance(t, StructType) else {}
         for key, item in value.items():
             if data:
                 data_keys.add(key.lower())
             else:
                 into.setdefault(key.lower(), set()).add(key)
-            _spellings(item, into, data_keys)
+            inner = t.valueType if isinstance(t, MapType) else fields.get(key.lower())
+            _spellings(item, inner, into, data_keys)
 
 
 # How deep the Delta schema's JSON may nest (a struct field costs 3 levels: its type, the fields list,
