@@ -63,7 +63,7 @@ def _job(s3: str, uri: str, tmp_path: Path, engine: str) -> tuple[str, str, Path
     require_s3_jars()
     if engine == "delta-spark":
         require_delta_jars()
-    prefix = f"lake-{engine}-{uuid.uuid4().hex[:8]}"
+    prefix = f"lake {engine}-{uuid.uuid4().hex[:8]}"  # a space: deltalake encodes it in its file URIs
     conf = tmp_path / "job.yaml"
     conf.write_text(json.dumps(job_config(f"s3://{BUCKET}/{prefix}", s3, engine, ["Sales"])))
     install_queues(uri, ["Sales"], monitoring=True)

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import storage
-from queuelake.lake.reading import parquet_format
+from queuelake.lake.reading import local_paths, parquet_format
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -132,7 +132,7 @@ def _fragments(dt: DeltaTable, where: RowFilter, columns: list[str] | None = Non
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return []
-    uris = dt.file_uris()
+    uris = local_paths(dt, dt.file_uris())
     by_path = {uri.rsplit("/", 1)[-1]: uri for uri in uris}
     schema = pa.schema(dt.schema().to_arrow())
     read_schema = pa.schema([schema.field(c) for c in sorted(set(columns or where.columns))])

@@ -40,15 +40,17 @@ def table_schema(dt: DeltaTable) -> pa.Schema:
 
 
 def local_paths(dt: DeltaTable, uris: list[str]) -> list[str]:
-    """deltalake's file URIs with a local table's root as its real path. For a local table deltalake
-    percent-encodes the root (``/tmp/a%20b/...``) but not the folders below it, whose names on disk are
-    already Hive-escaped (``q=x%20y``); pyarrow and Spark take paths literally. Object-store URIs
-    (``s3://...``) are left as they are."""
+    """deltalake's file URIs with the table's root as its real path. deltalake percent-encodes the root
+    (``/tmp/a%20b/...``, ``s3://bucket/my%20lake/...``) but not the folders below it, whose names in
+    storage are already Hive-escaped (``q=x%20y``); pyarrow and Spark take paths literally. A root with a
+    space failed every reader of typed tables, ``erase`` and ``maintain`` on a local lake, and on S3
+    every command: the encoded key matched no configured root, so its storage options were not used
+    (found by a review)."""
     base = dt.table_uri
-    if not base.startswith("file://"):
-        return uris
-    prefix = base[len("file://") :].rstrip("/") + "/"
+    prefix = (base[len("file://") :] if base.startswith("file://") else base).rstrip("/") + "/"
     root = unquote(prefix)
+    if root == prefix:
+        return uris
     return [root + u[len(prefix) :] if u.startswith(prefix) else u for u in uris]
 
 
