@@ -209,6 +209,24 @@ def test_receive_from_a_missing_table_names_it(pg_uri: str, pg_driver: str) -> N
             assert queues.db_utc_now(conn) is not None
 
 
+def test_a_refused_row_is_named_by_its_table_never_quoted(fresh_pg_uri: str, pg_driver: str) -> None:
+    """A queue table that refuses a row (an extra NOT NULL column) failed the send with PostgreSQL's
+    "DETAIL:  Failing row contains (...)": the message's headers and body (hex) went into the summary,
+    the log and ``runs``, where an erase of the message does not reach (found by a review)."""
+    cfg = make_config(fresh_pg_uri, pg_driver, ["Strict"])
+    strict = ref("Strict", pg_driver, fresh_pg_uri)
+    with connect(fresh_pg_uri, pg_driver) as conn:
+        installer.install(conn, installer.plan(cfg))
+        with conn.transaction():
+            conn.raw.cursor().execute(f"ALTER TABLE {strict.qualified} ADD COLUMN extra integer NOT NULL")
+        with pytest.raises(TransportError) as info:
+            with conn.transaction():
+                queues.send(conn, strict, [OutgoingMessage('{"Customer": "Alice"}', b'{"Name": "Alice"}')])
+    message = str(info.value)
+    assert '"public"."Strict"' in message and "not-null constraint" in message, message
+    assert "Alice" not in message and b'{"Name"'.hex() not in message and "Failing row" not in message
+
+
 def test_require_table_names_the_missing_table(pg_uri: str, pg_driver: str) -> None:
     cfg = make_config(pg_uri, pg_driver, ["Present"])
     with connect(pg_uri, pg_driver) as conn:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -176,7 +177,16 @@ def _first_line(exc: BaseException) -> str:
     else:
         text = str(exc).strip()
     text = text or type(exc).__name__
-    return " ".join(line.strip() for line in text.splitlines()[:3])
+    lines = [line.strip() for line in text.splitlines() if not line.strip().startswith(_ROW_DATA)]
+    return _DUPLICATE_VALUE.sub(r"\1(...)", " ".join(lines[:3]))
+
+
+# the parts of a driver's error that quote a row's values (PostgreSQL's "DETAIL:  Failing row contains
+# (...)" and "Key (id)=(...)", its "CONTEXT:  COPY t, line 1, column body: ...", SQL Server's "The
+# duplicate key value is (...)"): a message's headers and body went into summaries, logs and ``runs``,
+# where an erase of the message does not reach (found by a review)
+_ROW_DATA = ("DETAIL:", "CONTEXT:")
+_DUPLICATE_VALUE = re.compile(r"(The duplicate key value is )\((?:[^()]|\([^()]*\))*\)")
 
 
 def adbc_available() -> bool:
