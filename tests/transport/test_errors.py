@@ -222,6 +222,13 @@ def test_a_refused_row_is_named_by_its_table_never_quoted(fresh_pg_uri: str, pg_
         with pytest.raises(TransportError) as info:
             with conn.transaction():
                 queues.send(conn, strict, [OutgoingMessage('{"Customer": "Alice"}', b'{"Name": "Alice"}')])
+        # publish and replay ask the catalog first, and do not send there (test_job_rights.py)
+        with conn.transaction():
+            problem = schema.delivery_problem(conn, strict)
+            assert problem is not None and problem.endswith("that a send does not write: extra"), problem
+            installed = ref("Strict2", pg_driver, fresh_pg_uri)
+            installer.install(conn, installer.plan(make_config(fresh_pg_uri, pg_driver, ["Strict2"])))
+            assert schema.delivery_problem(conn, installed) is None
     message = str(info.value)
     assert '"public"."Strict"' in message and "not-null constraint" in message, message
     assert "Alice" not in message and b'{"Name"'.hex() not in message and "Failing row" not in message

@@ -77,3 +77,32 @@ def test_read_write_delete_rights_are_enough_for_the_job(fresh_pg_uri: str, tmp_
     retried = cli("replay", "--where", "failed_queue IS NOT NULL")
     assert retried["rows_sent"] == 5, retried
     assert cli("drain")["landed"] == 5  # the retries, back from Sales
+
+
+def test_a_table_the_job_may_not_insert_into_is_not_a_destination(fresh_pg_uri: str) -> None:
+    """A subscriber's table another team owns and never granted INSERT on, or changed with a NOT NULL
+    column a send does not write, refused every copy: its refusal failed the whole batch, every run,
+    and every other subscriber got nothing (found by a review). The catalog tells both before the
+    batch: such a table is an undeliverable destination, named with its reason."""
+    from queuelake.transport import schema
+
+    role = "queuelake_sender"
+    setup = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Good"]}}, env={})
+    with db.connect(setup.transport) as conn:
+        installer.install(conn, installer.plan(setup, extra_queues=["Closed", "Strict"]))
+        conn.commit()
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        conn.execute(f'GRANT SELECT, INSERT ON "public"."Good", "public"."Strict" TO {role}')
+        conn.execute(f'GRANT SELECT ON "public"."Closed" TO {role}')
+        conn.execute('ALTER TABLE "public"."Strict" ADD COLUMN "Tenant" integer NOT NULL')
+    job = from_dict({"transport": {"connection": _as(fresh_pg_uri, role)}}, env={})
+    with db.connect(job.transport) as conn:
+        problems = {q: schema.delivery_problem(conn, queue_ref(q, job.transport)) for q in ("Good", "Closed", "Strict")}
+    assert problems["Good"] is None
+    assert problems["Closed"] == 'this login may not insert into queue table "public"."Closed" (no INSERT permission)'
+    assert problems["Strict"] == (
+        'queue table "public"."Strict" has NOT NULL column(s) without a default that a send does not write: tenant'
+    )

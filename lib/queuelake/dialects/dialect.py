@@ -37,6 +37,8 @@ STATEMENTS: frozenset[str] = frozenset(
         "check_rowversion_index",
         "check_headers_type",
         "table_columns",
+        "columns_needing_values",
+        "can_insert",
         "count_rows",
         "oldest",
         "peek",

@@ -42,14 +42,32 @@ def warnings(conn: Connection, ref: TableRef) -> list[str]:
 
 
 def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> str | None:
-    """Why messages cannot be inserted into this table (missing, or not a queue / delayed table), or
-    None. Reads the catalog only; never commits or rolls back (it runs inside a publish batch)."""
-    rows = conn.run("table_columns", ref.identifiers(), ref.params(), what=ref.canonical)
+    """Why messages cannot be inserted into this table, or None: it is missing, not a queue / delayed
+    table, has a column an insert must fill that a send does not write, or this login may not insert
+    into it. Reads the catalog only; never commits or rolls back (it runs inside a publish batch).
+
+    Why the last two: such a table refuses every copy, and its refusal failed the whole batch, every
+    run, so one subscriber whose table another team changed (or never granted INSERT on) stopped the
+    delivery to every other subscriber (found by a review). Refusals the catalog cannot tell (a
+    trigger that raises, a CHECK constraint) still fail the batch."""
+    what = ref.canonical
+    rows = conn.run("table_columns", ref.identifiers(), ref.params(), what=what)
     have = {str(r[0]).lower() for r in rows}
     kind = "delayed-delivery table" if delayed else "queue table"
     if not have:
-        return f"{kind} {ref.canonical} does not exist"
-    missing = (conn.rules.required_delayed_columns if delayed else conn.rules.required_columns) - have
+        return f"{kind} {what} does not exist"
+    written = conn.rules.required_delayed_columns if delayed else conn.rules.required_columns
+    missing = written - have
     if missing:
-        return f"{ref.canonical} is not a {kind}: no column(s) {', '.join(sorted(missing))}"
+        return f"{what} is not a {kind}: no column(s) {', '.join(sorted(missing))}"
+    if conn.rules.legacy_recoverable_column and not delayed:
+        written = written | {"recoverable"}  # the SQL Server transport's, written when the table has it
+    needing = conn.run("columns_needing_values", ref.identifiers(), ref.params(), what=what)
+    unfilled = {str(r[0]).lower() for r in needing} - written
+    if unfilled:
+        columns = ", ".join(sorted(unfilled))
+        return f"{kind} {what} has NOT NULL column(s) without a default that a send does not write: {columns}"
+    allowed = conn.run("can_insert", ref.identifiers(), ref.params(), what=what)
+    if allowed and allowed[0][0] is not None and not allowed[0][0]:
+        return f"this login may not insert into {kind} {what} (no INSERT permission)"
     return None

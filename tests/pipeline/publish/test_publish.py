@@ -209,11 +209,14 @@ def test_hostile_subscriptions_never_block_the_valid_subscriber(
     fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None
 ) -> None:
     """SubscriptionRouting is written by every endpoint; queuelake does not own it. One valid
-    subscriber beside empty, malformed, hostile, over-long, non-queue and missing-table addresses:
-    the valid one gets each event exactly once, round after round; each bad one is recorded."""
+    subscriber beside empty, malformed, hostile, over-long, non-queue and missing-table addresses, and
+    a queue table with a NOT NULL column a send does not write (another team's change; its refusal
+    failed every batch, and the valid subscriber got nothing: a review): the valid one gets each event
+    exactly once, round after round; each bad one is recorded."""
     cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=3, executors_from_rows=from_rows)
-    setup_db(cfg, ["Valid"])
+    setup_db(cfg, ["Valid", "Strict"])
     with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Strict" ADD COLUMN "Tenant" integer NOT NULL')
         conn.raw.execute('CREATE TABLE "public"."Tripwire" (x int)')
         conn.raw.execute('INSERT INTO "public"."Tripwire" VALUES (1), (2), (3)')
         conn.commit()
@@ -225,6 +228,7 @@ def test_hostile_subscriptions_never_block_the_valid_subscriber(
         "lookalike": "Valid ",
         "not a queue": "Tripwire",
         "missing": "NoSuchQueue",
+        "refusing": "Strict",
     }
     subscribe(cfg, "Valid", "ValidEndpoint", BASE)
     for endpoint, address in bad.items():
