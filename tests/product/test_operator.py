@@ -266,22 +266,24 @@ def test_idle_commands_say_what_they_did(tmp_path: Path, fresh_pg_uri: str) -> N
     drained = queuelake(["drain", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri)
     assert drained.returncode == 0, drained.stderr[-3000:]
     lines = own_lines(drained.stderr)
+    lake = f"lake: {tmp_path / 'lake'} (lake.engine delta-rs)"  # the root it uses, named (a relative one too)
     assert lines[:-1] == [
         f"config: {cfg.resolve()}",
+        lake,
         *(f'drain "public"."{q}": nothing to do, the queue is empty' for q in ("Sales", "audit", "error")),
     ]
     assert lines[-1].startswith("drain: 0 message(s) from 3 queue(s) (0 landed, 0 expired, 0 quarantined) in ")
     maintained = queuelake(["maintain", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri)
     assert maintained.returncode == 0, maintained.stderr[-3000:]
     lines = own_lines(maintained.stderr)
-    assert lines[0] == f"config: {cfg.resolve()}"
-    assert [line.split(":")[0] for line in lines[1:]] == [
+    assert lines[:2] == [f"config: {cfg.resolve()}", lake]
+    assert [line.split(":")[0] for line in lines[2:]] == [
         "retention",
         "maintain messages (table 1 of 2)",
         "maintain runs (table 2 of 2)",
         "maintain message_keys (the journal's id index)",
     ], lines
-    assert lines[1] == "retention: no retention rule with an age limit (lake.retention): nothing to do"
+    assert lines[2] == "retention: no retention rule with an age limit (lake.retention): nothing to do"
 
 
 def test_a_typo_in_replay_where_is_one_line_not_a_java_trace(tmp_path: Path, fresh_pg_uri: str) -> None:
@@ -297,8 +299,8 @@ def test_a_typo_in_replay_where_is_one_line_not_a_java_trace(tmp_path: Path, fre
     proc = queuelake(args, tmp_path, connection=fresh_pg_uri)
     assert proc.returncode == 1 and last_json(proc.stdout)["status"] == "failed"
     lines = own_lines(proc.stderr)
-    assert lines[0] == f"config: {cfg.resolve()}" and len(lines) == 2, lines
-    assert lines[1].startswith("replay failed: ") and "exception_typo" in lines[1], lines
+    assert lines[:2] == [f"config: {cfg.resolve()}", f"lake: {tmp_path / 'lake'} (lake.engine delta-rs)"], lines
+    assert len(lines) == 3 and lines[2].startswith("replay failed: ") and "exception_typo" in lines[2], lines
     debug = queuelake([*args, "--debug"], tmp_path, connection=fresh_pg_uri)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 

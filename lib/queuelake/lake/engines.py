@@ -8,6 +8,7 @@ one (``metastore.py``), live here: the one module that builds engines.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, cast
 
 from queuelake.errors import LakeError
@@ -16,6 +17,7 @@ from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.metastore import registrar_for, with_names
 from queuelake.lake.port import JournalLake, LakeEngine
+from queuelake.report import log
 from queuelake.spark import has_delta_jvm
 
 if TYPE_CHECKING:
@@ -47,8 +49,22 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
     if config.engine == "auto":
         rust = lake if lake.name == "delta-rs" else DeltaRsEngine(config.root, spark, config.storage_options)
         lake = PerTableLake(lake, rust)  # type: ignore[assignment]
+    _announce(config.root, config.engine)
     # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/metastore.py)
     return with_names(lake, registrar_for(config, lake.name, spark))
+
+
+_ANNOUNCED: set[str] = set()
+
+
+def _announce(root: str, engine: str) -> None:
+    """Say which lake a command uses, once per process, a local one by its absolute path: a relative
+    ``lake.root`` is relative to the folder the command runs in, and a scheduler started elsewhere
+    began another journal there without a word (found by a review)."""
+    where = root if "://" in root else os.path.abspath(root)
+    if where not in _ANNOUNCED:
+        _ANNOUNCED.add(where)
+        log.info("lake: %s (lake.engine %s)", where, engine)
 
 
 # the LakeEngine methods that write the table named by their first argument: they must use the
