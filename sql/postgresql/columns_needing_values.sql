@@ -1,5 +1,11 @@
--- The columns of a table an INSERT must fill (lower-case names): NOT NULL, no default, not an identity
--- nor a generated column. One the send does not write makes every copy to the table fail.
-SELECT lower(column_name) FROM information_schema.columns
-WHERE table_schema = :schema AND table_name = :table
-  AND is_nullable = 'NO' AND column_default IS NULL AND is_identity = 'NO' AND is_generated = 'NEVER';
+-- The columns of a table an INSERT must fill (lower-case names): NOT NULL, no default of their own nor
+-- of their domain, not an identity nor a generated column. One the send does not write makes every
+-- copy to the table fail. From pg_catalog, which shows a table's columns whatever this login may do.
+SELECT lower(a.attname)
+FROM pg_catalog.pg_attribute AS a
+JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_type AS t ON t.oid = a.atttypid
+WHERE n.nspname = :schema AND c.relname = :table AND a.attnum > 0 AND NOT a.attisdropped
+  AND a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' AND a.attgenerated = ''
+  AND t.typdefault IS NULL;

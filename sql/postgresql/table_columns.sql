@@ -1,3 +1,9 @@
 -- The columns of a table (lower-case names), to tell a queue table from any other table before
--- sending to it: an address read from SubscriptionRouting may name anything.
-SELECT lower(column_name) FROM information_schema.columns WHERE table_schema = :schema AND table_name = :table;
+-- sending to it: an address read from SubscriptionRouting may name anything. From pg_catalog, which
+-- shows them whatever this login may do (information_schema hides a table the login has no right on,
+-- which then read as missing rather than as not granted).
+SELECT lower(a.attname)
+FROM pg_catalog.pg_attribute AS a
+JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = :schema AND c.relname = :table AND a.attnum > 0 AND NOT a.attisdropped;

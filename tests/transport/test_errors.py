@@ -316,3 +316,33 @@ def test_real_libpq_errors_never_show_the_password(password: str, template: str,
     with pytest.raises(psycopg.Error) as raw:  # what the driver itself says, before redaction
         psycopg.connect(connection, connect_timeout=2)
     assert shown in str(raw.value)
+
+
+@pytest.mark.parametrize(
+    ("driver_text", "shown"),
+    [
+        (
+            'null value in column "x" of relation "Q" violates not-null constraint\n'
+            'DETAIL:  Failing row contains (1, {"Name":"Alice"}).\nCONTEXT:  COPY Q, line 1',
+            'null value in column "x" of relation "Q" violates not-null constraint',
+        ),
+        (
+            "[23000] [Microsoft][ODBC Driver 18][SQL Server]Violation of PRIMARY KEY constraint 'PK_Q'. Cannot insert "
+            "duplicate key in object 'dbo.Q'. The duplicate key value is (Alice (x), 1). (2627)",
+            "[23000] [Microsoft][ODBC Driver 18][SQL Server]Violation of PRIMARY KEY constraint 'PK_Q'. Cannot insert "
+            "duplicate key in object 'dbo.Q'. The duplicate key value is (...). (2627)",
+        ),
+        (
+            "[22001] [Microsoft][ODBC Driver 18][SQL Server]String or binary data would be truncated in table "
+            "'db.dbo.Q', column 'CorrelationId'. Truncated value: 'Alice''s order'. (2628)",
+            "[22001] [Microsoft][ODBC Driver 18][SQL Server]String or binary data would be truncated in table "
+            "'db.dbo.Q', column 'CorrelationId'. Truncated value: '...'. (2628)",
+        ),
+    ],
+)
+def test_a_drivers_error_never_quotes_a_rows_values(driver_text: str, shown: str) -> None:
+    """PostgreSQL's DETAIL and CONTEXT, SQL Server's duplicate key and truncated values quote a row: a
+    message's headers and body went into summaries, logs and ``runs``, where erase does not reach."""
+    error = Exception("08001", driver_text) if driver_text.startswith("[") else Exception(driver_text)
+    assert db._first_line(error) == shown
+    assert "Alice" not in db._first_line(error)

@@ -83,26 +83,39 @@ def test_a_table_the_job_may_not_insert_into_is_not_a_destination(fresh_pg_uri: 
     """A subscriber's table another team owns and never granted INSERT on, or changed with a NOT NULL
     column a send does not write, refused every copy: its refusal failed the whole batch, every run,
     and every other subscriber got nothing (found by a review). The catalog tells both before the
-    batch: such a table is an undeliverable destination, named with its reason."""
+    batch: such a table is an undeliverable destination, named with its reason. A table the job may
+    insert into is not refused: INSERT granted on the columns a send writes, through a role, or a NOT
+    NULL column whose domain gives the default (a third review)."""
     from queuelake.transport import schema
 
     role = "queuelake_sender"
+    tables = ("Good", "Closed", "Strict", "Hidden", "Columns", "ViaRole", "Domain")
     setup = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Good"]}}, env={})
     with db.connect(setup.transport) as conn:
-        installer.install(conn, installer.plan(setup, extra_queues=["Closed", "Strict"]))
+        installer.install(conn, installer.plan(setup, extra_queues=list(tables[1:])))
         conn.commit()
     with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
-        conn.execute(f"DROP ROLE IF EXISTS {role}")
-        conn.execute(f"CREATE ROLE {role} LOGIN")
+        for old in (role, "queuelake_senders"):
+            conn.execute(f"DROP ROLE IF EXISTS {old}")
+        conn.execute("CREATE ROLE queuelake_senders NOLOGIN")
+        conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE queuelake_senders")
         conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        conn.execute(f'GRANT SELECT, INSERT ON "public"."Good", "public"."Strict" TO {role}')
-        conn.execute(f'GRANT SELECT ON "public"."Closed" TO {role}')
+        conn.execute(f'GRANT SELECT, INSERT ON "public"."Good", "public"."Strict", "public"."Domain" TO {role}')
+        conn.execute(f'GRANT SELECT ON "public"."Closed" TO {role}')  # read, never insert; Hidden: nothing
+        conn.execute(f'GRANT SELECT, INSERT (id, expires, headers, body) ON "public"."Columns" TO {role}')
+        conn.execute('GRANT SELECT, INSERT ON "public"."ViaRole" TO queuelake_senders')
         conn.execute('ALTER TABLE "public"."Strict" ADD COLUMN "Tenant" integer NOT NULL')
+        conn.execute("DROP DOMAIN IF EXISTS tenant_id")
+        conn.execute("CREATE DOMAIN tenant_id AS integer DEFAULT 0")
+        conn.execute('ALTER TABLE "public"."Domain" ADD COLUMN "Tenant" tenant_id NOT NULL')
     job = from_dict({"transport": {"connection": _as(fresh_pg_uri, role)}}, env={})
     with db.connect(job.transport) as conn:
-        problems = {q: schema.delivery_problem(conn, queue_ref(q, job.transport)) for q in ("Good", "Closed", "Strict")}
-    assert problems["Good"] is None
-    assert problems["Closed"] == 'this login may not insert into queue table "public"."Closed" (no INSERT permission)'
+        problems = {q: schema.delivery_problem(conn, queue_ref(q, job.transport)) for q in tables}
+    assert {q for q, problem in problems.items() if problem is None} == {"Good", "Columns", "ViaRole", "Domain"}
+    for closed in ("Closed", "Hidden"):  # a table the login may not even read is named as not granted
+        assert (
+            problems[closed] == f'this login may not insert into queue table "public"."{closed}" (no INSERT permission)'
+        )
     assert problems["Strict"] == (
         'queue table "public"."Strict" has NOT NULL column(s) without a default that a send does not write: tenant'
     )

@@ -178,14 +178,15 @@ def _first_line(exc: BaseException) -> str:
         text = str(exc).strip()
     text = text or type(exc).__name__
     lines = [line.strip() for line in text.splitlines() if not line.strip().startswith(_ROW_DATA)]
-    return _DUPLICATE_VALUE.sub(r"\1(...)", " ".join(lines[:3]))
+    return _TRUNCATED_VALUE.sub(r"\1'...'", _DUPLICATE_VALUE.sub(r"\1(...)", " ".join(lines[:3])))
 
 
 # the parts of a driver's error that quote a row's values (PostgreSQL's "DETAIL:  Failing row contains
 # (...)" and "Key (id)=(...)", its "CONTEXT:  COPY t, line 1, column body: ...", SQL Server's "The
-# duplicate key value is (...)"): a message's headers and body went into summaries, logs and ``runs``,
-# where an erase of the message does not reach (found by a review)
+# duplicate key value is (...)" and "Truncated value: '...'"): a message's headers and body went into
+# summaries, logs and ``runs``, where an erase of the message does not reach (found by a review)
 _ROW_DATA = ("DETAIL:", "CONTEXT:")
+_TRUNCATED_VALUE = re.compile(r"(Truncated value: )'(?:[^']|'')*'?")
 _DUPLICATE_VALUE = re.compile(r"(The duplicate key value is )\((?:[^()]|\([^()]*\))*\)")
 
 
