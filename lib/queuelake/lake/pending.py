@@ -109,6 +109,9 @@ def recorded(root: str, kind: str) -> list[Record]:
     infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
     found: list[Record] = []
     for info in sorted(infos, key=lambda i: i.path):
+        age = max(0.0, time.time() - info.mtime.timestamp()) if info.mtime is not None else 0.0
+        if info.type == pafs.FileType.File and info.base_name.endswith(".tmp") and age >= STALE_SECONDS:
+            _remove(fs, info.path)  # a record a killed command was writing aside: never moved in place
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
             continue
         try:
@@ -116,7 +119,6 @@ def recorded(root: str, kind: str) -> list[Record]:
                 payload = json.loads(stream.read().decode("utf-8"))
         except FileNotFoundError:
             continue  # cleared since it was listed: done
-        age = max(0.0, time.time() - info.mtime.timestamp()) if info.mtime is not None else 0.0
         found.append(Record(info.base_name[: -len(".json")], payload, age))
     return found
 
@@ -124,7 +126,11 @@ def recorded(root: str, kind: str) -> list[Record]:
 def clear(root: str, kind: str, name: str) -> None:
     """The pending work ``name`` done: its record removed (none left is fine)."""
     fs, folder = _where(root, kind)
+    _remove(fs, f"{folder}/{name}.json")
+
+
+def _remove(fs: Any, path: str) -> None:
     try:
-        fs.delete_file(f"{folder}/{name}.json")
+        fs.delete_file(path)
     except FileNotFoundError:
         pass

@@ -360,9 +360,14 @@ def test_an_erase_clears_only_the_records_of_erases_that_are_gone(tmp_path: Path
         path.write_text(json.dumps({**json.loads(path.read_text()), "_owner": owner}))
     old = time.time() - pending.STALE_SECONDS - 60
     os.utime(folder / "killed-elsewhere.json", (old, old))
+    # records a killed command was writing aside: an old one goes, a fresh one may still be moved in place
+    (folder / "killed.json.123.tmp").write_text("{")
+    os.utime(folder / "killed.json.123.tmp", (old, old))
+    (folder / "writing.json.456.tmp").write_text("{")
 
     finish_pending(cfg, lake)
     assert sorted(p.stem for p in folder.glob("*.json")) == ["running-elsewhere", "running-here", "running-here-since"]
+    assert [p.name for p in folder.glob("*.tmp")] == ["writing.json.456.tmp"]
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from queuelake import stopping
 from queuelake.config import Config
+from queuelake.errors import is_panic
 from queuelake.lake import catalogue, stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline import runs
@@ -225,7 +226,9 @@ def _write_slice(
     for name in sorted(tables):
         try:
             evolutions[name] = schema_plan.evolution(lake, tables[name], samples.get(name, {}), cfg)
-        except Exception as exc:  # noqa: BLE001 - one type's table unreadable (another writer, storage) fails it alone
+        except BaseException as exc:  # noqa: BLE001 - one type's table unreadable (another writer, storage) fails it alone
+            if not (isinstance(exc, Exception) or is_panic(exc)):  # a Rust panic reading its log fails it too
+                raise
             results.append(typed_append.failed_type(name, tables[name], selected.rows_of(name), exc))
     tables = {name: table for name, table in tables.items() if name in evolutions}
     _record_changes(lake, run.run_id, upto, tables, evolutions)
