@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import gc
 import logging
-import os
 import signal
 import sys
 import threading
@@ -158,20 +157,18 @@ def _lift_error(summary: dict[str, Any]) -> None:
 
 def _secrets(args: argparse.Namespace) -> list[str]:
     """The connection strings an error message might quote: the environment's and the config's."""
-    found = [os.environ.get("QUEUELAKE_CONNECTION") or ""]
+    from queuelake.lake.storage import job_secrets
+
     path = getattr(args, "config", None)
     if hasattr(args, "config"):  # None: the default config, whose connection counts too
         try:
             from queuelake import config as config_mod
 
             loaded = config_mod.load(path)
-            found.append(loaded.transport.connection or "")
-            from queuelake.lake.storage import secret_values  # lake.storage_options' credentials
-
-            found.extend(secret_values(loaded.lake.storage_options))
+            return job_secrets(loaded.transport.connection, loaded.lake.storage_options)
         except Exception:  # the config may be what failed; the environment's value still applies
             pass
-    return [s for s in found if s]
+    return job_secrets(None, None)
 
 
 def _redact(text: str, secrets: list[str], words: bool = True) -> str:

@@ -8,7 +8,7 @@ port now, and round files through ``lake/round_files.py``. This test reads every
 under ``TYPE_CHECKING``):
 
 - an import of ``pyarrow.parquet`` or ``pyarrow.fs`` (opening Parquet files, reaching storage);
-- an import from ``queuelake.lake.storage`` but ``secret_values`` (the CLI redacts the options);
+- an import from ``queuelake.lake.storage`` but ``job_secrets`` (errors are redacted of the job's secrets);
 - ``ParquetFile``/``ParquetFileFormat``/``ParquetDataset``/``read_parquet``, or the ``dataset()`` of
   ``pyarrow.dataset`` (whose expressions, ``ds.field``, stay free to use);
 - a Spark read of files: ``.parquet(...)`` on a ``.read`` chain;
@@ -25,7 +25,7 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 PACKAGE = "queuelake"
 
 STORAGE = "queuelake.lake.storage"
-STORAGE_ALLOWED = {"secret_values"}  # cli.py: the storage options' secrets, redacted from errors
+STORAGE_ALLOWED = {"job_secrets"}  # cli, run, transform: the job's secrets, redacted from errors
 FORBIDDEN_MODULES = ("pyarrow.parquet", "pyarrow.fs")
 FORBIDDEN_NAMES = {"ParquetFile", "ParquetFileFormat", "ParquetDataset", "read_parquet"}
 

@@ -372,12 +372,18 @@ def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[s
             if stop:
                 stopping.request()  # SIGTERM arrives during this step
             if status == "raises":  # an error outside what the step fails alone (a Spark job over every type)
-                raise RuntimeError(f"{name} broke")
+                raise RuntimeError(f"{name} broke" + (f" at {secret}" if name == "transform" else ""))
             return {"status": status, **({"error": f"{name} broke"} if status == "failed" else {})}
 
         return run
 
-    monkeypatch.setattr(config_mod, "load", lambda path: SimpleNamespace(bodies=SimpleNamespace(enabled=True)))
+    secret = "postgresql://job:S3cr3t-Pa55w0rd@db/x"  # an error quoting it is redacted, as cli redacts its own
+    loaded = SimpleNamespace(
+        bodies=SimpleNamespace(enabled=True),
+        transport=SimpleNamespace(connection=secret),
+        lake=SimpleNamespace(storage_options={}),
+    )
+    monkeypatch.setattr(config_mod, "load", lambda path: loaded)
     monkeypatch.setattr(sessions, "spark_for", lambda cfg, spark: None)
     monkeypatch.setattr(sessions, "lake_for", lambda cfg, spark=None: None)
     monkeypatch.setattr(sessions, "runs_only_lake", lambda cfg: None)
@@ -431,7 +437,8 @@ def test_a_bodies_or_transform_step_that_raises_does_not_stop_the_steps_after_it
     hold) ended the run there: the later transforms and publish never ran (found by a review)."""
     ran, out = _run_with_steps(monkeypatch, {failing: ("raises", False)})
     assert ran == ["drain", "bodies", "transform", "publish"]
-    assert out["status"] == "failed" and out[failing]["error"] == f"RuntimeError: {failing} broke"
+    assert out["status"] == "failed" and out[failing]["error"].startswith(f"RuntimeError: {failing} broke")
+    assert "S3cr3t-Pa55w0rd" not in out[failing]["error"]
     assert out[failing]["error_kind"] == "unexpected"
 
 

@@ -36,6 +36,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     cfg = config_mod.load(args.config)
     database = open_database(cfg)  # the queue database's handle, for the drain and the publish
     sessions = Sessions(cfg, None)
+    from queuelake.lake.storage import job_secrets
+
     publish, publish_pending = publish_steps(database)
     order = {
         "drain": lambda: run_drain(
@@ -53,7 +55,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         if stopping.requested():
             break
         started = time.monotonic()
-        steps[name] = _step(name, step)
+        steps[name] = _step(name, step, lambda: job_secrets(cfg.transport.connection, cfg.lake.storage_options))
         # the whole step, a Spark session's start included: what a scheduler's run is made of
         steps[name]["step_seconds"] = round(time.monotonic() - started, 3)
         if steps[name].get("status") == Status.INTERRUPTED:
@@ -71,13 +73,15 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     return {"status": Status.OK, **steps}
 
 
-def _step(name: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _step(name: str, step: Callable[[], dict[str, Any]], secrets: Callable[[], list[str]]) -> dict[str, Any]:
     """The step's summary; a bodies or transform step that raised (an error outside the parts it fails
     alone: a Spark job over every type, a library's bug) is a failed step, and the run goes on. Why: one
     message whose body broke the bodies step failed every scheduled run before its transforms and
-    publish ran (found by a review). A stop is not a failure: it goes to the command."""
+    publish ran (found by a review). A stop is not a failure: it goes to the command. ``secrets``: what
+    the error must not show (``lake.storage.job_secrets``), asked only on a failure."""
     from queuelake import stopping
     from queuelake.errors import describe, error_kind, is_panic
+    from queuelake.redaction import redact
     from queuelake.report import log
     from queuelake.status import Status
 
@@ -88,7 +92,7 @@ def _step(name: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     except BaseException as exc:
         if stopping.requested() or not (isinstance(exc, Exception) or is_panic(exc)):
             raise
-        error = describe(exc)
+        error = redact(describe(exc), secrets())  # as the command's own failure is (``cli._failure``)
         log.error("run: the %s step failed: %s; the steps after it still run", name, error)
         return {"status": Status.FAILED, "error": error, "error_kind": error_kind(exc)}
 

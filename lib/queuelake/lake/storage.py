@@ -23,6 +23,7 @@ is under. Values are secrets: nothing here logs them, and ``cli._secrets`` redac
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -105,6 +106,13 @@ def secret_values(options: Mapping[str, Any] | None) -> list[str]:
     message for nothing."""
     items = normalise(options).items()
     return [v for k, v in items if len(v) >= 4 and not any(p in k.upper() for p in _PUBLIC)]
+
+
+def job_secrets(connection: str | None, options: Mapping[str, Any] | None) -> list[str]:
+    """What an error a job reports must not show: the queue database's connection string (the
+    environment's and the config's) and the lake's credentials (``secret_values``)."""
+    found = [os.environ.get("QUEUELAKE_CONNECTION") or "", connection or "", *secret_values(options)]
+    return [s for s in found if s]
 
 
 def register(root: str, options: Mapping[str, Any] | None) -> None:

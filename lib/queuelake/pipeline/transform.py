@@ -31,9 +31,11 @@ from queuelake.errors import ConfigError, QueuelakeError, describe, is_panic
 from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
+from queuelake.lake.storage import job_secrets
 from queuelake.pipeline import runs
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
+from queuelake.redaction import redact
 from queuelake.report import log
 from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
@@ -280,6 +282,7 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
             if stopping.requested() or not (isinstance(exc, Exception) or is_panic(exc)):
                 raise  # a stop signal's (the stop itself, or the cancelled Spark job's error): the command's to report
             error = str(exc) if isinstance(exc, QueuelakeError) else describe(exc)
+            error = redact(error, job_secrets(config.transport.connection, config.lake.storage_options))
             log.error("transform %s failed: %s", t.name, error)
             results.append({"transform": t.name, "output": t.output, "status": Status.FAILED, "error": error})
             status = Status.FAILED
