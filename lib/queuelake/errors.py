@@ -53,6 +53,17 @@ class TransportError(QueuelakeError):
     kind = "transport"
 
 
+class RowsRefused(TransportError):
+    """One table refused the rows sent to it for what they are, not for a passing condition: a CHECK or
+    foreign key constraint, a trigger that raised, a row-level security policy, a value out of range
+    (``Dialect.is_refusal``). Sending the same rows there again cannot succeed, so a publish treats the
+    table as undeliverable for the run instead of failing every batch that has a copy for it."""
+
+    def __init__(self, message: str, table: str | None) -> None:
+        super().__init__(message)
+        self.table = table  # the table's canonical name, as the send named it
+
+
 class LakeError(QueuelakeError):
     """The Delta lake refused something: engine mismatch, missing table."""
 

@@ -88,3 +88,38 @@ def test_a_missing_table_is_recognised_by_its_error_code_not_its_text(pg_uri: st
         # and through the driver under test (pyodbc reports the SQLSTATE as its first argument)
         with pytest.raises(TransportError, match="does not exist"):
             conn.run("count_rows", {"queue": '"NoSuchTable"'}, {})
+
+
+class _OdbcError(Exception):
+    """What pyodbc raises: (SQLSTATE, message ending in the native error number)."""
+
+
+@pytest.mark.parametrize(
+    ("state", "text", "refused"),
+    [
+        ("23000", "[SQL Server]The INSERT statement conflicted with the CHECK constraint (547) (SQLExecDirectW)", True),
+        ("22001", "[SQL Server]String or binary data would be truncated (2628) (SQLExecDirectW)", True),
+        ("42000", "[SQL Server]closed for maintenance (50000) (SQLExecDirectW)", True),
+        ("42000", "[SQL Server]a user's THROW (51234) (SQLExecDirectW)", True),
+        ("42000", "[SQL Server]The INSERT permission was denied on the object (229) (SQLExecDirectW)", True),
+        ("42000", "[SQL Server]Incorrect syntax near 'x'. (102) (SQLExecDirectW)", False),
+        ("40001", "[SQL Server]Transaction was deadlocked (1205) (SQLExecDirectW)", False),
+        ("HYT00", "[Microsoft][ODBC Driver 18 for SQL Server]Query timeout expired (0) (SQLExecute)", False),
+        ("42S02", "[SQL Server]Invalid object name 'dbo.X'. (208) (SQLExecDirectW)", False),
+        ("P0001", "ERROR: closed for maintenance;\nError while executing the query (1) (SQLExecDirectW)", True),
+    ],
+)
+def test_sql_server_refusals_are_told_by_state_and_native_number(state: str, text: str, refused: bool) -> None:
+    """A trigger's RAISERROR and a permission error share SQLSTATE 42000 with a syntax error on SQL
+    Server: the native number tells them apart. Messages written from SQL Server's documented format
+    (not checked against a real server); the last is psqlodbc's, which our pyodbc tests meet."""
+    assert DIALECTS["sqlserver"].is_refusal(_OdbcError(state, text)) is refused
+
+
+@pytest.mark.parametrize(
+    ("state", "refused"),
+    [("23514", True), ("P0001", True), ("42501", True), ("22P02", True), ("40001", False), ("57014", False)],
+)
+def test_postgresql_refusals_are_told_by_sqlstate_class(state: str, refused: bool) -> None:
+    error = psycopg.errors.lookup(state)("refused")
+    assert DIALECTS["postgresql"].is_refusal(error) is refused

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from queuelake import cli
 from queuelake.config_sections import TransportConfig
-from queuelake.errors import TransportError
+from queuelake.errors import RowsRefused, TransportError
 from queuelake.transport import db, installer, queues, schema
 from queuelake.transport.queues import OutgoingMessage
 
@@ -232,6 +232,44 @@ def test_a_refused_row_is_named_by_its_table_never_quoted(fresh_pg_uri: str, pg_
     message = str(info.value)
     assert '"public"."Strict"' in message and "not-null constraint" in message, message
     assert "Alice" not in message and b'{"Name"'.hex() not in message and "Failing row" not in message
+
+
+# What a subscriber's own table may do to a copy: (the DDL, refused for good?)
+_TABLE_RULES = {
+    "check": ('ALTER TABLE {t} ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)', True),
+    "trigger": ('CREATE TRIGGER "closed" BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION refuse_rows()', True),
+    "transient": ('CREATE TRIGGER "busy" BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION busy_rows()', False),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(_TABLE_RULES))
+def test_a_table_refusing_rows_is_told_from_a_passing_failure(fresh_pg_uri: str, pg_driver: str, rule: str) -> None:
+    """A CHECK constraint or a trigger that raises refuses the rows themselves: ``RowsRefused``, naming
+    the table, on every driver (publish then takes the table out of the run instead of failing every
+    batch). A trigger raising a serialization failure is what a retry can cure: a plain TransportError."""
+    cfg = make_config(fresh_pg_uri, pg_driver, ["Ruled"])
+    table = ref("Ruled", pg_driver, fresh_pg_uri)
+    ddl, refused = _TABLE_RULES[rule]
+    with connect(fresh_pg_uri, pg_driver) as conn:
+        installer.install(conn, installer.plan(cfg))
+        with conn.transaction():
+            cur = conn.raw.cursor()
+            cur.execute(
+                "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'closed for maintenance'; END $$"
+            )
+            cur.execute(
+                "CREATE FUNCTION busy_rows() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'try later' USING ERRCODE = 'serialization_failure'; END $$"
+            )
+            cur.execute(ddl.format(t=table.qualified))
+        with pytest.raises(TransportError) as info:
+            with conn.transaction():
+                queues.send(conn, table, [OutgoingMessage('{"Customer": "Alice"}', b'{"Name": "Alice"}')])
+    assert isinstance(info.value, RowsRefused) is refused, info.value
+    if refused:
+        assert info.value.table == table.canonical
+    assert '"public"."Ruled"' in str(info.value) and "Alice" not in str(info.value), info.value
 
 
 def test_require_table_names_the_missing_table(pg_uri: str, pg_driver: str) -> None:

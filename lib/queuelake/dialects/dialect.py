@@ -11,6 +11,7 @@ checks that each dialect provides exactly the statements it declares.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -90,6 +91,9 @@ class Dialect:
     # SQLSTATEs that mean "no such table", as the drivers report them (psycopg's sqlstate, pyodbc's
     # first argument): matched instead of error texts, which differ by server language.
     missing_table_states: frozenset[str]
+    # SQLSTATE prefixes (classes, or whole codes) with which the server refuses rows for what they are,
+    # not for a passing condition (``is_refusal``)
+    refusal_states: tuple[str, ...]
     # its address rules (``address.py``). No defaults: a dialect that forgot one would otherwise get
     # another dialect's quoting, silently.
     _parse: Callable[[str], QueueAddress] = field(repr=False)
@@ -114,6 +118,10 @@ class Dialect:
     splits_statements: bool = False
     batch_terminator: str = ";"  # what ends each statement in a script shown to a DBA
     unicode_literal_prefix: str = ""  # N'...' on SQL Server
+    # native error numbers that refuse rows where the SQLSTATE is the generic one (``is_refusal``), and
+    # the first number of user-defined errors (a trigger's RAISERROR or THROW); 0: none
+    refusal_errors: frozenset[int] = frozenset()
+    user_errors_from: int = 0
 
     # -- addresses ---------------------------------------------------------------------------------
 
@@ -172,12 +180,46 @@ class Dialect:
 
     def is_missing_table(self, exc: BaseException) -> bool:
         """Does this driver error say that a table does not exist? By SQLSTATE, not by message text."""
-        state = getattr(exc, "sqlstate", None)  # psycopg, ADBC
-        if state is None:
-            args: tuple[object, ...] = getattr(exc, "args", ())
-            state = args[0] if len(args) >= 2 and isinstance(args[0], str) else None  # pyodbc
-        return state in self.missing_table_states
+        return _sqlstate(exc) in self.missing_table_states
 
+    def is_refusal(self, exc: BaseException) -> bool:
+        """Does this driver error refuse the rows themselves (a constraint, a trigger that raised, a
+        permission or policy, a value the column cannot hold), so that sending them again fails again?
+        A dropped connection, a deadlock, a lock or statement timeout, a missing table are not: a retry
+        can cure those. By SQLSTATE; SQL Server's trigger errors and permission errors share the
+        generic 42000 with syntax errors, so its native error number decides there (``_native_error``)."""
+        state = _sqlstate(exc)
+        if state is not None and state.upper().startswith(self.refusal_states):
+            return True
+        native = _native_error(exc)
+        return native is not None and (native in self.refusal_errors or native >= self.user_errors_from > 0)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver error: psycopg's and ADBC's ``sqlstate``, pyodbc's first argument."""
+    state = getattr(exc, "sqlstate", None)
+    if state is None:
+        args: tuple[object, ...] = getattr(exc, "args", ())
+        state = args[0] if len(args) >= 2 and isinstance(args[0], str) else None
+    return state if isinstance(state, str) else None
+
+
+# pyodbc ends a SQL Server message with its native error number: "... [SQL Server]text (50000) (SQLExecDirectW)"
+_NATIVE_ERROR = re.compile(r"\((\d+)\)\s*\(SQL\w+\)\s*$")
+
+
+def _native_error(exc: BaseException) -> int | None:
+    args: tuple[object, ...] = getattr(exc, "args", ())
+    text = args[1] if len(args) >= 2 and isinstance(args[1], str) else None
+    found = _NATIVE_ERROR.search(text) if text else None
+    return int(found.group(1)) if found else None
+
+
+# PostgreSQL's classes of errors that refuse rows for what they are: data exception (22), integrity
+# constraint (23), triggered data change (27), WITH CHECK OPTION (44), triggered action (09), routine
+# exceptions a trigger's function raises (2F, 38, 39, and PL/pgSQL's P0: RAISE, ASSERT), and
+# insufficient privilege (42501: also a row-level security policy's "new row violates")
+_POSTGRESQL_REFUSALS = ("22", "23", "27", "44", "09", "2F", "38", "39", "P0", "42501")
 
 POSTGRESQL = Dialect(
     name="postgresql",
@@ -190,6 +232,7 @@ POSTGRESQL = Dialect(
     required_columns=frozenset({"id", "expires", "headers", "body", "seq"}),
     required_delayed_columns=frozenset({"id", "headers", "body", "due"}),
     missing_table_states=frozenset({"42P01"}),  # undefined_table
+    refusal_states=_POSTGRESQL_REFUSALS,
     creates_schemas=True,
     install_checks_first=True,
     splits_statements=True,
@@ -215,6 +258,14 @@ SQLSERVER = Dialect(
     # ODBC's "base table or view not found" (error 208, "Invalid object name"); 42P01 is what psqlodbc
     # reports for the same error when the pyodbc plumbing runs against PostgreSQL in our tests
     missing_table_states=frozenset({"42S02", "42P01"}),
+    # ODBC's integrity (23000: a CHECK, foreign key, unique or NOT NULL refusal) and data (22xxx: a value
+    # truncated or out of range) classes, WITH CHECK OPTION (44000); by native number, permission
+    # denied (229, 230), a transaction a trigger ended (3609), a security policy's block predicate
+    # (33504) and any user error (50000 on: RAISERROR, THROW). PostgreSQL's classes too, for the pyodbc
+    # plumbing our tests run against PostgreSQL. Not run against a real SQL Server.
+    refusal_states=_POSTGRESQL_REFUSALS,
+    refusal_errors=frozenset({229, 230, 3609, 33504}),
+    user_errors_from=50000,
     extra_statements=frozenset({"has_recoverable", "send_recoverable"}),
     legacy_recoverable_column=True,
     odbc_array_binding=True,

@@ -19,7 +19,7 @@ from typing import Any
 from queuelake import redaction
 from queuelake.config_sections import TransportConfig
 from queuelake.dialects.dialect import dialect as named_dialect
-from queuelake.errors import TransportError
+from queuelake.errors import RowsRefused, TransportError
 from queuelake.transport import sqlfiles
 from queuelake.transport.drivers import ADBC, Driver
 from queuelake.transport.drivers import driver as named_driver
@@ -112,6 +112,8 @@ class Connection:
         target = f" on {what}" if what else ""
         if self.rules.is_missing_table(exc):
             return _redacted(TransportError(f"table{target} does not exist ({statement}): {message}"))
+        if self.rules.is_refusal(exc):
+            return _redacted(RowsRefused(f"{statement}{target} failed: {message}", what))
         return _redacted(TransportError(f"{statement}{target} failed: {message}"))
 
     # -- transactions ---------------------------------------------------------------------------

@@ -261,6 +261,64 @@ def test_hostile_subscriptions_never_block_the_valid_subscriber(
         assert tables == 0, "no DDL ran"
 
 
+def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """A subscriber's table with a CHECK constraint or a trigger that raises refuses every copy, and the
+    catalog cannot tell beforehand. Before, that failed every batch, on every run, and the valid
+    subscriber got nothing. Now such a table is undeliverable for the run (its copies recorded with the
+    database's reason) and the others get each event exactly once; a refusal a retry can cure (a
+    serialization failure) still fails the batch, and a later run sends it once."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
+    setup_db(cfg, ["Valid", "Checked", "Closed", "Busy"])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Checked" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        conn.raw.execute(
+            "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'closed for maintenance'; END $$"
+        )
+        conn.raw.execute(
+            'CREATE TRIGGER "closed" BEFORE INSERT ON "public"."Closed" FOR EACH ROW EXECUTE FUNCTION refuse_rows()'
+        )
+        conn.commit()
+    for address in ("Valid", "Checked", "Closed"):
+        subscribe(cfg, address, address, BASE)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 6)])
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["failed_batches"] == [], out
+    assert out["published"] == 5 and out["undeliverable"] == 10, out
+    assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == [f"e{i}" for i in range(1, 6)]
+    lost = read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).to_pylist()
+    assert sorted((r["destination"], r["key"]) for r in lost) == sorted(
+        (address, f"e{i}") for address in ("Checked", "Closed") for i in range(1, 6)
+    )
+    reasons = {r["destination"]: r["reason"] for r in lost}
+    assert "no_bodies" in reasons["Checked"] and "closed for maintenance" in reasons["Closed"], reasons
+
+    # a trigger raising what a retry can cure fails its batches; once it is gone, they go out once
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute(
+            "CREATE FUNCTION busy_rows() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'try later' USING ERRCODE = 'serialization_failure'; END $$"
+        )
+        conn.raw.execute(
+            'CREATE TRIGGER "busy" BEFORE INSERT ON "public"."Busy" FOR EACH ROW EXECUTE FUNCTION busy_rows()'
+        )
+        conn.commit()
+    subscribe(cfg, "Busy", "Busy", BASE)
+    write_outbound(lake, "outbound_events", [row("e6"), row("e7")], version=2)
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "failed" and len(out["failed_batches"]) == 1 and "try later" in out["error"], out
+    assert drain_all(cfg, "Valid") == [], "nothing of a failed batch is sent"
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('DROP TRIGGER "busy" ON "public"."Busy"')
+        conn.commit()
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["published"] == 2, out
+    assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == ["e6", "e7"]
+    assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Busy")) == ["e6", "e7"]
+    assert read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).num_rows == 10 + 4
+
+
 @pytest.mark.slow
 def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     lake_root = tmp_path / "lake"

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake.errors import RowsRefused
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import RoundKeys
@@ -161,29 +162,54 @@ class DriverSender:
         self, pipeline: str, output: str, clock: DbClock, conn: Connection, batch_key: str, batch: Prepared
     ) -> Sent:
         """Every deliverable copy of every row, in the batch's transaction (its ledger row and the
-        commit follow, in the sender). Copies that cannot be delivered are recorded first (an
-        idempotent lake append keyed by the batch), so a rerun after a crash records them once.
-        A batch built ahead with every copy deliverable asks the database for now() only when its
-        copies carry Expires (``binary_copy.send``) or the clock's offset is old: a round trip per
-        batch was 0.1-0.17 s of a 300,000-row publish."""
+        commit follow, in the sender). Copies that cannot be delivered are recorded after the
+        inserts, before the commit (an idempotent lake append keyed by the batch), so a rerun after a
+        crash records them once. A batch built ahead with every copy deliverable asks the database
+        for now() only when its copies carry Expires (``binary_copy.send``) or the clock's offset is
+        old: a round trip per batch was 0.1-0.17 s of a 300,000-row publish.
+
+        A table that refuses its copies (``errors.RowsRefused``: a CHECK constraint, a trigger that
+        raised) is undeliverable for the rest of the run (``Router.refuse``): the batch is rolled back
+        and built again without it, its copies recorded as undeliverable with the database's reason,
+        and every other destination gets its copies. A retry cannot cure such a refusal; before, it
+        failed this batch and every later one that had a copy for that table, on every run."""
         rows = batch.rows
-        if batch.built is not None and not batch.built[1] and not clock.stale():
-            batch.built[0].insert(conn)
-            return Sent(rows.num_rows, batch.built[0].copies, 0)
-        now = queues.db_utc_now(conn)
-        clock.update(now)
-        if batch.built is None:
-            out, lost = self.router.build(conn, pipeline, rows, now, format_time(now))
-        else:
-            out, lost = batch.built
+        built = batch.built
+        refused: set[str] = set()
+        if built is not None and not built[1] and not clock.stale():
+            try:
+                built[0].insert(conn)
+                return Sent(rows.num_rows, built[0].copies, 0)
+            except RowsRefused as exc:
+                self._refused(conn, exc, refused)
+            built = None
+        while True:
+            now = queues.db_utc_now(conn)
+            clock.update(now)
+            out, lost = built if built is not None else self.router.build(conn, pipeline, rows, now, format_time(now))
+            built = None
+            try:
+                out.insert(conn, now)
+                break
+            except RowsRefused as exc:
+                self._refused(conn, exc, refused)
         bad: list[dict[str, Any]] = []
         for row, address, reason in lost:
             bad.append(undeliverable_record(row, address, reason, batch_key, now))
             self.bad.report(output, address, reason)
         if bad:
             record_batch(self.lake, output, batch_key, bad)
-        out.insert(conn, now)
         return Sent(rows.num_rows, out.copies, len(bad))
+
+    def _refused(self, conn: Connection, exc: RowsRefused, refused: set[str]) -> None:
+        """Roll the batch back and take the table that refused it out of the run's destinations (its
+        addresses are then logged once as undeliverable, with this reason); a table this batch saw
+        refuse already (it cannot be sent copies again) fails the batch."""
+        if exc.table is None or exc.table in refused:
+            raise exc
+        conn.rollback()
+        refused.add(exc.table)
+        self.router.refuse(exc.table, f"the table refused the copies: {exc}")
 
 
 def _batches(prepared: Iterator[tuple[int, Callable[[], Prepared | None]]]) -> Iterator[Batch[Prepared]]:

@@ -54,6 +54,8 @@ class Router:
     verdicts: dict[tuple[str | None, bool], Verdict] = field(default_factory=dict)
     subscribers_of: dict[str, list[str]] = field(default_factory=dict)
     frozen: bool = False
+    # tables that refused a batch's copies in this run (``refuse``), by canonical name: the reason
+    refused: dict[str, str] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -77,12 +79,24 @@ class Router:
                 if drained is not None:  # a Send row's destination or a subscriber, found only now
                     where = f"an outbound row or subscription ({address!r})"
                     raise PublishError(conflict_message(drained, address, where))
-                problem = schema.delivery_problem(conn, ref.delayed() if delayed else ref, delayed)
+                table = ref.delayed() if delayed else ref
+                problem = self.refused.get(table.canonical) or schema.delivery_problem(conn, table, delayed)
                 verdict = (ref, None) if problem is None else (None, problem)
             except QueuelakeError as exc:
                 verdict = (None, str(exc))
             self.verdicts[(address, delayed)] = verdict
         return verdict
+
+    def refuse(self, table: str, reason: str) -> None:
+        """``table`` (a canonical name) refused a batch's copies for what they are (a CHECK constraint,
+        a trigger that raised: ``errors.RowsRefused``), which the catalog could not tell beforehand:
+        every address that reaches it is undeliverable for the rest of the run, as if the catalog
+        had said so. Without this, that one table failed every batch it had a copy in, and every
+        other subscriber of those batches got nothing."""
+        self.refused[table] = reason
+        for (address, delayed), (ref, _) in list(self.verdicts.items()):
+            if ref is not None and (ref.delayed() if delayed else ref).canonical == table:
+                self.verdicts[(address, delayed)] = (None, reason)
 
     def subscribers(self, conn: Connection | None, message_type: str) -> list[str]:
         """Distinct subscriber addresses (raw text) of any type in the event's hierarchy."""
@@ -333,7 +347,8 @@ class Outgoing:
         """Insert every copy (in the caller's transaction, which also records the batch's ledger
         row): one COPY stream per table (``binary_copy.send``, the sender replay uses too), each
         table's copies built just before their COPY unless ``prepare`` built them. ``now``: the
-        transaction's, when the caller has read it (Expires is now() plus the TTBR)."""
+        transaction's, when the caller has read it (Expires is now() plus the TTBR). A table that
+        refuses its copies raises ``errors.RowsRefused`` naming it; the transaction is then lost."""
         for canonical, (ref, copies) in self.direct.items():
             built = self.ready.pop(canonical, None)
             binary_copy.send(conn, ref, copies.messages() if built is None else built, now)
