@@ -429,6 +429,17 @@ def test_a_step_interrupted_by_a_stop_request_makes_the_run_interrupted(
     assert out["status"] == "interrupted" and out["skipped"] == order[order.index(step) + 1 :], out
 
 
+def test_a_stop_after_a_failed_step_makes_the_run_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies failed, then SIGTERM arrived during transform: the run said "failed" (exit 1), and a
+    scheduler read a failure where it had asked for a stop (exit 143). It is interrupted, the failed
+    step named."""
+    ran, out = _run_with_steps(monkeypatch, {"bodies": ("failed", False), "transform": ("interrupted", True)})
+    assert ran == ["drain", "bodies", "transform"]
+    assert out["status"] == "interrupted" and out["skipped"] == ["publish"] and out["failed_steps"] == ["bodies"]
+    ran, out = _run_with_steps(monkeypatch, {"bodies": ("failed", False), "transform": ("ok", True)})
+    assert out["status"] == "interrupted" and out["skipped"] == ["publish"] and out["failed_steps"] == ["bodies"]
+
+
 @pytest.mark.parametrize("failing", ["bodies", "transform"])
 def test_a_bodies_or_transform_step_that_raises_does_not_stop_the_steps_after_it(
     monkeypatch: pytest.MonkeyPatch, failing: str

@@ -21,7 +21,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     tables of the same journal versions; skipped when ``bodies.enabled`` is false). A failed drain
     stops the run; a failed bodies or transform step does not stop the steps after it, and the run
     reports "failed" at its end. Stops before the next step once SIGTERM asked to stop (status
-    "interrupted", the steps not run are listed). A drain that ended "incomplete" (rows held by other
+    "interrupted", the steps not run are listed, and any that failed before the stop as
+    ``failed_steps``). A drain that ended "incomplete" (rows held by other
     sessions) does not stop the later steps, but the run reports "incomplete"."""
     from queuelake import config as config_mod
     from queuelake import stopping
@@ -64,12 +65,23 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         if steps[name].get("status") not in going_on and name not in _GO_ON_AFTER_FAILURE:
             break
     statuses = {s.get("status") for s in steps.values()}
-    if statuses - {*going_on, Status.INTERRUPTED}:
+    failed = [n for n, s in steps.items() if s.get("status") not in (*going_on, Status.INTERRUPTED)]
+    skipped = [n for n in order if n not in steps]
+    if Status.INTERRUPTED in statuses or (skipped and stopping.requested()):
+        # a stop is what the scheduler asked for, and its exit code (143, 130, 129) says so even when an
+        # earlier step failed: the run said "failed", exit 1, a retry's signal (found by a review)
+        return {
+            "status": Status.INTERRUPTED,
+            **steps,
+            "skipped": skipped,
+            **({"failed_steps": failed} if failed else {}),
+        }
+    if failed:
         return {"status": Status.FAILED, **steps}
-    if Status.INCOMPLETE in statuses and len(steps) == len(order):
+    if Status.INCOMPLETE in statuses and not skipped:
         return {"status": Status.INCOMPLETE, **steps}
-    if Status.INTERRUPTED in statuses or len(steps) < len(order):
-        return {"status": Status.INTERRUPTED, **steps, "skipped": [n for n in order if n not in steps]}
+    if skipped:
+        return {"status": Status.INTERRUPTED, **steps, "skipped": skipped}
     return {"status": Status.OK, **steps}
 
 
