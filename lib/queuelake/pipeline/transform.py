@@ -33,6 +33,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
 from queuelake.lake.storage import job_secrets
 from queuelake.pipeline import runs
+from queuelake.pipeline.journal.batch_filter import of_batches
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
 from queuelake.redaction import redact
@@ -84,7 +85,7 @@ def _landed(spark: SparkSession, files: list[str], batches: list[str] | None = N
     if not files:
         return spark.createDataFrame([], schema)
     landed = spark_frame(spark, files, schema).where(F.col("outcome") == "landed")
-    return landed if batches is None else landed.where(F.col("batch_id").isin(batches))
+    return landed if batches is None else of_batches(landed, batches)
 
 
 def count_landed(files: list[str], batches: list[str] | None = None) -> int:

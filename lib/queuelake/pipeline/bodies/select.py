@@ -31,6 +31,7 @@ from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.round_files import open_file, spark_frame
 from queuelake.pipeline.bodies import names
 from queuelake.pipeline.bodies.seen import Times
+from queuelake.pipeline.journal.batch_filter import of_batches
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.transport.table_refs import queue_ref
 
@@ -147,8 +148,6 @@ def _copies(selected: Plan) -> Column:
     from pyspark.sql import functions as F
 
     keep = (F.col("outcome") == "landed") & F.col("message_type").isNotNull()
-    if selected.batches is not None:
-        keep = keep & F.col("batch_id").isin(selected.batches)
     if not selected.include_failed:
         keep = keep & F.col("failed_queue").isNull()
     if not selected.include_audit:
@@ -171,6 +170,8 @@ def frame(spark: SparkSession, selected: Plan) -> DataFrame:
     from pyspark.sql import functions as F
 
     df = spark_frame(spark, selected.files, to_spark_schema(MESSAGES_SCHEMA)).where(_copies(selected))
+    if selected.batches is not None:  # the increment's batches only (``plan`` counts those alone too)
+        df = of_batches(df, selected.batches)
     full = list(selected.types)
     df = df.withColumn("aqn", _aqn()).where(F.col("aqn").isin(full))
     if selected.queues is not None:
