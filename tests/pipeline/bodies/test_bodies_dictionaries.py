@@ -170,6 +170,22 @@ def test_a_number_past_a_doubles_range_is_a_double_not_an_empty_schema() -> None
     assert infer(["{not json", "[1, 2]"], "json", False)[0].fields == []
 
 
+def test_what_net_serializers_write_and_orjson_refuses_is_typed() -> None:
+    """Unquoted ``NaN`` and ``Infinity`` (Newtonsoft's FloatFormatHandling.Symbol) and an integer past
+    64 bits: orjson refuses each, and round 42's fallback took only ``1e400``, so such a type lost every
+    body column again (found by a review)."""
+    body = '{"OrderId": 1, "Score": NaN, "Up": Infinity, "Down": -Infinity, "Ref": 184467440737095516160}'
+    schema, conflicts = infer([body], "json", False)
+    assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == [
+        ("OrderId", "bigint"),
+        ("Score", "double"),
+        ("Up", "double"),
+        ("Down", "double"),
+        ("Ref", "string"),
+    ]
+    assert not conflicts
+
+
 def test_what_orjson_rightly_refuses_stays_refused() -> None:
     """The standard library's parser, the fallback for ``1e400``, also took a lone surrogate escape (a
     column name no Arrow or Parquet name can hold: every run failed after the type's write) and nesting

@@ -209,22 +209,21 @@ _NOT_JSON = object()
 
 
 def _loads(text: str) -> Any:
-    """The JSON value of ``text`` (``_NOT_JSON``: none). orjson first; the standard library only when
-    orjson refuses a number past a double's range (``1e400``): orjson rejected the whole body, and a
-    type whose every sampled body held one was stored with no column at all, its rows counted as
-    written (found by a review). Such a number is a double's infinity, as Spark reads it. Only then:
-    the standard library also takes what orjson rightly refuses, a lone surrogate escape (a key no
-    Arrow or Parquet name can hold) and nesting past 1,024 levels (it recursed past Python's limit),
-    and each failed the type's every run (found by a review)."""
+    """The JSON value of ``text`` (``_NOT_JSON``: none). orjson first; the standard library where orjson
+    refuses what .NET serializers write and Spark reads: a number past a double's range (``1e400``), an
+    integer past 64 bits, ``NaN`` and ``Infinity`` unquoted (Newtonsoft's FloatFormatHandling.Symbol).
+    orjson rejected the whole body, and a type whose every sampled body held one was stored with no
+    column at all, its rows counted as written (found by two reviews). What orjson rightly refuses stays
+    refused: a lone surrogate escape (a key no Arrow or Parquet name can hold; it failed the type's
+    every run) and nesting past 1,024 levels (Python's recursion limit)."""
     try:
         return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        if "number is infinity" not in str(exc):
-            return _NOT_JSON
+    except orjson.JSONDecodeError:
+        pass
     try:
         value = json.loads(text)
-        orjson.dumps(value)  # refuses a lone surrogate here too (the body held a big number first)
-    except (ValueError, RecursionError, orjson.JSONEncodeError):
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate anywhere cannot encode
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         return _NOT_JSON
     return value
 
