@@ -30,6 +30,7 @@ from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import describe, error_kind, is_panic
 from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
 from queuelake.status import Status
+from queuelake.stopping import Interrupted
 
 EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGTERM = 1, 130, 128 + signal.SIGTERM
 
@@ -43,10 +44,6 @@ EPILOG = (
     "codes: 0 ok, 1 failed (see error and error_kind; a drain that left rows held by others too), 2 bad arguments, 130 "
     "Ctrl-C, 129 SIGHUP, 143 SIGTERM. A config file is named with -c (or QUEUELAKE_CONFIG)."
 )
-
-
-class Interrupted(BaseException):
-    """SIGTERM ends the command now. A BaseException, so no ``except Exception`` on the way swallows it."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,8 +227,8 @@ def main(
             summary, code = {"command": args.command, "status": Status.INTERRUPTED}, EXIT_INTERRUPTED
         except Exception as exc:
             sigterm["armed"] = False
-            stopped = _stopped_under(exc)
-            if stopped is not None:  # the second signal's stop, replaced on its way out (see _stopped_under)
+            stopped = stopping.stop_within(exc)
+            if stopped is not None:  # the second signal's stop, replaced on its way out (see stopping.stop_within)
                 log.warning("%s interrupted: %s (then %s)", args.command, stopped, describe(exc))
                 summary = {"command": args.command, "status": Status.INTERRUPTED, "error": str(stopped)}
                 code = sigterm["exit_code"] if isinstance(stopped, Interrupted) else EXIT_INTERRUPTED
@@ -279,21 +276,6 @@ def missing_spark(exc: BaseException) -> str | None:
             if package:
                 return package
         current = current.__cause__ or current.__context__
-    return None
-
-
-def _stopped_under(exc: BaseException) -> BaseException | None:
-    """The stop (``Interrupted``, ``KeyboardInterrupt``) an error replaced on its way out, if any. Why: a
-    second signal raises the stop inside whatever the command was doing; inside pyspark's ``toArrow``,
-    its ``finally`` then waits for the job the handler cancelled and raises that job's SparkException,
-    with the stop only as its context: the command ended "failed", error_kind "unexpected"."""
-    seen: set[int] = set()
-    current = exc.__context__
-    while current is not None and id(current) not in seen:
-        if isinstance(current, (Interrupted, KeyboardInterrupt)):
-            return current
-        seen.add(id(current))
-        current = current.__context__
     return None
 
 

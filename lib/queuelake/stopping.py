@@ -17,6 +17,28 @@ _event = threading.Event()
 _handlers: dict[int, Callable[[int, Any], Any]] = {}
 
 
+class Interrupted(BaseException):
+    """SIGTERM ends the command now. A BaseException, so no ``except Exception`` on the way swallows it."""
+
+
+def stop_within(exc: BaseException) -> BaseException | None:
+    """The stop (``Interrupted``, ``KeyboardInterrupt``) an error replaced on its way out, if any. Why: a
+    second signal raises the stop inside whatever the command was doing; inside pyspark's ``toArrow``,
+    its ``finally`` then waits for the job the handler cancelled and raises that job's SparkException,
+    with the stop only as its context: the command ended "failed", error_kind "unexpected". A step that
+    fails alone (a transform, ``run``'s bodies step) asks this too: such an error is the stop's, and
+    any other error is a failure even while a stop is pending (the first, graceful signal cancels no
+    job)."""
+    seen: set[int] = set()
+    current = exc.__context__
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (Interrupted, KeyboardInterrupt)):
+            return current
+        seen.add(id(current))
+        current = current.__context__
+    return None
+
+
 def stop_signals() -> list[int]:
     """The signals a command takes as a stop request: SIGTERM, SIGINT, and SIGHUP unless it is ignored
     (``nohup`` ignores it so a command outlives its terminal: that is kept). Why SIGHUP: an operator's

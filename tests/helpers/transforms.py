@@ -21,6 +21,15 @@ def poisoned(df: Any) -> Any:
     return df.select("queue", F.udf(check, LongType())("seq").alias("seq"))
 
 
+def stopped_then_broken(df: Any) -> Any:
+    """A stop signal arrives while this transform runs, and then the transform fails on its own (the
+    first, graceful signal cancels no Spark job)."""
+    from queuelake import stopping
+
+    stopping.request()
+    raise ValueError("broken after the stop signal")
+
+
 def seqs(df: Any) -> Any:
     """Each journal row's queue and seq."""
     return df.select("queue", "seq")

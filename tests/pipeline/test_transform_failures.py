@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from queuelake import stopping
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
@@ -44,3 +45,15 @@ def test_a_transform_whose_spark_job_fails_fails_alone(fresh_pg_uri: str, tmp_pa
     # the failed one's increment is still its own: the next run reads it again (and fails again)
     again = {t["transform"]: t for t in transform(cfg, spark, lake)["transforms"]}
     assert again["poisoned"]["status"] == "failed" and again["seqs"]["rows_in"] == 0
+
+    # a stop signal, then a transform failing on its own: the command is interrupted (exit 143), the
+    # failure named; the transforms after it are skipped (it said "failed", exit 1: a review)
+    stopped = {"name": "stopped", "function": "tests.helpers.transforms:stopped_then_broken", "output": "t_stopped"}
+    cfg = from_dict({**settings, "transforms": [stopped, *settings["transforms"]]}, env={})
+    try:
+        out = transform(cfg, spark, lake)
+    finally:
+        stopping.reset()
+    assert out["status"] == "interrupted", out
+    assert out["failed_transforms"] == ["stopped"] and out["skipped"] == ["poisoned", "seqs"], out
+    assert "broken after the stop signal" in out["transforms"][0]["error"]

@@ -373,6 +373,11 @@ def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[s
                 stopping.request()  # SIGTERM arrives during this step
             if status == "raises":  # an error outside what the step fails alone (a Spark job over every type)
                 raise RuntimeError(f"{name} broke" + (f" at {secret}" if name == "transform" else ""))
+            if status == "cancelled":  # a second signal's stop, replaced by the cancelled Spark job's error
+                try:
+                    raise stopping.Interrupted("stopped by signal SIGTERM")
+                except stopping.Interrupted:
+                    raise RuntimeError(f"{name}'s Spark job was cancelled") from None
             return {"status": status, **({"error": f"{name} broke"} if status == "failed" else {})}
 
         return run
@@ -453,11 +458,19 @@ def test_a_bodies_or_transform_step_that_raises_does_not_stop_the_steps_after_it
     assert out[failing]["error_kind"] == "unexpected"
 
 
-def test_a_step_that_raises_after_a_stop_signal_is_the_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stop cancels the step's Spark job, whose error then reaches the run: it is not a failure to go
-    on from, but the command's stop (``cli`` reports it interrupted)."""
-    with pytest.raises(RuntimeError, match="bodies broke"):
-        _run_with_steps(monkeypatch, {"bodies": ("raises", True)})
+def test_a_step_that_raises_after_a_stop_signal_is_a_failure_and_the_run_interrupted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first, graceful signal cancels no Spark job: an error after it is the step's own failure (a
+    review found it re-raised, and the run said "failed", exit 1, with no step's summary). The run then
+    stops, "interrupted"; a stop that a cancelled job's error replaced is still the command's stop."""
+    ran, out = _run_with_steps(monkeypatch, {"bodies": ("raises", True)})
+    assert ran == ["drain", "bodies"] and out["status"] == "interrupted", out
+    assert out["failed_steps"] == ["bodies"] and out["skipped"] == ["transform", "publish"]
+    assert out["bodies"]["error"].startswith("RuntimeError: bodies broke")
+    with pytest.raises(RuntimeError, match="cancelled") as info:
+        _run_with_steps(monkeypatch, {"bodies": ("cancelled", True)})
+    assert isinstance(stopping.stop_within(info.value), stopping.Interrupted)
 
 
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,7 +89,9 @@ def _step(name: str, step: Callable[[], dict[str, Any]], secrets: Callable[[], l
     """The step's summary; a bodies or transform step that raised (an error outside the parts it fails
     alone: a Spark job over every type, a library's bug) is a failed step, and the run goes on. Why: one
     message whose body broke the bodies step failed every scheduled run before its transforms and
-    publish ran (found by a review). A stop is not a failure: it goes to the command. ``secrets``: what
+    publish ran (found by a review). A stop is not a failure: it goes to the command; an error while a
+    stop is pending is the step's failure, and the run then ends "interrupted" (found by a review: the
+    first, graceful signal cancels no Spark job, and the run said "failed", exit 1). ``secrets``: what
     the error must not show (``lake.storage.job_secrets``), asked only on a failure."""
     from queuelake import stopping
     from queuelake.errors import describe, error_kind, is_panic
@@ -102,8 +104,8 @@ def _step(name: str, step: Callable[[], dict[str, Any]], secrets: Callable[[], l
     try:
         return step()
     except BaseException as exc:
-        if stopping.requested() or not (isinstance(exc, Exception) or is_panic(exc)):
-            raise
+        if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
+            raise  # the stop itself, or the error of the Spark job a second signal cancelled
         error = redact(describe(exc), secrets())  # as the command's own failure is (``cli._failure``)
         log.error("run: the %s step failed: %s; the steps after it still run", name, error)
         return {"status": Status.FAILED, "error": error, "error_kind": error_kind(exc)}

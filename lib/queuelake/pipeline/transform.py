@@ -271,17 +271,22 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
         return {"status": Status.OK, "transforms": [], "note": "no journal yet: run drain first"}
     suites = expectations.load_journal(config)  # a mistake in a suite fails before any transform runs
     run = runs.Run("transform")
-    results = []
+    results: list[dict[str, Any]] = []
     status = Status.OK
     for t in config.transforms:
+        if stopping.requested():
+            log.info(
+                "transform: asked to stop; %s not run", ", ".join(x.name for x in config.transforms[len(results) :])
+            )
+            break
         t0 = time.monotonic()
         try:
             results.append(run_transform(spark, lake, t, suites.get(t.name), run.run_id, config))
             if results[-1]["status"] == Status.BLOCKED:
                 status = Status.FAILED  # the data needs a person's attention
         except BaseException as exc:  # noqa: BLE001 - the user's function or its Spark job: this transform fails alone
-            if stopping.requested() or not (isinstance(exc, Exception) or is_panic(exc)):
-                raise  # a stop signal's (the stop itself, or the cancelled Spark job's error): the command's to report
+            if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
+                raise  # the stop itself, or the error of the Spark job a second signal cancelled: the command's
             error = str(exc) if isinstance(exc, QueuelakeError) else describe(exc)
             error = redact(error, job_secrets(config.transport.connection, config.lake.storage_options))
             log.error("transform %s failed: %s", t.name, error)
@@ -289,6 +294,16 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
             status = Status.FAILED
         results[-1].setdefault("seconds", round(time.monotonic() - t0, 3))
     run.record(lake, [_runs_row(r) for r in results])
+    if stopping.requested():  # what the scheduler asked for, and its exit code says so, a failure or not
+        failed = [r["transform"] for r in results if r["status"] != Status.OK]
+        skipped = [x.name for x in config.transforms[len(results) :]]
+        return {
+            "status": Status.INTERRUPTED,
+            "run_id": run.run_id,
+            "transforms": results,
+            "skipped": skipped,
+            **({"failed_transforms": failed} if failed else {}),
+        }
     return {"status": status, "run_id": run.run_id, "transforms": results}
 
 
