@@ -89,7 +89,7 @@ def test_a_table_the_job_may_not_insert_into_is_not_a_destination(fresh_pg_uri: 
     from queuelake.transport import schema
 
     role = "queuelake_sender"
-    tables = ("Good", "Closed", "Strict", "Hidden", "Columns", "ViaRole", "Domain")
+    tables = ("Good", "Closed", "Strict", "Hidden", "Columns", "ViaRole", "Domain", "Filled", "NoSeq")
     setup = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Good"]}}, env={})
     with db.connect(setup.transport) as conn:
         installer.install(conn, installer.plan(setup, extra_queues=list(tables[1:])))
@@ -100,7 +100,21 @@ def test_a_table_the_job_may_not_insert_into_is_not_a_destination(fresh_pg_uri: 
         conn.execute("CREATE ROLE queuelake_senders NOLOGIN")
         conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE queuelake_senders")
         conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        conn.execute(f'GRANT SELECT, INSERT ON "public"."Good", "public"."Strict", "public"."Domain" TO {role}')
+        conn.execute(
+            f'GRANT SELECT, INSERT ON "public"."Good", "public"."Strict", "public"."Domain", "public"."Filled", '
+            f'"public"."NoSeq" TO {role}'
+        )
+        # a NOT NULL column a BEFORE INSERT trigger fills (NOT NULL is checked after it): deliverable (a
+        # review found it called undeliverable); a seq that lost its default is not
+        conn.execute('ALTER TABLE "public"."Filled" ADD COLUMN "Tenant" integer NOT NULL')
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION fill_tenant() RETURNS trigger LANGUAGE plpgsql AS "
+            '$$ BEGIN NEW."Tenant" := 7; RETURN NEW; END $$'
+        )
+        conn.execute(
+            'CREATE TRIGGER "fill" BEFORE INSERT ON "public"."Filled" FOR EACH ROW EXECUTE FUNCTION fill_tenant()'
+        )
+        conn.execute('ALTER TABLE "public"."NoSeq" ALTER COLUMN seq DROP DEFAULT')
         conn.execute(f'GRANT SELECT ON "public"."Closed" TO {role}')  # read, never insert; Hidden: nothing
         conn.execute(f'GRANT SELECT, INSERT (id, expires, headers, body) ON "public"."Columns" TO {role}')
         conn.execute('GRANT SELECT, INSERT ON "public"."ViaRole" TO queuelake_senders')
@@ -111,7 +125,16 @@ def test_a_table_the_job_may_not_insert_into_is_not_a_destination(fresh_pg_uri: 
     job = from_dict({"transport": {"connection": _as(fresh_pg_uri, role)}}, env={})
     with db.connect(job.transport) as conn:
         problems = {q: schema.delivery_problem(conn, queue_ref(q, job.transport)) for q in tables}
-    assert {q for q, problem in problems.items() if problem is None} == {"Good", "Columns", "ViaRole", "Domain"}
+    assert {q for q, problem in problems.items() if problem is None} == {
+        "Good",
+        "Columns",
+        "ViaRole",
+        "Domain",
+        "Filled",
+    }
+    assert problems["NoSeq"] == (
+        'queue table "public"."NoSeq" has NOT NULL column(s) without a default that a send does not write: seq'
+    )
     for closed in ("Closed", "Hidden"):  # a table the login may not even read is named as not granted
         assert (
             problems[closed] == f'this login may not insert into queue table "public"."{closed}" (no INSERT permission)'

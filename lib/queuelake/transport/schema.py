@@ -48,8 +48,9 @@ def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> 
 
     Why the last two: such a table refuses every copy, and its refusal failed the whole batch, every
     run, so one subscriber whose table another team changed (or never granted INSERT on) stopped the
-    delivery to every other subscriber (found by a review). Refusals the catalog cannot tell (a
-    trigger that raises, a CHECK constraint) still fail the batch."""
+    delivery to every other subscriber (found by a review). A table with a trigger that may fill such a
+    column is left to the send, as are refusals the catalog cannot tell (a trigger that raises, a CHECK
+    constraint): publish takes a table that refuses its copies out of the run (``errors.RowsRefused``)."""
     what = ref.canonical
     rows = conn.run("table_columns", ref.identifiers(), ref.params(), what=what)
     have = {str(r[0]).lower() for r in rows}
@@ -63,7 +64,8 @@ def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> 
     if conn.rules.legacy_recoverable_column and not delayed:
         written = written | {"recoverable"}  # the SQL Server transport's, written when the table has it
     needing = conn.run("columns_needing_values", ref.identifiers(), ref.params(), what=what)
-    unfilled = {str(r[0]).lower() for r in needing} - written
+    # the sequence column is the server's to fill (a serial); one that lost its default needs a value too
+    unfilled = {str(r[0]).lower() for r in needing} - (written - {conn.rules.sequence_column.lower()})
     if unfilled:
         columns = ", ".join(sorted(unfilled))
         return f"{kind} {what} has NOT NULL column(s) without a default that a send does not write: {columns}"
