@@ -136,15 +136,29 @@ def jvm_line(exc: BaseException) -> str | None:
         text = f"{name}: {str(message).splitlines()[0]}" if message else name
         return f"{text} ({call[0].lower() + call[1:]})" if call else text
     if type(exc).__module__.startswith("pyspark.errors") and hasattr(exc, "getMessage"):
-        if type(exc).__name__ == "PythonException":  # a task's Python error: its own last line, not the banner
-            text = str(exc).split("JVM stacktrace:")[0]
-            raised = [line.strip() for line in text.splitlines() if line.strip() and not line[0].isspace()]
-            raised = [line for line in raised if not line.startswith(("Traceback", "An exception was thrown"))]
+        if type(exc).__name__ == "PythonException":  # a task's Python error: its own lines, not the banner
+            raised = _python_error(str(exc).split("JVM stacktrace:")[0])
             if raised:
-                return f"PythonException: {raised[-1]} (in a Spark task's Python worker)"
+                return f"PythonException: {raised} (in a Spark task's Python worker)"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return f"{type(exc).__name__}: {first}"
     return None
+
+
+def _python_error(text: str) -> str:
+    """The error a Python traceback ends with, its lines joined: what follows the last frame (``File
+    "..."`` and its indented source lines). A message of several lines kept only its last (a review:
+    "Customer Alice has no credit", without "ValueError: order 0 refused:")."""
+    lines = text.splitlines()
+    frames = [i for i, line in enumerate(lines) if line[:1].isspace() and line.lstrip().startswith('File "')]
+    if frames:
+        rest = lines[frames[-1] + 1 :]
+        while rest and (rest[0][:1].isspace() or not rest[0].strip()):  # the frame's source and ^^^ markers
+            rest = rest[1:]
+        return " ".join(line.strip() for line in rest if line.strip())
+    raised = [line.strip() for line in lines if line.strip() and not line[0].isspace()]
+    raised = [line for line in raised if not line.startswith(("Traceback", "An exception was thrown"))]
+    return raised[-1] if raised else ""
 
 
 MAX_ERROR_CHARS = 2000

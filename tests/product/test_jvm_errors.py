@@ -56,6 +56,15 @@ def test_a_python_workers_error_is_its_own_last_line() -> None:
     assert describe(exc) == (
         "PythonException: ValueError: cannot handle the message at seq 7 (in a Spark task's Python worker)"
     )
+    # a message of several lines keeps them all (it kept the last alone: a review), source lines not
+    text = (
+        'Traceback (most recent call last):\n  File "/w/udf.py", line 5, in check\n'
+        '    raise ValueError(f"order {x} refused:\\n{why}")\n    ^^^^^^^^^^^^^^^^^\n'
+        "ValueError: order 0 refused:\nCustomer Alice has no credit\n"
+    )
+    assert describe(PythonException(text)) == (
+        "PythonException: ValueError: order 0 refused: Customer Alice has no credit (in a Spark task's Python worker)"
+    )
 
 
 def test_other_errors_are_not_taken_for_the_jvm() -> None:
