@@ -38,3 +38,19 @@ def test_a_record_rewritten_while_read_is_read_whole(tmp_path: Path) -> None:
     pending.clear(root, "erase", "erase-running")
     assert pending.recorded(root, "erase") == []
     assert not list((tmp_path / pending.FOLDER / "erase").iterdir())  # nothing staged left behind
+
+
+def test_a_record_from_another_pid_namespace_is_judged_by_its_age() -> None:
+    """Two containers with one host name number their processes apart: a running erase's record from
+    the other (its pid 1, as ours) was taken for a dead one's, by its start time, and cleared (found by
+    a review). A pid of another namespace says nothing here: the record's age decides, as from
+    another host; one of this namespace is judged by its process."""
+    import os
+    import socket
+
+    here = socket.gethostname()
+    other = {"host": here, "pids": "pid:[1]", "pid": os.getpid(), "started": "another-boot:1"}
+    assert not pending.Record("running-elsewhere", {pending.OWNER: other}, 10.0).stale
+    assert pending.Record("killed-elsewhere", {pending.OWNER: other}, pending.STALE_SECONDS).stale
+    ours = {**other, "pids": pending._pid_namespace()}
+    assert pending.Record("killed-pid-now-ours", {pending.OWNER: ours}, 10.0).stale

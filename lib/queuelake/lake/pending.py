@@ -8,11 +8,12 @@ time travel, and a second ``erase`` selected nothing (the journal rows were alre
 never purged them. A record written before the first delete names the tables to purge; a command
 that finds one does what it names, then clears it.
 
-A record is also how a running command says it is running: it names its process (host, pid and when
-the process started, so that a reused pid is not taken for it) and is rewritten between steps. Another
-command finishes the work of every record, but clears only a dead command's: one whose process is gone
-from this host, or, from another host, one left alone for ``STALE_SECONDS``. It cleared a running
-erase's record, and that erase, killed afterwards, left its removed files for good.
+A record is also how a running command says it is running: it names its process (host, pid namespace,
+pid and when the process started, so that a reused pid is not taken for it) and is rewritten between
+steps. Another command finishes the work of every record, but clears only a dead command's: one whose
+process is gone from this host (and pid namespace), or, from elsewhere, one left alone for
+``STALE_SECONDS``. It cleared a running erase's record, and that erase, killed afterwards, left its
+removed files for good.
 
 Not a Delta table: a record is written and cleared once per command, read only by the next one, and
 a table's log would outlive it. ``list_tables`` never lists the folder (no ``_delta_log``).
@@ -44,12 +45,27 @@ class Record:
     def stale(self) -> bool:
         """Its command is gone: its process ended (on this host), or it has not written for long."""
         owner = self.payload.get(OWNER) or {}
-        if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+        here = owner.get("host") == socket.gethostname() and owner.get("pids", _PIDS) == _PIDS
+        if here and isinstance(owner.get("pid"), int):
             return not _alive(owner["pid"], owner.get("started"))
         return self.age_seconds >= STALE_SECONDS
 
 
 OWNER = "_owner"  # the payload's key naming the recording process
+
+
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[4026531836]``), None where the system does not say. Two
+    containers with one host name (host networking, a fixed ``hostname:``) number their processes
+    apart: a pid of another namespace says nothing here, and a running erase's record was taken for
+    a dead one's (found by a review)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+_PIDS = _pid_namespace()
 
 
 def _alive(pid: int, started: str | None) -> bool:
@@ -91,7 +107,7 @@ def record(root: str, kind: str, name: str, payload: dict[str, Any]) -> None:
     """Record (or replace) the pending work ``name`` of ``kind``; durable when this returns."""
     fs, folder = _where(root, kind)
     fs.create_dir(folder, recursive=True)
-    owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": _started(os.getpid())}
+    owner = {"host": socket.gethostname(), "pids": _PIDS, "pid": os.getpid(), "started": _started(os.getpid())}
     owned = {**payload, OWNER: owner}
     # written aside, then moved in place: a reader (another erase) saw a half-written record, truncated
     # by the rewrite, and failed on its JSON; an object store's put is whole already
