@@ -54,3 +54,27 @@ def test_a_record_from_another_pid_namespace_is_judged_by_its_age() -> None:
     assert pending.Record("killed-elsewhere", {pending.OWNER: other}, pending.STALE_SECONDS).stale
     ours = {**other, "pids": pending._pid_namespace()}
     assert pending.Record("killed-pid-now-ours", {pending.OWNER: ours}, 10.0).stale
+
+
+def test_a_kept_record_is_rewritten_while_its_command_runs_and_never_after_it_is_cleared(tmp_path: Path) -> None:
+    """A record was rewritten only between an erase's steps: one step outlasting ``STALE_SECONDS`` (a
+    journal's delete on a big lake) let another host take the running erase's record for a dead one's.
+    ``Kept`` rewrites it meanwhile; once cleared, or once the command has left, nothing writes it again."""
+    root, record_file = str(tmp_path), tmp_path / pending.FOLDER / "erase" / "e1.json"
+    with pending.Kept(root, "erase", "e1", every=0.01) as kept:
+        kept.record(PAYLOAD)
+        first = record_file.stat().st_mtime_ns
+        deadline = time.monotonic() + 30
+        while record_file.stat().st_mtime_ns == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert record_file.stat().st_mtime_ns != first, "rewritten while the command runs"
+        kept.clear()
+        time.sleep(0.1)
+        assert not record_file.exists() and pending.recorded(root, "erase") == []
+    with pending.Kept(root, "erase", "e2", every=0.01) as kept:
+        kept.record(PAYLOAD)
+    left = tmp_path / pending.FOLDER / "erase" / "e2.json"
+    assert left.exists(), "an unfinished command's record stays for the next one"
+    kept_at = left.stat().st_mtime_ns
+    time.sleep(0.1)
+    assert left.stat().st_mtime_ns == kept_at, "not rewritten once its command has left"

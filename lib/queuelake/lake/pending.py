@@ -24,15 +24,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from queuelake.lake import storage
 
 FOLDER = "_queuelake/pending"
-# a record untouched this long is a killed command's: a running one rewrites it between its steps
+# a record untouched this long is a killed command's: a running one rewrites it between its steps, and
+# every REFRESH_SECONDS while a step runs (``Kept``)
 STALE_SECONDS = 3600.0
+REFRESH_SECONDS = STALE_SECONDS / 6
 
 
 @dataclass(frozen=True)
@@ -150,3 +154,53 @@ def _remove(fs: Any, path: str) -> None:
         fs.delete_file(path)
     except FileNotFoundError:
         pass
+
+
+class Kept:
+    """A pending record its command keeps fresh: written by ``record``, rewritten every ``every``
+    seconds by a daemon thread while the command runs, removed by ``clear``; leaving the ``with``
+    block stops the rewrites and leaves the record (the work is unfinished: the next command
+    finishes it). Why: a record is rewritten between an erase's steps, and one step (a journal's
+    delete, a purge) may outlast ``STALE_SECONDS`` on a big lake: another host then took the running
+    erase's record for a dead one's and cleared it."""
+
+    def __init__(self, root: str, kind: str, name: str, every: float = REFRESH_SECONDS) -> None:
+        self.root, self.kind, self.name, self.every = root, kind, name, every
+        self._lock = threading.Lock()
+        self._payload: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def record(self, payload: dict[str, Any]) -> None:
+        with self._lock:
+            record(self.root, self.kind, self.name, payload)
+            self._payload = payload
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._refresh, name=f"pending {self.name}", daemon=True)
+            self._thread.start()
+
+    def clear(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._payload = None
+            clear(self.root, self.kind, self.name)
+
+    def _refresh(self) -> None:
+        from queuelake.report import log
+
+        while not self._stop.wait(self.every):
+            with self._lock:
+                if self._payload is None or self._stop.is_set():
+                    return
+                try:
+                    record(self.root, self.kind, self.name, self._payload)
+                except Exception as exc:  # noqa: BLE001 - a store's passing error: the next refresh tries again
+                    log.warning("%s: could not refresh its pending record (%s); trying again later", self.name, exc)
+
+    def __enter__(self) -> Kept:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)

@@ -106,19 +106,32 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter)
     t0 = time.monotonic()
     version = journal.table_version(JOURNAL)
     keys = journal.matching_rows(JOURNAL, where, KEYS, version)
+    with pending.Kept(cfg.lake.root, PENDING, f"erase-{uuid.uuid4().hex}") as kept:
+        return _erase_kept(lake, journal, where, version, keys, kept, t0)
+
+
+def _erase_kept(
+    lake: LakeEngine,
+    journal: LakeEngine,
+    where: RowFilter,
+    version: int | None,
+    keys: pa.Table,
+    kept: pending.Kept,
+    t0: float,
+) -> dict[str, Any]:
+    """``_erase``'s steps, its pending record kept fresh while they run (``pending.Kept``)."""
     tables: dict[str, dict[str, Any]] = {}
     engines: dict[str, LakeEngine] = {}
-    name = f"erase-{uuid.uuid4().hex}"
     if keys.num_rows:
         reached = [t.name for t in derived_tables()] + typed.body_tables(lake) + [JOURNAL]
-        pending.record(cfg.lake.root, PENDING, name, {"purge": reached, "journal_version": version})
+        kept.record({"purge": reached, "journal_version": version})
     _remove_derived(lake, keys, tables, engines)
     kill_points.reached("erase_derived_removed")  # derived and typed rows gone, the journal's still there
     if keys.num_rows:  # still running (an erase started meanwhile leaves the record alone); and now the
         # tables it touched are known: a later erase finishing it purges those, not every typed table
         # (a VACUUM of 7 s for each delta-spark one)
         touched = [*engines, JOURNAL] if JOURNAL not in engines else list(engines)
-        pending.record(cfg.lake.root, PENDING, name, {"purge": touched, "journal_version": version})
+        kept.record({"purge": touched, "journal_version": version})
     deleted = journal.delete_rows(JOURNAL, where)
     tables[JOURNAL] = {
         "rows": deleted.rows,
@@ -144,16 +157,16 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter)
         if landed.num_rows:
             log.info("erase: %d matching row(s) landed during the erase; their derived rows too", landed.num_rows)
             # until their derived deletes are done, any typed table may hold their rows
-            pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines) + typed.body_tables(lake)})
+            kept.record({"purge": list(engines) + typed.body_tables(lake)})
             _remove_derived(lake, landed, tables, engines)
     kill_points.reached("erase_journal_removed")  # every delete committed, nothing purged yet
     if keys.num_rows or deleted.rows:  # every delete done: the purge left is of the tables they touched
-        pending.record(cfg.lake.root, PENDING, name, {"purge": list(engines)})
+        kept.record({"purge": list(engines)})
     for table, engine in engines.items():
         tables[table]["files_vacuumed"] = engine.purge_removed(table)
         log.info("erase %s: %d removed file(s) purged from storage", table, tables[table]["files_vacuumed"])
     kill_points.reached("erase_purged")  # every purge done, the record still there
-    pending.clear(cfg.lake.root, PENDING, name)
+    kept.clear()
     return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
 
 
