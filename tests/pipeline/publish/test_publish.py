@@ -319,6 +319,28 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     assert read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).num_rows == 10 + 4
 
 
+def test_a_second_publish_of_an_output_being_sent_skips_it(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """A round is known to other runs only once a batch of it is in the ledger: an overlapping
+    publish planned a longer round over the rows the first was sending, and every one went out twice
+    (found by a review). One publish per output at a time: the second, finding the output's lock
+    held, skips it; the next run sends every row once."""
+    from queuelake.transport import locks
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
+    setup_db(cfg, ["Valid"])
+    subscribe(cfg, "Valid", "Valid", BASE)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 4)])
+    with db.connect(cfg.transport) as sending:  # another publish, in the middle of this output's round
+        assert locks.try_lock(sending, f"queuelake.publish:{cfg.publish.endpoint}/outbound_events")
+        out = publish(cfg, spark, lake)
+        assert out["status"] == "ok" and out["published"] == 0, out
+        assert out["outputs"][0]["status"] == "skipped" and "another publish" in out["outputs"][0]["error"]
+    assert drain_all(cfg, "Valid") == []
+    assert publish(cfg, spark, lake)["published"] == 3
+    assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == ["e1", "e2", "e3"]
+
+
 @pytest.mark.slow
 def test_exactly_once_publish_under_sigkill(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     lake_root = tmp_path / "lake"

@@ -25,8 +25,9 @@ from queuelake.pipeline.runs import Run
 from queuelake.quality import expectations
 from queuelake.report import log
 from queuelake.status import Status, worst
-from queuelake.transport import ledger
+from queuelake.transport import ledger, locks
 from queuelake.transport.database import QueueDatabase
+from queuelake.transport.db import Connection
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,59 +62,77 @@ class Publisher:
         return validate(self.spark, self.lake, self.run_id, output, files, rnd, suite)
 
     def publish_output(self, output: str) -> OutputResult:
-        result = OutputResult(output)
+        """The output's next round (or the unfinished one), sent. One publish per output at a time,
+        across processes: a session lock in the queue database (``transport.locks``), held by this
+        connection until the round is done. Why: a round is known to others only once a batch of it
+        is in the ledger; a second publish (an overlapping scheduled run) planned a longer round over
+        the rows the first was sending, and every row went out twice (found by a review). The second
+        skips the output; the next run sends what is left."""
         pipeline = f"{self.endpoint}/{output}"
         with self.database.connect("queuelake-publish") as conn:
-            rnd, done = next_round(conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size)
-            result.round = rnd.key(0, 0).split(":")[0]
-            if rnd.after is not None and rnd.after >= rnd.upto:
-                log.info("publish %s: nothing new since the last round (version %d), nothing to do", output, rnd.upto)
-                return result
-            files = self.lake.added_files(output, rnd.after, rnd.upto)
-            t0 = time.monotonic()
-            bad_keys, result.rejected, outcome = (
-                self._validate(output, files, rnd, resumed=bool(done)) if files else (set(), 0, None)
-            )
-            if outcome is not None:
-                result.expectations = outcome.evaluated
-                result.failed_expectations = outcome.failed
-                if not outcome.success:
-                    # blocked: nothing sent, no ledger row, so the next run validates this round again
-                    result.status = Status.BLOCKED
-                    result.error = f"expectations failed: {expectations.summary(outcome.failed)}"
-                    log.error("publish %s: blocked, nothing sent: %s", output, result.error)
-                    return result
-            total_rows = count_accepted(files, bad_keys)
-            log.info(
-                "publish %s: %d new row(s) to send, %d rejected (checked in %.1fs)",
-                output,
-                total_rows,
-                result.rejected,
-                time.monotonic() - t0,
-            )
-            log.debug("publish %s: round %s, %d file(s)", output, result.round, len(files))
-            n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
-            if n == 0:
-                if 0 not in done:
-                    ledger.record(conn, self.ledger, pipeline, output, rnd.key(0, 0), 0, 0)
-                    conn.commit()
-                return result
-            threshold = self.config.publish.executors_from_rows
-            if rnd.layout == executors.LAYOUT or (not done and threshold is not None and total_rows >= threshold):
-                # a round resumes in the layout it started in, whatever the threshold says now
-                self.executor_sender.send_round(
-                    conn,
-                    pipeline,
-                    output,
-                    dataclasses.replace(rnd, layout=executors.LAYOUT),
-                    files,
-                    bad_keys,
-                    done,
-                    result,
+            lock = f"queuelake.publish:{pipeline}"
+            if not locks.try_lock(conn, lock, what=output):
+                log.warning(
+                    "publish %s: another publish is sending this output; skipped (the next run sends the rest)", output
                 )
-                result.bad_destinations = self.bad.names()
+                return OutputResult(output, status=Status.SKIPPED, error="another publish is sending this output")
+            try:
+                return self._publish_output(conn, output, pipeline)
+            finally:
+                locks.unlock(conn, lock, what=output)
+
+    def _publish_output(self, conn: Connection, output: str, pipeline: str) -> OutputResult:
+        result = OutputResult(output)
+        rnd, done = next_round(conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size)
+        result.round = rnd.key(0, 0).split(":")[0]
+        if rnd.after is not None and rnd.after >= rnd.upto:
+            log.info("publish %s: nothing new since the last round (version %d), nothing to do", output, rnd.upto)
+            return result
+        files = self.lake.added_files(output, rnd.after, rnd.upto)
+        t0 = time.monotonic()
+        bad_keys, result.rejected, outcome = (
+            self._validate(output, files, rnd, resumed=bool(done)) if files else (set(), 0, None)
+        )
+        if outcome is not None:
+            result.expectations = outcome.evaluated
+            result.failed_expectations = outcome.failed
+            if not outcome.success:
+                # blocked: nothing sent, no ledger row, so the next run validates this round again
+                result.status = Status.BLOCKED
+                result.error = f"expectations failed: {expectations.summary(outcome.failed)}"
+                log.error("publish %s: blocked, nothing sent: %s", output, result.error)
                 return result
-            self.driver_sender.send_round(conn, pipeline, output, rnd, n, files, bad_keys, done, result)
+        total_rows = count_accepted(files, bad_keys)
+        log.info(
+            "publish %s: %d new row(s) to send, %d rejected (checked in %.1fs)",
+            output,
+            total_rows,
+            result.rejected,
+            time.monotonic() - t0,
+        )
+        log.debug("publish %s: round %s, %d file(s)", output, result.round, len(files))
+        n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
+        if n == 0:
+            if 0 not in done:
+                ledger.record(conn, self.ledger, pipeline, output, rnd.key(0, 0), 0, 0)
+                conn.commit()
+            return result
+        threshold = self.config.publish.executors_from_rows
+        if rnd.layout == executors.LAYOUT or (not done and threshold is not None and total_rows >= threshold):
+            # a round resumes in the layout it started in, whatever the threshold says now
+            self.executor_sender.send_round(
+                conn,
+                pipeline,
+                output,
+                dataclasses.replace(rnd, layout=executors.LAYOUT),
+                files,
+                bad_keys,
+                done,
+                result,
+            )
+            result.bad_destinations = self.bad.names()
+            return result
+        self.driver_sender.send_round(conn, pipeline, output, rnd, n, files, bad_keys, done, result)
         result.bad_destinations = self.bad.names()
         return result
 
