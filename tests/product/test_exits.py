@@ -355,7 +355,7 @@ def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[s
 
     from queuelake import config as config_mod
     from queuelake import context
-    from queuelake.commands import sessions
+    from queuelake.commands import sessions, step_locks
     from queuelake.commands.run import run_all
     from queuelake.pipeline import transform
     from queuelake.pipeline.bodies import run as bodies
@@ -394,6 +394,7 @@ def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[s
     monkeypatch.setattr(sessions, "runs_only_lake", lambda cfg: None)
     monkeypatch.setattr(sessions.Sessions, "step", lambda self, run, pending, writes=None: run(None, None, None))
     monkeypatch.setattr(context, "open_database", lambda cfg: None)
+    monkeypatch.setattr(step_locks, "one_at_a_time", lambda cfg, name, run: run())  # no database to lock in
     monkeypatch.setattr(drain, "drain", step("drain"))
     monkeypatch.setattr(bodies, "bodies", step("bodies"))
     monkeypatch.setattr(transform, "transform", step("transform"))

@@ -11,10 +11,11 @@ from queuelake.commands.command import Command
 def bodies(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import Sessions
+    from queuelake.commands.step_locks import BODIES, one_at_a_time
     from queuelake.pipeline.bodies import run as step
 
     cfg = config_mod.load(args.config)
-    return Sessions(cfg, None).step(step.bodies, step.pending)
+    return one_at_a_time(cfg, BODIES, lambda: Sessions(cfg, None).step(step.bodies, step.pending))
 
 
 COMMAND = Command(

@@ -11,13 +11,17 @@ from typing import Any
 
 from queuelake.commands.command import Command
 
+# how long an erase waits for a running bodies step, which would write the erased bodies back
+ERASE_WAITS_SECONDS = 900.0
+
 
 def erase(args: argparse.Namespace) -> dict[str, Any]:
     import dataclasses
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root, runs_only_lake, writing_lake
-    from queuelake.errors import ArgumentError
+    from queuelake.commands.step_locks import BODIES, held
+    from queuelake.errors import ArgumentError, PipelineError
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline import runs
     from queuelake.pipeline.replay.predicate import check_predicate
@@ -37,7 +41,16 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     else:  # the typed body tables are the lake engine's (delta-spark: a session); the journal stays delta-rs's
         lake = writing_lake(cfg, None)
     run = runs.Run("erase")
-    summary = run_erase(cfg, lake, predicate, dry_run=args.dry_run)
+    if args.dry_run:
+        summary = run_erase(cfg, lake, predicate, dry_run=True)
+    else:  # a bodies step running meanwhile would write the erased rows' bodies back (``step_locks``)
+        with held(cfg, BODIES, wait_seconds=ERASE_WAITS_SECONDS) as got:
+            if not got:
+                raise PipelineError(
+                    f"a bodies step has been running on this lake for over {ERASE_WAITS_SECONDS // 60:.0f} minutes: "
+                    "erase again once it has finished (nothing was erased)"
+                )
+            summary = run_erase(cfg, lake, predicate, dry_run=False)
     if not args.dry_run and summary["tables"]:
         rows = [
             {

@@ -28,6 +28,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import stopping
     from queuelake.commands.publish import publish_steps
     from queuelake.commands.sessions import Sessions
+    from queuelake.commands.step_locks import BODIES, TRANSFORM, one_at_a_time
     from queuelake.context import open_database
     from queuelake.pipeline import transform as transform_mod
     from queuelake.pipeline.bodies import run as bodies_mod
@@ -44,8 +45,10 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "drain": lambda: run_drain(
             cfg, database, sessions.quiet(), args.queues, args.max_messages, args.max_seconds, spark_starter(cfg)
         ),
-        "bodies": lambda: sessions.step(bodies_mod.bodies, bodies_mod.pending),
-        "transform": lambda: sessions.step(transform_mod.transform, transform_mod.pending),
+        "bodies": lambda: one_at_a_time(cfg, BODIES, lambda: sessions.step(bodies_mod.bodies, bodies_mod.pending)),
+        "transform": lambda: one_at_a_time(
+            cfg, TRANSFORM, lambda: sessions.step(transform_mod.transform, transform_mod.pending)
+        ),
         "publish": lambda: sessions.step(publish, publish_pending),
     }
     if not cfg.bodies.enabled:

@@ -11,10 +11,11 @@ from queuelake.commands.command import Command
 def transform(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import Sessions
+    from queuelake.commands.step_locks import TRANSFORM, one_at_a_time
     from queuelake.pipeline import transform as step
 
     cfg = config_mod.load(args.config)
-    return Sessions(cfg, None).step(step.transform, step.pending)
+    return one_at_a_time(cfg, TRANSFORM, lambda: Sessions(cfg, None).step(step.transform, step.pending))
 
 
 COMMAND = Command(

@@ -1,0 +1,82 @@
+"""One ``bodies`` step and one ``transform`` step per lake at a time, across processes and hosts: a
+session lock in the queue database (``transport.locks``, as a drain holds its queue's), named after
+the lake, held for the whole step. ``erase`` takes the bodies lock too, waiting for a running step.
+
+Why: each step reads its increment (the journal versions since its last commit) once, at its start,
+and commits much later. Two overlapping ones (a scheduler starting the next run while the last still
+works, an operator's command beside the scheduled one) both wrote the rows of the versions they
+shared: typed rows and transform outputs twice. And an erase while bodies ran removed the typed rows
+there were, then bodies committed rows built from the journal before the erase: the erased bodies
+stayed, and a second erase found nothing left to select (found by a review). The database is the one
+service every process of a deployment reaches; the lake, on an object store, has no lock of its own.
+
+A step that finds the lock held skips its work (status ok, ``skipped`` says why): the running one is
+doing it, and the next run takes the rest. With the embedded database (a throwaway server per
+command, nothing shared) or a database out of reach, the step runs without the lock, with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from queuelake import stopping
+from queuelake.config import Config
+from queuelake.errors import QueuelakeError
+from queuelake.report import log
+from queuelake.status import Status
+from queuelake.transport import locks
+from queuelake.transport.database import QueueDatabase
+
+BODIES, TRANSFORM = "bodies", "transform"
+WAIT_LOG_SECONDS = 60.0  # how often a waiting command says it still waits
+
+
+def lock_name(cfg: Config, step: str) -> str:
+    """The lock's name: the step and the lake (its absolute root, hashed: a name has a length limit)."""
+    root = cfg.lake.root if "://" in cfg.lake.root else os.path.abspath(cfg.lake.root)
+    return f"queuelake.{step}:{hashlib.sha256(root.encode('utf-8')).hexdigest()[:32]}"
+
+
+@contextlib.contextmanager
+def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
+    """Hold ``step``'s lock on this lake for the block; yields False when another process holds it
+    (after waiting up to ``wait_seconds``, or until a stop is asked), True otherwise (also when no
+    lock can be taken: the embedded database, a database out of reach)."""
+    if cfg.transport.embedded:
+        yield True
+        return
+    try:
+        conn = QueueDatabase(cfg.transport).connect(f"queuelake-{step}-lock")
+    except QueuelakeError as exc:
+        log.warning("%s: the queue database is out of reach for its lock (%s); going on without it", step, exc)
+        yield True
+        return
+    with conn:
+        name = lock_name(cfg, step)
+        got = locks.try_lock(conn, name, what=f"the {step} lock")
+        started = next_note = time.monotonic()
+        while not got and time.monotonic() - started < wait_seconds and not stopping.requested():
+            if time.monotonic() >= next_note:
+                log.info("waiting for the %s step running on this lake to finish", step)
+                next_note = time.monotonic() + WAIT_LOG_SECONDS
+            time.sleep(1.0)
+            got = locks.try_lock(conn, name, what=f"the {step} lock")
+        try:
+            yield got
+        finally:
+            if got:
+                locks.unlock(conn, name, what=f"the {step} lock")
+
+
+def one_at_a_time(cfg: Config, step: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()`` under ``step``'s lock; skipped (status ok) while another process runs that step."""
+    with held(cfg, step) as got:
+        if got:
+            return run()
+    log.warning("%s: another %s step is running on this lake; skipped (the next run takes the rest)", step, step)
+    return {"status": Status.OK, "skipped": f"another {step} step is running on this lake"}

@@ -1,0 +1,63 @@
+"""One bodies step and one transform step per lake at a time (``commands/step_locks.py``), against a real
+PostgreSQL: overlapping runs wrote the rows of the journal versions they shared twice, and an erase
+while bodies ran left the erased bodies in the typed tables (found by a review)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from queuelake.commands import step_locks
+from queuelake.config import from_dict
+from queuelake.transport import db, locks
+
+
+def _config(uri: str, root: Path):
+    return from_dict({"transport": {"connection": uri}, "lake": {"root": str(root)}}, env={})
+
+
+def test_a_step_another_process_runs_on_the_same_lake_is_skipped(fresh_pg_uri: str, tmp_path: Path) -> None:
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    ran: list[str] = []
+    with db.connect(cfg.transport) as other:  # a bodies step of another process, on this lake
+        assert locks.try_lock(other, step_locks.lock_name(cfg, step_locks.BODIES))
+        out = step_locks.one_at_a_time(cfg, step_locks.BODIES, lambda: ran.append("bodies") or {"status": "ok"})
+        assert ran == [] and out["status"] == "ok" and "another bodies step" in out["skipped"]
+        # the transform step, and the bodies step of another lake, are not held back
+        assert step_locks.one_at_a_time(cfg, step_locks.TRANSFORM, lambda: {"status": "ok", "ran": True})["ran"]
+        elsewhere = _config(fresh_pg_uri, tmp_path / "another lake")
+        assert step_locks.one_at_a_time(elsewhere, step_locks.BODIES, lambda: {"status": "ok", "ran": True})["ran"]
+    assert step_locks.one_at_a_time(cfg, step_locks.BODIES, lambda: {"status": "ok", "ran": True})["ran"]
+
+
+def test_a_command_that_waits_takes_the_lock_once_the_running_step_ends(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """What erase does: it waits for a running bodies step, and holds the lock while it works."""
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    name = step_locks.lock_name(cfg, step_locks.BODIES)
+    taken, release = threading.Event(), threading.Event()
+
+    def running_bodies() -> None:
+        with db.connect(cfg.transport) as other:
+            assert locks.try_lock(other, name)
+            taken.set()
+            release.wait(60)
+
+    worker = threading.Thread(target=running_bodies)
+    worker.start()
+    assert taken.wait(60)
+    threading.Timer(1.0, release.set).start()
+    with step_locks.held(cfg, step_locks.BODIES, wait_seconds=60) as got:
+        assert got and release.is_set()
+        with db.connect(cfg.transport) as third:  # held now: nobody else gets it
+            assert not locks.try_lock(third, name)
+    worker.join(60)
+
+
+def test_without_a_shared_database_the_step_runs_unlocked(tmp_path: Path) -> None:
+    """The embedded database is a server of the command's own; a database out of reach is said, not fatal."""
+    embedded = from_dict({"transport": {"embedded": str(tmp_path / "pg")}, "lake": {"root": str(tmp_path)}}, env={})
+    with step_locks.held(embedded, step_locks.BODIES) as got:
+        assert got and not (tmp_path / "pg").exists(), "no server started for a lock"
+    away = _config("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", tmp_path)
+    with step_locks.held(away, step_locks.TRANSFORM) as got:
+        assert got
