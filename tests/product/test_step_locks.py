@@ -12,7 +12,7 @@ from queuelake.config import from_dict
 from queuelake.transport import db, locks
 
 
-def _config(uri: str, root: Path):
+def _config(uri: str, root: Path | str):
     return from_dict({"transport": {"connection": uri}, "lake": {"root": str(root)}}, env={})
 
 
@@ -61,3 +61,34 @@ def test_without_a_shared_database_the_step_runs_unlocked(tmp_path: Path) -> Non
     away = _config("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", tmp_path)
     with step_locks.held(away, step_locks.TRANSFORM) as got:
         assert got
+
+
+def test_one_lake_has_one_lock_however_its_root_is_written(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    names = {
+        step_locks.lock_name(_config("x", root), step_locks.BODIES)
+        for root in ("lake", str(tmp_path / "lake"), f"file://{tmp_path}/lake")
+    }
+    assert len(names) == 1
+    s3 = {
+        step_locks.lock_name(_config("x", root), step_locks.BODIES)
+        for root in ("s3://b/lake", "s3://b/lake/", "s3a://b/lake")
+    }
+    assert len(s3) == 1 and not s3 & names
+
+
+def test_a_lock_whose_connection_is_lost_leaves_the_steps_outcome(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A failover or an idle-session timeout ends the lock's session: its release failed, and that
+    error replaced the step's result ("failed", exit 1, after the work was done: a review)."""
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+
+    def step() -> dict:
+        with db.connect(cfg.transport) as admin:
+            admin.raw.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'queuelake-bodies-lock'"
+            )
+            admin.commit()
+        return {"status": "ok", "ran": True}
+
+    assert step_locks.one_at_a_time(cfg, step_locks.BODIES, step) == {"status": "ok", "ran": True}

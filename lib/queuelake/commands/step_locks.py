@@ -31,15 +31,28 @@ from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import locks
 from queuelake.transport.database import QueueDatabase
+from queuelake.transport.db import Connection
 
 BODIES, TRANSFORM = "bodies", "transform"
 WAIT_LOG_SECONDS = 60.0  # how often a waiting command says it still waits
 
 
 def lock_name(cfg: Config, step: str) -> str:
-    """The lock's name: the step and the lake (its absolute root, hashed: a name has a length limit)."""
-    root = cfg.lake.root if "://" in cfg.lake.root else os.path.abspath(cfg.lake.root)
-    return f"queuelake.{step}:{hashlib.sha256(root.encode('utf-8')).hexdigest()[:32]}"
+    """The lock's name: the step and the lake, hashed (a name has a length limit). One lake, however
+    its root is written (relative or absolute, ``file://``, a trailing slash, ``s3a://`` for
+    ``s3://``), has one name: configs that spell it apart took two locks (found by a review)."""
+    return f"queuelake.{step}:{hashlib.sha256(lake_id(cfg.lake.root).encode('utf-8')).hexdigest()[:32]}"
+
+
+def lake_id(root: str) -> str:
+    """The lake's root as one spelling: a local folder's absolute path, a URI's scheme family."""
+    scheme, sep, rest = root.partition("://")
+    if not sep:
+        return os.path.abspath(root)
+    if scheme.lower() == "file":
+        return os.path.abspath(rest)
+    scheme = {"s3a": "s3", "s3n": "s3"}.get(scheme.lower(), scheme.lower())
+    return f"{scheme}://{rest.rstrip('/')}"
 
 
 @contextlib.contextmanager
@@ -70,7 +83,16 @@ def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
             yield got
         finally:
             if got:
-                locks.unlock(conn, name, what=f"the {step} lock")
+                _release(conn, name, step)
+
+
+def _release(conn: Connection, name: str, step: str) -> None:
+    """Give the lock back; a connection lost meanwhile (a failover, an idle-session timeout) holds no
+    lock any more, and its error must not replace the step's own outcome (found by a review)."""
+    try:
+        locks.unlock(conn, name, what=f"the {step} lock")
+    except QueuelakeError as exc:
+        log.warning("%s: its lock's connection was lost (%s); the lock went with it", step, exc)
 
 
 def one_at_a_time(cfg: Config, step: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:

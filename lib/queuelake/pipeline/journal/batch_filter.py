@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 # a batch id is ``<app id>:<version>`` (the drain's ``batch_id``); the app id may hold colons itself
-_APP = r"^(.*):[0-9]+$"
+_APP = r"(?s)^(.*):[0-9]+$"  # (?s): an app id holds a queue's name, which may hold a line break
 _VERSION = r":([0-9]+)$"
 
 
@@ -46,8 +46,10 @@ def of_batches(frame: DataFrame, batches: list[str]) -> DataFrame:
     ranges = frame.sparkSession.createDataFrame(
         version_ranges(batches), "batch_app string, first_version long, last_version long"
     )
+    version = F.regexp_extract("batch_id", _VERSION, 1)
     keyed = frame.withColumn("_batch_app", F.regexp_extract("batch_id", _APP, 1)).withColumn(
-        "_batch_version", F.regexp_extract("batch_id", _VERSION, 1).cast("long")
+        "_batch_version",
+        F.when(version != "", version.cast("long")),  # no cast of "" (ANSI mode fails it)
     )
     matches = (keyed["_batch_app"] == ranges["batch_app"]) & keyed["_batch_version"].between(
         ranges["first_version"], ranges["last_version"]

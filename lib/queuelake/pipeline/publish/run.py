@@ -79,7 +79,10 @@ class Publisher:
             try:
                 return self._publish_output(conn, output, pipeline)
             finally:
-                locks.unlock(conn, lock, what=output)
+                try:
+                    locks.unlock(conn, lock, what=output)
+                except QueuelakeError as exc:  # a connection lost holds no lock: the outcome stands
+                    log.warning("publish %s: its lock's connection was lost (%s)", output, exc)
 
     def _publish_output(self, conn: Connection, output: str, pipeline: str) -> OutputResult:
         result = OutputResult(output)
