@@ -11,8 +11,9 @@ stayed, and a second erase found nothing left to select (found by a review). The
 service every process of a deployment reaches; the lake, on an object store, has no lock of its own.
 
 A step that finds the lock held skips its work (status ok, ``skipped`` says why): the running one is
-doing it, and the next run takes the rest. With the embedded database (a throwaway server per
-command, nothing shared) or a database out of reach, the step runs without the lock, with a warning.
+doing it, and the next run takes the rest. With the embedded database (a laptop's throwaway server,
+which a bodies or transform step would otherwise not start) or a database out of reach, the step runs
+without the lock, the latter with a warning.
 """
 
 from __future__ import annotations
