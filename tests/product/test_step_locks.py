@@ -92,3 +92,23 @@ def test_a_lock_whose_connection_is_lost_leaves_the_steps_outcome(fresh_pg_uri: 
         return {"status": "ok", "ran": True}
 
     assert step_locks.one_at_a_time(cfg, step_locks.BODIES, step) == {"status": "ok", "ran": True}
+
+
+def test_a_login_the_lock_statement_refuses_still_runs_the_step(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A step that ran before the lock existed must not fail for it: a login refused the lock's statement
+    (here a session whose advisory-lock function is revoked) runs the step unlocked, with a warning."""
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    with db.connect(cfg.transport) as admin:
+        admin.raw.execute("DROP ROLE IF EXISTS no_locks")
+        admin.raw.execute("CREATE ROLE no_locks LOGIN")
+        admin.raw.execute("REVOKE EXECUTE ON FUNCTION pg_try_advisory_lock(bigint) FROM PUBLIC")
+        admin.commit()
+    try:
+        user = fresh_pg_uri.replace("postgresql://postgres", "postgresql://no_locks", 1)
+        assert user != fresh_pg_uri
+        restricted = _config(user, tmp_path / "lake")
+        assert step_locks.one_at_a_time(restricted, step_locks.BODIES, lambda: {"status": "ok", "ran": True})["ran"]
+    finally:
+        with db.connect(cfg.transport) as admin:
+            admin.raw.execute("GRANT EXECUTE ON FUNCTION pg_try_advisory_lock(bigint) TO PUBLIC")
+            admin.commit()
