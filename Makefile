@@ -89,6 +89,8 @@ $(VENV)/.installed-test: $(SETUP_INPUTS) | $(PY)
 	@echo "installing queuelake[$(TEST_EXTRAS)] into $(VENV) (the first time takes a few minutes)" >&2
 	$(PY) -m pip install -q -e '.[$(TEST_EXTRAS)]'
 	$(PY) -c "import queuelake, pyspark, delta, deltalake, psycopg, pyodbc, adbc_driver_postgresql, matplotlib, pgserver, airflow"
+	@# matplotlib's font cache, built once here: building it runs fc-list, a process the fast tier refuses
+	$(PY) -c "import matplotlib.font_manager"
 	@touch $@
 
 jars: ## fetch the Delta Lake JVM jars (jvm/fetch-jars.sh, when present)
