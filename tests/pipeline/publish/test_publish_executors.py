@@ -114,6 +114,31 @@ def test_killed_tasks_leave_the_rest_to_the_next_run(fresh_pg_uri: str, tmp_path
     assert again["published"] == 0 and not drain_all(cfg, "Target")
 
 
+def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """From executors as from the driver: a subscriber table whose CHECK constraint refuses every copy
+    (the catalog cannot tell beforehand) failed every task's batches, on every run, and the valid
+    subscribers got nothing. Now the driver makes it undeliverable for the run, records each of its
+    copies, and sends those batches again: every other copy once, every refused one recorded once."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_x"], [], batch_size=40, executors_from_rows=1)
+    setup_db(cfg, ["Target", "Sub1", "Sub2", "Checked"])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Checked" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        conn.commit()
+    for queue in ("Sub1", "Sub2", "Checked"):
+        subscribe(cfg, queue, queue, EVENT)
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=3, per_file=120)  # 3 units of 3 batches
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["failed_batches"] == [], out
+    assert out["batches"] == 9 and out["published"] == 360 and out["undeliverable"] == len(events), out
+    assert_exactly_once(cfg, sends, events)
+    lost = read_table(str(tmp_path / "lake" / "outbound_x_undeliverable")).to_pylist()
+    assert sorted(r["key"] for r in lost) == sorted(events) and {r["destination"] for r in lost} == {"Checked"}
+    assert all("no_bodies" in r["reason"] for r in lost), lost[0]
+    again = publish(cfg, spark, lake)["outputs"][0]
+    assert again["published"] == 0 and again["undeliverable"] == 0, again
+
+
 def _conf_file(tmp_path: Path, lake_root: Path, from_rows: int | None, batch_size: int) -> Path:
     conf = tmp_path / "publish.json"
     conf.write_text(

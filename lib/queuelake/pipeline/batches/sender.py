@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from queuelake import kill_points
-from queuelake.errors import QueuelakeError
+from queuelake.errors import QueuelakeError, RowsRefused
 from queuelake.report import log
 from queuelake.transport import ledger
 from queuelake.transport.db import Connection
@@ -103,7 +103,9 @@ class Sent:
 class Outcome(Generic[P]):
     """One batch: sent, skipped (in the ledger already), failed (rolled back, ``error``) or stopped
     (not tried: ``stop`` asked; the last outcome). ``content``: what was sent; ``seconds``: from the
-    start of its attempt (building included) to its commit."""
+    start of its attempt (building included) to its commit; ``refused``: the table that refused the
+    failed batch's rows for what they are (``errors.RowsRefused``), where the caller can send it again
+    without that table."""
 
     k: int
     key: str
@@ -114,6 +116,7 @@ class Outcome(Generic[P]):
     content: P | None = None
     error: str = ""
     seconds: float = 0.0
+    refused: str | None = None
 
 
 def _untimed(step: str) -> contextlib.AbstractContextManager[Any]:
@@ -162,7 +165,8 @@ def send_batches(
                 yield Outcome(batch.k, key, SKIPPED, batch.rows)
                 continue
             log.error("%s batch %s failed, nothing of it was sent: %s", book.label, key, exc)
-            yield Outcome(batch.k, key, FAILED, batch.rows, error=str(exc))
+            refused = exc.table if isinstance(exc, RowsRefused) else None
+            yield Outcome(batch.k, key, FAILED, batch.rows, error=str(exc), refused=refused)
             continue
         yield Outcome(
             batch.k, key, SENT, sent.rows, sent.copies, sent.lost, content, seconds=time.monotonic() - started

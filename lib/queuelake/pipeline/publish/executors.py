@@ -196,18 +196,18 @@ class ExecutorSender:
         done: set[int],
         result: OutputResult,
     ) -> None:
-        """Send the round from Spark tasks, one per row group (the module's docstring says why)."""
+        """Send the round from Spark tasks, one per row group (the module's docstring says why).
+
+        A table that refuses its copies for what they are (``errors.RowsRefused``: a CHECK constraint,
+        a trigger that raised) fails the tasks' batches that have a copy for it; the driver then makes
+        it undeliverable for the run (``Router.refuse``), records those batches' copies for it, and
+        sends the units holding them again: every other destination gets its copies, as from the
+        driver (before, such a table failed those batches on every run)."""
         started = time.monotonic()
         units, total = plan(files, bad_keys, rnd.batch_size)
-        records = route_round(conn, self.router, units, bad_keys, rnd, total, done)
-        if records:
-            record_round(self.lake, output, result.round or "", records)
-            for record in records:
-                self.bad.report(output, record["destination"], record["reason"])
-        result.undeliverable = len(records)
         job = Job(
             database=self.database,
-            router=frozen(self.router),
+            router=self.router,
             pipeline=pipeline,
             output=output,
             ledger=self.ledger,
@@ -217,41 +217,26 @@ class ExecutorSender:
             log_level=log_level(),
             storage=round_files.access(files),
         )
-        log.info(
-            "publish %s: %d batch(es) from %d row group(s) sent by Spark tasks (routes checked in %.1fs)",
-            output,
-            total,
-            len(units),
-            time.monotonic() - started,
-        )
-        try:
-            with heartbeat(self.spark, f"publish {output}", total, unit="batch(es)"):
-                outcomes = send_units(self.spark, job, units)
-        except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
-            result.status = Status.FAILED
-            result.error = task_error(exc)
-            # what the tasks had committed when the failure was seen (the next run skips it)
-            keys = RoundKeys(rnd, total)
-            for row in ledger.rows_of_pipeline(conn, self.ledger, pipeline):
-                k = keys.index(row.batch_key)
-                if row.output_table == output and k is not None and k not in done:
-                    result.batches += 1
-                    result.published += row.rows_sent
-            conn.rollback()
-            log.error("publish %s: %s (%d batch(es) had been sent)", output, result.error, result.batches)
-            return
-        for outcome in outcomes:
-            result.rows += outcome["rows"]
-            if outcome["status"] == "skipped":
-                result.batches_skipped += 1
-            elif outcome["status"] == "failed":
-                result.status = Status.FAILED
-                result.failed_batches.append(outcome["batch_key"])
-                result.error = outcome["error"]
-            else:
-                result.batches += 1
-                result.published += outcome["rows"]
-                result.copies += outcome["copies"]
+        outcomes: dict[int, dict[str, Any]] = {}
+        todo = units
+        while True:
+            sent = done | {k for k, o in outcomes.items() if o["status"] != "failed"}
+            if not self._send_units(conn, job, todo, sent, result, outcomes):
+                self._count_committed(conn, job, done, result)
+                return
+            refusals = self._refusals(outcomes)
+            if not refusals:
+                break
+            for table, reason in refusals.items():
+                log.warning(
+                    "publish %s: table %s refused the copies sent to it; sending its batches again without it",
+                    output,
+                    table,
+                )
+                self.router.refuse(table, reason)
+            failed = {k for k, o in outcomes.items() if o["status"] == "failed"}
+            todo = [u for u in units if failed & set(range(u.first, u.first + u.batches))]
+        self._count(outcomes, result)
         elapsed = time.monotonic() - started
         log.info(
             "publish %s: %d row(s) sent as %d message(s) from executors in %.1fs (%.0f rows/s), %d batch(es) "
@@ -264,6 +249,87 @@ class ExecutorSender:
             result.batches_skipped,
             len(result.failed_batches),
         )
+
+    def _send_units(
+        self,
+        conn: Connection,
+        job: Job,
+        units: list[Unit],
+        done: set[int],
+        result: OutputResult,
+        outcomes: dict[int, dict[str, Any]],
+    ) -> bool:
+        """Record the units' undeliverable copies, then send their batches not in ``done`` from Spark
+        tasks (with the router's verdicts so far), each batch's outcome into ``outcomes`` (a batch
+        failed before is replaced by its new outcome). False when a task died (``result`` then says
+        what the ledger holds). The first pass counts every undeliverable copy of the batches it
+        sends (a resumed round's were recorded by the killed run already); a pass after a refusal
+        counts the copies it adds."""
+        started = time.monotonic()
+        output, rnd, total = job.output, job.round, job.total
+        records = route_round(conn, self.router, units, set(job.bad_keys), rnd, total, done)
+        if records:
+            added = record_round(self.lake, output, result.round or "", records)
+            result.undeliverable += added if outcomes else len(records)
+            for record in records:
+                self.bad.report(output, record["destination"], record["reason"])
+        job = dataclasses.replace(job, router=frozen(self.router))
+        log.info(
+            "publish %s: %d batch(es) from %d row group(s) sent by Spark tasks (routes checked in %.1fs)",
+            output,
+            sum(u.batches for u in units),
+            len(units),
+            time.monotonic() - started,
+        )
+        try:
+            with heartbeat(self.spark, f"publish {output}", total, unit="batch(es)"):
+                sent = send_units(self.spark, job, units)
+        except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
+            result.status = Status.FAILED
+            result.error = task_error(exc)
+            return False
+        for outcome in sent:
+            if outcome["k"] not in outcomes or outcomes[outcome["k"]]["status"] == "failed":
+                outcomes[outcome["k"]] = outcome
+        return True
+
+    def _count_committed(self, conn: Connection, job: Job, done: set[int], result: OutputResult) -> None:
+        """After a task died: what the tasks had committed when the failure was seen, from the ledger
+        (the next run skips it); ``done``: what was sent before this run."""
+        keys = RoundKeys(job.round, job.total)
+        for row in ledger.rows_of_pipeline(conn, self.ledger, job.pipeline):
+            k = keys.index(row.batch_key)
+            if row.output_table == job.output and k is not None and k not in done:
+                result.batches += 1
+                result.published += row.rows_sent
+        conn.rollback()
+        log.error("publish %s: %s (%d batch(es) had been sent)", job.output, result.error, result.batches)
+
+    def _refusals(self, outcomes: dict[int, dict[str, Any]]) -> dict[str, str]:
+        """Tables that refused a failed batch's copies and are not refused yet, with the reason."""
+        found: dict[str, str] = {}
+        for outcome in outcomes.values():
+            table = outcome.get("refused")
+            if outcome["status"] == "failed" and table and table not in self.router.refused:
+                found.setdefault(table, f"the table refused the copies: {outcome['error']}")
+        return found
+
+    @staticmethod
+    def _count(outcomes: dict[int, dict[str, Any]], result: OutputResult) -> None:
+        """The batches' outcomes into the output's result."""
+        for k in sorted(outcomes):
+            outcome = outcomes[k]
+            result.rows += outcome["rows"]
+            if outcome["status"] == "skipped":
+                result.batches_skipped += 1
+            elif outcome["status"] == "failed":
+                result.status = Status.FAILED
+                result.failed_batches.append(outcome["batch_key"])
+                result.error = outcome["error"]
+            else:
+                result.batches += 1
+                result.published += outcome["rows"]
+                result.copies += outcome["copies"]
 
 
 def send_units(spark: SparkSession, job: Job, units: list[Unit]) -> list[dict[str, Any]]:
@@ -301,7 +367,12 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
                 yield {"k": k, "rows": outcome.rows, "status": "skipped"}
                 continue
             if outcome.status == FAILED:
-                failed = {"status": "failed", "error": outcome.error, "batch_key": outcome.key}
+                failed = {
+                    "status": "failed",
+                    "error": outcome.error,
+                    "batch_key": outcome.key,
+                    "refused": outcome.refused,
+                }
                 yield {"k": k, "rows": outcome.rows, **failed}
                 continue
             sent_rows += outcome.rows
