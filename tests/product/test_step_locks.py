@@ -112,3 +112,38 @@ def test_a_login_the_lock_statement_refuses_still_runs_the_step(fresh_pg_uri: st
         with db.connect(cfg.transport) as admin:
             admin.raw.execute("GRANT EXECUTE ON FUNCTION pg_try_advisory_lock(bigint) TO PUBLIC")
             admin.commit()
+
+
+def test_erase_waits_for_a_running_transform_step_as_for_bodies(fresh_pg_uri: str, tmp_path: Path, monkeypatch) -> None:
+    """Erase's purge removed journal files a running transform step read, which then failed
+    (``PATH_NOT_FOUND``, found by a review): erase waits for either step, and says which one it
+    waited for when it gives up, having erased nothing."""
+    import argparse
+    import json
+
+    import pytest
+    from queuelake.commands import erase
+    from queuelake.errors import PipelineError
+
+    conf = tmp_path / "erase.json"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(tmp_path), "engine": "delta-rs"},
+            }
+        )
+    )
+    monkeypatch.setenv("QUEUELAKE_CONNECTION", fresh_pg_uri)
+    monkeypatch.setattr(erase, "ERASE_WAITS_SECONDS", 1.5)
+    cfg = _config(fresh_pg_uri, tmp_path)
+    args = argparse.Namespace(config=str(conf), where="queue = 'Sales'", dry_run=False, all=False)
+    for step in (step_locks.TRANSFORM, step_locks.BODIES):
+        with db.connect(cfg.transport) as other:  # that step, running in another process
+            assert locks.try_lock(other, step_locks.lock_name(cfg, step))
+            with pytest.raises(PipelineError, match=f"a {step} step has been running"):
+                erase.erase(args)
+    with db.connect(cfg.transport) as other:  # erase gave both locks back
+        assert all(
+            locks.try_lock(other, step_locks.lock_name(cfg, s)) for s in (step_locks.BODIES, step_locks.TRANSFORM)
+        )

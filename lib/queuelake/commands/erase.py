@@ -11,16 +11,18 @@ from typing import Any
 
 from queuelake.commands.command import Command
 
-# how long an erase waits for a running bodies step, which would write the erased bodies back
+# how long an erase waits for a running bodies step (which would write the erased bodies back) or
+# transform step (whose journal files the purge would remove under it)
 ERASE_WAITS_SECONDS = 900.0
 
 
 def erase(args: argparse.Namespace) -> dict[str, Any]:
+    import contextlib
     import dataclasses
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root, runs_only_lake, writing_lake
-    from queuelake.commands.step_locks import BODIES, held
+    from queuelake.commands.step_locks import BODIES, TRANSFORM, held
     from queuelake.errors import ArgumentError, PipelineError
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline import runs
@@ -43,13 +45,17 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     run = runs.Run("erase")
     if args.dry_run:
         summary = run_erase(cfg, lake, predicate, dry_run=True)
-    else:  # a bodies step running meanwhile would write the erased rows' bodies back (``step_locks``)
-        with held(cfg, BODIES, wait_seconds=ERASE_WAITS_SECONDS) as got:
-            if not got:
-                raise PipelineError(
-                    f"a bodies step has been running on this lake for over {ERASE_WAITS_SECONDS // 60:.0f} minutes: "
-                    "erase again once it has finished (nothing was erased)"
-                )
+    else:
+        # A bodies step running meanwhile would write the erased rows' bodies back, and a transform
+        # step would fail on the journal files the purge removes under it (``step_locks``): erase
+        # waits for both, in the order no other command takes them otherwise (one step at a time).
+        with contextlib.ExitStack() as locked:
+            for step in (BODIES, TRANSFORM):
+                if not locked.enter_context(held(cfg, step, wait_seconds=ERASE_WAITS_SECONDS)):
+                    raise PipelineError(
+                        f"a {step} step has been running on this lake for over {ERASE_WAITS_SECONDS // 60:.0f} "
+                        "minutes: erase again once it has finished (nothing was erased)"
+                    )
             summary = run_erase(cfg, lake, predicate, dry_run=False)
     if not args.dry_run and summary["tables"]:
         rows = [

@@ -1,13 +1,14 @@
 """One ``bodies`` step and one ``transform`` step per lake at a time, across processes and hosts: a
 session lock in the queue database (``transport.locks``, as a drain holds its queue's), named after
-the lake, held for the whole step. ``erase`` takes the bodies lock too, waiting for a running step.
+the lake, held for the whole step. ``erase`` takes both locks too, waiting for running steps.
 
 Why: each step reads its increment (the journal versions since its last commit) once, at its start,
 and commits much later. Two overlapping ones (a scheduler starting the next run while the last still
 works, an operator's command beside the scheduled one) both wrote the rows of the versions they
 shared: typed rows and transform outputs twice. And an erase while bodies ran removed the typed rows
 there were, then bodies committed rows built from the journal before the erase: the erased bodies
-stayed, and a second erase found nothing left to select (found by a review). The database is the one
+stayed, and a second erase found nothing left to select (found by a review); an erase's purge
+removed journal files a running transform read, which then failed. The database is the one
 service every process of a deployment reaches; the lake, on an object store, has no lock of its own.
 
 A step that finds the lock held skips its work (status ok, ``skipped`` says why): the running one is
