@@ -394,6 +394,34 @@ def test_a_row_recorded_as_skipped_stays_unsent_when_its_queue_appears(failures,
     assert len(drain_all(cfg, "Billing")) == len(drain_all(cfg, "Shipping")) == 15
 
 
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_a_queue_table_refusing_its_rows_is_skipped_and_the_others_are_sent(failures, spark, from_rows) -> None:
+    """A destination table that refuses the rows themselves (a CHECK constraint; the catalog cannot tell
+    beforehand) failed every batch holding a row for it, on every rerun, and the other destinations got
+    nothing. Now its rows in the batches left are recorded as skipped with the database's reason, and
+    the batches go on without them; the record is final for the replay id, as every skip is."""
+    cfg, *_ = failures
+    cfg.replay.executors_from_rows = from_rows  # 1: every batch is sent by a Spark task
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Shipping" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        conn.commit()
+    first = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    assert first["status"] == "ok" and first["failed_batches"] == [] and first["rows_sent"] == 15, first
+    assert first["destinations"] == {'"public"."Billing"': 15} and first["skipped"] == 3 + 15, first
+    refused = [r for r in first["skipped_reasons"] if "no_bodies" in r]
+    assert len(refused) == 1 and first["skipped_reasons"][refused[0]] == 15, first["skipped_reasons"]
+    assert len(drain_all(cfg, "Billing")) == 15 and drain_all(cfg, "Shipping") == []
+    skipped = read_table(str(Path(cfg.lake.root) / "replay_skipped")).to_pylist()
+    recorded = [s for s in skipped if "no_bodies" in s["reason"]]
+    assert len(recorded) == 15 and {s["destination"] for s in recorded} == {"Shipping"}
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Shipping" DROP CONSTRAINT "no_bodies"')
+        conn.commit()
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=first["replay_id"])
+    assert again["status"] == "ok" and again["rows_sent"] == 0, again
+    assert drain_all(cfg, "Shipping") == []
+
+
 def test_dry_run_writes_nothing(failures, spark) -> None:
     cfg, *_ = failures
     lake_root = Path(cfg.lake.root)

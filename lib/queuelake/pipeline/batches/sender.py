@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -134,7 +134,7 @@ def send_batches(
     stop: Callable[[], bool] | None = None,
     pace: Callable[[Sent], None] | None = None,
     timed: Callable[[str], contextlib.AbstractContextManager[Any]] = _untimed,
-) -> Iterator[Outcome[P]]:
+) -> Generator[Outcome[P], None, None]:
     """Each batch in order: skipped when ``done`` holds it, else sent with its ledger row in one
     transaction on ``conn`` (``send(conn, key, content)`` inserts, never commits). A failure
     (``QueuelakeError``) rolls the batch back; with ``recheck`` the ledger is read again, and a batch

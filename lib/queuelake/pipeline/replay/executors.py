@@ -175,6 +175,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
                     "status": "failed",
                     "error": outcome.error,
                     "key": outcome.key,
+                    "refused": outcome.refused,
                 }
                 continue
             assert outcome.content is not None

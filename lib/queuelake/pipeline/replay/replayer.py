@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as dt
+import functools
 import gc
 import time
 import uuid
@@ -206,6 +207,7 @@ class Replayer:
                     self.steps,
                     self.sent_per_destination,
                     self.selection.session,
+                    functools.partial(self._refused, replay_id, planned, plan.cut),
                 )
                 files = self.selection.journal_files(plan.version)
                 if opts.canary is not None:
@@ -290,6 +292,30 @@ class Replayer:
         process has ended, and a resume started at once found the replay "already running"."""
         with contextlib.suppress(Exception):  # a broken connection: its locks go with its session
             locks.unlock(conn, f"queuelake.replay:{replay_id}")
+
+    def _refused(self, replay_id: str, planned: Planned, cut: Cut, table: str, error: str, batches: list[int]) -> None:
+        """``table`` refused a batch's rows for what they are (a CHECK constraint, a trigger that
+        raised: ``errors.RowsRefused``), which no check before the send can tell: its rows in the
+        batches not sent yet are recorded as skipped, with the database's reason, before they are
+        taken out of the plan, so the batches go on without them (killed in between, a rerun finds
+        the record and skips them too). Before, every batch holding one of them failed, on every rerun."""
+        reason = f"the table refused the message: {error}"
+        records = skips.refused_records(replay_id, planned, cut, table, reason, batches)
+        skips.record_skips(self.lake, replay_id, records)
+        planned.exclude({(r["queue"], r["seq"]) for r in records})
+        result = self.result
+        assert result is not None
+        result.skipped += len(records)
+        result.skipped_reasons[reason] = result.skipped_reasons.get(reason, 0) + len(records)
+        result.destinations, result.message_types = planned.counts()
+        result.to_send = sum(result.destinations.values())
+        log.warning(
+            "replay %s: %s refused the rows sent to it (%s); its %d row(s) in the batches left are skipped",
+            replay_id,
+            table,
+            error,
+            len(records),
+        )
 
     def _count(self, result: ReplayResult, planned: Planned, reasons: list[str]) -> None:
         counted = collections.Counter(reasons)

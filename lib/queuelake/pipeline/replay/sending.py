@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queuelake import stopping
 from queuelake.config import ReplayConfig
@@ -44,6 +44,7 @@ class Sender:
         steps: Steps,
         sent_per_destination: collections.Counter[str],
         session: Callable[[], SparkSession],
+        on_refused: Callable[[str, str, list[int]], None],
     ) -> None:
         self.database = database
         self.settings = settings
@@ -53,6 +54,11 @@ class Sender:
         self.steps = steps
         self.sent_per_destination = sent_per_destination
         self.session = session  # the Spark session, started if need be (only to send from executors)
+        # a table that refused a batch's rows for what they are (``errors.RowsRefused``: a CHECK
+        # constraint, a trigger that raised): ``on_refused(table, error, batches left)`` records its
+        # rows in those batches as skipped and takes them out of the plan; the batches go on without it
+        self.on_refused = on_refused
+        self.refused_tables: set[str] = set()
 
     def send(
         self,
@@ -94,45 +100,81 @@ class Sender:
                 if wait > 0:
                     time.sleep(wait)
 
-        # the next batch read and built while this one is sent
-        batches = (Batch(k, prepared) for k, prepared in ahead(todo, prepare))
         book = executors.book(self.ledger, replay_id, keys)
-        outcomes = send_batches(
-            conn, book, batches, executors.send_built, done, stop=stopping.requested, pace=pace, timed=self.steps.timed
-        )
-        for outcome in outcomes:
-            if outcome.status == STOPPED:
-                result.status = Status.INTERRUPTED
-                break
-            if outcome.status == FAILED:
-                result.status = Status.FAILED
-                result.failed_batches.append(outcome.key)
-                result.error = outcome.error
-                continue
-            assert outcome.content is not None
-            batch = outcome.content[0]
-            k = outcome.k
-            sent += len(batch)
-            result.rows_sent = sent_before + sent
-            result.total_sent += len(batch)
-            result.batches_sent += 1
-            for r in batch:
-                self.sent_per_destination[r.target.canonical] += 1  # type: ignore[union-attr]
-            elapsed = time.monotonic() - started
-            result.seconds_sending = round(elapsed, 3)
-            result.rate = round(sent / elapsed, 1) if elapsed else 0.0
-            left = sum(1 for j in todo if j > k)
-            log.info(
-                "replay %s batch %d/%d: %d rows in %.2fs; %d sent at %.0f msg/s, %d batch(es) left",
-                replay_id,
-                k + 1,
-                n,
-                len(batch),
-                outcome.seconds,
-                sent,
-                result.rate,
-                left,
+        sent_now: set[int] = set()
+        while todo:
+            # the next batch read and built while this one is sent
+            built = ahead(todo, prepare)
+            outcomes = send_batches(
+                conn,
+                book,
+                (Batch(k, prepared) for k, prepared in built),
+                executors.send_built,
+                done,
+                stop=stopping.requested,
+                pace=pace,
+                timed=self.steps.timed,
             )
+            refusal = None
+            for outcome in outcomes:
+                if outcome.status == STOPPED:
+                    result.status = Status.INTERRUPTED
+                    break
+                if outcome.status == FAILED and outcome.refused and outcome.refused not in self.refused_tables:
+                    refusal = outcome  # that table's rows are skipped from here on; this batch is sent again
+                    break
+                if outcome.status == FAILED:
+                    result.status = Status.FAILED
+                    result.failed_batches.append(outcome.key)
+                    result.error = outcome.error
+                    continue
+                assert outcome.content is not None
+                batch = outcome.content[0]
+                k = outcome.k
+                sent_now.add(k)
+                sent += len(batch)
+                result.rows_sent = sent_before + sent
+                result.total_sent += len(batch)
+                result.batches_sent += 1
+                for r in batch:
+                    self.sent_per_destination[r.target.canonical] += 1  # type: ignore[union-attr]
+                elapsed = time.monotonic() - started
+                result.seconds_sending = round(elapsed, 3)
+                result.rate = round(sent / elapsed, 1) if elapsed else 0.0
+                left = sum(1 for j in todo if j > k)
+                log.info(
+                    "replay %s batch %d/%d: %d rows in %.2fs; %d sent at %.0f msg/s, %d batch(es) left",
+                    replay_id,
+                    k + 1,
+                    n,
+                    len(batch),
+                    outcome.seconds,
+                    sent,
+                    result.rate,
+                    left,
+                )
+            outcomes.close()
+            built.close()  # waits for the batch being built ahead (it held the refused table's rows)
+            if refusal is None or refusal.refused is None:
+                return
+            todo = [j for j in todo if j >= refusal.k and j not in sent_now]
+            self.refused_tables.add(refusal.refused)
+            self.on_refused(refusal.refused, refusal.error, todo)
+
+    def _count_outcomes(self, outcomes: dict[int, dict[str, Any]]) -> None:
+        """The Spark tasks' batch outcomes (the last of each batch) into the result."""
+        result = self.result
+        for k in sorted(outcomes):
+            outcome = outcomes[k]
+            if outcome["status"] == "failed":
+                result.status = Status.FAILED
+                result.failed_batches.append(outcome["key"])
+                result.error = outcome["error"]
+            elif outcome["status"] == "sent":
+                result.rows_sent += outcome["rows"]
+                result.total_sent += outcome["rows"]
+                result.batches_sent += 1
+                self.sent_per_destination.update(outcome["destinations"])
 
     def _messages(
         self, replay_id: str, rows: list[Row], content: Content, binary: bool
@@ -152,12 +194,13 @@ class Sender:
         self, replay_id: str, plan: Plan, done: set[int], planned: Planned, files: list[str]
     ) -> None:
         """The batches not in the ledger, sent by Spark tasks (``executors.py``); the outcomes are
-        counted here as the driver's loop counts its own."""
+        counted here as the driver's loop counts its own. A table that refused a task's batch
+        (``errors.RowsRefused``) has its rows in the failed batches recorded as skipped
+        (``on_refused``), and those batches are sent again without them."""
         from queuelake.lake.round_files import access
 
         result = self.result
         n, size = plan.batches, plan.batch_size
-        units = [executors.Unit(k, planned.slice(k, plan.cut)) for k in range(n) if k not in done]
         job = executors.Job(
             database=self.database,
             replay_id=replay_id,
@@ -169,27 +212,33 @@ class Sender:
             log_level=executors.log_level(),
             storage=access(files),
         )
-        log.info("replay %s: %d batch(es) sent by Spark tasks", replay_id, len(units))
         started = time.monotonic()
-        with self.steps.timed("executors"):
-            try:
-                session = self.session()
-                with heartbeat(session, f"replay {replay_id}", len(units), unit="batch(es)"):
-                    outcomes = executors.send_units(session, job, units)
-            except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
-                result.status, result.error = Status.FAILED, executors.task_error(exc)
-                log.error("replay %s: %s", replay_id, result.error)
-                return
-        for outcome in outcomes:
-            if outcome["status"] == "failed":
-                result.status = Status.FAILED
-                result.failed_batches.append(outcome["key"])
-                result.error = outcome["error"]
-            elif outcome["status"] == "sent":
-                result.rows_sent += outcome["rows"]
-                result.total_sent += outcome["rows"]
-                result.batches_sent += 1
-                self.sent_per_destination.update(outcome["destinations"])
+        final: dict[int, dict[str, Any]] = {}
+        todo = [k for k in range(n) if k not in done]
+        while todo:
+            units = [executors.Unit(k, planned.slice(k, plan.cut)) for k in todo]
+            log.info("replay %s: %d batch(es) sent by Spark tasks", replay_id, len(units))
+            with self.steps.timed("executors"):
+                try:
+                    session = self.session()
+                    with heartbeat(session, f"replay {replay_id}", len(units), unit="batch(es)"):
+                        outcomes = executors.send_units(session, job, units)
+                except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
+                    self._count_outcomes(final)
+                    result.status, result.error = Status.FAILED, executors.task_error(exc)
+                    log.error("replay %s: %s", replay_id, result.error)
+                    return
+            final.update((outcome["k"], outcome) for outcome in outcomes)
+            refusals: dict[str, str] = {}
+            for outcome in outcomes:
+                table = outcome.get("refused")
+                if outcome["status"] == "failed" and table and table not in self.refused_tables:
+                    refusals.setdefault(table, outcome["error"])
+            todo = sorted(k for k, outcome in final.items() if outcome["status"] == "failed") if refusals else []
+            for table, error in refusals.items():
+                self.refused_tables.add(table)
+                self.on_refused(table, error, todo)
+        self._count_outcomes(final)
         elapsed = time.monotonic() - started
         result.seconds_sending = round(elapsed, 3)
         result.rate = round(result.rows_sent / elapsed, 1) if elapsed else 0.0

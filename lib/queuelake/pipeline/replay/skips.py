@@ -65,6 +65,22 @@ def skip_records(replay_id: str, planned: Planned, others: pa.Table) -> list[dic
     return records
 
 
+def refused_records(
+    replay_id: str, planned: Planned, cut: Cut, table: str, reason: str, batches: list[int]
+) -> list[dict[str, Any]]:
+    """A record per planned row of ``batches`` sent to ``table`` (a canonical name), which refused a
+    batch's rows for what they are (``errors.RowsRefused``): they are not sent by this replay."""
+    now = dt.datetime.now(dt.timezone.utc)
+    columns = ("queue", "seq", "id", "message_id", "message_type", "address")
+    records = []
+    for k in batches:
+        part = planned.table.slice(*cut.bounds(k))
+        part = part.filter(pc.fill_null(pc.equal(part.column("target"), table), False))
+        for q, s, i, m, t, address in zip(*(part.column(c).to_pylist() for c in columns), strict=True):
+            records.append(skip_record(replay_id, q, s, i, m, t, address, reason, now))
+    return records
+
+
 def settle_skips(
     lake: LakeEngine,
     replay_id: str | None,
