@@ -143,6 +143,16 @@ def test_erase_waits_for_a_running_transform_step_as_for_bodies(fresh_pg_uri: st
             assert locks.try_lock(other, step_locks.lock_name(cfg, step))
             with pytest.raises(PipelineError, match=f"a {step} step has been running"):
                 erase.erase(args)
+    from queuelake import stopping
+
+    with db.connect(cfg.transport) as other:  # a stop asked while it waits is said as a stop
+        assert locks.try_lock(other, step_locks.lock_name(cfg, step_locks.TRANSFORM))
+        stopping.request()
+        try:
+            with pytest.raises(stopping.Interrupted, match="waiting for the transform step"):
+                erase.erase(args)
+        finally:
+            stopping.reset()
     with db.connect(cfg.transport) as other:  # erase gave both locks back
         assert all(
             locks.try_lock(other, step_locks.lock_name(cfg, s)) for s in (step_locks.BODIES, step_locks.TRANSFORM)

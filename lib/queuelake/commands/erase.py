@@ -21,6 +21,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     import dataclasses
 
     from queuelake import config as config_mod
+    from queuelake import stopping
     from queuelake.commands.sessions import require_lake_root, runs_only_lake, writing_lake
     from queuelake.commands.step_locks import BODIES, TRANSFORM, held
     from queuelake.errors import ArgumentError, PipelineError
@@ -52,6 +53,8 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
         with contextlib.ExitStack() as locked:
             for step in (BODIES, TRANSFORM):
                 if not locked.enter_context(held(cfg, step, wait_seconds=ERASE_WAITS_SECONDS)):
+                    if stopping.requested():  # a stop asked while it waited: said as a stop, not a failure
+                        raise stopping.Interrupted(f"stopped while waiting for the {step} step; nothing was erased")
                     raise PipelineError(
                         f"a {step} step has been running on this lake for over {ERASE_WAITS_SECONDS // 60:.0f} "
                         "minutes: erase again once it has finished (nothing was erased)"
