@@ -121,7 +121,8 @@ def test_a_table_the_job_may_not_insert_into_is_not_a_destination(fresh_pg_uri: 
         conn.execute('ALTER TABLE "public"."Strict" ADD COLUMN "Tenant" integer NOT NULL')
         # a trigger that fires only on a replica (session_replication_role) fills nothing a send writes
         conn.execute(
-            'CREATE TRIGGER "replica_fill" BEFORE INSERT ON "public"."Strict" FOR EACH ROW EXECUTE FUNCTION fill_tenant()'
+            'CREATE TRIGGER "replica_fill" BEFORE INSERT ON "public"."Strict" '
+            "FOR EACH ROW EXECUTE FUNCTION fill_tenant()"
         )
         conn.execute('ALTER TABLE "public"."Strict" ENABLE REPLICA TRIGGER "replica_fill"')
         conn.execute("DROP DOMAIN IF EXISTS tenant_id")
