@@ -355,9 +355,9 @@ def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[s
 
     from queuelake import config as config_mod
     from queuelake import context
-    from queuelake.commands import sessions, step_locks
+    from queuelake.commands import sessions
     from queuelake.commands.run import run_all
-    from queuelake.pipeline import transform
+    from queuelake.pipeline import step_locks, transform
     from queuelake.pipeline.bodies import run as bodies
     from queuelake.pipeline.drain import run as drain
     from queuelake.pipeline.publish import run as publish

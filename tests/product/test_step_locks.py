@@ -1,4 +1,4 @@
-"""One bodies step and one transform step per lake at a time (``commands/step_locks.py``), against a real
+"""One bodies step and one transform step per lake at a time (``pipeline/step_locks.py``), against a real
 PostgreSQL: overlapping runs wrote the rows of the journal versions they shared twice, and an erase
 while bodies ran left the erased bodies in the typed tables (found by a review)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from queuelake.commands import step_locks
 from queuelake.config import from_dict
+from queuelake.pipeline import step_locks
 from queuelake.transport import db, locks
 
 
@@ -157,3 +157,27 @@ def test_erase_waits_for_a_running_transform_step_as_for_bodies(fresh_pg_uri: st
         assert all(
             locks.try_lock(other, step_locks.lock_name(cfg, s)) for s in (step_locks.BODIES, step_locks.TRANSFORM)
         )
+
+
+def test_a_transform_catching_the_typed_tables_up_waits_for_a_running_bodies_step(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch
+) -> None:
+    """A transform that reads typed tables ran the bodies step itself without the lock: beside another
+    bodies step (typed rows twice) and beside an erase, which then found no step to wait for, so the
+    erased bodies were written back (found by a review). Its catch-up waits for the lock now."""
+    import pytest
+    from queuelake.errors import PipelineError
+    from queuelake.lake.engines import open_lake
+    from queuelake.pipeline.bodies import reader
+
+    monkeypatch.setattr(reader, "CATCH_UP_WAITS_SECONDS", 1.5)
+    cfg = from_dict(
+        {"transport": {"connection": fresh_pg_uri}, "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"}},
+        env={},
+    )
+    lake = open_lake(cfg.lake)
+    with db.connect(cfg.transport) as other:  # a bodies step, or an erase, of another process
+        assert locks.try_lock(other, step_locks.lock_name(cfg, step_locks.BODIES))
+        with pytest.raises(PipelineError, match="a bodies step has been running on this lake"):
+            reader.BodyTables(cfg, None, lake)._catch_up()  # type: ignore[arg-type]
+    reader.BodyTables(cfg, None, lake)._catch_up()  # type: ignore[arg-type]  # free: it runs (no journal yet)

@@ -11,8 +11,8 @@ from queuelake.commands.command import Command
 def bodies(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import Sessions
-    from queuelake.commands.step_locks import BODIES, one_at_a_time
     from queuelake.pipeline.bodies import run as step
+    from queuelake.pipeline.step_locks import BODIES, one_at_a_time
 
     cfg = config_mod.load(args.config)
     return one_at_a_time(cfg, BODIES, lambda: Sessions(cfg, None).step(step.bodies, step.pending))

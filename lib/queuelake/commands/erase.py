@@ -23,11 +23,11 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake import stopping
     from queuelake.commands.sessions import require_lake_root, runs_only_lake, writing_lake
-    from queuelake.commands.step_locks import BODIES, TRANSFORM, held
     from queuelake.errors import ArgumentError, PipelineError
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline import runs
     from queuelake.pipeline.replay.predicate import check_predicate
+    from queuelake.pipeline.step_locks import BODIES, TRANSFORM, held
     from queuelake.pipeline.store.erase import erase as run_erase
     from queuelake.pipeline.store.erase_predicate import matches_every_row
     from queuelake.status import Status
@@ -49,9 +49,10 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     else:
         # A bodies step running meanwhile would write the erased rows' bodies back, and a transform
         # step would fail on the journal files the purge removes under it (``step_locks``): erase
-        # waits for both, in the order no other command takes them otherwise (one step at a time).
+        # waits for both, in the order a transform takes them (its typed tables' catch-up takes the
+        # bodies lock inside the transform's), so neither waits for the other forever.
         with contextlib.ExitStack() as locked:
-            for step in (BODIES, TRANSFORM):
+            for step in (TRANSFORM, BODIES):
                 if not locked.enter_context(held(cfg, step, wait_seconds=ERASE_WAITS_SECONDS)):
                     if stopping.requested():  # a stop asked while it waited: said as a stop, not a failure
                         raise stopping.Interrupted(f"stopped while waiting for the {step} step; nothing was erased")

@@ -28,11 +28,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import stopping
     from queuelake.commands.publish import publish_steps
     from queuelake.commands.sessions import Sessions
-    from queuelake.commands.step_locks import BODIES, TRANSFORM, one_at_a_time
     from queuelake.context import open_database
     from queuelake.pipeline import transform as transform_mod
     from queuelake.pipeline.bodies import run as bodies_mod
     from queuelake.pipeline.drain.run import drain as run_drain
+    from queuelake.pipeline.step_locks import BODIES, TRANSFORM, one_at_a_time
     from queuelake.status import Status
 
     cfg = config_mod.load(args.config)

@@ -11,8 +11,8 @@ from queuelake.commands.command import Command
 def transform(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import Sessions
-    from queuelake.commands.step_locks import TRANSFORM, one_at_a_time
     from queuelake.pipeline import transform as step
+    from queuelake.pipeline.step_locks import TRANSFORM, one_at_a_time
 
     cfg = config_mod.load(args.config)
     return one_at_a_time(cfg, TRANSFORM, lambda: Sessions(cfg, None).step(step.transform, step.pending))

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from queuelake import stopping
 from queuelake.config import Config
 from queuelake.errors import PipelineError
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline import step_locks
 from queuelake.pipeline.bodies import names
 from queuelake.pipeline.bodies import run as stage
 from queuelake.pipeline.journal.schema import MESSAGES
@@ -22,6 +24,8 @@ from queuelake.status import Status
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+CATCH_UP_WAITS_SECONDS = 900.0  # how long a transform waits for a bodies step running elsewhere
 
 
 class BodyTables:
@@ -32,14 +36,25 @@ class BodyTables:
         self._current = False
 
     def _catch_up(self) -> None:
+        """The typed tables brought up to the journal, under the bodies lock (``step_locks``), waiting
+        for a bodies step running elsewhere: without it, this catch-up ran beside another bodies step
+        (typed rows twice) and beside an erase (the erased bodies written back: a review)."""
         if self._current:
             return
-        upto = self._lake.table_version(MESSAGES)
-        after = stage.checkpoint(self._lake)
-        if upto is not None and (after is None or after < upto):
-            result = stage.bodies(self._config, self._spark, self._lake)
-            if result.get("status") != Status.OK:
-                raise PipelineError(f"the bodies step failed, so the typed tables are behind the journal: {result}")
+        with step_locks.held(self._config, step_locks.BODIES, wait_seconds=CATCH_UP_WAITS_SECONDS) as got:
+            if not got:
+                if stopping.requested():
+                    raise stopping.Interrupted("stopped while waiting for the bodies step running on this lake")
+                raise PipelineError(
+                    f"a bodies step has been running on this lake for over {CATCH_UP_WAITS_SECONDS // 60:.0f} "
+                    "minutes, so the typed tables are behind the journal; the transform runs again next time"
+                )
+            upto = self._lake.table_version(MESSAGES)
+            after = stage.checkpoint(self._lake)
+            if upto is not None and (after is None or after < upto):
+                result = stage.bodies(self._config, self._spark, self._lake)
+                if result.get("status") != Status.OK:
+                    raise PipelineError(f"the bodies step failed, so the typed tables are behind the journal: {result}")
         self._current = True
 
     def name_of(self, message_type: str) -> str:
