@@ -239,6 +239,12 @@ _TABLE_RULES = {
     "check": ('ALTER TABLE {t} ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)', True),
     "trigger": ('CREATE TRIGGER "closed" BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION refuse_rows()', True),
     "transient": ('CREATE TRIGGER "busy" BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION busy_rows()', False),
+    # checked at COMMIT unless the send's transaction asks for it at once (``queues.immediate_constraints``)
+    "deferred": (
+        'CREATE CONSTRAINT TRIGGER "closed_later" AFTER INSERT ON {t} DEFERRABLE INITIALLY DEFERRED '
+        "FOR EACH ROW EXECUTE FUNCTION refuse_rows()",
+        True,
+    ),
 }
 
 
@@ -265,7 +271,13 @@ def test_a_table_refusing_rows_is_told_from_a_passing_failure(fresh_pg_uri: str,
             cur.execute(ddl.format(t=table.qualified))
         with pytest.raises(TransportError) as info:
             with conn.transaction():
+                queues.immediate_constraints(conn)
                 queues.send(conn, table, [OutgoingMessage('{"Customer": "Alice"}', b'{"Name": "Alice"}')])
+        if rule == "deferred":  # without it, the refusal comes at COMMIT: a TransportError too, naming no table
+            with pytest.raises(TransportError) as at_commit:
+                with conn.transaction():
+                    queues.send(conn, table, [OutgoingMessage('{"Customer": "Alice"}', b'{"Name": "Alice"}')])
+            assert "commit failed" in str(at_commit.value) and "closed for maintenance" in str(at_commit.value)
     assert isinstance(info.value, RowsRefused) is refused, info.value
     if refused:
         assert info.value.table == table.canonical

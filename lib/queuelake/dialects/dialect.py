@@ -112,6 +112,8 @@ class Dialect:
     legacy_recoverable_column: bool = False
     # pyodbc's fast_executemany (array binding) works with this server's ODBC driver
     odbc_array_binding: bool = False
+    # constraints may be deferred to COMMIT (``immediate_constraints`` checks them at each insert)
+    deferrable_constraints: bool = False
     # how pyodbc must decode text from this server's ODBC driver (None: pyodbc's default)
     odbc_text_decoding: str | None = None
     # one script file may hold several statements, split at ';' line ends (T-SQL: one batch per file)
@@ -235,6 +237,8 @@ POSTGRESQL = Dialect(
     refusal_states=_POSTGRESQL_REFUSALS,
     creates_schemas=True,
     install_checks_first=True,
+    deferrable_constraints=True,
+    extra_statements=frozenset({"immediate_constraints"}),
     splits_statements=True,
     batch_terminator=";",
     odbc_text_decoding="utf-8",  # psqlodbc: the pyodbc plumbing runs against PostgreSQL in tests

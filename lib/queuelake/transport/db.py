@@ -130,7 +130,13 @@ class Connection:
         return self
 
     def commit(self) -> None:
-        self.raw.commit()
+        """Commit; the server's refusal (a deferred constraint, a serialization failure, a lost
+        connection) is a ``TransportError`` like a statement's, so the caller's handling of a failed
+        batch applies (it escaped as the driver's own exception and ended the whole command)."""
+        try:
+            self.raw.commit()
+        except Exception as exc:
+            raise self.error(exc, "commit", None) from None
 
     def rollback(self) -> None:
         with contextlib.suppress(Exception):

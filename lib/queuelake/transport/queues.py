@@ -242,6 +242,13 @@ def send(conn: Connection, queue: TableRef, messages: Iterable[OutgoingMessage])
     return binary_copy.send(conn, queue, binary_copy.Messages.of(batch))
 
 
+def immediate_constraints(conn: Connection) -> None:
+    """At the start of a send's transaction: constraints deferred to COMMIT are checked at each insert,
+    where a refusal names its table (``errors.RowsRefused``); servers without deferrable ones skip it."""
+    if conn.rules.deferrable_constraints:
+        conn.run("immediate_constraints")
+
+
 def store_delayed(conn: Connection, delayed: TableRef, messages: Iterable[tuple[str, bytes | None, int]]) -> int:
     """Insert (headers, body, delay_ms) rows into an endpoint's delayed table."""
     (stmt,) = conn.statements("store_delayed", delayed.identifiers())

@@ -268,9 +268,15 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     database's reason) and the others get each event exactly once; a refusal a retry can cure (a
     serialization failure) still fails the batch, and a later run sends it once."""
     cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
-    setup_db(cfg, ["Valid", "Checked", "Closed", "Busy"])
+    setup_db(cfg, ["Valid", "Checked", "Closed", "Busy", "Deferred"])
     with db.connect(cfg.transport) as conn:
         conn.raw.execute('ALTER TABLE "public"."Checked" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        # refused only at COMMIT unless checked at once: it failed the whole publish (a review)
+        conn.raw.execute('CREATE TABLE "public"."tenants" (id uuid PRIMARY KEY)')
+        conn.raw.execute(
+            'ALTER TABLE "public"."Deferred" ADD CONSTRAINT "known_id" FOREIGN KEY (id) '
+            'REFERENCES "public"."tenants" (id) DEFERRABLE INITIALLY DEFERRED'
+        )
         conn.raw.execute(
             "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS "
             "$$ BEGIN RAISE EXCEPTION 'closed for maintenance'; END $$"
@@ -279,20 +285,21 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
             'CREATE TRIGGER "closed" BEFORE INSERT ON "public"."Closed" FOR EACH ROW EXECUTE FUNCTION refuse_rows()'
         )
         conn.commit()
-    for address in ("Valid", "Checked", "Closed"):
+    for address in ("Valid", "Checked", "Closed", "Deferred"):
         subscribe(cfg, address, address, BASE)
     lake = open_lake(cfg.lake, spark)
     write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 6)])
     out = publish(cfg, spark, lake)["outputs"][0]
     assert out["status"] == "ok" and out["failed_batches"] == [], out
-    assert out["published"] == 5 and out["undeliverable"] == 10, out
+    assert out["published"] == 5 and out["undeliverable"] == 15, out
     assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == [f"e{i}" for i in range(1, 6)]
     lost = read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).to_pylist()
     assert sorted((r["destination"], r["key"]) for r in lost) == sorted(
-        (address, f"e{i}") for address in ("Checked", "Closed") for i in range(1, 6)
+        (address, f"e{i}") for address in ("Checked", "Closed", "Deferred") for i in range(1, 6)
     )
     reasons = {r["destination"]: r["reason"] for r in lost}
     assert "no_bodies" in reasons["Checked"] and "closed for maintenance" in reasons["Closed"], reasons
+    assert "known_id" in reasons["Deferred"], reasons
 
     # a trigger raising what a retry can cure fails its batches; once it is gone, they go out once
     with db.connect(cfg.transport) as conn:
@@ -316,7 +323,7 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     assert out["status"] == "ok" and out["published"] == 2, out
     assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == ["e6", "e7"]
     assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Busy")) == ["e6", "e7"]
-    assert read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).num_rows == 10 + 4
+    assert read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).num_rows == 15 + 6
 
 
 def test_a_second_publish_of_an_output_being_sent_skips_it(fresh_pg_uri: str, tmp_path: Path, spark) -> None:

@@ -178,12 +178,14 @@ class DriverSender:
         refused: set[str] = set()
         if built is not None and not built[1] and not clock.stale():
             try:
+                queues.immediate_constraints(conn)
                 built[0].insert(conn)
                 return Sent(rows.num_rows, built[0].copies, 0)
             except RowsRefused as exc:
                 self._refused(conn, exc, refused)
             built = None
         while True:
+            queues.immediate_constraints(conn)
             now = queues.db_utc_now(conn)
             clock.update(now)
             out, lost = built if built is not None else self.router.build(conn, pipeline, rows, now, format_time(now))

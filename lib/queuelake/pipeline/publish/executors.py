@@ -400,6 +400,7 @@ def _book(job: Job) -> Book:
 def _send(job: Job, conn: Connection, batch_key: str, rows: pa.Table) -> Sent:
     """Every deliverable copy of the batch's rows, in its transaction (the sender adds the ledger
     row and commits)."""
+    queues.immediate_constraints(conn)
     now = queues.db_utc_now(conn)
     sent = format_time(now)
     out, _lost = job.router.build(None, job.pipeline, rows, now, sent)  # lost: recorded by the driver already

@@ -35,7 +35,7 @@ from queuelake.pipeline.replay.ahead import ahead
 from queuelake.pipeline.replay.planned import rows_of
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.report import log
-from queuelake.transport import binary_copy
+from queuelake.transport import binary_copy, queues
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
@@ -95,6 +95,7 @@ def send_messages(conn: Connection, built: Mapping[str, tuple[TableRef, Ready]])
 def send_built(conn: Connection, key: str, prepared: tuple[list[Row], Mapping[str, tuple[TableRef, Ready]]]) -> Sent:
     """A built batch's inserts, in its transaction (the sender adds its ledger row and commits)."""
     rows, built = prepared
+    queues.immediate_constraints(conn)
     send_messages(conn, built)
     return Sent(len(rows), len(rows))
 
