@@ -63,6 +63,11 @@ class RowsRefused(TransportError):
         super().__init__(message)
         self.table = table  # the table's canonical name, as the send named it
 
+    def __reduce__(self) -> tuple[type[RowsRefused], tuple[str, str | None]]:
+        """Pickled with its table: it crosses process pools and Spark tasks (without, unpickling it
+        failed, and the pool took its process for dead)."""
+        return (type(self), (str(self), self.table))
+
 
 class LakeError(QueuelakeError):
     """The Delta lake refused something: engine mismatch, missing table."""

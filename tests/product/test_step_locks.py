@@ -53,11 +53,20 @@ def test_a_command_that_waits_takes_the_lock_once_the_running_step_ends(fresh_pg
     worker.join(60)
 
 
-def test_without_a_shared_database_the_step_runs_unlocked(tmp_path: Path) -> None:
+def test_without_a_shared_database_the_step_runs_unlocked(fresh_pg_uri: str, tmp_path: Path) -> None:
     """The embedded database is a server of the command's own; a database out of reach is said, not fatal."""
     embedded = from_dict({"transport": {"embedded": str(tmp_path / "pg")}, "lake": {"root": str(tmp_path)}}, env={})
     with step_locks.held(embedded, step_locks.BODIES) as got:
         assert got and not (tmp_path / "pg").exists(), "no server started for a lock"
+    # a connection given wins over embedded (no server is started): the shared database locks
+    both = from_dict(
+        {"transport": {"connection": fresh_pg_uri, "embedded": str(tmp_path / "pg")}, "lake": {"root": str(tmp_path)}},
+        env={},
+    )
+    with db.connect(both.transport) as other:
+        assert locks.try_lock(other, step_locks.lock_name(both, step_locks.BODIES))
+        with step_locks.held(both, step_locks.BODIES) as got:
+            assert not got, "held by the other process"
     away = _config("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", tmp_path)
     with step_locks.held(away, step_locks.TRANSFORM) as got:
         assert got
@@ -75,6 +84,11 @@ def test_one_lake_has_one_lock_however_its_root_is_written(tmp_path: Path, monke
         for root in ("s3://b/lake", "s3://b/lake/", "s3a://b/lake")
     }
     assert len(s3) == 1 and not s3 & names
+    azure = {
+        step_locks.lock_name(_config("x", root), step_locks.BODIES)
+        for root in ("abfss://c@acct.dfs.core.windows.net/lake", "abfs://c@acct.dfs.core.windows.net/lake/")
+    }
+    assert len(azure) == 1
 
 
 def test_a_lock_whose_connection_is_lost_leaves_the_steps_outcome(fresh_pg_uri: str, tmp_path: Path) -> None:
@@ -108,6 +122,14 @@ def test_a_login_the_lock_statement_refuses_still_runs_the_step(fresh_pg_uri: st
         assert user != fresh_pg_uri
         restricted = _config(user, tmp_path / "lake")
         assert step_locks.one_at_a_time(restricted, step_locks.BODIES, lambda: {"status": "ok", "ran": True})["ran"]
+        # what publish is told (it then publishes unlocked too): the lock, in words, not a refusal of rows
+        import pytest
+        from queuelake.errors import RowsRefused, TransportError
+
+        with db.connect(restricted.transport) as conn, pytest.raises(TransportError) as info:
+            locks.try_lock(conn, "queuelake.publish:Lakehouse/outbound", what="publish outbound")
+        assert not isinstance(info.value, RowsRefused)
+        assert str(info.value).startswith("the session lock for publish outbound could not be taken: permission denied")
     finally:
         with db.connect(cfg.transport) as admin:
             admin.raw.execute("GRANT EXECUTE ON FUNCTION pg_try_advisory_lock(bigint) TO PUBLIC")

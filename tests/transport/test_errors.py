@@ -396,3 +396,13 @@ def test_a_drivers_error_never_quotes_a_rows_values(driver_text: str, shown: str
     error = Exception("08001", driver_text) if driver_text.startswith("[") else Exception(driver_text)
     assert db._first_line(error) == shown
     assert "Alice" not in db._first_line(error)
+
+
+def test_a_refusal_crosses_a_process_pool_with_its_table() -> None:
+    """``RowsRefused`` is raised in drain processes and Spark tasks: unpickling it failed (its table was
+    a second argument), and a process pool took the process for dead."""
+    import pickle
+
+    refused = pickle.loads(pickle.dumps(RowsRefused('send on "public"."Closed" failed: no', '"public"."Closed"')))
+    assert isinstance(refused, RowsRefused) and refused.table == '"public"."Closed"'
+    assert str(refused) == 'send on "public"."Closed" failed: no'

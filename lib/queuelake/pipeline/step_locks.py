@@ -42,7 +42,8 @@ WAIT_LOG_SECONDS = 60.0  # how often a waiting command says it still waits
 def lock_name(cfg: Config, step: str) -> str:
     """The lock's name: the step and the lake, hashed (a name has a length limit). One lake, however
     its root is written (relative or absolute, ``file://``, a trailing slash, ``s3a://`` for
-    ``s3://``), has one name: configs that spell it apart took two locks (found by a review)."""
+    ``s3://``, ``abfss://`` for ``abfs://``), has one name: configs that spell it apart took two
+    locks (found by a review)."""
     return f"queuelake.{step}:{hashlib.sha256(lake_id(cfg.lake.root).encode('utf-8')).hexdigest()[:32]}"
 
 
@@ -53,7 +54,7 @@ def lake_id(root: str) -> str:
         return os.path.abspath(root)
     if scheme.lower() == "file":
         return os.path.abspath(rest)
-    scheme = {"s3a": "s3", "s3n": "s3"}.get(scheme.lower(), scheme.lower())
+    scheme = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "wasb"}.get(scheme.lower(), scheme.lower())
     return f"{scheme}://{rest.rstrip('/')}"
 
 
@@ -62,7 +63,7 @@ def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
     """Hold ``step``'s lock on this lake for the block; yields False when another process holds it
     (after waiting up to ``wait_seconds``, or until a stop is asked), True otherwise (also when no
     lock can be taken: the embedded database, a database out of reach)."""
-    if cfg.transport.embedded:
+    if cfg.transport.embedded and not cfg.transport.connection:  # a connection given wins over embedded
         yield True
         return
     try:
@@ -74,7 +75,7 @@ def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
     with conn:
         name = lock_name(cfg, step)
         try:
-            got = locks.try_lock(conn, name, what=f"the {step} lock")
+            got = locks.try_lock(conn, name, what=f"the {step} step")
         except QueuelakeError as exc:  # a login the lock statement refuses: the step ran before, and still runs
             log.warning("%s: its lock cannot be taken (%s); going on without it", step, exc)
             yield True
@@ -85,7 +86,7 @@ def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
                 log.info("waiting for the %s step running on this lake to finish", step)
                 next_note = time.monotonic() + WAIT_LOG_SECONDS
             time.sleep(1.0)
-            got = locks.try_lock(conn, name, what=f"the {step} lock")
+            got = locks.try_lock(conn, name, what=f"the {step} step")
         try:
             yield got
         finally:
@@ -97,7 +98,7 @@ def _release(conn: Connection, name: str, step: str) -> None:
     """Give the lock back; a connection lost meanwhile (a failover, an idle-session timeout) holds no
     lock any more, and its error must not replace the step's own outcome (found by a review)."""
     try:
-        locks.unlock(conn, name, what=f"the {step} lock")
+        locks.unlock(conn, name, what=f"the {step} step")
     except QueuelakeError as exc:
         log.warning("%s: its lock's connection was lost (%s); the lock went with it", step, exc)
 

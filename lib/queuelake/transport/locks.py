@@ -6,14 +6,32 @@ process dies; the caller keeps a connection open for as long as it needs the loc
 
 from __future__ import annotations
 
+import hashlib
+
+from queuelake.errors import TransportError
 from queuelake.transport.db import Connection
+
+# sp_getapplock takes 255 characters of a resource name and drops the rest: two long names sharing
+# their first 255 characters (a queue's canonical name can be longer) would have been one lock
+MAX_NAME = 200
+
+
+def resource(name: str) -> str:
+    """The name the server is given: as it is, or past ``MAX_NAME`` its start and a hash of the whole."""
+    if len(name) <= MAX_NAME:
+        return name
+    return f"{name[: MAX_NAME - 33]}#{hashlib.sha256(name.encode('utf-8')).hexdigest()[:32]}"
 
 
 def try_lock(conn: Connection, name: str, what: str | None = None) -> bool:
     """Take the named lock without waiting; False when another session holds it. Commits, so that
-    the caller's next transaction starts clean (the lock outlives it)."""
-    rows = conn.run("drain_lock", {}, {"lock_name": name}, what=what)
-    conn.commit()
+    the caller's next transaction starts clean (the lock outlives it). A server that refuses the lock
+    statement itself (a login without the right to it) raises a ``TransportError`` saying so."""
+    try:
+        rows = conn.run("drain_lock", {}, {"lock_name": resource(name)}, what=what)
+        conn.commit()
+    except TransportError as exc:
+        raise TransportError(f"the session lock for {what or name} could not be taken: {_reason(exc)}") from None
     return bool(rows and rows[0][0] in (True, 1, "1", "t"))
 
 
@@ -21,5 +39,13 @@ def unlock(conn: Connection, name: str, what: str | None = None) -> None:
     """Release the named lock this session holds (a session given back to the run's pool keeps
     nothing). Rolls back first: the release must not ride on a failed transaction."""
     conn.rollback()
-    conn.run("drain_unlock", {}, {"lock_name": name}, what=what)
-    conn.commit()
+    try:
+        conn.run("drain_unlock", {}, {"lock_name": resource(name)}, what=what)
+        conn.commit()
+    except TransportError as exc:
+        raise TransportError(f"the session lock for {what or name} could not be released: {_reason(exc)}") from None
+
+
+def _reason(exc: TransportError) -> str:
+    """The server's words, without the statement's file name ("drain_lock on ... failed: ")."""
+    return str(exc).split(" failed: ", 1)[-1]

@@ -71,7 +71,13 @@ class Publisher:
         pipeline = f"{self.endpoint}/{output}"
         with self.database.connect("queuelake-publish") as conn:
             lock = f"queuelake.publish:{pipeline}"
-            if not locks.try_lock(conn, lock, what=output):
+            try:
+                got = locks.try_lock(conn, lock, what=f"publish {output}")
+            except QueuelakeError as exc:  # a login the lock statement refuses: it published before, and still does
+                log.warning("publish %s: %s; going on without it", output, exc)
+                conn.rollback()
+                return self._publish_output(conn, output, pipeline)
+            if not got:
                 log.warning(
                     "publish %s: another publish is sending this output; skipped (the next run sends the rest)", output
                 )
@@ -80,7 +86,7 @@ class Publisher:
                 return self._publish_output(conn, output, pipeline)
             finally:
                 try:
-                    locks.unlock(conn, lock, what=output)
+                    locks.unlock(conn, lock, what=f"publish {output}")
                 except QueuelakeError as exc:  # a connection lost holds no lock: the outcome stands
                     log.warning("publish %s: its lock's connection was lost (%s)", output, exc)
 
