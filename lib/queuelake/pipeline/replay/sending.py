@@ -159,7 +159,10 @@ class Sender:
                 return
             todo = [j for j in todo if j >= refusal.k and j not in sent_now]
             self.refused_tables.add(refusal.refused)
-            self.on_refused(refusal.refused, refusal.error, todo)
+            # every batch still to send, beyond this call's own (a canary's call sends batch 0 only;
+            # the rest, sent by a later call, must not meet the table again)
+            left = [j for j in range(n) if j >= refusal.k and j not in done and j not in sent_now]
+            self.on_refused(refusal.refused, refusal.error, left)
 
     def _count_outcomes(self, outcomes: dict[int, dict[str, Any]]) -> None:
         """The Spark tasks' batch outcomes (the last of each batch) into the result."""
