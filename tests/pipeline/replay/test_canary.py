@@ -290,3 +290,32 @@ def test_a_kill_in_each_canary_phase_sends_each_message_once(
         **{s: (True, "processed") for s in sources[:2]},
         **{s: (False, "pending") for s in sources[2:]},
     }
+
+
+def test_a_table_refusing_a_canary_row_is_skipped_in_every_batch_left(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A destination that refuses rows for what they are (a CHECK constraint), met in the canary's batch:
+    its rows are recorded as skipped in every batch still to send, so the rest, sent after the wait,
+    does not meet it again (they failed there: the record covered the canary's batch only)."""
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Billing", "Shipping"]))
+        failed = [
+            traffic.failed_copy(
+                m, "Billing" if i % 2 else "Shipping", TIMEOUT, "timed out", T0 + dt.timedelta(minutes=i)
+            )
+            for i, m in enumerate(ORDERS)
+        ]
+        traffic.seed(conn, queue_ref("error", cfg.transport), failed)
+        conn.raw.execute('ALTER TABLE "public"."Shipping" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        conn.commit()
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    with Endpoint(cfg, take=1, fail=False):  # the canary's Billing row, processed
+        summary = replay(
+            cfg, None, open_lake(cfg.lake), _options(replay_id="r-refused", canary=2, canary_wait=60), _no_spark
+        )
+    assert summary["status"] == "ok" and summary["failed_batches"] == [], summary
+    assert summary["rows_sent"] == 2 and summary["skipped"] == 3, summary
+    assert [c["outcome"] for c in summary["canary"]["canaries"]] == ["processed"], summary["canary"]
+    assert len(_waiting(cfg)) == 1  # the other Billing row; nothing reached Shipping
+    with db.connect(cfg.transport) as conn:
+        assert conn.raw.execute('SELECT count(*) FROM "public"."Shipping"').fetchone()[0] == 0
