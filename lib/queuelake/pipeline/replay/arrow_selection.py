@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from queuelake.lake import round_files
 from queuelake.pipeline.replay.arrow_predicate import ArrowPredicate
@@ -48,7 +49,7 @@ def select_keys(files: list[str], schema: pa.Schema, predicate: ArrowPredicate) 
     for uri, fragment in zip(files, dataset.get_fragments(), strict=True):
         starts = np.cumsum([0] + [rg.num_rows for rg in fragment.row_groups])
         scan.row_groups += len(fragment.row_groups)
-        for piece in fragment.split_by_row_group(filter=predicate.expression, schema=read_schema):
+        for piece in _row_groups(fragment, predicate, read_schema):
             (group,) = piece.row_groups
             table = round_files.read_piece(piece, read_schema, needed, uri)
             scan.row_groups_read += 1
@@ -61,6 +62,18 @@ def select_keys(files: list[str], schema: pa.Schema, predicate: ArrowPredicate) 
     if not parts:
         return EMPTY_KEYS.empty_table(), scan
     return pa.concat_tables(parts), scan
+
+
+def _row_groups(fragment: ds.ParquetFileFragment, predicate: ArrowPredicate, schema: pa.Schema) -> list[ds.Fragment]:
+    """The file's row groups the predicate may match, by their statistics. A file a delete rewrote
+    (an erase, retention: delta-rs 1.x) stores its text columns as ``string_view``, against which
+    pyarrow cannot compare a ``string`` literal (``equal(string, string_view)`` has no kernel): every
+    row group of such a file is read (cast to the table's types) and filtered in memory. Without
+    this, every replay failed after an erase or retention until a compaction merged the file away."""
+    try:
+        return list(fragment.split_by_row_group(filter=predicate.expression, schema=schema))
+    except pa.ArrowNotImplementedError:
+        return list(fragment.split_by_row_group(schema=schema))
 
 
 def _keys(table: pa.Table, uri: str) -> pa.Table:
