@@ -3,8 +3,8 @@
 -- copy to the table fail. From pg_catalog, which shows a table's columns whatever this login may do.
 -- None when the table has a BEFORE INSERT row trigger that fires in an ordinary session (tgenabled
 -- 'O' or 'A'; a replica-only 'R' one does not) (NOT NULL is checked after it: it may fill the column)
--- or a DO INSTEAD INSERT rule (the row may go elsewhere; a DO ALSO rule still writes it here): the
--- send decides there.
+-- or an enabled DO INSTEAD INSERT rule (the row may go elsewhere; a DO ALSO rule still writes it
+-- here): the send decides there.
 SELECT lower(a.attname)
 FROM pg_catalog.pg_attribute AS a
 JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
@@ -18,5 +18,6 @@ WHERE n.nspname = :schema AND c.relname = :table AND a.attnum > 0 AND NOT a.atti
     WHERE g.tgrelid = c.oid AND NOT g.tgisinternal AND g.tgenabled IN ('O', 'A') AND (g.tgtype::int & 7) = 7
   )
   AND NOT EXISTS (
-    SELECT 1 FROM pg_catalog.pg_rewrite AS r WHERE r.ev_class = c.oid AND r.ev_type = '3' AND r.is_instead
+    SELECT 1 FROM pg_catalog.pg_rewrite AS r
+    WHERE r.ev_class = c.oid AND r.ev_type = '3' AND r.is_instead AND r.ev_enabled IN ('O', 'A')
   );

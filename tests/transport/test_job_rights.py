@@ -127,6 +127,8 @@ def test_a_table_the_job_may_not_insert_into_is_not_a_destination(fresh_pg_uri: 
         conn.execute('ALTER TABLE "public"."Strict" ENABLE REPLICA TRIGGER "replica_fill"')
         # nor does a DO ALSO rule: the row is still written here (only DO INSTEAD may send it elsewhere)
         conn.execute('CREATE RULE "also_notify" AS ON INSERT TO "public"."Strict" DO ALSO NOTIFY strict_inserts')
+        conn.execute('CREATE RULE "instead_off" AS ON INSERT TO "public"."Strict" DO INSTEAD NOTHING')
+        conn.execute('ALTER TABLE "public"."Strict" DISABLE RULE "instead_off"')  # a disabled rule sends nothing away
         conn.execute("DROP DOMAIN IF EXISTS tenant_id")
         conn.execute("CREATE DOMAIN tenant_id AS integer DEFAULT 0")
         conn.execute('ALTER TABLE "public"."Domain" ADD COLUMN "Tenant" tenant_id NOT NULL')

@@ -422,6 +422,52 @@ def test_a_queue_table_refusing_its_rows_is_skipped_and_the_others_are_sent(fail
     assert drain_all(cfg, "Shipping") == []
 
 
+def test_a_stop_asked_while_spark_tasks_send_starts_no_second_pass(failures, spark, monkeypatch) -> None:
+    """From Spark tasks, a refused table's batches are sent again by a second Spark job: a stop asked
+    while the first ran (the first SIGTERM) must end the replay "interrupted" without it (a review)."""
+    from queuelake import stopping
+    from queuelake.pipeline.replay import executors
+
+    cfg, *_ = failures
+    cfg.replay.executors_from_rows = 1
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Shipping" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        conn.commit()
+    real, passes = executors.send_units, []
+
+    def send_units(session, job, units):  # type: ignore[no-untyped-def]
+        passes.append(len(units))
+        outcomes = real(session, job, units)
+        stopping.request()
+        return outcomes
+
+    monkeypatch.setattr(executors, "send_units", send_units)
+    try:
+        summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    finally:
+        stopping.reset()
+    assert passes == [5] and summary["status"] == "interrupted", (passes, summary)
+    assert drain_all(cfg, "Billing") == []  # every batch held a Shipping row: nothing sent before the stop
+    monkeypatch.undo()
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=summary["replay_id"])
+    assert again["status"] == "ok" and again["rows_sent"] == 15, again
+
+
+def test_a_replay_after_an_erase_rewrote_the_journal_file(failures, spark) -> None:
+    """An erase (or retention) rewrites the journal file it deletes rows from, and delta-rs stores its
+    text columns as ``string_view``: every replay then failed (``equal(string, string_view)`` has no
+    kernel) until a compaction merged the file away (found by a review)."""
+    from queuelake.pipeline.store.erase import erase
+
+    cfg, errors, *_ = failures
+    gone = hdr.decode_map(errors[1].headers)[hdr.MESSAGE_ID]
+    assert erase(cfg, open_lake(cfg.lake), f"message_id = '{gone}'", dry_run=False)["tables"]["messages"]["rows"] == 1
+    summary = run(cfg, spark, f"exception_type = '{TIMEOUT}' AND queue = '\"public\".\"error\"'", batch_size=7)
+    assert summary["status"] == "ok" and summary["rows_sent"] == 29, summary
+    got = [hdr.decode_map(r.headers)[hdr.MESSAGE_ID] for q in ("Billing", "Shipping") for r in drain_all(cfg, q)]
+    assert len(got) == len(set(got)) == 29 and gone not in got
+
+
 def test_dry_run_writes_nothing(failures, spark) -> None:
     cfg, *_ = failures
     lake_root = Path(cfg.lake.root)

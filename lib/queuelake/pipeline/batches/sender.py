@@ -151,10 +151,12 @@ def send_batches(
             yield Outcome(batch.k, key, STOPPED, batch.rows)
             return
         started = time.monotonic()
+        sending = True
         try:
             content = batch.content()
             with timed("send"):
                 sent = send(conn, key, content)
+            sending = False
             if pace is not None:
                 pace(sent)
             with timed("ledger"):
@@ -165,7 +167,8 @@ def send_batches(
                 yield Outcome(batch.k, key, SKIPPED, batch.rows)
                 continue
             log.error("%s batch %s failed, nothing of it was sent: %s", book.label, key, exc)
-            refused = exc.table if isinstance(exc, RowsRefused) else None
+            # a destination that refused the rows (not the ledger row, nor a refusal at COMMIT)
+            refused = exc.table if isinstance(exc, RowsRefused) and sending else None
             yield Outcome(batch.k, key, FAILED, batch.rows, error=str(exc), refused=refused)
             continue
         yield Outcome(

@@ -219,9 +219,10 @@ class ExecutorSender:
         )
         outcomes: dict[int, dict[str, Any]] = {}
         todo = units
+        refused_now: set[str] | None = None  # the reasons of the tables refused after the last pass
         while True:
             sent = done | {k for k, o in outcomes.items() if o["status"] != "failed"}
-            if not self._send_units(conn, job, todo, sent, result, outcomes):
+            if not self._send_units(conn, job, todo, sent, result, outcomes, refused_now):
                 self._count_committed(conn, job, done, result)
                 return
             refusals = self._refusals(outcomes)
@@ -234,6 +235,7 @@ class ExecutorSender:
                     table,
                 )
                 self.router.refuse(table, reason)
+            refused_now = set(refusals.values())
             failed = {k for k, o in outcomes.items() if o["status"] == "failed"}
             todo = [u for u in units if failed & set(range(u.first, u.first + u.batches))]
         self._count(outcomes, result)
@@ -258,19 +260,24 @@ class ExecutorSender:
         done: set[int],
         result: OutputResult,
         outcomes: dict[int, dict[str, Any]],
+        refused_now: set[str] | None,
     ) -> bool:
         """Record the units' undeliverable copies, then send their batches not in ``done`` from Spark
         tasks (with the router's verdicts so far), each batch's outcome into ``outcomes`` (a batch
         failed before is replaced by its new outcome). False when a task died (``result`` then says
         what the ledger holds). The first pass counts every undeliverable copy of the batches it
         sends (a resumed round's were recorded by the killed run already); a pass after a refusal
-        counts the copies it adds."""
+        counts the copies of the tables just refused (``refused_now``: their reasons), recorded
+        before or not (a killed run may have)."""
         started = time.monotonic()
         output, rnd, total = job.output, job.round, job.total
         records = route_round(conn, self.router, units, set(job.bad_keys), rnd, total, done)
         if records:
-            added = record_round(self.lake, output, result.round or "", records)
-            result.undeliverable += added if outcomes else len(records)
+            record_round(self.lake, output, result.round or "", records)
+            if refused_now is None:
+                result.undeliverable += len(records)
+            else:  # the others were counted by the first pass
+                result.undeliverable += sum(1 for r in records if r["reason"] in refused_now)
             for record in records:
                 self.bad.report(output, record["destination"], record["reason"])
         job = dataclasses.replace(job, router=frozen(self.router))

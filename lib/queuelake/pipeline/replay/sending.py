@@ -161,8 +161,8 @@ class Sender:
             self.refused_tables.add(refusal.refused)
             # every batch still to send, beyond this call's own (a canary's call sends batch 0 only;
             # the rest, sent by a later call, must not meet the table again)
-            left = [j for j in range(n) if j >= refusal.k and j not in done and j not in sent_now]
-            self.on_refused(refusal.refused, refusal.error, left)
+            unsent = [j for j in range(n) if j >= refusal.k and j not in done and j not in sent_now]
+            self.on_refused(refusal.refused, refusal.error, unsent)
 
     def _count_outcomes(self, outcomes: dict[int, dict[str, Any]]) -> None:
         """The Spark tasks' batch outcomes (the last of each batch) into the result."""
@@ -232,6 +232,11 @@ class Sender:
                     log.error("replay %s: %s", replay_id, result.error)
                     return
             final.update((outcome["k"], outcome) for outcome in outcomes)
+            if stopping.requested():  # asked during the tasks: no second pass (a rerun sends the rest)
+                self._count_outcomes(final)
+                result.status = Status.INTERRUPTED
+                log.info("replay %s: stopped as asked; a rerun with this replay id sends the rest", replay_id)
+                return
             refusals: dict[str, str] = {}
             for outcome in outcomes:
                 table = outcome.get("refused")
