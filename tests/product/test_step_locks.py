@@ -203,3 +203,31 @@ def test_a_transform_catching_the_typed_tables_up_waits_for_a_running_bodies_ste
         with pytest.raises(PipelineError, match="a bodies step has been running on this lake"):
             reader.BodyTables(cfg, None, lake)._catch_up()  # type: ignore[arg-type]
     reader.BodyTables(cfg, None, lake)._catch_up()  # type: ignore[arg-type]  # free: it runs (no journal yet)
+
+
+def test_maintain_retention_waits_for_running_steps(fresh_pg_uri: str, tmp_path: Path, monkeypatch) -> None:
+    """Retention beside a bodies step: bodies committed typed rows of the messages retention had just
+    removed, with no journal row left for an erase to find them by (found by a review). Maintain's
+    retention waits for a running bodies or transform step; without a retention rule it waits for none."""
+    import argparse
+    import json
+
+    import pytest
+    from queuelake.commands import maintain
+    from queuelake.errors import PipelineError
+
+    def conf(retention: dict) -> str:
+        path = tmp_path / f"maintain{len(retention)}.json"
+        lake = {"root": str(tmp_path / "lake"), "engine": "delta-rs", "retention": retention}
+        path.write_text(json.dumps({"transport": {"connection": "${QUEUELAKE_CONNECTION}"}, "lake": lake}))
+        return str(path)
+
+    monkeypatch.setenv("QUEUELAKE_CONNECTION", fresh_pg_uri)
+    monkeypatch.setattr(maintain, "MAINTAIN_WAITS_SECONDS", 1.5)
+    (tmp_path / "lake").mkdir()
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    with db.connect(cfg.transport) as other:  # a bodies step of another process
+        assert locks.try_lock(other, step_locks.lock_name(cfg, step_locks.BODIES))
+        with pytest.raises(PipelineError, match="maintain: a bodies step has been running"):
+            maintain.maintain(argparse.Namespace(config=conf({"default_days": 30}), dry_run=False))
+        assert maintain.maintain(argparse.Namespace(config=conf({}), dry_run=False))["retention"] is not None

@@ -17,17 +17,15 @@ ERASE_WAITS_SECONDS = 900.0
 
 
 def erase(args: argparse.Namespace) -> dict[str, Any]:
-    import contextlib
     import dataclasses
 
     from queuelake import config as config_mod
-    from queuelake import stopping
     from queuelake.commands.sessions import require_lake_root, runs_only_lake, writing_lake
-    from queuelake.errors import ArgumentError, PipelineError
+    from queuelake.errors import ArgumentError
     from queuelake.lake.engines import open_lake
     from queuelake.pipeline import runs
     from queuelake.pipeline.replay.predicate import check_predicate
-    from queuelake.pipeline.step_locks import BODIES, TRANSFORM, held
+    from queuelake.pipeline.step_locks import steps_stopped
     from queuelake.pipeline.store.erase import erase as run_erase
     from queuelake.pipeline.store.erase_predicate import matches_every_row
     from queuelake.status import Status
@@ -47,19 +45,9 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     if args.dry_run:
         summary = run_erase(cfg, lake, predicate, dry_run=True)
     else:
-        # A bodies step running meanwhile would write the erased rows' bodies back, and a transform
-        # step would fail on the journal files the purge removes under it (``step_locks``): erase
-        # waits for both, in the order a transform takes them (its typed tables' catch-up takes the
-        # bodies lock inside the transform's), so neither waits for the other forever.
-        with contextlib.ExitStack() as locked:
-            for step in (TRANSFORM, BODIES):
-                if not locked.enter_context(held(cfg, step, wait_seconds=ERASE_WAITS_SECONDS)):
-                    if stopping.requested():  # a stop asked while it waited: said as a stop, not a failure
-                        raise stopping.Interrupted(f"stopped while waiting for the {step} step; nothing was erased")
-                    raise PipelineError(
-                        f"a {step} step has been running on this lake for over {ERASE_WAITS_SECONDS // 60:.0f} "
-                        "minutes: erase again once it has finished (nothing was erased)"
-                    )
+        # a bodies step beside it would write the erased bodies back, a transform would fail on the
+        # files its purge removes: it waits for both (``step_locks.steps_stopped``)
+        with steps_stopped(cfg, "erase", ERASE_WAITS_SECONDS):
             summary = run_erase(cfg, lake, predicate, dry_run=False)
     if not args.dry_run and summary["tables"]:
         rows = [

@@ -8,6 +8,9 @@ from typing import Any
 
 from queuelake.commands.command import Command
 
+# how long maintain's retention waits for a running bodies or transform step (``step_locks``)
+MAINTAIN_WAITS_SECONDS = 900.0
+
 
 def maintain(args: argparse.Namespace) -> dict[str, Any]:
     """Apply ``lake.retention`` to the journal (rows past their age leave it), then compact and vacuum
@@ -17,12 +20,14 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     (``s3://...``) is maintained like a local folder, never silently skipped. ``--dry-run`` says what
     retention would remove, per rule, and changes nothing (no compaction, vacuum or ``runs`` row)."""
     import dataclasses
+    import datetime as dt
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root, writing_lake
     from queuelake.lake.engines import journal_engine, open_lake
     from queuelake.pipeline import runs
     from queuelake.pipeline.key_index import build, rewrite
+    from queuelake.pipeline.step_locks import steps_stopped
     from queuelake.pipeline.store import retention
     from queuelake.report import log
     from queuelake.status import Status
@@ -37,7 +42,13 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     journal = journal_engine(lake)  # the tables delta-rs wrote under a delta-spark job: messages, ...
     run = runs.Run("maintain")
     t0 = time.monotonic()
-    kept = retention.apply(cfg, lake)  # before compaction: what leaves is not compacted first
+    if retention.filters(cfg, dt.datetime.now(dt.timezone.utc)):
+        # a bodies step beside it wrote typed rows of the messages it removed back, for good (no
+        # journal row left for erase to find them by); a transform failed on the files it removed
+        with steps_stopped(cfg, "maintain", MAINTAIN_WAITS_SECONDS):
+            kept = retention.apply(cfg, lake)  # before compaction: what leaves is not compacted first
+    else:
+        kept = retention.apply(cfg, lake)  # says there is nothing to do
     retention_seconds = time.monotonic() - t0
     figures: dict[str, Any] = {}
     rows = []

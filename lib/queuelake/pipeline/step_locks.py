@@ -1,6 +1,7 @@
 """One ``bodies`` step and one ``transform`` step per lake at a time, across processes and hosts: a
 session lock in the queue database (``transport.locks``, as a drain holds its queue's), named after
-the lake, held for the whole step. ``erase`` takes both locks too, waiting for running steps.
+the lake, held for the whole step. ``erase`` and ``maintain``'s retention take both locks too,
+waiting for running steps (``steps_stopped``).
 
 Why: each step reads its increment (the journal versions since its last commit) once, at its start,
 and commits much later. Two overlapping ones (a scheduler starting the next run while the last still
@@ -28,7 +29,7 @@ from typing import Any
 
 from queuelake import stopping
 from queuelake.config import Config
-from queuelake.errors import QueuelakeError
+from queuelake.errors import PipelineError, QueuelakeError
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import locks
@@ -92,6 +93,28 @@ def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
         finally:
             if got:
                 _release(conn, name, step)
+
+
+@contextlib.contextmanager
+def steps_stopped(cfg: Config, command: str, wait_seconds: float) -> Iterator[None]:
+    """Hold the transform and bodies locks for the block, waiting (up to ``wait_seconds`` each) for
+    steps running on this lake: for what deletes journal rows and their derived rows and purges
+    files (``erase``, ``maintain``'s retention). A bodies step beside it wrote rows derived from the
+    journal before the delete back (typed rows of erased or expired messages, for good), and a
+    transform failed on the files the purge removed. Taken in the order a transform takes them (its
+    typed tables' catch-up takes the bodies lock inside its own), so neither waits for the other
+    forever. Raises when a step outlasts the wait (``PipelineError``) or a stop is asked meanwhile
+    (``stopping.Interrupted``); nothing was changed then."""
+    with contextlib.ExitStack() as locked:
+        for step in (TRANSFORM, BODIES):
+            if not locked.enter_context(held(cfg, step, wait_seconds=wait_seconds)):
+                if stopping.requested():  # a stop asked while it waited: said as a stop, not a failure
+                    raise stopping.Interrupted(f"{command}: stopped while waiting for the {step} step")
+                raise PipelineError(
+                    f"{command}: a {step} step has been running on this lake for over {wait_seconds // 60:.0f} "
+                    f"minutes: run {command} again once it has finished (nothing was changed)"
+                )
+        yield
 
 
 def _release(conn: Connection, name: str, step: str) -> None:
