@@ -220,17 +220,28 @@ def main(
         except Interrupted as exc:
             sigterm["armed"] = False
             log.warning("%s interrupted: %s", args.command, exc)
-            summary = {"command": args.command, "status": Status.INTERRUPTED, "error": str(exc)}
+            summary = {
+                "command": args.command,
+                "status": Status.INTERRUPTED,
+                **stopping.done_before(exc),
+                "error": str(exc),
+            }
             code = sigterm["exit_code"]
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             sigterm["armed"] = False
-            summary, code = {"command": args.command, "status": Status.INTERRUPTED}, EXIT_INTERRUPTED
+            summary = {"command": args.command, "status": Status.INTERRUPTED, **stopping.done_before(exc)}
+            code = EXIT_INTERRUPTED
         except Exception as exc:
             sigterm["armed"] = False
             stopped = stopping.stop_within(exc)
             if stopped is not None:  # the second signal's stop, replaced on its way out (see stopping.stop_within)
                 log.warning("%s interrupted: %s (then %s)", args.command, stopped, describe(exc))
-                summary = {"command": args.command, "status": Status.INTERRUPTED, "error": str(stopped)}
+                summary = {
+                    "command": args.command,
+                    "status": Status.INTERRUPTED,
+                    **stopping.done_before(stopped),
+                    "error": str(stopped),
+                }
                 code = sigterm["exit_code"] if isinstance(stopped, Interrupted) else EXIT_INTERRUPTED
             else:
                 summary, code = _failure(args, exc), EXIT_FAILED

@@ -39,6 +39,17 @@ def stop_within(exc: BaseException) -> BaseException | None:
     return None
 
 
+def partial(stop: BaseException, done: dict[str, Any]) -> None:
+    """Attach what the command had done to the stop ending it (a second signal's ``Interrupted``, a
+    ``KeyboardInterrupt``), for the command's summary (``done_before``)."""
+    stop.__dict__.setdefault("queuelake_done", {}).update(done)
+
+
+def done_before(stop: BaseException) -> dict[str, Any]:
+    """What ``partial`` attached to the stop: the summary's parts done before it, else nothing."""
+    return dict(stop.__dict__.get("queuelake_done", {}))
+
+
 def stop_signals() -> list[int]:
     """The signals a command takes as a stop request: SIGTERM, SIGINT, and SIGHUP unless it is ignored
     (``nohup`` ignores it so a command outlives its terminal: that is kept). Why SIGHUP: an operator's

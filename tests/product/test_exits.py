@@ -471,7 +471,12 @@ def test_a_step_that_raises_after_a_stop_signal_is_a_failure_and_the_run_interru
     assert out["bodies"]["error"].startswith("RuntimeError: bodies broke")
     with pytest.raises(RuntimeError, match="cancelled") as info:
         _run_with_steps(monkeypatch, {"bodies": ("cancelled", True)})
-    assert isinstance(stopping.stop_within(info.value), stopping.Interrupted)
+    stop = stopping.stop_within(info.value)
+    assert isinstance(stop, stopping.Interrupted)
+    # the steps done before the second signal go with the stop to the summary (it had none: a review)
+    done = stopping.done_before(stop)
+    assert done["drain"]["status"] == "ok" and done["interrupted_step"] == "bodies", done
+    assert done["skipped"] == ["transform", "publish"], done
 
 
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:

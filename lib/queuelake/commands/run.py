@@ -59,7 +59,18 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         if stopping.requested():
             break
         started = time.monotonic()
-        steps[name] = _step(name, step, lambda: job_secrets(cfg.transport.connection, cfg.lake.storage_options))
+        try:
+            steps[name] = _step(name, step, lambda: job_secrets(cfg.transport.connection, cfg.lake.storage_options))
+        except BaseException as exc:
+            # a stop that ends the command now (a second signal): the steps done go with it to the
+            # summary (``stopping.partial``), which said only "interrupted" while the journal had grown
+            stopped = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+            if stopped is not None:
+                stopping.partial(
+                    stopped,
+                    {**steps, "interrupted_step": name, "skipped": [n for n in order if n not in steps and n != name]},
+                )
+            raise
         # the whole step, a Spark session's start included: what a scheduler's run is made of
         steps[name]["step_seconds"] = round(time.monotonic() - started, 3)
         if steps[name].get("status") == Status.INTERRUPTED:
