@@ -131,5 +131,7 @@ def one_at_a_time(cfg: Config, step: str, run: Callable[[], dict[str, Any]]) -> 
     with held(cfg, step) as got:
         if got:
             return run()
-    log.warning("%s: another %s step is running on this lake; skipped (the next run takes the rest)", step, step)
-    return {"status": Status.OK, "skipped": f"another {step} step is running on this lake"}
+    # the lock's holder: that step of another process, or an erase or retention, which hold both
+    holder = f"another {step} step, an erase or maintain's retention is running on this lake"
+    log.warning("%s: %s; skipped (the next run takes the rest)", step, holder)
+    return {"status": Status.OK, "skipped": holder}
