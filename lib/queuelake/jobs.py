@@ -33,7 +33,30 @@ def run_job(command: str, argv: Sequence[str] | None = None) -> int:
             pass  # the command reports the config error in its JSON summary
 
     args = list(sys.argv[1:] if argv is None else argv)
+    stop_with_parent()
     return main([command, *args], prepare=prepare)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies (Linux)
+
+
+def stop_with_parent() -> None:
+    """Under spark-submit (client mode) the job's Python is a child of spark-submit's JVM. Airflow's
+    cancel of a SparkSubmitOperator task kills spark-submit alone (SIGKILL), and the job went on,
+    orphaned: its drain ran on after the task had failed, beside the task's retry (found by a
+    review). On Linux the kernel now sends this process SIGTERM when its parent dies, and the
+    command stops at its next batch boundary, as on the scheduler's own SIGTERM. Elsewhere, or
+    where prctl is refused, nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
 
 
 def _entry(command: str) -> int:

@@ -482,3 +482,42 @@ def test_a_step_that_raises_after_a_stop_signal_is_a_failure_and_the_run_interru
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ran, out = _run_with_steps(monkeypatch, {"drain": ("failed", False)})
     assert ran == ["drain"] and out["status"] == "failed"
+
+
+_CHILD = """
+import signal, sys, time
+from queuelake.jobs import stop_with_parent
+got = []
+signal.signal(signal.SIGTERM, lambda *a: got.append(1))
+stop_with_parent()
+print("ready", flush=True)
+for _ in range(400):
+    if got:
+        open(sys.argv[1], "w").write("stopped")
+        break
+    time.sleep(0.05)
+"""
+_PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_job_is_asked_to_stop_when_spark_submit_is_killed(tmp_path) -> None:
+    """Airflow's cancel kills spark-submit alone (SIGKILL), and the job's Python, its child, ran on
+    orphaned: the drain went on after the task had failed (found by a review). A job now gets SIGTERM
+    when its parent dies, and stops as on the scheduler's own SIGTERM."""
+    flag = tmp_path / "stopped"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _CHILD, str(flag)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        parent.kill()  # SIGKILL, as the operator's on_kill sends spark-submit
+        parent.wait(10)
+        deadline = time.monotonic() + 15
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert flag.exists() and flag.read_text() == "stopped"
+    finally:
+        parent.kill()
