@@ -75,7 +75,8 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     with _jvm_ignoring_stop_signals():
         spark = builder.getOrCreate()
     stopping.restore_handlers()  # pyspark's SIGINT handler out, the command's back (Ctrl-C stops at a boundary)
-    spark.sparkContext.setLogLevel("ERROR")
+    if not debugging():  # --debug brings Spark's warnings back (an out-of-memory's cause was hidden: a review)
+        spark.sparkContext.setLogLevel("ERROR")
     _check_once(spark, check_spark)
     return spark
 
