@@ -485,7 +485,7 @@ def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 _CHILD = """
-import signal, sys, time
+import os, signal, sys, time
 from queuelake.jobs import stop_with_parent
 got = []
 signal.signal(signal.SIGTERM, lambda *a: got.append(1))
@@ -493,7 +493,9 @@ stop_with_parent()
 print("ready", flush=True)
 for _ in range(400):
     if got:
-        open(sys.argv[1], "w").write("stopped")
+        with open(sys.argv[1] + ".part", "w") as out:
+            out.write("stopped")
+        os.replace(sys.argv[1] + ".part", sys.argv[1])  # the test polls: never an empty file
         break
     time.sleep(0.05)
 """
