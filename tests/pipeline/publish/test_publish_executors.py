@@ -139,6 +139,74 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     assert again["published"] == 0 and again["undeliverable"] == 0, again
 
 
+def _refusing(fresh_pg_uri: str, tmp_path: Path, ddl: list[str]):
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_x"], [], batch_size=40, executors_from_rows=1)
+    setup_db(cfg, ["Target", "Sub1", "Sub2", "Checked"])
+    with db.connect(cfg.transport) as conn:
+        for statement in ddl:
+            conn.raw.execute(statement)
+        conn.commit()
+    for queue in ("Sub1", "Sub2", "Checked"):
+        subscribe(cfg, queue, queue, EVENT)
+    return cfg
+
+
+def test_a_stop_asked_while_spark_tasks_publish_starts_no_second_pass(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused table's batches are sent again by a second Spark job; a stop asked while the first ran
+    (a run's first SIGTERM) started it anyway, as replay did before (a review). Now the output ends
+    "interrupted" and the next publish sends those batches."""
+    from queuelake import stopping
+    from queuelake.pipeline.publish import executors
+
+    cfg = _refusing(
+        fresh_pg_uri, tmp_path, ['ALTER TABLE "public"."Checked" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)']
+    )
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=3, per_file=120)
+    real, passes = executors.send_units, []
+
+    def send_units(session, job, units):  # type: ignore[no-untyped-def]
+        passes.append(len(units))
+        outcomes = real(session, job, units)
+        stopping.request()  # the scheduler's SIGTERM, while the first Spark job ran
+        return outcomes
+
+    monkeypatch.setattr(executors, "send_units", send_units)
+    try:
+        out = publish(cfg, spark, lake)["outputs"][0]
+    finally:
+        stopping.reset()
+    assert passes == [3] and out["status"] == "interrupted", (passes, out)
+    monkeypatch.undo()
+    again = publish(cfg, spark, lake)["outputs"][0]
+    assert again["status"] == "ok" and again["undeliverable"] == len(events), again
+    assert_exactly_once(cfg, sends, events)
+
+
+def test_a_deferred_foreign_key_refuses_its_copies_from_spark_tasks(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """A constraint deferred to COMMIT is checked per row in the tasks too (``SET CONSTRAINTS ALL
+    IMMEDIATE``), so the refusal names its table and is handled as any other (a review: only the
+    driver's path had a test)."""
+    cfg = _refusing(
+        fresh_pg_uri,
+        tmp_path,
+        [
+            'CREATE TABLE "public"."tenants" (id uuid PRIMARY KEY)',
+            'ALTER TABLE "public"."Checked" ADD CONSTRAINT "known_id" FOREIGN KEY (id) '
+            'REFERENCES "public"."tenants" (id) DEFERRABLE INITIALLY DEFERRED',
+        ],
+    )
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=3, per_file=120)
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["undeliverable"] == len(events), out
+    assert_exactly_once(cfg, sends, events)
+    lost = read_table(str(tmp_path / "lake" / "outbound_x_undeliverable")).to_pylist()
+    assert all("known_id" in r["reason"] for r in lost), lost[0]
+
+
 def _conf_file(tmp_path: Path, lake_root: Path, from_rows: int | None, batch_size: int) -> Path:
     conf = tmp_path / "publish.json"
     conf.write_text(

@@ -453,6 +453,29 @@ def test_a_stop_asked_while_spark_tasks_send_starts_no_second_pass(failures, spa
     assert again["status"] == "ok" and again["rows_sent"] == 15, again
 
 
+def test_a_stop_asked_after_spark_tasks_sent_everything_leaves_the_replay_ok(failures, spark, monkeypatch) -> None:
+    """The stop check between the Spark passes ended a replay "interrupted" when nothing was left to
+    send (no table refused a row), and logged that a rerun sends the rest (a review)."""
+    from queuelake import stopping
+    from queuelake.pipeline.replay import executors
+
+    cfg, *_ = failures
+    cfg.replay.executors_from_rows = 1
+    real = executors.send_units
+
+    def send_units(session, job, units):  # type: ignore[no-untyped-def]
+        outcomes = real(session, job, units)
+        stopping.request()
+        return outcomes
+
+    monkeypatch.setattr(executors, "send_units", send_units)
+    try:
+        summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    finally:
+        stopping.reset()
+    assert summary["status"] == "ok" and summary["rows_sent"] == 30, summary
+
+
 def test_a_replay_after_an_erase_rewrote_the_journal_file(failures, spark) -> None:
     """An erase (or retention) rewrites the journal file it deletes rows from, and delta-rs stores its
     text columns as ``string_view``: every replay then failed (``equal(string, string_view)`` has no

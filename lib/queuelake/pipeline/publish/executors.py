@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake import stopping
 from queuelake.lake import round_files
 from queuelake.lake.round_files import open_file
 from queuelake.nsb.times import format_time
@@ -228,6 +229,11 @@ class ExecutorSender:
             refusals = self._refusals(outcomes)
             if not refusals:
                 break
+            if stopping.requested():  # asked during the tasks: no second pass (the next run sends the rest)
+                self._count({k: o for k, o in outcomes.items() if o["status"] != "failed"}, result)
+                result.status = Status.INTERRUPTED
+                log.info("publish %s: stopped as asked; the next run sends the batches left", output)
+                return
             for table, reason in refusals.items():
                 log.warning(
                     "publish %s: table %s refused the copies sent to it; sending its batches again without it",

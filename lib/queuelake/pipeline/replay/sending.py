@@ -232,16 +232,16 @@ class Sender:
                     log.error("replay %s: %s", replay_id, result.error)
                     return
             final.update((outcome["k"], outcome) for outcome in outcomes)
-            if stopping.requested():  # asked during the tasks: no second pass (a rerun sends the rest)
-                self._count_outcomes(final)
-                result.status = Status.INTERRUPTED
-                log.info("replay %s: stopped as asked; a rerun with this replay id sends the rest", replay_id)
-                return
             refusals: dict[str, str] = {}
             for outcome in outcomes:
                 table = outcome.get("refused")
                 if outcome["status"] == "failed" and table and table not in self.refused_tables:
                     refusals.setdefault(table, outcome["error"])
+            if refusals and stopping.requested():  # asked during the tasks: no second pass (a rerun sends it)
+                self._count_outcomes(final)
+                result.status = Status.INTERRUPTED
+                log.info("replay %s: stopped as asked; a rerun with this replay id sends the rest", replay_id)
+                return
             todo = sorted(k for k, outcome in final.items() if outcome["status"] == "failed") if refusals else []
             for table, error in refusals.items():
                 self.refused_tables.add(table)
