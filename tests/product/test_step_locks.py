@@ -231,3 +231,56 @@ def test_maintain_retention_waits_for_running_steps(fresh_pg_uri: str, tmp_path:
         with pytest.raises(PipelineError, match="maintain: a bodies step has been running"):
             maintain.maintain(argparse.Namespace(config=conf({"default_days": 30}), dry_run=False))
         assert maintain.maintain(argparse.Namespace(config=conf({}), dry_run=False))["retention"] is not None
+
+
+def test_a_stop_while_a_transform_waits_for_the_bodies_step_keeps_the_transforms_done(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch
+) -> None:
+    """A stop asked while the second transform's catch-up waited for a bodies step ended the command
+    with the first transform's output committed but no ``runs`` row and no word of it in the summary (a
+    review). The transforms done now keep both."""
+    import pytest
+    from queuelake import stopping
+    from queuelake.lake.engines import open_lake
+    from queuelake.pipeline import transform as transform_mod
+    from queuelake.pipeline.bodies import reader
+    from queuelake.pipeline.journal.schema import MESSAGES
+
+    cfg = from_dict(
+        {
+            "transport": {"connection": fresh_pg_uri},
+            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+            "transforms": [
+                {"name": "t1", "function": "os:getcwd", "output": "out_t1"},
+                {"name": "t2", "function": "os:getcwd", "output": "out_t2"},
+                {"name": "t3", "function": "os:getcwd", "output": "out_t3"},
+            ],
+        },
+        env={},
+    )
+    lake = open_lake(cfg.lake)
+
+    def run_transform(spark, lake, t, suite=None, run_id="", config=None):  # type: ignore[no-untyped-def]
+        if t.name == "t2":  # its function's first read of a typed table
+            reader.BodyTables(config, spark, lake)._catch_up()
+        return {"transform": t.name, "output": t.output, "status": "ok", "rows_in": 10, "rows_out": 10}
+
+    monkeypatch.setattr(transform_mod, "run_transform", run_transform)
+    monkeypatch.setattr(transform_mod.expectations, "load_journal", lambda config: {})
+    real_exists = type(lake).exists
+    monkeypatch.setattr(type(lake), "exists", lambda self, table: table == MESSAGES or real_exists(self, table))
+    with db.connect(cfg.transport) as other:  # a bodies step of another process
+        assert locks.try_lock(other, step_locks.lock_name(cfg, step_locks.BODIES))
+        timer = threading.Timer(1.0, stopping.request)  # the scheduler's first SIGTERM, during the wait
+        timer.start()
+        try:
+            with pytest.raises(stopping.Interrupted) as info:
+                transform_mod.transform(cfg, None, lake)  # type: ignore[arg-type]
+        finally:
+            timer.cancel()
+            stopping.reset()
+    done = stopping.done_before(info.value)["transform"]
+    assert [r["transform"] for r in done["transforms"]] == ["t1"], done
+    assert done["interrupted_transform"] == "t2" and done["skipped"] == ["t3"], done
+    assert real_exists(lake, "runs")
+    assert [r["table"] for r in lake.read_arrow("runs").to_pylist()] == ["out_t1"]

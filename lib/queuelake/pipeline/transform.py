@@ -285,8 +285,12 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
             if results[-1]["status"] == Status.BLOCKED:
                 status = Status.FAILED  # the data needs a person's attention
         except BaseException as exc:  # noqa: BLE001 - the user's function or its Spark job: this transform fails alone
-            if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
-                raise  # the stop itself, or the error of the Spark job a second signal cancelled: the command's
+            stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+            if stop is not None:  # the stop itself, or the error of the Spark job a second signal cancelled
+                _stopped_during(lake, run, config, results, t.name, stop)
+                raise
+            if not (isinstance(exc, Exception) or is_panic(exc)):
+                raise
             error = str(exc) if isinstance(exc, QueuelakeError) else describe(exc)
             error = redact(error, job_secrets(config.transport.connection, config.lake.storage_options))
             log.error("transform %s failed: %s", t.name, error)
@@ -305,6 +309,34 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
             **({"failed_transforms": failed} if failed else {}),
         }
     return {"status": status, "run_id": run.run_id, "transforms": results}
+
+
+def _stopped_during(
+    lake: LakeEngine, run: runs.Run, config: Config, results: list[dict[str, Any]], name: str, stop: BaseException
+) -> None:
+    """A stop that ends the command inside transform ``name`` (a second signal; a first one while its
+    typed tables' catch-up waited for a bodies step): the transforms done before it keep their ``runs``
+    rows and go with the stop to the summary. Why: their outputs were committed, and neither said so (a
+    review)."""
+    try:
+        run.record(lake, [_runs_row(r) for r in results])
+    except Exception as exc:  # noqa: BLE001 - the stop is what the command reports
+        log.warning("transform: the runs rows of the transforms done before the stop were not written: %s", exc)
+    names = [t.name for t in config.transforms]
+    done = {r["transform"] for r in results}
+    skipped = [n for n in names if n not in done and n != name]
+    stopping.partial(
+        stop,
+        {
+            "transform": {
+                "status": Status.INTERRUPTED,
+                "run_id": run.run_id,
+                "transforms": results,
+                "interrupted_transform": name,
+                "skipped": skipped,
+            }
+        },
+    )
 
 
 def _runs_row(result: dict[str, Any]) -> dict[str, Any]:
