@@ -131,6 +131,9 @@ def jvm_line(exc: BaseException) -> str | None:
     Why: a Spark failure's text is the whole Java stack (131 lines for an ``OutOfMemoryError`` seen
     in a first backlog's ``bodies``), which made the JSON summary's ``error`` unreadable; the stack
     belongs in the log under ``--debug``."""
+    gone = jvm_gone(exc)
+    if gone is not None:
+        return gone
     java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
     if java is not None:
         try:
@@ -138,16 +141,110 @@ def jvm_line(exc: BaseException) -> str | None:
         except Exception:  # noqa: BLE001 - the JVM may be gone (it ran out of memory): keep the first line
             name, message = type(exc).__name__, (str(exc).strip().splitlines() or [""])[0]
         call = getattr(exc, "errmsg", "").strip().rstrip(".:")  # "An error occurred while calling o249.unpersist"
-        text = f"{name}: {str(message).splitlines()[0]}" if message else name
-        return f"{text} ({call[0].lower() + call[1:]})" if call else text
+        first = str(message).strip().splitlines()[0].strip() if message and str(message).strip() else ""
+        text = f"{name}: {first}" if first else name
+        text = f"{text} ({call[0].lower() + call[1:]})" if call else text
+        return text + _root_cause(java, text)
     if type(exc).__module__.startswith("pyspark.errors") and hasattr(exc, "getMessage"):
         if type(exc).__name__ == "PythonException":  # a task's Python error: its own lines, not the banner
             raised = _python_error(str(exc).split("JVM stacktrace:")[0])
             if raised:
                 return f"PythonException: {raised} (in a Spark task's Python worker)"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"{type(exc).__name__}: {first}"
+        text = f"{type(exc).__name__}: {first}"
+        return text + _root_cause(getattr(exc, "_origin", None), text)
     return None
+
+
+def _root_cause(java: object, said: str) -> str:
+    """``"; caused by <class>: <message>"`` of the innermost cause of a Java exception (``getCause()``),
+    when the line does not say it already; "" otherwise. Why: Spark wraps a task's failure (``Exception
+    thrown in awaitResult``, ``Job aborted``), and the error named the wrapper only (a review: an
+    out-of-memory's ``error`` never said so)."""
+    if java is None:
+        return ""
+    try:
+        cause, seen = java, 0
+        while seen < 20:
+            inner = cause.getCause()  # type: ignore[attr-defined]
+            if inner is None:  # Throwable.getCause() is null, never the throwable itself
+                break
+            cause, seen = inner, seen + 1
+        if seen == 0:
+            return ""
+        name, message = str(cause.getClass().getName()), cause.getMessage()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a JVM gone, or a proxy without these methods: the line stands
+        return ""
+    first = str(message).strip().splitlines()[0] if message and str(message).strip() else ""
+    text = f"{name}: {first}" if first else name
+    return "" if text in said or (first and first in said) else f"; caused by {text}"
+
+
+# SparkExitCode.OOM: what the JVM exits with when a thread ran out of memory
+_JVM_OUT_OF_MEMORY = 52
+
+
+def jvm_gone(exc: BaseException) -> str | None:
+    """One line when ``exc`` says the Spark JVM is gone (py4j's connection to it refused, reset or
+    empty), with its exit code when this process started it: 52 is Spark's own for an
+    ``OutOfMemoryError``. None for any other error. Why: the error read ``ConnectionRefusedError:
+    [Errno 111] Connection refused`` after the JVM ran out of memory (a review)."""
+    if not _is_dead_gateway(exc):
+        return None
+    code = _jvm_exit_code()
+    if code == _JVM_OUT_OF_MEMORY:
+        return (
+            "the Spark JVM ran out of memory (java.lang.OutOfMemoryError) and ended: give the driver more "
+            "(spark.driver.memory in spark.conf; spark-submit's --driver-memory) or take smaller slices "
+            "(spark.slice_rows)"
+        )
+    said = f" (exit code {code})" if code is not None else ""
+    return f"the Spark JVM ended{said} while the command used it; its own log lines above say why"
+
+
+def _is_dead_gateway(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        kind = type(current)
+        if kind.__module__.startswith("py4j") and (
+            kind.__name__ == "Py4JNetworkError"
+            # never str() of a py4j error: a Py4JJavaError's asks the JVM
+            or (kind.__name__ == "Py4JError" and "Answer from Java side is empty" in " ".join(map(str, current.args)))
+        ):
+            return True
+        if isinstance(current, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)):
+            frames = traceback_files(current)
+            if any("py4j" in f or "pyspark" in f for f in frames):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def traceback_files(exc: BaseException) -> list[str]:
+    """The files of the frames ``exc`` passed through."""
+    files: list[str] = []
+    tb = exc.__traceback__
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    return files
+
+
+def _jvm_exit_code() -> int | None:
+    """The exit code of the Spark JVM this process started (local mode), or None: still running, or
+    not ours (under spark-submit the JVM is this process's parent)."""
+    import sys
+
+    context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
+    proc = getattr(getattr(context, "_gateway", None), "proc", None)
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=5)  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - still running (then not gone for that reason), or not a Popen
+        return None
 
 
 def _python_error(text: str) -> str:

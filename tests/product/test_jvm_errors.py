@@ -79,3 +79,79 @@ def test_pysparks_own_stack_logger_is_quiet_unless_debugging() -> None:
     setup_logging(logging.DEBUG)
     assert spark_logger.isEnabledFor(logging.ERROR)
     setup_logging(logging.INFO)
+
+
+class _Wrapper(_JavaThrowable):
+    """``Exception thrown in awaitResult``, the OutOfMemoryError its cause (as Spark wraps a task's)."""
+
+    def __init__(self, cause: object) -> None:
+        self._cause = cause
+
+    def getClass(self) -> _JavaClass:  # noqa: N802
+        named = _JavaClass()
+        named.getName = lambda: "org.apache.spark.SparkException"  # type: ignore[method-assign]
+        return named
+
+    def getMessage(self) -> str:  # noqa: N802
+        return "Exception thrown in awaitResult: "
+
+    def getCause(self) -> object:  # noqa: N802
+        return self._cause
+
+
+def test_a_wrapped_java_exception_names_its_innermost_cause() -> None:
+    """Spark wraps a task's failure; the error named the wrapper alone (a review: an out-of-memory read
+    ``SparkException: Exception thrown in awaitResult:``)."""
+    inner = _JavaThrowable()
+    inner.getCause = lambda: None  # type: ignore[attr-defined]
+    exc = Py4JJavaError.__new__(Py4JJavaError)
+    exc.errmsg, exc.java_exception = "An error occurred while calling o382.getResult.\n", _Wrapper(inner)
+    assert describe(exc) == (
+        "org.apache.spark.SparkException: Exception thrown in awaitResult: (an error occurred while calling "
+        "o382.getResult); caused by java.lang.OutOfMemoryError: Java heap space"
+    )
+
+
+def test_a_connection_py4j_lost_says_the_jvm_ended_and_why(monkeypatch) -> None:
+    """The JVM gone (it ran out of memory and exited 52), py4j's next call was ``ConnectionRefusedError:
+    [Errno 111] Connection refused``, and that was the error (a review)."""
+    import sys
+    import types
+
+    namespace: dict = {}
+    exec(
+        compile(
+            "def call():\n    raise ConnectionRefusedError(111, 'Connection refused')\n",
+            "/x/py4j/clientserver.py",
+            "exec",
+        ),
+        namespace,
+    )  # noqa: S102 - a frame in py4j's file
+    try:
+        namespace["call"]()
+    except ConnectionRefusedError as exc:
+        refused = exc
+
+    class Ended:
+        def __init__(self, code: int | None) -> None:
+            self.code = code
+
+        def wait(self, timeout: float) -> int:
+            if self.code is None:
+                raise TimeoutError("still running")  # as Popen.wait's TimeoutExpired
+            return self.code
+
+    def jvm(code: int | None) -> None:
+        context = types.SimpleNamespace(_gateway=types.SimpleNamespace(proc=Ended(code)))
+        monkeypatch.setitem(sys.modules, "pyspark", types.SimpleNamespace(SparkContext=context))
+
+    jvm(52)
+    assert describe(refused).startswith("the Spark JVM ran out of memory (java.lang.OutOfMemoryError) and ended")
+    jvm(137)
+    assert describe(refused).startswith("the Spark JVM ended (exit code 137)")
+    jvm(None)
+    assert describe(refused).startswith("the Spark JVM ended while")
+    assert (
+        describe(ConnectionRefusedError(111, "Connection refused"))
+        == "ConnectionRefusedError: [Errno 111] Connection refused"
+    )
