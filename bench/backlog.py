@@ -11,7 +11,12 @@ bodies and the transform took (``spark.slice_rows``), and the peak resident memo
 process tree (the Python driver and the JVM it starts, sampled every 0.2 s with psutil), so that
 memory can be compared between sizes: it should follow the slice, not the backlog.
 
-    python bench/backlog.py [--messages 1000000 5000000] [--copies 1 3] [--workdir DIR]
+``--body-kb N`` pads each body to about N KB on average (a spread of 0.2 to 1.8 times, and one body in
+2,000 of 200 KB, as real systems' documents), where the demo's are about 1 KB: bodies of a few KB are
+what ran the bodies stage out of memory on defaults before its slices' samples and cache were bounded
+by bytes.
+
+    python bench/backlog.py [--messages 1000000 5000000] [--copies 1 3] [--body-kb 3] [--workdir DIR]
 
 Ends with one JSON line.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -62,8 +68,27 @@ def _config(uri: str, lake: Path) -> dict:
     }
 
 
-def _messages(count: int, copies: int) -> Iterator[OutgoingMessage]:
+_WORDS = "order customer shipment invoice pallet warehouse harbour crate label customs route depot".split()
+BIG_BODY_EVERY = 2_000
+BIG_BODY_BYTES = 200_000
+
+
+def _padded(body: bytes, rng: random.Random, body_kb: float) -> bytes:
+    """``body`` with a ``Remarks`` text making it about ``body_kb`` KB (see the module's docstring)."""
+    size = BIG_BODY_BYTES if rng.randrange(BIG_BODY_EVERY) == 0 else int(body_kb * 1024 * rng.uniform(0.2, 1.8))
+    words: list[str] = []
+    length = len(body)
+    while length < size:
+        words.append(rng.choice(_WORDS))
+        length += len(words[-1]) + 1
+    return body[:-1] + b',"Remarks":"' + " ".join(words).encode() + b'"}'
+
+
+def _messages(count: int, copies: int, body_kb: float | None = None) -> Iterator[OutgoingMessage]:
+    rng = random.Random(29)
     for message in traffic.order_events(count // copies, seed=17):
+        if body_kb:
+            message = OutgoingMessage(message.headers, _padded(message.body or b"{}", rng, body_kb), id=message.id)
         yield message
         for _ in range(copies - 1):
             yield OutgoingMessage(message.headers, message.body, id=str(uuid.uuid4()))
@@ -101,7 +126,7 @@ class TreePeak:
         self._thread.join()
 
 
-def one(server_uri: str, messages: int, copies: int, work: Path) -> dict:
+def one(server_uri: str, messages: int, copies: int, work: Path, body_kb: float | None = None) -> dict:
     import psycopg
 
     name = f"backlog_{messages}_{copies}_{uuid.uuid4().hex[:6]}"
@@ -118,7 +143,7 @@ def one(server_uri: str, messages: int, copies: int, work: Path) -> dict:
         table = bridge_ref(cfg.transport.subscription_table, cfg.transport)
         subscriptions.subscribe(conn, table, SUBSCRIBER, SUBSCRIBER, "Lakehouse.Events.CustomerTotalsUpdated")
         conn.commit()
-        traffic.seed(conn, queue_ref("Sales", cfg.transport), _messages(messages, copies), chunk=50_000)
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), _messages(messages, copies, body_kb), chunk=50_000)
     print(f"seeded {messages} ({copies} copies) in {time.perf_counter() - seeded:.0f}s", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib"), "QUEUELAKE_CONNECTION": uri}
     started = time.perf_counter()
@@ -160,6 +185,7 @@ def one(server_uri: str, messages: int, copies: int, work: Path) -> dict:
     return {
         "messages": messages,
         "copies": copies,
+        "body_kb": body_kb,
         "exit": proc.returncode,
         "status": summary.get("status"),
         "error": summary.get("error")
@@ -176,6 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, nargs="+", default=[1_000_000, 5_000_000])
     parser.add_argument("--copies", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--body-kb", type=float, default=None, help="bodies of about this many KB (default ~1)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="queuelake-backlog-"))
@@ -186,7 +213,7 @@ def main() -> None:
     try:
         for copies in args.copies:
             for messages in args.messages:
-                result = one(server.get_uri("postgres"), messages, copies, work)
+                result = one(server.get_uri("postgres"), messages, copies, work, args.body_kb)
                 print(json.dumps(result), file=sys.stderr, flush=True)
                 results.append(result)
     finally:

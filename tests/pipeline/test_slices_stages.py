@@ -89,6 +89,38 @@ def test_slices_land_every_row_once_and_a_failed_slice_resumes(
     assert transform_mod.transform(cfg, spark, lake)["transforms"][0].get("note") == "nothing new"
 
 
+@pytest.mark.slow
+def test_a_slice_whose_own_job_fails_is_recorded_with_the_slices_before_it(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice's own Spark job failing (the samples' job ran out of memory in a review's first backlog)
+    ended the command with no ``runs`` row, and its summary did not name the slices committed before."""
+    from queuelake.pipeline.bodies import schema_plan
+
+    cfg = _config(fresh_pg_uri, tmp_path / "lake", 100)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg, extra_queues=["Billing"]))
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(360, seed=3))
+        conn.commit()
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["landed"] == 360
+    real, calls = schema_plan.samples, {"n": 0}
+
+    def broken_on_the_second(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("the samples' job died here")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(schema_plan, "samples", broken_on_the_second)
+    failed = bodies_run.bodies(cfg, spark, lake)
+    assert failed["status"] == "failed" and failed["slices"] == 2, failed
+    assert failed["error"] == "RuntimeError: the samples' job died here" and failed["journal_version"] is not None
+    assert lake.read_arrow("body_increments").num_rows == 1  # the first slice stays committed
+    runs = [r for r in lake.read_arrow("runs").to_pylist() if r["run_id"] == failed["run_id"]]
+    assert {(r["table"], r["status"]) for r in runs} >= {("body_increments", "failed"), (ORDERS, "ok")}, runs
+
+
 def test_slice_rows_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="spark.slice_rows"):
         _config("x", tmp_path, 0)

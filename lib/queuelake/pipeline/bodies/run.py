@@ -32,13 +32,15 @@ import pyarrow.compute as pc
 
 from queuelake import stopping
 from queuelake.config import Config
-from queuelake.errors import is_panic
+from queuelake.errors import describe, is_panic
 from queuelake.lake import catalogue, stage_tables
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.storage import job_secrets
 from queuelake.pipeline import runs
-from queuelake.pipeline.bodies import evolve, names, schema_plan, select, typed_append
+from queuelake.pipeline.bodies import batch_sizes, evolve, names, schema_plan, select, typed_append
 from queuelake.pipeline.bodies.totals import Totals
 from queuelake.pipeline.journal.schema import MESSAGES
+from queuelake.redaction import redact
 from queuelake.report import log
 from queuelake.spark_progress import heartbeat
 from queuelake.status import Status
@@ -108,8 +110,17 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             config.spark.slice_rows,
         )
     totals = Totals()
+    error: str | None = None
     for number, (low, high) in enumerate(spans, 1):
-        totals.add(_slice(config, spark, lake, run, low, high, f"{number}/{len(spans)}" if len(spans) > 1 else ""))
+        label = f"{number}/{len(spans)}" if len(spans) > 1 else ""
+        try:
+            totals.add(_slice(config, spark, lake, run, low, high, label))
+        except BaseException as exc:  # noqa: BLE001 - the slice's own Spark job (an out-of-memory): said, and recorded
+            if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
+                raise  # a stop, or the error of a job a second signal cancelled: the command's
+            error = redact(describe(exc), job_secrets(config.transport.connection, config.lake.storage_options))
+            log.error("bodies%s failed: %s", f" slice {label}" if label else "", error)
+            totals.add(_failed_slice(high, error))
         if totals.failed:
             break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
         if number < len(spans) and stopping.requested():
@@ -130,6 +141,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
     run.record(lake, rows)
     return {
         "status": Status.FAILED if totals.failed else Status.OK,
+        **({"error": error} if error else {}),
         "run_id": run.run_id,
         "after_version": after,
         "journal_version": totals.upto if totals.upto is not None else after,
@@ -139,6 +151,22 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         "slices": totals.slices,
         "tables": results,
         "seconds": seconds,
+    }
+
+
+def _failed_slice(upto: int, error: str) -> dict[str, Any]:
+    """A slice whose own work raised (not one type's table: ``typed_append.failed_type``): its
+    checkpoint is not committed, the slices before it stay, and the run's summary and ``runs`` rows
+    say so. Why: such a failure ended the command with no ``runs`` row, and its summary did not name
+    the slices committed before it (a review's first backlog, out of memory in slice 3 of 7)."""
+    failed = {"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.FAILED, "error": error[:2000]}
+    return {
+        "upto": upto,
+        "rows_read": 0,
+        "rows_written": 0,
+        "unparsed": 0,
+        "failed": True,
+        "results": [failed],
     }
 
 
@@ -164,12 +192,21 @@ def _slice(
     if selected.rows:
         from pyspark import StorageLevel
 
-        frame = select.frame(spark, selected).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            with heartbeat(spark, f"bodies{f' slice {label}' if label else ''}", selected.rows):
-                unparsed_count, tables = _write_slice(lake, run, frame, selected, tables, cfg, after, upto, results)
-        finally:
-            frame.unpersist()
+        with batch_sizes.sized_for(spark, selected.average_body_bytes) as sized:
+            if sized:
+                log.info(
+                    "bodies: Spark batches of %s row(s) for bodies of %.0f KB on average",
+                    sized,
+                    selected.average_body_bytes / 1024,
+                )
+            # on disk, not in memory: a slice of multi-KB bodies is more than a default driver holds, and
+            # caching it in memory ran it out (a review: 500,000 rows of 2.9 KB bodies)
+            frame = select.frame(spark, selected).persist(StorageLevel.DISK_ONLY)
+            try:
+                with heartbeat(spark, f"bodies{f' slice {label}' if label else ''}", selected.rows):
+                    unparsed_count, tables = _write_slice(lake, run, frame, selected, tables, cfg, after, upto, results)
+            finally:
+                frame.unpersist()
     failed = any(r["status"] != Status.OK for r in results)
     written = sum(r.get("rows_out", 0) for r in results)
     if not failed:

@@ -8,7 +8,11 @@ before any table is written; ``run.py`` orders the slice's steps and commits the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.bodies import evolve, select
@@ -18,43 +22,77 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+# the body text one slice samples for schemas, every type together: the samples are collected to the
+# driver (the JVM's, then Python's), so they are bounded by bytes as well as by ``bodies.sample_rows``
+# (5,000 rows of 12 types of 2.9 KB bodies, 174 MB, ran the default 1 GB driver out of memory: a review)
+SAMPLE_BYTES = 64 * 2**20
+# the fewest rows a type version samples when its bodies are large (its share of SAMPLE_BYTES holds fewer)
+MIN_SAMPLE_ROWS = 20
+
+
 def samples(
     frame: DataFrame, selected: select.Plan, rows: int | None
 ) -> dict[str, dict[str | None, dict[str, list[str]]]]:
-    """type name -> version -> format -> sampled texts (at most about ``rows`` per type and version)."""
+    """type name -> version -> format -> sampled texts: at most about ``rows`` per type and version, and
+    about ``SAMPLE_BYTES`` of text in all (each type version its share, never under ``MIN_SAMPLE_ROWS``
+    rows); ``rows`` None: every row."""
     from pyspark.sql import functions as F
 
     stratum = F.concat_ws("|", F.col("type_name"), F.coalesce(F.col("type_version"), F.lit("")))
-    fractions = {
-        f"{name}|{version or ''}": 1.0 if rows is None else min(1.0, rows / count)
-        for (name, version), count in selected.strata.items()
-    }
     candidates = frame.where(F.col("reason").isNull()).withColumn("stratum", stratum)
     columns = ["type_name", "type_version", "format", "text"]
-    parts = [candidates]
-    if any(f < 1.0 for f in fractions.values()):
-        parts = [candidates.sampleBy("stratum", fractions, seed=33).select(*columns), _each_casing(candidates)]
     out: dict[str, dict[str | None, dict[str, list[str]]]] = {}
-    for part in parts:
-        data = part.select(*columns).toArrow()
-        for name, version, fmt, text in zip(*(data[c].to_pylist() for c in data.column_names)):
+    if rows is None or (
+        all(count <= rows for count in selected.strata.values()) and selected.body_bytes <= SAMPLE_BYTES
+    ):
+        parts = [candidates.select(*columns).toArrow()]
+    else:
+        sizes, casings = _sizes_and_casings(candidates)
+        fractions = sample_fractions(selected.strata, sizes, rows)
+        parts = [candidates.sampleBy("stratum", fractions, seed=33).select(*columns).toArrow(), casings]
+    for data in parts:
+        for name, version, fmt, text in zip(*(data[c].to_pylist() for c in columns)):
             out.setdefault(name, {}).setdefault(version, {}).setdefault(fmt, []).append(text)
     return out
 
 
-def _each_casing(candidates: DataFrame) -> DataFrame:
-    """One JSON body of each type version whose first key starts with a capital letter, and one whose
-    first key does not: a sender in PascalCase (Newtonsoft) and one in camelCase (System.Text.Json's web
-    defaults) each in the samples, whatever their shares. Why: the respelling of keys (``evolve.respellings``)
-    knows only the spellings the samples show; 3 camelCase rows among 200 PascalCase ones, none sampled,
-    were written with every field null (found by a review). One aggregation over the cached slice."""
+def sample_fractions(
+    strata: Mapping[tuple[str, str | None], int], sizes: Mapping[tuple[str, str | None], int], rows: int
+) -> dict[str, float]:
+    """``sampleBy``'s fraction per stratum (``type|version``): ``rows`` of its ``strata`` count, and its
+    share of ``SAMPLE_BYTES`` of its text's ``sizes`` (bytes), whichever is less, but ``MIN_SAMPLE_ROWS``."""
+    share = SAMPLE_BYTES / max(1, len(strata))
+    out: dict[str, float] = {}
+    for (name, version), count in strata.items():
+        size = sizes.get((name, version), 0)
+        budget = max(share, MIN_SAMPLE_ROWS * size / count) if size and count else share
+        by_bytes = budget / size if size else 1.0
+        out[f"{name}|{version or ''}"] = min(1.0, rows / count if count else 1.0, by_bytes)
+    return out
+
+
+def _sizes_and_casings(candidates: DataFrame) -> tuple[dict[tuple[str, str | None], int], pa.Table]:
+    """One aggregation over the cached slice: the text's bytes per type version (what ``sample_fractions``
+    bounds), and one JSON body of each type version whose first key starts with a capital letter, and
+    one whose first key does not: a sender in PascalCase (Newtonsoft) and one in camelCase
+    (System.Text.Json's web defaults) each in the samples, whatever their shares. Why the casings: the
+    respelling of keys (``evolve.respellings``) knows only the spellings the samples show; 3 camelCase
+    rows among 200 PascalCase ones, none sampled, were written with every field null (found by a review)."""
     from pyspark.sql import functions as F
 
     first = F.regexp_extract(F.col("text"), r'^\{\s*(?:"\$type"\s*:\s*"[^"]*"\s*,\s*)?"(.)', 1)  # after $type
-    capital = (first != F.lower(first)).alias("capital")
-    json_bodies = candidates.where(F.col("format") == "json")
-    grouped = json_bodies.groupBy("type_name", "type_version", "format", capital)
-    return grouped.agg(F.first("text").alias("text"))
+    json = F.col("format") == "json"
+    capital = F.when(json, first != F.lower(first)).alias("capital")
+    grouped = candidates.groupBy("type_name", "type_version", "format", capital).agg(
+        F.sum(F.octet_length("text")).alias("bytes"),
+        F.first(F.when(json, F.col("text")), ignorenulls=True).alias("text"),
+    )
+    data = grouped.toArrow()
+    sizes: dict[tuple[str, str | None], int] = {}
+    for name, version, size in zip(*(data[c].to_pylist() for c in ("type_name", "type_version", "bytes"))):
+        sizes[(name, version)] = sizes.get((name, version), 0) + int(size or 0)
+    casings = data.filter(pc.is_valid(data["text"])).select(["type_name", "type_version", "format", "text"])
+    return sizes, casings
 
 
 def evolution(

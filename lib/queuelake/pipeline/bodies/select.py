@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from queuelake.config import Config
 from queuelake.lake.arrow_types import as_string, to_spark_schema
@@ -69,6 +70,15 @@ class Plan:
     # very rows counted here, or copies left out of the count (and of ``repeated_ids``) get written
     include_audit: bool = True
     include_failed: bool = False
+    # the bodies' bytes in the files, from their footers (of every row, selected or not): whether the
+    # samples can be the whole selection (``schema_plan.samples``)
+    body_bytes: int = 0
+    file_rows: int = 0  # the rows in the files, selected or not
+
+    @property
+    def average_body_bytes(self) -> float:
+        """A body's bytes on average in the files (0 when they hold no rows)."""
+        return self.body_bytes / self.file_rows if self.file_rows else 0.0
 
     @property
     def rows(self) -> int:
@@ -91,7 +101,10 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
     sent: dict[str, list[pa.Array]] = {}
     wanted_batches = None if batches is None else pa.array(batches, pa.string())
     for uri in files:
-        data = open_file(uri).read(columns=_PLAN_COLUMNS + ([] if batches is None else ["batch_id"]))
+        opened = open_file(uri)
+        out.body_bytes += _column_bytes(opened.metadata, "body")
+        out.file_rows += opened.metadata.num_rows
+        data = opened.read(columns=_PLAN_COLUMNS + ([] if batches is None else ["batch_id"]))
         keep = pc.and_(pc.equal(data["outcome"], "landed"), pc.is_valid(data["message_type"]))
         if wanted_batches is not None:
             keep = pc.and_(keep, pc.fill_null(pc.is_in(as_string(data["batch_id"]), value_set=wanted_batches), False))
@@ -121,6 +134,15 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
             out.repeated_ids.add(name)
     out.times = {name: Times.of(chunks) for name, chunks in sent.items()}
     return out
+
+
+def _column_bytes(metadata: pq.FileMetaData, column: str) -> int:
+    """A top-level column's bytes in a Parquet file, uncompressed, from its footer."""
+    total = 0
+    for group in (metadata.row_group(i) for i in range(metadata.num_row_groups)):
+        chunks = (group.column(j) for j in range(group.num_columns))
+        total += sum(chunk.total_uncompressed_size for chunk in chunks if chunk.path_in_schema == column)
+    return total
 
 
 def _first_type(rows: pa.Table) -> pa.ChunkedArray:

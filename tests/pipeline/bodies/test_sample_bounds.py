@@ -1,0 +1,64 @@
+"""What bounds the bodies stage's memory besides its slice's rows: the samples' bytes
+(``schema_plan.sample_fractions``), Spark's batch sizes for large bodies (``batch_sizes``), and the
+bodies' bytes read from the journal files' footers (``select``). A review's first backlog of 2.9 KB
+bodies ran the default driver out of memory in its first slice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from queuelake.pipeline.bodies import batch_sizes, schema_plan, select
+
+KB = 1024
+
+
+def _sampled_bytes(strata: dict, sizes: dict, rows: int) -> float:
+    fractions = schema_plan.sample_fractions(strata, sizes, rows)
+    return sum(fractions[f"{n}|{v or ''}"] * sizes[(n, v)] for (n, v) in strata)
+
+
+def test_samples_of_multi_kb_bodies_stay_within_the_byte_budget() -> None:
+    # the review's slice: 12 types of about 41,000 rows each, 2.9 KB a body: 5,000 rows a type was 174 MB
+    strata = {(f"T{i}", "1.0.0.0"): 41_000 for i in range(12)}
+    sizes = {key: count * 2_900 for key, count in strata.items()}
+    assert _sampled_bytes(strata, sizes, 5_000) <= schema_plan.SAMPLE_BYTES * 1.001
+    fractions = schema_plan.sample_fractions(strata, sizes, 5_000)
+    assert all(f * 41_000 > 1_000 for f in fractions.values())  # still a good many bodies each
+
+
+def test_small_bodies_are_sampled_by_rows_as_before() -> None:
+    strata = {("Small", None): 100_000, ("Few", "2.0.0.0"): 300}
+    sizes = {("Small", None): 100_000 * 200, ("Few", "2.0.0.0"): 300 * 200}
+    fractions = schema_plan.sample_fractions(strata, sizes, 5_000)
+    assert fractions == {"Small|": 0.05, "Few|2.0.0.0": 1.0}
+
+
+def test_a_type_of_huge_bodies_keeps_its_fewest_rows() -> None:
+    strata = {("Docs", None): 10_000, **{(f"T{i}", None): 10_000 for i in range(99)}}
+    sizes = {("Docs", None): 10_000 * 2_000_000, **{(f"T{i}", None): 10_000 * 1_000 for i in range(99)}}
+    fractions = schema_plan.sample_fractions(strata, sizes, 5_000)
+    assert round(fractions["Docs|"] * 10_000) == schema_plan.MIN_SAMPLE_ROWS
+
+
+def test_spark_batches_hold_about_the_batch_bytes_for_large_bodies() -> None:
+    assert batch_sizes.rows_per_batch(1 * KB, 4096) == 4096  # small bodies: Spark's own default
+    assert batch_sizes.rows_per_batch(100 * KB, 4096) == batch_sizes.BATCH_BYTES // (100 * KB)
+    assert batch_sizes.rows_per_batch(50 * 2**20, 10_000) == batch_sizes.FEWEST_ROWS
+    assert batch_sizes.rows_per_batch(0, 10_000) == 10_000
+
+
+def test_the_plan_reads_the_bodies_bytes_from_the_footers(tmp_path: Path) -> None:
+    # a nested column before the body: the footer's leaf columns are not the table's columns
+    table = pa.table(
+        {
+            "enclosed_message_types": pa.array([["A", "B"]] * 1000, pa.list_(pa.string())),
+            "body": pa.array([b"%06d" % i + b"x" * 2994 for i in range(1000)], pa.binary()),
+        }
+    )
+    pq.write_table(table, tmp_path / "f.parquet", row_group_size=300, compression="snappy")
+    metadata = pq.ParquetFile(tmp_path / "f.parquet").metadata
+    assert metadata.num_row_groups == 4
+    assert 3_000_000 <= select._column_bytes(metadata, "body") < 3_100_000
+    assert select._column_bytes(metadata, "no_such_column") == 0
