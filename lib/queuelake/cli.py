@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import logging
 import signal
 import sys
@@ -101,8 +102,22 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
         _cancel_spark_jobs()
         raise Interrupted(f"stopped by signal {name}")
 
-    previous = {sig: signal.signal(sig, handler) for sig in stopping.stop_signals()}
-    stopping.keep_handlers({sig: handler for sig in previous})  # put back after pyspark replaces them
+    parent_gone_calls = itertools.count()
+
+    def parent_gone(signum: int, frame: object) -> None:
+        """The parent died (``jobs.stop_with_parent``): a first SIGTERM, once, however many times the
+        kernel sends it (``next`` on a counter: one atomic step, so a handler run inside this one
+        returns at once)."""
+        if next(parent_gone_calls) or state["signalled"]:
+            return
+        log.warning("%s: the parent process (spark-submit) has ended", command)
+        handler(signal.SIGTERM, frame)
+
+    handlers: dict[int, Any] = {sig: handler for sig in stopping.stop_signals()}
+    if stopping.PARENT_GONE not in handlers:
+        handlers[stopping.PARENT_GONE] = parent_gone
+    previous = {sig: signal.signal(sig, chosen) for sig, chosen in handlers.items()}
+    stopping.keep_handlers(handlers)  # put back after pyspark replaces them
     try:
         yield state
     finally:

@@ -44,17 +44,20 @@ def stop_with_parent() -> None:
     """Under spark-submit (client mode) the job's Python is a child of spark-submit's JVM. Airflow's
     cancel of a SparkSubmitOperator task kills spark-submit alone (SIGKILL), and the job went on,
     orphaned: its drain ran on after the task had failed, beside the task's retry (found by a
-    review). On Linux the kernel now sends this process SIGTERM when its parent dies, and the
-    command stops at its next batch boundary, as on the scheduler's own SIGTERM. Elsewhere, or
-    where prctl is refused, nothing changes."""
+    review). On Linux the kernel now sends this process ``stopping.PARENT_GONE`` when its parent
+    dies, and the command stops at its next batch boundary, as on the scheduler's own first SIGTERM.
+    Not SIGTERM itself: the kernel sends it once per thread of the dying JVM it passes through, and
+    two SIGTERMs are "stop now" (a review: orphans stopped with no ``runs`` row, or hung). Elsewhere,
+    or where prctl is refused, nothing changes."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
-    import signal
+
+    from queuelake.stopping import PARENT_GONE
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(PARENT_GONE), 0, 0, 0)
     except (OSError, AttributeError):
         return
 

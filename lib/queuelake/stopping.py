@@ -10,9 +10,15 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from concurrent.futures import Future, wait
+from typing import Any, TypeVar
 
-_event = threading.Event()
+T = TypeVar("T")
+
+# a plain flag, not a threading.Event: ``request`` runs in signal handlers, which may run inside one
+# another, and an Event's lock taken by a handler inside a handler holding it never came back (a review:
+# an orphaned job hung for good after a burst of SIGTERMs)
+_requested = False
 # the command's own SIGTERM/SIGINT/SIGHUP handlers (cli._sigterm), to put back where a library replaced them
 _handlers: dict[int, Callable[[int, Any], Any]] = {}
 
@@ -83,21 +89,48 @@ def ignored_while_starting_children() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+# what the kernel sends a job whose parent (spark-submit) died (``jobs.stop_with_parent``): a stop at
+# the next batch boundary however many times it comes (SIGUSR1 is no one else's in a job's process)
+PARENT_GONE = getattr(signal, "SIGUSR1", signal.SIGTERM)
+
 _STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
 
 def request() -> None:
-    """Ask every loop of this process to stop at its next boundary."""
-    _event.set()
+    """Ask every loop of this process to stop at its next boundary. Takes no lock (signal handlers call it)."""
+    global _requested
+    _requested = True
 
 
 def requested() -> bool:
-    return _event.is_set()
+    return _requested
 
 
 def reset() -> None:
     """For tests and long-lived processes that run several commands."""
-    _event.clear()
+    global _requested
+    _requested = False
+
+
+# the longest the main thread waits on its workers without running Python. Why: the kernel may give a
+# signal to any thread; Python runs its handler in the main thread, and only once that thread runs
+# Python again. A main thread blocked with no timeout (a drain waiting on its queues) never did: the
+# drain went on to the end of its queues after Airflow's cancel (a review)
+POLL_SECONDS = 0.5
+
+
+def join(thread: threading.Thread) -> None:
+    """``thread.join()``, waking every ``POLL_SECONDS`` so that a signal is handled meanwhile."""
+    while thread.is_alive():
+        thread.join(POLL_SECONDS)
+
+
+def results(futures: list[Future[T]]) -> list[T]:
+    """The futures' results in order, waiting as ``join`` does."""
+    pending = set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=POLL_SECONDS)
+    return [f.result() for f in futures]
 
 
 def keep_handlers(handlers: dict[int, Callable[[int, Any], Any]]) -> None:

@@ -78,6 +78,76 @@ def _sigterm_graceful(args: Any) -> dict[str, Any]:
     return {"status": "ok", "batches": 50}
 
 
+def _parent_gone_in_bursts(args: Any) -> dict[str, Any]:
+    """What the kernel does when spark-submit's JVM dies: the parent-death signal once per thread the
+    child is passed through, some to the main thread, some to others (a review saw two, 30 ms apart)."""
+    import threading
+
+    for _ in range(3):
+        os.kill(os.getpid(), stopping.PARENT_GONE)
+    other = threading.Thread(target=lambda: [os.kill(os.getpid(), stopping.PARENT_GONE) for _ in range(3)])
+    other.start()
+    stopping.join(other)
+    return _sigterm_graceful_after_signals()
+
+
+def _sigterm_graceful_after_signals() -> dict[str, Any]:
+    for _ in range(50):  # a loop that honours the flag at its next boundary
+        if stopping.requested():
+            return {"status": "ok", "batches": 1}
+        time.sleep(0.1)
+    return {"status": "ok", "batches": 50}
+
+
+def test_a_dead_parents_signals_are_one_graceful_stop(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Six parent-death signals: one stop at the next batch boundary, never "stop now" (two SIGTERMs
+    were: the orphan ended with no ``runs`` row, or hung in its handlers)."""
+    _replace_run(monkeypatch, "drain", _parent_gone_in_bursts)
+    code = cli.main(["drain"])
+    summary = _summary(capsys.readouterr().out)
+    assert code == 143 and summary["status"] == "interrupted" and summary["batches"] == 1, summary
+    stopping.reset()
+
+
+def _signal_to_a_worker_thread(args: Any) -> dict[str, Any]:
+    """A drain's main thread waits on its workers; the kernel may give SIGTERM to a worker's thread.
+    Python runs the handler only in the main thread, once it runs Python again."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = threading.Event()
+
+    def work() -> int:
+        started.set()
+        for batch in range(1, 101):  # 10 s of batches unless asked to stop
+            if stopping.requested():
+                return batch
+            time.sleep(0.1)
+        return 100
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(work), pool.submit(time.sleep, 0)]
+        started.wait(5)
+        worker = next(t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor"))
+        signal.pthread_kill(worker.ident, signal.SIGTERM)  # type: ignore[arg-type]
+        batches = stopping.results(futures)[0]
+    return {"status": "ok", "batches": batches}
+
+
+def test_a_signal_the_kernel_gives_a_worker_thread_still_stops_the_drain(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The main thread waited on its workers with no timeout, so a SIGTERM delivered to a worker's
+    thread was handled only when the queues were drained to the end (a review, after Airflow's kill)."""
+    _replace_run(monkeypatch, "drain", _signal_to_a_worker_thread)
+    code = cli.main(["drain"])
+    summary = _summary(capsys.readouterr().out)
+    assert code == 143 and summary["status"] == "interrupted" and summary["batches"] < 50, summary
+    stopping.reset()
+
+
 def test_any_exception_is_a_clean_failure_without_the_secret(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -487,8 +557,9 @@ def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
 _CHILD = """
 import os, signal, sys, time
 from queuelake.jobs import stop_with_parent
+from queuelake.stopping import PARENT_GONE
 got = []
-signal.signal(signal.SIGTERM, lambda *a: got.append(1))
+signal.signal(PARENT_GONE, lambda *a: got.append(1))
 stop_with_parent()
 print("ready", flush=True)
 for _ in range(400):

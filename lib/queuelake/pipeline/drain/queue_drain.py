@@ -103,7 +103,7 @@ class QueueDrain:
             for t in threads:
                 t.start()
             for t in threads:
-                t.join()
+                stopping.join(t)
         return errors
 
     def fail(self, exc: BaseException) -> None:

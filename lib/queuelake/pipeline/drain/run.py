@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from queuelake import stopping
 from queuelake.allocator import keep_freed_memory
 from queuelake.config import Config
 from queuelake.config_sections import DrainConfig
@@ -149,13 +150,10 @@ def drain(
         at_once = units_at_once(len(units), budget.total)
         try:
             with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="drain") as pool:
-                drained = [
-                    r
-                    for results in pool.map(
-                        lambda u: _run_unit(database, settings, journal, budget, committer, sessions, u), units
-                    )
-                    for r in results
+                futures = [
+                    pool.submit(_run_unit, database, settings, journal, budget, committer, sessions, u) for u in units
                 ]
+                drained = [r for results in stopping.results(futures) for r in results]
         finally:
             committer.close()
             sessions.close()
