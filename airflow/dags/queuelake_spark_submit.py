@@ -52,7 +52,9 @@ them is a secret):
 - ``QUEUELAKE_DRIVER_PYTHON``: client mode, the Python with queuelake installed (default
   ``$QUEUELAKE_HOME/venv/bin/python``);
 - ``QUEUELAKE_PACKED_ENV``: cluster mode, the packed environment (default
-  ``$QUEUELAKE_HOME/queuelake-env.tar.gz``).
+  ``$QUEUELAKE_HOME/queuelake-env.tar.gz``);
+- ``QUEUELAKE_DRIVER_MEMORY``: spark-submit's ``--driver-memory`` (default: Spark's, 1g); the config's
+  ``spark.conf`` cannot set it here, the driver's JVM runs before the job reads the config.
 
 Airflow connections and Variables (set in the UI, with ``airflow connections add``, or as environment
 variables ``AIRFLOW_CONN_<ID>`` / ``AIRFLOW_VAR_<NAME>``, upper case):
@@ -97,6 +99,7 @@ PACKED_ENV = os.environ.get("QUEUELAKE_PACKED_ENV", f"{QUEUELAKE_HOME}/queuelake
 CONFIG = os.environ.get("QUEUELAKE_CONFIG", f"{QUEUELAKE_HOME}/conf/postgres.example.yaml")
 SPARK_CONN_ID = os.environ.get("QUEUELAKE_SPARK_CONN_ID", "spark_default")
 DEPLOY_MODE = os.environ.get("QUEUELAKE_SPARK_DEPLOY_MODE", "cluster")
+DRIVER_MEMORY = os.environ.get("QUEUELAKE_DRIVER_MEMORY") or None
 DRIVER_PYTHON = os.environ.get("QUEUELAKE_DRIVER_PYTHON", f"{QUEUELAKE_HOME}/venv/bin/python")
 if DEPLOY_MODE not in ("client", "cluster"):
     raise ValueError(f"QUEUELAKE_SPARK_DEPLOY_MODE={DEPLOY_MODE!r}: client or cluster")
@@ -218,6 +221,7 @@ with DAG(
         files=files,
         archives=archives,
         conf=spark_conf,
+        driver_memory=DRIVER_MEMORY,
         env_vars={
             "QUEUELAKE_CONNECTION": TRANSPORT_CONNECTION,
             "QUEUELAKE_LAKE_ROOT": LAKE_ROOT,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from queuelake import stopping
 from queuelake.config_sections import SparkConfig
+from queuelake.report import log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,6 +63,9 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     config = config or SparkConfig()
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     given = submitted_conf() if under_spark_submit() else {}
+    if under_spark_submit():
+        for line in launch_settings_ignored(config.conf, given):
+            log.warning("%s", line)
     master = given.get("spark.master", config.master)
     conf = {
         "spark.master": config.master,
@@ -110,6 +114,32 @@ def _check_once(spark: SparkSession, check: Any) -> None:
         return
     check(spark)
     _CHECKED.append(spark)
+
+
+# settings read when the driver's JVM starts: under spark-submit it has started before the job reads its
+# config, so ``spark.conf`` cannot change them (spark-submit's own flags and --conf can)
+LAUNCH_SETTINGS = {
+    "spark.driver.memory": "--driver-memory",
+    "spark.driver.extraJavaOptions": "--driver-java-options",
+    "spark.driver.extraClassPath": "--driver-class-path",
+    "spark.driver.extraLibraryPath": "--driver-library-path",
+}
+
+
+def launch_settings_ignored(wanted: dict[str, str], given: dict[str, str]) -> list[str]:
+    """A warning per ``spark.conf`` setting that a driver started by spark-submit cannot take (its JVM
+    already runs: ``LAUNCH_SETTINGS``), naming the flag that would. Why: ``spark.driver.memory: 3g`` in
+    the config, the advice for a first backlog, did nothing under spark-submit or Airflow, silently (a
+    review)."""
+    lines = []
+    for key, flag in LAUNCH_SETTINGS.items():
+        if key in wanted and str(wanted[key]) != given.get(key):
+            running = f"it runs with {given[key]!r}" if key in given else "it runs with Spark's default"
+            lines.append(
+                f"spark.conf {key}: {wanted[key]!r} has no effect under spark-submit, whose driver JVM started "
+                f"before the job read its config ({running}): give it to spark-submit ({flag} or --conf {key}=...)"
+            )
+    return lines
 
 
 def under_spark_submit() -> bool:

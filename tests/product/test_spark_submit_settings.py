@@ -1,0 +1,56 @@
+"""Under spark-submit the driver's JVM runs before the job reads its config: ``spark.conf``'s
+``spark.driver.memory`` (what the docs advise for a first backlog) did nothing there, and nothing said
+so (a review, under Airflow). The job now warns, naming spark-submit's flag. The real spark-submit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from queuelake.spark import launch_settings_ignored
+
+from tests.helpers.cli import cli_env
+
+JOB = """
+from queuelake.config_sections import SparkConfig
+from queuelake.report import setup_logging
+from queuelake.spark import get_spark
+import logging
+setup_logging(logging.INFO)
+spark = get_spark(SparkConfig(conf={"spark.driver.memory": "3g", "spark.sql.shuffle.partitions": "3"}))
+print("SHUFFLE", spark.conf.get("spark.sql.shuffle.partitions"))
+spark.stop()
+"""
+
+
+def test_a_launch_setting_is_named_with_the_flag_that_sets_it() -> None:
+    (line,) = launch_settings_ignored({"spark.driver.memory": "3g", "spark.executor.memory": "2g"}, {})
+    assert line.startswith("spark.conf spark.driver.memory: '3g' has no effect under spark-submit")
+    assert "--driver-memory" in line and "Spark's default" in line
+    assert launch_settings_ignored({"spark.driver.memory": "3g"}, {"spark.driver.memory": "3g"}) == []
+
+
+def test_spark_submit_warns_of_a_driver_memory_it_cannot_take(tmp_path: Path) -> None:
+    import pyspark
+
+    job = tmp_path / "job.py"
+    job.write_text(JOB, encoding="utf-8")
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = cli_env()
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    proc = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", str(job)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "SHUFFLE 3" in out  # the settings a running JVM can take are taken
+    assert "spark.conf spark.driver.memory: '3g' has no effect under spark-submit" in out, out[-3000:]
+    assert "--driver-memory" in out
+    assert os.environ.get("PYSPARK_GATEWAY_PORT") is None  # this process is not under spark-submit
