@@ -178,7 +178,8 @@ class SparkConfig:
     # journal rows bodies and each transform take in one Spark job: a larger increment (a first
     # backlog) goes a slice at a time, each committed, so memory follows this and not the backlog. The
     # default fits a default local session (spark.driver.memory 1g): 1.5M rows of one increment
-    # already peaked at 2.9 GB there, and 5M ran it out of memory
+    # already peaked at 2.9 GB there, and 5M ran it out of memory. Bodies' bytes are bounded apart:
+    # bodies caches a slice on disk, samples by bytes and sizes Spark's batches by the average body
     slice_rows: int = 500_000
 
     def __post_init__(self) -> None:
@@ -367,7 +368,8 @@ class BodiesConfig:
     # type name -> table name, where the derived one will not do
     tables: dict[str, str] = field(default_factory=dict)
     # rows per message type and version the schema is inferred from in each increment (a random
-    # sample beyond that); null: every row
+    # sample beyond that), and about 64 MB of bodies for all types of a slice together (each type
+    # version its share, never under 20 bodies: the samples go to the driver); null: every row
     sample_rows: int | None = 5000
     # keep Newtonsoft's `$type` member of the body's root as a column (it repeats the message type)
     keep_type_member: bool = False

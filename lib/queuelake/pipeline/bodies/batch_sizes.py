@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-BATCH_BYTES = 16 * 2**20
+# small enough that two tasks' batches, and their copies, find room in a 1 GB heap beside Spark's own
+# memory (16 MB batches of 2.9 KB bodies still ran it out of memory: Java's large arrays need
+# contiguous room)
+BATCH_BYTES = 4 * 2**20
 FEWEST_ROWS = 16
 # Spark's own defaults: never raised above them
 ROWS = {

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.bodies import evolve, select
@@ -72,27 +71,41 @@ def sample_fractions(
 
 
 def _sizes_and_casings(candidates: DataFrame) -> tuple[dict[tuple[str, str | None], int], pa.Table]:
-    """One aggregation over the cached slice: the text's bytes per type version (what ``sample_fractions``
-    bounds), and one JSON body of each type version whose first key starts with a capital letter, and
-    one whose first key does not: a sender in PascalCase (Newtonsoft) and one in camelCase
-    (System.Text.Json's web defaults) each in the samples, whatever their shares. Why the casings: the
-    respelling of keys (``evolve.respellings``) knows only the spellings the samples show; 3 camelCase
-    rows among 200 PascalCase ones, none sampled, were written with every field null (found by a review)."""
+    """The text's bytes per type version (what ``sample_fractions`` bounds), and one JSON body of each
+    type version whose first key starts with a capital letter, and one whose first key does not: a
+    sender in PascalCase (Newtonsoft) and one in camelCase (System.Text.Json's web defaults) each in the
+    samples, whatever their shares. Why the casings: the respelling of keys (``evolve.respellings``)
+    knows only the spellings the samples show; 3 camelCase rows among 200 PascalCase ones, none sampled,
+    were written with every field null (found by a review).
+
+    Two jobs over the cached slice, neither carrying a body through an aggregation: the sizes and each
+    casing's lowest ``seq``, then the bodies at those ``seq``. Why: one aggregation taking the first text
+    per group was a sort of the whole slice's bodies, which ran the default driver out of memory on a
+    slice of 2.9 KB bodies (a review's first backlog)."""
+    import operator
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
     first = F.regexp_extract(F.col("text"), r'^\{\s*(?:"\$type"\s*:\s*"[^"]*"\s*,\s*)?"(.)', 1)  # after $type
-    json = F.col("format") == "json"
-    capital = F.when(json, first != F.lower(first)).alias("capital")
-    grouped = candidates.groupBy("type_name", "type_version", "format", capital).agg(
-        F.sum(F.octet_length("text")).alias("bytes"),
-        F.first(F.when(json, F.col("text")), ignorenulls=True).alias("text"),
-    )
-    data = grouped.toArrow()
+    keyed = candidates.withColumn("capital", F.when(F.col("format") == "json", first != F.lower(first)))
+    groups = ["type_name", "type_version", "format", "capital"]
+    stats = keyed.groupBy(*groups).agg(F.sum(F.octet_length("text")).alias("bytes"), F.min("seq").alias("seq"))
+    data = stats.toArrow()
     sizes: dict[tuple[str, str | None], int] = {}
     for name, version, size in zip(*(data[c].to_pylist() for c in ("type_name", "type_version", "bytes"))):
         sizes[(name, version)] = sizes.get((name, version), 0) + int(size or 0)
-    casings = data.filter(pc.is_valid(data["text"])).select(["type_name", "type_version", "format", "text"])
-    return sizes, casings
+    columns = ["type_name", "type_version", "format", "text"]
+    picks = [row for row in data.to_pylist() if row["format"] == "json"]
+    if not picks:
+        return sizes, pa.table({c: pa.array([], pa.string()) for c in columns})
+    matches = [reduce(operator.and_, [F.col(c).eqNullSafe(F.lit(row[c])) for c in [*groups, "seq"]]) for row in picks]
+    wanted = reduce(operator.or_, matches)
+    found = keyed.where(wanted).select(*groups, "text").toArrow()
+    kept: dict[tuple[Any, ...], int] = {}  # one body per casing (two queues may share a seq)
+    for index, row in enumerate(found.select(groups).to_pylist()):
+        kept.setdefault(tuple(row.values()), index)
+    return sizes, found.take(sorted(kept.values())).select(columns)
 
 
 def evolution(
