@@ -55,6 +55,16 @@ class LakeFile:
     def metadata(self) -> pq.FileMetaData:
         return self._parquet.metadata
 
+    def column_bytes(self, column: str) -> int:
+        """A top-level column's bytes in the file, uncompressed (after its encoding: repeated values
+        count once), from the footer: what the bodies stage sizes its Spark batches and samples by."""
+        metadata = self._parquet.metadata
+        total = 0
+        for group in (metadata.row_group(i) for i in range(metadata.num_row_groups)):
+            chunks = (group.column(j) for j in range(group.num_columns))
+            total += sum(chunk.total_uncompressed_size for chunk in chunks if chunk.path_in_schema == column)
+        return total
+
     @property
     def schema_arrow(self) -> pa.Schema:
         return plain_table(self._parquet.schema_arrow.empty_table()).schema

@@ -1,6 +1,6 @@
 """What bounds the bodies stage's memory besides its slice's rows: the samples' bytes
 (``schema_plan.sample_fractions``), Spark's batch sizes for large bodies (``batch_sizes``), and the
-bodies' bytes read from the journal files' footers (``select``). A review's first backlog of 2.9 KB
+bodies' bytes read from the journal files' footers (``LakeFile.column_bytes``). A review's first backlog of 2.9 KB
 bodies ran the default driver out of memory in its first slice."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from queuelake.pipeline.bodies import batch_sizes, schema_plan, select
+from queuelake.lake.round_files import LakeFile
+from queuelake.pipeline.bodies import batch_sizes, schema_plan
 
 KB = 1024
 
@@ -58,7 +59,7 @@ def test_the_plan_reads_the_bodies_bytes_from_the_footers(tmp_path: Path) -> Non
         }
     )
     pq.write_table(table, tmp_path / "f.parquet", row_group_size=300, compression="snappy")
-    metadata = pq.ParquetFile(tmp_path / "f.parquet").metadata
-    assert metadata.num_row_groups == 4
-    assert 3_000_000 <= select._column_bytes(metadata, "body") < 3_100_000
-    assert select._column_bytes(metadata, "no_such_column") == 0
+    opened = LakeFile(pq.ParquetFile(tmp_path / "f.parquet"))
+    assert opened.metadata.num_row_groups == 4
+    assert 3_000_000 <= opened.column_bytes("body") < 3_100_000
+    assert opened.column_bytes("no_such_column") == 0

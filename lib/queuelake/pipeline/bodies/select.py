@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from queuelake.config import Config
 from queuelake.lake.arrow_types import as_string, to_spark_schema
@@ -102,7 +101,7 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
     wanted_batches = None if batches is None else pa.array(batches, pa.string())
     for uri in files:
         opened = open_file(uri)
-        out.body_bytes += _column_bytes(opened.metadata, "body")
+        out.body_bytes += opened.column_bytes("body")
         out.file_rows += opened.metadata.num_rows
         data = opened.read(columns=_PLAN_COLUMNS + ([] if batches is None else ["batch_id"]))
         keep = pc.and_(pc.equal(data["outcome"], "landed"), pc.is_valid(data["message_type"]))
@@ -134,15 +133,6 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
             out.repeated_ids.add(name)
     out.times = {name: Times.of(chunks) for name, chunks in sent.items()}
     return out
-
-
-def _column_bytes(metadata: pq.FileMetaData, column: str) -> int:
-    """A top-level column's bytes in a Parquet file, uncompressed, from its footer."""
-    total = 0
-    for group in (metadata.row_group(i) for i in range(metadata.num_row_groups)):
-        chunks = (group.column(j) for j in range(group.num_columns))
-        total += sum(chunk.total_uncompressed_size for chunk in chunks if chunk.path_in_schema == column)
-    return total
 
 
 def _first_type(rows: pa.Table) -> pa.ChunkedArray:
