@@ -38,3 +38,23 @@ def test_table_engine_gives_a_fixed_table_to_delta_rs_and_the_rest_to_the_lake(t
     assert table_engine(spark_lake, "orders") is spark_lake  # type: ignore[arg-type]
     rs = DeltaRsEngine(str(tmp_path / "lake"))
     assert table_engine(rs, "messages") is rs and journal_engine(rs) is rs and table_engine(rs, "orders") is rs
+
+
+def test_the_lake_line_names_each_engine_a_run_writes_new_tables_with(tmp_path: Path, caplog) -> None:
+    """With ``auto``, a run's drain (before its Spark session) writes with delta-rs and its later steps
+    with delta-spark; the one ``lake:`` line said delta-rs for the whole run (a review)."""
+    import logging
+
+    from queuelake.lake import engines
+
+    root = str(tmp_path / "lake")
+    with caplog.at_level(logging.INFO, logger="queuelake"):
+        engines._announce(root, "auto", "delta-rs")
+        engines._announce(root, "auto", "delta-rs")
+        engines._announce(root, "auto", "delta-spark")
+        engines._announce(root, "delta-spark", "delta-spark")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("lake: ")]
+    assert said == [
+        f"lake: {root} (lake.engine auto: new tables by delta-rs)",
+        f"lake: {root} (lake.engine auto: new tables by delta-spark)",
+    ]

@@ -49,22 +49,25 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
     if config.engine == "auto":
         rust = lake if lake.name == "delta-rs" else DeltaRsEngine(config.root, spark, config.storage_options)
         lake = PerTableLake(lake, rust)  # type: ignore[assignment]
-    _announce(config.root, config.engine)
+    _announce(config.root, config.engine, lake.name)
     # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/metastore.py)
     return with_names(lake, registrar_for(config, lake.name, spark))
 
 
-_ANNOUNCED: set[str] = set()
+_ANNOUNCED: set[tuple[str, str]] = set()
 
 
-def _announce(root: str, engine: str) -> None:
-    """Say which lake a command uses, once per process, a local one by its absolute path: a relative
-    ``lake.root`` is relative to the folder the command runs in, and a scheduler started elsewhere
-    began another journal there without a word (found by a review)."""
+def _announce(root: str, engine: str, chosen: str) -> None:
+    """Say which lake a command uses, a local one by its absolute path, and the engine that writes its
+    new tables: once per process and engine. Why the path: a relative ``lake.root`` is relative to the
+    folder the command runs in, and a scheduler started elsewhere began another journal there without a
+    word (found by a review). Why per engine: with ``auto``, a run's steps before its Spark session
+    (the drain) write with delta-rs and the later ones with delta-spark, and the one line said delta-rs."""
     where = root if "://" in root else os.path.abspath(root)
-    if where not in _ANNOUNCED:
-        _ANNOUNCED.add(where)
-        log.info("lake: %s (lake.engine %s)", where, engine)
+    if (where, chosen) not in _ANNOUNCED:
+        _ANNOUNCED.add((where, chosen))
+        said = chosen if engine == chosen else f"{engine}: new tables by {chosen}"
+        log.info("lake: %s (lake.engine %s)", where, said)
 
 
 # the LakeEngine methods that write the table named by their first argument: they must use the

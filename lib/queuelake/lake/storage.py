@@ -364,6 +364,23 @@ def list_tables(root: str, options: Mapping[str, str] | None = None) -> list[str
     return [name for name, log in zip(names, logs) if log.type == pafs.FileType.Directory]
 
 
+def data_file_count(table_uri: str, options: Mapping[str, str] | None = None) -> int:
+    """The Parquet files stored under a table (its log's and files removed but not yet vacuumed alike):
+    what a vacuum deleted is the count before less the count after (delta-spark's vacuum returns none)."""
+    from pyarrow import fs as pafs
+
+    fs, base = filesystem(table_uri, options)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
+    except OSError as exc:
+        raise storage_error(exc, f"table {table_uri}") from None
+    return sum(
+        1
+        for info in infos
+        if info.type == pafs.FileType.File and info.path.endswith(".parquet") and "/_delta_log/" not in info.path
+    )
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _REFUSED = re.compile(
     r"\b(403|401)\b|access_?denied|invalid_?access_?key_?id|signature_?does_?not_?match|credential", re.I

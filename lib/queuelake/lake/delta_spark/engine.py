@@ -27,6 +27,7 @@ from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, landed
 from queuelake.lake.marks import ENGINE_PROPERTY, description_for
+from queuelake.lake.storage import data_file_count
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -257,10 +258,12 @@ class DeltaSparkEngine(EngineBase):
         previous = self.spark.conf.get(key, "true") or "true"
         if retention_hours < DEFAULT_RETENTION_HOURS:
             self.spark.conf.set(key, "false")
+        stored = data_file_count(self.path(table), self.storage_options)
         try:
             delta.vacuum(float(retention_hours))
         finally:
             self.spark.conf.set(key, previous)
+        vacuumed = stored - data_file_count(self.path(table), self.storage_options)
         dt = self._require(table)
         return {
             "table": table,
@@ -270,6 +273,7 @@ class DeltaSparkEngine(EngineBase):
             "files_after": len(dt.file_uris()),
             "files_compacted": int(metrics["numFilesRemoved"]),
             "files_written": int(metrics["numFilesAdded"]),
+            "files_vacuumed": max(0, vacuumed),
         }
 
 
