@@ -61,10 +61,12 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = sign
 
     def read() -> None:
         assert proc.stderr is not None
+        sent = False
         for line in proc.stderr:
             lines.append(line)
-            if interrupt_on and interrupt_on in line and proc.poll() is None:
+            if not sent and interrupt_on and interrupt_on in line and proc.poll() is None:
                 os.killpg(proc.pid, signum)
+                sent = True  # once: a second would be "stop now"
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -93,12 +95,12 @@ def test_ctrl_c_stops_bodies_after_the_slice_in_hand_and_the_next_run_does_the_r
         conn.commit()
     assert drain(cfg, open_lake(cfg.lake))["landed"] == 600  # 12 journal versions: slices of about 100 rows
 
-    code, summary, log = _bodies(config, fresh_pg_uri, interrupt_on=" slices of at most ", signum=signum)
+    code, summary, log = _bodies(config, fresh_pg_uri, interrupt_on="bodies slice 1/", signum=signum)
     assert code == 128 + signum, log[-3000:]
     assert summary["command"] == "bodies" and summary["status"] == "interrupted", summary
     name = signal.Signals(signum).name
     assert f"{name}: bodies stops at the next batch boundary" in log, log[-3000:]
-    assert "bodies: stopping after slice 1 of " in log, log[-3000:]
+    assert "bodies: asked to stop; slice 2 of " in log, log[-3000:]
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
     assert summary["slices"] == 1 and summary["rows_read"] > 0, summary  # its counts: the one slice done
     runs = read_table(str(tmp_path / "lake" / "runs")).to_pylist()

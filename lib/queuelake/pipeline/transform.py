@@ -144,17 +144,20 @@ def run_transform(
     rows_in = rows_out = 0
     for number, (low, high) in enumerate(spans, 1):
         label = f" slice {number}/{len(spans)}" if len(spans) > 1 else ""
+        if stopping.requested():  # also before the first: a stop asked while Spark started (a review)
+            log.warning(
+                "transform %s: asked to stop; slice %d of %d not started (the next run takes it)",
+                transform.name,
+                number,
+                len(spans),
+            )
+            break
         part = _transform_slice(spark, lake, transform, suite, run_id, config, low, high, label)
         if "status" in part:  # blocked by the journal's expectations: this slice and the rest wait
             return {**result, **part, "after_version": after, "rows_in": rows_in, "rows_out": rows_out}
         result["expectations"] = part.get("expectations", result.get("expectations"))
         rows_in += part["rows_in"]
         rows_out += part["rows_out"]
-        if number < len(spans) and stopping.requested():
-            log.warning(
-                "transform %s: stopping after slice %d of %d (asked to stop)", transform.name, number, len(spans)
-            )
-            break
     if result.get("expectations") is None:
         result.pop("expectations", None)
     seconds = round(time.monotonic() - started, 3)

@@ -113,6 +113,9 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
     error: str | None = None
     for number, (low, high) in enumerate(spans, 1):
         label = f"{number}/{len(spans)}" if len(spans) > 1 else ""
+        if stopping.requested():  # also before the first: a stop asked while Spark started (a review)
+            log.warning("bodies: asked to stop; slice %d of %d not started (the next run takes it)", number, len(spans))
+            break
         try:
             totals.add(_slice(config, spark, lake, run, low, high, label))
         except BaseException as exc:  # noqa: BLE001 - the slice's own Spark job (an out-of-memory): said, and recorded
@@ -123,9 +126,6 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             totals.add(_failed_slice(high, error))
         if totals.failed:
             break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
-        if number < len(spans) and stopping.requested():
-            log.warning("bodies: stopping after slice %d of %d (asked to stop)", number, len(spans))
-            break
     results = totals.tables()
     seconds = round(time.monotonic() - started, 3)
     log.info(
