@@ -76,7 +76,7 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     for key, value in conf.items():
         if key not in given:
             builder = builder.config(key, value)
-    with _jvm_ignoring_stop_signals():
+    with _jvm_ignoring_stop_signals(), stopping.handlers_kept():
         spark = builder.getOrCreate()
     stopping.restore_handlers()  # pyspark's SIGINT handler out, the command's back (Ctrl-C stops at a boundary)
     if not debugging():  # --debug brings Spark's warnings back (an out-of-memory's cause was hidden: a review)

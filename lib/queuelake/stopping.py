@@ -139,6 +139,30 @@ def keep_handlers(handlers: dict[int, Callable[[int, Any], Any]]) -> None:
     _handlers.update(handlers)
 
 
+@contextlib.contextmanager
+def handlers_kept() -> Iterator[None]:
+    """While a library starts, it cannot replace the command's handlers of its signals with its own
+    (pyspark's SparkContext sets a SIGINT handler that cancels every job and raises KeyboardInterrupt).
+    Why: ``restore_handlers`` after the start left seconds in which Ctrl-C reached pyspark's handler,
+    whose Py4J call inside the session's construction broke it ("reentrant call"): the step failed,
+    and the stop was lost (a review). Ignoring a signal, or the default action, stays allowed."""
+    if not _handlers or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    real = signal.signal
+
+    def keeping(signum: int, handler: Any) -> Any:
+        if signum in _handlers and callable(handler) and handler is not _handlers[signum]:
+            return signal.getsignal(signum)  # theirs not installed; ours stays
+        return real(signum, handler)
+
+    signal.signal = keeping  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = real
+
+
 def restore_handlers() -> None:
     """Put the command's signal handlers back. Why: pyspark's SparkContext installs its own SIGINT
     handler when it starts (cancel every job, raise KeyboardInterrupt), so Ctrl-C in a Spark stage skipped

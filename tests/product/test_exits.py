@@ -594,3 +594,30 @@ def test_a_job_is_asked_to_stop_when_spark_submit_is_killed(tmp_path) -> None:
         assert flag.exists() and flag.read_text() == "stopped"
     finally:
         parent.kill()
+
+
+def test_a_library_starting_cannot_replace_the_commands_handlers() -> None:
+    """pyspark's SparkContext sets its own SIGINT handler while it starts; Ctrl-C then broke the
+    session's construction and the stop was lost (a review). ``handlers_kept`` leaves ours in place,
+    and still lets a start ignore the signals (``ignored_while_starting_children``)."""
+
+    def ours(signum: int, frame: object) -> None:
+        pass
+
+    def theirs(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, ours)
+    stopping.keep_handlers({signal.SIGINT: ours})
+    try:
+        with stopping.handlers_kept():
+            signal.signal(signal.SIGINT, theirs)
+            assert signal.getsignal(signal.SIGINT) is ours
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.signal(signal.SIGINT, ours)
+        signal.signal(signal.SIGINT, theirs)  # outside, as before
+        assert signal.getsignal(signal.SIGINT) is theirs
+    finally:
+        stopping.keep_handlers({})
+        signal.signal(signal.SIGINT, before)
