@@ -64,6 +64,8 @@ class Plan:
     strata: Counter[tuple[str, str | None]] = field(default_factory=Counter)
     repeated_ids: set[str] = field(default_factory=set)  # type names whose message ids repeat
     times: dict[str, Times] = field(default_factory=dict)  # type name -> its rows' send times
+    # type name -> its rows' message ids: what a table's ids are narrowed to before the anti-join
+    ids: dict[str, pa.ChunkedArray] = field(default_factory=dict)
     queues: list[str] | None = None  # canonical addresses; None: every queue
     # which copies are read (``bodies.include_audit`` / ``include_failed``): ``frame`` must select the
     # very rows counted here, or copies left out of the count (and of ``repeated_ids``) get written
@@ -129,6 +131,7 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
             sent.setdefault(name, []).append(of_type["time_sent"])
     for name, chunks in ids.items():
         values = pa.chunked_array(chunks, pa.string())
+        out.ids[name] = values
         if pc.count_distinct(values).as_py() < len(values):
             out.repeated_ids.add(name)
     out.times = {name: Times.of(chunks) for name, chunks in sent.items()}

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from queuelake.errors import is_panic, jvm_line
 from queuelake.lake.port import LakeEngine
@@ -72,6 +73,11 @@ def write_type(
             rows = rows.join(F.broadcast(_later_copies(rows)), ["queue", "seq", "id"], "left_anti")
         if had_rows:  # only the table's rows sent when this increment's were (``seen.py``)
             held = seen.seen_ids(lake, table, selected.times.get(name, seen.Times([], False)))
+            if held.num_rows and name in selected.ids:
+                # only the ids this slice holds: a backlog's send times span the whole table, and
+                # broadcasting all of its ids, four types at once, ran the default driver out of
+                # memory a few slices in (a review's first backlog)
+                held = held.filter(pc.is_in(held["message_id"], value_set=selected.ids[name].combine_chunks()))
             if held.num_rows:
                 ids = rows.sparkSession.createDataFrame(held.select(["message_id"]).combine_chunks())
                 rows = rows.join(F.broadcast(ids.distinct()), "message_id", "left_anti")
