@@ -114,6 +114,9 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
             "malformed JSON",  # {"Name": "broken"
         ]
     ), reasons
+    # each type's count says its rows no parser could take too (it said only those its parse left out)
+    per_type = {t["table"]: t.get("unparsed", 0) for t in out["tables"]}
+    assert sum(per_type.values()) == out["unparsed"] == len(unparsed), (per_type, out["unparsed"])
 
     # a rerun adds nothing
     again = bodies_run.bodies(cfg, spark, lake)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -284,7 +285,12 @@ def _write_slice(
             ),
             sorted(tables),
         )
+        # a type's unparsed rows: those its parse left out, and those no parser could take (no body,
+        # empty, not JSON or XML), which its line and summary left out (a review: 9 in body_unparsed, 0 said)
+        unreadable = Counter(unparsed_parts[0]["type_name"].to_pylist())
         for result, bad in written_types:
+            if unreadable.get(result["type_name"]):
+                result["unparsed"] = result.get("unparsed", 0) + unreadable[result["type_name"]]
             results.append(result)
             if bad is not None:
                 unparsed_parts.append(bad)
