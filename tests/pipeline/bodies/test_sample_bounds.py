@@ -63,3 +63,60 @@ def test_the_plan_reads_the_bodies_bytes_from_the_footers(tmp_path: Path) -> Non
     assert opened.metadata.num_row_groups == 4
     assert 3_000_000 <= opened.column_bytes("body") < 3_100_000
     assert opened.column_bytes("no_such_column") == 0
+
+
+def test_what_small_types_leave_of_the_budget_goes_to_the_large_one() -> None:
+    """An even split left a large type 231 rows beside 99 small types that used a sliver of theirs."""
+    strata = {("Big", None): 41_000, **{(f"T{i}", None): 50 for i in range(99)}}
+    sizes = {("Big", None): 41_000 * 2_900, **{(f"T{i}", None): 50 * 500 for i in range(99)}}
+    fractions = schema_plan.sample_fractions(strata, sizes, 5_000)
+    assert all(fractions[f"T{i}|"] == 1.0 for i in range(99))  # every small body
+    assert fractions["Big|"] * 41_000 >= 5_000 * 0.999  # its rows' bound, not a sliver of the bytes
+    assert _sampled_bytes(strata, sizes, 5_000) <= schema_plan.SAMPLE_BYTES
+
+
+def test_a_batch_setting_of_no_limit_is_bounded_by_bytes_too(monkeypatch) -> None:
+    class Conf:
+        def __init__(self) -> None:
+            self.values = {"spark.sql.execution.arrow.maxRecordsPerBatch": "-1"}
+
+        def get(self, key: str, default: object = None) -> object:
+            return self.values.get(key, default)
+
+        def set(self, key: str, value: str) -> None:
+            self.values[key] = value
+
+        def unset(self, key: str) -> None:
+            self.values.pop(key, None)
+
+    class Session:
+        conf = Conf()
+
+    session = Session()
+    with batch_sizes.sized_for(session, 100 * KB) as changed:  # type: ignore[arg-type]
+        assert changed["spark.sql.execution.arrow.maxRecordsPerBatch"] == batch_sizes.BATCH_BYTES // (100 * KB)
+    assert session.conf.values == {"spark.sql.execution.arrow.maxRecordsPerBatch": "-1"}  # put back
+
+
+def test_later_copies_keep_the_business_copy_and_never_lose_a_row_held_twice() -> None:
+    import datetime as dt
+
+    from queuelake.pipeline.bodies.select import later_copies
+
+    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    keys = pa.table(
+        {
+            "message_id": ["m1", "m1", "m1", "m2", "m2", "m3"],
+            "drained_at": [t0, t0, t0 + dt.timedelta(seconds=1), t0, t0, t0],
+            "queue": ["audit", "Sales", "error", "Sales", "Sales", "Sales"],
+            "seq": [7, 3, 9, 4, 4, 5],
+            "id": ["a7", "s3", "e9", "s4", "s4", "s5"],
+            "copy_rank": [1, 0, 2, 0, 0, 0],
+        }
+    )
+    later = later_copies(keys)
+    # m1: the business copy stays, its audit and error copies go; m2, held twice, is not dropped
+    assert sorted(later.to_pylist(), key=lambda r: r["seq"]) == [
+        {"queue": "audit", "seq": 7, "id": "a7"},
+        {"queue": "error", "seq": 9, "id": "e9"},
+    ]

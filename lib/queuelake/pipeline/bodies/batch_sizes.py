@@ -45,8 +45,10 @@ def sized_for(spark: SparkSession, average_row_bytes: float) -> Iterator[dict[st
     for key, default in ROWS.items():
         current = spark.conf.get(key, None)
         effective = int(current) if current else default
+        if effective <= 0:  # no limit (Arrow's maxRecordsPerBatch): Spark's row default bounds it then
+            effective = default
         rows = rows_per_batch(average_row_bytes, effective)
-        if rows != effective:
+        if rows != effective or (current is not None and int(current) <= 0):
             before[key] = current
             changed[key] = rows
             spark.conf.set(key, str(rows))

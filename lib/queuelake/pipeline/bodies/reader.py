@@ -53,8 +53,12 @@ class BodyTables:
             after = stage.checkpoint(self._lake)
             if upto is not None and (after is None or after < upto):
                 result = stage.bodies(self._config, self._spark, self._lake)
+                if result.get("status") == Status.INTERRUPTED:
+                    raise stopping.Interrupted("stopped while the bodies step caught the typed tables up")
                 if result.get("status") != Status.OK:
-                    raise PipelineError(f"the bodies step failed, so the typed tables are behind the journal: {result}")
+                    failed = [f"{t['table']}: {t.get('error')}" for t in result.get("tables", []) if t.get("error")]
+                    why = result.get("error") or "; ".join(failed) or str(result.get("status"))
+                    raise PipelineError(f"the bodies step failed, so the typed tables are behind the journal: {why}")
         self._current = True
 
     def name_of(self, message_type: str) -> str:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from queuelake import stopping
 from queuelake.config import Config
-from queuelake.errors import describe, is_panic
+from queuelake.errors import describe, is_panic, jvm_gone
 from queuelake.lake import catalogue, stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import job_secrets
@@ -112,6 +112,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         )
     totals = Totals()
     error: str | None = None
+    interrupted = False
     for number, (low, high) in enumerate(spans, 1):
         label = f"{number}/{len(spans)}" if len(spans) > 1 else ""
         if stopping.requested():  # also before the first: a stop asked while Spark started (a review)
@@ -123,8 +124,13 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
                 raise  # a stop, or the error of a job a second signal cancelled: the command's
             error = redact(describe(exc), job_secrets(config.transport.connection, config.lake.storage_options))
-            log.error("bodies%s failed: %s", f" slice {label}" if label else "", error)
-            totals.add(_failed_slice(high, error))
+            # the JVM gone after a stop was asked: spark-submit ended (Airflow's kill), the stop's doing
+            interrupted = stopping.requested() and jvm_gone(exc) is not None
+            if interrupted:
+                log.warning("bodies%s: stopped, the Spark JVM gone: %s", f" slice {label}" if label else "", error)
+            else:
+                log.error("bodies%s failed: %s", f" slice {label}" if label else "", error)
+            totals.add(_failed_slice(high, error, Status.INTERRUPTED if interrupted else Status.FAILED))
         if totals.failed:
             break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
     results = totals.tables()
@@ -141,7 +147,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
     rows = rows or [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}]
     run.record(lake, rows)
     return {
-        "status": Status.FAILED if totals.failed else Status.OK,
+        "status": Status.INTERRUPTED if interrupted else Status.FAILED if totals.failed else Status.OK,
         **({"error": error} if error else {}),
         "run_id": run.run_id,
         "after_version": after,
@@ -155,12 +161,12 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
     }
 
 
-def _failed_slice(upto: int, error: str) -> dict[str, Any]:
+def _failed_slice(upto: int, error: str, status: Status = Status.FAILED) -> dict[str, Any]:
     """A slice whose own work raised (not one type's table: ``typed_append.failed_type``): its
     checkpoint is not committed, the slices before it stay, and the run's summary and ``runs`` rows
     say so. Why: such a failure ended the command with no ``runs`` row, and its summary did not name
     the slices committed before it (a review's first backlog, out of memory in slice 3 of 7)."""
-    failed = {"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.FAILED, "error": error[:2000]}
+    failed = {"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": status, "error": error[:2000]}
     return {
         "upto": upto,
         "rows_read": 0,

@@ -58,15 +58,27 @@ def samples(
 def sample_fractions(
     strata: Mapping[tuple[str, str | None], int], sizes: Mapping[tuple[str, str | None], int], rows: int
 ) -> dict[str, float]:
-    """``sampleBy``'s fraction per stratum (``type|version``): ``rows`` of its ``strata`` count, and its
-    share of ``SAMPLE_BYTES`` of its text's ``sizes`` (bytes), whichever is less, but ``MIN_SAMPLE_ROWS``."""
-    share = SAMPLE_BYTES / max(1, len(strata))
+    """``sampleBy``'s fraction per stratum (``type|version``): ``rows`` of its ``strata`` count, within a
+    share of ``SAMPLE_BYTES`` of its text's ``sizes`` (bytes), but ``MIN_SAMPLE_ROWS``. The shares are
+    dealt smallest need first, so what a small type does not use goes to the large ones (an even split
+    left a large type 231 rows beside 99 small ones: a review)."""
+    need: dict[tuple[str, str | None], float] = {}
+    for key, count in strata.items():
+        size = sizes.get(key, 0)
+        need[key] = size * min(1.0, rows / count) if count else 0.0
+    budget, left = float(SAMPLE_BYTES), len(need)
+    given: dict[tuple[str, str | None], float] = {}
+    for key in sorted(need, key=lambda k: need[k]):
+        given[key] = min(need[key], budget / left)
+        budget, left = budget - given[key], left - 1
     out: dict[str, float] = {}
     for (name, version), count in strata.items():
         size = sizes.get((name, version), 0)
-        budget = max(share, MIN_SAMPLE_ROWS * size / count) if size and count else share
-        by_bytes = budget / size if size else 1.0
-        out[f"{name}|{version or ''}"] = min(1.0, rows / count if count else 1.0, by_bytes)
+        if not count or not size:
+            fraction = 1.0 if not count else min(1.0, rows / count)
+        else:
+            fraction = max(given[(name, version)] / size, min(1.0, MIN_SAMPLE_ROWS / count))
+        out[f"{name}|{version or ''}"] = min(1.0, rows / count if count else 1.0, fraction)
     return out
 
 

@@ -47,6 +47,10 @@ _PLAN_COLUMNS = [
     "processing_ended",
     "message_id",
     "time_sent",
+    # the deduplication's keys and order (``later_copies``)
+    "seq",
+    "id",
+    "drained_at",
 ]
 
 
@@ -66,6 +70,11 @@ class Plan:
     times: dict[str, Times] = field(default_factory=dict)  # type name -> its rows' send times
     # type name -> its rows' message ids: what a table's ids are narrowed to before the anti-join
     ids: dict[str, pa.ChunkedArray] = field(default_factory=dict)
+    # type name -> the rows (queue, seq, id) that repeat a message id of the slice: all but its first
+    # copy, the business copy before the audit copy before the error copy, then the first drained.
+    # Found here, in Arrow on the driver, not by a window over the slice in Spark (its sorts, four
+    # types at once, ran the default driver out of memory on a first backlog: a review)
+    later_copies: dict[str, pa.Table] = field(default_factory=dict)
     queues: list[str] | None = None  # canonical addresses; None: every queue
     # which copies are read (``bodies.include_audit`` / ``include_failed``): ``frame`` must select the
     # very rows counted here, or copies left out of the count (and of ``repeated_ids``) get written
@@ -100,6 +109,7 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
     out = Plan(files, batches, queues=queues, include_audit=cfg.include_audit, include_failed=cfg.include_failed)
     ids: dict[str, list[pa.Array]] = {}
     sent: dict[str, list[pa.Array]] = {}
+    copies: dict[str, list[pa.Table]] = {}
     wanted_batches = None if batches is None else pa.array(batches, pa.string())
     for uri in files:
         opened = open_file(uri)
@@ -129,13 +139,47 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
             of_type = rows.filter(pc.equal(rows["aqn"], full))
             ids.setdefault(name, []).append(of_type["message_id"])
             sent.setdefault(name, []).append(of_type["time_sent"])
+            copies.setdefault(name, []).append(_copy_keys(of_type))
     for name, chunks in ids.items():
         values = pa.chunked_array(chunks, pa.string())
         out.ids[name] = values
         if pc.count_distinct(values).as_py() < len(values):
             out.repeated_ids.add(name)
+            out.later_copies[name] = later_copies(pa.concat_tables(copies[name]))
     out.times = {name: Times.of(chunks) for name, chunks in sent.items()}
     return out
+
+
+_KEY = ["queue", "seq", "id"]
+
+
+def _copy_keys(rows: pa.Table) -> pa.Table:
+    """The columns ``later_copies`` ranks by, the copy's rank as ``frame``'s ``copy_rank`` says it."""
+    rank = pc.if_else(pc.is_valid(rows["failed_queue"]), 2, pc.if_else(pc.is_valid(rows["processing_ended"]), 1, 0))
+    return rows.select(["message_id", "drained_at", *_KEY]).append_column("copy_rank", rank)
+
+
+def later_copies(keys: pa.Table) -> pa.Table:
+    """The (queue, seq, id) of every row but the first of its message id (by copy rank, then drained,
+    queue and seq). A row held twice with the same key is not a later copy of itself (an anti-join on
+    it would drop both: a review)."""
+    ordered = keys.sort_by(
+        [
+            ("message_id", "ascending"),
+            ("copy_rank", "ascending"),
+            ("drained_at", "ascending"),
+            ("queue", "ascending"),
+            ("seq", "ascending"),
+        ]
+    )
+    ids = ordered["message_id"].combine_chunks()
+    first = pc.not_equal(ids[1:], ids[:-1]) if len(ids) > 1 else pa.array([], pa.bool_())
+    is_first = pa.concat_arrays([pa.array([True]), pc.fill_null(first, True)]) if len(ids) else pa.array([], pa.bool_())
+    later = ordered.filter(pc.invert(is_first)).select(_KEY)
+    firsts = ordered.filter(is_first).select(_KEY)
+    if not later.num_rows:
+        return later
+    return later.join(firsts, _KEY, join_type="left anti").select(_KEY)
 
 
 def _first_type(rows: pa.Table) -> pa.ChunkedArray:

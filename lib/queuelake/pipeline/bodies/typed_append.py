@@ -69,8 +69,10 @@ def write_type(
         had_rows = lake.exists(table) and bool(lake.added_files(table, None, lake.table_version(table) or 0))
         evolve.apply(lake, evolution)
         rows = frame.where((F.col("type_name") == name) & F.col("reason").isNull())
-        if name in selected.repeated_ids:  # a business copy and its audit copy: one row
-            rows = rows.join(F.broadcast(_later_copies(rows)), ["queue", "seq", "id"], "left_anti")
+        later = selected.later_copies.get(name)
+        if later is not None and later.num_rows:  # a business copy and its audit copy: one row
+            copies = rows.sparkSession.createDataFrame(later.combine_chunks())
+            rows = rows.join(F.broadcast(copies), ["queue", "seq", "id"], "left_anti")
         if had_rows:  # only the table's rows sent when this increment's were (``seen.py``)
             held = seen.seen_ids(lake, table, selected.times.get(name, seen.Times([], False)))
             if held.num_rows and name in selected.ids:
@@ -109,19 +111,6 @@ def write_type(
         if not isinstance(exc, Exception) and not is_panic(exc):
             raise  # a stop request, or the interpreter's exit
         return failed_type(name, table, result["rows_in"], exc), None
-
-
-def _later_copies(rows: DataFrame) -> DataFrame:
-    """The rows that repeat a message id of ``rows`` (``queue``, ``seq``, ``id``): all but the first
-    of each id, its business copy before its audit copy, then the first drained. Ranked on the keys
-    alone, not the bodies. Why: the window over whole rows sorted the slice's bodies, which ran the
-    default driver out of memory on 2.9 KB bodies (a review's first backlog)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    order = Window.partitionBy("message_id").orderBy("copy_rank", "drained_at", "queue", "seq")
-    keys = rows.select("message_id", "copy_rank", "drained_at", "queue", "seq", "id")
-    return keys.withColumn("_n", F.row_number().over(order)).where(F.col("_n") > 1).select("queue", "seq", "id")
 
 
 def failed_type(name: str, table: str, rows_in: int, exc: BaseException) -> dict[str, Any]:
