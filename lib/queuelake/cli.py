@@ -114,7 +114,7 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
         handler(signal.SIGTERM, frame)
 
     handlers: dict[int, Any] = {sig: handler for sig in stopping.stop_signals()}
-    if stopping.PARENT_GONE not in handlers:
+    if stopping.parent_watched() and stopping.PARENT_GONE not in handlers:
         handlers[stopping.PARENT_GONE] = parent_gone
     previous = {sig: signal.signal(sig, chosen) for sig, chosen in handlers.items()}
     stopping.keep_handlers(handlers)  # put back after pyspark replaces them

@@ -198,8 +198,14 @@ def jvm_gone(exc: BaseException) -> str | None:
             "(spark.driver.memory in spark.conf; spark-submit's --driver-memory) or take smaller slices "
             "(spark.slice_rows)"
         )
+    import os
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # spark-submit's JVM, this process's parent
+        return "the Spark JVM ended while the command used it: spark-submit ended, or was killed"
+    if code is not None and code < 0:
+        return f"the Spark JVM was killed (signal {-code}) while the command used it"
     said = f" (exit code {code})" if code is not None else ""
-    return f"the Spark JVM ended{said} while the command used it; its own log lines above say why"
+    return f"the Spark JVM ended{said} while the command used it; unless it was killed, its log lines above say why"
 
 
 def _is_dead_gateway(exc: BaseException) -> bool:
@@ -215,21 +221,22 @@ def _is_dead_gateway(exc: BaseException) -> bool:
         ):
             return True
         if isinstance(current, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)):
-            frames = traceback_files(current)
-            if any("py4j" in f or "pyspark" in f for f in frames):
+            modules = traceback_modules(current)
+            if any(m.split(".")[0] in ("py4j", "pyspark") for m in modules):
                 return True
         current = current.__cause__ or current.__context__
     return False
 
 
-def traceback_files(exc: BaseException) -> list[str]:
-    """The files of the frames ``exc`` passed through."""
-    files: list[str] = []
+def traceback_modules(exc: BaseException) -> list[str]:
+    """The modules of the frames ``exc`` passed through (their ``__name__``: not a path, in which a
+    folder named like a package would match: a review)."""
+    modules: list[str] = []
     tb = exc.__traceback__
     while tb is not None:
-        files.append(tb.tb_frame.f_code.co_filename)
+        modules.append(str(tb.tb_frame.f_globals.get("__name__", "")))
         tb = tb.tb_next
-    return files
+    return modules
 
 
 def _jvm_exit_code() -> int | None:
@@ -242,7 +249,7 @@ def _jvm_exit_code() -> int | None:
     if proc is None:
         return None
     try:
-        return proc.wait(timeout=5)  # type: ignore[no-any-return]
+        return proc.wait(timeout=2)  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001 - still running (then not gone for that reason), or not a Popen
         return None
 

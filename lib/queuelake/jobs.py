@@ -53,11 +53,12 @@ def stop_with_parent() -> None:
         return
     import ctypes
 
-    from queuelake.stopping import PARENT_GONE
+    from queuelake import stopping
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(PARENT_GONE), 0, 0, 0)
+        if libc.prctl(PR_SET_PDEATHSIG, int(stopping.PARENT_GONE), 0, 0, 0) == 0:
+            stopping.watch_parent()
     except (OSError, AttributeError):
         return
 

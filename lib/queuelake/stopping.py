@@ -92,6 +92,19 @@ def ignored_while_starting_children() -> Iterator[None]:
 # what the kernel sends a job whose parent (spark-submit) died (``jobs.stop_with_parent``): a stop at
 # the next batch boundary however many times it comes (SIGUSR1 is no one else's in a job's process)
 PARENT_GONE = getattr(signal, "SIGUSR1", signal.SIGTERM)
+# whether this process asked the kernel for PARENT_GONE: only then does the command take the signal
+# (another command leaves SIGUSR1 to whoever uses it: faulthandler's stack dumps, say)
+_parent_watched = False
+
+
+def watch_parent() -> None:
+    global _parent_watched
+    _parent_watched = True
+
+
+def parent_watched() -> bool:
+    return _parent_watched
+
 
 _STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 

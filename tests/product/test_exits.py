@@ -105,6 +105,7 @@ def test_a_dead_parents_signals_are_one_graceful_stop(
     """Six parent-death signals: one stop at the next batch boundary, never "stop now" (two SIGTERMs
     were: the orphan ended with no ``runs`` row, or hung in its handlers)."""
     _replace_run(monkeypatch, "drain", _parent_gone_in_bursts)
+    monkeypatch.setattr(stopping, "_parent_watched", True)  # as ``jobs.stop_with_parent`` sets it
     code = cli.main(["drain"])
     summary = _summary(capsys.readouterr().out)
     assert code == 143 and summary["status"] == "interrupted" and summary["batches"] == 1, summary

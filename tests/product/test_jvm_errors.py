@@ -118,7 +118,7 @@ def test_a_connection_py4j_lost_says_the_jvm_ended_and_why(monkeypatch) -> None:
     import sys
     import types
 
-    namespace: dict = {}
+    namespace: dict = {"__name__": "py4j.clientserver"}
     exec(
         compile(
             "def call():\n    raise ConnectionRefusedError(111, 'Connection refused')\n",

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.config_sections import SparkConfig, TransformConfig
-from queuelake.errors import ConfigError, QueuelakeError, describe, is_panic
+from queuelake.errors import ConfigError, QueuelakeError, describe, is_panic, jvm_gone
 from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
@@ -294,6 +294,12 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
                 raise
             if not (isinstance(exc, Exception) or is_panic(exc)):
                 raise
+            if stopping.requested() and jvm_gone(exc) is not None:  # spark-submit ended after the stop
+                log.warning("transform %s: stopped, the Spark JVM gone: %s", t.name, jvm_gone(exc))
+                results.append(
+                    {"transform": t.name, "output": t.output, "status": Status.INTERRUPTED, "error": jvm_gone(exc)}
+                )
+                break
             error = str(exc) if isinstance(exc, QueuelakeError) else describe(exc)
             error = redact(error, job_secrets(config.transport.connection, config.lake.storage_options))
             log.error("transform %s failed: %s", t.name, error)
