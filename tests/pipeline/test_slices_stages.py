@@ -43,17 +43,23 @@ def _config(uri: str, root: Path, slice_rows: int):
     )
 
 
-@pytest.mark.slow
-def test_slices_land_every_row_once_and_a_failed_slice_resumes(
-    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cfg = _config(fresh_pg_uri, tmp_path / "lake", 100)
+def _drained_orders(uri: str, tmp_path: Path, spark):
+    """360 orders drained into a journal of 100-row slices: the config and the lake."""
+    cfg = _config(uri, tmp_path / "lake", 100)
     with db.connect(cfg.transport) as conn:
         installer.install(conn, installer.plan(cfg, extra_queues=["Billing"]))
         traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(360, seed=3))
         conn.commit()
     lake = open_lake(cfg.lake, spark)
     assert drain(cfg, lake)["landed"] == 360
+    return cfg, lake
+
+
+@pytest.mark.slow
+def test_slices_land_every_row_once_and_a_failed_slice_resumes(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg, lake = _drained_orders(fresh_pg_uri, tmp_path, spark)
     upto = lake.table_version("messages")
     assert upto is not None and len(lake.slices("messages", None, upto, 100)) >= 4
 
@@ -97,13 +103,7 @@ def test_a_slice_whose_own_job_fails_is_recorded_with_the_slices_before_it(
     ended the command with no ``runs`` row, and its summary did not name the slices committed before."""
     from queuelake.pipeline.bodies import schema_plan
 
-    cfg = _config(fresh_pg_uri, tmp_path / "lake", 100)
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg, extra_queues=["Billing"]))
-        traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(360, seed=3))
-        conn.commit()
-    lake = open_lake(cfg.lake, spark)
-    assert drain(cfg, lake)["landed"] == 360
+    cfg, lake = _drained_orders(fresh_pg_uri, tmp_path, spark)
     real, calls = schema_plan.samples, {"n": 0}
 
     def broken_on_the_second(*args, **kwargs):  # type: ignore[no-untyped-def]
