@@ -422,17 +422,12 @@ def test_a_queue_table_refusing_its_rows_is_skipped_and_the_others_are_sent(fail
     assert drain_all(cfg, "Shipping") == []
 
 
-def test_a_stop_asked_while_spark_tasks_send_starts_no_second_pass(failures, spark, monkeypatch) -> None:
-    """From Spark tasks, a refused table's batches are sent again by a second Spark job: a stop asked
-    while the first ran (the first SIGTERM) must end the replay "interrupted" without it (a review)."""
+def _replay_stopped_during_the_tasks(cfg, spark, monkeypatch) -> tuple[dict, list[int]]:  # type: ignore[no-untyped-def]
+    """The replay of the timeouts from Spark tasks, a stop asked while each Spark job runs (the first
+    SIGTERM): its summary, and the units each job was given."""
     from queuelake import stopping
     from queuelake.pipeline.replay import executors
 
-    cfg, *_ = failures
-    cfg.replay.executors_from_rows = 1
-    with db.connect(cfg.transport) as conn:
-        conn.raw.execute('ALTER TABLE "public"."Shipping" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
-        conn.commit()
     real, passes = executors.send_units, []
 
     def send_units(session, job, units):  # type: ignore[no-untyped-def]
@@ -443,9 +438,20 @@ def test_a_stop_asked_while_spark_tasks_send_starts_no_second_pass(failures, spa
 
     monkeypatch.setattr(executors, "send_units", send_units)
     try:
-        summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+        return run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7), passes
     finally:
         stopping.reset()
+
+
+def test_a_stop_asked_while_spark_tasks_send_starts_no_second_pass(failures, spark, monkeypatch) -> None:
+    """From Spark tasks, a refused table's batches are sent again by a second Spark job: a stop asked
+    while the first ran (the first SIGTERM) must end the replay "interrupted" without it (a review)."""
+    cfg, *_ = failures
+    cfg.replay.executors_from_rows = 1
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Shipping" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        conn.commit()
+    summary, passes = _replay_stopped_during_the_tasks(cfg, spark, monkeypatch)
     assert passes == [5] and summary["status"] == "interrupted", (passes, summary)
     assert drain_all(cfg, "Billing") == []  # every batch held a Shipping row: nothing sent before the stop
     monkeypatch.undo()
@@ -456,23 +462,9 @@ def test_a_stop_asked_while_spark_tasks_send_starts_no_second_pass(failures, spa
 def test_a_stop_asked_after_spark_tasks_sent_everything_leaves_the_replay_ok(failures, spark, monkeypatch) -> None:
     """The stop check between the Spark passes ended a replay "interrupted" when nothing was left to
     send (no table refused a row), and logged that a rerun sends the rest (a review)."""
-    from queuelake import stopping
-    from queuelake.pipeline.replay import executors
-
     cfg, *_ = failures
     cfg.replay.executors_from_rows = 1
-    real = executors.send_units
-
-    def send_units(session, job, units):  # type: ignore[no-untyped-def]
-        outcomes = real(session, job, units)
-        stopping.request()
-        return outcomes
-
-    monkeypatch.setattr(executors, "send_units", send_units)
-    try:
-        summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
-    finally:
-        stopping.reset()
+    summary, _ = _replay_stopped_during_the_tasks(cfg, spark, monkeypatch)
     assert summary["status"] == "ok" and summary["rows_sent"] == 30, summary
 
 
