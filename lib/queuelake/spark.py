@@ -133,7 +133,7 @@ def launch_settings_ignored(wanted: dict[str, str], given: dict[str, str]) -> li
     review)."""
     lines = []
     for key, flag in LAUNCH_SETTINGS.items():
-        if key in wanted and str(wanted[key]) != given.get(key):
+        if key in wanted and str(wanted[key]).strip().lower() != str(given.get(key, "")).strip().lower():
             running = f"it runs with {given[key]!r}" if key in given else "it runs with Spark's default"
             lines.append(
                 f"spark.conf {key}: {wanted[key]!r} has no effect under spark-submit, whose driver JVM started "

@@ -30,6 +30,7 @@ def test_a_launch_setting_is_named_with_the_flag_that_sets_it() -> None:
     assert line.startswith("spark.conf spark.driver.memory: '3g' has no effect under spark-submit")
     assert "--driver-memory" in line and "Spark's default" in line
     assert launch_settings_ignored({"spark.driver.memory": "3g"}, {"spark.driver.memory": "3g"}) == []
+    assert launch_settings_ignored({"spark.driver.memory": "3G"}, {"spark.driver.memory": "3g"}) == []
 
 
 def test_spark_submit_warns_of_a_driver_memory_it_cannot_take(tmp_path: Path) -> None:
