@@ -70,7 +70,6 @@ def drain(
     max_seconds = max_seconds if max_seconds is not None else settings.max_seconds
     deadline = time.monotonic() + max_seconds if max_seconds else None
     run = Run("drain")
-    stopped_now: BaseException | None = None
     # opened now, in the background: the workers' connections come from it once the set-up is done
     on_executors = settings.on in ("executors", "processes")
     receiving = receive_driver(database, settings)  # the driver's name, resolved once for every queue
@@ -155,15 +154,6 @@ def drain(
                     pool.submit(_run_unit, database, settings, journal, budget, committer, sessions, u) for u in units
                 ]
                 drained = [r for results in stopping.results(futures) for r in results]
-        except BaseException as exc:
-            # a stop now (a second signal) raised while the workers drained: they stop at their batch
-            # boundary (the pool waited for them), and what they journalled is counted and recorded
-            # below, the stop raised after; the summary had no counts and no ``runs`` row (a review)
-            stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
-            if stop is None:
-                raise
-            stopped_now = stop
-            drained = [d.result for d in drains]
         finally:
             committer.close()
             sessions.close()
@@ -188,11 +178,7 @@ def drain(
     totals["journal_commits"] = committer.commits
     totals["largest_group"] = committer.largest_group
     status = worst([r.status for r in results])
-    summary = {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
-    if stopped_now is not None:
-        stopping.partial(stopped_now, {"drain": {**summary, "status": Status.INTERRUPTED}})
-        raise stopped_now
-    return summary
+    return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
 
 
 def _on_executors(
