@@ -98,6 +98,10 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
         if first and COMMANDS[command].graceful:
             log.warning("%s: %s stops at the next batch boundary (a second %s stops it now)", name, command, name)
             return
+        waiting = stopping.only_at_boundary()
+        if waiting is not None:  # nothing would stop sooner: the counts and runs rows are kept
+            log.warning("%s again: %s stops at its next batch boundary all the same (%s)", name, command, waiting)
+            return
         state["armed"] = False  # one Interrupted is enough; later signals only set the flag
         _cancel_spark_jobs()
         raise Interrupted(f"stopped by signal {name}")

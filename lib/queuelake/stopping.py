@@ -125,6 +125,32 @@ def reset() -> None:
     _requested = False
 
 
+# why a second signal cannot stop the command sooner just now, while it waits on threads that stop at
+# their batch boundary (``at_boundary_only``); None: it can
+_boundary_only: str | None = None
+
+
+@contextlib.contextmanager
+def at_boundary_only(why: str) -> Iterator[None]:
+    """While held, a second signal stops nothing sooner than the first: the command's handler says so
+    and raises nothing. Why: a drain's workers are threads, which stop only at their batch boundary; a
+    second SIGTERM raised in the main thread while it waited on them (or closed the journal's committer)
+    gained nothing, the pool still waiting for them, and lost the counts and the ``runs`` row of what they
+    had journalled (a review, after Airflow's kill). Held from the workers' start to the summary only:
+    before it (a database out of reach) a second signal still ends the command now."""
+    global _boundary_only
+    before, _boundary_only = _boundary_only, why
+    try:
+        yield
+    finally:
+        _boundary_only = before
+
+
+def only_at_boundary() -> str | None:
+    """Why a stop cannot come sooner than the next batch boundary now (``at_boundary_only``), else None."""
+    return _boundary_only
+
+
 # the longest the main thread waits on its workers without running Python. Why: the kernel may give a
 # signal to any thread; Python runs its handler in the main thread, and only once that thread runs
 # Python again. A main thread blocked with no timeout (a drain waiting on its queues) never did: the

@@ -121,6 +121,34 @@ def test_a_slice_whose_own_job_fails_is_recorded_with_the_slices_before_it(
     assert {(r["table"], r["status"]) for r in runs} >= {("body_increments", "failed"), (ORDERS, "ok")}, runs
 
 
+@pytest.mark.slow
+def test_a_stop_now_inside_a_slice_keeps_the_slices_before_it_in_the_summary_and_runs(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second signal inside a slice ended ``bodies`` with "interrupted" alone: no counts and no
+    ``runs`` row for the slices committed before it (a review). They now go with the stop."""
+    from queuelake import stopping
+    from queuelake.pipeline.bodies import schema_plan
+
+    cfg, lake = _drained_orders(fresh_pg_uri, tmp_path, spark)
+    real, calls = schema_plan.samples, {"n": 0}
+
+    def stopped_on_the_second(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise stopping.Interrupted("stopped by signal SIGTERM")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(schema_plan, "samples", stopped_on_the_second)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        bodies_run.bodies(cfg, spark, lake)
+    done = stopping.done_before(stopped.value)["bodies"]
+    assert done["status"] == "interrupted" and done["slices"] == 1 and done["rows_written"] > 0, done
+    assert lake.read_arrow("body_increments").num_rows == 1  # the first slice stays committed
+    runs = [r for r in lake.read_arrow("runs").to_pylist() if r["run_id"] == done["run_id"]]
+    assert (ORDERS, "ok") in {(r["table"], r["status"]) for r in runs}, runs
+
+
 def test_slice_rows_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="spark.slice_rows"):
         _config("x", tmp_path, 0)

@@ -419,6 +419,41 @@ def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -
     assert set(left) | set(journal_ids) == ids and len(left) + len(journal_ids) == len(ids)
 
 
+def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A second SIGTERM ("stop now") during a drain printed only ``interrupted``: no counts, no ``runs``
+    row, while the journal had grown (a review, after Airflow's kill). The workers, threads, stop at their
+    batch boundary either way: the second signal is said and the drain ends as after the first."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    install(cfg)
+    seed_ids(cfg, "Sales", 200_000, seed=17)
+    conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=2000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
+        env=_env(fresh_pg_uri),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    first_batch = lake_root / "messages" / "_delta_log" / f"{1:020d}.json"
+    deadline = time.monotonic() + 60
+    while not first_batch.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the drain ended before SIGTERM: seed more rows"
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    summary = _summary(out)
+    assert proc.returncode == 143 and summary["status"] == "interrupted", (summary, err[-3000:])
+    journal = read_table(str(lake_root / "messages"))["id"].to_pylist()
+    assert summary["landed"] == len(journal) > 0 and summary["run_id"], summary
+    runs = read_table(str(lake_root / "runs")).to_pylist()
+    assert [r for r in runs if r["run_id"] == summary["run_id"]], runs
+    assert "stops at its next batch boundary all the same" in err, err[-3000:]
+
+
 def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[str, bool]]) -> tuple[list[str], dict]:
     """``run_all`` with each step replaced: ``outcomes`` maps a step to (its status, whether SIGTERM
     arrives during it); returns the steps that ran and the run's summary."""

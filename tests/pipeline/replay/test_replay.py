@@ -468,6 +468,29 @@ def test_a_stop_asked_after_spark_tasks_sent_everything_leaves_the_replay_ok(fai
     assert summary["status"] == "ok" and summary["rows_sent"] == 30, summary
 
 
+def test_a_stop_now_between_batches_keeps_what_was_sent_in_the_summary(failures, spark, monkeypatch) -> None:
+    """A second signal (``Interrupted`` raised in the send) ended a replay with "interrupted" alone: no
+    count of the batches sent before it, though they were in the ledger and the queues (a review)."""
+    from queuelake import stopping
+    from queuelake.pipeline.replay import executors
+
+    cfg, *_ = failures
+    real, calls = executors.send_built, {"n": 0}
+
+    def stopped_on_the_third(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise stopping.Interrupted("stopped by signal SIGTERM")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "send_built", stopped_on_the_third)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    done = stopping.done_before(stopped.value)["replay"]
+    assert done["status"] == "interrupted" and done["rows_sent"] == 14 and done["batches_sent"] == 2, done
+    assert len(drain_all(cfg, "Billing")) + len(drain_all(cfg, "Shipping")) == 14
+
+
 def test_a_replay_after_an_erase_rewrote_the_journal_file(failures, spark) -> None:
     """An erase (or retention) rewrites the journal file it deletes rows from, and delta-rs stores its
     text columns as ``string_view``: every replay then failed (``equal(string, string_view)`` has no

@@ -121,8 +121,12 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         try:
             totals.add(_slice(config, spark, lake, run, low, high, label))
         except BaseException as exc:  # noqa: BLE001 - the slice's own Spark job (an out-of-memory): said, and recorded
-            if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
-                raise  # a stop, or the error of a job a second signal cancelled: the command's
+            stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+            if stop is not None:  # a second signal, or the error of the job it cancelled: the command's
+                _stopped_in_slice(lake, run, totals, after, label, started, stop)
+                raise
+            if not (isinstance(exc, Exception) or is_panic(exc)):
+                raise
             error = redact(describe(exc), job_secrets(config.transport.connection, config.lake.storage_options))
             # the JVM gone after a stop was asked: spark-submit ended (Airflow's kill), the stop's doing
             interrupted = stopping.requested() and jvm_gone(exc) is not None
@@ -133,6 +137,43 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             totals.add(_failed_slice(high, error, Status.INTERRUPTED if interrupted else Status.FAILED))
         if totals.failed:
             break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
+    status = Status.INTERRUPTED if interrupted else Status.FAILED if totals.failed else Status.OK
+    run.record(lake, _runs_rows(totals))
+    return _summary(run, totals, after, started, status, error)
+
+
+def _runs_rows(totals: Totals) -> list[dict[str, Any]]:
+    rows = [
+        {k: r.get(k) for k in ("table", "rows_in", "rows_out", "seconds", "status", "error")} for r in totals.tables()
+    ]
+    return rows or [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}]
+
+
+def _stopped_in_slice(
+    lake: LakeEngine,
+    run: runs.Run,
+    totals: Totals,
+    after: int | None,
+    label: str,
+    started: float,
+    stop: BaseException,
+) -> None:
+    """A stop that ends the command inside a slice (a second signal; its Spark jobs cancelled): the
+    slices committed before it keep their ``runs`` rows and go with the stop to the summary. Why: the
+    summary said only "interrupted", with no counts, while slices had been committed (a review)."""
+    log.warning(
+        "bodies%s: stopped now; the slices before it are kept, this one is redone", f" slice {label}" if label else ""
+    )
+    try:
+        run.record(lake, _runs_rows(totals))
+    except Exception as exc:  # noqa: BLE001 - the stop is what the command reports
+        log.warning("bodies: the runs rows of the slices done before the stop were not written: %s", exc)
+    stopping.partial(stop, {"bodies": _summary(run, totals, after, started, Status.INTERRUPTED, None)})
+
+
+def _summary(
+    run: runs.Run, totals: Totals, after: int | None, started: float, status: Status, error: str | None
+) -> dict[str, Any]:
     results = totals.tables()
     seconds = round(time.monotonic() - started, 3)
     log.info(
@@ -143,11 +184,8 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         totals.unparsed,
         seconds,
     )
-    rows = [{k: r.get(k) for k in ("table", "rows_in", "rows_out", "seconds", "status", "error")} for r in results]
-    rows = rows or [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}]
-    run.record(lake, rows)
     return {
-        "status": Status.INTERRUPTED if interrupted else Status.FAILED if totals.failed else Status.OK,
+        "status": status,
         **({"error": error} if error else {}),
         "run_id": run.run_id,
         "after_version": after,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import time
@@ -58,127 +59,135 @@ def drain(
     the run's sessions, tasks and processes connect with.
     With ``drain.on: executors`` the queues are drained by Spark tasks (``executors.py``) of the
     session ``start_spark`` gives (the command's: ``spark.master``'s, started only then)."""
-    names = queue_names or config.drain.queues
-    if not names:
-        raise DrainError("no queues to drain: set drain.queues or pass --queue")
-    settings = config.drain
-    if settings.workers_per_queue > MAX_WORKERS_PER_QUEUE:
-        raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
-    keep_freed_memory()  # each batch reuses the last one's pages (allocator.py)
-    refs = list({r.canonical: r for r in (database.queue(n) for n in names)}.values())
-    max_messages = max_messages if max_messages is not None else settings.max_messages
-    max_seconds = max_seconds if max_seconds is not None else settings.max_seconds
-    deadline = time.monotonic() + max_seconds if max_seconds else None
-    run = Run("drain")
-    # opened now, in the background: the workers' connections come from it once the set-up is done
-    on_executors = settings.on in ("executors", "processes")
-    receiving = receive_driver(database, settings)  # the driver's name, resolved once for every queue
-    # on executors (or in local processes) each task opens its own ADBC database: the driver receives nothing
-    through_adbc = receiving == drivers.ADBC.name and database.reachable and not on_executors
-    shared = database.shared_adbc() if through_adbc else None
-    setup = TaskSetup(database, settings, config.lake)  # what tasks and processes drain with
-    processes = _start_processes(setup)
-    try:
-        estimated = estimate(database, refs)  # first: a database out of reach fails the run before the lake is touched
-        journal = journal_engine(lake)
-        journal.create_table(MESSAGES, MESSAGES_SCHEMA)
-        evolve_journal(journal)
-        plan = connection_plan(settings.max_connections, settings.workers_per_queue, len(refs), shared)
-        backlogs = estimated.backlogs
-        elsewhere = resolve_claims_filed_elsewhere(database, journal, refs, estimated.claimed_elsewhere)
-        idle = [r for r in refs if backlogs[r.canonical].idle]
-        busy = sorted(
-            (r for r in refs if not backlogs[r.canonical].idle), key=lambda r: -(backlogs[r.canonical].depth or 0)
-        )
-        for r in idle:  # nothing to receive, no claim to resolve: the estimate was the whole drain
-            log.info("drain %s: nothing to do, the queue is empty", r.canonical)
-        budget = ConnectionBudget(queue_connections(settings.max_connections, shared))
-        committer = JournalCommitter(database, journal, settings.commit_interval_seconds)
-        sessions = SessionPool(budget.total, lambda kind: _open_session(database, receiving, kind, shared))
-        if on_executors:
-            return _on_executors(
-                setup,
-                start_spark or _no_spark,
-                lake,
-                journal,
-                processes,
-                run,
-                refs,
-                busy,
-                backlogs,
-                plan.workers,
-                max_messages,
-                max_seconds,
-                elsewhere,
-            )
-        drains = [
-            QueueDrain(
-                database,
-                settings,
-                journal,
-                r,
-                Budget(settings.batch_size, max_messages, deadline),
-                shared,
-                receiving,
-                workers_for(backlogs[r.canonical], settings.batch_size, max_messages, plan.workers),
-                committer,
-                sessions,
-                depth=backlogs[r.canonical].depth,
-            )
-            for r in busy
-        ]
-        if drains:
-            log.info(
-                "drain: %d queue(s), %d empty, %d to drain with %s worker(s), at most %d connection(s)",
-                len(refs),
-                len(idle),
-                len(busy),
-                "/".join(str(n) for n in sorted({d.workers for d in drains}, reverse=True)),
-                settings.max_connections,
-            )
-        # biggest first; small queues together (``small_queues.py``); a unit waits for its connections,
-        # and takes its drain locks only then
-        units = small_queues.plan(drains, settings.batch_size)
-        grouped = [u for u in units if len(u) > 1]
-        if grouped:
-            log.info(
-                "drain: %d small queue(s) drained together, in %d batch(es) of up to %d queue(s)",
-                sum(len(u) for u in grouped),
-                len(grouped),
-                max(len(u) for u in grouped),
-            )
-        at_once = units_at_once(len(units), budget.total)
+    # a second signal stops the workers no sooner than the first (``stopping.at_boundary_only``)
+    with contextlib.ExitStack() as boundary_only:
+        names = queue_names or config.drain.queues
+        if not names:
+            raise DrainError("no queues to drain: set drain.queues or pass --queue")
+        settings = config.drain
+        if settings.workers_per_queue > MAX_WORKERS_PER_QUEUE:
+            raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
+        keep_freed_memory()  # each batch reuses the last one's pages (allocator.py)
+        refs = list({r.canonical: r for r in (database.queue(n) for n in names)}.values())
+        max_messages = max_messages if max_messages is not None else settings.max_messages
+        max_seconds = max_seconds if max_seconds is not None else settings.max_seconds
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        run = Run("drain")
+        # opened now, in the background: the workers' connections come from it once the set-up is done
+        on_executors = settings.on in ("executors", "processes")
+        receiving = receive_driver(database, settings)  # the driver's name, resolved once for every queue
+        # on executors (or in local processes) each task opens its own ADBC database: the driver receives nothing
+        through_adbc = receiving == drivers.ADBC.name and database.reachable and not on_executors
+        shared = database.shared_adbc() if through_adbc else None
+        setup = TaskSetup(database, settings, config.lake)  # what tasks and processes drain with
+        processes = _start_processes(setup)
         try:
-            with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="drain") as pool:
-                futures = [
-                    pool.submit(_run_unit, database, settings, journal, budget, committer, sessions, u) for u in units
-                ]
-                drained = [r for results in stopping.results(futures) for r in results]
+            estimated = estimate(
+                database, refs
+            )  # first: a database out of reach fails the run before the lake is touched
+            journal = journal_engine(lake)
+            journal.create_table(MESSAGES, MESSAGES_SCHEMA)
+            evolve_journal(journal)
+            plan = connection_plan(settings.max_connections, settings.workers_per_queue, len(refs), shared)
+            backlogs = estimated.backlogs
+            elsewhere = resolve_claims_filed_elsewhere(database, journal, refs, estimated.claimed_elsewhere)
+            idle = [r for r in refs if backlogs[r.canonical].idle]
+            busy = sorted(
+                (r for r in refs if not backlogs[r.canonical].idle), key=lambda r: -(backlogs[r.canonical].depth or 0)
+            )
+            for r in idle:  # nothing to receive, no claim to resolve: the estimate was the whole drain
+                log.info("drain %s: nothing to do, the queue is empty", r.canonical)
+            budget = ConnectionBudget(queue_connections(settings.max_connections, shared))
+            committer = JournalCommitter(database, journal, settings.commit_interval_seconds)
+            sessions = SessionPool(budget.total, lambda kind: _open_session(database, receiving, kind, shared))
+            if on_executors:
+                return _on_executors(
+                    setup,
+                    start_spark or _no_spark,
+                    lake,
+                    journal,
+                    processes,
+                    run,
+                    refs,
+                    busy,
+                    backlogs,
+                    plan.workers,
+                    max_messages,
+                    max_seconds,
+                    elsewhere,
+                )
+            drains = [
+                QueueDrain(
+                    database,
+                    settings,
+                    journal,
+                    r,
+                    Budget(settings.batch_size, max_messages, deadline),
+                    shared,
+                    receiving,
+                    workers_for(backlogs[r.canonical], settings.batch_size, max_messages, plan.workers),
+                    committer,
+                    sessions,
+                    depth=backlogs[r.canonical].depth,
+                )
+                for r in busy
+            ]
+            if drains:
+                log.info(
+                    "drain: %d queue(s), %d empty, %d to drain with %s worker(s), at most %d connection(s)",
+                    len(refs),
+                    len(idle),
+                    len(busy),
+                    "/".join(str(n) for n in sorted({d.workers for d in drains}, reverse=True)),
+                    settings.max_connections,
+                )
+            # biggest first; small queues together (``small_queues.py``); a unit waits for its connections,
+            # and takes its drain locks only then
+            units = small_queues.plan(drains, settings.batch_size)
+            grouped = [u for u in units if len(u) > 1]
+            if grouped:
+                log.info(
+                    "drain: %d small queue(s) drained together, in %d batch(es) of up to %d queue(s)",
+                    sum(len(u) for u in grouped),
+                    len(grouped),
+                    max(len(u) for u in grouped),
+                )
+            at_once = units_at_once(len(units), budget.total)
+            boundary_only.enter_context(
+                stopping.at_boundary_only("the drain's workers are threads, stopped only there")
+            )
+            try:
+                with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="drain") as pool:
+                    futures = [
+                        pool.submit(_run_unit, database, settings, journal, budget, committer, sessions, u)
+                        for u in units
+                    ]
+                    drained = [r for results in stopping.results(futures) for r in results]
+            finally:
+                committer.close()
+                sessions.close()
+            by_queue = {r.queue: r for r in drained}
+            results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
+            elsewhere.mark(results)
         finally:
-            committer.close()
-            sessions.close()
-        by_queue = {r.queue: r for r in drained}
-        results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
-        elsewhere.mark(results)
-    finally:
-        if shared is not None:
-            shared.close()
-        if processes is not None:
-            processes.close()
-    run.record(lake, [row for r in results for row in r.runs_rows()])
-    totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
-    _log_outcome(results, totals, run.started)
-    # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
-    totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
-    totals["held_by_others"] = sum(r.held_by_others for r in results)
-    # the queues' sessions (kept ones included: never more than the budget), the committer's, ADBC's
-    queue_sessions = max(budget.peak, sessions.peak)
-    totals["peak_connections"] = queue_sessions + (1 if committer.commits else 0) + (1 if shared is not None else 0)
-    totals["sessions_opened"] = sessions.opened
-    totals["journal_commits"] = committer.commits
-    totals["largest_group"] = committer.largest_group
-    status = worst([r.status for r in results])
-    return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
+            if shared is not None:
+                shared.close()
+            if processes is not None:
+                processes.close()
+        run.record(lake, [row for r in results for row in r.runs_rows()])
+        totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
+        _log_outcome(results, totals, run.started)
+        # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
+        totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
+        totals["held_by_others"] = sum(r.held_by_others for r in results)
+        # the queues' sessions (kept ones included: never more than the budget), the committer's, ADBC's
+        queue_sessions = max(budget.peak, sessions.peak)
+        totals["peak_connections"] = queue_sessions + (1 if committer.commits else 0) + (1 if shared is not None else 0)
+        totals["sessions_opened"] = sessions.opened
+        totals["journal_commits"] = committer.commits
+        totals["largest_group"] = committer.largest_group
+        status = worst([r.status for r in results])
+        return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
 
 
 def _on_executors(

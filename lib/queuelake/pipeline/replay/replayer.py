@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
+from queuelake import stopping
 from queuelake.config import Config, drained_as
 from queuelake.errors import QueuelakeError, ReplayError
 from queuelake.lake.engines import journal_engine
@@ -363,10 +364,19 @@ def replay(
         if replayer.sending:
             replayer.result.status, replayer.result.error = Status.INTERRUPTED, str(exc) or type(exc).__name__
             replayer.record(replayer.result)
+            # a stop now (a second signal): what was sent goes with it to the summary, which said only
+            # "interrupted" (a review)
+            stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+            if stop is not None:
+                stopping.partial(stop, {"replay": _summary(replayer, replayer.result, options)})
         raise
     if not options.dry_run:
         with replayer.steps.timed("record"):
             replayer.record(result)
+    return _summary(replayer, result, options)
+
+
+def _summary(replayer: Replayer, result: ReplayResult, options: ReplayOptions) -> dict[str, Any]:
     summary = dict(result.__dict__)
     summary["seconds_by_step"] = {step: round(s, 3) for step, s in replayer.steps.seconds.items()}
     if options.dry_run:
