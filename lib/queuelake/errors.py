@@ -56,8 +56,9 @@ class TransportError(QueuelakeError):
 class RowsRefused(TransportError):
     """One table refused the rows sent to it for what they are, not for a passing condition: a CHECK or
     foreign key constraint, a trigger that raised, a row-level security policy, a value out of range
-    (``Dialect.is_refusal``). Sending the same rows there again cannot succeed, so a publish treats the
-    table as undeliverable for the run instead of failing every batch that has a copy for it."""
+    (``Dialect.is_refusal``). Sending the same rows there again cannot succeed, so a publish sends that
+    table's copies in parts from then on and holds back only the refused ones (``routing.send_isolating``;
+    from Spark tasks, the table for the run) instead of failing every batch that has a copy for it."""
 
     def __init__(self, message: str, table: str | None) -> None:
         super().__init__(message)

@@ -41,9 +41,15 @@ def _ref(text: str, dialect: str, default_schema: str) -> TableRef:
 # statements sqlglot has no grammar for (it keeps them as opaque commands): each names no table and is
 # run against the real PostgreSQL elsewhere (immediate_constraints: tests/transport/test_errors.py)
 OPAQUE = {"SET CONSTRAINTS ALL IMMEDIATE"}
+# statements sqlglot cannot parse at all, taken as they are: they name no table. RELEASE SAVEPOINT runs
+# against the real PostgreSQL (a publish's refused copies, tests/pipeline/publish/test_publish.py);
+# T-SQL's SAVE TRANSACTION is unverified, no SQL Server runs here
+NO_GRAMMAR = {"SAVE TRANSACTION queuelake_rows", "RELEASE SAVEPOINT queuelake_rows"}
 
 
 def _parse(sql: str, read: str) -> list[exp.Expression]:
+    if sql.strip().rstrip(";").strip() in NO_GRAMMAR:
+        return [exp.Command(this=sql)]
     trees = [t for t in sqlglot.parse(sql, read=read, error_level=sqlglot.ErrorLevel.RAISE) if t is not None]
     assert trees, sql
     opaque = [node for tree in trees for node in tree.find_all(exp.Command) if node.sql(read) not in OPAQUE]
@@ -84,7 +90,7 @@ def test_both_dialects_provide_the_same_statements() -> None:
     SQL Server alone has the optional Recoverable column (NServiceBus 7 and older); PostgreSQL alone
     defers constraints to COMMIT."""
     sqlserver_only = {"has_recoverable", "send_recoverable"}
-    postgresql_only = {"immediate_constraints"}  # SQL Server has no deferrable constraints
+    postgresql_only = {"immediate_constraints", "rows_savepoint_release"}  # T-SQL: no deferred constraints, no RELEASE
     assert (
         set(sqlfiles.sql_names("sqlserver")) - sqlserver_only == set(sqlfiles.sql_names("postgresql")) - postgresql_only
     )

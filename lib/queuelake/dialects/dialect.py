@@ -59,6 +59,9 @@ STATEMENTS: frozenset[str] = frozenset(
         "ledger_batches",
         "ledger_insert",
         "ledger_of_pipeline",
+        # a table's copies sent on their own within a batch (``queues.savepoint``)
+        "rows_savepoint",
+        "rows_savepoint_rollback",
         # the drain's claims, lock and session
         "claim_insert",
         "claim_delete",
@@ -114,6 +117,8 @@ class Dialect:
     odbc_array_binding: bool = False
     # constraints may be deferred to COMMIT (``immediate_constraints`` checks them at each insert)
     deferrable_constraints: bool = False
+    # a savepoint is released once its work is taken (PostgreSQL; T-SQL has no RELEASE)
+    releases_savepoints: bool = False
     # how pyodbc must decode text from this server's ODBC driver (None: pyodbc's default)
     odbc_text_decoding: str | None = None
     # one script file may hold several statements, split at ';' line ends (T-SQL: one batch per file)
@@ -238,7 +243,8 @@ POSTGRESQL = Dialect(
     creates_schemas=True,
     install_checks_first=True,
     deferrable_constraints=True,
-    extra_statements=frozenset({"immediate_constraints"}),
+    releases_savepoints=True,
+    extra_statements=frozenset({"immediate_constraints", "rows_savepoint_release"}),
     splits_statements=True,
     batch_terminator=";",
     odbc_text_decoding="utf-8",  # psqlodbc: the pyodbc plumbing runs against PostgreSQL in tests

@@ -6,9 +6,10 @@ publish commits a batch's inserts with its ledger row. Functions here never comm
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,6 +248,22 @@ def immediate_constraints(conn: Connection) -> None:
     where a refusal names its table (``errors.RowsRefused``); servers without deferrable ones skip it."""
     if conn.rules.deferrable_constraints:
         conn.run("immediate_constraints")
+
+
+@contextlib.contextmanager
+def savepoint(conn: Connection) -> Iterator[None]:
+    """The work inside undone alone if it raises (the batch's transaction goes on), kept if not. Why:
+    a table that refuses some copies of a batch is sent its copies in parts, each in a savepoint, so the
+    refused ones are found and the others delivered (``routing.send_isolating``)."""
+    conn.run("rows_savepoint")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):  # a connection lost: the original error is the one to tell
+            conn.run("rows_savepoint_rollback")
+        raise
+    if conn.rules.releases_savepoints:
+        conn.run("rows_savepoint_release")
 
 
 def store_delayed(conn: Connection, delayed: TableRef, messages: Iterable[tuple[str, bytes | None, int]]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -42,6 +43,7 @@ from tests.helpers.publish import (
     write_outbound,
 )
 from tests.helpers.stages import drain, publish
+from tests.helpers.transport import make_config as transport_config
 
 
 def test_round_trip_drain_transform_publish(
@@ -264,8 +266,8 @@ def test_hostile_subscriptions_never_block_the_valid_subscriber(
 def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     """A subscriber's table with a CHECK constraint or a trigger that raises refuses every copy, and the
     catalog cannot tell beforehand. Before, that failed every batch, on every run, and the valid
-    subscriber got nothing. Now such a table is undeliverable for the run (its copies recorded with the
-    database's reason) and the others get each event exactly once; a refusal a retry can cure (a
+    subscriber got nothing. Now such a table's refused copies are recorded with the
+    database's reason and the others get each event exactly once; a refusal a retry can cure (a
     serialization failure) still fails the batch, and a later run sends it once."""
     cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
     setup_db(cfg, ["Valid", "Checked", "Closed", "Busy", "Deferred"])
@@ -324,6 +326,53 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == ["e6", "e7"]
     assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Busy")) == ["e6", "e7"]
     assert read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).num_rows == 15 + 6
+
+
+@pytest.mark.parametrize(
+    ("deferred", "driver"),
+    [(False, "psycopg"), (True, "psycopg"), (False, "pyodbc")],
+    ids=["trigger", "deferred-constraint-trigger", "trigger-pyodbc"],
+)
+def test_a_subscriber_refusing_some_copies_gets_all_the_others(
+    fresh_pg_uri: str, tmp_path: Path, spark, deferred: bool, driver: str
+) -> None:
+    """A subscriber's table refusing a few copies (a trigger raising for some values; one deferred to
+    COMMIT) was taken out of the whole run at its first refusal: with one row in ten refused it got
+    none of the others, every run (a review). Now only the refused copies are recorded as
+    undeliverable, each with the database's reason, and every other copy reaches it once, in order."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=4)
+    setup_db(cfg, ["Valid", "Picky"])
+    # the savepoints through pyodbc (psqlodbc): the plumbing SQL Server's path takes
+    sends = dataclasses.replace(cfg, transport=transport_config(fresh_pg_uri, driver).transport)
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute(
+            "CREATE FUNCTION picky_rows() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN IF convert_from(NEW.body, 'UTF8') ~ '\"e(3|7|8)\"' THEN "
+            "RAISE EXCEPTION 'not for this endpoint'; END IF; RETURN NEW; END $$"
+        )
+        kind = "CONSTRAINT TRIGGER" if deferred else "TRIGGER"
+        when = "AFTER INSERT" if deferred else "BEFORE INSERT"
+        late = " DEFERRABLE INITIALLY DEFERRED" if deferred else ""
+        conn.raw.execute(
+            f'CREATE {kind} "picky" {when} ON "public"."Picky"{late} FOR EACH ROW EXECUTE FUNCTION picky_rows()'
+        )
+        conn.commit()
+    for address in ("Valid", "Picky"):
+        subscribe(cfg, address, address, BASE)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 11)])
+    out = publish(sends, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["failed_batches"] == [], out
+    assert out["published"] == 10 and out["undeliverable"] == 3 and out["copies"] == 17, out
+    every = [f"e{i}" for i in range(1, 11)]
+    assert [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")] == every
+    taken = [k for k in every if k not in ("e3", "e7", "e8")]
+    assert [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Picky")] == taken
+    lost = read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).to_pylist()
+    assert sorted((r["destination"], r["key"]) for r in lost) == [("Picky", "e3"), ("Picky", "e7"), ("Picky", "e8")]
+    assert all("not for this endpoint" in r["reason"] for r in lost), lost
+    again = publish(sends, spark, lake)["outputs"][0]
+    assert again["published"] == 0 and drain_all(cfg, "Picky") == [], again
 
 
 def test_a_second_publish_of_an_output_being_sent_skips_it(fresh_pg_uri: str, tmp_path: Path, spark) -> None:

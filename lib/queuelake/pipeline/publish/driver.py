@@ -30,7 +30,7 @@ from queuelake.pipeline.batches.keys import RoundKeys
 from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Batch, Book, Sent, ready, send_batches
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round
-from queuelake.pipeline.publish.routing import Outgoing, Router
+from queuelake.pipeline.publish.routing import Outgoing, Refused, Router
 from queuelake.pipeline.publish.rows import round_batches
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_batch, undeliverable_record
 from queuelake.pipeline.replay.ahead import ahead
@@ -84,6 +84,8 @@ class DriverSender:
         self.router = router
         self.ledger = ledger_ref
         self.bad = bad
+        # queue tables that refused copies this run: sent in parts from then on (``routing.send_isolating``)
+        self.isolated: set[str] = set()
 
     def send_round(
         self,
@@ -168,50 +170,84 @@ class DriverSender:
         for now() only when its copies carry Expires (``binary_copy.send``) or the clock's offset is
         old: a round trip per batch was 0.1-0.17 s of a 300,000-row publish.
 
-        A table that refuses its copies (``errors.RowsRefused``: a CHECK constraint, a trigger that
-        raised) is undeliverable for the rest of the run (``Router.refuse``): the batch is rolled back
-        and built again without it, its copies recorded as undeliverable with the database's reason,
-        and every other destination gets its copies. A retry cannot cure such a refusal; before, it
-        failed this batch and every later one that had a copy for that table, on every run."""
+        A table that refuses copies for what they are (``errors.RowsRefused``: a CHECK constraint,
+        a trigger that raised, a deferred foreign key) rolls the batch back once; from then on, for
+        the rest of the run, its copies are sent in savepoints and halved where refused
+        (``routing.send_isolating``): the copies it refuses are recorded as undeliverable with the
+        database's reason, the others delivered, and every other destination gets its copies. Before,
+        the table was taken out of the run at its first refusal: a subscriber refusing one row in ten
+        got none of the other nine (a review). A delayed table that refuses is taken out of the run
+        as before (``Router.refuse``)."""
         rows = batch.rows
         built = batch.built
-        refused: set[str] = set()
+        refused_delayed: set[str] = set()
+        copies: list[Refused] = []
+        now: dt.datetime | None = None
+        sent = False
         if built is not None and not built[1] and not clock.stale():
             try:
                 queues.immediate_constraints(conn)
-                built[0].insert(conn)
-                return Sent(rows.num_rows, built[0].copies, 0)
+                copies = built[0].insert(conn, isolate=self.isolated)
+                out, lost = built
+                sent = True
             except RowsRefused as exc:
-                self._refused(conn, exc, refused)
+                self._refused(conn, exc, built[0], refused_delayed)
             built = None
-        while True:
+        while not sent:
             queues.immediate_constraints(conn)
             now = queues.db_utc_now(conn)
             clock.update(now)
             out, lost = built if built is not None else self.router.build(conn, pipeline, rows, now, format_time(now))
             built = None
             try:
-                out.insert(conn, now)
-                break
+                copies = out.insert(conn, now, self.isolated)
+                sent = True
             except RowsRefused as exc:
-                self._refused(conn, exc, refused)
+                self._refused(conn, exc, out, refused_delayed)
+        recorded_at = now or clock.now()
         bad: list[dict[str, Any]] = []
         for row, address, reason in lost:
-            bad.append(undeliverable_record(row, address, reason, batch_key, now))
+            bad.append(undeliverable_record(row, address, reason, batch_key, recorded_at))
+            self.bad.report(output, address, reason)
+        for row, address, reason in self._refused_copies(rows, copies):
+            bad.append(undeliverable_record(row, address, reason, batch_key, recorded_at))
             self.bad.report(output, address, reason)
         if bad:
             record_batch(self.lake, output, batch_key, bad)
-        return Sent(rows.num_rows, out.copies, len(bad))
+        return Sent(rows.num_rows, out.copies - len(copies), len(bad))
 
-    def _refused(self, conn: Connection, exc: RowsRefused, refused: set[str]) -> None:
-        """Roll the batch back and take the table that refused it out of the run's destinations (its
-        addresses are then logged once as undeliverable, with this reason); a table this batch saw
-        refuse already (it cannot be sent copies again) fails the batch."""
-        if exc.table is None or exc.table in refused:
+    def _refused(self, conn: Connection, exc: RowsRefused, out: Outgoing, refused_delayed: set[str]) -> None:
+        """Roll the batch back after a table refused copies: a queue table's copies are sent in parts
+        from now on (``isolated``); a delayed table is taken out of the run's destinations (its
+        addresses then logged once as undeliverable, with this reason). A table that refuses again
+        where it cannot (no table named, a delayed table refused already) fails the batch."""
+        table = exc.table
+        if table is None or table in self.isolated or table in refused_delayed:
             raise exc
         conn.rollback()
-        refused.add(exc.table)
-        self.router.refuse(exc.table, f"the table refused the copies: {exc}")
+        if table in out.direct:
+            self.isolated.add(table)
+            log.warning(
+                "publish: table %s refused copies (%s); its copies are sent in parts from now on, the ones it "
+                "refuses recorded as undeliverable",
+                table,
+                exc,
+            )
+            return
+        refused_delayed.add(table)
+        self.router.refuse(table, f"the table refused the copies: {exc}")
+
+    def _refused_copies(self, rows: pa.Table, refused: list[Refused]) -> Lost:
+        """(row, address, reason) of each copy a table refused: the row's destination for a Send, else an
+        address the run routed to that table."""
+        if not refused:
+            return []
+        columns = rows.select(["key", "intent", "message_type", "destination"]).combine_chunks()
+        picked = columns.take(pa.array([r.row for r in refused], pa.int64())).to_pylist()
+        return [
+            (row, row["destination"] if row["intent"] == "Send" else self.router.address_of(r.table), r.reason)
+            for row, r in zip(picked, refused)
+        ]
 
 
 def _batches(prepared: Iterator[tuple[int, Callable[[], Prepared | None]]]) -> Iterator[Batch[Prepared]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake.config import Config, conflict_message, drained_as
-from queuelake.errors import PublishError, QueuelakeError
+from queuelake.errors import PublishError, QueuelakeError, RowsRefused
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.message_types import full_type_name, split_types
 from queuelake.nsb.times import format_time
@@ -97,6 +97,14 @@ class Router:
         for (address, delayed), (ref, _) in list(self.verdicts.items()):
             if ref is not None and (ref.delayed() if delayed else ref).canonical == table:
                 self.verdicts[(address, delayed)] = (None, reason)
+
+    def address_of(self, table: str) -> str:
+        """An address the run routed to ``table`` (a canonical name), for the record of a copy it
+        refused; the table's name when none is known."""
+        for (address, delayed), (ref, _) in self.verdicts.items():
+            if ref is not None and address is not None and (ref.delayed() if delayed else ref).canonical == table:
+                return address
+        return table
 
     def subscribers(self, conn: Connection | None, message_type: str) -> list[str]:
         """Distinct subscriber addresses (raw text) of any type in the event's hierarchy."""
@@ -343,14 +351,53 @@ class Outgoing:
             self.ready[canonical] = built
             held += built.nbytes
 
-    def insert(self, conn: Connection, now: dt.datetime | None = None) -> None:
+    def insert(self, conn: Connection, now: dt.datetime | None = None, isolate: Collection[str] = ()) -> list[Refused]:
         """Insert every copy (in the caller's transaction, which also records the batch's ledger
         row): one COPY stream per table (``binary_copy.send``, the sender replay uses too), each
         table's copies built just before their COPY unless ``prepare`` built them. ``now``: the
         transaction's, when the caller has read it (Expires is now() plus the TTBR). A table that
-        refuses its copies raises ``errors.RowsRefused`` naming it; the transaction is then lost."""
+        refuses its copies raises ``errors.RowsRefused`` naming it; the transaction is then lost,
+        unless the table is one of ``isolate`` (it refused copies before): its copies are sent in
+        savepoints (``send_isolating``) and the ones it refuses returned, the others delivered."""
+        refused: list[Refused] = []
         for canonical, (ref, copies) in self.direct.items():
             built = self.ready.pop(canonical, None)
-            binary_copy.send(conn, ref, copies.messages() if built is None else built, now)
+            if canonical in isolate:
+                refused.extend(send_isolating(conn, ref, copies, now))
+            else:
+                binary_copy.send(conn, ref, copies.messages() if built is None else built, now)
         for ref, items in self.delayed.values():
             queues.store_delayed(conn, ref, items)
+        return refused
+
+
+@dataclass(frozen=True)
+class Refused:
+    """One copy a table refused (``send_isolating``): its row in the batch, the table, the reason."""
+
+    row: int
+    table: str
+    reason: str
+
+
+def send_isolating(conn: Connection, ref: TableRef, copies: Copies, now: dt.datetime | None) -> list[Refused]:
+    """A table's copies sent in the caller's transaction, each part in a savepoint, halved where the
+    table refuses a part until the refused copies stand alone: those are returned, every other copy is
+    delivered, in the rows' order. Why: a table that refused one copy (a CHECK constraint, a trigger
+    that raised for some values, a deferred foreign key) was taken out of the whole run, and a
+    subscriber refusing one row in ten got none of the others (a review). A part of n copies with r
+    refused costs about 2·r·log2(n/r) sends; a table that refuses nothing, one."""
+    refused: list[Refused] = []
+    parts = [copies.at if copies.at is not None else np.arange(len(copies))]
+    while parts:
+        at = parts.pop()
+        try:
+            with queues.savepoint(conn):
+                binary_copy.send(conn, ref, Copies(copies.table, copies.rows, at).messages(), now)
+        except RowsRefused as exc:
+            if len(at) == 1:
+                refused.append(Refused(int(at[0]), ref.canonical, f"the table refused the copy: {exc}"))
+            else:
+                half = len(at) // 2
+                parts += [at[half:], at[:half]]  # the first half next: the rows' order kept
+    return refused
