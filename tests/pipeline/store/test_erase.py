@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -126,6 +127,16 @@ def test_erase_removes_the_rows_their_derived_rows_and_every_file_holding_them(t
     assert lake.lookup("messages", "queue", [AUDIT]).rows.num_rows == 40
     for uri in lake.added_files("messages", None, lake.table_version("messages")):
         assert not any("view" in str(f.type) for f in open_file(uri).read().schema)
+
+    # the log's record of the deletes names keys, not what was erased: a delete by --where kept the
+    # predicate, and with it the erased ids, in commitInfo for the log's 30 days (a review)
+    commits = [
+        orjson.loads(line)
+        for f in sorted((tmp_path / "messages" / "_delta_log").glob("*.json"))
+        for line in f.read_bytes().splitlines()
+    ]
+    deletes = [c["commitInfo"] for c in commits if c.get("commitInfo", {}).get("operation") == "DELETE"]
+    assert deletes and not [c for c in deletes if "gone" in orjson.dumps(c).decode()], deletes
 
     again = erase(cfg, lake, PREDICATE)  # nothing left to erase
     assert again["tables"]["messages"]["rows"] == 0

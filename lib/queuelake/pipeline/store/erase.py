@@ -11,11 +11,12 @@ must reach every copy queuelake keeps, not only the journal's current version.
    its rows whose key is a selected row's (the journal's rows matching at its current version); every
    typed body table (``body_<type>``, as ``body_schema_changes`` records them: ``typed.py``) loses its
    rows whose ``message_id`` is a selected row's.
-3. The journal delete: one commit (``LakeEngine.delete_rows``), retried from a fresh snapshot on a
-   conflict with a concurrent drain. The rows it removes are exactly those matching in the snapshot
-   it read (``journal_version`` in the summary); rows a concurrent drain lands after that snapshot are
-   not selected, even when they match: run the erase again once the drain has landed them. Matching
-   rows a drain landed between step 2's snapshot and this one lose their derived rows after it.
+3. The journal delete: the selected rows by their keys, (queue, seq), one commit per ``MAX_IN_LIST``
+   (``LakeEngine.delete_rows``), retried from a fresh snapshot on a conflict with a concurrent drain;
+   never by ``--where``, which the log would keep (``_delete_journal``). Then the matching rows a
+   concurrent drain landed meanwhile, their derived rows first, until a look finds none: rows landed
+   after the last look (``journal_version`` in the summary) are not selected: run the erase again
+   once the drain has landed them.
 4. The purge: each touched table's removed files deleted from storage now (``purge_removed``: only
    the log's tombstones, never the drain's staged files, which a "full" vacuum would destroy).
    Older versions that named them can no longer be read. Delta's log keeps per-file statistics
@@ -132,35 +133,10 @@ def _erase_kept(
         # (a VACUUM of 7 s for each delta-spark one)
         touched = [*engines, JOURNAL] if JOURNAL not in engines else list(engines)
         kept.record({"purge": touched, "journal_version": version})
-    deleted = journal.delete_rows(JOURNAL, where)
-    tables[JOURNAL] = {
-        "rows": deleted.rows,
-        "files_removed": deleted.files_removed,
-        "files_rewritten": deleted.files_rewritten,
-        "journal_version": deleted.read_version,
-        "version": deleted.version,
-        "attempts": deleted.attempts,
-    }
+    tables[JOURNAL] = _delete_journal(lake, journal, where, keys, version, tables, engines, kept)
     engines[JOURNAL] = journal
-    log.info(
-        "erase %s: %d row(s) removed (those matching at version %s), %d file(s) left the log, %d rewritten",
-        JOURNAL,
-        deleted.rows,
-        deleted.read_version,
-        deleted.files_removed,
-        deleted.files_rewritten,
-    )
-    if deleted.version is not None and deleted.read_version != version:
-        # a drain committed between the keys' snapshot and the delete's: rows it landed that match went too
-        later = journal.matching_rows(JOURNAL, where, KEYS, deleted.read_version)
-        landed = later.join(keys.select(["queue", "seq"]), keys=["queue", "seq"], join_type="left anti")
-        if landed.num_rows:
-            log.info("erase: %d matching row(s) landed during the erase; their derived rows too", landed.num_rows)
-            # until their derived deletes are done, any typed table may hold their rows
-            kept.record({"purge": list(engines) + typed.body_tables(lake)})
-            _remove_derived(lake, landed, tables, engines)
     kill_points.reached("erase_journal_removed")  # every delete committed, nothing purged yet
-    if keys.num_rows or deleted.rows:  # every delete done: the purge left is of the tables they touched
+    if keys.num_rows or tables[JOURNAL]["rows"]:  # every delete done: the purge left is of the tables they touched
         kept.record({"purge": list(engines)})
     for table, engine in engines.items():
         tables[table]["files_vacuumed"] = engine.purge_removed(table)
@@ -168,6 +144,71 @@ def _erase_kept(
     kill_points.reached("erase_purged")  # every purge done, the record still there
     kept.clear()
     return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
+
+
+# how many times an erase looks again for matching rows a concurrent drain landed while it deleted
+CATCH_UP_ROUNDS = 5
+
+
+def _delete_journal(
+    lake: LakeEngine,
+    journal: LakeEngine,
+    where: RowFilter,
+    keys: pa.Table,
+    version: int | None,
+    tables: dict[str, dict[str, Any]],
+    engines: dict[str, LakeEngine],
+    kept: pending.Kept,
+) -> dict[str, Any]:
+    """The selected journal rows deleted by their keys, (queue, seq), at most ``MAX_IN_LIST`` a commit;
+    then the matching rows a concurrent drain landed meanwhile, their derived rows first, until a look
+    finds none (or ``CATCH_UP_ROUNDS``). Why by keys and not by ``--where``: a Delta commit keeps its
+    delete's predicate in the log (``commitInfo``) until the log's cleanup, 30 days, and an erase's
+    predicate names what is to be forgotten (a conversation id, an address searched in the bodies);
+    the keys name queues and sequence numbers only (a review found the erased ids in the log)."""
+    figures = {"rows": 0, "files_removed": 0, "files_rewritten": 0, "attempts": 0}
+    made: int | None = None
+    selected, read = keys, version
+    for _ in range(CATCH_UP_ROUNDS):
+        for where_keys in journal_filters(selected):
+            deleted = journal.delete_rows(JOURNAL, where_keys)
+            figures["rows"] += deleted.rows
+            figures["files_removed"] += deleted.files_removed
+            figures["files_rewritten"] += deleted.files_rewritten
+            figures["attempts"] += deleted.attempts
+            made = deleted.version if deleted.version is not None else made
+        now = journal.table_version(JOURNAL)
+        if now == (made if made is not None else read):
+            break  # nothing committed since the rows were selected (or since our last delete)
+        later = journal.matching_rows(JOURNAL, where, KEYS, now)
+        read = now
+        if not later.num_rows:
+            break
+        # a drain committed between the keys' snapshot and now: the matching rows it landed go too
+        log.info(
+            "erase: %d matching row(s) landed during the erase; they and their derived rows go too", later.num_rows
+        )
+        kept.record({"purge": list(engines) + typed.body_tables(lake) + [JOURNAL]})
+        _remove_derived(lake, later, tables, engines)
+        selected = later
+    log.info(
+        "erase %s: %d row(s) removed (those matching at version %s), %d file(s) left the log, %d rewritten",
+        JOURNAL,
+        figures["rows"],
+        read,
+        figures["files_removed"],
+        figures["files_rewritten"],
+    )
+    return {**figures, "journal_version": read, "version": made}
+
+
+def journal_filters(keys: pa.Table) -> list[RowFilter]:
+    """The journal rows ``keys`` names, by (queue, seq), as filters of at most ``MAX_IN_LIST`` keys."""
+    if keys.num_rows == 0:
+        return []
+    hit = keys.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
+    hit = hit.sort_by([("queue", "ascending"), ("seq", "ascending")])
+    return [_key_filter(hit.slice(at, MAX_IN_LIST), ["queue", "seq"]) for at in range(0, hit.num_rows, MAX_IN_LIST)]
 
 
 def _remove_derived(
