@@ -181,13 +181,13 @@ class DriverSender:
         rows = batch.rows
         built = batch.built
         refused_delayed: set[str] = set()
-        copies: list[Refused] = []
+        refused: list[Refused] = []  # copies a table in ``isolated`` refused
         now: dt.datetime | None = None
         sent = False
         if built is not None and not built[1] and not clock.stale():
             try:
                 queues.immediate_constraints(conn)
-                copies = built[0].insert(conn, isolate=self.isolated)
+                refused = built[0].insert(conn, isolate=self.isolated)
                 out, lost = built
                 sent = True
             except RowsRefused as exc:
@@ -200,7 +200,7 @@ class DriverSender:
             out, lost = built if built is not None else self.router.build(conn, pipeline, rows, now, format_time(now))
             built = None
             try:
-                copies = out.insert(conn, now, self.isolated)
+                refused = out.insert(conn, now, self.isolated)
                 sent = True
             except RowsRefused as exc:
                 self._refused(conn, exc, out, refused_delayed)
@@ -209,12 +209,12 @@ class DriverSender:
         for row, address, reason in lost:
             bad.append(undeliverable_record(row, address, reason, batch_key, recorded_at))
             self.bad.report(output, address, reason)
-        for row, address, reason in self._refused_copies(rows, copies):
+        for row, address, reason in self._refused_copies(rows, refused):
             bad.append(undeliverable_record(row, address, reason, batch_key, recorded_at))
             self.bad.report(output, address, reason)
         if bad:
             record_batch(self.lake, output, batch_key, bad)
-        return Sent(rows.num_rows, out.copies - len(copies), len(bad))
+        return Sent(rows.num_rows, out.copies - len(refused), len(bad))
 
     def _refused(self, conn: Connection, exc: RowsRefused, out: Outgoing, refused_delayed: set[str]) -> None:
         """Roll the batch back after a table refused copies: a queue table's copies are sent in parts
