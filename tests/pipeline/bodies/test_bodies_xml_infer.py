@@ -146,3 +146,31 @@ def test_a_body_nested_past_what_delta_rs_parses_keeps_the_rest_as_json_text() -
             node = node.elementType if isinstance(node, ArrayType) else node.fields[-1].dataType
             levels += 1
         assert levels >= 30, levels  # deep enough for any real tree, then text
+
+
+def test_a_type_in_json_and_xml_plans_no_change_for_a_table_holding_both(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """What one format shows and the other lacks (an XML attribute, a field only the XML rows carry)
+    was recorded as "added" on every increment and rewrote the whole typed table each run, on both
+    engines (a review: ``body_schema_changes`` held 15 false rows after two days). The table created
+    from both formats' schema plans nothing when the same bodies come again."""
+    from queuelake.config_sections import BodiesConfig
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+    from queuelake.pipeline.bodies import evolve, schema_plan
+
+    lake = DeltaRsEngine(str(tmp_path))
+    table = "body_shop_messages_ordersubmitted"
+    texts = {
+        "json": [json.dumps({"OrderId": f"o-{i}", "Lines": [{"Sku": "a", "Qty": i, "Tags": []}]}) for i in range(5)],
+        "xml": [
+            body(
+                f'<Customer Level="gold"><Name>n{i}</Name></Customer><Notes>x</Notes>'
+                f"<Lines>{'<OrderLine><Sku>b</Sku><Qty>1</Qty><Tags /></OrderLine>'}</Lines>"
+            )
+            for i in range(5)
+        ],
+    }
+    first = schema_plan.evolution(lake, table, {"1.0.0.0": texts}, BodiesConfig())
+    assert {"Notes", "Customer", "Lines"} <= set(first.schema.fieldNames()), first.schema
+    evolve.apply(lake, first)
+    again = schema_plan.evolution(lake, table, {"1.0.0.0": texts}, BodiesConfig())
+    assert not again.rewrite and again.changes == [], again.changes

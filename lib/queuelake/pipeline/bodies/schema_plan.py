@@ -142,7 +142,11 @@ def evolution(
             if schema is None:
                 schema = found
             else:  # JSON, then XML: a field the JSON shows as a list is a list in the XML too
-                schema = (merge_xml if fmt == "xml" else merge)(schema, found, "", conflicts)
+                between: list[Change] = []
+                schema = (merge_xml if fmt == "xml" else merge)(schema, found, "", between)
+                # only the formats' conflicts: what one shows and the other lacks is no change of the
+                # table (``plan`` compares the merged schema with the table's)
+                conflicts += [c for c in between if c.kind == "conflict"]
         per_version[version] = (schema if isinstance(schema, StructType) else StructType([]), conflicts)
     out = evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
     for by_format in versions.values():  # against the table's schema: the keys of its maps are data
