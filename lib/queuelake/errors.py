@@ -151,7 +151,16 @@ def jvm_line(exc: BaseException) -> str | None:
             raised = _python_error(str(exc).split("JVM stacktrace:")[0])
             if raised:
                 return f"PythonException: {raised} (in a Spark task's Python worker)"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        message = str(exc).split("JVM stacktrace:")[0]
+        first = (message.strip().splitlines() or [type(exc).__name__])[0]
+        if first.rstrip().endswith("Traceback (most recent call last):"):
+            # a Python data source's error, whose first line ends where its traceback starts: the error
+            # the traceback ends with goes with it (a review: the summary said "Failed to commit or
+            # abort Python data source write: Traceback (most recent call last):" and nothing more)
+            raised = _python_error(message[message.index("Traceback (most recent call last):") :])
+            first = first.rstrip()[: -len("Traceback (most recent call last):")].rstrip() + (
+                f" {raised}" if raised else ""
+            )
         text = f"{type(exc).__name__}: {first}"
         return text + _root_cause(getattr(exc, "_origin", None), text)
     return None

@@ -67,6 +67,28 @@ def test_a_python_workers_error_is_its_own_last_line() -> None:
     )
 
 
+def test_a_python_data_source_error_names_what_its_traceback_ends_with() -> None:
+    """An AnalysisException carrying a Python data source's traceback said only its first line, which
+    ends where the traceback starts (a review: a typed table's commit failed and nothing said why)."""
+
+    class AnalysisException(Exception):
+        __module__ = "pyspark.errors.exceptions.captured"
+
+        def getMessage(self) -> str:  # noqa: N802 - pyspark's method
+            return str(self)
+
+    text = (
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to commit or abort Python data source write: Traceback (most recent "
+        'call last):\n  File "/w/write.py", line 9, in commit\n    table.commit()\n'
+        "OSError: Generic S3 error: Connection reset by peer (os error 104)\n"
+        "\nJVM stacktrace:\norg.apache.spark.sql.AnalysisException: ...\n\tat org.apache.spark.X.run(X.scala:1)\n"
+    )
+    assert describe(AnalysisException(text)) == (
+        "AnalysisException: [PYTHON_DATA_SOURCE_ERROR] Failed to commit or abort Python data source write: "
+        "OSError: Generic S3 error: Connection reset by peer (os error 104)"
+    )
+
+
 def test_other_errors_are_not_taken_for_the_jvm() -> None:
     assert jvm_line(ValueError("x")) is None
     assert describe(ValueError("bad\n  at nothing")) == "ValueError: bad"
