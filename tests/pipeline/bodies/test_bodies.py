@@ -6,6 +6,7 @@ reruns that add nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 from pathlib import Path
 
@@ -37,7 +38,18 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
     send(cfg, "Sales", first)
     lake = open_lake(cfg.lake, spark)
     assert drain(cfg, lake)["status"] == "ok"
-    out = bodies_run.bodies(cfg, spark, lake)
+    heard = logging.Handler()
+    lines: list[str] = []
+    heard.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("queuelake")
+    level = logger.level
+    logger.addHandler(heard)
+    logger.setLevel(logging.INFO)
+    try:
+        out = bodies_run.bodies(cfg, spark, lake)
+    finally:
+        logger.removeHandler(heard)
+        logger.setLevel(level)
     assert out["status"] == "ok", out
     assert {t["table"] for t in out["tables"]} == {ORDERS, SHIPPED, INVOICES, STOCK, ODD}
 
@@ -117,6 +129,9 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
     # each type's count says its rows no parser could take too (it said only those its parse left out)
     per_type = {t["table"]: t.get("unparsed", 0) for t in out["tables"]}
     assert sum(per_type.values()) == out["unparsed"] == len(unparsed), (per_type, out["unparsed"])
+    # and each type's log line says what its summary says (it said only the rows its parse left out)
+    said = {t["table"]: f"written to {t['table']}, {t.get('unparsed', 0)} unparsed" for t in out["tables"]}
+    assert all(any(text in line for line in lines) for text in said.values()), (said, lines)
 
     # a rerun adds nothing
     again = bodies_run.bodies(cfg, spark, lake)

@@ -315,6 +315,9 @@ def _write_slice(
     tables = {name: table for name, table in tables.items() if name in evolutions}
     _record_changes(lake, run.run_id, upto, tables, evolutions)
     unparsed_parts = [typed_append.select_unparsed(frame, upto).toArrow()]
+    # a type's unparsed rows: those its parse leaves out, and those no parser could take (no body,
+    # empty, not JSON or XML), which its line and summary left out (a review: 9 in body_unparsed, 0 said)
+    unreadable = Counter(unparsed_parts[0]["type_name"].to_pylist())
     with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
         written_types = pool.map(
             lambda name: typed_append.write_type(
@@ -326,15 +329,11 @@ def _write_slice(
                 upto,
                 name in xml_types,
                 table_app_id(evolutions[name].table),
+                unreadable.get(name, 0),
             ),
             sorted(tables),
         )
-        # a type's unparsed rows: those its parse left out, and those no parser could take (no body,
-        # empty, not JSON or XML), which its line and summary left out (a review: 9 in body_unparsed, 0 said)
-        unreadable = Counter(unparsed_parts[0]["type_name"].to_pylist())
         for result, bad in written_types:
-            if unreadable.get(result["type_name"]):
-                result["unparsed"] = result.get("unparsed", 0) + unreadable[result["type_name"]]
             results.append(result)
             if bad is not None:
                 unparsed_parts.append(bad)

@@ -52,9 +52,12 @@ def write_type(
     upto: int,
     xml: bool,
     app_id: str,
+    unreadable: int = 0,
 ) -> tuple[dict[str, Any], pa.Table | None]:
     """One type's increment into its table (appended under ``app_id``, the journal version ``upto``), and
-    its unparsed rows."""
+    its unparsed rows. ``unreadable``: its rows no parser could take (no body, empty, not JSON or XML),
+    recorded by the caller, counted here with the rows its parse left out (its line said fewer than its
+    summary: a review)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -65,7 +68,7 @@ def write_type(
         committed = lake.last_version(table, app_id) if lake.exists(table) else None
         if committed is not None and committed >= upto:
             log.info("bodies: %s already holds journal version %d, skipped", table, upto)
-            return {**result, "status": Status.OK, "note": "already written"}, None
+            return {**result, "unparsed": unreadable, "status": Status.OK, "note": "already written"}, None
         had_rows = lake.exists(table) and bool(lake.added_files(table, None, lake.table_version(table) or 0))
         evolve.apply(lake, evolution)
         rows = frame.where((F.col("type_name") == name) & F.col("reason").isNull())
@@ -95,7 +98,7 @@ def write_type(
         else:  # another run wrote it meanwhile: no job ran, so nothing was counted
             any_unparsed = True
         bad_rows = parse.unparsed(parsed, upto).toArrow() if any_unparsed else None
-        unparsed = 0 if bad_rows is None else bad_rows.num_rows
+        unparsed = unreadable + (0 if bad_rows is None else bad_rows.num_rows)
         seconds = round(time.monotonic() - started, 3)
         log.info(
             "bodies: %s: %d row(s) in, %d written to %s, %d unparsed (%.1fs)",
@@ -110,7 +113,7 @@ def write_type(
     except BaseException as exc:  # one type's failure, a Rust panic included, never blocks another
         if not isinstance(exc, Exception) and not is_panic(exc):
             raise  # a stop request, or the interpreter's exit
-        return failed_type(name, table, result["rows_in"], exc), None
+        return {**failed_type(name, table, result["rows_in"], exc), "unparsed": unreadable}, None
 
 
 def failed_type(name: str, table: str, rows_in: int, exc: BaseException) -> dict[str, Any]:
