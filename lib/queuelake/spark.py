@@ -35,6 +35,10 @@ _DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    # a block cached on disk (``bodies``' slice) is written by Java serialization, whose stream holds
+    # every object written until it resets, 100 by default: 100 cached batches of ~4 MB per task ran the
+    # default 1 GB driver out of memory on bodies of 200 KB (a review); reset after each one
+    "spark.serializer.objectStreamReset": "1",
 }
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
