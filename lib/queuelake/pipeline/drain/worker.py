@@ -24,9 +24,10 @@ from queuelake.transport.db import Connection
 
 SETTLE_POLL_SECONDS = 0.25
 MEGABYTE = 1024 * 1024
-# what a worker's first batch assumes of a row (headers and body): 64 MB then bound it at 4,096 rows,
-# so a first batch of 66 KB audit copies stays near 270 MB; later batches use the rows' own size
-FIRST_BATCH_ROW_BYTES = 16 * 1024
+# what a worker's first batch assumes of a row (headers and body): 64 MB then bound it at 256 rows, so
+# a first batch of 200 KB bodies stays near 50 MB (at 16 KB it took 4,096 of them, 781 MB, one row group
+# a reader had to hold: a review); later batches use the rows' own size
+FIRST_BATCH_ROW_BYTES = 256 * 1024
 
 
 def worker_app_id(queue: str, worker: int | str) -> str:
