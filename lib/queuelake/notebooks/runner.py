@@ -11,9 +11,10 @@ says otherwise) instead of shown. Nothing Databricks-only is imported here, and 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from queuelake.lake.engines import open_lake as _open_lake
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from pyspark.sql import DataFrame, SparkSession
 
+    from queuelake.config import Config
     from queuelake.config_sections import LakeConfig
     from queuelake.lake.port import LakeEngine
 
@@ -36,6 +38,33 @@ def _in_jupyter() -> bool:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and hasattr(shell, "kernel")
+
+
+# the jobs' config file, read for the lake's storage options and the session's settings (``open_lake``)
+CONFIG_ENV = "QUEUELAKE_CONFIG"
+
+
+def lake_config(notebook: LakeConfig, jobs: LakeConfig, env: Mapping[str, str]) -> LakeConfig:
+    """The lake a notebook reads given the jobs' config: its root unless ``QUEUELAKE_LAKE_ROOT`` names
+    another, its storage options (an ``s3://`` root's credentials and endpoint), the notebook's engine.
+    Why: on object storage a notebook had only a root, and failed at its first read (a review)."""
+    root = env.get("QUEUELAKE_LAKE_ROOT") or jobs.root
+    return dataclasses.replace(jobs, root=root, engine=notebook.engine)
+
+
+def _lake_and_spark(path: str) -> Config:
+    """The config file's ``lake`` and ``spark`` sections alone: a notebook needs no queue database, and
+    its connection's variable need not be set where the notebook runs."""
+    from pathlib import Path
+
+    from queuelake.config import from_dict, read_yaml
+    from queuelake.errors import ConfigError
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{CONFIG_ENV}={path}: no such config file")
+    data = read_yaml(file.read_text(encoding="utf-8")) or {}
+    return from_dict({k: data[k] for k in ("lake", "spark") if k in data}, source=str(file))
 
 
 class Notebook:
@@ -86,11 +115,18 @@ class Notebook:
 
     def open_lake(self, config: LakeConfig) -> LakeEngine:
         """Open the lake with Databricks' session when there is one (never a second one beside it), else a
-        local one, and say which lake and engine the notebook reads."""
+        local one, and say which lake and engine the notebook reads. Off Databricks, ``QUEUELAKE_CONFIG``
+        (the jobs' config file) gives the lake's storage options and the session's settings
+        (``lake_config``)."""
+        configured = None if self.dbutils is not None else os.environ.get(CONFIG_ENV, "").strip() or None
+        spark_settings = None
+        if configured:
+            jobs = _lake_and_spark(configured)
+            config, spark_settings = lake_config(config, jobs.lake, os.environ), jobs.spark
         if self.spark is None:
             from queuelake.spark import get_spark
 
-            self.spark = get_spark()
+            self.spark = get_spark(spark_settings)
         self.lake = _open_lake(config, self.spark)
         self.lake_root = config.root
         print(f"lake {config.root} ({self.lake.name})")
