@@ -170,16 +170,18 @@ def _delete_journal(
     made: int | None = None
     selected, read = keys, version
     for _ in range(CATCH_UP_ROUNDS):
+        ours = 0  # commits this round made
         for where_keys in journal_filters(selected):
             deleted = journal.delete_rows(JOURNAL, where_keys)
             figures["rows"] += deleted.rows
             figures["files_removed"] += deleted.files_removed
             figures["files_rewritten"] += deleted.files_rewritten
             figures["attempts"] += deleted.attempts
-            made = deleted.version if deleted.version is not None else made
+            if deleted.version is not None:
+                made, ours = deleted.version, ours + 1
         now = journal.table_version(JOURNAL)
-        if now == (made if made is not None else read):
-            break  # nothing committed since the rows were selected (or since our last delete)
+        if now is None or read is None or now - read <= ours:
+            break  # no one else committed since the rows were selected: nothing can have landed
         later = journal.matching_rows(JOURNAL, where, KEYS, now)
         read = now
         if not later.num_rows:
