@@ -376,27 +376,7 @@ def test_failing_transform_is_a_clean_failure(fresh_pg_uri: str, tmp_path: Path)
 
 def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -> None:
     lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
-    install(cfg)
-    ids = seed_ids(cfg, "Sales", 200_000, seed=13)
-    conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=2000)
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
-        env=_env(fresh_pg_uri),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    # the drain is under way (and its SIGTERM handler set) once the journal holds its first batch; the
-    # signal goes at once: 200,000 rows take about 2 s to drain, and a fixed wait after the journal's
-    # creation let the whole drain finish first once its commits got cheaper
-    first_batch = lake_root / "messages" / "_delta_log" / f"{1:020d}.json"
-    deadline = time.monotonic() + 60
-    while not first_batch.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the drain ended before SIGTERM: seed more rows"
+    proc, ids = _drain_under_way(fresh_pg_uri, tmp_path, seed=13)
     proc.send_signal(signal.SIGTERM)
     try:
         out, err = proc.communicate(timeout=120)
@@ -419,18 +399,19 @@ def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -
     assert set(left) | set(journal_ids) == ids and len(left) + len(journal_ids) == len(ids)
 
 
-def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
-    """A second SIGTERM ("stop now") during a drain printed only ``interrupted``: no counts, no ``runs``
-    row, while the journal had grown (a review, after Airflow's kill). The workers, threads, stop at their
-    batch boundary either way: the second signal is said and the drain ends as after the first."""
+def _drain_under_way(uri: str, tmp_path: Path, seed: int) -> tuple[subprocess.Popen[str], set[str]]:
+    """A drain of 200,000 seeded rows into ``tmp_path/lake``, started as a command, once the journal holds
+    its first batch (it is under way, its signal handlers set); and the ids seeded. The caller's signal
+    goes at once: the rows take about 2 s to drain, and a fixed wait after the journal's creation let the
+    whole drain finish first once its commits got cheaper."""
     lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"])
+    cfg = make_config(uri, lake_root, ["Sales"])
     install(cfg)
-    seed_ids(cfg, "Sales", 200_000, seed=17)
+    ids = seed_ids(cfg, "Sales", 200_000, seed=seed)
     conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=2000)
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
-        env=_env(fresh_pg_uri),
+        env=_env(uri),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -441,6 +422,15 @@ def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: st
     while not first_batch.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "the drain ended before SIGTERM: seed more rows"
+    return proc, ids
+
+
+def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A second SIGTERM ("stop now") during a drain printed only ``interrupted``: no counts, no ``runs``
+    row, while the journal had grown (a review, after Airflow's kill). The workers, threads, stop at their
+    batch boundary either way: the second signal is said and the drain ends as after the first."""
+    lake_root = tmp_path / "lake"
+    proc, _ = _drain_under_way(fresh_pg_uri, tmp_path, seed=17)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
