@@ -39,4 +39,10 @@ def publish_steps(database: QueueDatabase) -> tuple[Callable[..., dict[str, Any]
     return publish, pending
 
 
-COMMAND = Command(name="publish", help="publish outbound tables to queues and subscribers", run=publish, job=True)
+COMMAND = Command(
+    name="publish",
+    help="publish outbound tables to queues and subscribers",
+    run=publish,
+    job=True,
+    graceful=True,  # Ctrl-C or SIGTERM: stops after the batch in hand (pipeline/publish/driver.py)
+)

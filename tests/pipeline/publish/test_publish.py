@@ -375,6 +375,43 @@ def test_a_subscriber_refusing_some_copies_gets_all_the_others(
     assert again["published"] == 0 and drain_all(cfg, "Picky") == [], again
 
 
+def test_a_stop_asked_during_a_round_ends_it_at_a_batch_boundary_with_its_counts(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM during a publish raised at once (publish was not graceful): the summary said
+    "interrupted" with no counts and no ``runs`` row while batches had gone out, and under ``run`` the
+    first SIGTERM let the whole round go on (a review). The round now stops after the batch in hand."""
+    from queuelake import stopping
+    from queuelake.pipeline.publish import driver
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
+    setup_db(cfg, ["Valid"])
+    subscribe(cfg, "Valid", "Valid", BASE)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 11)])
+    real, calls = driver.DriverSender.insert_batch, {"n": 0}
+
+    def then_stop(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            stopping.request()  # the signal handler's doing, during the second batch
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(driver.DriverSender, "insert_batch", then_stop)
+    try:
+        stopped = publish(cfg, spark, lake)
+    finally:
+        stopping.reset()
+    out = stopped["outputs"][0]
+    assert out["status"] == "interrupted" and out["published"] == 4 and out["batches"] == 2, out
+    runs = [r for r in lake.read_arrow("runs").to_pylist() if r["run_id"] == stopped["run_id"]]
+    assert [r["status"] for r in runs] == ["interrupted"], runs
+    monkeypatch.undo()
+    rest = publish(cfg, spark, lake)["outputs"][0]
+    assert rest["status"] == "ok" and rest["published"] == 6, rest
+    assert [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")] == [f"e{i}" for i in range(1, 11)]
+
+
 def test_a_second_publish_of_an_output_being_sent_skips_it(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
     """A round is known to other runs only once a batch of it is in the ledger: an overlapping
     publish planned a longer round over the rows the first was sending, and every one went out twice

@@ -164,8 +164,9 @@ def _stopped_in_slice(
     log.warning(
         "bodies%s: stopped now; the slices before it are kept, this one is redone", f" slice {label}" if label else ""
     )
-    try:
-        run.record(lake, _runs_rows(totals))
+    stopped = {"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.INTERRUPTED}
+    try:  # the slices done, and the stop (a lone "ok" row said nothing of it: a review)
+        run.record(lake, (_runs_rows(totals) if totals.tables() else []) + [stopped])
     except Exception as exc:  # noqa: BLE001 - the stop is what the command reports
         log.warning("bodies: the runs rows of the slices done before the stop were not written: %s", exc)
     stopping.partial(stop, {"bodies": _summary(run, totals, after, started, Status.INTERRUPTED, None)})

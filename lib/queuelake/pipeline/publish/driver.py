@@ -23,11 +23,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake import stopping
 from queuelake.errors import RowsRefused
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import RoundKeys
-from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Batch, Book, Sent, ready, send_batches
+from queuelake.pipeline.batches.sender import FAILED, SKIPPED, STOPPED, Batch, Book, Sent, ready, send_batches
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round
 from queuelake.pipeline.publish.routing import Outgoing, Refused, Router
@@ -117,7 +118,15 @@ class DriverSender:
         batches = _batches(ahead(list(range(n)), prepare))
         send = partial(self.insert_batch, pipeline, output, clock)
         started = time.monotonic()
-        for outcome in send_batches(conn, book, batches, send, done):
+        for outcome in send_batches(conn, book, batches, send, done, stop=stopping.requested):
+            if outcome.status == STOPPED:  # a stop asked (SIGTERM, Ctrl-C): the batches sent are committed
+                result.status = Status.INTERRUPTED
+                log.info(
+                    "publish %s: stopped as asked after %d batch(es); the next run sends the rest",
+                    output,
+                    result.batches,
+                )
+                break
             result.rows += outcome.rows
             if outcome.status == SKIPPED:
                 result.batches_skipped += 1

@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from queuelake import stopping
 from queuelake.config import Config
 from queuelake.errors import QueuelakeError
 from queuelake.lake import stage_tables
@@ -188,19 +189,38 @@ def publish(config: Config, database: QueueDatabase, spark: SparkSession, lake: 
     results: list[OutputResult] = []
     if not config.publish.outputs:
         log.info("publish: no outputs configured (publish.outputs), nothing to do")
-    for output in config.publish.outputs:
-        t0 = time.monotonic()
-        if not lake.exists(output):
-            log.info("publish %s: the table does not exist yet (its transform has not run), nothing to do", output)
-            results.append(OutputResult(output, status=Status.SKIPPED, error=f"{output} does not exist yet"))
-        else:
+    try:
+        for output in config.publish.outputs:
+            if stopping.requested():  # a stop asked (SIGTERM, Ctrl-C): the outputs left wait for the next run
+                log.info("publish: asked to stop; %s not sent", ", ".join(config.publish.outputs[len(results) :]))
+                break
+            t0 = time.monotonic()
+            if not lake.exists(output):
+                log.info("publish %s: the table does not exist yet (its transform has not run), nothing to do", output)
+                results.append(OutputResult(output, status=Status.SKIPPED, error=f"{output} does not exist yet"))
+            else:
+                try:
+                    results.append(publisher.publish_output(output))
+                except QueuelakeError as exc:
+                    log.error("publish %s failed: %s", output, exc)
+                    results.append(OutputResult(output, status=Status.FAILED, error=str(exc)))
+            results[-1].seconds = round(time.monotonic() - t0, 3)
+    except BaseException as exc:
+        # a stop now (a second signal): the outputs sent keep their runs rows and go with it to the
+        # summary, which said only "interrupted" while batches had gone out (a review)
+        stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+        if stop is not None:
             try:
-                results.append(publisher.publish_output(output))
-            except QueuelakeError as exc:
-                log.error("publish %s failed: %s", output, exc)
-                results.append(OutputResult(output, status=Status.FAILED, error=str(exc)))
-        results[-1].seconds = round(time.monotonic() - t0, 3)
+                run.record(lake, [row for r in results for row in r.runs_rows()])
+            except Exception as failed:  # noqa: BLE001 - the stop is what the command reports
+                log.warning("publish: the runs rows of the outputs sent before the stop were not written: %s", failed)
+            stopping.partial(stop, {"publish": {**_summary(run, results), "status": Status.INTERRUPTED}})
+        raise
     run.record(lake, [row for r in results for row in r.runs_rows()])
+    return _summary(run, results)
+
+
+def _summary(run: Run, results: list[OutputResult]) -> dict[str, Any]:
     # a blocked round (failed expectations) fails the run too: the data needs a person's attention
     status = worst([r.status for r in results])
     summary = [r.__dict__ for r in results]
