@@ -491,6 +491,35 @@ def test_a_stop_now_between_batches_keeps_what_was_sent_in_the_summary(failures,
     assert len(drain_all(cfg, "Billing")) + len(drain_all(cfg, "Shipping")) == 14
 
 
+def test_a_replay_planned_before_an_erase_says_it_cannot_resume(failures, spark, monkeypatch) -> None:
+    """An erase's purge deletes the files of every version before it: a replay interrupted before the
+    erase, rerun with its id, failed with a bare FileNotFoundError ("unexpected") on the plan's version
+    (a review). It now says why, and what to do."""
+    from queuelake import stopping
+    from queuelake.errors import ReplayError
+    from queuelake.pipeline.replay import executors
+    from queuelake.pipeline.store.erase import erase
+
+    cfg, errors, *_ = failures
+    real, calls = executors.send_built, {"n": 0}
+
+    def stopped_on_the_second(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise stopping.Interrupted("stopped by signal SIGTERM")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "send_built", stopped_on_the_second)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    replay_id = stopping.done_before(stopped.value)["replay"]["replay_id"]
+    monkeypatch.undo()
+    gone = hdr.decode_map(errors[1].headers)[hdr.MESSAGE_ID]
+    assert erase(cfg, open_lake(cfg.lake), f"message_id = '{gone}'", dry_run=False)["tables"]["messages"]["rows"] == 1
+    with pytest.raises(ReplayError, match=f"replay {replay_id} cannot resume: the journal's files at version"):
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
+
+
 def test_a_replay_after_an_erase_rewrote_the_journal_file(failures, spark) -> None:
     """An erase (or retention) rewrites the journal file it deletes rows from, and delta-rs stores its
     text columns as ``string_view``: every replay then failed (``equal(string, string_view)`` has no

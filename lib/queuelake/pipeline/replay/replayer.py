@@ -92,6 +92,7 @@ class Replayer:
         self.started = dt.datetime.now(dt.timezone.utc)
         self.result = ReplayResult(options.replay_id)
         self.sending = False  # set once the plan is in the ledger: from then on the run is recorded
+        self.resumed_at: int | None = None  # the journal version of the plan a rerun resumes
         self.sent_per_destination: collections.Counter[str] = collections.Counter()
         self.planned: Planned | None = None  # set once sending begins: the lineage is written from them
         self.cut: Cut | None = None
@@ -148,6 +149,7 @@ class Replayer:
                         "--canary to send what is left, or start a new replay (another --replay-id)"
                     )
             version = plan.version if plan is not None else self.journal.table_version(MESSAGES)
+            self.resumed_at = plan.version if plan is not None else None
             assert version is not None
             result.journal_version = version
             t0 = time.monotonic()
@@ -354,7 +356,10 @@ def replay(
     when ``start_spark`` is given: a session is started only if the predicate needs one."""
     replayer = Replayer(config, database, spark, lake, options, start_spark)
     try:
-        result = replayer.run()
+        try:
+            result = replayer.run()
+        except FileNotFoundError as exc:
+            raise _files_gone(replayer, exc) from exc
     except QueuelakeError as exc:
         if not replayer.sending:
             raise
@@ -374,6 +379,24 @@ def replay(
         with replayer.steps.timed("record"):
             replayer.record(result)
     return _summary(replayer, result, options)
+
+
+def _files_gone(replayer: Replayer, exc: FileNotFoundError) -> ReplayError:
+    """A journal file the replay reads is gone. Resuming, that is for good: the plan's version predates an
+    erase (or retention) whose purge deleted its files, and versions before an erase can no longer be read
+    (a review: the rerun failed with a bare FileNotFoundError, "unexpected")."""
+    replay_id = replayer.options.replay_id
+    if replayer.resumed_at is None:
+        return ReplayError(
+            f"replay: a journal file went while the replay read it ({exc}): an erase or retention purged it; "
+            "run the replay again"
+        )
+    return ReplayError(
+        f"replay {replay_id} cannot resume: the journal's files at version {replayer.resumed_at}, where it was "
+        f"planned, are gone (an erase or retention purged them since; versions before an erase cannot be read). "
+        "The batches it sent stay sent (replay_lineage names their rows); start a new replay (another "
+        "--replay-id): it selects now, the rows this one sent too unless its --where leaves them out"
+    )
 
 
 def _summary(replayer: Replayer, result: ReplayResult, options: ReplayOptions) -> dict[str, Any]:
