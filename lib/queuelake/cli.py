@@ -132,12 +132,20 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
 
 def _cancel_spark_jobs() -> None:
     """Stopping now: the running Spark jobs are cancelled, as pyspark's own Ctrl-C handler (which ours
-    replaces, ``stopping.restore_handlers``) did, rather than left to run until the process exits."""
+    replaces, ``stopping.restore_handlers``) did, rather than left to run until the process exits. From
+    a thread of its own: the handler runs on the main thread, whose Py4J connection may be in the middle
+    of a call; a second call on it from the handler broke it ("reentrant call", a Py4J network error, the
+    jobs left running: a review). Each thread has its own connection (pyspark's pinned threads)."""
     context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
     active = getattr(context, "_active_spark_context", None)
-    if active is not None:
+    if active is None:
+        return
+
+    def cancel() -> None:
         with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
             active.cancelAllJobs()
+
+    threading.Thread(target=cancel, name="queuelake-cancel", daemon=True).start()
 
 
 _STAGES = ("drain", "bodies", "transform", "publish")  # the steps of ``run``, each a part of its summary

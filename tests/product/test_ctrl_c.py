@@ -42,10 +42,13 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = signal.SIGINT) -> tuple[int, dict, str]:
+def _bodies(
+    config: Path, uri: str, interrupt_on: str | None, signum: int = signal.SIGINT, again_after: float | None = None
+) -> tuple[int, dict, str]:
     """``queuelake bodies`` in a process group of its own; with ``interrupt_on``, one ``signum`` once a
     log line holds it, to the whole group (Spark's JVM too), as a terminal sends Ctrl-C and a hang-up,
-    and as Airflow's task runner and systemd send SIGTERM."""
+    and as Airflow's task runner and systemd send SIGTERM; with ``again_after``, a second that many
+    seconds later ("stop now")."""
     env = {**os.environ, "QUEUELAKE_CONNECTION": uri}
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "bodies", "-c", str(config)],
@@ -67,6 +70,8 @@ def _bodies(config: Path, uri: str, interrupt_on: str | None, signum: int = sign
             if not sent and interrupt_on and interrupt_on in line and proc.poll() is None:
                 os.killpg(proc.pid, signum)
                 sent = True  # once: a second would be "stop now"
+                if again_after is not None:
+                    threading.Timer(again_after, lambda: proc.poll() is None and os.killpg(proc.pid, signum)).start()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -112,3 +117,30 @@ def test_ctrl_c_stops_bodies_after_the_slice_in_hand_and_the_next_run_does_the_r
     assert code == 0 and again["status"] == "ok", log[-3000:]
     typed = read_table(str(tmp_path / "lake" / ORDERS))["message_id"].to_pylist()
     assert len(typed) == 600 == len(set(typed))  # every order once, across the two runs
+
+
+def test_a_second_ctrl_c_stops_bodies_now_with_the_slices_done(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A second Ctrl-C inside a slice's Spark job stops the command now: its jobs cancelled from a thread
+    of their own (cancelling from the handler, on the main thread's Py4J connection in the middle of a
+    call, broke it: "reentrant call", a review), the slices committed before it in the summary and
+    ``runs`` (the summary said "interrupted" alone)."""
+    config = _config(tmp_path)
+    cfg = load(str(config), env={"QUEUELAKE_CONNECTION": fresh_pg_uri})
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(600, seed=61))
+        conn.commit()
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == 600
+
+    code, summary, log = _bodies(config, fresh_pg_uri, interrupt_on="bodies slice 2/", again_after=0.3)
+    assert code == 130 and summary["status"] == "interrupted", log[-3000:]
+    assert "reentrant call" not in log and "Py4JNetworkError" not in log, log[-3000:]
+    done = summary.get("bodies") or summary  # stopped now (inside slice 2), or at its end if it was quick
+    assert done["slices"] >= 1 and done["rows_read"] > 0, summary
+    runs = read_table(str(tmp_path / "lake" / "runs")).to_pylist()
+    assert [r for r in runs if r["run_id"] == done["run_id"]], runs
+
+    code, again, log = _bodies(config, fresh_pg_uri, interrupt_on=None)
+    assert code == 0 and again["status"] == "ok", log[-3000:]
+    typed = read_table(str(tmp_path / "lake" / ORDERS))["message_id"].to_pylist()
+    assert len(typed) == 600 == len(set(typed))
