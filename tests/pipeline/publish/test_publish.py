@@ -375,6 +375,36 @@ def test_a_subscriber_refusing_some_copies_gets_all_the_others(
     assert again["published"] == 0 and drain_all(cfg, "Picky") == [], again
 
 
+def test_a_table_refusing_every_copy_of_a_batch_takes_none_for_the_rest_of_the_run(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies sent in parts cost two sends a copy: a table that refuses them all (a CHECK no row meets)
+    is taken out of the run after its first batch, not sent every later batch in parts."""
+    from queuelake.pipeline.publish import routing
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=4)
+    setup_db(cfg, ["Valid", "Checked"])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('ALTER TABLE "public"."Checked" ADD CONSTRAINT "no_bodies" CHECK (body IS NULL)')
+        conn.commit()
+    for address in ("Valid", "Checked"):
+        subscribe(cfg, address, address, BASE)
+    real, sends = routing.binary_copy.send, []
+
+    def counted(conn, queue, messages, now=None):  # type: ignore[no-untyped-def]
+        sends.append(queue.table)
+        return real(conn, queue, messages, now)
+
+    monkeypatch.setattr(routing.binary_copy, "send", counted)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 13)])
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["published"] == 12 and out["undeliverable"] == 12, out
+    assert len(drain_all(cfg, "Valid")) == 12 and drain_all(cfg, "Checked") == []
+    # its first batch: the whole (refused, rolled back), then in parts: 1 + 2 + 4; the next two, none
+    assert sends.count("Checked") == 8, sends
+
+
 def test_a_stop_asked_during_a_round_ends_it_at_a_batch_boundary_with_its_counts(
     fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:

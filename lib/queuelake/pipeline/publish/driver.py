@@ -223,6 +223,7 @@ class DriverSender:
             self.bad.report(output, address, reason)
         if bad:
             record_batch(self.lake, output, batch_key, bad)
+        self._refusing_everything(out, refused)  # after the records: they name the addresses routed there
         return Sent(rows.num_rows, out.copies - len(refused), len(bad))
 
     def _refused(self, conn: Connection, exc: RowsRefused, out: Outgoing, refused_delayed: set[str]) -> None:
@@ -245,6 +246,22 @@ class DriverSender:
             return
         refused_delayed.add(table)
         self.router.refuse(table, f"the table refused the copies: {exc}")
+
+    def _refusing_everything(self, out: Outgoing, refused: list[Refused]) -> None:
+        """A table sent its copies in parts that refused every one of them (more than one) takes no more
+        copies this run (``Router.refuse``): the parts cost two sends a copy, and such a table (a
+        policy, a constraint no row meets) refused the next batch whole as well."""
+        by_table: dict[str, list[Refused]] = {}
+        for r in refused:
+            by_table.setdefault(r.table, []).append(r)
+        for table, gone in by_table.items():
+            sent = len(out.direct[table][1]) if table in out.direct else 0
+            if len(gone) == sent > 1:
+                self.isolated.discard(table)
+                self.router.refuse(table, gone[0].reason)
+                log.warning(
+                    "publish: table %s refused every copy of a batch; it takes none for the rest of the run", table
+                )
 
     def _refused_copies(self, rows: pa.Table, refused: list[Refused]) -> Lost:
         """(row, address, reason) of each copy a table refused: the row's destination for a Send, else an
