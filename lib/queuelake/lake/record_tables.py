@@ -208,7 +208,7 @@ REPLAY_SKIPPED = LakeTable(
     "replay",
     "journal rows a replay selected but will never send, with the reason (final per replay id)",
     engine=DELTA_RS,
-    erased_by_journal_key=("queue", "seq"),
+    erased_by_journal_key=("queue", "seq", "id"),
 )
 
 REPLAY_LINEAGE = LakeTable(
@@ -234,7 +234,7 @@ REPLAY_LINEAGE = LakeTable(
     "replay",
     "one row per message a replay sent: the original journal row, the replay, the copy's id and queue",
     engine=DELTA_RS,
-    erased_by_journal_key=("queue", "seq"),
+    erased_by_journal_key=("queue", "seq", "id"),
 )
 
 # ``pipeline/key_index``: where a message id or a conversation id lies in the journal, so that ``find`` and
@@ -260,7 +260,7 @@ MESSAGE_KEYS = LakeTable(
     "maintain",
     "the journal's ids (message, conversation, expired row) by key, to its rows' (queue, seq): find and where's index",
     engine=DELTA_RS,
-    erased_by_journal_key=("queue", "seq"),
+    erased_by_journal_key=("queue", "seq", "key"),
     # a lookup reads the key column of the row groups whose statistics admit the id, then the matching
     # group whole: 20,000 rows (~1 MB) instead of delta-rs's default of 1,048,576 (a whole rewritten file)
     row_group_rows=20_000,

@@ -105,8 +105,8 @@ BODY_UNPARSED = LakeTable(
         ]
     ),
     "bodies",
-    "bodies that did not parse (or only partly), with the reason; the journal row is (queue, seq)",
-    erased_by_journal_key=("queue", "seq"),
+    "bodies that did not parse (or only partly), with the reason; the journal row is (queue, seq, id)",
+    erased_by_journal_key=("queue", "seq", "id"),
 )
 
 BODY_SCHEMA_CHANGES = LakeTable(

@@ -47,9 +47,11 @@ class LakeTable:
     # Columns written without compression: GUIDs as text, which snappy shrinks by a tenth for a fifth
     # of the file's writing time (per 10,000 journal rows: 18.3 ms against 22.4, 4% larger files).
     uncompressed_columns: tuple[str, ...] = ()
-    # A table whose rows are derived from journal rows names the journal columns that key them
-    # (``("queue", "seq")``): ``queuelake erase`` removes its rows whose key is an erased journal row's
-    # (``pipeline/store/erase.py``). Empty: not derived from journal rows row by row. The one place a
+    # A table whose rows are derived from journal rows names the columns that key them: ``("queue",
+    # "seq")`` and a third holding the row's ``id`` (or, ``"key"``, any of its ids: ``erase.HELD_IN``),
+    # since a re-created queue table starts its seqs again: ``queuelake erase`` removes its rows whose
+    # key is an erased journal row's (``pipeline/store/erase.py``). Empty: not derived from journal rows
+    # row by row. The one place a
     # new derived table declares how its rows are erased (the typed body tables, whose names come from
     # the message types, are found through ``body_schema_changes``: ``pipeline/store/typed.py``).
     erased_by_journal_key: tuple[str, ...] = ()

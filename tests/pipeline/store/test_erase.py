@@ -59,7 +59,7 @@ def seeded(root: Path):
             "replay_id": ["r1"] * 4,
             "queue": [SALES, SALES, SALES, AUDIT],
             "seq": [1, 60, 90, 1],  # seq 90 is a kept row (kept-00020), audit 1 another queue's
-            "id": ["a", "b", "c", "d"],
+            "id": ["gone-00001", "gone-00060", "kept-00020", "audit-00001"],  # their journal rows' ids
             "message_id": [None] * 4,
             "message_type": [None] * 4,
             "destination": [None] * 4,
@@ -165,6 +165,62 @@ def test_erase_splits_a_derived_tables_delete_into_lists_deltalake_takes(
     assert len(deletes) == 2  # one delete commit per list
     skipped = lake.read_arrow("replay_skipped", columns=["queue", "seq"]).to_pylist()
     assert sorted((r["queue"], r["seq"]) for r in skipped) == sorted([(AUDIT, 1), (SALES, 90)])
+
+
+def test_an_erase_keeps_the_rows_of_a_recreated_queue_table_that_share_the_erased_seqs(tmp_path: Path) -> None:
+    """A queue table dropped and re-created starts its seqs again: the journal holds two rows of one
+    (queue, seq). The erase removes the selected row and its derived rows, not its namesake's (the
+    journal was deleted by (queue, seq) and took all 40 rows for 20 selected); the Delta log's
+    predicates name the kept rows' ids, never an erased one."""
+    from queuelake.lake.record_tables import MESSAGE_KEYS
+
+    cfg = config(tmp_path)
+    lake = open_lake(cfg.lake)
+    append(lake, batch(SALES, range(1, 21), NOW, message_ids=ids("old", 20)))
+    append(lake, batch(SALES, range(1, 21), NOW, message_ids=ids("new", 20)))  # the table re-created
+    skipped = pa.table(
+        {
+            "replay_id": ["r1"] * 3,
+            "queue": [SALES] * 3,
+            "seq": [3, 3, 4],
+            "id": ["old-00002", "new-00002", None],  # the last recorded before rows carried their id
+            "message_id": [None] * 3,
+            "message_type": [None] * 3,
+            "destination": [None] * 3,
+            "reason": ["x"] * 3,
+            "recorded_at": [NOW] * 3,
+        },
+        schema=REPLAY_SKIPPED.schema,
+    )
+    lake.append(REPLAY_SKIPPED.name, skipped, "t", 1)
+    index = pa.table(
+        {
+            "key": ["old-00002", "new-00002", "conv-1", "conv-2"],
+            "kind": ["message_id", "message_id", "conversation_id", "conversation_id"],
+            "queue": [SALES] * 4,
+            "seq": [3, 3, 3, 3],
+            "upto": [2] * 4,
+            "rewrite": [0] * 4,
+        },
+        schema=MESSAGE_KEYS.schema,
+    )
+    lake.append(MESSAGE_KEYS.name, index, "t", 1)
+
+    done = erase(cfg, lake, "message_id LIKE 'old-%'")
+
+    assert done["tables"]["messages"]["rows"] == 20, done
+    left = lake.read_arrow("messages", columns=["seq", "message_id"]).to_pylist()
+    assert sorted((r["seq"], r["message_id"]) for r in left) == [(i + 1, f"new-{i:05d}") for i in range(20)]
+    kept = lake.read_arrow(REPLAY_SKIPPED.name, columns=["seq", "id"]).to_pylist()
+    assert kept == [{"seq": 3, "id": "new-00002"}]  # the null id went by (queue, seq): an erased seq
+    keys = sorted(lake.read_arrow(MESSAGE_KEYS.name, columns=["key"]).column("key").to_pylist())
+    assert keys == ["conv-1", "conv-2", "new-00002"]  # conversations the erased row is not in stay
+    assert find(lake, "message", "new-00002").rows.column("seq").to_pylist() == [3]
+    from deltalake import DeltaTable
+
+    for table in ("messages", REPLAY_SKIPPED.name, MESSAGE_KEYS.name):
+        deletes = [h for h in DeltaTable(str(tmp_path / table)).history() if h["operation"] == "DELETE"]
+        assert deletes and "old-" not in orjson.dumps(deletes).decode(), (table, deletes)
 
 
 def test_erase_edges(tmp_path: Path) -> None:
@@ -331,7 +387,8 @@ def test_an_erase_killed_at_any_step_is_finished_by_the_next(tmp_path: Path, poi
     skipped = lake.read_arrow("replay_skipped", columns=["queue", "seq"]).to_pylist()
     assert sorted((r["queue"], r["seq"]) for r in skipped) == sorted([(AUDIT, 1), (SALES, 90)])
     assert not ids_on_disk(root / "messages", "message_id") & set(ids("gone", 70))
-    assert ids_on_disk(root / "replay_skipped", "id") == {"c", "d"}, "the derived table's removed file stayed"
+    kept = {"kept-00020", "audit-00001"}
+    assert ids_on_disk(root / "replay_skipped", "id") == kept, "the derived table's removed file stayed"
     assert not list((root / "_queuelake" / "pending" / "erase").glob("*.json")), "the pending record stayed"
 
 

@@ -13,7 +13,8 @@ must reach every copy queuelake keeps, not only the journal's current version.
    rows whose ``message_id`` is a selected row's.
 3. The journal delete: the selected rows by their keys, (queue, seq), one commit per ``MAX_IN_LIST``
    (``LakeEngine.delete_rows``), retried from a fresh snapshot on a conflict with a concurrent drain;
-   never by ``--where``, which the log would keep (``_delete_journal``). Then the matching rows a
+   never by ``--where``, which the log would keep (``_delete_journal``); a re-created queue table's
+   rows sharing a selected (queue, seq) are left out by their row id (``journal_filters``). Then the matching rows a
    concurrent drain landed meanwhile, their derived rows first, until a look finds none: rows landed
    after the last look (``journal_version`` in the summary) are not selected: run the erase again
    once the drain has landed them.
@@ -55,7 +56,12 @@ from queuelake.report import log
 
 JOURNAL = record_tables.MESSAGES.name
 PENDING = "erase"  # the kind of ``lake/pending`` record an erase leaves until its purge is done
-KEYS = ["queue", "seq", "message_id"]  # an erased row's keys: (queue, seq) for records, message_id for typed rows
+# an erased row's keys: (queue, seq, id) for the journal and the record tables, message_id for typed rows,
+# conversation_id too for the id index (whose rows name a journal row by any of its ids)
+KEYS = ["queue", "seq", "id", "message_id", "conversation_id"]
+JOURNAL_KEY = ["queue", "seq", "id"]  # one journal row: a re-created queue table starts its seqs again
+# the journal columns a derived table's third key column may hold (``erased_by_journal_key``'s last)
+HELD_IN = {"id": ("id",), "key": ("message_id", "conversation_id", "id")}
 
 
 def derived_tables() -> list[table_entry.LakeTable]:
@@ -171,7 +177,7 @@ def _delete_journal(
     selected, read = keys, version
     for _ in range(CATCH_UP_ROUNDS):
         ours = 0  # commits this round made
-        for where_keys in journal_filters(selected):
+        for where_keys in journal_filters(journal, selected):
             deleted = journal.delete_rows(JOURNAL, where_keys)
             figures["rows"] += deleted.rows
             figures["files_removed"] += deleted.files_removed
@@ -204,13 +210,31 @@ def _delete_journal(
     return {**figures, "journal_version": read, "version": made}
 
 
-def journal_filters(keys: pa.Table) -> list[RowFilter]:
-    """The journal rows ``keys`` names, by (queue, seq), as filters of at most ``MAX_IN_LIST`` keys."""
+def journal_filters(journal: LakeEngine, keys: pa.Table) -> list[RowFilter]:
+    """The journal rows ``keys`` names, by (queue, seq), as filters of at most ``MAX_IN_LIST`` keys.
+    A queue table dropped and re-created starts its seqs again, and the journal then holds two rows
+    of one (queue, seq): the rows each filter reaches are read first, and where they outnumber the
+    selected ones, the others' (the namesakes') row ids are left out by name (``_key_filter``)."""
     if keys.num_rows == 0:
         return []
-    hit = keys.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
-    hit = hit.sort_by([("queue", "ascending"), ("seq", "ascending")])
-    return [_key_filter(hit.slice(at, MAX_IN_LIST), ["queue", "seq"]) for at in range(0, hit.num_rows, MAX_IN_LIST)]
+    pairs = keys.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
+    pairs = pairs.sort_by([("queue", "ascending"), ("seq", "ascending")])
+    filters = []
+    for at in range(0, pairs.num_rows, MAX_IN_LIST):
+        chunk = pairs.slice(at, MAX_IN_LIST)
+        where = _key_filter(chunk, ["queue", "seq"])
+        reached = journal.matching_rows(JOURNAL, where, JOURNAL_KEY)
+        if reached.num_rows > chunk.num_rows:
+            selected = keys.select(JOURNAL_KEY).group_by(JOURNAL_KEY).aggregate([])
+            namesakes = reached.join(selected, keys=JOURNAL_KEY, join_type="left anti")
+            log.info(
+                "erase %s: %d row(s) of a re-created queue table share the erased seqs and stay",
+                JOURNAL,
+                namesakes.num_rows,
+            )
+            where = _key_filter(chunk, JOURNAL_KEY, namesakes)
+        filters.append(where)
+    return filters
 
 
 def _remove_derived(
@@ -263,30 +287,81 @@ def key_filters(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table
     """The rows of a derived table whose journal key is among ``keys``, as filters of at most
     ``MAX_IN_LIST`` keys each (one delete each: deltalake's DELETE crashes on longer IN lists); none
     when the table does not exist or holds none of them. The table's keys are read (a record table:
-    small) and joined with the erased ones, so the deletes name only the keys it holds."""
+    small) and joined with the erased ones, so the deletes name only the keys it holds; rows of a
+    re-created queue table's namesakes (same (queue, seq), another row id) are left out by name."""
     columns = list(table.erased_by_journal_key)
     if keys.num_rows == 0 or not engine.exists(table.name):
         return []
     held = engine.read_arrow(table.name, columns=columns)
-    hit = held.join(keys.select(columns).group_by(columns).aggregate([]), keys=columns, join_type="inner")
-    if hit.num_rows == 0:
-        return []
-    hit = hit.group_by(columns).aggregate([]).sort_by([(c, "ascending") for c in columns])
-    return [_key_filter(hit.slice(at, MAX_IN_LIST), columns) for at in range(0, hit.num_rows, MAX_IN_LIST)]
+    pairs = keys.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
+    reached = held.join(pairs, keys=["queue", "seq"], join_type="inner")
+    namesakes = _namesakes(reached, keys, columns)
+    if namesakes.num_rows:  # a pair where the table holds a namesake's rows alone is not named
+        reached = reached.join(namesakes, keys=columns, join_type="left anti")
+    hit = reached.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
+    hit = hit.sort_by([("queue", "ascending"), ("seq", "ascending")])
+    return [_key_filter(hit.slice(at, MAX_IN_LIST), columns, namesakes) for at in range(0, hit.num_rows, MAX_IN_LIST)]
 
 
-def _key_filter(hit: pa.Table, columns: list[str]) -> RowFilter:
+def _namesakes(reached: pa.Table, keys: pa.Table, columns: list[str]) -> pa.Table:
+    """Of the rows ``reached`` at the erased rows' (queue, seq), those of another journal row (a
+    re-created queue table's): a third key column naming none of the erased rows' ids. A row whose
+    third column is null (recorded before it was filled) cannot be told apart and goes with the pair."""
+    if len(columns) == 2:
+        return reached.schema.empty_table()
+    queue, seq, own = columns
+    named = pa.concat_tables(
+        [keys.select([queue, seq, column]).rename_columns(columns).cast(reached.schema) for column in HELD_IN[own]]
+    )
+    named = named.filter(pc.is_valid(named[own])).group_by(columns).aggregate([])
+    others = reached.filter(pc.is_valid(reached[own])).join(named, keys=columns, join_type="left anti")
+    return others.group_by(columns).aggregate([])
+
+
+def _quoted(text: object) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _key_filter(hit: pa.Table, columns: list[str], namesakes: pa.Table | None = None) -> RowFilter:
+    """One filter: per queue, its seqs; at a seq a namesake shares (``namesakes``: queue, seq and the
+    third key column), the rows whose third column names none of the namesakes'. Only kept rows' ids
+    are named: the erased ones never reach the predicate the Delta log keeps."""
     sql: list[str] = []
     arrow: ds.Expression | None = None
-    queue, seq = columns  # (queue, seq): the one journal key the catalogue uses
+    queue, seq = columns[:2]
     for name in pc.unique(hit.column(queue)).to_pylist():
-        seqs = hit.filter(pc.equal(hit.column(queue), name)).column(seq).to_pylist()
-        quoted = "'" + str(name).replace("'", "''") + "'"
-        sql.append(f'("{queue}" = {quoted} AND "{seq}" IN ({", ".join(str(int(s)) for s in seqs)}))')
-        part = (ds.field(queue) == name) & ds.field(seq).isin(seqs)
-        arrow = part if arrow is None else arrow | part
+        seqs = [int(s) for s in hit.filter(pc.equal(hit.column(queue), name)).column(seq).to_pylist()]
+        shared = _shared_seqs(namesakes, columns, name) if namesakes is not None else {}
+        plain = [s for s in seqs if s not in shared]
+        terms = [(f'"{seq}" IN ({", ".join(map(str, plain))})', ds.field(seq).isin(plain))] if plain else []
+        terms += [_beside_namesakes(columns, s, shared[s]) for s in seqs if s in shared]
+        text = " OR ".join(t for t, _ in terms)
+        sql.append(f'("{queue}" = {_quoted(name)} AND {text if len(terms) == 1 else f"({text})"})')
+        part = ds.field(queue) == name
+        condition = terms[0][1]
+        for _, more in terms[1:]:
+            condition = condition | more
+        arrow = part & condition if arrow is None else arrow | (part & condition)
     assert arrow is not None
     return RowFilter(" OR ".join(sql), arrow, tuple(columns))
+
+
+def _shared_seqs(namesakes: pa.Table, columns: list[str], queue: object) -> dict[int, list[Any]]:
+    """A queue's seqs a namesake shares, each with the namesakes' values of the third key column."""
+    shared: dict[int, list[Any]] = {}
+    if namesakes.num_rows:
+        at = namesakes.filter(pc.equal(namesakes.column(columns[0]), queue))
+        for s, value in zip(at.column(columns[1]).to_pylist(), at.column(columns[2]).to_pylist(), strict=True):
+            shared.setdefault(int(s), []).append(value)
+    return shared
+
+
+def _beside_namesakes(columns: list[str], seq: int, others: list[Any]) -> tuple[str, ds.Expression]:
+    """The rows at ``seq`` whose third key column is none of ``others`` (null: cannot be told apart)."""
+    name, own = columns[1], columns[2]
+    listed = ", ".join(_quoted(v) for v in others)
+    text = f'("{name}" = {seq} AND ("{own}" IS NULL OR "{own}" NOT IN ({listed})))'
+    return text, (ds.field(name) == seq) & (ds.field(own).is_null() | ~ds.field(own).isin(others))
 
 
 def count_all(engine: LakeEngine, table: str, filters: list[RowFilter]) -> dict[str, int]:

@@ -63,7 +63,8 @@ from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.key_index import build
 from queuelake.pipeline.store import index_ranges, typed
-from queuelake.pipeline.store.erase import count_all, delete_all, key_filters
+from queuelake.pipeline.store.erase import JOURNAL_KEY, count_all, delete_all, key_filters
+from queuelake.pipeline.store.erase import KEYS as ROW_KEYS
 from queuelake.report import log
 from queuelake.timetext import iso_utc
 from queuelake.transport.table_refs import queue_ref
@@ -215,7 +216,7 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
         figures: dict[str, Any] = {"rule": rule.rule, "days": rule.days, "cutoff": rule.cutoff.isoformat()}
         # the rows the rule removes, read first: their derived rows go before they do (a kill between
         # leaves them in the journal, so the next run finds them again), counted as gone meanwhile
-        keys = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"])
+        keys = journal.matching_rows(JOURNAL, rule.where, ROW_KEYS)
         if keys.num_rows:
             _derived(lake, keys, figures, rule, rules[:done], dry_run)
         if dry_run:
@@ -236,8 +237,8 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
             verb = "removed"
             if deleted.version is not None and deleted.read_version != read:
                 # a drain committed meanwhile: matching rows it landed went too, their derived rows now
-                later = journal.matching_rows(JOURNAL, rule.where, ["queue", "seq", "message_id"], deleted.read_version)
-                landed = later.join(keys.select(["queue", "seq"]), keys=["queue", "seq"], join_type="left anti")
+                later = journal.matching_rows(JOURNAL, rule.where, ROW_KEYS, deleted.read_version)
+                landed = later.join(keys.select(JOURNAL_KEY), keys=JOURNAL_KEY, join_type="left anti")
                 if landed.num_rows:
                     _derived(lake, landed, figures, rule, None, False)
         figures["seconds"] = round(time.monotonic() - t0, 3)
