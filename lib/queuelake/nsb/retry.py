@@ -23,6 +23,7 @@ STRIPPED_PREFIXES = (
     "NServiceBus.TimeOfFailure",
     "NServiceBus.ExceptionInfo.",
     "ServiceControl.EditOf",
+    "NServiceBus.Timeout.Expire",  # a deferred message's due time: the retry is due now
 )
 # ServiceControl's own staging headers, removed by ReturnToSender before the message is dispatched
 # (src/ServiceControl/Recoverability/Retrying/Infrastructure/ReturnToSender.cs): never on the wire.

@@ -27,6 +27,7 @@ from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, landed
 from queuelake.lake.marks import ENGINE_PROPERTY, description_for
+from queuelake.lake.reading import quoted_name
 from queuelake.lake.storage import data_file_count
 
 if TYPE_CHECKING:
@@ -44,10 +45,6 @@ def spark_condition(sql: str) -> str:
     import sqlglot
 
     return str(sqlglot.transpile(sql, read="postgres", write="spark")[0])
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 class DeltaSparkEngine(EngineBase):
@@ -104,9 +101,9 @@ class DeltaSparkEngine(EngineBase):
         if not new:
             return
         columns = ", ".join(
-            f"{_quote(f.name)} {f.dataType.simpleString()}" for f in to_spark_schema(pa.schema(new)).fields
+            f"{quoted_name(f.name)} {f.dataType.simpleString()}" for f in to_spark_schema(pa.schema(new)).fields
         )
-        self.spark.sql(f"ALTER TABLE delta.{_quote(self.path(table))} ADD COLUMNS ({columns})")
+        self.spark.sql(f"ALTER TABLE delta.{quoted_name(self.path(table))} ADD COLUMNS ({columns})")
 
     # ------------------------------------------------------------ append
 
@@ -229,7 +226,7 @@ class DeltaSparkEngine(EngineBase):
         self._check_writable(table)
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
         previous = self.spark.conf.get(key, "true") or "true"
-        location = f"delta.{_quote(self.path(table))}"
+        location = f"delta.{quoted_name(self.path(table))}"
         self.spark.conf.set(key, "false")
         try:
             with self._lock(table, ""):
@@ -286,10 +283,10 @@ def _utc_timestamps(df: DataFrame) -> DataFrame:
     columns = []
     for f in df.schema.fields:
         if isinstance(f.dataType, TimestampNTZType):
-            shifted = F.convert_timezone(F.lit("UTC"), F.lit(session_tz), F.col(_quote(f.name)))
+            shifted = F.convert_timezone(F.lit("UTC"), F.lit(session_tz), F.col(quoted_name(f.name)))
             columns.append(shifted.cast("timestamp").alias(f.name))
         else:
             if "TimestampNTZ" in repr(f.dataType):
                 raise LakeError(f"column {f.name}: nested TimestampNTZ is not supported; use TimestampType")
-            columns.append(F.col(_quote(f.name)))
+            columns.append(F.col(quoted_name(f.name)))
     return df.select(*columns)

@@ -20,6 +20,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, NullType, StringType
 
 from queuelake.lake.arrow_types import from_spark_schema, to_spark_schema
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.reading import quoted_name
 from queuelake.lake.stage_tables import BODY_IDENTITY
 from queuelake.pipeline.bodies import parse
 from queuelake.pipeline.bodies.infer import Change, finish, merge, repeated_as_arrays, wrapper_field
@@ -196,7 +197,7 @@ def apply(lake: LakeEngine, evolution: Evolution) -> None:
         columns = []
         for f in wanted.fields:
             o = olds.get(f.name.lower())
-            value = convert(F.col(f"`{o.name}`"), o.dataType, f.dataType) if o else F.lit(None).cast(f.dataType)
+            value = convert(F.col(quoted_name(o.name)), o.dataType, f.dataType) if o else F.lit(None).cast(f.dataType)
             columns.append(value.alias(f.name))
         lake.replace_dataframe(table, current.select(*columns))
         return

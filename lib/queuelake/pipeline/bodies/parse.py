@@ -71,8 +71,12 @@ def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[
     written in the schema's spelling first (``evolve.respellings``: ``orderId`` -> ``OrderId``)."""
     from pyspark.sql import functions as F
 
-    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType(), True)])
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    taken = {f.name.lower() for f in schema.fields}
+    corrupt_name = CORRUPT  # a name no body field has (a body's own ``_corrupt_record`` failed its type: a review)
+    while corrupt_name.lower() in taken:
+        corrupt_name = "_" + corrupt_name
+    with_corrupt = StructType([*schema.fields, StructField(corrupt_name, StringType(), True)])
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt_name}
     is_xml = F.col("format") == "xml"
     source = F.col("text")
     for spelling, name in sorted((respell or {}).items()):
@@ -82,7 +86,7 @@ def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[
     df = rows.withColumn("_json", source)
     p = F.when(F.col("format").isin("json", "xml"), F.from_json(F.col("_json"), with_corrupt, options))
     df = df.withColumn("p", p)
-    corrupt = F.col("p").getField(CORRUPT)
+    corrupt = F.col("p").getField(corrupt_name)
     partly = F.from_json(F.col("_json"), "map<string,string>").isNotNull()  # a JSON object
     malformed = F.concat(F.lit("malformed "), F.upper(F.col("format")))
     verdict = (

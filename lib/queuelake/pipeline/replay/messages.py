@@ -129,7 +129,9 @@ def _set_by_the_rewrite(
         if row.message_id is not None:
             out[REPLAY_ORIGINAL_MESSAGE_ID] = row.message_id
     else:  # retry, redirect: the message's own identity, as ServiceControl sends it back
-        unique = unique_id_of(existing, message_id, endpoint, failed_queue, reply_to)
+        # of the MessageId the retry carries: the drained row's when the headers had none (a review)
+        carried = message_id or row.message_id or message_id
+        unique = unique_id_of(existing, carried, endpoint, failed_queue, reply_to)
         if unique is not None:
             out[RETRY_UNIQUE_MESSAGE_ID] = unique
         if ack_queue:
