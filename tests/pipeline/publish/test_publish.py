@@ -379,7 +379,8 @@ def test_a_table_refusing_every_copy_of_a_batch_takes_none_for_the_rest_of_the_r
     fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Copies sent in parts cost two sends a copy: a table that refuses them all (a CHECK no row meets)
-    is taken out of the run after its first batch, not sent every later batch in parts."""
+    is taken out of the run after two such batches in a row, not sent every later batch in parts (after
+    one, a table whose first batch in parts held only the copies it refuses got none of the others)."""
     from queuelake.pipeline.publish import routing
 
     cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=4)
@@ -401,8 +402,35 @@ def test_a_table_refusing_every_copy_of_a_batch_takes_none_for_the_rest_of_the_r
     out = publish(cfg, spark, lake)["outputs"][0]
     assert out["status"] == "ok" and out["published"] == 12 and out["undeliverable"] == 12, out
     assert len(drain_all(cfg, "Valid")) == 12 and drain_all(cfg, "Checked") == []
-    # its first batch: the whole (refused, rolled back), then in parts: 1 + 2 + 4; the next two, none
-    assert sends.count("Checked") == 8, sends
+    # its first batch: the whole (refused, rolled back), then in parts: 1 + 2 + 4; the second in parts
+    # (1 + 2 + 4); the third, none
+    assert sends.count("Checked") == 15, sends
+
+
+def test_a_table_whose_first_batch_in_parts_holds_only_refused_copies_gets_the_others(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """A trigger refusing e1 and e2 only, batches of 2: the first batch is refused whole, then in parts;
+    the table stays, and e3..e6 reach it. After one such batch it was out of the run, and the four
+    good copies were recorded undeliverable with the trigger's reason (a review)."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
+    setup_db(cfg, ["Picky"])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute(
+            "CREATE FUNCTION first_two() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN IF convert_from(NEW.body, 'UTF8') ~ '\"e(1|2)\"' THEN "
+            "RAISE EXCEPTION 'not these'; END IF; RETURN NEW; END $$"
+        )
+        conn.raw.execute(
+            'CREATE TRIGGER "first_two" BEFORE INSERT ON "public"."Picky" FOR EACH ROW EXECUTE FUNCTION first_two()'
+        )
+        conn.commit()
+    subscribe(cfg, "Picky", "Picky", BASE)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 7)])
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["undeliverable"] == 2, out
+    assert [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Picky")] == ["e3", "e4", "e5", "e6"]
 
 
 def test_a_stop_asked_during_a_round_ends_it_at_a_batch_boundary_with_its_counts(

@@ -44,6 +44,10 @@ from queuelake.transport.table_refs import TableRef
 Lost = list[tuple[dict[str, Any], str | None, str]]
 
 
+# batches in a row, sent in parts, in which a table refused every copy, after which it takes none this run
+REFUSED_WHOLE_BATCHES = 2
+
+
 class DbClock:
     """The database's clock, read between queries: its offset from this machine's clock, taken when
     a batch's transaction reads now() (``db_utc_now``), and at least every ``MAX_AGE`` seconds. A
@@ -87,6 +91,8 @@ class DriverSender:
         self.bad = bad
         # queue tables that refused copies this run: sent in parts from then on (``routing.send_isolating``)
         self.isolated: set[str] = set()
+        # isolated tables that refused every copy of their last batch(es) sent in parts: how many in a row
+        self.refused_whole: dict[str, int] = {}
 
     def send_round(
         self,
@@ -193,6 +199,8 @@ class DriverSender:
         refused: list[Refused] = []  # copies a table in ``isolated`` refused
         now: dt.datetime | None = None
         sent = False
+        if built is not None and set(built[0].direct) & set(self.router.refused):
+            built = None  # built before a table it holds was taken out of the run: built again without it
         if built is not None and not built[1] and not clock.stale():
             try:
                 queues.immediate_constraints(conn)
@@ -248,15 +256,21 @@ class DriverSender:
         self.router.refuse(table, f"the table refused the copies: {exc}")
 
     def _refusing_everything(self, out: Outgoing, refused: list[Refused]) -> None:
-        """A table sent its copies in parts that refused every one of them (more than one) takes no more
-        copies this run (``Router.refuse``): the parts cost two sends a copy, and such a table (a
-        policy, a constraint no row meets) refused the next batch whole as well."""
+        """A table sent its copies in parts that refused every one of them (more than one) in
+        ``REFUSED_WHOLE_BATCHES`` batches in a row takes no more copies this run (``Router.refuse``):
+        the parts cost two sends a copy, and such a table (a policy, a constraint no row meets) refuses
+        the next batch whole as well. Two, not one: a table whose first batch in parts held only the
+        copies it refuses got none of the good ones after it (a review)."""
         by_table: dict[str, list[Refused]] = {}
         for r in refused:
             by_table.setdefault(r.table, []).append(r)
+        for table in (self.isolated & set(out.direct)) - set(by_table):
+            self.refused_whole.pop(table, None)  # it took copies (or had none): the count starts again
         for table, gone in by_table.items():
             sent = len(out.direct[table][1]) if table in out.direct else 0
-            if len(gone) == sent > 1:
+            whole = len(gone) == sent > 1
+            self.refused_whole[table] = self.refused_whole.get(table, 0) + 1 if whole else 0
+            if self.refused_whole[table] >= REFUSED_WHOLE_BATCHES:
                 self.isolated.discard(table)
                 self.router.refuse(table, gone[0].reason)
                 log.warning(
