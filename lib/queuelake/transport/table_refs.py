@@ -14,6 +14,7 @@ from queuelake.config_sections import TransportConfig
 from queuelake.dialects.address import QueueAddress
 from queuelake.dialects.dialect import Dialect
 from queuelake.dialects.dialect import dialect as named_dialect
+from queuelake.errors import QueuelakeError
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,18 @@ def queue_ref(text: str, transport: TransportConfig) -> TableRef:
     rules = named_dialect(transport.dialect)
     address = rules.resolve(text, transport.default_schema, transport.default_catalog)
     return TableRef(address, transport.dialect)
+
+
+def endpoint_queue_address(endpoint: str, transport: TransportConfig) -> str:
+    """The address of the queue an endpoint named ``endpoint`` receives from by default: the table of
+    that very name in the default schema. A dotted name (``Sales.Orders``) is one table, where an
+    address would split it (PostgreSQL: schema ``Sales``, table ``Orders``: a review). A name no
+    address can hold is given back as it is, for the resolution to refuse with its reason."""
+    rules, table = named_dialect(transport.dialect), QueueAddress(endpoint)
+    try:
+        return endpoint if rules.resolve(endpoint, None, None) == table else rules.format(table)
+    except QueuelakeError:
+        return endpoint
 
 
 def bridge_ref(name: str, transport: TransportConfig) -> TableRef:

@@ -81,6 +81,29 @@ def test_each_row_goes_where_the_per_row_rules_say() -> None:
     assert got == [expected for _, expected in CASES]
 
 
+def test_an_audited_message_goes_to_the_queue_named_as_its_dotted_endpoint() -> None:
+    """An endpoint named ``Sales.Orders`` receives from the table ``Sales.Orders`` in the default schema;
+    its name taken as a PostgreSQL address split it into schema ``Sales`` and table ``Orders`` (a
+    review: "queue table "Sales"."Orders" does not exist", or another endpoint's queue if it did)."""
+    from queuelake.transport.table_refs import endpoint_queue_address
+
+    rows = [(None, False, True, "Sales.Orders", "audit"), (None, False, True, "Billing", "audit")]
+    rows += [(None, False, False, None, '"public"."Orders"')]
+    planned = Planned.of(keys(rows), None, lambda e: endpoint_queue_address(e, CONFIG.transport))
+    assert planned.table.column("address").to_pylist() == ['"Sales.Orders"', "Billing", '"public"."Orders"']
+    [dotted, plain, _] = [queue_ref(a, CONFIG.transport) for a in planned.table.column("address").to_pylist()]
+    assert (dotted.address.schema, dotted.address.table) == ("public", "Sales.Orders")
+    assert (plain.address.schema, plain.address.table) == ("public", "Billing")
+    sqlserver = from_dict(
+        {
+            "transport": {"connection": "Driver=x;Server=y", "dialect": "sqlserver", "driver": "pyodbc"},
+            "lake": {"root": "/l"},
+        },
+        env={},
+    )
+    assert endpoint_queue_address("Sales.Orders", sqlserver.transport) == "Sales.Orders"  # its table runs to the @
+
+
 def test_to_sends_every_row_there() -> None:
     planned = Planned.of(keys([row for row, _ in CASES]), "TestEndpoint")
     failures = [bool(row[1]) for row, _ in CASES]

@@ -10,6 +10,7 @@ the batch, not with the selection.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,9 +41,10 @@ class Planned:
     targets: dict[str, TableRef]
 
     @classmethod
-    def of(cls, landed: pa.Table, to: str | None) -> Planned:
+    def of(cls, landed: pa.Table, to: str | None, endpoint_queue: Callable[[str], str] | None = None) -> Planned:
         """Each landed row's kind and address: a retry to its FailedQ, a replay to the endpoint
-        that processed it (or back to the queue it was drained from), or anything to ``--to``."""
+        that processed it (or back to the queue it was drained from), or anything to ``--to``.
+        ``endpoint_queue``: an endpoint's name as its input queue's address (``endpoint_queue_address``)."""
         n = landed.num_rows
         failure = pc.fill_null(landed.column("is_failure"), False)
         if to is not None:
@@ -52,6 +54,8 @@ class Planned:
         else:
             failed_queue = landed.column("failed_queue")
             endpoint = landed.column("processing_endpoint")
+            if endpoint_queue is not None:
+                endpoint = _mapped(endpoint, endpoint_queue)
             has_failed_queue = pc.fill_null(pc.not_equal(pc.utf8_trim_whitespace(failed_queue), ""), False)
             has_endpoint = pc.fill_null(pc.not_equal(endpoint, ""), False)
             audited = pc.fill_null(landed.column("is_audit"), False)
@@ -176,3 +180,13 @@ def rows_of(table: pa.Table, targets: dict[str, TableRef]) -> list[Row]:
         Row(q, s, i, m, t, kind, address, f, x, target=targets[target])
         for q, s, i, m, t, kind, address, f, x, target in zip(*columns, strict=True)
     ]
+
+
+def _mapped(values: pa.ChunkedArray | pa.Array, function: Callable[[str], str]) -> pa.Array:
+    """``function`` of each distinct non-empty value (nulls and empty text as they are)."""
+    distinct = [v for v in pc.unique(values).to_pylist() if v]
+    if not distinct:
+        return values
+    at = pc.index_in(values, value_set=pa.array(distinct, pa.string()))
+    mapped = pc.take(pa.array([function(v) for v in distinct], pa.string()), at)
+    return pc.if_else(pc.is_valid(at), mapped, values)

@@ -64,6 +64,7 @@ from queuelake.status import Status
 from queuelake.transport import ledger, locks
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
+from queuelake.transport.table_refs import endpoint_queue_address
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -155,7 +156,8 @@ class Replayer:
             t0 = time.monotonic()
             with self.steps.timed("select"):
                 keys = self.selection.select(version)
-                planned, others = self.selection.planned(keys)
+                transport = self.database.transport
+                planned, others = self.selection.planned(keys, lambda e: endpoint_queue_address(e, transport))
             result.selected_by = self.selection.by
             result.matched = keys.num_rows
             log.info(

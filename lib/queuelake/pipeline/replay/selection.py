@@ -78,8 +78,9 @@ class Selection:
         # (a journal row twice) keep the files' order, the same in every run.
         return keys.sort_by([(c, "ascending") for c in ("queue", "seq", "id", "row_index")])
 
-    def planned(self, keys: pa.Table) -> tuple[Planned, pa.Table]:
-        """(the landed rows to plan, first --limit of them), and the other selected rows."""
+    def planned(self, keys: pa.Table, endpoint_queue: Callable[[str], str] | None = None) -> tuple[Planned, pa.Table]:
+        """(the landed rows to plan, first --limit of them), and the other selected rows.
+        ``endpoint_queue``: an endpoint's name as its input queue's address (``Planned.of``)."""
         landed_mask = pc.equal(keys.column("outcome"), "landed")
         if pc.all(landed_mask).as_py() in (True, None):  # a retry's selection, mostly: no copy
             landed, others = keys, keys.slice(0, 0)
@@ -87,7 +88,7 @@ class Selection:
             landed, others = keys.filter(landed_mask), keys.filter(pc.invert(landed_mask))
         if self.options.limit is not None:
             landed = landed.slice(0, self.options.limit)
-        return Planned.of(landed, self.options.to), others
+        return Planned.of(landed, self.options.to, endpoint_queue), others
 
     def time_zone(self) -> str:
         """The time zone Spark reads a time without one in (the session's, else the configured one)."""
