@@ -394,6 +394,34 @@ def test_a_row_recorded_as_skipped_stays_unsent_when_its_queue_appears(failures,
     assert len(drain_all(cfg, "Billing")) == len(drain_all(cfg, "Shipping")) == 15
 
 
+@pytest.mark.parametrize("order", ["unsendable-first", "sendable-first"])
+def test_two_rows_of_one_queue_and_seq_are_each_sent_or_skipped(
+    fresh_pg_uri: str, tmp_path: Path, spark, order
+) -> None:
+    """The error table dropped and re-created between two drains: two journal rows share (queue, seq),
+    one whose FailedQ has no table, one to Billing. Keyed by (queue, seq), the skip took one of the
+    two at random: the other was sent or not, and neither sent nor recorded (two reviews). The row id
+    tells them apart: one sent, one skipped."""
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["error"])
+    install(cfg, ["Billing"])
+    orig = list(traffic.order_events(2, seed=5))
+    lives = [failed(orig[0], "NoSuchQueue", TIMEOUT), failed(orig[1], "Billing", TIMEOUT)]
+    if order == "sendable-first":
+        lives.reverse()
+    lake = open_lake(cfg.lake)
+    for life in lives:
+        with db.connect(cfg.transport) as conn:
+            conn.raw.execute('DROP TABLE IF EXISTS "public"."error"')
+            conn.commit()
+        install(cfg, ["Billing"])
+        send(cfg, "error", [life])
+        assert drain(cfg, lake)["landed"] == 1
+    assert lake.read_arrow("messages", columns=["seq"]).column("seq").to_pylist() == [1, 1]
+    summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    assert summary["rows_sent"] == 1 and summary["skipped"] == 1, summary
+    assert len(drain_all(cfg, "Billing")) == 1
+
+
 @pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
 def test_a_queue_table_refusing_its_rows_is_skipped_and_the_others_are_sent(failures, spark, from_rows) -> None:
     """A destination table that refuses the rows themselves (a CHECK constraint; the catalog cannot tell

@@ -133,15 +133,22 @@ def test_destinations_are_judged_once_each_and_batches_hold_only_what_is_sent() 
     billing, shipping = '"public"."Billing"', '"public"."Shipping"'
     assert planned.counts()[0] == {billing: 5, shipping: 3, '"public"."Orders"': 1}
 
-    assert planned.positions_of({("error", 0), ("error", 9), ("error", 11), ("elsewhere", 1)}) == {
-        ("error", 0): 0,
-        ("error", 9): 9,
-        ("error", 11): 11,
+    wanted = {
+        ("error", 0, "id-0"),
+        ("error", 9, None),
+        ("error", 11, "id-11"),
+        ("error", 10, "id-9"),
+        ("elsewhere", 1, None),
+    }
+    assert planned.positions_of(wanted) == {  # a row id tells rows of one (queue, seq) apart; None: any
+        ("error", 0, "id-0"): [0],
+        ("error", 9, None): [9],
+        ("error", 11, "id-11"): [11],
     }
     assert [Cut(12, 4).batch_of(p) for p in (0, 9, 11)] == [0, 2, 2]
     assert [Cut(12, 4, canary=2).batch_of(p) for p in (0, 1, 2, 5, 6, 11)] == [0, 0, 1, 1, 2, 3]
     assert Cut(12, 4, canary=2).batches == 4 and Cut(2, 4, canary=2).batches == 1 and Cut(0, 4, 2).batches == 0
-    planned.exclude({("Orders", 8), ("error", 10)})
+    planned.exclude({("Orders", 8, "id-8"), ("error", 10, None)})
     destinations, types = planned.counts()
     assert destinations == {billing: 5, shipping: 2}
     assert types == {billing: {"T": 3, "(unknown)": 2}, shipping: {"T": 1, "(unknown)": 1}}

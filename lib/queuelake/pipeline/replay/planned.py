@@ -31,6 +31,10 @@ _NULL = pa.scalar(None, pa.string())
 _PLAN_COLUMNS = ["queue", "seq", "id", "message_id", "message_type", "kind", "address", "file", "row_index"]
 
 
+# a planned row: queue, seq and row id (None: every row of that queue and seq)
+RowKey = tuple[str, int, "str | None"]
+
+
 @dataclass
 class Planned:
     """The landed rows a replay plans to send, in batch order: ``table`` has the columns of
@@ -112,34 +116,47 @@ class Planned:
         """The rows with a reason not to send them."""
         return self.table.filter(pc.is_valid(self.table.column("reason")))
 
-    def positions_of(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The plan position of each of ``keys`` (queue, seq) that is in the plan (its batch:
-        ``Cut.batch_of``)."""
+    def positions_of(self, keys: set[RowKey]) -> dict[RowKey, list[int]]:
+        """The plan positions of each of ``keys`` that is in the plan (a batch: ``Cut.batch_of``). A
+        key's row id tells apart two rows of one (queue, seq): a queue table dropped and re-created
+        starts its seqs again, and keyed by (queue, seq) alone one of two such rows was left out at
+        random, unsent and unrecorded (two reviews). A key without a row id (a record written
+        without it) names every row of its queue and seq."""
         if not keys:
             return {}
-        queues, seqs = zip(*keys, strict=True)
-        wanted = pa.table({"queue": pa.array(queues, pa.string()), "seq": pa.array(seqs, pa.int64())})
-        positions = self.table.select(["queue", "seq"]).append_column(
+        queues, seqs, ids = zip(*keys, strict=True)
+        wanted = pa.table(
+            {
+                "queue": pa.array(queues, pa.string()),
+                "seq": pa.array(seqs, pa.int64()),
+                "id": pa.array(ids, pa.string()),
+            }
+        )
+        positions = self.table.select(["queue", "seq", "id"]).append_column(
             "position", pa.array(np.arange(self.num_rows, dtype=np.int64))
         )
-        found = wanted.join(positions, ["queue", "seq"], join_type="inner")
-        return {
-            (q, s): p
-            for q, s, p in zip(
-                found.column("queue").to_pylist(),
-                found.column("seq").to_pylist(),
-                found.column("position").to_pylist(),
+        exact = wanted.filter(pc.is_valid(wanted["id"])).join(positions, ["queue", "seq", "id"], join_type="inner")
+        loose = wanted.filter(pc.is_null(wanted["id"])).select(["queue", "seq"])
+        loose = loose.join(positions.drop_columns(["id"]), ["queue", "seq"], join_type="inner")
+        found: dict[RowKey, list[int]] = {}
+        for table, with_id in ((exact, True), (loose, False)):
+            for q, s, i, p in zip(
+                table.column("queue").to_pylist(),
+                table.column("seq").to_pylist(),
+                table.column("id").to_pylist() if with_id else [None] * table.num_rows,
+                table.column("position").to_pylist(),
                 strict=True,
-            )
-        }
+            ):
+                found.setdefault((q, s, i), []).append(p)
+        return found
 
-    def exclude(self, keys: set[tuple[str, int]]) -> None:
+    def exclude(self, keys: set[RowKey]) -> None:
         """Not to be sent: these rows' targets cleared (they were recorded as skipped)."""
         if not keys:
             return
         excluded = self.positions_of(keys)
         mask = np.zeros(self.num_rows, dtype=bool)
-        mask[list(excluded.values())] = True
+        mask[[p for found in excluded.values() for p in found]] = True
         target = pc.if_else(pa.array(mask), _NULL, self.table.column("target"))
         self.table = self.table.set_column(self.table.schema.get_field_index("target"), "target", target)
 

@@ -307,7 +307,7 @@ class Replayer:
         reason = f"the table refused the message: {error}"
         records = skips.refused_records(replay_id, planned, cut, table, reason, batches)
         skips.record_skips(self.lake, replay_id, records)
-        planned.exclude({(r["queue"], r["seq"]) for r in records})
+        planned.exclude({skips.row_key(r) for r in records})
         result = self.result
         assert result is not None
         result.skipped += len(records)

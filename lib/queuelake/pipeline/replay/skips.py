@@ -12,19 +12,24 @@ import pyarrow.compute as pc
 from queuelake.lake import record_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.replay.plan import Cut
-from queuelake.pipeline.replay.planned import Planned
+from queuelake.pipeline.replay.planned import Planned, RowKey
 from queuelake.pipeline.runs import record_engine
 
 SKIPPED = record_tables.REPLAY_SKIPPED.name
 SKIPPED_SCHEMA: pa.Schema = record_tables.REPLAY_SKIPPED.schema
 
 
-def recorded_skips(lake: LakeEngine, replay_id: str) -> set[tuple[str, int]]:
+def recorded_skips(lake: LakeEngine, replay_id: str) -> set[RowKey]:
     if not lake.exists(SKIPPED):
         return set()
-    table = lake.read_arrow(SKIPPED, columns=["replay_id", "queue", "seq"])
+    table = lake.read_arrow(SKIPPED, columns=["replay_id", "queue", "seq", "id"])
     table = table.filter(pc.equal(table.column("replay_id"), replay_id))
-    return set(zip(table.column("queue").to_pylist(), table.column("seq").to_pylist(), strict=True))
+    return set(zip(*(table.column(c).to_pylist() for c in ("queue", "seq", "id")), strict=True))
+
+
+def row_key(record: dict[str, Any]) -> RowKey:
+    """A skip record's row: (queue, seq, row id)."""
+    return (record["queue"], record["seq"], record["id"])
 
 
 def record_skips(lake: LakeEngine, replay_id: str, records: list[dict[str, Any]]) -> None:
@@ -88,17 +93,17 @@ def settle_skips(
     done: set[int],
     planned: Planned,
     records: list[dict[str, Any]],
-) -> tuple[list[dict[str, Any]], list[str], set[tuple[str, int]]]:
+) -> tuple[list[dict[str, Any]], list[str], set[RowKey]]:
     """Which rows this run skips, and which of them are new to the record. The record is final: a
     row an earlier run recorded stays unsent; a row found undeliverable now is recorded only when
     its batch is still to be sent (one in a sent batch went out while its queue was there).
     Returns (new records, reasons to report, keys not to send)."""
     frozen = recorded_skips(lake, replay_id) if replay_id else set()
-    found = planned.positions_of(frozen | {(rec["queue"], rec["seq"]) for rec in records})
-    position = {key: cut.batch_of(p) for key, p in found.items()}
+    found = planned.positions_of(frozen | {row_key(rec) for rec in records})
+    position = {key: cut.batch_of(min(p)) for key, p in found.items()}
     new, reasons, current = [], [], set()
     for rec in records:
-        key = (rec["queue"], rec["seq"])
+        key = row_key(rec)
         current.add(key)
         if key in frozen:
             reasons.append(rec["reason"])
@@ -107,7 +112,7 @@ def settle_skips(
             reasons.append(rec["reason"])
     earlier = [k for k in frozen if k in position and k not in current]
     reasons += ["recorded as skipped by an earlier run of this replay"] * len(earlier)
-    skip = frozen | {(rec["queue"], rec["seq"]) for rec in new}
+    skip = frozen | {row_key(rec) for rec in new}
     return new, reasons, skip
 
 
