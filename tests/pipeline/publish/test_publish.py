@@ -433,6 +433,38 @@ def test_a_table_whose_first_batch_in_parts_holds_only_refused_copies_gets_the_o
     assert [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Picky")] == ["e3", "e4", "e5", "e6"]
 
 
+def test_a_stop_now_inside_an_output_keeps_its_sent_batches_in_the_summary_and_runs(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second signal (``Interrupted`` in the main thread) during batch 3 of the only output: batches
+    1 and 2 are committed, and the summary and the ``runs`` rows say so. Only the outputs finished
+    before the stop were kept: "published: 0" and no ``runs`` row (a review)."""
+    from queuelake import stopping
+    from queuelake.pipeline.publish import driver
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
+    setup_db(cfg, ["Valid"])
+    subscribe(cfg, "Valid", "Valid", BASE)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 11)])
+    real, calls = driver.DriverSender.insert_batch, []
+
+    def stop_now_on_the_third(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise stopping.Interrupted("stopped by signal SIGTERM")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(driver.DriverSender, "insert_batch", stop_now_on_the_third)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        publish(cfg, spark, lake)
+    done = stopping.done_before(stopped.value)["publish"]
+    assert [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")] == ["e1", "e2", "e3", "e4"]
+    assert done["published"] == 4 and done["outputs"][0]["status"] == "interrupted", done
+    runs = [r for r in lake.read_arrow("runs").to_pylist() if r["command"] == "publish"]
+    assert [(r["status"], r["published"]) for r in runs] == [("interrupted", 4)], runs
+
+
 def test_a_stop_asked_during_a_round_ends_it_at_a_batch_boundary_with_its_counts(
     fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,6 +50,7 @@ class Publisher:
         self.ledger = database.ledger
         self.router = Router(config)
         self.bad = BadDestinations()  # warned about once per run, whichever output found them
+        self.sending: OutputResult | None = None  # the output being sent, its counts batch by batch
         self.driver_sender = DriverSender(lake, self.router, self.ledger, self.bad)
         self.executor_sender = executors.ExecutorSender(database, spark, lake, self.router, self.ledger, self.bad)
 
@@ -93,6 +94,7 @@ class Publisher:
 
     def _publish_output(self, conn: Connection, output: str, pipeline: str) -> OutputResult:
         result = OutputResult(output)
+        self.sending = result  # filled batch by batch: what a stop now keeps of this output
         rnd, done = next_round(conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size)
         result.round = rnd.key(0, 0).split(":")[0]
         if rnd.after is not None and rnd.after >= rnd.upto:
@@ -209,6 +211,10 @@ def publish(config: Config, database: QueueDatabase, spark: SparkSession, lake: 
         # a stop now (a second signal): the outputs sent keep their runs rows and go with it to the
         # summary, which said only "interrupted" while batches had gone out (a review)
         stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+        sending = publisher.sending
+        if stop is not None and sending is not None and all(r is not sending for r in results):
+            sending.status = Status.INTERRUPTED  # the output in hand: the batches it sent count (a review)
+            results.append(sending)
         if stop is not None:
             try:
                 run.record(lake, [row for r in results for row in r.runs_rows()])
