@@ -394,6 +394,35 @@ def test_a_row_recorded_as_skipped_stays_unsent_when_its_queue_appears(failures,
     assert len(drain_all(cfg, "Billing")) == len(drain_all(cfg, "Shipping")) == 15
 
 
+def test_a_replay_whose_records_fail_after_sending_names_its_id_and_its_rerun_sends_nothing(
+    failures, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Object storage reset the PUT of the ``replays`` commit after every batch went out: the command
+    failed "unexpected", with no replay id, and the same command again sent every message a second
+    time (a review). The summary now names the id; its rerun sends nothing and writes the records."""
+    from queuelake.lake.delta_rs import engine
+
+    cfg, *_ = failures
+    real = engine.exactly_once
+
+    def reset(table_uri, table, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if table == "replays":
+            raise OSError("Generic S3 error: Error after 0 retries: connection reset by peer")
+        return real(table_uri, table, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "exactly_once", reset)
+    first = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    assert first["status"] == "failed" and first["rows_sent"] == 30, first
+    rid = first["replay_id"]
+    assert f"--replay-id {rid}" in first["error"] and "connection reset" in first["error"], first
+    monkeypatch.setattr(engine, "exactly_once", real)
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=rid)
+    assert again["status"] == "ok" and again["rows_sent"] == 0, again
+    assert len(drain_all(cfg, "Billing")) == len(drain_all(cfg, "Shipping")) == 15
+    replays = read_table(str(Path(cfg.lake.root) / "replays")).to_pylist()
+    assert [r["replay_id"] for r in replays] == [rid], replays
+
+
 @pytest.mark.parametrize("order", ["unsendable-first", "sendable-first"])
 def test_two_rows_of_one_queue_and_seq_are_each_sent_or_skipped(
     fresh_pg_uri: str, tmp_path: Path, spark, order

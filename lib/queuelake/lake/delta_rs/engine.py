@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import catalogue, deletes
+from queuelake.lake import catalogue, deletes, storage
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
 from queuelake.lake.delta_rs.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
@@ -185,16 +185,19 @@ class DeltaRsEngine(StagedWrites):
         with self._lock(table, app_id):
             if self._load(table) is None:
                 self.create_table(table, lake_schema(data.schema, all_nullable=True))
-            return exactly_once(
-                self.path(table),
-                table,
-                app_id,
-                version,
-                self.name,
-                write,
-                storage_options=self.storage_options,
-                attempts=_COMMIT_ATTEMPTS,
-            )
+            try:
+                return exactly_once(
+                    self.path(table),
+                    table,
+                    app_id,
+                    version,
+                    self.name,
+                    write,
+                    storage_options=self.storage_options,
+                    attempts=_COMMIT_ATTEMPTS,
+                )
+            except OSError as exc:  # a store that reset the commit's PUT: one line, a LakeError (a review)
+                raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
 
     def append_dataframe(self, table: str, df: DataFrame, app_id: str, version: int) -> bool:
         """Executors write Parquet files, one commit (in ``DataSourceWriter.commit``) with (app_id, version).

@@ -370,7 +370,10 @@ def replay(
     except BaseException as exc:  # SIGTERM's Interrupted, Ctrl-C: record what was sent, then go on
         if replayer.sending:
             replayer.result.status, replayer.result.error = Status.INTERRUPTED, str(exc) or type(exc).__name__
-            replayer.record(replayer.result)
+            try:
+                replayer.record(replayer.result)
+            except QueuelakeError as failed:  # the stop is what the command reports
+                log.warning("replay %s: its records were not written: %s", replayer.result.replay_id, failed)
             # a stop now (a second signal): what was sent goes with it to the summary, which said only
             # "interrupted" (a review)
             stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
@@ -379,7 +382,18 @@ def replay(
         raise
     if not options.dry_run:
         with replayer.steps.timed("record"):
-            replayer.record(result)
+            try:
+                replayer.record(result)
+            except QueuelakeError as exc:
+                # what was sent stays sent: the summary names the replay id, whose rerun sends nothing twice
+                # and writes the records (a review: the error had no id, and the same command again
+                # sent every message a second time)
+                result.status = Status.FAILED
+                result.error = (
+                    f"the replay's records were not written ({exc}); what it sent stays sent: run it again with "
+                    f"--replay-id {result.replay_id} to write them (it sends nothing twice)"
+                )
+                log.error("replay %s: %s", result.replay_id, result.error)
     return _summary(replayer, result, options)
 
 
