@@ -55,3 +55,21 @@ def test_spark_submit_warns_of_a_driver_memory_it_cannot_take(tmp_path: Path) ->
     assert "spark.conf spark.driver.memory: '3g' has no effect under spark-submit" in out, out[-3000:]
     assert "--driver-memory" in out
     assert os.environ.get("PYSPARK_GATEWAY_PORT") is None  # this process is not under spark-submit
+
+
+def test_delta_parallelism_is_sized_on_a_cluster_too() -> None:
+    """Delta's defaults (50 log partitions, VACUUM listing in stages of 10,000 tasks) were sized for local
+    masters only: on a standalone master an erase of 20 rows ran 30,458 tasks (a review). A cluster takes
+    its cores as the config says them, else ``CLUSTER_DELTA_PARALLELISM``; a setting given wins."""
+    from queuelake import spark as spark_module
+
+    def sized(conf: dict[str, str], master: str) -> tuple[str | None, str | None]:
+        merged = spark_module.session_conf({"spark.jars": "/j/delta-spark_2.13-4.0.0.jar", **conf}, master=master)
+        keys = ("spark.databricks.delta.snapshotPartitions", "spark.sql.sources.parallelPartitionDiscovery.parallelism")
+        return merged.get(keys[0]), merged.get(keys[1])
+
+    assert sized({}, "local[2]") == ("2", "2")
+    default = str(spark_module.CLUSTER_DELTA_PARALLELISM)
+    assert sized({}, "spark://master:7077") == (default, default)
+    assert sized({"spark.cores.max": "6"}, "spark://master:7077") == ("6", "6")
+    assert sized({"spark.databricks.delta.snapshotPartitions": "40"}, "yarn")[0] == "40"
