@@ -354,3 +354,25 @@ def test_bodies_config_is_checked(bodies: dict, named: str, tmp_path: Path) -> N
 
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         config("postgresql://unused/none", tmp_path, "delta-rs", **bodies)
+
+
+def test_bodies_stopped_before_its_first_slice_records_an_interrupted_run(tmp_path: Path, spark) -> None:
+    """A stop asked while Spark started: no slice runs, and the summary and the ``runs`` row say
+    "interrupted" (they said "ok" with nothing done: a review); the next run types the journal."""
+    from queuelake import stopping
+    from queuelake.config import from_dict
+
+    from tests.helpers.journal_rows import append, batch
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake, spark)
+    append(lake, batch('"public"."Sales"', range(0, 10), dt.datetime.now(dt.timezone.utc)))
+    stopping.request()
+    try:
+        summary = bodies_run.bodies(cfg, spark, lake)
+    finally:
+        stopping.reset()
+    assert summary["status"] == "interrupted", summary
+    runs = [r for r in lake.read_arrow("runs").to_pylist() if r["run_id"] == summary["run_id"]]
+    assert [(r["table"], r["status"]) for r in runs] == [("body_increments", "interrupted")], runs
+    assert bodies_run.bodies(cfg, spark, lake)["status"] == "ok"

@@ -112,11 +112,12 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         )
     totals = Totals()
     error: str | None = None
-    interrupted = False
+    interrupted = stopped = False
     for number, (low, high) in enumerate(spans, 1):
         label = f"{number}/{len(spans)}" if len(spans) > 1 else ""
         if stopping.requested():  # also before the first: a stop asked while Spark started (a review)
             log.warning("bodies: asked to stop; slice %d of %d not started (the next run takes it)", number, len(spans))
+            stopped = True
             break
         try:
             totals.add(_slice(config, spark, lake, run, low, high, label))
@@ -138,7 +139,12 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
         if totals.failed:
             break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
     status = Status.INTERRUPTED if interrupted else Status.FAILED if totals.failed else Status.OK
-    run.record(lake, _runs_rows(totals))
+    rows = _runs_rows(totals)
+    if stopped and not totals.failed:  # slices left for the next run: the runs rows say so, not a lone "ok" (a review)
+        status = Status.INTERRUPTED
+        left = {"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.INTERRUPTED}
+        rows = [r for r in rows if r["table"] != INCREMENTS or r.get("rows_in")] + [left]
+    run.record(lake, rows)
     return _summary(run, totals, after, started, status, error)
 
 
