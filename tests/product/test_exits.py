@@ -441,7 +441,12 @@ def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: st
     assert summary["landed"] == len(journal) > 0 and summary["run_id"], summary
     runs = read_table(str(lake_root / "runs")).to_pylist()
     assert [r for r in runs if r["run_id"] == summary["run_id"]], runs
-    assert "stops at its next batch boundary all the same" in err, err[-3000:]
+    # said when it came while the workers ran; a drain that stopped within the 50 ms (a CI run's did,
+    # in 30 ms) took it after its pool, as a stop now, whose summary kept the counts as asserted above
+    pool_ended = err.find("message(s) from 1 queue(s)")
+    said = err.find("stops at its next batch boundary all the same")
+    assert said != -1 or pool_ended != -1, err[-3000:]
+    assert said == -1 or pool_ended == -1 or said < pool_ended, err[-3000:]
 
 
 def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[str, bool]]) -> tuple[list[str], dict]:
