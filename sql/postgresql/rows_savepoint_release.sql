@@ -1,2 +1,2 @@
--- The copies taken: the savepoint freed, so a batch sent in many parts holds no pile of subtransactions.
+-- After a probe's rollback (``queues.probe``): the savepoint freed, so probes do not nest.
 RELEASE SAVEPOINT queuelake_rows;

@@ -1,2 +1,2 @@
--- The copies the table refused undone; the batch's transaction goes on (``queues.savepoint``).
+-- A probe's copies undone, taken or refused; the batch's transaction goes on (``queues.probe``).
 ROLLBACK TO SAVEPOINT queuelake_rows;

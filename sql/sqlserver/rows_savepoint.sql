@@ -1,2 +1,2 @@
--- Before a table's copies are sent on their own inside a batch's transaction (``queues.savepoint``).
+-- Before a part of a table's copies is probed inside a batch's transaction (``queues.probe``).
 SAVE TRANSACTION queuelake_rows;

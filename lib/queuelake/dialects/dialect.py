@@ -59,7 +59,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "ledger_batches",
         "ledger_insert",
         "ledger_of_pipeline",
-        # a table's copies sent on their own within a batch (``queues.savepoint``)
+        # a part of a table's copies probed within a batch (``queues.probe``)
         "rows_savepoint",
         "rows_savepoint_rollback",
         # the drain's claims, lock and session

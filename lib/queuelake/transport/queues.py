@@ -251,19 +251,21 @@ def immediate_constraints(conn: Connection) -> None:
 
 
 @contextlib.contextmanager
-def savepoint(conn: Connection) -> Iterator[None]:
-    """The work inside undone alone if it raises (the batch's transaction goes on), kept if not. Why:
-    a table that refuses some copies of a batch is sent its copies in parts, each in a savepoint, so the
-    refused ones are found and the others delivered (``routing.send_isolating``)."""
+def probe(conn: Connection) -> Iterator[None]:
+    """The work inside undone when it ends, raising or not (the batch's transaction goes on): did the
+    table take it? Why: a table that refuses some copies of a batch is sent its copies in parts, each
+    probed so, to find the refused ones; the others are then sent once, together
+    (``routing.send_isolating``). Parts kept in savepoints overflowed PostgreSQL's cache of a
+    transaction's subtransactions (64) in every batch of 1,000 copies with one in ten refused (a review):
+    an overflowed transaction slows every snapshot on the server. A part rolled back leaves none."""
     conn.run("rows_savepoint")
     try:
         yield
-    except BaseException:
+    finally:
         with contextlib.suppress(Exception):  # a connection lost: the original error is the one to tell
             conn.run("rows_savepoint_rollback")
-        raise
-    if conn.rules.releases_savepoints:
-        conn.run("rows_savepoint_release")
+            if conn.rules.releases_savepoints:
+                conn.run("rows_savepoint_release")
 
 
 def store_delayed(conn: Connection, delayed: TableRef, messages: Iterable[tuple[str, bytes | None, int]]) -> int:
