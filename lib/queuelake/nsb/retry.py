@@ -37,6 +37,9 @@ RETRY_ACKNOWLEDGEMENT_QUEUE = "ServiceControl.Retry.AcknowledgementQueue"
 REPLAY_ID = "queuelake.Replay.Id"
 REPLAY_KIND = "queuelake.Replay.Kind"  # retry | redirect | replay
 REPLAY_SOURCE = "queuelake.Replay.Source"  # the journal row: <queue>@<seq>
+# and its row id: a queue table dropped and re-created numbers its rows from 1 again, so two journal
+# rows can share a <queue>@<seq>; the id tells them apart (copies sent before it carry none)
+REPLAY_SOURCE_ID = "queuelake.Replay.SourceId"
 REPLAY_ORIGINAL_MESSAGE_ID = "queuelake.Replay.OriginalMessageId"  # replays get a new MessageId
 
 

@@ -21,7 +21,14 @@ from queuelake.commands.demo import traffic
 from queuelake.config import Config, from_dict
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.nsb import headers as hdr
-from queuelake.nsb.retry import REPLAY_ID, REPLAY_KIND, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID, unique_message_id
+from queuelake.nsb.retry import (
+    REPLAY_ID,
+    REPLAY_KIND,
+    REPLAY_SOURCE,
+    REPLAY_SOURCE_ID,
+    RETRY_UNIQUE_MESSAGE_ID,
+    unique_message_id,
+)
 from queuelake.pipeline.failures import fingerprint as fp
 from queuelake.pipeline.failures import show
 from queuelake.pipeline.failures.groups import Group
@@ -108,7 +115,7 @@ def _seed(cfg: Config, queue: str, messages: list[OutgoingMessage]) -> None:
         traffic.seed(conn, queue_ref(queue, cfg.transport), messages)
 
 
-def _selects(cfg: Config, where: str) -> set[tuple[str, int]]:
+def _selects(cfg: Config, where: str) -> set[tuple[str, int, str]]:
     """The journal rows replay's Arrow selection takes for ``where``, after replay's checks."""
     lake = journal_engine(open_lake(cfg.lake))
     version = lake.table_version("messages")
@@ -118,11 +125,11 @@ def _selects(cfg: Config, where: str) -> set[tuple[str, int]]:
     predicate = arrow_predicate(where, schema)
     assert predicate is not None, f"replay would need Spark for {where!r}"
     keys, _ = select_keys(lake.added_files("messages", None, version), schema, predicate)
-    return set(zip(keys["queue"].to_pylist(), keys["seq"].to_pylist()))
+    return set(zip(keys["queue"].to_pylist(), keys["seq"].to_pylist(), keys["id"].to_pylist()))
 
 
-def _rows(g: Group) -> set[tuple[str, int]]:
-    return {(r.queue, r.seq) for r in g.replay_rows()}
+def _rows(g: Group) -> set[tuple[str, int, str]]:
+    return {r.key for r in g.replay_rows()}
 
 
 def _by_exception(groups: list[Group]) -> dict[tuple[str | None, int], Group]:
@@ -373,6 +380,41 @@ def test_a_message_is_replayed_by_the_group_of_its_latest_failure(cfg: Config) -
     assert table[n.id][1:5] == ["2", "2", "1", "1"]
 
 
+@pytest.mark.parametrize("names_its_id", [True, False], ids=["source-id", "sent-before-source-ids"])
+def test_a_recreated_error_tables_new_failure_is_not_taken_for_the_old_one_retried(
+    cfg: Config, names_its_id: bool
+) -> None:
+    """The error table dropped and re-created numbers its rows from 1 again: a new failure at
+    ``error@1`` was shown resolved (the retry of the old ``error@1`` was taken for its retry) and left
+    out of the replay, while the group's --where selected the old, resolved row too (a review). The
+    retry's copy names its source's row id; a copy without one (sent before) retried the row failed
+    before it; the --where leaves the namesake out by its id."""
+    found = failure_groups(open_lake(cfg.lake))
+    a = found.groups[0]
+    first = next(r for r in a.rows if r.message_id == ORDERS[0].id)
+    assert first.seat == (ERROR, 1)
+    source = {REPLAY_ID: "r-1", REPLAY_KIND: "retry", REPLAY_SOURCE: f"{first.queue}@{first.seq}"}
+    if names_its_id:
+        source[REPLAY_SOURCE_ID] = first.id
+    _seed(cfg, "audit", [traffic.audit_copy(_with(ORDERS[0], source), "Billing", T0 + dt.timedelta(hours=1), 20)])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute(f"DROP TABLE {ERROR}")
+        conn.commit()
+        installer.install(conn, installer.plan(cfg))
+    _seed(cfg, "error", [_failed(ORDERS[8], "Billing", TIMEOUT, 70, BUILD_1[0])])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+
+    a2 = failure_groups(open_lake(cfg.lake)).groups[0]
+    assert a2.id == a.id and len(a2.rows) == 6
+    new = next(r for r in a2.rows if r.message_id == ORDERS[8].id)
+    assert new.seat == first.seat and new.key != first.key
+    s = a2.summary()
+    assert (s["messages"], s["resolved"], s["unresolved"], s["retried_processed"]) == (6, 1, 5, 1), s
+    assert a2.message_ids() == [ORDERS[i].id for i in (1, 2, 3, 4, 8)]
+    assert "id NOT IN" in a2.where
+    assert _selects(cfg, a2.where) == _rows(a2) and new.key in _rows(a2) and first.key not in _rows(a2)
+
+
 def test_a_group_without_a_processing_endpoint_shows_the_one_its_failed_queue_names() -> None:
     """A copy that failed before a handler ran has a FailedQ but no ProcessingEndpoint: the table showed
     "-" as its endpoint (found by a review)."""
@@ -417,7 +459,7 @@ def test_the_command(cfg: Config, tmp_path: Path) -> None:
     assert one.summary["message_ids"] == [ORDERS[i].id for i in range(5)]
     assert one.summary["group"] == first and one.summary["replay_where"].startswith("outcome = 'landed' AND ")
     [group] = [g for g in failure_groups(open_lake(cfg.lake)).groups if g.id == first]
-    assert _selects(cfg, one.summary["replay_where"]) == _rows(group) and {q for q, _ in _rows(group)} == {ERROR}
+    assert _selects(cfg, one.summary["replay_where"]) == _rows(group) and {q for q, _, _ in _rows(group)} == {ERROR}
     assert len(one.before_summary.splitlines()) == 6  # the header and five messages
     dry = run_cli(
         ["replay", "-c", str(conf), "--where-file", str(where_file), "--dry-run"],

@@ -185,6 +185,7 @@ _NAMES = st.sampled_from(
         "ServiceControl.Retry.AcknowledgementQueue",
         "queuelake.Replay.Id",
         "queuelake.Replay.Source",
+        "queuelake.Replay.SourceId",
         "queuelake.Replay.OriginalMessageId",
         "Custom",
         'with "quotes" \\ and \n',
@@ -234,6 +235,7 @@ def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) 
             expected = retry_headers({**original, hdr.MESSAGE_ID: carried} if carried else original, ack)
         expected |= {"queuelake.Replay.Id": "r-1", "queuelake.Replay.Kind": row.kind}
         expected["queuelake.Replay.Source"] = f"error@{row.seq}"
+        expected["queuelake.Replay.SourceId"] = row.id
         assert orjson.loads(message.headers) == expected
         assert message.ttbr_ms == timespan_ms(original.get(hdr.TIME_TO_BE_RECEIVED))
         assert message.body == b"b%d" % row.seq
@@ -343,6 +345,7 @@ def test_retry_round_trip(failures, spark, from_rows: int | None) -> None:
             expected["queuelake.Replay.Id"] = rid
             expected["queuelake.Replay.Kind"] = "retry"
             assert headers.pop("queuelake.Replay.Source").startswith('"public"."error"@')
+            assert headers.pop("queuelake.Replay.SourceId")
             assert headers == expected, set(headers) ^ set(expected)
             assert not STRIPPED & set(headers)
             if hdr.TIME_TO_BE_RECEIVED in original:  # Expires from the TTBR, by the database clock
@@ -645,6 +648,7 @@ def test_audited_messages_replayed_to_a_test_endpoint(failures, spark) -> None:
         assert headers.pop("queuelake.Replay.Kind") == "replay"
         assert headers.pop("queuelake.Replay.Id") == summary["replay_id"]
         headers.pop("queuelake.Replay.Source")
+        headers.pop("queuelake.Replay.SourceId")
         new_id = headers.pop(hdr.MESSAGE_ID)
         original = hdr.decode_map(source.headers)
         assert new_id != original.pop(hdr.MESSAGE_ID)  # a replay is a new message (outbox dedup)

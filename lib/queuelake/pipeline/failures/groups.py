@@ -30,9 +30,12 @@ the MessageId and the time, which would take another subscriber's failure. Its `
 (``Group.where``) names the key columns (readable, and they let row-group statistics prune) and then the
 rows themselves by ``queue`` and ``seq``, per error queue either as ``seq IN (...)`` or as ``seq BETWEEN
 lo AND hi`` less the other key-matching rows in that range, the shorter of the two. Rows are never
-rewritten in the journal (a row is its queue and seq for good), so the predicate selects exactly these
+rewritten in the journal (a row is its queue, seq and id for good), so the predicate selects exactly these
 rows at any later journal version: failures drained after it was printed are not added, and a rerun or a
-second replay of it sends the same rows. It is a predicate replay evaluates without Spark unless a key
+second replay of it sends the same rows. A queue table dropped and re-created numbers its rows
+from 1 again: a row of the same queue and seq as a selected one (its namesake) is left out by its id
+(``id NOT IN (...)``), and a retry's copy names its source's id (``queuelake.Replay.SourceId``), so a new
+failure is never taken for an old one retried. It is a predicate replay evaluates without Spark unless a key
 holds a backslash or a quote (Spark then reads it).
 """
 
@@ -50,7 +53,7 @@ import pyarrow as pa
 from queuelake.nsb.message_types import without_versions
 from queuelake.pipeline.failures.read import LaterCopy
 
-RowKey = tuple[str, int]  # a journal row: queue, seq
+RowKey = tuple[str, int, str]  # a journal row: queue, seq, id (a re-created table reuses seqs)
 
 Key = tuple[str | None, str | None, str | None, str]  # exception type, message type, endpoint, fingerprint
 
@@ -71,15 +74,21 @@ class Row:
     unique_id: str | None = None  # ServiceControl's id of the failed message (read.Failed's retry_unique_id)
     rank: int = 0  # its place among its message's failures (0: the first)
     message_type: str | None = None  # as the journal holds it (a generic's argument versions kept)
+    id: str = ""  # the journal row's id
 
     @property
     def key(self) -> RowKey:
+        return (self.queue, self.seq, self.id)
+
+    @property
+    def seat(self) -> tuple[str, int]:
+        """Its ``queue@seq``: what ``queuelake.Replay.Source`` names (two rows of a re-created table share it)."""
         return (self.queue, self.seq)
 
     @property
     def message(self) -> str:
         """The message it is a failure of: ServiceControl's unique id, else the MessageId, else the row."""
-        return self.unique_id or self.message_id or f"{self.queue}@{self.seq}"
+        return self.unique_id or self.message_id or f"{self.queue}@{self.seq}/{self.id}"
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,7 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
     """The groups of ``read.Failed.rows``, largest first (then by id), their ``where`` filled in."""
     groups: dict[Key, Group] = {}
     by_row: dict[RowKey, Group] = {}
+    by_seat: dict[tuple[str, int], list[Row]] = defaultdict(list)
     for r in failed.to_pylist():
         message_type = r["message_type"]
         across_releases = None if message_type is None else without_versions(message_type)
@@ -201,9 +211,11 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
             r["is_retry"],
             r.get("retry_unique_id"),
             message_type=message_type,
+            id=r["id"],
         )
         g.rows.append(row)
         by_row[row.key] = g
+        by_seat[row.seat].append(row)
     messages: dict[str, list[Row]] = defaultdict(list)
     for g in groups.values():
         for row in g.rows:
@@ -217,7 +229,7 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
             by_unique[name] = rows
     unmatched = 0
     for copy in later or []:
-        source = _source(copy, by_unique)
+        source = _source(copy, by_unique, by_seat)
         g_ = by_row.get(source) if source else None
         if g_ is None or source is None:
             unmatched += copy.source is None
@@ -247,7 +259,9 @@ def _in_order(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: (r.at, r.queue, r.seq))
 
 
-def _source(copy: LaterCopy, by_unique: dict[str, list[Row]]) -> RowKey | None:
+def _source(
+    copy: LaterCopy, by_unique: dict[str, list[Row]], by_seat: dict[tuple[str, int], list[Row]]
+) -> RowKey | None:
     """The failed row a retry's copy retried. A queuelake retry names it. A ServiceControl retry names
     its unique id: among the failures of that id (one message at one endpoint), a copy that failed again
     (itself one of them) retried the one before it, in the order of ``_in_order``; a processed copy
@@ -255,10 +269,21 @@ def _source(copy: LaterCopy, by_unique: dict[str, list[Row]]) -> RowKey | None:
     machines of one endpoint (NTP-synchronised, minutes apart: a retry goes through the error queue and
     back), while the drain order of the audit and the error queues is no order at all (each queue is
     drained on its own, an error queue maybe hours late). None when the id matches no failure: never a
-    guess by MessageId and time, which would take another subscriber's failure of a published event."""
+    guess by MessageId and time, which would take another subscriber's failure of a published event.
+    A queuelake retry's ``queue@seq`` names one of two rows when the table was re-created: the copy's
+    source id picks it; a copy sent before the id was carried retried the one of them failed last
+    before it (the older row: the new one's failure came after the retry)."""
     if copy.source is not None:
         queue, _, seq = copy.source.rpartition("@")
-        return (queue, int(seq)) if seq.isdigit() else None
+        if not seq.isdigit():
+            return None
+        seated = by_seat.get((queue, int(seq)), [])
+        if copy.source_id is not None:
+            return (queue, int(seq), copy.source_id)
+        if len(seated) == 1 or (seated and copy.at is None):
+            return seated[0].key
+        before = sorted((r for r in seated if copy.at is not None and r.at <= copy.at), key=lambda r: r.at)
+        return before[-1].key if before else None
     chain = by_unique.get(copy.retry_unique_id) if copy.retry_unique_id else None
     if not chain:
         return None
@@ -300,13 +325,17 @@ def where(g: Group, same_columns: list[Row]) -> str:
         parts.append(_equals("exception_type", g.exception_type))
     parts += [_message_types(g, same_columns), _equals("processing_endpoint", g.endpoint)]
     chosen: dict[str, set[int]] = defaultdict(set)
+    chosen_rows = {r.key for r in g.replay_rows()}
     for r in g.replay_rows():
         chosen[r.queue].add(r.seq)
     if not chosen:  # every message resolved: a predicate that selects no row
         return " AND ".join(parts + ["seq < 0"])
     matching: dict[str, set[int]] = defaultdict(set)
+    namesakes: dict[str, set[str]] = defaultdict(set)  # a chosen seq's other rows (a re-created table)
     for r in same_columns:
         matching[r.queue].add(r.seq)
+        if r.seq in chosen[r.queue] and r.key not in chosen_rows:
+            namesakes[r.queue].add(r.id)
     per_queue = []
     for queue in sorted(chosen):
         seqs = sorted(chosen[queue])
@@ -316,6 +345,9 @@ def where(g: Group, same_columns: list[Row]) -> str:
         ranged = f"seq BETWEEN {lo} AND {hi}" if lo != hi else f"seq = {lo}"
         if others:
             ranged += f" AND seq NOT IN ({', '.join(map(str, others))})"
-        per_queue.append(f"(queue = {literal(queue)} AND {min(listed, ranged, key=len)})")
+        seqs_term = min(listed, ranged, key=len)
+        if namesakes[queue]:
+            seqs_term += f" AND id NOT IN ({', '.join(map(literal, sorted(namesakes[queue])))})"
+        per_queue.append(f"(queue = {literal(queue)} AND {seqs_term})")
     rows = per_queue[0] if len(per_queue) == 1 else "(" + " OR ".join(per_queue) + ")"
     return " AND ".join(parts + [rows])

@@ -12,7 +12,9 @@ A failed copy is a ``landed`` row carrying ``NServiceBus.FailedQ`` or an excepti
 and replay call a failure). Expired and quarantined rows are not read: replay cannot send them.
 
 Retries (``later_copies``): a queuelake retry or redirect keeps the failed message's ``MessageId`` and
-says which journal row it came from (``queuelake.Replay.Source``: ``<queue>@<seq>``). A second pass
+says which journal row it came from (``queuelake.Replay.Source``: ``<queue>@<seq>``, and
+``queuelake.Replay.SourceId``: the row's id, which tells apart the two rows a re-created queue table
+numbers alike; copies sent before it carry none). A second pass
 reads the ``message_id`` column of every file and, only in row groups holding one of the failed
 messages' ids, the ``headers`` of those rows: each copy naming a failed row as its source is a retry of
 it, processed (an audit copy) or failed again (an error copy). A ServiceControl retry keeps the
@@ -37,7 +39,7 @@ from queuelake.lake import record_tables, table_entry
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file
 from queuelake.nsb import headers as hdr
-from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID, unique_id_of
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, REPLAY_SOURCE_ID, RETRY_UNIQUE_MESSAGE_ID, unique_id_of
 from queuelake.pipeline.failures.fingerprint import fingerprint
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 
@@ -47,6 +49,7 @@ STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
 SMALL = [
     "queue",
     "seq",
+    "id",
     "outcome",
     "drained_at",
     "message_id",
@@ -60,6 +63,7 @@ SMALL = [
 _RETRY_SMALL = [
     "queue",
     "seq",
+    "id",
     "message_id",
     "failed_queue",
     "exception_type",
@@ -177,7 +181,8 @@ class LaterCopy:
     message_id: str | None = None
     at: dt.datetime | None = None  # TimeOfFailure or ProcessingEnded, else when it was drained
     retry_unique_id: str | None = None  # its ServiceControl.Retry.UniqueMessageId
-    row: tuple[str, int] | None = None  # its own journal row (queue, seq)
+    row: tuple[str, int, str] | None = None  # its own journal row (queue, seq, id)
+    source_id: str | None = None  # the failed row's id (queuelake.Replay.SourceId; older copies: None)
 
 
 def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[LaterCopy]:
@@ -198,12 +203,17 @@ def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[
             picked = small.take(rows)
             headers = lake_file.read_row_group(group, ["headers"])["headers"].take(pa.array(rows))
             sources = _header(headers, REPLAY_SOURCE)
+            source_ids = _header(headers, REPLAY_SOURCE_ID)
             servicecontrol = _header(headers, RETRY_UNIQUE_MESSAGE_ID)
             failed = pc.or_(pc.is_valid(picked["failed_queue"]), pc.is_valid(picked["exception_type"])).to_pylist()
             at = pc.coalesce(picked["time_of_failure"], picked["processing_ended"], picked["drained_at"]).to_pylist()
             ids = picked["message_id"].to_pylist()
-            own = zip(picked["queue"].to_pylist(), picked["seq"].to_pylist())
-            for source, retry_id, again, when, message_id, row in zip(sources, servicecontrol, failed, at, ids, own):
+            own = zip(picked["queue"].to_pylist(), picked["seq"].to_pylist(), picked["id"].to_pylist())
+            for source, source_id, retry_id, again, when, message_id, row in zip(
+                sources, source_ids, servicecontrol, failed, at, ids, own
+            ):
                 if source or retry_id:
-                    out.append(LaterCopy(source or None, bool(again), message_id, when, retry_id, row))
+                    out.append(
+                        LaterCopy(source or None, bool(again), message_id, when, retry_id, row, source_id or None)
+                    )
     return out

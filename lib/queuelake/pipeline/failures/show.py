@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator, Sequence
 
 from queuelake.pipeline.conversation.model import endpoint_name
-from queuelake.pipeline.failures.groups import Group
+from queuelake.pipeline.failures.groups import Group, RowKey
 
 _HEADER = (
     "group",
@@ -72,7 +72,7 @@ def group_lines(groups: list[Group]) -> list[str]:
     return _align(rows, {1, 2, 3, 4})
 
 
-def _retry(g: Group, key: tuple[str, int]) -> str:
+def _retry(g: Group, key: RowKey) -> str:
     """What became of a failure's retry: processed (resolved: replay leaves it), failed again, or none."""
     if key in g.retried_processed:
         return "processed"
@@ -81,7 +81,7 @@ def _retry(g: Group, key: tuple[str, int]) -> str:
     return "retried" if key in g.retried else ""
 
 
-def _fate(g: Group, key: tuple[str, int]) -> str:
+def _fate(g: Group, key: RowKey) -> str:
     """``_retry``, and for a message whose latest failure is in another group, that group (its replay
     sends the message, or nobody does when a retry processed it since)."""
     later = g.elsewhere.get(key)
@@ -97,7 +97,7 @@ def message_lines(g: Group) -> list[str]:
             r.message_id or "-",
             f"{r.queue}@{r.seq}",
             _time(r.at),
-            _fate(g, (r.queue, r.seq)),
+            _fate(g, r.key),
             (r.exception_message or "").replace("\n", " ")[:80],
         )
         for r in g.latest_rows()
@@ -123,8 +123,8 @@ def message_json(g: Group) -> Iterator[str]:
                 "failed_at": r.at.isoformat(),
                 "failed_queue": r.failed_queue,
                 "exception_message": r.exception_message,
-                "retried": (r.queue, r.seq) in g.retried,
-                "retry_outcome": _retry(g, (r.queue, r.seq)) or None,
+                "retried": r.key in g.retried,
+                "retry_outcome": _retry(g, r.key) or None,
                 # the message's latest failure (this row, or one in another group) was processed since
                 "resolved": later.resolved if later else r.key in g.retried_processed,
                 "latest_failure_group": later.group if later else g.id,

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from queuelake.lake import record_tables, table_entry
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
-from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE
+from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, REPLAY_SOURCE_ID
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.message_ids import name_uuid
 from queuelake.pipeline.replay.plan import Cut
@@ -117,15 +117,17 @@ def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
     audit copy's ProcessingEnded or the error copy's TimeOfFailure), from the journal's current version."""
     journal = journal_engine(lake)
     wanted = [m for m in pc.unique(pc.drop_null(lineage.column("sent_message_id"))).to_pylist() if m]
-    latest: dict[tuple[str, str], tuple[dt.datetime, str]] = {}
+    latest: dict[tuple[str, str, str | None], tuple[dt.datetime, str]] = {}
     if wanted and journal.exists(MESSAGES):
         rows = journal.lookup(MESSAGES, "message_id", wanted).rows
         replay_ids = pc.map_lookup(rows.column("headers"), REPLAY_ID, "last").to_pylist()
         sources = pc.map_lookup(rows.column("headers"), REPLAY_SOURCE, "last").to_pylist()
+        source_ids = pc.map_lookup(rows.column("headers"), REPLAY_SOURCE_ID, "last").to_pylist()
         far = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-        for replay_id, source, failed_queue, exception, failed_at, ended, drained in zip(
+        for replay_id, source, source_id, failed_queue, exception, failed_at, ended, drained in zip(
             replay_ids,
             sources,
+            source_ids,
             *(
                 rows.column(c).to_pylist()
                 for c in ("failed_queue", "exception_type", "time_of_failure", "processing_ended", "drained_at")
@@ -140,15 +142,18 @@ def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
                 state, at = PROCESSED, ended
             else:
                 continue  # a copy drained from the queue it was sent to: not processed yet
-            key = (replay_id, source)
+            # by the source's row id too: a re-created queue table's two rows of one queue@seq are two
+            # sources (a copy sent before the id was carried names none)
+            key = (replay_id, source, source_id or None)
             if key not in latest or (at or far, state) > (latest[key][0] or far, latest[key][1]):
                 latest[key] = (at, state)
     found = [
-        latest.get((r, f"{q}@{s}"))
-        for r, q, s in zip(
+        latest.get((r, f"{q}@{s}", i)) or latest.get((r, f"{q}@{s}", None))
+        for r, q, s, i in zip(
             lineage.column("replay_id").to_pylist(),
             lineage.column("queue").to_pylist(),
             lineage.column("seq").to_pylist(),
+            lineage.column("id").to_pylist(),
             strict=True,
         )
     ]

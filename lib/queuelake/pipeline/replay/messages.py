@@ -23,6 +23,7 @@ from queuelake.nsb.retry import (
     REPLAY_KIND,
     REPLAY_ORIGINAL_MESSAGE_ID,
     REPLAY_SOURCE,
+    REPLAY_SOURCE_ID,
     RETRY_ACKNOWLEDGEMENT_QUEUE,
     RETRY_UNIQUE_MESSAGE_ID,
     kept_mask,
@@ -141,6 +142,7 @@ def _set_by_the_rewrite(
     out[REPLAY_ID] = replay_id
     out[REPLAY_KIND] = row.kind
     out[REPLAY_SOURCE] = f"{row.queue}@{row.seq}"
+    out[REPLAY_SOURCE_ID] = row.id
     return out
 
 
@@ -152,6 +154,7 @@ _SETTABLE = (
     REPLAY_ID,
     REPLAY_KIND,
     REPLAY_SOURCE,
+    REPLAY_SOURCE_ID,
 )
 
 
