@@ -399,7 +399,9 @@ def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -
     assert set(left) | set(journal_ids) == ids and len(left) + len(journal_ids) == len(ids)
 
 
-def _drain_under_way(uri: str, tmp_path: Path, seed: int) -> tuple[subprocess.Popen[str], set[str]]:
+def _drain_under_way(
+    uri: str, tmp_path: Path, seed: int, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], set[str]]:
     """A drain of 200,000 seeded rows into ``tmp_path/lake``, started as a command, once the journal holds
     its first batch (it is under way, its signal handlers set); and the ids seeded. The caller's signal
     goes at once: the rows take about 2 s to drain, and a fixed wait after the journal's creation let the
@@ -411,7 +413,7 @@ def _drain_under_way(uri: str, tmp_path: Path, seed: int) -> tuple[subprocess.Po
     conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=2000)
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
-        env=_env(uri),
+        env={**_env(uri), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -430,7 +432,13 @@ def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: st
     row, while the journal had grown (a review, after Airflow's kill). The workers, threads, stop at their
     batch boundary either way: the second signal is said and the drain ends as after the first."""
     lake_root = tmp_path / "lake"
-    proc, _ = _drain_under_way(fresh_pg_uri, tmp_path, seed=17)
+    held = tmp_path / "held"  # a worker holds its second batch staged for 2 s: the pool surely runs
+    hold = {"QUEUELAKE_TEST_HOLD_AT": "after_stage:2:2", "QUEUELAKE_TEST_HOLD_MARK": str(held)}
+    proc, _ = _drain_under_way(fresh_pg_uri, tmp_path, seed=17, env=hold)
+    deadline = time.monotonic() + 60
+    while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.exists(), "the drain never reached its held batch"
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
@@ -441,12 +449,10 @@ def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: st
     assert summary["landed"] == len(journal) > 0 and summary["run_id"], summary
     runs = read_table(str(lake_root / "runs")).to_pylist()
     assert [r for r in runs if r["run_id"] == summary["run_id"]], runs
-    # said when it came while the workers ran; a drain that stopped within the 50 ms (a CI run's did,
-    # in 30 ms) took it after its pool, as a stop now, whose summary kept the counts as asserted above
+    # both signals came while a worker held its batch: the second is said, before the pool's end
     pool_ended = err.find("message(s) from 1 queue(s)")
     said = err.find("stops at its next batch boundary all the same")
-    assert said != -1 or pool_ended != -1, err[-3000:]
-    assert said == -1 or pool_ended == -1 or said < pool_ended, err[-3000:]
+    assert said != -1 and (pool_ended == -1 or said < pool_ended), err[-3000:]
 
 
 def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[str, bool]]) -> tuple[list[str], dict]:
