@@ -165,3 +165,26 @@ def test_build_fans_an_event_out_once_per_distinct_queue_and_keeps_the_lost_copi
         assert headers[hdr.MESSAGE_ID] == message_id("Lakehouse/out", "k1", table)
         assert headers[hdr.CONVERSATION_ID] == headers[hdr.CORRELATION_ID] == headers[hdr.MESSAGE_ID]
         assert headers[hdr.TIME_SENT] == SENT
+
+
+def test_a_rerun_batch_records_the_copies_its_own_attempt_found_undeliverable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A batch whose records were written and whose commit then failed is sent again by the next run:
+    keyed by the batch alone, its records were the first attempt's, and a copy only the rerun found
+    undeliverable (a refusal that depends on the data or the hour) was neither sent nor recorded (a
+    review). Each copy is recorded once, whichever attempt found it."""
+    from queuelake.lake import stage_tables
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+    from queuelake.pipeline.publish.undeliverable import record_batch, undeliverable_record
+
+    lake = DeltaRsEngine(str(tmp_path))
+    lake.create_table(stage_tables.UNDELIVERABLE.name_for("scores"), stage_tables.UNDELIVERABLE.schema)
+    now = dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc)
+
+    def records(*keys: str) -> list[dict[str, Any]]:
+        row = {"intent": "Send", "message_type": "Scores.Scored"}
+        return [undeliverable_record({**row, "key": k}, "Billing", "refused", "r1:b0", now) for k in keys]
+
+    appended = [record_batch(lake, "scores", "r1:b0", records(*keys)) for keys in (["a"], ["a", "b"], ["a", "b"])]
+    table = lake.read_arrow(stage_tables.UNDELIVERABLE.name_for("scores"))
+    assert sorted(table.column("key").to_pylist()) == ["a", "b"]  # b: the rerun's own refusal
+    assert appended == [1, 1, 0]

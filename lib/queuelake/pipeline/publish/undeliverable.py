@@ -4,6 +4,7 @@ written idempotently before anything of its batch is committed; and one warning 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -31,15 +32,12 @@ def undeliverable_record(
     }
 
 
-def record_batch(lake: LakeEngine, output: str, batch_key: str, records: list[dict[str, Any]]) -> None:
-    """Append the undeliverable records of one batch sent from the driver, keyed by the batch: a
-    rerun after a crash records them once."""
-    lake.append(
-        stage_tables.UNDELIVERABLE.name_for(output),
-        pa.Table.from_pylist(records, schema=UNDELIVERABLE_SCHEMA),
-        f"queuelake.publish.undeliverable/{output}/{batch_key}",
-        1,
-    )
+def record_batch(lake: LakeEngine, output: str, batch_key: str, records: list[dict[str, Any]]) -> int:
+    """Append the undeliverable records of one batch sent from the driver, before its commit, each copy
+    once: a rerun of a batch whose commit failed appends the copies its own attempt found undeliverable
+    that the first did not record (a refusal that depends on the data or the hour refused other copies
+    then; keyed by the batch alone, the rerun's were dropped with no record: a review)."""
+    return _record_new(lake, output, batch_key, records, lambda r: r["batch_key"] == batch_key)
 
 
 def record_round(lake: LakeEngine, output: str, round_name: str, records: list[dict]) -> int:
@@ -48,16 +46,23 @@ def record_round(lake: LakeEngine, output: str, round_name: str, records: list[d
     append id); a rerun of a round whose records are there already appends only those not yet there
     (its routes may have changed in between), so each copy is recorded once. Returns how many were
     appended."""
+    return _record_new(lake, output, round_name, records, lambda r: r["round"] == round_name)
+
+
+def _record_new(
+    lake: LakeEngine, output: str, part: str, records: list[dict[str, Any]], mine: Callable[[dict[str, Any]], bool]
+) -> int:
+    """Append ``records`` under the append id of ``part`` (a batch, a round), less those a run before
+    recorded (``mine``: a record of this part); returns how many were appended."""
     name = stage_tables.UNDELIVERABLE.name_for(output)
-    app_id = f"queuelake.publish.undeliverable/{output}/{round_name}"
+    app_id = f"queuelake.publish.undeliverable/{output}/{part}"
     last = lake.last_version(name, app_id)
-    if last is not None:  # rare: a resumed round with undeliverable copies reads what it recorded
+    if last is not None:  # rare: a rerun of a part that recorded copies reads what it recorded
         seen = lake.read_arrow(name, columns=["round", "batch_key", "key", "destination"]).to_pylist()
-        there = {(r["batch_key"], r["key"], r["destination"]) for r in seen if r["round"] == round_name}
+        there = {(r["batch_key"], r["key"], r["destination"]) for r in seen if mine(r)}
         records = [r for r in records if (r["batch_key"], r["key"], r["destination"]) not in there]
     if records:
-        data = pa.Table.from_pylist(records, schema=stage_tables.UNDELIVERABLE.schema)
-        lake.append(name, data, app_id, (last or 0) + 1)
+        lake.append(name, pa.Table.from_pylist(records, schema=UNDELIVERABLE_SCHEMA), app_id, (last or 0) + 1)
     return len(records)
 
 
