@@ -62,7 +62,8 @@ from pyspark.sql.types import (
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})")
 _LONG = re.compile(r"-?(0|[1-9]\d{0,18})")
 _DOUBLE = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
-# characters a Delta column name cannot hold without column mapping (which would lift the protocol)
+# characters a Delta column name cannot hold without column mapping (which would lift the protocol):
+# a nested object keyed with one is a map; the body's own fields keep them (``parse.encoded``)
 _BAD_NAME = re.compile(r"[ ,;{}()\n\t=]")
 _XSI = "{http://www.w3.org/2001/XMLSchema-instance}"
 # a dictionary's key, never a property's name: a GUID (``N``, ``D`` or ``B`` format) or a number, a date, ...
@@ -193,8 +194,8 @@ def _struct(members: Any, path: str, changes: list[Change]) -> StructType:
     fields: list[StructField] = []
     seen: dict[str, int] = {}
     for name, dtype in members:
-        if not name or _BAD_NAME.search(name):
-            continue  # not a Delta column name; its values stay in the journal's body
+        if path and (not name or _BAD_NAME.search(name)):
+            continue  # not reached: such an object is a map (``keyed_by_data``)
         i = seen.get(name.lower())
         if i is None:
             seen[name.lower()] = len(fields)

@@ -9,7 +9,13 @@ null). A row that did not parse at all, or only in part, is recorded in ``body_u
 reason; it never stops its type's table or any other.
 
 Body fields become top-level columns after the identity columns; a field named like one of them
-(case-insensitively, ``Queue``, ``message_id``) is stored as ``body_<field>``.
+(case-insensitively, ``Queue``, ``message_id``) is stored as ``body_<field>``. A field whose name a
+Delta column cannot hold without column mapping (which would lift the table's protocol past what other
+readers take: a space, ``,;{}()=``, a tab, a newline, or no name at all) is stored under its name
+encoded as .NET's ``XmlConvert.EncodeName`` does it: each such character as ``_xHHHH_`` (``Order Id`` is
+``Order_x0020_Id``, the empty name ``_x0000_``), a ``_xHHHH`` the name holds itself escaped as
+``_x005F_xHHHH``, so that the column gives its field back exactly (``key_of``). Such fields were dropped
+with no record (a review).
 """
 
 from __future__ import annotations
@@ -18,18 +24,26 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from queuelake.lake.stage_tables import BODY_IDENTITY
 from queuelake.pipeline.bodies.infer import CORRUPT
 from queuelake.pipeline.bodies.xml_serializer import json_of_xml
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 IDENTITY = BODY_IDENTITY.names
+# characters a Delta column name cannot hold without column mapping
+BAD_NAME = re.compile(r"[ ,;{}()\n\t=]")
+_ESCAPED_CHAR = re.compile(r"_x([0-9A-Fa-f]{4})_")
+_ESCAPE_LIKE = re.compile(r"_(x[0-9A-Fa-f]{4})")
+_EMPTY = "_x0000_"
 _RESERVED = {n.lower() for n in IDENTITY} | {CORRUPT}
 PARTLY = "partly parsed: a value does not fit its column's type (a shape the sampled bodies did not show)"
+OUT_OF_RANGE = "partly parsed: a time outside 0001-01-01 .. 9999-12-31 UTC (its column holds null)"
+# the first and the last microsecond .NET's DateTime (and pyarrow's datetime) can hold, in UTC
+_FIRST_MICROS, _LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
 
 
 def _escaped(name: str) -> bool:
@@ -44,15 +58,36 @@ def column_of(key: str) -> str:
     """The column of a body's field: ``body_`` before a name the typed table's own columns use, and before
     a field that already reads like such a column (``body_queue``), so that two fields never share one
     column (a body with ``Queue`` and ``body_queue`` failed its type's every ``bodies``: two columns
-    ``body_queue``)."""
-    return f"body_{key}" if _escaped(key) else key
+    ``body_queue``); a name no column can hold, encoded (``encoded``)."""
+    return f"body_{key}" if _escaped(key) else encoded(key)
 
 
 def key_of(column: str) -> str:
     """The body field of a column (``column_of``'s inverse)."""
     if column.lower().startswith("body_") and _escaped(column[5:]):
         return column[5:]
-    return column
+    return decoded(column)
+
+
+def encoded(key: str) -> str:
+    """``key`` as a column name: itself when a column can hold it and it holds no ``_xHHHH_``; else each
+    character a column cannot hold as ``_xHHHH_`` and each ``_xHHHH`` of its own as ``_x005F_xHHHH``
+    (``XmlConvert.EncodeName``'s scheme); the empty name as ``_x0000_``."""
+    if not key:
+        return _EMPTY
+    if not BAD_NAME.search(key) and not _ESCAPED_CHAR.search(key):
+        return key
+    key = _ESCAPE_LIKE.sub(r"_x005F_\1", key)
+    return BAD_NAME.sub(lambda m: f"_x{ord(m.group(0)):04X}_", key)
+
+
+def decoded(column: str) -> str:
+    """``encoded``'s inverse."""
+    if column == _EMPTY:
+        return ""
+    if "_x" not in column:
+        return column
+    return _ESCAPED_CHAR.sub(lambda m: chr(int(m.group(1), 16)), column)
 
 
 def to_keys(columns: StructType) -> StructType:
@@ -94,8 +129,29 @@ def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[
         .when(F.col("p").isNull(), malformed)
         .when(corrupt.isNotNull(), F.when(partly, F.lit(PARTLY)).otherwise(malformed))
     )
+    outside = _times_outside(schema)
+    if outside is not None:
+        verdict = verdict.when(outside, F.lit(OUT_OF_RANGE))
     written = F.col("reason").isNull() & F.col("p").isNotNull() & (corrupt.isNull() | partly)
     return df.withColumn("verdict", verdict).withColumn("written", written)
+
+
+def _outside(field: str) -> Column:
+    from pyspark.sql import functions as F
+
+    micros = F.unix_micros(F.col("p").getField(field))
+    return (micros < F.lit(_FIRST_MICROS)) | (micros > F.lit(_LAST_MICROS))
+
+
+def _times_outside(schema: StructType) -> Column | None:
+    """True for a row whose body's time (a top-level timestamp field) lies outside what .NET's DateTime
+    and pyarrow hold: ``0001-01-01T00:00:00+05:00`` is year 0 in UTC, Spark parses and Parquet stores it,
+    and then no Python reader of the table could read it, nor an endpoint parse what publish sent of
+    it (a review). Such a field is written null (``typed``) and the row recorded as partly parsed."""
+    from functools import reduce
+
+    checks = [_outside(f.name) for f in schema.fields if isinstance(f.dataType, TimestampType)]
+    return reduce(lambda a, b: a | b, checks) if checks else None
 
 
 def _key_pattern(spelling: str) -> str:
@@ -126,7 +182,14 @@ def typed(df: DataFrame, schema: StructType) -> DataFrame:
     """The rows to write: identity columns, then the body's fields as columns."""
     from pyspark.sql import functions as F
 
-    body = [F.col("p").getField(f.name).alias(column_of(f.name)) for f in schema.fields]
+    body = [
+        (
+            F.when(_outside(f.name), F.lit(None)).otherwise(F.col("p").getField(f.name))
+            if isinstance(f.dataType, TimestampType)
+            else F.col("p").getField(f.name)
+        ).alias(column_of(f.name))
+        for f in schema.fields
+    ]
     return df.where(F.col("written")).select(*[F.col(c) for c in IDENTITY], *body)
 
 

@@ -1,0 +1,52 @@
+"""Values at the edges of their column's type, through the real drain, Spark and a delta-rs table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from queuelake.lake.engines import open_lake
+from queuelake.pipeline.bodies import parse
+from queuelake.pipeline.bodies import run as bodies_run
+from queuelake.transport import db, installer
+
+from tests.helpers.bodies import config, rows, send
+from tests.helpers.bodies_corpus import corpus as c
+from tests.helpers.stages import drain
+
+UTC = dt.timezone.utc
+
+
+@pytest.mark.slow
+def test_times_outside_what_dotnet_and_pyarrow_hold_are_null_and_recorded(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """``0001-01-01T00:00:00+05:00`` is year 0 in UTC and ``9999-12-31T23:59:59-05:00`` year 10000:
+    Spark parsed and stored them, and then every pyarrow read of the table failed ("year 0 is out of
+    range"), as would an endpoint parsing what publish sent of them (a review). Such a field is null
+    and its row recorded as partly parsed; the first and last instants .NET holds are kept."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", "delta-rs")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    kind = c.aqn("Edge.Contracts.Dates", "Edge.Contracts", "1.0.0.0")
+    bodies = [
+        {"N": 1, "At": "0001-01-01T00:00:00Z", "Other": "2024-05-01T13:45:10Z"},
+        {"N": 2, "At": "0001-01-01T00:00:00+05:00", "Other": "2024-05-01T13:45:10Z"},
+        {"N": 3, "At": "9999-12-31T23:59:59.999999Z", "Other": "9999-12-31T23:59:59-05:00"},
+    ]
+    send(cfg, "Sales", [c.message(kind, json.dumps(b).encode(), "application/json", i) for i, b in enumerate(bodies)])
+    lake = open_lake(cfg.lake, spark)
+    assert drain(cfg, lake)["status"] == "ok"
+    out = bodies_run.bodies(cfg, spark, lake)
+    assert out["status"] == "ok" and out["unparsed"] == 2, out
+    got = sorted(rows(lake, "body_edge_contracts_dates"), key=lambda r: r["N"])  # pyarrow reads every row
+    assert [(r["N"], r["At"], r["Other"]) for r in got] == [
+        (1, dt.datetime(1, 1, 1, tzinfo=UTC), dt.datetime(2024, 5, 1, 13, 45, 10, tzinfo=UTC)),
+        (2, None, dt.datetime(2024, 5, 1, 13, 45, 10, tzinfo=UTC)),
+        (3, dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), None),
+    ]
+    recorded = lake.read_arrow("body_unparsed").to_pylist()
+    assert sorted(r["reason"] for r in recorded) == [parse.OUT_OF_RANGE] * 2, recorded
