@@ -58,3 +58,19 @@ def test_the_lake_line_names_each_engine_a_run_writes_new_tables_with(tmp_path: 
         f"lake: {root} (lake.engine auto: new tables by delta-rs)",
         f"lake: {root} (lake.engine auto: new tables by delta-spark)",
     ]
+
+
+def test_a_command_reading_without_spark_names_the_configured_engine(tmp_path: Path, caplog) -> None:
+    """find, where, failures, conversation, ... read a delta-spark lake with delta-rs and no Spark
+    session: their line said ``lake.engine delta-rs``, another engine than the config's (a review)."""
+    import logging
+
+    from queuelake.config_sections import LakeConfig
+    from queuelake.lake import engines
+
+    root = str(tmp_path / "spark-lake")
+    with caplog.at_level(logging.INFO, logger="queuelake"):
+        lake = engines.without_spark(LakeConfig(root=root, engine="delta-spark"))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("lake: ")]
+    assert said == [f"lake: {root} (lake.engine delta-spark; read here by delta-rs, without Spark)"]
+    assert lake.name == "delta-rs"

@@ -21,13 +21,12 @@ from queuelake.commands.command import Command
 
 
 def conversation(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
     import os
     from pathlib import Path
 
     from queuelake import config as config_mod
     from queuelake.errors import ArgumentError
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.lake.record_tables import MESSAGES
     from queuelake.pipeline.conversation.model import COLUMNS, build
     from queuelake.pipeline.conversation.svg import render
@@ -37,7 +36,7 @@ def conversation(args: argparse.Namespace) -> dict[str, Any]:
     if not conversation_id:
         raise ArgumentError("conversation: the conversation id is empty")
     cfg = config_mod.load(args.config)
-    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # the journal is delta-rs's
+    lake = without_spark(cfg.lake)  # the journal is delta-rs's
     rows = lake.lookup(MESSAGES.name, "conversation_id", [conversation_id]).rows.select(COLUMNS).to_pylist()
     log.info("conversation %s: %d journal row(s)", conversation_id, len(rows))
     drawn = build(conversation_id, rows)

@@ -17,12 +17,10 @@ ERASE_WAITS_SECONDS = 900.0
 
 
 def erase(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
-
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root, runs_only_lake, writing_lake
     from queuelake.errors import ArgumentError
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.pipeline import runs
     from queuelake.pipeline.replay.predicate import check_predicate
     from queuelake.pipeline.step_locks import steps_stopped
@@ -38,7 +36,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
     if args.dry_run:  # reads only: the Delta logs and the filter's columns, no Spark
-        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        lake = without_spark(cfg.lake)
     else:  # the typed body tables are the lake engine's (delta-spark: a session); the journal stays delta-rs's
         lake = writing_lake(cfg, None)
     run = runs.Run("erase")

@@ -55,13 +55,12 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def failures(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
     import time
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root
     from queuelake.errors import ArgumentError
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.pipeline.failures import show
     from queuelake.pipeline.failures.run import failure_groups
     from queuelake.report import log
@@ -70,7 +69,7 @@ def failures(args: argparse.Namespace) -> dict[str, Any]:
         raise ArgumentError("--where-out writes one group's replay --where: give --group ID too")
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
-    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # Arrow on the driver, no Spark
+    lake = without_spark(cfg.lake)  # Arrow on the driver, no Spark
     started = time.monotonic()
     found = failure_groups(lake, retries=not args.no_retries)
     seconds = round(time.monotonic() - started, 3)

@@ -39,17 +39,16 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def find(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
     import time
     from collections import Counter
 
     from queuelake import config as config_mod
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.pipeline.find import search, show
     from queuelake.report import log
 
     cfg = config_mod.load(args.config)
-    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # reads the Delta log and files only
+    lake = without_spark(cfg.lake)  # reads the Delta log and files only
     by = "message" if args.message_id is not None else "conversation"
     text = args.message_id if by == "message" else args.conversation_id
     started = time.monotonic()

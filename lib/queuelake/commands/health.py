@@ -48,19 +48,18 @@ def _metrics_on_stdout(args: argparse.Namespace) -> bool:
 
 
 def health(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
     from pathlib import Path
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.pipeline.health import depth, metrics, show
     from queuelake.pipeline.health.run import read_daily, read_latest, update
     from queuelake.report import log
 
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
-    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # Arrow on the driver, no Spark, as find
+    lake = without_spark(cfg.lake)  # Arrow on the driver, no Spark, as find
     result = update(lake)
     log.info(
         "health: %d day(s) recomputed from %d audit/error copies: %d endpoint_health row(s), %d endpoint_daily row(s)",

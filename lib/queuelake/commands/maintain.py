@@ -19,12 +19,11 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     merge its files). The lake port lists the tables, so an object-storage root
     (``s3://...``) is maintained like a local folder, never silently skipped. ``--dry-run`` says what
     retention would remove, per rule, and changes nothing (no compaction, vacuum or ``runs`` row)."""
-    import dataclasses
     import datetime as dt
 
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root, writing_lake
-    from queuelake.lake.engines import journal_engine, open_lake
+    from queuelake.lake.engines import journal_engine, without_spark
     from queuelake.pipeline import runs
     from queuelake.pipeline.key_index import build, rewrite
     from queuelake.pipeline.step_locks import steps_stopped
@@ -35,7 +34,7 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
     if args.dry_run:  # reads only: the Delta log and the filter's columns, no Spark
-        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        lake = without_spark(cfg.lake)
         kept = retention.apply(cfg, lake, dry_run=True)
         return {"dry_run": True, "retention": kept.summary()}
     lake = writing_lake(cfg, None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import active_spark, lake_for
     from queuelake.context import open_database
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.lake.record_tables import MESSAGES
     from queuelake.pipeline.replay.plan import ReplayOptions
     from queuelake.pipeline.replay.predicate import check_columns
@@ -43,7 +42,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     if args.to and not args.dry_run:
         # a replay into a queue the next drain takes back into the lake is almost always a mistake
         config_mod.check_send_target(cfg, args.to, "replay --to")
-    reader = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # the Delta log only, no Spark
+    reader = without_spark(cfg.lake)  # the Delta log only, no Spark
     if reader.exists(MESSAGES.name):
         check_columns(options.predicate, reader.schema(MESSAGES.name).names)
     database = open_database(cfg)  # the queue database's handle: what the replay's connections come from
@@ -51,7 +50,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     if session is None:
         # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting
         # a session was most of a small replay's time
-        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        lake = without_spark(cfg.lake)
         if not needs_spark(cfg, lake, options):
             log.info("replay: no Spark needed for --where %r", options.predicate)
             return run_replay(cfg, database, None, lake, options, start_spark=lambda: get_spark(cfg.spark))

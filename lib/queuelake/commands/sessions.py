@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from queuelake.config import Config
-from queuelake.lake.engines import open_lake
+from queuelake.lake.engines import open_lake, without_spark
 from queuelake.lake.port import LakeEngine
 from queuelake.report import log
 
@@ -136,13 +136,12 @@ def runs_only_lake(cfg: Config) -> LakeEngine:
     delta-rs's (``pipeline.runs.runs_engine``), so no Spark session is started for it, whatever
     ``lake.engine`` says: starting one took longer than the purge. Only a ``runs`` table an older
     version made with delta-spark still needs the session."""
-    import dataclasses
 
     from queuelake.pipeline.runs import RUNS
 
     session = active_spark()
     if session is None:
-        lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))
+        lake = without_spark(cfg.lake)
         if not lake.exists(RUNS) or lake.written_by(RUNS) != "delta-spark":
             return lake
     return writing_lake(cfg, session)

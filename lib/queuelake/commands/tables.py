@@ -16,17 +16,15 @@ from queuelake.commands.command import Command
 
 
 def tables(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
-
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root
     from queuelake.lake import catalogue
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.report import log
 
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
-    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # reads the Delta log only
+    lake = without_spark(cfg.lake)  # reads the Delta log only
     found = []
     for name in lake.tables():
         version = lake.table_version(name)

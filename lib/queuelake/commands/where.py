@@ -86,13 +86,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def where(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
-
     from queuelake import config as config_mod
     from queuelake.commands.sessions import require_lake_root
     from queuelake.context import open_database
     from queuelake.errors import ArgumentError
-    from queuelake.lake.engines import open_lake
+    from queuelake.lake.engines import without_spark
     from queuelake.pipeline.where import show
     from queuelake.pipeline.where.run import Query
     from queuelake.pipeline.where.run import where as run_where
@@ -104,7 +102,7 @@ def where(args: argparse.Namespace) -> dict[str, Any]:
         raise ArgumentError("--value goes with --field")
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)  # a mistyped lake.root fails as in find, tables and the rest (exit 1, kind lake)
-    lake = open_lake(dataclasses.replace(cfg.lake, engine="delta-rs"))  # reads the Delta logs and files only
+    lake = without_spark(cfg.lake)  # reads the Delta logs and files only
     if args.message_id is not None:
         by, text = "message", args.message_id
     elif args.conversation_id is not None:

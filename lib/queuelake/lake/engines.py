@@ -26,7 +26,17 @@ if TYPE_CHECKING:
     from queuelake.config_sections import LakeConfig
 
 
-def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngine:
+def without_spark(config: LakeConfig) -> LakeEngine:
+    """The lake as delta-rs reads and writes it, no Spark session started: what the commands that read
+    the Delta log and files on the driver open (find, where, failures, health, conversation, ...). Its
+    line names the configured engine too: a delta-spark lake read so was announced as ``lake.engine
+    delta-rs`` (a review)."""
+    import dataclasses
+
+    return open_lake(dataclasses.replace(config, engine="delta-rs"), configured=config.engine)
+
+
+def open_lake(config: LakeConfig, spark: SparkSession | None = None, configured: str | None = None) -> LakeEngine:
     """The engine config asks for. ``auto``: a table that exists is written by the engine that made
     it (``PerTableLake``); a new one by delta-spark when its JVM classes are present, else delta-rs."""
     engine = config.engine
@@ -49,7 +59,7 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
     if config.engine == "auto":
         rust = lake if lake.name == "delta-rs" else DeltaRsEngine(config.root, spark, config.storage_options)
         lake = PerTableLake(lake, rust)  # type: ignore[assignment]
-    _announce(config.root, config.engine, lake.name)
+    _announce(config.root, configured or config.engine, lake.name, configured is not None)
     # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/metastore.py)
     return with_names(lake, registrar_for(config, lake.name, spark))
 
@@ -57,7 +67,7 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None) -> LakeEngi
 _ANNOUNCED: set[tuple[str, str]] = set()
 
 
-def _announce(root: str, engine: str, chosen: str) -> None:
+def _announce(root: str, engine: str, chosen: str, without_spark: bool = False) -> None:
     """Say which lake a command uses, a local one by its absolute path, and the engine that writes its
     new tables: once per process and engine. Why the path: a relative ``lake.root`` is relative to the
     folder the command runs in, and a scheduler started elsewhere began another journal there without a
@@ -67,6 +77,8 @@ def _announce(root: str, engine: str, chosen: str) -> None:
     if (where, chosen) not in _ANNOUNCED:
         _ANNOUNCED.add((where, chosen))
         said = chosen if engine == chosen else f"{engine}: new tables by {chosen}"
+        if without_spark and engine != chosen:
+            said = f"{engine}; read here by {chosen}, without Spark"
         log.info("lake: %s (lake.engine %s)", where, said)
 
 
