@@ -71,10 +71,12 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
         for line in launch_settings_ignored(config.conf, given):
             log.warning("%s", line)
     master = given.get("spark.master", config.master)
+    # what spark-submit was given that sizes Delta and turns it on: its jars (``--packages``), cores
+    launched = {k: given[k] for k in _SIZING_KEYS if k in given}
     conf = {
         "spark.master": config.master,
         "spark.app.name": config.app_name,
-        **session_conf(config.conf, os.environ.get(JARS_ENV), master, quiet=not debugging()),
+        **session_conf({**launched, **config.conf}, os.environ.get(JARS_ENV), master, quiet=not debugging()),
     }
     builder = SparkSession.builder
     for key, value in conf.items():
@@ -207,7 +209,11 @@ def session_conf(
     jars = [j for j in merged.get("spark.jars", "").split(",") if j.strip()] + extra
     if jars:
         merged["spark.jars"] = ",".join(dict.fromkeys(jars))
-    if any("delta-spark" in os.path.basename(j) for j in jars):
+    # a Delta jar named, or Delta among spark-submit's --packages (a review: under spark-submit neither
+    # the settings that turn it on nor the sizing below were made, and Delta ran 50-task stages)
+    if any("delta-spark" in os.path.basename(j) for j in jars) or "io.delta:delta-spark" in merged.get(
+        "spark.jars.packages", ""
+    ):
         delta = delta_conf()
         cores = _local_cores(master) or _cluster_cores(merged)
         if cores:
@@ -217,6 +223,7 @@ def session_conf(
     return merged
 
 
+_SIZING_KEYS = ("spark.jars", "spark.jars.packages", "spark.cores.max", "spark.default.parallelism")
 # the Delta log's partitions and listing parallelism on a cluster whose cores the config does not say
 CLUSTER_DELTA_PARALLELISM = 16
 
@@ -269,6 +276,24 @@ def _python() -> str:
     import sys
 
     return sys.executable
+
+
+def delta_session_problem(spark: SparkSession) -> str | None:
+    """What this session lacks to write Delta tables (None: nothing): the JVM classes, or the two
+    session settings that turn them on. Why both: under spark-submit, ``--packages`` alone puts the
+    classes on the classpath, and the run chose delta-spark for its new tables, drained, and then
+    failed at its first table (``CANNOT_CREATE_DATA_SOURCE_TABLE``) naming neither setting (a review).
+    Only a session with neither setting is refused, and none on Databricks, whose runtime has Delta on
+    by its own means (a platform that sets one of them its own way is trusted)."""
+    if not has_delta_jvm(spark):
+        return "this run's Spark session has no Delta JVM classes"
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return None
+    wanted = (("spark.sql.extensions", DELTA_EXTENSION), ("spark.sql.catalog.spark_catalog", DELTA_CATALOG))
+    missing = [f"{key}={value}" for key, value in wanted if value not in (spark.conf.get(key, None) or "")]
+    if len(missing) == len(wanted):
+        return "this run's Spark session has the Delta classes but not " + " and ".join(missing)
+    return None
 
 
 def has_delta_jvm(spark: SparkSession) -> bool:

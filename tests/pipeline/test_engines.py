@@ -331,3 +331,28 @@ def test_delta_spark_asked_for_without_its_jvm_classes_says_what_to_change(tmp_p
 
     with pytest.raises(LakeError, match="no Delta JVM classes.*spark-packages.*QUEUELAKE_DELTA_JARS"):
         open_engine(LakeConfig(root=str(tmp_path / "lake"), engine="delta-spark"), NoDelta())  # type: ignore[arg-type]
+
+
+def test_delta_classes_without_the_settings_that_turn_them_on_are_not_taken_for_delta(tmp_path: Path) -> None:
+    """spark-submit with Delta's ``--packages`` and without its two ``--conf`` settings: ``auto`` chose
+    delta-spark for the new tables, the drain ran, and ``bodies`` failed at its first table with
+    CANNOT_CREATE_DATA_SOURCE_TABLE naming neither setting (a review). ``auto`` now writes them with
+    delta-rs, saying why; ``delta-spark`` refuses, naming both."""
+    from types import SimpleNamespace
+
+    from queuelake.config_sections import LakeConfig
+    from queuelake.errors import LakeError
+    from queuelake.lake.engines import open_lake as open_engine
+
+    loader = SimpleNamespace(getContextClassLoader=lambda: None)
+    lang = SimpleNamespace(Thread=SimpleNamespace(currentThread=lambda: loader), Class=SimpleNamespace(forName=print))
+
+    class ClassesOnly:  # the Delta classes on the classpath (has_delta_jvm finds them), no setting
+        _jvm = SimpleNamespace(java=SimpleNamespace(lang=lang))
+        conf = SimpleNamespace(get=lambda key, default=None: default)
+
+    root = str(tmp_path / "lake")
+    chosen = open_engine(LakeConfig(root=root, engine="auto"), ClassesOnly())  # type: ignore[arg-type]
+    assert chosen.name == "delta-rs"
+    with pytest.raises(LakeError, match="spark.sql.extensions=io.delta.*spark_catalog=.*DeltaCatalog"):
+        open_engine(LakeConfig(root=root, engine="delta-spark"), ClassesOnly())  # type: ignore[arg-type]

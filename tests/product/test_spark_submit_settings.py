@@ -73,3 +73,47 @@ def test_delta_parallelism_is_sized_on_a_cluster_too() -> None:
     assert sized({}, "spark://master:7077") == (default, default)
     assert sized({"spark.cores.max": "6"}, "spark://master:7077") == ("6", "6")
     assert sized({"spark.databricks.delta.snapshotPartitions": "40"}, "yarn")[0] == "40"
+
+
+DELTA_JOB = """
+import os
+from queuelake.config_sections import SparkConfig
+from queuelake.spark import get_spark
+os.environ.pop("QUEUELAKE_DELTA_JARS", None)  # Delta only as spark-submit was given it
+spark = get_spark(SparkConfig())
+for key in ("spark.sql.extensions", "spark.databricks.delta.snapshotPartitions"):
+    print("SETTING", key, spark.conf.get(key, None))
+spark.stop()
+"""
+
+
+def test_delta_given_to_spark_submit_is_turned_on_and_sized(tmp_path: Path) -> None:
+    """Delta given to spark-submit (``--packages``, here ``--jars``: no download in a test) without its
+    two settings: ``auto`` chose delta-spark, the drain ran, and ``bodies`` failed at its first table;
+    with them, Delta's stages kept its 50 default tasks on a 4-core master (a review: the sizing looked
+    at the config's ``spark.jars`` only). The job now turns Delta on and sizes it as for its own jars."""
+    import pyspark
+    import pytest
+
+    from tests.helpers.jvm import delta_jars
+
+    jars, why = delta_jars()
+    if not jars:
+        pytest.skip(why)
+    job = tmp_path / "job.py"
+    job.write_text(DELTA_JOB, encoding="utf-8")
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = cli_env()
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    proc = subprocess.run(
+        [str(spark_submit), "--master", "local[3]", "--jars", ",".join(jars), str(job)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "SETTING spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension" in out, out[-3000:]
+    assert "SETTING spark.databricks.delta.snapshotPartitions 3" in out, out[-3000:]

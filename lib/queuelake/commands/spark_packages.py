@@ -58,7 +58,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     value = ",".join(wanted)
     sys.stdout.write(value + "\n")
     sys.stdout.flush()
-    summary: dict[str, Any] = {"packages": value, "pyspark": version, "hadoop": hadoop}
+    from queuelake.spark import DELTA_CATALOG, DELTA_EXTENSION  # what turns the classes on: --conf each
+
+    summary: dict[str, Any] = {
+        "packages": value,
+        "pyspark": version,
+        "hadoop": hadoop,
+        "conf": {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG},
+    }
     if versions.spark_line(version) != versions.SPARK_LINE:
         summary["warning"] = f"pyspark {version} is not the pinned {versions.PYSPARK_REQUIREMENT}"
     return summary

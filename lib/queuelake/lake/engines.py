@@ -18,7 +18,7 @@ from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.metastore import registrar_for, with_names
 from queuelake.lake.port import JournalLake, LakeEngine
 from queuelake.report import log
-from queuelake.spark import has_delta_jvm
+from queuelake.spark import delta_session_problem, has_delta_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,18 +40,22 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None, configured:
     """The engine config asks for. ``auto``: a table that exists is written by the engine that made
     it (``PerTableLake``); a new one by delta-spark when its JVM classes are present, else delta-rs."""
     engine = config.engine
+    problem = delta_session_problem(spark) if spark is not None and engine in ("auto", "delta-spark") else None
     if engine == "auto":
-        engine = "delta-spark" if spark is not None and has_delta_jvm(spark) else "delta-rs"
+        engine = "delta-spark" if spark is not None and problem is None else "delta-rs"
+        if spark is not None and problem is not None and has_delta_jvm(spark):
+            _say_once(f"lake.engine auto: {problem}: new tables by delta-rs")
     if engine == "delta-spark":
         if spark is None:
             raise LakeError("lake.engine delta-spark needs a Spark session")
-        if config.engine == "delta-spark" and not has_delta_jvm(spark):
+        if config.engine == "delta-spark" and problem is not None:
             # said before anything is written: without the classes, the first Delta call failed with a
-            # Py4J "'JavaPackage' object is not callable" or a SQL parse error at VACUUM
+            # Py4J "'JavaPackage' object is not callable" or a SQL parse error at VACUUM; without the
+            # settings, with CANNOT_CREATE_DATA_SOURCE_TABLE at its first table
             raise LakeError(
-                "lake.engine: delta-spark, and this run's Spark session has no Delta JVM classes: put Delta on "
-                "Spark's classpath (`queuelake spark-packages` prints spark-submit's --packages; a local session "
-                "takes jars from QUEUELAKE_DELTA_JARS or spark.jars)"
+                f"lake.engine: delta-spark, and {problem}: put Delta on Spark's classpath and turn it on "
+                "(`queuelake spark-packages` prints spark-submit's --packages, its summary the two --conf "
+                "settings; a local session takes jars from QUEUELAKE_DELTA_JARS or spark.jars)"
             )
         lake: LakeEngine = DeltaSparkEngine(config.root, spark, config.storage_options)
     else:
@@ -65,6 +69,13 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None, configured:
 
 
 _ANNOUNCED: set[tuple[str, str]] = set()
+_SAID: set[str] = set()
+
+
+def _say_once(warning: str) -> None:
+    if warning not in _SAID:
+        _SAID.add(warning)
+        log.warning("%s", warning)
 
 
 def _announce(root: str, engine: str, chosen: str, without_spark: bool = False) -> None:
