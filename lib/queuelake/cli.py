@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from queuelake import __version__, stopping
+from queuelake import __version__, kill_points, stopping
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import describe, error_kind, is_panic
@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("-c", "--config", default=None, help=config_help)
         command.arguments(p)
     return parser
+
+
+_ENDING = [False]  # True in the ``queuelake`` program itself, not in a caller of ``main`` (a test)
 
 
 @contextlib.contextmanager
@@ -127,7 +130,10 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
     finally:
         stopping.keep_handlers({})
         for sig, before in previous.items():
-            signal.signal(sig, before)
+            # the program's end (``console``): a signal after the summary changes nothing; with the
+            # defaults back, one arriving then killed the process, a signal's exit code under an "ok"
+            # summary (a review)
+            signal.signal(sig, signal.SIG_IGN if _ENDING[0] else before)
 
 
 def _cancel_spark_jobs() -> None:
@@ -291,7 +297,9 @@ def console() -> int:
     whole run is 3.7 s (issue 60). The objects still alive are left to the OS; atexit handlers (the
     embedded server's stop, Spark's) and the flushing of stdout and stderr still run. Not in ``main``,
     which tests call in their own long-lived process."""
+    _ENDING[0] = True  # the process ends with the command: a stop signal after its summary is ignored
     code = main()
+    kill_points.reached("program_ending")  # the summary out, the handlers gone: the tests' signals land here
     gc.disable()
     gc.freeze()
     return code

@@ -57,3 +57,10 @@ def test_a_transform_whose_spark_job_fails_fails_alone(fresh_pg_uri: str, tmp_pa
     assert out["status"] == "interrupted", out
     assert out["failed_transforms"] == ["stopped"] and out["skipped"] == ["poisoned", "seqs"], out
     assert "broken after the stop signal" in out["transforms"][0]["error"]
+    # the transforms the stop left have their runs rows (a stop while Spark started left none: a review)
+    runs = [r for r in lake.read_arrow("runs").to_pylist() if r["run_id"] == out["run_id"]]
+    assert sorted((r["table"], r["status"]) for r in runs) == [
+        ("t_poisoned", "interrupted"),
+        ("t_seqs", "interrupted"),
+        ("t_stopped", "failed"),
+    ], runs

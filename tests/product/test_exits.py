@@ -400,7 +400,7 @@ def test_sigterm_stops_a_drain_exactly_once(fresh_pg_uri: str, tmp_path: Path) -
 
 
 def _drain_under_way(
-    uri: str, tmp_path: Path, seed: int, env: dict[str, str] | None = None
+    uri: str, tmp_path: Path, seed: int, env: dict[str, str] | None = None, **drain: object
 ) -> tuple[subprocess.Popen[str], set[str]]:
     """A drain of 200,000 seeded rows into ``tmp_path/lake``, started as a command, once the journal holds
     its first batch (it is under way, its signal handlers set); and the ids seeded. The caller's signal
@@ -410,7 +410,7 @@ def _drain_under_way(
     cfg = make_config(uri, lake_root, ["Sales"])
     install(cfg)
     ids = seed_ids(cfg, "Sales", 200_000, seed=seed)
-    conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=2000)
+    conf = write_config(tmp_path / "drain.yaml", lake_root, ["Sales"], batch_size=2000, **drain)
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)],
         env={**_env(uri), **(env or {})},
@@ -427,14 +427,16 @@ def _drain_under_way(
     return proc, ids
 
 
-def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("on", ["driver", "processes"])
+def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: str, tmp_path: Path, on: str) -> None:
     """A second SIGTERM ("stop now") during a drain printed only ``interrupted``: no counts, no ``runs``
     row, while the journal had grown (a review, after Airflow's kill). The workers, threads, stop at their
-    batch boundary either way: the second signal is said and the drain ends as after the first."""
+    batch boundary either way: the second signal is said and the drain ends as after the first. So do
+    the local processes of ``drain.on: processes`` (a later review: no counts, mostly no runs rows)."""
     lake_root = tmp_path / "lake"
     held = tmp_path / "held"  # a worker holds its second batch staged for 2 s: the pool surely runs
     hold = {"QUEUELAKE_TEST_HOLD_AT": "after_stage:2:2", "QUEUELAKE_TEST_HOLD_MARK": str(held)}
-    proc, _ = _drain_under_way(fresh_pg_uri, tmp_path, seed=17, env=hold)
+    proc, _ = _drain_under_way(fresh_pg_uri, tmp_path, seed=17, env=hold, on=on)
     deadline = time.monotonic() + 60
     while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -658,3 +660,26 @@ def test_a_library_starting_cannot_replace_the_commands_handlers() -> None:
     finally:
         stopping.keep_handlers({})
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_signal_after_the_summary_changes_nothing(tmp_path: Path) -> None:
+    """A SIGTERM landing after the summary was printed, before the process ended, killed it: a signal's
+    exit code (-15) under an "ok" summary, so a scheduler saw a killed task whose work was done (a
+    review). The program ignores stop signals once its summary is out."""
+    held = tmp_path / "held"
+    env = {**_env(None), "QUEUELAKE_TEST_HOLD_AT": "program_ending:3", "QUEUELAKE_TEST_HOLD_MARK": str(held)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", "spark-packages"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 60
+    while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.exists(), "the program never reached its end"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and _summary(out)["status"] == "ok", (proc.returncode, out, err[-2000:])

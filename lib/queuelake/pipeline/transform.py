@@ -306,7 +306,11 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
             results.append({"transform": t.name, "output": t.output, "status": Status.FAILED, "error": error})
             status = Status.FAILED
         results[-1].setdefault("seconds", round(time.monotonic() - t0, 3))
-    run.record(lake, [_runs_row(r) for r in results])
+    rows = [_runs_row(r) for r in results]
+    if stopping.requested():  # the transforms not started have their row too (a stop while Spark started left none)
+        stopped = {"status": Status.INTERRUPTED, "error": "asked to stop before it ran"}
+        rows += [_runs_row({"output": x.output, **stopped}) for x in config.transforms[len(results) :]]
+    run.record(lake, rows)
     if stopping.requested():  # what the scheduler asked for, and its exit code says so, a failure or not
         failed = [r["transform"] for r in results if r["status"] != Status.OK]
         skipped = [x.name for x in config.transforms[len(results) :]]

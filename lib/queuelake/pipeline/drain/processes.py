@@ -117,7 +117,9 @@ def drain_in_processes(
     try:
         with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="drain-process") as pool:
             run = partial(run_job, poller, processes.run, process_error)
-            drained = [r for results in pool.map(run, jobs) for r in results]
+            # waited on as the threads' drain is: a signal is handled within POLL_SECONDS, not at the end
+            futures = [pool.submit(run, job) for job in jobs]
+            drained = [r for results in stopping.results(futures) for r in results]
     finally:
         poller.close()
     return end_run(out, drained, resolved, poller)

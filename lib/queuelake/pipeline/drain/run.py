@@ -100,6 +100,10 @@ def drain(
             budget = ConnectionBudget(queue_connections(settings.max_connections, shared))
             committer = JournalCommitter(database, journal, settings.commit_interval_seconds)
             sessions = SessionPool(budget.total, lambda kind: _open_session(database, receiving, kind, shared))
+            if processes is not None:  # they stop at their batch boundary (the stop event), whatever comes
+                boundary_only.enter_context(
+                    stopping.at_boundary_only("the drain's processes stop only at their batch boundary")
+                )
             if on_executors:
                 return _on_executors(
                     setup,

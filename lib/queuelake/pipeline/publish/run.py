@@ -222,7 +222,12 @@ def publish(config: Config, database: QueueDatabase, spark: SparkSession, lake: 
                 log.warning("publish: the runs rows of the outputs sent before the stop were not written: %s", failed)
             stopping.partial(stop, {"publish": {**_summary(run, results), "status": Status.INTERRUPTED}})
         raise
-    run.record(lake, [row for r in results for row in r.runs_rows()])
+    rows = [row for r in results for row in r.runs_rows()]
+    if stopping.requested():  # the outputs not started have their row too (a stop while Spark started left none)
+        left = config.publish.outputs[len(results) :]
+        stopped = [OutputResult(o, status=Status.INTERRUPTED, error="asked to stop before it was sent") for o in left]
+        rows += [row for r in stopped for row in r.runs_rows()]
+    run.record(lake, rows)
     return _summary(run, results)
 
 
