@@ -107,6 +107,8 @@ def test_every_command_records_its_runs(fresh_pg_uri: str, tmp_path: Path) -> No
 
     assert by_command["drain"][0]["dequeued"] == 120
     assert by_command["purge-expired"][0]["purged"] == 4
+    idle, log = cli_logged(["purge-expired", "-c", str(conf)], fresh_pg_uri, tmp_path)  # says its steps: a review
+    assert idle["total"] == 0 and 'purge-expired "public"."Sales": nothing to do' in log, (idle, log)
     assert by_command["transform"][0]["table"] == "outbound_activity" and by_command["transform"][0]["rows_in"] == 120
     assert by_command["publish"][0]["table"] == "outbound_activity" and by_command["publish"][0]["published"] == 1
     assert sum(r["published"] for r in by_command["replay"]) == 3

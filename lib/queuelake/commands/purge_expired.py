@@ -38,6 +38,10 @@ def purge_expired(args: argparse.Namespace) -> dict[str, Any]:
                 if n == 0:
                     break
                 log.info("%s: removed %d expired message(s) (%d so far)", ref.canonical, n, total)
+            if total == 0:
+                log.info("purge-expired %s: nothing to do, no expired message", ref.canonical)
+            else:
+                log.info("purge-expired %s: %d expired message(s) removed", ref.canonical, total)
             purged[ref.canonical] = total
             rows.append(
                 {
