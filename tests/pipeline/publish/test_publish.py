@@ -375,6 +375,30 @@ def test_a_subscriber_refusing_some_copies_gets_all_the_others(
     assert again["published"] == 0 and drain_all(cfg, "Picky") == [], again
 
 
+def test_two_copies_a_table_refuses_together_leave_the_later_one_undeliverable(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """A subscriber whose unique index refuses a second copy of one payload: each part probed alone (and
+    undone) was taken, the taken copies then sent together were refused, and the batch failed on every
+    run, the batch after it delivered first (a review). Each taken part is sent before the next is
+    probed: the second copy is refused and recorded, the others delivered in order."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=4)
+    setup_db(cfg, ["Dedup"])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('CREATE UNIQUE INDEX "one_payload" ON "public"."Dedup" (md5(body))')
+        conn.commit()
+    subscribe(cfg, "Dedup", "Dedup", BASE)
+    lake = open_lake(cfg.lake, spark)
+    same = orjson.dumps({"sku": 1})
+    outbound_rows = [row("e1", body=same), row("e2", body=same), *(row(f"e{i}") for i in range(3, 7))]
+    write_outbound(lake, "outbound_events", outbound_rows)
+    first = publish(cfg, spark, lake)["outputs"][0]
+    assert first["status"] == "ok" and first["undeliverable"] == 1, first
+    delivered = [orjson.loads(r.body).get("key", "same") for r in drain_all(cfg, "Dedup")]
+    assert delivered == ["same", "e3", "e4", "e5", "e6"], delivered
+    assert publish(cfg, spark, lake)["outputs"][0]["status"] == "ok"
+
+
 def test_a_table_refusing_one_copy_in_ten_leaves_no_pile_of_subtransactions(
     fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:

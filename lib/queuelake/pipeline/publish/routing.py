@@ -381,29 +381,31 @@ class Refused:
 
 
 def send_isolating(conn: Connection, ref: TableRef, copies: Copies, now: dt.datetime | None) -> list[Refused]:
-    """A table's copies sent in the caller's transaction: each part probed (``queues.probe``: sent, then
-    undone), halved where the table refuses it until the refused copies stand alone; those are returned,
-    and every other copy is then sent once, together, in the rows' order. Why: a table that refused one
-    copy (a CHECK constraint, a trigger that raised for some values, a deferred foreign key) was taken
-    out of the whole run, and a subscriber refusing one row in ten got none of the others (a review). A
-    part of n copies with r refused costs about 2·r·log2(n/r) probes and one send; a table that refuses
-    nothing, one probe and one send. A copy refused at that send (a table refusing what it took in the
-    probe) fails the batch, which is rolled back and sent again."""
+    """A table's copies sent in the caller's transaction, part by part in the rows' order: each part probed
+    (``queues.probe``: sent, then undone) and, taken, sent at once; halved where the table refuses it
+    until the refused copies stand alone, which are returned. Why: a table that refused one copy (a
+    CHECK constraint, a trigger that raised for some values, a deferred foreign key) was taken out of the
+    whole run, and a subscriber refusing one row in ten got none of the others (a review). Why sent at
+    once: each probe sees the copies sent before it, so a refusal of two copies together (a unique
+    index on the payload, a trigger counting) refuses the later one; probed alone and sent together at
+    the end, such a pair failed the batch on every run (a review). A part of n copies with r refused
+    costs about 2·r·log2(n/r) probes and as many sends; a table that refuses nothing, one probe and one
+    send. A copy refused at its send (a table refusing what it took in the probe just before) fails the
+    batch, which is rolled back and sent again."""
     refused: list[Refused] = []
-    taken: list[np.ndarray] = []
     parts = [copies.at if copies.at is not None else np.arange(len(copies))]
     while parts:
         at = parts.pop()
+        part = Copies(copies.table, copies.rows, at)
         try:
             with queues.probe(conn):
-                binary_copy.send(conn, ref, Copies(copies.table, copies.rows, at).messages(), now)
-            taken.append(at)
+                binary_copy.send(conn, ref, part.messages(), now)
         except RowsRefused as exc:
             if len(at) == 1:
                 refused.append(Refused(int(at[0]), ref.canonical, f"the table refused the copy: {exc}"))
             else:
                 half = len(at) // 2
                 parts += [at[half:], at[:half]]  # the first half next: the rows' order kept
-    if taken:
-        binary_copy.send(conn, ref, Copies(copies.table, copies.rows, np.concatenate(taken)).messages(), now)
+            continue
+        binary_copy.send(conn, ref, part.messages(), now)
     return refused
