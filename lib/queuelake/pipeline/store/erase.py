@@ -216,18 +216,25 @@ def _delete_journal(
 def journal_filters(journal: LakeEngine, keys: pa.Table) -> list[RowFilter]:
     """The journal rows ``keys`` names, by (queue, seq), as filters of at most ``MAX_IN_LIST`` keys.
     A queue table dropped and re-created starts its seqs again, and the journal then holds two rows
-    of one (queue, seq): the rows each filter reaches are read first, and where they outnumber the
-    selected ones, the others' (the namesakes') row ids are left out by name (``_key_filter``)."""
+    of one (queue, seq): the rows each filter reaches are read first, and those it reaches that are not
+    selected (the namesakes: found by their ids, whatever the counts say, since a selected row another
+    erase took meanwhile offset a namesake in a count: a review) are left out by id (``_key_filter``)."""
     if keys.num_rows == 0:
         return []
     pairs = keys.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
+    selected = keys.select(JOURNAL_KEY).group_by(JOURNAL_KEY).aggregate([])
     filters = []
-    for chunk in _packed(pairs):
+    chunks = _packed(pairs)
+    while chunks:
+        chunk = chunks.pop(0)
         where = _key_filter(chunk, ["queue", "seq"])
         reached = journal.matching_rows(JOURNAL, where, JOURNAL_KEY)
-        if reached.num_rows > chunk.num_rows:
-            selected = keys.select(JOURNAL_KEY).group_by(JOURNAL_KEY).aggregate([])
-            namesakes = reached.join(selected, keys=JOURNAL_KEY, join_type="left anti")
+        namesakes = reached.join(selected.cast(reached.schema), keys=JOURNAL_KEY, join_type="left anti")
+        if namesakes.num_rows > MAX_IN_LIST and chunk.num_rows > 1:  # the ids a filter names are bounded too
+            half = chunk.num_rows // 2
+            chunks[:0] = [chunk.slice(0, half), chunk.slice(half)]
+            continue
+        if namesakes.num_rows:
             log.info(
                 "erase %s: %d row(s) of a re-created queue table share the erased seqs and stay",
                 JOURNAL,
@@ -243,9 +250,12 @@ def _remove_derived(
 ) -> None:
     """Delete the derived and typed rows of the journal rows ``keys`` names, adding each table's
     figures to ``tables`` and its engine to ``engines`` (the tables to purge)."""
+    kept_keys: pa.Table | None = None
     for table in derived_tables():
         engine = table_engine(lake, table.name)
-        filters = key_filters(engine, table, keys)
+        if table.erased_by_journal_key[-1] == "key" and kept_keys is None and engine.exists(table.name):
+            kept_keys = _kept_namesakes_keys(table_engine(lake, JOURNAL), keys)
+        filters = key_filters(engine, table, keys, kept_keys)
         if not filters:
             continue
         engines[table.name] = engine
@@ -284,7 +294,32 @@ def finish_pending(cfg: Config, lake: LakeEngine) -> dict[str, int]:
     return purged
 
 
-def key_filters(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table) -> list[RowFilter]:
+def _kept_namesakes_keys(journal: LakeEngine, keys: pa.Table) -> pa.Table:
+    """(queue, seq, key) of the journal rows that stay at the erased rows' (queue, seq): a re-created
+    queue table's rows, keyed as the id index keys them (message id, conversation id, row id). Why: an
+    index row is one (key, queue, seq); when the kept row at that seq carries the erased one's message
+    id or conversation (a retry failing again in a truncated error table), the index row is both rows'
+    and stays, or ``find`` lost the kept row (a review)."""
+    columns = ["queue", "seq", "key"]
+    empty = pa.schema([("queue", pa.string()), ("seq", pa.int64()), ("key", pa.string())]).empty_table()
+    if keys.num_rows == 0 or not journal.exists(JOURNAL):
+        return empty
+    selected = keys.select(JOURNAL_KEY).group_by(JOURNAL_KEY).aggregate([])
+    pairs = keys.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
+    parts = [empty]
+    for chunk in _packed(pairs):
+        where = _key_filter(chunk, ["queue", "seq"])
+        reached = journal.matching_rows(JOURNAL, where, [*JOURNAL_KEY, *HELD_IN["key"][:2]])
+        stay = reached.join(selected, keys=JOURNAL_KEY, join_type="left anti")
+        for column in HELD_IN["key"]:
+            part = stay.select(["queue", "seq", column]).rename_columns(columns)
+            parts.append(part.filter(pc.is_valid(part["key"])).cast(empty.schema))
+    return pa.concat_tables(parts).group_by(columns).aggregate([])
+
+
+def key_filters(
+    engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table, kept_keys: pa.Table | None = None
+) -> list[RowFilter]:
     """The rows of a derived table whose journal key is among ``keys``, as filters of at most
     ``MAX_IN_LIST`` keys each (one delete each: deltalake's DELETE crashes on longer IN lists); none
     when the table does not exist or holds none of them. The table's keys are read (a record table:
@@ -297,10 +332,41 @@ def key_filters(engine: LakeEngine, table: table_entry.LakeTable, keys: pa.Table
     pairs = keys.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
     reached = held.join(pairs, keys=["queue", "seq"], join_type="inner")
     namesakes = _namesakes(reached, keys, columns)
+    if kept_keys is not None and columns[2] == "key" and kept_keys.num_rows:  # shared with a kept namesake
+        shared = reached.select(columns).join(kept_keys, keys=columns, join_type="inner")
+        namesakes = pa.concat_tables([namesakes, shared.select(columns).cast(namesakes.schema)])
+        namesakes = namesakes.group_by(columns).aggregate([])
     if namesakes.num_rows:  # a pair where the table holds a namesake's rows alone is not named
         reached = reached.join(namesakes, keys=columns, join_type="left anti")
     hit = reached.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
-    return [_key_filter(chunk, columns, namesakes) for chunk in _packed(hit)]
+    return [_key_filter(chunk, columns, namesakes) for chunk in _few_shared(_packed(hit), namesakes)]
+
+
+# the most seqs shared with a namesake one filter of a derived table names, each a term of its own
+SHARED_TERMS = 100
+
+
+def _few_shared(chunks: list[pa.Table], namesakes: pa.Table) -> list[pa.Table]:
+    """``chunks`` cut so that each holds at most ``SHARED_TERMS`` seqs a namesake shares. Why: each such
+    seq is a term of the filter, and deltalake's DELETE crashed (SIGSEGV) on an OR of 5,000 of them and
+    took 190 s on 2,000 (a review: a re-created table whose old rows all shared seqs with new ones)."""
+    if namesakes.num_rows == 0:
+        return chunks
+    seats = namesakes.select(["queue", "seq"]).group_by(["queue", "seq"]).aggregate([])
+    out: list[pa.Table] = []
+    for chunk in chunks:
+        flags = pc.is_in(
+            pc.binary_join_element_wise(chunk["queue"], pc.cast(chunk["seq"], pa.string()), "\n"),
+            value_set=pc.binary_join_element_wise(seats["queue"], pc.cast(seats["seq"], pa.string()), "\n"),
+        )
+        shared = np.cumsum(flags.to_numpy(zero_copy_only=False).astype(np.int64))
+        if not len(shared) or shared[-1] <= SHARED_TERMS:
+            out.append(chunk)
+            continue
+        cuts = np.searchsorted(shared, np.arange(SHARED_TERMS, int(shared[-1]), SHARED_TERMS), side="right")
+        bounds = [0, *cuts.tolist(), chunk.num_rows]
+        out += [chunk.slice(a, b - a) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return out
 
 
 def _packed(pairs: pa.Table) -> list[pa.Table]:
@@ -372,7 +438,11 @@ def _key_filter(hit: pa.Table, columns: list[str], namesakes: pa.Table | None = 
         shared = _shared_seqs(namesakes, columns, name) if namesakes is not None else {}
         plain = [s for s in seqs if s not in shared]
         terms = _seq_terms(seq, plain) if plain else []
-        terms += [_beside_namesakes(columns, s, shared[s]) for s in seqs if s in shared]
+        beside = [s for s in seqs if s in shared]
+        if beside and columns[2] == "id":  # row ids: one list for every seq (they are unique)
+            terms.append(_beside_namesakes(columns, beside, [v for s in beside for v in shared[s]]))
+        else:  # a kept row's keys may be an erased row's at another seq: per seq (few: ``_few_shared``)
+            terms += [_beside_namesakes(columns, [s], shared[s]) for s in beside]
         text = " OR ".join(t for t, _ in terms)
         sql.append(f'("{queue}" = {_quoted(name)} AND {text if len(terms) == 1 else f"({text})"})')
         part = ds.field(queue) == name
@@ -394,12 +464,22 @@ def _shared_seqs(namesakes: pa.Table, columns: list[str], queue: object) -> dict
     return shared
 
 
-def _beside_namesakes(columns: list[str], seq: int, others: list[Any]) -> tuple[str, ds.Expression]:
-    """The rows at ``seq`` whose third key column is none of ``others`` (null: cannot be told apart)."""
+def _beside_namesakes(columns: list[str], seqs: list[int], others: list[Any]) -> tuple[str, ds.Expression]:
+    """The rows at ``seqs`` whose third key column is none of ``others`` (null: cannot be told apart):
+    one condition on the seqs and one list of the namesakes' values. Why not a term per seq: thousands
+    of shared seqs made one OR of thousands of terms, and deltalake's DELETE crashed on it (SIGSEGV,
+    a review). A kept value named at another seq of the list keeps nothing it should not: the values
+    are row ids (GUIDs) or a kept row's keys."""
     name, own = columns[1], columns[2]
-    listed = ", ".join(_quoted(v) for v in others)
-    text = f'("{name}" = {seq} AND ("{own}" IS NULL OR "{own}" NOT IN ({listed})))'
-    return text, (ds.field(name) == seq) & (ds.field(own).is_null() | ~ds.field(own).isin(others))
+    terms = _seq_terms(name, seqs)
+    at_text = terms[0][0] if len(terms) == 1 else "(" + " OR ".join(t for t, _ in terms) + ")"
+    at = terms[0][1]
+    for _, more in terms[1:]:
+        at = at | more
+    values = sorted({v for v in others if v is not None}, key=str)
+    listed = ", ".join(_quoted(v) for v in values)
+    text = f'({at_text} AND ("{own}" IS NULL OR "{own}" NOT IN ({listed})))'
+    return text, at & (ds.field(own).is_null() | ~ds.field(own).isin(values))
 
 
 def count_all(engine: LakeEngine, table: str, filters: list[RowFilter]) -> dict[str, int]:
