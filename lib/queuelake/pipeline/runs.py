@@ -21,6 +21,7 @@ from queuelake.errors import LakeError
 from queuelake.lake import record_tables
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.transient import repeated
 from queuelake.status import Status
 
 RUNS = record_tables.RUNS.name
@@ -108,7 +109,12 @@ def append_runs(lake: LakeEngine, run_id: str, command: str, rows: list[dict[str
         extra = {k for k, v in row.items() if v is not None} - allowed
         if extra:
             raise ValueError(f"runs: {command} does not record {sorted(extra)} (see RUNS_COLUMNS_BY_COMMAND)")
-    if lake.exists(RUNS):
-        lake.add_columns(RUNS, [f.with_nullable(True) for f in RUNS_SCHEMA])
     data = pa.Table.from_pylist([{**r, "run_id": run_id, "command": command} for r in rows], schema=RUNS_SCHEMA)
-    lake.append(RUNS, data, f"queuelake.runs/{run_id}/{command}", 1)
+
+    def write() -> None:  # idempotent: the columns added once, the rows once per run id and command
+        if lake.exists(RUNS):
+            lake.add_columns(RUNS, [f.with_nullable(True) for f in RUNS_SCHEMA])
+        lake.append(RUNS, data, f"queuelake.runs/{run_id}/{command}", 1)
+
+    # the last write of every command: a dropped connection there failed a command whose work was done
+    repeated(write, RUNS)

@@ -1,0 +1,48 @@
+"""A whole lake write tried again when the store dropped the connection under it.
+
+Why: object stores drop connections (a reset, a broken pipe) now and then, and the clients' own retries
+do not cover every request of a commit: a ``maintain`` whose compactions and index were all done failed
+at its last step, the ``runs`` row, on one reset (a review, behind the throttling proxy). Only a write
+that can be repeated as a whole goes through here: an append keyed by its application transaction,
+which a second attempt after a commit that did land adds nothing to."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from queuelake.errors import LakeError
+from queuelake.report import log
+
+T = TypeVar("T")
+
+# what a dropped connection reads like, from deltalake's object_store or pyarrow's S3 client
+_DROPPED = re.compile(
+    r"connection (reset|closed|error)|broken pipe|os error (104|32)|failed to flush response stream|"
+    r"error sending request|timed? ?out",
+    re.I,
+)
+ATTEMPTS = 4
+
+
+def dropped(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store dropped the connection (not a refusal: a 403, a conflict)."""
+    return bool(_DROPPED.search(str(exc)))
+
+
+def repeated(write: Callable[[], T], what: str) -> T:
+    """``write()``, again up to ``ATTEMPTS`` times in all after 0.5, 1 and 2 s when the store dropped the
+    connection under it; any other error, or the last one, is raised."""
+    wait = 0.5
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return write()
+        except (OSError, LakeError) as exc:
+            if attempt == ATTEMPTS or not dropped(exc):
+                raise
+            log.info("lake: writing %s met a dropped connection (%s); again in %.1fs", what, exc, wait)
+            time.sleep(wait)
+            wait *= 2
+    raise AssertionError("unreachable")
