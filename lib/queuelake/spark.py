@@ -226,6 +226,7 @@ def session_conf(
 _SIZING_KEYS = ("spark.jars", "spark.jars.packages", "spark.cores.max", "spark.default.parallelism")
 # the Delta log's partitions and listing parallelism on a cluster whose cores the config does not say
 CLUSTER_DELTA_PARALLELISM = 16
+DELTA_DEFAULT_PARALLELISM = 50  # spark.databricks.delta.snapshotPartitions' own default
 
 
 def _cluster_cores(conf: dict[str, str]) -> int:
@@ -235,8 +236,9 @@ def _cluster_cores(conf: dict[str, str]) -> int:
     review: 51,365 tasks and 361 s for a ``maintain`` with nothing to compact; sized: 173 and 185 s)."""
     for key in ("spark.cores.max", "spark.default.parallelism"):
         value = conf.get(key, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
+        if value.isascii() and value.isdigit() and int(value) > 0:
+            # no more than Delta's own default: a big cluster's 512 cores made 512 log partitions (a review)
+            return min(int(value), DELTA_DEFAULT_PARALLELISM)
     return CLUSTER_DELTA_PARALLELISM
 
 

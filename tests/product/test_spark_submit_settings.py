@@ -73,6 +73,8 @@ def test_delta_parallelism_is_sized_on_a_cluster_too() -> None:
     assert sized({}, "spark://master:7077") == (default, default)
     assert sized({"spark.cores.max": "6"}, "spark://master:7077") == ("6", "6")
     assert sized({"spark.databricks.delta.snapshotPartitions": "40"}, "yarn")[0] == "40"
+    assert sized({"spark.cores.max": "512"}, "yarn") == ("50", "50")  # never past Delta's own default
+    assert sized({"spark.cores.max": "\u00b2"}, "yarn") == (default, default)  # a digit int() refuses
 
 
 DELTA_JOB = """
