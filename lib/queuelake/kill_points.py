@@ -1,7 +1,7 @@
 """Kill points: kill this process at a named point, so tests can prove the exactly-once guarantees.
 
 ``QUEUELAKE_TEST_KILL_AT=point[:n]`` sends SIGKILL to the process the n-th time (default 1st) it
-passes ``point``. Unset in production, where ``reached`` is a dictionary lookup and nothing else.
+passes ``point``. Unset in production, where ``reached`` is two environment lookups and nothing else.
 ``QUEUELAKE_TEST_KILL_TOKENS=folder`` bounds the kills across processes (Spark tasks, their retries):
 a kill happens only when it can delete one file of that folder, so a test makes N files for N kills
 at most, and counts the kills by the files gone.

@@ -34,23 +34,7 @@ def test_a_launch_setting_is_named_with_the_flag_that_sets_it() -> None:
 
 
 def test_spark_submit_warns_of_a_driver_memory_it_cannot_take(tmp_path: Path) -> None:
-    import pyspark
-
-    job = tmp_path / "job.py"
-    job.write_text(JOB, encoding="utf-8")
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = cli_env()
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    proc = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", str(job)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
+    out = _spark_submit(tmp_path, JOB, "--master", "local[1]")
     assert "SHUFFLE 3" in out  # the settings a running JVM can take are taken
     assert "spark.conf spark.driver.memory: '3g' has no effect under spark-submit" in out, out[-3000:]
     assert "--driver-memory" in out
@@ -94,7 +78,6 @@ def test_delta_given_to_spark_submit_is_turned_on_and_sized(tmp_path: Path) -> N
     two settings: ``auto`` chose delta-spark, the drain ran, and ``bodies`` failed at its first table;
     with them, Delta's stages kept its 50 default tasks on a 4-core master (a review: the sizing looked
     at the config's ``spark.jars`` only). The job now turns Delta on and sizes it as for its own jars."""
-    import pyspark
     import pytest
 
     from tests.helpers.jvm import delta_jars
@@ -102,20 +85,24 @@ def test_delta_given_to_spark_submit_is_turned_on_and_sized(tmp_path: Path) -> N
     jars, why = delta_jars()
     if not jars:
         pytest.skip(why)
+    out = _spark_submit(tmp_path, DELTA_JOB, "--master", "local[3]", "--jars", ",".join(jars))
+    assert "SETTING spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension" in out, out[-3000:]
+    assert "SETTING spark.databricks.delta.snapshotPartitions 3" in out, out[-3000:]
+
+
+def _spark_submit(tmp_path: Path, job_text: str, *options: str) -> str:
+    """The installed pyspark's real ``spark-submit`` running ``job_text`` with ``options``: its output,
+    once it exited 0."""
+    import pyspark
+
     job = tmp_path / "job.py"
-    job.write_text(DELTA_JOB, encoding="utf-8")
+    job.write_text(job_text, encoding="utf-8")
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = cli_env()
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     proc = subprocess.run(
-        [str(spark_submit), "--master", "local[3]", "--jars", ",".join(jars), str(job)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [str(spark_submit), *options, str(job)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "SETTING spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension" in out, out[-3000:]
-    assert "SETTING spark.databricks.delta.snapshotPartitions 3" in out, out[-3000:]
+    return out

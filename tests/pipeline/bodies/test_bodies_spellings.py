@@ -181,20 +181,8 @@ def test_property_names_spark_reads_specially_are_typed_like_any_other(
     the first failed its type at the rewrite and at every read of the table after (the name was quoted
     with its backquote not doubled); the second failed its type's every increment (two fields of one
     name): both reviews. A transform reading typed tables ran the failing type's catch-up and failed too."""
-    cfg = config(fresh_pg_uri, tmp_path / "lake", "delta-rs")
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
-        conn.commit()
-    odd = c.aqn("Edge.Contracts.OddKeys", "Edge.Contracts", "1.0.0.0")
+    day, lake = _typed_days(fresh_pg_uri, tmp_path, spark, "Edge.Contracts.OddKeys")
     table = "body_edge_contracts_oddkeys"
-    lake = open_lake(cfg.lake, spark)
-
-    def day(first: int, *bodies: dict[str, object]) -> None:
-        messages = [c.message(odd, json.dumps(b).encode(), "application/json", first + i) for i, b in enumerate(bodies)]
-        send(cfg, "Sales", messages)
-        assert drain(cfg, lake)["status"] == "ok"
-        out = bodies_run.bodies(cfg, spark, lake)
-        assert out["status"] == "ok" and out["unparsed"] == 0, out
 
     day(0, {"`q`": 5, "_corrupt_record": "mine", "Normal": 1})
     day(10, {"`q`": 6, "_corrupt_record": "yours", "Normal": "text now"})  # Normal becomes text: a rewrite
@@ -219,20 +207,8 @@ def test_root_properties_no_column_can_be_named_after_are_typed_under_encoded_na
     """The body's own properties named with a space, `,;{}()=`, a tab, a newline, or no name at all were
     dropped with no record (nested ones are map keys; a review). Each is now a column named as
     ``XmlConvert.EncodeName`` names it, through a rewrite of the table, read back by Spark too."""
-    cfg = config(fresh_pg_uri, tmp_path / "lake", "delta-rs")
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
-        conn.commit()
-    odd = c.aqn("Edge.Contracts.SpacedKeys", "Edge.Contracts", "1.0.0.0")
+    day, lake = _typed_days(fresh_pg_uri, tmp_path, spark, "Edge.Contracts.SpacedKeys")
     table = "body_edge_contracts_spacedkeys"
-    lake = open_lake(cfg.lake, spark)
-
-    def day(first: int, *bodies: dict[str, object]) -> None:
-        messages = [c.message(odd, json.dumps(b).encode(), "application/json", first + i) for i, b in enumerate(bodies)]
-        send(cfg, "Sales", messages)
-        assert drain(cfg, lake)["status"] == "ok"
-        out = bodies_run.bodies(cfg, spark, lake)
-        assert out["status"] == "ok" and out["unparsed"] == 0, out
 
     odd_keys = {"Order Id": 5, "": "none", "a,b": 1, "k=v": "x", "t\tab": True, "(p)": 2.5, "a_x0020_b": "lit"}
     day(0, {**odd_keys, "Normal": 1})
@@ -252,3 +228,25 @@ def test_root_properties_no_column_can_be_named_after_are_typed_under_encoded_na
         assert sorted(r[column] for r in got) == values, (column, got[0].keys())
     read = lake.read(table).select("Order_x0020_Id", "_x0000_")  # Spark's read of the table
     assert sorted(tuple(r) for r in read.collect()) == [(5, "none"), (6, "none")]
+
+
+def _typed_days(pg_uri: str, tmp_path: Path, spark, type_name: str):  # type: ignore[no-untyped-def]
+    """A delta-rs lake on a fresh queue schema, and ``day(first, *bodies)``: send the bodies as
+    ``type_name`` (message numbers from ``first``), drain them and type them, every body parsed."""
+    cfg = config(pg_uri, tmp_path / "lake", "delta-rs")
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        conn.commit()
+    message_type = c.aqn(type_name, "Edge.Contracts", "1.0.0.0")
+    lake = open_lake(cfg.lake, spark)
+
+    def day(first: int, *bodies: dict[str, object]) -> None:
+        messages = [
+            c.message(message_type, json.dumps(b).encode(), "application/json", first + i) for i, b in enumerate(bodies)
+        ]
+        send(cfg, "Sales", messages)
+        assert drain(cfg, lake)["status"] == "ok"
+        out = bodies_run.bodies(cfg, spark, lake)
+        assert out["status"] == "ok" and out["unparsed"] == 0, out
+
+    return day, lake
