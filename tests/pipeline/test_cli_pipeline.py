@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from deltalake import DeltaTable
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.lake.reading import read_table
@@ -85,12 +86,20 @@ def test_run_then_maintain(fresh_pg_uri: str, tmp_path: Path) -> None:
     assert {"messages", "runs", "outbound_activity"} <= set(by_name), listed
     assert by_name["messages"]["engine"] == "delta-rs" and by_name["messages"]["files"] >= 1, listed
     assert by_name["messages"]["version"] >= 1 and by_name["outbound_activity"]["about"], listed  # outbound_{output}
-    # The compaction made new versions but brought no rows: the next run starts Spark once to move the
-    # checkpoints past them (one left behind would fail once the Delta log's retention drops those
-    # commits), sends nothing, and the runs after it are idle again, without Spark.
-    after = cli(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)
+    # The compaction made new versions but brought no rows: the next run moves the checkpoints past them
+    # (one left behind would fail once the Delta log's retention drops those commits) with no Spark
+    # session (it started one for nothing: a review), sends nothing, and the runs after it are idle.
+    after, log = cli_logged(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)
     assert after["status"] == "ok" and after["publish"]["copies"] == 0, after
     assert after["transform"]["transforms"][0]["rows_out"] == 0, after
+    for step in ("bodies", "transform"):  # publish records its round of no rows, without a session too
+        assert f"{step}: nothing new, no Spark session started" in log, log
+    assert "incubator" not in log and "SparkContext" not in log, log
+    assert "added no rows (a compaction or a delete); checkpoint moved" in log, log
+    journal = DeltaTable(str(lake_root / "messages")).version()
+    moved = {"outbound_activity": "queuelake.transform/activity", "body_increments": "queuelake.bodies"}
+    for table, app_id in moved.items():
+        assert DeltaTable(str(lake_root / table)).transaction_version(app_id) == journal, table
     again, log = cli_logged(["run", "-c", str(conf)], fresh_pg_uri, tmp_path)
     assert again["status"] == "ok" and again["publish"]["copies"] == 0, again
     assert "transform: nothing new, no Spark session started" in log, log

@@ -32,6 +32,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline import transform as transform_mod
     from queuelake.pipeline.bodies import run as bodies_mod
     from queuelake.pipeline.drain.run import drain as run_drain
+    from queuelake.pipeline.publish import run as publish_mod
     from queuelake.pipeline.step_locks import BODIES, TRANSFORM, one_at_a_time
     from queuelake.status import Status
 
@@ -49,7 +50,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "transform": lambda: one_at_a_time(
             cfg, TRANSFORM, lambda: sessions.step(transform_mod.transform, transform_mod.pending)
         ),
-        "publish": lambda: sessions.step(publish, publish_pending),
+        # as ``queuelake publish``: a clean round is checked and sent without a session (a run after a
+        # ``maintain`` started one for its round of no rows)
+        "publish": lambda: sessions.step(publish, publish_pending, writes=publish_mod.written_tables),
     }
     if not cfg.bodies.enabled:
         del order["bodies"]

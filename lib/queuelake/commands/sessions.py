@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from queuelake.config import Config
-from queuelake.lake.engines import open_lake, without_spark
+from queuelake.lake.engines import delta_rs_may_write, open_lake, without_spark
 from queuelake.lake.port import LakeEngine
 from queuelake.report import log
 
@@ -107,14 +107,8 @@ class Sessions:
         return step(self.cfg, LazySpark(lambda: self.with_spark()[0]), self.quiet())
 
     def _delta_rs_may_write(self, tables: list[str]) -> bool:
-        """Whether the session-less lake (delta-rs) may write every one of ``tables``: the config leaves
-        the engine to queuelake (``auto``, or delta-rs itself) and none of them was made by delta-spark."""
-        if self.cfg.lake.engine not in ("auto", "delta-rs"):
-            return False
-        lake = self.quiet()
-        return lake.name == "delta-rs" and all(
-            not lake.exists(table) or lake.written_by(table) != "delta-spark" for table in tables
-        )
+        """Whether the session-less lake (delta-rs) may write every one of ``tables``."""
+        return delta_rs_may_write(self.cfg.lake.engine, self.quiet(), tables)
 
 
 class LazySpark:

@@ -36,6 +36,15 @@ def without_spark(config: LakeConfig) -> LakeEngine:
     return open_lake(dataclasses.replace(config, engine="delta-rs"), configured=config.engine)
 
 
+def delta_rs_may_write(setting: str, lake: LakeEngine, tables: list[str]) -> bool:
+    """Whether ``lake``, the session-less one (``without_spark``), may write every one of ``tables``:
+    ``setting`` (``lake.engine``) leaves the engine to queuelake (``auto``, or delta-rs itself) and none
+    of them was made by delta-spark (an engine refuses the other's tables: ``marks.py``)."""
+    if setting not in ("auto", "delta-rs") or lake.name != DeltaRsEngine.name:
+        return False
+    return all(not lake.exists(table) or lake.written_by(table) != DeltaSparkEngine.name for table in tables)
+
+
 def open_lake(config: LakeConfig, spark: SparkSession | None = None, configured: str | None = None) -> LakeEngine:
     """The engine config asks for. ``auto``: a table that exists is written by the engine that made
     it (``PerTableLake``); a new one by delta-spark when its JVM classes are present, else delta-rs."""

@@ -33,6 +33,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
 from queuelake.lake.storage import job_secrets
 from queuelake.pipeline import runs
+from queuelake.pipeline.journal import rearranged
 from queuelake.pipeline.journal.batch_filter import of_batches
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.quality import expectations
@@ -111,7 +112,8 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
     for t in config.transforms:
         after = lake.last_version(t.output, checkpoint_app_id(t.name)) if lake.exists(t.output) else None
         if upto is not None and (after is None or after < upto):
-            names.append(t.name)
+            if not rearranged.moves_without_spark(config, lake, after, upto, t.output):
+                names.append(t.name)  # versions of no new rows only: moved past without a session
     return names
 
 
@@ -137,6 +139,17 @@ def run_transform(
     if upto is None or (after is not None and after >= upto):
         log.info("transform %s: nothing new in the journal since version %s, nothing to do", transform.name, after)
         return {**result, "status": Status.OK, "rows_in": 0, "rows_out": 0, "note": "nothing new"}
+    if exists and rearranged.no_new_rows(lake, after, upto):
+        # a compaction, a retention delete, an erase: nothing to read, and the transform is not run on
+        # nothing; its checkpoint moves past them in a commit of no rows (no Spark: ``rearranged``)
+        lake.append(transform.output, lake.schema(transform.output).empty_table(), app_id, upto)
+        log.info(
+            "transform %s: journal versions (%s, %s] added no rows (a compaction or a delete); checkpoint moved",
+            transform.name,
+            after,
+            upto,
+        )
+        return {**result, "status": Status.OK, "after_version": after, "rows_in": 0, "rows_out": 0, "slices": 0}
     slice_rows = config.spark.slice_rows if config is not None else SparkConfig().slice_rows
     spans = lake.slices(MESSAGES, after, upto, slice_rows)
     if len(spans) > 1:

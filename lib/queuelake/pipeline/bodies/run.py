@@ -40,6 +40,7 @@ from queuelake.lake.storage import job_secrets
 from queuelake.pipeline import runs
 from queuelake.pipeline.bodies import batch_sizes, evolve, names, schema_plan, select, typed_append
 from queuelake.pipeline.bodies.totals import Totals
+from queuelake.pipeline.journal import rearranged
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.redaction import redact
 from queuelake.report import log
@@ -64,12 +65,16 @@ def checkpoint(lake: LakeEngine) -> int | None:
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:
-    """["bodies"] when the journal has versions the stage has not read (two log lookups, no Spark)."""
+    """["bodies"] when the journal has versions the stage has not read with rows in them (the Delta
+    log, no Spark); versions of no new rows (``maintain``'s, ``erase``'s) are none when the stage can
+    move past them without a session (``rearranged``)."""
     if not lake.exists(MESSAGES):
         return []
     upto = lake.table_version(MESSAGES)
     after = checkpoint(lake)
-    return ["bodies"] if upto is not None and (after is None or after < upto) else []
+    if upto is None or (after is not None and after >= upto):
+        return []
+    return [] if rearranged.moves_without_spark(config, lake, after, upto, INCREMENTS) else ["bodies"]
 
 
 def claimed(lake: LakeEngine) -> dict[str, str]:
