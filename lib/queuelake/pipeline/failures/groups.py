@@ -11,8 +11,9 @@ so a group keeps its id from run to run, and in every lake holding the same fail
 
 A message is what ServiceControl calls one failed message: its unique id (``nsb.retry.unique_id_of``,
 the MessageId and the endpoint that failed it), so a published event failing at two subscribers is two
-messages. Its failures are ordered by the error queue's ``seq`` when they lie in one error queue (the
-order they were written, one counter, no clocks), else by ``at`` (TimeOfFailure, set by whichever
+messages. Its failures are ordered as the drain took them when they lie in one error queue (when it
+drained them, then the queue's ``seq``: a retry's failure is drained after the failure it retried,
+even in a re-created table whose seqs start again), else by ``at`` (TimeOfFailure, set by whichever
 machine failed it). As in ServicePulse, a message belongs to the group of its latest failure, across
 groups: another group holding an earlier failure of it (a retry that failed with another exception)
 lists it, as history, and does not select it.
@@ -75,6 +76,7 @@ class Row:
     rank: int = 0  # its place among its message's failures (0: the first)
     message_type: str | None = None  # as the journal holds it (a generic's argument versions kept)
     id: str = ""  # the journal row's id
+    drained_at: dt.datetime | None = None  # when the drain took it (the journal's column)
 
     @property
     def key(self) -> RowKey:
@@ -212,6 +214,7 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
             r.get("retry_unique_id"),
             message_type=message_type,
             id=r["id"],
+            drained_at=r.get("drained_at"),
         )
         g.rows.append(row)
         by_row[row.key] = g
@@ -251,11 +254,13 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
 
 
 def _in_order(rows: list[Row]) -> list[Row]:
-    """One message's failures, first to last: by ``seq`` when one error queue holds them all (the order
-    the queue took them: one counter, exact), else by ``at`` (TimeOfFailure: the failing machines'
-    clocks), then queue and seq."""
+    """One message's failures, first to last: when one error queue holds them all, in the order the
+    drain took them (``drained_at``, then ``seq``: the queue's counter, exact within a table; but a
+    table dropped and re-created numbers its rows from 1 again, and a retry's failure landing there
+    came after the one it retried, which the drain had taken first: a review), else by ``at``
+    (TimeOfFailure: the failing machines' clocks), then queue and seq."""
     if len({r.queue for r in rows}) == 1:
-        return sorted(rows, key=lambda r: r.seq)
+        return sorted(rows, key=lambda r: (r.drained_at or r.at, r.seq))
     return sorted(rows, key=lambda r: (r.at, r.queue, r.seq))
 
 
@@ -334,7 +339,7 @@ def where(g: Group, same_columns: list[Row]) -> str:
     namesakes: dict[str, set[str]] = defaultdict(set)  # a chosen seq's other rows (a re-created table)
     for r in same_columns:
         matching[r.queue].add(r.seq)
-        if r.seq in chosen[r.queue] and r.key not in chosen_rows:
+        if r.seq in chosen.get(r.queue, ()) and r.key not in chosen_rows:  # .get: no empty entry in chosen
             namesakes[r.queue].add(r.id)
     per_queue = []
     for queue in sorted(chosen):

@@ -90,11 +90,8 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
                 "journal_version": reached.version,
             }
         }
-        for table in derived_tables():
-            engine = table_engine(lake, table.name)
-            filters = key_filters(engine, table, keys)
-            if filters:
-                tables[table.name] = count_all(engine, table.name, filters)
+        for name, engine, filters in _derived_filters(lake, keys):  # as the erase deletes them
+            tables[name] = count_all(engine, name, filters)
         tables.update(typed.remove(lake, keys["message_id"], True, "erase")[0])
         for name, figures in tables.items():
             log.info(
@@ -250,21 +247,30 @@ def _remove_derived(
 ) -> None:
     """Delete the derived and typed rows of the journal rows ``keys`` names, adding each table's
     figures to ``tables`` and its engine to ``engines`` (the tables to purge)."""
+    for name, engine, filters in _derived_filters(lake, keys):
+        engines[name] = engine
+        _add(tables, name, delete_all(engine, name, filters))
+        log.info("erase %s: %d derived row(s) removed", name, tables[name]["rows"])
+    typed_tables, typed_engines = typed.remove(lake, keys["message_id"], False, "erase")
+    for name, figures in typed_tables.items():
+        _add(tables, name, figures)
+    engines.update(typed_engines)
+
+
+def _derived_filters(lake: LakeEngine, keys: pa.Table) -> list[tuple[str, LakeEngine, list[RowFilter]]]:
+    """Each derived table holding rows of the journal rows ``keys`` names: its name, engine and the
+    filters reaching those rows (``key_filters``), the id-index rows a kept namesake shares left out
+    (``_kept_namesakes_keys``); what the erase deletes and ``--dry-run`` counts (it counted those too)."""
+    out = []
     kept_keys: pa.Table | None = None
     for table in derived_tables():
         engine = table_engine(lake, table.name)
         if table.erased_by_journal_key[-1] == "key" and kept_keys is None and engine.exists(table.name):
             kept_keys = _kept_namesakes_keys(table_engine(lake, JOURNAL), keys)
         filters = key_filters(engine, table, keys, kept_keys)
-        if not filters:
-            continue
-        engines[table.name] = engine
-        _add(tables, table.name, delete_all(engine, table.name, filters))
-        log.info("erase %s: %d derived row(s) removed", table.name, tables[table.name]["rows"])
-    typed_tables, typed_engines = typed.remove(lake, keys["message_id"], False, "erase")
-    for name, figures in typed_tables.items():
-        _add(tables, name, figures)
-    engines.update(typed_engines)
+        if filters:
+            out.append((table.name, engine, filters))
+    return out
 
 
 def _add(tables: dict[str, dict[str, Any]], table: str, figures: dict[str, Any]) -> None:
