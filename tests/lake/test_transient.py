@@ -46,6 +46,22 @@ def test_a_dropped_connection_is_tried_again_and_a_refusal_is_not(monkeypatch: p
     assert len(calls) == transient.ATTEMPTS
 
 
+def test_the_retry_line_names_the_drop_not_the_error(monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A store's error may quote a request's URL with a SAS token; log lines are not redacted as a
+    command's failure is: the line says what dropped, not the error's text (a review)."""
+    monkeypatch.setattr(transient.time, "sleep", lambda _s: None)
+    errors = [OSError("error sending request for url (https://a.blob.core.windows.net/lake/runs?sig=SECRET)")]
+
+    def flaky() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "written"
+
+    with caplog.at_level("INFO", logger="queuelake"):
+        assert transient.repeated(flaky, "runs") == "written"
+    assert "met a dropped connection (error sending request)" in caplog.text and "SECRET" not in caplog.text
+
+
 def test_the_runs_row_of_a_command_survives_a_dropped_connection(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """A real delta-rs ``runs`` table whose first append the store drops: the row is written once."""
     from queuelake.lake.delta_rs.engine import DeltaRsEngine

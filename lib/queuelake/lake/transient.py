@@ -42,7 +42,10 @@ def repeated(write: Callable[[], T], what: str) -> T:
         except (OSError, LakeError) as exc:
             if attempt == ATTEMPTS or not dropped(exc):
                 raise
-            log.info("lake: writing %s met a dropped connection (%s); again in %.1fs", what, exc, wait)
+            # the words that said so, not the error: a store's error may quote a request's URL (a SAS
+            # token in its query), and a log line is not redacted as a command's failure is
+            said = _DROPPED.search(str(exc))
+            log.info("lake: writing %s met a dropped connection (%s); again in %.1fs", what, said and said[0], wait)
             time.sleep(wait)
             wait *= 2
     raise AssertionError("unreachable")

@@ -443,6 +443,18 @@ def test_a_retry_failing_again_in_a_recreated_table_is_the_later_failure(cfg: Co
     assert _selects(cfg, a.where) == _rows(a) and x.key not in _rows(a)
 
 
+def test_a_printed_where_never_takes_a_row_a_recreated_table_lands_later(cfg: Config) -> None:
+    """The --where is frozen when printed; the error table re-created after, a new failure of the group
+    landed at ``error@1`` and the old predicate selected it too (a review)."""
+    a = failure_groups(open_lake(cfg.lake)).groups[0]
+    frozen, chosen = a.where, _rows(a)
+    assert "drained_at <= '" in frozen and _selects(cfg, frozen) == chosen
+    _recreate_error_table(cfg)
+    _seed(cfg, "error", [_failed(ORDERS[8], "Billing", TIMEOUT, 70, BUILD_1[0])])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    assert _selects(cfg, frozen) == chosen
+
+
 def test_failures_of_one_groups_columns_in_two_error_queues(fresh_pg_uri: str, tmp_path: Path) -> None:
     """A group's rows in one error queue, and a failure with the same exception, message type and
     endpoint (another call path: another group) in a second: every ``failures`` ended in an IndexError

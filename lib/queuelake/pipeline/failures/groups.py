@@ -35,8 +35,9 @@ rewritten in the journal (a row is its queue, seq and id for good), so the predi
 rows at any later journal version: failures drained after it was printed are not added, and a rerun or a
 second replay of it sends the same rows. A queue table dropped and re-created numbers its rows
 from 1 again: a row of the same queue and seq as a selected one (its namesake) is left out by its id
-(``id NOT IN (...)``), and a retry's copy names its source's id (``queuelake.Replay.SourceId``), so a new
-failure is never taken for an old one retried. It is a predicate replay evaluates without Spark unless a key
+(``id NOT IN (...)``), one drained later by ``drained_at <= '<the last selected row's>'``, and a
+retry's copy names its source's id (``queuelake.Replay.SourceId``), so a new failure is never taken for
+an old one retried. It is a predicate replay evaluates without Spark unless a key
 holds a backslash or a quote (Spark then reads it).
 """
 
@@ -355,4 +356,15 @@ def where(g: Group, same_columns: list[Row]) -> str:
             seqs_term += f" AND id NOT IN ({', '.join(map(literal, sorted(namesakes[queue])))})"
         per_queue.append(f"(queue = {literal(queue)} AND {seqs_term})")
     rows = per_queue[0] if len(per_queue) == 1 else "(" + " OR ".join(per_queue) + ")"
-    return " AND ".join(parts + [rows])
+    return " AND ".join(parts + [rows, *_drained_by(g.replay_rows())])
+
+
+def _drained_by(rows: list[Row]) -> list[str]:
+    """``drained_at <= '<the last of rows>'``: a queue table dropped and re-created later lands new
+    rows at the selected seqs, and the predicate took them (a review); they are drained after it was
+    printed. Empty when a row's time is unknown (not a journal's row)."""
+    times = [r.drained_at for r in rows]
+    if not times or any(t is None for t in times):
+        return []
+    last = max(t for t in times if t is not None).astimezone(dt.timezone.utc)
+    return [f"drained_at <= '{last.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'"]
