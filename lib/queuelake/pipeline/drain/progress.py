@@ -30,7 +30,7 @@ class Progress:
     def start(self, conn: Connection, read: bool = True) -> None:
         """Read the newest seq before the workers start; the next read is due a few seconds on.
         ``read=False``: a queue of one batch by the run's estimate (most of a system's queues) skips
-        the read, one statement fewer; its progress line says 0 left until a read is due."""
+        the read, one statement fewer; its progress line says nothing of what is left until a read is due."""
         self._newest_at = time.monotonic()
         if read:
             self._read_newest(conn)
@@ -44,8 +44,7 @@ class Progress:
         elapsed = time.monotonic() - self._started
         log.debug("drain %s: worker %d committed its batch %d", self.ref.canonical, worker, version)
         log.info(
-            "drain %s: %d message(s) (%d landed, %d expired, %d quarantined) in %.2fs; "
-            "%d so far at %.0f msg/s, about %d left",
+            "drain %s: %d message(s) (%d landed, %d expired, %d quarantined) in %.2fs; %d so far at %.0f msg/s, %s",
             self.ref.canonical,
             n,
             counts["landed"],
@@ -54,15 +53,16 @@ class Progress:
             seconds,
             total,
             total / elapsed if elapsed else 0.0,
-            backlog,
+            f"about {backlog} left" if backlog is not None else "what is left not counted yet",
         )
 
-    def _backlog(self, conn: Connection, last_seq: int) -> int:
+    def _backlog(self, conn: Connection, last_seq: int) -> int | None:
         """Backlog for the progress line: the queue's newest seq (read every few seconds) minus the
         highest seq this drain has received. Not ``peek``: its min(seq) walks the dead index entries
         the drain leaves at the head, which stalled a worker for 0.13 s (and cost the server as much
         CPU) on a churned table. Rows that arrive between two reads show at the next one; with
-        competing receivers the estimate is an upper bound. -1: the read failed."""
+        competing receivers the estimate is an upper bound. None: not known (the read failed, or
+        not made yet for a queue estimated at one batch: it said "about 0 left" of a queue with more)."""
         now = time.monotonic()
         with self._lock:
             self._received_up_to = high = max(self._received_up_to, last_seq)
@@ -72,10 +72,10 @@ class Progress:
             newest = self._newest
         if read:
             if not self._read_newest(conn):
-                return -1
+                return None
             with self._lock:
                 newest = self._newest
-        return max(newest - high, 0) if newest is not None else 0
+        return max(newest - high, 0) if newest is not None else None
 
     def _read_newest(self, conn: Connection) -> bool:
         """Read the newest seq for the estimate. A failed read is not the run's failure: the progress
