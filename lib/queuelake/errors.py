@@ -114,8 +114,15 @@ class DemoError(QueuelakeError):
 
 def error_kind(exc: BaseException) -> str:
     """The ``error_kind`` a summary carries for ``exc``: its class's kind, ``unexpected`` for what is not
-    one of ours (a bug, or a library's error that got through)."""
-    return exc.kind if isinstance(exc, QueuelakeError) else "unexpected"
+    one of ours (a bug, or a library's error that got through). A queue database driver's own error
+    that got through is the queue database's: ``transport`` (a drain process's lost connection was
+    ``unexpected`` where the same loss in a thread said ``transport``: a review)."""
+    if isinstance(exc, QueuelakeError):
+        return exc.kind
+    return "transport" if type(exc).__module__.split(".")[0] in _DRIVERS else "unexpected"
+
+
+_DRIVERS = frozenset({"psycopg", "psycopg2", "pyodbc"})  # the queue database's drivers
 
 
 def is_panic(exc: BaseException) -> bool:

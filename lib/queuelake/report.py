@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -94,9 +95,26 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+# a terminal's colour codes and the "↳" lines deltalake's errors are made of (one error, several lines)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CONTINUED = re.compile(r"\s*\n\s*(?:↳\s*)?")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every text in it free of terminal colour codes: a summary is read by scripts and
+    people, and deltalake's errors, quoted in parts' errors, held them (a review)."""
+    if isinstance(value, str):
+        return _CONTINUED.sub(" | ", _ANSI.sub("", value)).strip() if "\x1b[" in value else value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def emit_summary(summary: dict[str, Any], stream: TextIO | None = None) -> None:
     """Print the summary as one compact JSON line on stdout (the last line a command prints);
     ``stream`` is for the exception, ``install --print-sql``, whose stdout is SQL only."""
     out = sys.stdout if stream is None else stream
-    out.write(orjson.dumps(summary, default=_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    out.write(orjson.dumps(_plain(summary), default=_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
     out.flush()

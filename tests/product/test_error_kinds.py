@@ -23,3 +23,13 @@ def test_every_error_kind_is_in_the_commands_table() -> None:
     table = COMMANDS_MD.read_text(encoding="utf-8")
     missing = sorted(k for k in kinds | {"usage", "missing-dependency", "unexpected"} if f"`{k}`" not in table)
     assert missing == [], f"docs/commands.md's error_kind table lacks {missing}"
+
+
+def test_a_database_drivers_own_error_is_the_queue_databases() -> None:
+    """A lost connection raised by the driver itself, past our wrapping (a drain process's), said
+    ``unexpected`` where the same loss in a thread said ``transport`` (a review)."""
+    import psycopg
+
+    assert errors.error_kind(psycopg.OperationalError("the connection is closed")) == "transport"
+    assert errors.error_kind(ValueError("a bug")) == "unexpected"
+    assert errors.error_kind(errors.LakeError("x")) == "lake"

@@ -40,3 +40,20 @@ def test_a_summary_with_its_own_error_is_left_as_it_is() -> None:
     bare = {"command": "maintain", "status": "failed"}
     _lift_error(bare)
     assert bare["error_kind"] == "maintain" and "error" not in bare
+
+
+def test_a_summary_holds_no_terminal_colour_codes() -> None:
+    """deltalake's errors are coloured lines ("\\x1b[31m↳\\x1b[0m ..."); quoted in a part's error they
+    reached the JSON summary as they were (a review). The summary's texts are plain, one line each."""
+    import io
+
+    import orjson
+    from queuelake.report import emit_summary
+
+    coloured = "lake table runs: cannot create it: Generic error\n \x1b[31m↳\x1b[0m No space left on device"
+    out = io.StringIO()
+    emit_summary({"status": "failed", "error": coloured, "queues": [{"error": coloured, "n": 1}], "note": "a\nb"}, out)
+    summary = orjson.loads(out.getvalue())
+    plain = "lake table runs: cannot create it: Generic error | No space left on device"
+    assert summary["error"] == plain and summary["queues"] == [{"error": plain, "n": 1}]
+    assert summary["note"] == "a\nb"  # a text without colour codes is left as it is

@@ -54,6 +54,22 @@ class Run:
         timed = [{"started_at": self.started, "ended_at": ended, **r} for r in rows]
         append_runs(lake, self.run_id, self.command, timed)
 
+    def record_after_work(self, lake: LakeEngine, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """``record`` for a command whose work is committed: ``{}``, or when the rows could not be
+        written (a full disk) the summary's failure, ``error`` and ``error_kind``, said in the log too.
+        Why: the error replaced the whole summary, and a drain that had landed 5,400 messages said
+        only that ``runs`` could not be created (a review)."""
+        from queuelake.errors import describe
+        from queuelake.report import log
+
+        try:
+            self.record(lake, rows)
+        except Exception as exc:  # noqa: BLE001 - any store's error: the work stands, the summary says so
+            error = f"the work is done but its runs rows were not written: {describe(exc)}"
+            log.error("%s: %s", self.command, error)
+            return {"status": Status.FAILED, "error": error, "error_kind": "lake"}
+        return {}
+
 
 @dataclass(kw_only=True)
 class PartResult:

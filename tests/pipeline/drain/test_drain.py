@@ -373,6 +373,29 @@ def test_missing_queue_fails_with_its_name(fresh_pg_uri: str, tmp_path: Path) ->
     assert '"public"."Nowhere"' in summary["queues"][0]["error"]
 
 
+def test_a_drain_whose_runs_rows_cannot_be_written_keeps_its_counts(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lake's disk full at the drain's last write, its ``runs`` rows: the summary was that error
+    alone, no counts, while 5,400 messages had landed (a review). The counts stay, and the error."""
+    from queuelake.errors import LakeError
+    from queuelake.pipeline import runs
+
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"])
+    install(cfg)
+    sent = seed_ids(cfg, "Sales", 30)
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise LakeError("lake table runs: cannot create it: Generic error\n \x1b[31m↳\x1b[0m No space left on device")
+
+    monkeypatch.setattr(runs, "append_runs", full)
+    summary = drain(cfg, open_lake(cfg.lake))
+    assert summary["status"] == "failed" and summary["landed"] == 30, summary
+    assert summary["error_kind"] == "lake" and "runs rows were not written" in summary["error"], summary
+    assert "No space left on device" in summary["error"]
+    assert set(journal(tmp_path / "lake")["id"].to_pylist()) == sent
+
+
 # --- competing consumer ---------------------------------------------------------------------------
 
 

@@ -178,7 +178,7 @@ def drain(
                 shared.close()
             if processes is not None:
                 processes.close()
-        run.record(lake, [row for r in results for row in r.runs_rows()])
+        unrecorded = run.record_after_work(lake, [row for r in results for row in r.runs_rows()])
         totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
         _log_outcome(results, totals, run.started)
         # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
@@ -191,7 +191,8 @@ def drain(
         totals["journal_commits"] = committer.commits
         totals["largest_group"] = committer.largest_group
         status = worst([r.status for r in results])
-        return {"status": status, "run_id": run.run_id, **totals, "queues": [r.summary() for r in results]}
+        summary = {"status": status, "run_id": run.run_id, **totals, **unrecorded}
+        return {**summary, "queues": [r.summary() for r in results]}
 
 
 def _on_executors(
@@ -229,7 +230,7 @@ def _on_executors(
     by_queue = {r.queue: r for r in drained}
     results = [by_queue.get(r.canonical) or _idle_result(r, backlogs[r.canonical]) for r in refs]
     elsewhere.mark(results)
-    run.record(lake, [row for r in results for row in r.runs_rows()])
+    unrecorded = run.record_after_work(lake, [row for r in results for row in r.runs_rows()])
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     _log_outcome(results, totals, run.started)
     # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
@@ -245,7 +246,7 @@ def _on_executors(
     else:
         totals["spark_jobs"] = outcome.jobs if outcome else 0
     status = worst([r.status for r in results])
-    summary = {"status": status, "run_id": run.run_id, "on": settings.on, **totals}
+    summary = {"status": status, "run_id": run.run_id, "on": settings.on, **totals, **unrecorded}
     return {**summary, "queues": [r.summary() for r in results]}
 
 
