@@ -142,6 +142,12 @@ class Connection:
         with contextlib.suppress(Exception):
             self.raw.rollback()
 
+    @property
+    def lost(self) -> bool:
+        """Whether the connection is gone (the server restarted, the session was terminated): no
+        statement can run on it any more. psycopg says ``closed``/``broken``, pyodbc ``closed``."""
+        return bool(getattr(self.raw, "closed", False) or getattr(self.raw, "broken", False))
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
         try:

@@ -37,8 +37,11 @@ def try_lock(conn: Connection, name: str, what: str | None = None) -> bool:
 
 def unlock(conn: Connection, name: str, what: str | None = None) -> None:
     """Release the named lock this session holds (a session given back to the run's pool keeps
-    nothing). Rolls back first: the release must not ride on a failed transaction."""
+    nothing). Rolls back first: the release must not ride on a failed transaction. A connection lost
+    holds no lock: the release says so, as a ``TransportError`` (the driver's own error got through)."""
     conn.rollback()
+    if conn.lost:
+        raise TransportError(f"the session lock for {what or name} went with its lost connection")
     try:
         conn.run("drain_unlock", {}, {"lock_name": resource(name)}, what=what)
         conn.commit()

@@ -375,6 +375,37 @@ def test_a_subscriber_refusing_some_copies_gets_all_the_others(
     assert again["published"] == 0 and drain_all(cfg, "Picky") == [], again
 
 
+def test_a_connection_lost_mid_publish_ends_the_output_with_its_counts(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """The database restarted under a publish: the failed batch was said, and the next batch's
+    statement on the dead connection ended the command with psycopg's own error, no counts (a review).
+    A trigger here ends its own session at the 6th row (a restart's effect on one connection)."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=4)
+    setup_db(cfg, ["Valid"])
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute(
+            "CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN IF convert_from(NEW.body, 'UTF8') ~ '\"e6\"' THEN "
+            "PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
+        )
+        conn.raw.execute(
+            'CREATE TRIGGER "ender" BEFORE INSERT ON "public"."Valid" FOR EACH ROW EXECUTE FUNCTION end_session()'
+        )
+        conn.commit()
+    subscribe(cfg, "Valid", "Valid", BASE)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 11)])
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "failed" and out["published"] == 4, out
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute('DROP TRIGGER "ender" ON "public"."Valid"')
+        conn.commit()
+    again = publish(cfg, spark, lake)["outputs"][0]
+    assert again["status"] == "ok", again
+    assert [orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")] == [f"e{i}" for i in range(1, 11)]
+
+
 def test_two_copies_a_table_refuses_together_leave_the_later_one_undeliverable(
     fresh_pg_uri: str, tmp_path: Path, spark
 ) -> None:

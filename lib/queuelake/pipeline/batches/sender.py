@@ -170,6 +170,9 @@ def send_batches(
             # a destination that refused the rows (not the ledger row, nor a refusal at COMMIT)
             refused = exc.table if isinstance(exc, RowsRefused) and sending else None
             yield Outcome(batch.k, key, FAILED, batch.rows, error=str(exc), refused=refused)
+            if conn.lost:  # the next batch's statement would fail with the driver's own error (a review)
+                log.error("%s: the database connection was lost; the batches after %s wait", book.label, key)
+                return
             continue
         yield Outcome(
             batch.k, key, SENT, sent.rows, sent.copies, sent.lost, content, seconds=time.monotonic() - started
