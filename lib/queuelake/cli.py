@@ -339,7 +339,10 @@ def _failure(args: argparse.Namespace, exc: BaseException) -> dict[str, Any]:
         log.error("%s failed: %s\n%s", args.command, error, trace.rstrip())
     else:
         log.error("%s failed: %s (--debug shows the traceback)", args.command, error)
-    return {"command": args.command, "status": Status.FAILED, "error": error, "error_kind": kind}
+    # the parts a command had done before it failed (``run``'s steps: a drain that landed 13,400
+    # messages then failed its runs rows said nothing of them; a review)
+    done = stopping.done_before(exc)
+    return {"command": args.command, "status": Status.FAILED, **done, "error": error, "error_kind": kind}
 
 
 if __name__ == "__main__":

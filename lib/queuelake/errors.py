@@ -119,10 +119,24 @@ def error_kind(exc: BaseException) -> str:
     ``unexpected`` where the same loss in a thread said ``transport``: a review)."""
     if isinstance(exc, QueuelakeError):
         return exc.kind
-    return "transport" if type(exc).__module__.split(".")[0] in _DRIVERS else "unexpected"
+    library = type(exc).__module__.split(".")[0]
+    if library in _DRIVERS:
+        return "transport"
+    return "lake" if library in _LAKE_LIBRARIES or _is_delta_error(exc) else "unexpected"
 
 
 _DRIVERS = frozenset({"psycopg", "psycopg2", "pyodbc"})  # the queue database's drivers
+_LAKE_LIBRARIES = frozenset({"deltalake"})
+
+
+def _is_delta_error(exc: BaseException) -> bool:
+    """deltalake's ``DeltaError`` (its class's module is ``_internal``, pyo3's): a full disk under a
+    write said ``unexpected`` (a review)."""
+    try:
+        from deltalake.exceptions import DeltaError
+    except ImportError:
+        return False
+    return isinstance(exc, DeltaError)
 
 
 def is_panic(exc: BaseException) -> bool:

@@ -48,7 +48,10 @@ def stop_within(exc: BaseException) -> BaseException | None:
 def partial(stop: BaseException, done: dict[str, Any]) -> None:
     """Attach what the command had done to the stop ending it (a second signal's ``Interrupted``, a
     ``KeyboardInterrupt``), for the command's summary (``done_before``)."""
-    stop.__dict__.setdefault("queuelake_done", {}).update(done)
+    try:
+        stop.__dict__.setdefault("queuelake_done", {}).update(done)
+    except AttributeError:  # an exception type without a __dict__: the summary goes without the parts
+        pass
 
 
 def done_before(stop: BaseException) -> dict[str, Any]:

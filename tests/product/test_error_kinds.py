@@ -33,3 +33,22 @@ def test_a_database_drivers_own_error_is_the_queue_databases() -> None:
     assert errors.error_kind(psycopg.OperationalError("the connection is closed")) == "transport"
     assert errors.error_kind(ValueError("a bug")) == "unexpected"
     assert errors.error_kind(errors.LakeError("x")) == "lake"
+    from deltalake.exceptions import DeltaError
+
+    assert errors.error_kind(DeltaError("Failed to parse parquet: No space left on device")) == "lake"
+
+
+def test_a_failed_command_keeps_the_parts_it_had_done() -> None:
+    """``run``'s drain landed 13,400 messages, a later write failed on a full disk, and the summary was
+    the error alone (a review): the steps done before the failure stay in it."""
+    import argparse
+
+    from queuelake import stopping
+    from queuelake.cli import _failure
+
+    exc = errors.LakeError("lake table runs: cannot create it")
+    stopping.partial(exc, {"drain": {"status": "ok", "landed": 13400}, "failed_step": "bodies"})
+    args = argparse.Namespace(command="run", debug=False, config=None)
+    summary = _failure(args, exc)
+    assert summary["drain"] == {"status": "ok", "landed": 13400} and summary["failed_step"] == "bodies"
+    assert summary["status"] == "failed" and summary["error_kind"] == "lake"

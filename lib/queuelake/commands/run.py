@@ -68,11 +68,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             # a stop that ends the command now (a second signal): the steps done go with it to the
             # summary (``stopping.partial``), which said only "interrupted" while the journal had grown
             stopped = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+            skipped = [n for n in order if n not in steps and n != name]
             if stopped is not None:
-                stopping.partial(
-                    stopped,
-                    {**steps, "interrupted_step": name, "skipped": [n for n in order if n not in steps and n != name]},
-                )
+                stopping.partial(stopped, {**steps, "interrupted_step": name, "skipped": skipped})
+            else:  # a failure that ends the run: the steps done before it stay in its summary
+                stopping.partial(exc, {**steps, "failed_step": name, "skipped": skipped})
             raise
         # the whole step, a Spark session's start included: what a scheduler's run is made of
         steps[name]["step_seconds"] = round(time.monotonic() - started, 3)
