@@ -122,6 +122,8 @@ def error_kind(exc: BaseException) -> str:
     library = type(exc).__module__.split(".")[0]
     if library in _DRIVERS:
         return "transport"
+    if isinstance(exc, OSError) and "AWS Error" in str(exc):  # pyarrow's S3 client's (a read of the lake)
+        return "lake"
     return "lake" if library in _LAKE_LIBRARIES or _is_delta_error(exc) else "unexpected"
 
 

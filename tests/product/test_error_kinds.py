@@ -36,6 +36,8 @@ def test_a_database_drivers_own_error_is_the_queue_databases() -> None:
     from deltalake.exceptions import DeltaError
 
     assert errors.error_kind(DeltaError("Failed to parse parquet: No space left on device")) == "lake"
+    s3 = OSError("AWS Error UNKNOWN (HTTP status 503) during HeadObject operation: No response body.")
+    assert errors.error_kind(s3) == "lake"
 
 
 def test_a_failed_command_keeps_the_parts_it_had_done() -> None:

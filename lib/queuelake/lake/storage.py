@@ -236,22 +236,41 @@ def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iter
             waits.after(exc)
 
 
+# A throttling or failing store's reply that the S3 client's own retries gave up on. Its retries wait
+# 0, 50 ms, 100 ms, ... doubling with no jitter: behind bursts of 503s (2 s of every 6 s, as S3 throttles
+# a prefix) a request begun at a burst's start had one attempt outside the bursts in its 25.6 s, and a
+# random 503 there failed a ``maintain`` and a ``find`` (a review). Such a read is begun again, a few
+# times, after a jittered wait: the new attempts fall elsewhere in the bursts' period.
+_THROTTLED = re.compile(r"SLOW_?DOWN|HTTP status 5\d\d|Service ?Unavailable|connection (reset|closed)", re.I)
+THROTTLED_RETRIES = 3
+
+
 class _Waits:
-    """The waits between attempts at a read the S3 client failed with ``TRANSIENT_READ``: 0.3 s
-    doubling, at most 5 s, ``READ_RETRIES`` of them; any other error, or one too many, is raised."""
+    """The waits between attempts at a read the S3 client failed with ``TRANSIENT_READ`` (0.3 s doubling,
+    at most 5 s, ``READ_RETRIES`` of them) or with a throttling it gave up on (``_THROTTLED``: 1-3 s at
+    random, ``THROTTLED_RETRIES`` of them); any other error, or one too many, is raised."""
 
     def __init__(self, what: str) -> None:
         self._what = what
         self._left = READ_RETRIES
+        self._throttled_left = THROTTLED_RETRIES
         self._wait = 0.3
 
     def after(self, exc: OSError) -> None:
-        if TRANSIENT_READ not in str(exc) or self._left == 0:
+        import random
+
+        text = str(exc)
+        if TRANSIENT_READ in text and self._left > 0:
+            self._left -= 1
+            reason, wait = TRANSIENT_READ, self._wait
+            self._wait = min(self._wait * 2, 5.0)
+        elif (said := _THROTTLED.search(text)) is not None and self._throttled_left > 0:
+            self._throttled_left -= 1
+            reason, wait = said[0], random.uniform(1.0, 3.0)
+        else:
             raise exc
-        self._left -= 1
-        log.info("lake: reading %s met a throttled store (%s); again in %.1fs", self._what, TRANSIENT_READ, self._wait)
-        time.sleep(self._wait)
-        self._wait = min(self._wait * 2, 5.0)
+        log.info("lake: reading %s met a throttled store (%s); again in %.1fs", self._what, reason, wait)
+        time.sleep(wait)
 
 
 def path_in(uri: str) -> str:
@@ -354,9 +373,11 @@ def list_tables(root: str, options: Mapping[str, str] | None = None) -> list[str
 
     fs, base = filesystem(root, options)
     try:
-        children = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=False))
+        top = pafs.FileSelector(base, allow_not_found=True, recursive=False)
+        children = read_retrying(lambda: fs.get_file_info(top), f"lake root {root}")
         names = sorted(info.base_name for info in children if info.type == pafs.FileType.Directory)
-        logs = fs.get_file_info([f"{base}/{name}/_delta_log" for name in names]) if names else []
+        paths = [f"{base}/{name}/_delta_log" for name in names]
+        logs = read_retrying(lambda: fs.get_file_info(paths), f"lake root {root}") if names else []
     except FileNotFoundError:
         return []
     except OSError as exc:  # object storage unreachable or refusing: say so in one line
@@ -371,7 +392,9 @@ def data_file_count(table_uri: str, options: Mapping[str, str] | None = None) ->
 
     fs, base = filesystem(table_uri, options)
     try:
-        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
+        infos = read_retrying(
+            lambda: fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True)), table_uri
+        )
     except OSError as exc:
         raise storage_error(exc, f"table {table_uri}") from None
     return sum(
