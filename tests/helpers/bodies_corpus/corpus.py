@@ -100,12 +100,13 @@ def changing_type(i: int) -> bytes:
 
 
 def odd(i: int) -> tuple[bytes | None, str | None]:
-    """Bodies that do not parse: empty, null, JSON null, garbage, a JSON list, unknown content type."""
+    """Bodies that do not parse: empty, null, JSON null, not UTF-8, a JSON list, unknown content type."""
     return [
         (b"", "application/json"),
         (None, "application/json"),
         (b"null", "application/json"),
-        (b"\x00\xff garbage \xfe", "application/json"),
+        # a byte that is not UTF-8 inside a JSON string: it parsed, the value typed altered (U+FFFD)
+        (b'{"Name": "caf\xe9"}', "application/json"),
         (b"[1, 2, 3]", "application/json"),
         # no content type: sniffed as JSON, parses; ``Queue`` is an identity column's name (stored as
         # ``body_Queue``) and ``body_queue`` reads like its escape (stored as ``body_body_queue``)

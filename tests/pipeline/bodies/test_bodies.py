@@ -120,7 +120,7 @@ def test_corpus_to_typed_tables_and_evolution(fresh_pg_uri: str, tmp_path: Path,
             "empty body",
             "no body",
             "the body is JSON null",
-            "malformed JSON",  # garbage bytes
+            "the body's bytes are not UTF-8",  # {"Name": "caf\xe9"}: it was typed "caf\ufffd"
             "the JSON body is not an object",
             "content type application/x-protobuf is neither JSON nor XML",
             "malformed JSON",  # {"Name": "broken"

@@ -217,8 +217,9 @@ def _copies(selected: Plan) -> Column:
 def _text(body: Column) -> Column:
     from pyspark.sql import functions as F
 
-    # bytes that are not UTF-8 become U+FFFD (``decode`` would fail the job): such a body then fails
-    # to parse and goes to body_unparsed, as it should
+    # bytes that are not UTF-8 become U+FFFD (``decode`` would fail the job); such a body goes to
+    # body_unparsed (``frame``'s reason): inside a JSON string the replaced text still parsed, and the
+    # value was typed altered, with no record (a review)
     text = F.make_valid_utf8(body.cast("string"))
     return F.trim(F.regexp_replace(text, "^\ufeff", ""))
 
@@ -265,9 +266,11 @@ def frame(spark: SparkSession, selected: Plan) -> DataFrame:
         "failed_queue",
         copy_rank.alias("copy_rank"),
         text.alias("text"),
+        F.is_valid_utf8(F.col("body").cast("string")).alias("utf8"),
     ).withColumn("format", fmt)
     reason = (
         F.when(F.col("text").isNull(), "no body")
+        .when(~F.col("utf8"), "the body's bytes are not UTF-8")
         .when(F.col("text") == "", "empty body")
         .when(
             F.col("format").isNull(),
@@ -280,4 +283,4 @@ def frame(spark: SparkSession, selected: Plan) -> DataFrame:
         .when((F.col("format") == "json") & first.isin("[", '"'), "the JSON body is not an object")
         .when((F.col("format") == "json") & (first != "{"), "malformed JSON")
     )
-    return df.withColumn("reason", reason)
+    return df.withColumn("reason", reason).drop("utf8")
