@@ -46,6 +46,22 @@ from tests.helpers.stages import drain, publish
 from tests.helpers.transport import make_config as transport_config
 
 
+def _add_trigger(cfg, table: str, name: str, body: str, *, deferred: bool = False) -> None:
+    """A plpgsql row trigger `name` on `table` running `body` before each insert (after it, checked at
+    COMMIT, when `deferred`): how these tests make a subscriber's table refuse or misbehave."""
+    kind, when, late = (
+        ("CONSTRAINT TRIGGER", "AFTER INSERT", " DEFERRABLE INITIALLY DEFERRED")
+        if deferred
+        else ("TRIGGER", "BEFORE INSERT", "")
+    )
+    with db.connect(cfg.transport) as conn:
+        conn.raw.execute(f"CREATE FUNCTION {name}_rows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$")
+        conn.raw.execute(
+            f'CREATE {kind} "{name}" {when} ON "public"."{table}"{late} FOR EACH ROW EXECUTE FUNCTION {name}_rows()'
+        )
+        conn.commit()
+
+
 def test_round_trip_drain_transform_publish(
     fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,14 +295,8 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
             'ALTER TABLE "public"."Deferred" ADD CONSTRAINT "known_id" FOREIGN KEY (id) '
             'REFERENCES "public"."tenants" (id) DEFERRABLE INITIALLY DEFERRED'
         )
-        conn.raw.execute(
-            "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN RAISE EXCEPTION 'closed for maintenance'; END $$"
-        )
-        conn.raw.execute(
-            'CREATE TRIGGER "closed" BEFORE INSERT ON "public"."Closed" FOR EACH ROW EXECUTE FUNCTION refuse_rows()'
-        )
         conn.commit()
+    _add_trigger(cfg, "Closed", "closed", "RAISE EXCEPTION 'closed for maintenance';")
     for address in ("Valid", "Checked", "Closed", "Deferred"):
         subscribe(cfg, address, address, BASE)
     lake = open_lake(cfg.lake, spark)
@@ -304,15 +314,7 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     assert "known_id" in reasons["Deferred"], reasons
 
     # a trigger raising what a retry can cure fails its batches; once it is gone, they go out once
-    with db.connect(cfg.transport) as conn:
-        conn.raw.execute(
-            "CREATE FUNCTION busy_rows() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN RAISE EXCEPTION 'try later' USING ERRCODE = 'serialization_failure'; END $$"
-        )
-        conn.raw.execute(
-            'CREATE TRIGGER "busy" BEFORE INSERT ON "public"."Busy" FOR EACH ROW EXECUTE FUNCTION busy_rows()'
-        )
-        conn.commit()
+    _add_trigger(cfg, "Busy", "busy", "RAISE EXCEPTION 'try later' USING ERRCODE = 'serialization_failure';")
     subscribe(cfg, "Busy", "Busy", BASE)
     write_outbound(lake, "outbound_events", [row("e6"), row("e7")], version=2)
     out = publish(cfg, spark, lake)["outputs"][0]
@@ -344,19 +346,14 @@ def test_a_subscriber_refusing_some_copies_gets_all_the_others(
     setup_db(cfg, ["Valid", "Picky"])
     # the savepoints through pyodbc (psqlodbc): the plumbing SQL Server's path takes
     sends = dataclasses.replace(cfg, transport=transport_config(fresh_pg_uri, driver).transport)
-    with db.connect(cfg.transport) as conn:
-        conn.raw.execute(
-            "CREATE FUNCTION picky_rows() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN IF convert_from(NEW.body, 'UTF8') ~ '\"e(3|7|8)\"' THEN "
-            "RAISE EXCEPTION 'not for this endpoint'; END IF; RETURN NEW; END $$"
-        )
-        kind = "CONSTRAINT TRIGGER" if deferred else "TRIGGER"
-        when = "AFTER INSERT" if deferred else "BEFORE INSERT"
-        late = " DEFERRABLE INITIALLY DEFERRED" if deferred else ""
-        conn.raw.execute(
-            f'CREATE {kind} "picky" {when} ON "public"."Picky"{late} FOR EACH ROW EXECUTE FUNCTION picky_rows()'
-        )
-        conn.commit()
+    _add_trigger(
+        cfg,
+        "Picky",
+        "picky",
+        "IF convert_from(NEW.body, 'UTF8') ~ '\"e(3|7|8)\"' THEN "
+        "RAISE EXCEPTION 'not for this endpoint'; END IF; RETURN NEW;",
+        deferred=deferred,
+    )
     for address in ("Valid", "Picky"):
         subscribe(cfg, address, address, BASE)
     lake = open_lake(cfg.lake, spark)
@@ -383,16 +380,13 @@ def test_a_connection_lost_mid_publish_ends_the_output_with_its_counts(
     A trigger here ends its own session at the 6th row (a restart's effect on one connection)."""
     cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=4)
     setup_db(cfg, ["Valid"])
-    with db.connect(cfg.transport) as conn:
-        conn.raw.execute(
-            "CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN IF convert_from(NEW.body, 'UTF8') ~ '\"e6\"' THEN "
-            "PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
-        )
-        conn.raw.execute(
-            'CREATE TRIGGER "ender" BEFORE INSERT ON "public"."Valid" FOR EACH ROW EXECUTE FUNCTION end_session()'
-        )
-        conn.commit()
+    _add_trigger(
+        cfg,
+        "Valid",
+        "ender",
+        "IF convert_from(NEW.body, 'UTF8') ~ '\"e6\"' THEN "
+        "PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW;",
+    )
     subscribe(cfg, "Valid", "Valid", BASE)
     lake = open_lake(cfg.lake, spark)
     write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 11)])
@@ -507,16 +501,12 @@ def test_a_table_whose_first_batch_in_parts_holds_only_refused_copies_gets_the_o
     good copies were recorded undeliverable with the trigger's reason (a review)."""
     cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
     setup_db(cfg, ["Picky"])
-    with db.connect(cfg.transport) as conn:
-        conn.raw.execute(
-            "CREATE FUNCTION first_two() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN IF convert_from(NEW.body, 'UTF8') ~ '\"e(1|2)\"' THEN "
-            "RAISE EXCEPTION 'not these'; END IF; RETURN NEW; END $$"
-        )
-        conn.raw.execute(
-            'CREATE TRIGGER "first_two" BEFORE INSERT ON "public"."Picky" FOR EACH ROW EXECUTE FUNCTION first_two()'
-        )
-        conn.commit()
+    _add_trigger(
+        cfg,
+        "Picky",
+        "first_two",
+        "IF convert_from(NEW.body, 'UTF8') ~ '\"e(1|2)\"' THEN RAISE EXCEPTION 'not these'; END IF; RETURN NEW;",
+    )
     subscribe(cfg, "Picky", "Picky", BASE)
     lake = open_lake(cfg.lake, spark)
     write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 7)])
