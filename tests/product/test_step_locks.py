@@ -284,3 +284,28 @@ def test_a_stop_while_a_transform_waits_for_the_bodies_step_keeps_the_transforms
     assert done["interrupted_transform"] == "t2" and done["skipped"] == ["t3"], done
     assert real_exists(lake, "runs")
     assert [r["table"] for r in lake.read_arrow("runs").to_pylist()] == ["out_t1"]
+
+
+def test_a_step_confirms_its_lock_before_each_commit(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """``confirm``: nothing to confirm without the lock (the embedded database), quiet while the lock's
+    connection answers, a ``PipelineError`` once a restart ended it (an erase may have run since)."""
+    import pytest
+    from queuelake.errors import PipelineError
+
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    step_locks.confirm(step_locks.TRANSFORM)  # not held by this process: nothing to ask
+    with step_locks.held(cfg, step_locks.TRANSFORM) as got:
+        assert got
+        step_locks.confirm(step_locks.TRANSFORM)
+        step_locks.confirm(step_locks.TRANSFORM)  # and again: the check leaves no transaction open
+        with db.connect(cfg.transport) as admin:
+            admin.raw.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'queuelake-transform-lock'"
+            )
+            admin.commit()
+        with pytest.raises(PipelineError, match="transform: its lock on this lake went with its database connection"):
+            step_locks.confirm(step_locks.TRANSFORM)
+    step_locks.confirm(step_locks.TRANSFORM)  # released: nothing held any more
+    with db.connect(cfg.transport) as other:  # and nobody holds it
+        assert locks.try_lock(other, step_locks.lock_name(cfg, step_locks.TRANSFORM))

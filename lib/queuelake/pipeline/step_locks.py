@@ -12,6 +12,11 @@ stayed, and a second erase found nothing left to select (found by a review); an 
 removed journal files a running transform read, which then failed. The database is the one
 service every process of a deployment reaches; the lake, on an object store, has no lock of its own.
 
+A lock goes with its session: a database restarted (or a terminated backend, an idle-session timeout)
+under a running step freed it, and an ``erase`` then ran beside the step, which went on to commit typed
+rows of the messages erased meanwhile (a review). So a step asks ``confirm`` right before each of its
+commits: the lock's connection must still answer. What is left is the window of one commit.
+
 A step that finds the lock held skips its work (status ok, ``skipped`` says why): the running one is
 doing it, and the next run takes the rest. With the embedded database (a laptop's throwaway server,
 which a bodies or transform step would otherwise not start) or a database out of reach, the step runs
@@ -23,13 +28,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from queuelake import stopping
 from queuelake.config import Config
-from queuelake.errors import PipelineError, QueuelakeError
+from queuelake.errors import PipelineError, QueuelakeError, TransportError
 from queuelake.report import log
 from queuelake.status import Status
 from queuelake.transport import locks
@@ -38,6 +44,10 @@ from queuelake.transport.db import Connection
 
 BODIES, TRANSFORM = "bodies", "transform"
 WAIT_LOG_SECONDS = 60.0  # how often a waiting command says it still waits
+
+# the steps whose lock this process holds, each with the connection holding it (``confirm``)
+_holding: dict[str, Connection] = {}
+_holding_guard = threading.Lock()
 
 
 def lock_name(cfg: Config, step: str) -> str:
@@ -88,11 +98,35 @@ def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
                 next_note = time.monotonic() + WAIT_LOG_SECONDS
             time.sleep(1.0)
             got = locks.try_lock(conn, name, what=f"the {step} step")
+        if got:
+            with _holding_guard:
+                _holding[step] = conn
         try:
             yield got
         finally:
             if got:
+                with _holding_guard:
+                    _holding.pop(step, None)
                 _release(conn, name, step)
+
+
+def confirm(step: str) -> None:
+    """Before a commit of ``step``'s work: raises ``PipelineError`` when this process took the step's
+    lock and its connection no longer answers (the lock went with it, and an erase may have run since:
+    nothing more may be committed; the next run redoes what is not). A step running without a lock
+    (the embedded database, a database out of reach) has nothing to confirm."""
+    with _holding_guard:
+        conn = _holding.get(step)
+        if conn is None:
+            return
+        try:
+            locks.confirm_held(conn, what=f"the {step} step's lock")
+        except TransportError as exc:
+            raise PipelineError(
+                f"{step}: its lock on this lake went with its database connection ({locks.reason(exc)}): "
+                "an erase or maintain's retention may have run since, so nothing more is committed; "
+                "the next run does the rest"
+            ) from None
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
 from queuelake.lake.storage import job_secrets
-from queuelake.pipeline import runs
+from queuelake.pipeline import runs, step_locks
 from queuelake.pipeline.journal import rearranged
 from queuelake.pipeline.journal.batch_filter import of_batches
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
@@ -142,6 +142,7 @@ def run_transform(
     if exists and rearranged.no_new_rows(lake, after, upto):
         # a compaction, a retention delete, an erase: nothing to read, and the transform is not run on
         # nothing; its checkpoint moves past them in a commit of no rows (no Spark: ``rearranged``)
+        step_locks.confirm(step_locks.TRANSFORM)
         lake.append(transform.output, lake.schema(transform.output).empty_table(), app_id, upto)
         log.info(
             "transform %s: journal versions (%s, %s] added no rows (a compaction or a delete); checkpoint moved",
@@ -232,6 +233,7 @@ def _transform_slice(
     rows_in = count_landed(files, batches)
     before = lake.table_version(transform.output) if lake.exists(transform.output) else None
     with heartbeat(spark, f"transform {transform.name}{label}", rows_in):
+        step_locks.confirm(step_locks.TRANSFORM)
         committed = lake.append_dataframe(transform.output, out, app_id, upto)
     rows_out = 0
     version = lake.table_version(transform.output) if committed else None

@@ -31,7 +31,7 @@ def try_lock(conn: Connection, name: str, what: str | None = None) -> bool:
         rows = conn.run("drain_lock", {}, {"lock_name": resource(name)}, what=what)
         conn.commit()
     except TransportError as exc:
-        raise TransportError(f"the session lock for {what or name} could not be taken: {_reason(exc)}") from None
+        raise TransportError(f"the session lock for {what or name} could not be taken: {reason(exc)}") from None
     return bool(rows and rows[0][0] in (True, 1, "1", "t"))
 
 
@@ -46,9 +46,16 @@ def unlock(conn: Connection, name: str, what: str | None = None) -> None:
         conn.run("drain_unlock", {}, {"lock_name": resource(name)}, what=what)
         conn.commit()
     except TransportError as exc:
-        raise TransportError(f"the session lock for {what or name} could not be released: {_reason(exc)}") from None
+        raise TransportError(f"the session lock for {what or name} could not be released: {reason(exc)}") from None
 
 
-def _reason(exc: TransportError) -> str:
+def confirm_held(conn: Connection, what: str) -> None:
+    """Raise ``TransportError`` when the session holding a lock no longer answers: the lock went with
+    it (a restarted server, a terminated backend). A session that answers still holds what it took."""
+    conn.run("db_now", what=what)
+    conn.rollback()
+
+
+def reason(exc: TransportError) -> str:
     """The server's words, without the statement's file name ("drain_lock on ... failed: ")."""
     return str(exc).split(" failed: ", 1)[-1]

@@ -37,7 +37,7 @@ from queuelake.errors import describe, is_panic, jvm_gone
 from queuelake.lake import catalogue, stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import job_secrets
-from queuelake.pipeline import runs
+from queuelake.pipeline import runs, step_locks
 from queuelake.pipeline.bodies import batch_sizes, evolve, names, schema_plan, select, typed_append
 from queuelake.pipeline.bodies.totals import Totals
 from queuelake.pipeline.journal import rearranged
@@ -277,6 +277,7 @@ def _slice(
             "tables": sorted(tables.values()),
             "recorded_at": dt.datetime.now(dt.timezone.utc),
         }
+        step_locks.confirm(step_locks.BODIES)
         lake.append(INCREMENTS, pa.Table.from_pylist([row], schema=stage_tables.BODY_INCREMENTS.schema), APP_ID, upto)
     if label:
         seconds = time.monotonic() - started

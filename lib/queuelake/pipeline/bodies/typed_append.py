@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from queuelake.errors import is_panic, jvm_line
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import rows_in_files
+from queuelake.pipeline import step_locks
 from queuelake.pipeline.bodies import evolve, parse, seen, select
 from queuelake.report import log
 from queuelake.status import Status
@@ -92,6 +93,7 @@ def write_type(
         left_out = Observation(f"bodies/{table}")
         observed = parsed.observe(left_out, F.count(F.col("verdict")).alias("unparsed"))
         before = lake.table_version(table)
+        step_locks.confirm(step_locks.BODIES)
         if lake.append_dataframe(table, parse.typed(observed, evolution.schema), app_id, upto):
             result["rows_out"] = rows_in_files(lake.added_files(table, before, lake.table_version(table) or 0))
             any_unparsed = bool(left_out.get.get("unparsed"))
