@@ -181,6 +181,38 @@ def test_sigterm_stops_the_embedded_server(tmp_path: Path) -> None:
     assert_nothing_left(data)
 
 
+def test_a_postmaster_killed_under_a_drain_is_said_in_one_line(tmp_path: Path) -> None:
+    """The embedded server's postmaster SIGKILLed mid-drain (the OOM killer, an operator): the command
+    failed, then its exit waited for ``pg_ctl stop`` and printed its output and a traceback after the
+    summary (a review). Now one line says the server was gone; the next command starts it again."""
+    conf, data = write_config(tmp_path)
+    install(conf)
+    seed(data, 20_000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-seconds", "60"],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    pid_file = data / "postmaster.pid"
+    deadline = time.monotonic() + 60
+    while not (servers_of(data) and pid_file.exists()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert out.strip(), err[-3000:]
+    json.loads(out.strip().splitlines()[-1])  # a summary, whatever it says
+    assert f"the embedded PostgreSQL in {data} was gone before this command ended" in err, err[-3000:]
+    assert "Traceback" not in err and "pg_ctl" not in err, err[-3000:]
+    assert_nothing_left(data)
+    code, summary, err = cli(["drain", "-c", str(conf)])
+    assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
+    assert_nothing_left(data)
+
+
 def test_a_failing_command_stops_the_server(tmp_path: Path) -> None:
     conf, data = write_config(tmp_path)
     install(conf)

@@ -6,6 +6,7 @@ a command with nothing to do for the database (an idle publish) never starts one
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from queuelake.config_sections import TransportConfig
+from queuelake.report import log
 
 # data folder -> its pgserver handle: one server per folder and process, stopped at process exit
 _servers: dict[str, object] = {}
@@ -49,6 +51,7 @@ def embedded_server(data_dir: str | Path) -> Any:
         if server is None:
             Path(data).mkdir(parents=True, exist_ok=True)
             _forget_dead_handles(Path(data))
+            _forget_dead_postmaster(Path(data))
             server = start_embedded(data)
             _servers[data] = server
         return server
@@ -75,13 +78,52 @@ def _forget_dead_handles(data: Path) -> None:
         pass
 
 
+def _forget_dead_postmaster(data: Path) -> None:
+    """Remove the ``postmaster.pid`` of a server killed outright whose process is a zombie (a
+    container's first process that reaps no children): pgserver took the zombie for a running server
+    and every next command failed to connect to it (found killing the postmaster in a test)."""
+    pid_file = data / "postmaster.pid"
+    try:
+        import psutil
+
+        pid = int(pid_file.read_text().split()[0])
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            pid_file.unlink()
+            log.info("the embedded PostgreSQL in %s had been killed; starting it again", data)
+    except Exception:  # noqa: BLE001 - no file, no such process, a file being written: pgserver's own checks apply
+        pass
+
+
 def start_embedded(data_dir: str | Path | None = None) -> Any:
     """Start (or reuse) a pgserver instance; it stops when this process exits."""
     path = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="queuelake-pg-"))
     with quiet_runtime_dir():
         import pgserver
 
-        return pgserver.get_server(path, cleanup_mode="stop")
+        server = pgserver.get_server(path, cleanup_mode="stop")
+    # its stop at exit, unless its server is gone already (``_stop_at_exit``)
+    atexit.unregister(server._cleanup)
+    atexit.register(_stop_at_exit, server)
+    return server
+
+
+def _stop_at_exit(server: Any) -> None:
+    """pgserver's stop at exit, skipped when the server's postmaster is gone already (killed, or the
+    machine's OOM killer): pgserver then waited seconds for ``pg_ctl stop`` and printed its output and a
+    traceback after the command's summary (a review). Said in one line instead."""
+    info = getattr(server, "_postmaster_info", None)
+    process = getattr(info, "process", None)
+    try:
+        gone = process is not None and (not process.is_running() or process.status() == "zombie")
+    except Exception:  # noqa: BLE001 - psutil's NoSuchProcess and the like: gone
+        gone = True
+    if gone:
+        log.warning("the embedded PostgreSQL in %s was gone before this command ended", server.pgdata)
+        return
+    try:
+        server._cleanup()
+    except Exception as exc:  # noqa: BLE001 - a stop that failed at exit: said, not a traceback
+        log.warning("the embedded PostgreSQL in %s could not be stopped: %s", server.pgdata, exc)
 
 
 @contextlib.contextmanager
