@@ -72,3 +72,24 @@ def test_a_throttling_the_clients_retries_gave_up_on_is_read_again_a_few_times(n
     with pytest.raises(OSError, match="HTTP status 503"):
         storage.read_retrying(unavailable, "a file")
     assert len(no_waits) == storage.THROTTLED_RETRIES
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        FileNotFoundError("s3://lake/body_shop_slowdownrequested/part-0.parquet: No such file"),
+        OSError("When reading 'lake/body_shop_slowdownrequested/x': AWS Error ACCESS_DENIED (HTTP status 403)"),
+        OSError("AWS Error UNKNOWN (HTTP status 501) during GetObject operation: Not Implemented"),
+    ],
+    ids=["missing-file-named-slowdown", "path-holds-slowdown", "not-implemented"],
+)
+def test_what_is_not_throttling_is_raised_at_once(no_waits: list[float], error: OSError) -> None:
+    """Throttling is looked for in the store's own words, not in the path before them (a missing file
+    of a type named ``...SlowDownRequested`` was read 4 times: a review); a 501 is no throttling."""
+
+    def failing() -> None:
+        raise error
+
+    with pytest.raises(OSError):
+        storage.read_retrying(failing, "a file")
+    assert no_waits == []

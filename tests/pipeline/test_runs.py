@@ -143,3 +143,21 @@ def test_statuses_are_the_words_runs_and_summaries_hold() -> None:
     assert worst([Status.OK, Status.INTERRUPTED, Status.INCOMPLETE]) is Status.INCOMPLETE
     assert worst(["ok", "blocked", "incomplete"]) is Status.FAILED
     assert worst([]) is Status.OK
+
+
+def test_runs_rows_not_written_fail_a_command_unless_it_was_stopped(monkeypatch) -> None:
+    """A full disk at the runs rows: the summary's failure is the lake's, and a stopped command stays
+    interrupted (its exit code is the stop's; it said "failed", exit 1: a review)."""
+    from queuelake.pipeline import runs as runs_mod
+    from queuelake.status import Status
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runs_mod, "append_runs", full)
+    failure = runs_mod.Run("drain").record_after_work(None, [{"table": "x"}])  # type: ignore[arg-type]
+    assert failure["status"] == Status.FAILED and failure["error_kind"] == "lake", failure
+    assert "No space left on device" in failure["error"]
+    kept = runs_mod.unless_stopped(failure, Status.INTERRUPTED)
+    assert "status" not in kept and kept["error"] == failure["error"]
+    assert runs_mod.unless_stopped(failure, Status.OK) == failure

@@ -555,6 +555,16 @@ def test_a_stop_after_a_failed_step_makes_the_run_interrupted(monkeypatch: pytes
     assert out["status"] == "interrupted" and out["skipped"] == ["publish"] and out["failed_steps"] == ["bodies"]
 
 
+def test_a_failed_step_is_named_with_the_steps_it_kept_from_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain failed by its status (its runs rows not written: a full disk) ended the run with bodies,
+    transform and publish not run, and its summary named neither (a review); a raised error's did."""
+    ran, out = _run_with_steps(monkeypatch, {"drain": ("failed", False)})
+    assert ran == ["drain"] and out["status"] == "failed", out
+    assert out["failed_steps"] == ["drain"] and out["skipped"] == ["bodies", "transform", "publish"], out
+    ran, out = _run_with_steps(monkeypatch, {"bodies": ("failed", False)})  # the run goes on after bodies
+    assert out["status"] == "failed" and out["failed_steps"] == ["bodies"] and "skipped" not in out, out
+
+
 @pytest.mark.parametrize("failing", ["bodies", "transform"])
 def test_a_bodies_or_transform_step_that_raises_does_not_stop_the_steps_after_it(
     monkeypatch: pytest.MonkeyPatch, failing: str

@@ -93,8 +93,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             "skipped": skipped,
             **({"failed_steps": failed} if failed else {}),
         }
-    if failed:
-        return {"status": Status.FAILED, **steps}
+    if failed:  # named, and what it kept from running (a drain failed by its status ran nothing after it)
+        return {"status": Status.FAILED, **steps, "failed_steps": failed, **({"skipped": skipped} if skipped else {})}
     if Status.INCOMPLETE in statuses and not skipped:
         return {"status": Status.INCOMPLETE, **steps}
     if skipped:

@@ -241,7 +241,7 @@ def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iter
 # a prefix) a request begun at a burst's start had one attempt outside the bursts in its 25.6 s, and a
 # random 503 there failed a ``maintain`` and a ``find`` (a review). Such a read is begun again, a few
 # times, after a jittered wait: the new attempts fall elsewhere in the bursts' period.
-_THROTTLED = re.compile(r"SLOW_?DOWN|HTTP status 5\d\d|Service ?Unavailable|connection (reset|closed)", re.I)
+_THROTTLED = re.compile(r"SLOW_?DOWN|HTTP status 50[0234]|Service ?Unavailable|connection (reset|closed)", re.I)
 THROTTLED_RETRIES = 3
 
 
@@ -264,13 +264,24 @@ class _Waits:
             self._left -= 1
             reason, wait = TRANSIENT_READ, self._wait
             self._wait = min(self._wait * 2, 5.0)
-        elif (said := _THROTTLED.search(text)) is not None and self._throttled_left > 0:
+        elif (said := _throttling(exc)) is not None and self._throttled_left > 0:
             self._throttled_left -= 1
             reason, wait = said[0], random.uniform(1.0, 3.0)
         else:
             raise exc
         log.info("lake: reading %s met a throttled store (%s); again in %.1fs", self._what, reason, wait)
         time.sleep(wait)
+
+
+def _throttling(exc: OSError) -> re.Match[str] | None:
+    """The store's throttling in ``exc``, looked for in the store's own words (after "AWS Error"), never
+    in the path before them: a file of a type named ``...SlowDownRequested`` that was missing was read 4
+    times over 5 s (a review). A missing file or a refused access is never throttling."""
+    if isinstance(exc, (FileNotFoundError, PermissionError)):
+        return None
+    text = str(exc)
+    _, aws, words = text.partition("AWS Error")
+    return _THROTTLED.search(words if aws else text)
 
 
 def path_in(uri: str) -> str:

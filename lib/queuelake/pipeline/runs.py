@@ -59,16 +59,27 @@ class Run:
         written (a full disk) the summary's failure, ``error`` and ``error_kind``, said in the log too.
         Why: the error replaced the whole summary, and a drain that had landed 5,400 messages said
         only that ``runs`` could not be created (a review)."""
-        from queuelake.errors import describe
+        from queuelake.errors import describe, error_kind, is_panic
         from queuelake.report import log
 
         try:
             self.record(lake, rows)
-        except Exception as exc:  # noqa: BLE001 - any store's error: the work stands, the summary says so
+        except BaseException as exc:  # noqa: BLE001 - any store's error, deltalake's panic too: the work stands
+            if not (isinstance(exc, Exception) or is_panic(exc)):
+                raise  # a stop request, the interpreter's exit
             error = f"the work is done but its runs rows were not written: {describe(exc)}"
             log.error("%s: %s", self.command, error)
-            return {"status": Status.FAILED, "error": error, "error_kind": "lake"}
+            kind = error_kind(exc)
+            return {"status": Status.FAILED, "error": error, "error_kind": "lake" if kind == "unexpected" else kind}
         return {}
+
+
+def unless_stopped(unrecorded: dict[str, Any], status: Status) -> dict[str, Any]:
+    """``record_after_work``'s failure for a summary of ``status``: an interrupted command stays
+    interrupted (its exit code is the stop's), with the error said beside it (a review)."""
+    if status == Status.INTERRUPTED:
+        return {k: v for k, v in unrecorded.items() if k != "status"}
+    return unrecorded
 
 
 @dataclass(kw_only=True)

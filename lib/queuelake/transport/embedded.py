@@ -111,6 +111,8 @@ def _stop_at_exit(server: Any) -> None:
     """pgserver's stop at exit, skipped when the server's postmaster is gone already (killed, or the
     machine's OOM killer): pgserver then waited seconds for ``pg_ctl stop`` and printed its output and a
     traceback after the command's summary (a review). Said in one line instead."""
+    if getattr(server, "pgdata", None) not in getattr(type(server), "_instances", {}):
+        return  # stopped already (its ``cleanup``: the test suite's own server)
     info = getattr(server, "_postmaster_info", None)
     process = getattr(info, "process", None)
     try:

@@ -30,7 +30,7 @@ from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import LOCK, SessionPool
 from queuelake.pipeline.drain.task import TaskSetup
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
-from queuelake.pipeline.runs import Run
+from queuelake.pipeline.runs import Run, unless_stopped
 from queuelake.report import log
 from queuelake.status import Status, worst
 from queuelake.transport import db, drivers
@@ -191,7 +191,7 @@ def drain(
         totals["journal_commits"] = committer.commits
         totals["largest_group"] = committer.largest_group
         status = worst([r.status for r in results])
-        summary = {"status": status, "run_id": run.run_id, **totals, **unrecorded}
+        summary = {"status": status, "run_id": run.run_id, **totals, **unless_stopped(unrecorded, status)}
         return {**summary, "queues": [r.summary() for r in results]}
 
 
@@ -246,6 +246,7 @@ def _on_executors(
     else:
         totals["spark_jobs"] = outcome.jobs if outcome else 0
     status = worst([r.status for r in results])
+    unrecorded = unless_stopped(unrecorded, status)
     summary = {"status": status, "run_id": run.run_id, "on": settings.on, **totals, **unrecorded}
     return {**summary, "queues": [r.summary() for r in results]}
 
