@@ -86,10 +86,18 @@ def _forget_dead_postmaster(data: Path) -> None:
     try:
         import psutil
 
-        pid = int(pid_file.read_text().split()[0])
-        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            pid_file.unlink()
-            log.info("the embedded PostgreSQL in %s had been killed; starting it again", data)
+        lines = pid_file.read_text().splitlines()
+        pid = int(lines[0])
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            return
+        # its socket's lock file names the zombie too, and PostgreSQL refuses to start beside it
+        socket = Path(lines[4]) / f".s.PGSQL.{int(lines[3])}"
+        lock = socket.with_name(socket.name + ".lock")
+        if lock.exists() and lock.read_text().split()[:1] == [str(pid)]:
+            lock.unlink()
+            socket.unlink(missing_ok=True)
+        pid_file.unlink()
+        log.info("the embedded PostgreSQL in %s had been killed; starting it again", data)
     except Exception:  # noqa: BLE001 - no file, no such process, a file being written: pgserver's own checks apply
         pass
 
