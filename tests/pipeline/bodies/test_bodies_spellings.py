@@ -271,3 +271,37 @@ def _typed_days(pg_uri: str, tmp_path: Path, spark, type_name: str):  # type: ig
         assert out["status"] == "ok" and out["unparsed"] == 0, out
 
     return day, lake
+
+
+def test_a_root_name_a_dictionary_also_uses_is_read_under_its_other_spellings() -> None:
+    """``source`` is a key of the ``Meta`` dictionary: the text's respelling would rewrite it there
+    too, so it is left alone, and the root's ``source`` is read as a spelling of its own instead."""
+    into: dict[str, set[str]] = {}
+    data_keys: set[str] = set()
+    key_spellings(
+        ['{"Source": "web", "Meta": {"Order Id": "x", "source": "crm"}}', '{"source": "app", "meta": {"source": "y"}}'],
+        into,
+        data_keys,
+    )
+    schema = StructType([StructField("Source", StringType()), StructField("Meta", MapType(StringType(), StringType()))])
+    respell = evolve.respellings(schema, into, data_keys)
+    assert "source" not in respell and respell == {"meta": "Meta"}
+    assert evolve.root_alternates(schema, into, respell) == {"Source": ["source"]}
+
+
+@pytest.mark.slow
+def test_a_camel_case_root_value_beside_a_dictionary_holding_its_name_is_typed(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """``{"source": "app", ...}`` after ``{"Source": "web", "Meta": {..., "source": "crm"}}``: the
+    root's value was written null, with no record, because a dictionary used the name (a review). The
+    dictionary's own keys stay as sent."""
+    day, lake = _typed_days(fresh_pg_uri, tmp_path, spark, "Edge.Contracts.MetaCamel")
+    day(0, {"Source": "web", "Total": 5, "Meta": {"Order Id": "x", "source": "crm"}})
+    day(10, {"source": "app", "total": 6, "meta": {"Order Id": "y", "source": "erp"}})
+    got = rows(lake, "body_edge_contracts_metacamel")
+    assert sorted((r["Source"], r["Total"]) for r in got) == [("app", 6), ("web", 5)], got
+    assert sorted(sorted(dict(r["Meta"]).items()) for r in got) == [
+        [("Order Id", "x"), ("source", "crm")],
+        [("Order Id", "y"), ("source", "erp")],
+    ]

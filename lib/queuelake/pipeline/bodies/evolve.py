@@ -37,6 +37,8 @@ class Evolution:
     changes: list[tuple[str | None, Change]] = field(default_factory=list)  # (version, change)
     # JSON keys to respell before parsing: a spelling the samples showed -> the column's (``respellings``)
     respell: dict[str, str] = field(default_factory=dict)
+    # the body's own fields' other spellings the text's respelling leaves alone (``root_alternates``)
+    root_alternates: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def created(self) -> bool:
@@ -106,6 +108,22 @@ def respellings(
         if len(names) == 1 and lower not in (data_keys or set()):
             (name,) = names
             out.update({spelling: name for spelling in seen if spelling != name})
+    return out
+
+
+def root_alternates(
+    schema: StructType, spellings: dict[str, set[str]], respell: dict[str, str]
+) -> dict[str, list[str]]:
+    """The body's own fields (the root's) -> their other spellings that ``respell`` leaves as they are:
+    a name a dictionary uses as a key somewhere (``{"Source": .., "Meta": {"source": ..}}``) or spelled
+    differently at another depth. Such a spelling is read as a field of its own and its value taken
+    where the column's spelling has none (``parse.parsed``): the text's respelling would rewrite every
+    depth, and a camelCase sender's ``{"source": "app"}`` was written null, with no record (a review)."""
+    out: dict[str, list[str]] = {}
+    for f in schema.fields:
+        others = sorted(s for s in spellings.get(f.name.lower(), set()) if s != f.name and s not in respell)
+        if others:
+            out[f.name] = others
     return out
 
 

@@ -99,11 +99,19 @@ def to_columns(keys: StructType) -> StructType:
     return StructType([StructField(column_of(f.name), f.dataType, True) for f in keys.fields])
 
 
-def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[str, str] | None = None) -> DataFrame:
+def parsed(
+    rows: DataFrame,
+    schema: StructType,
+    xml: bool = True,
+    respell: dict[str, str] | None = None,
+    alternates: dict[str, list[str]] | None = None,
+) -> DataFrame:
     """``rows`` (the selection's columns) with ``p``: the body as ``schema`` (field names as in the
     body), ``verdict`` (null: written; else the reason it goes to ``body_unparsed``) and ``written``.
     ``xml``: the rows may hold XML bodies (False: none do, so no Python UDF runs). ``respell``: JSON keys
-    written in the schema's spelling first (``evolve.respellings``: ``orderId`` -> ``OrderId``)."""
+    written in the schema's spelling first (``evolve.respellings``: ``orderId`` -> ``OrderId``).
+    ``alternates``: a root field's other spellings left unrespelled (``evolve.root_alternates``), whose
+    values fill the field where the body has none under its own spelling."""
     from pyspark.sql import functions as F
 
     taken = {f.name.lower() for f in schema.fields}
@@ -120,7 +128,7 @@ def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[
         source = F.when(is_xml, json_of_xml(F.when(is_xml, F.col("text")), schema)).otherwise(source)
     df = rows.withColumn("_json", source)
     p = F.when(F.col("format").isin("json", "xml"), F.from_json(F.col("_json"), with_corrupt, options))
-    df = df.withColumn("p", p)
+    df = df.withColumn("p", _with_alternates(p, schema, alternates or {}))
     corrupt = F.col("p").getField(corrupt_name)
     partly = F.from_json(F.col("_json"), "map<string,string>").isNotNull()  # a JSON object
     malformed = F.concat(F.lit("malformed "), F.upper(F.col("format")))
@@ -134,6 +142,31 @@ def parsed(rows: DataFrame, schema: StructType, xml: bool = True, respell: dict[
         verdict = verdict.when(outside, F.lit(OUT_OF_RANGE))
     written = F.col("reason").isNull() & F.col("p").isNotNull() & (corrupt.isNull() | partly)
     return df.withColumn("verdict", verdict).withColumn("written", written)
+
+
+def _with_alternates(p: Column, schema: StructType, alternates: dict[str, list[str]]) -> Column:
+    """``p`` with each root field taken from its other spellings where its own is absent: each spelling
+    read by a parse of its own (one struct per rank of spelling, so that no struct holds two names
+    differing in case only, which Spark's field access could not tell apart)."""
+    from pyspark.sql import functions as F
+
+    if not alternates:
+        return p
+    types = {f.name: f.dataType for f in schema.fields}
+    ranks = max(len(spellings) for spellings in alternates.values())
+    structs = []
+    for rank in range(ranks):
+        fields = [StructField(s[rank], types[name], True) for name, s in alternates.items() if rank < len(s)]
+        structs.append(F.when(F.col("format") == "json", F.from_json(F.col("_json"), StructType(fields))))
+    for name, spellings in sorted(alternates.items()):
+        found = [structs[rank].getField(spelling) for rank, spelling in enumerate(spellings)]
+        p = p.withField(_quoted(name), F.coalesce(p.getField(name), *found))
+    return p
+
+
+def _quoted(name: str) -> str:
+    """A field name as ``withField`` takes it: a path, so a name with a dot or a backquote is quoted."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _outside(field: str) -> Column:

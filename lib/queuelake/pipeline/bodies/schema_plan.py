@@ -152,6 +152,7 @@ def evolution(
     for by_format in versions.values():  # against the table's schema: the keys of its maps are data
         key_spellings(by_format.get("json", []), spellings, data_keys, out.schema)
     out.respell = evolve.respellings(out.schema, spellings, data_keys)
+    out.root_alternates = evolve.root_alternates(out.schema, spellings, out.respell)
     return out
 
 
