@@ -99,14 +99,26 @@ def _jvm_ignoring_stop_signals() -> Iterator[None]:
     import pyspark.java_gateway as gateway
 
     popen = gateway.Popen
+    started: list[Any] = []
 
     def popen_ignoring_stop_signals(*args: Any, **kwargs: Any) -> Any:
         with stopping.ignored_while_starting_children():
-            return popen(*args, **kwargs)
+            child = popen(*args, **kwargs)
+        started.append(child)
+        return child
 
     gateway.Popen = popen_ignoring_stop_signals  # type: ignore[assignment,misc]
     try:
         yield
+    except BaseException:
+        # a stop (or an error) while pyspark waited for the JVM: pyspark removes the folder the JVM
+        # writes its port to, the JVM's main thread dies before it watches its stdin, and its gateway
+        # threads kept it alive for good, deaf to the stop signals (a review: 5 of 5 Ctrl-C Ctrl-C)
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+                child.wait(10)
+        raise
     finally:
         gateway.Popen = popen  # type: ignore[misc]
 

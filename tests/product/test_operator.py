@@ -305,6 +305,44 @@ def test_a_typo_in_replay_where_is_one_line_not_a_java_trace(tmp_path: Path, fre
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+FAILING_TASK = """
+def divide_by_zero(source):
+    from pyspark.sql import functions as F
+
+    broken = F.udf(lambda seq: seq // 0, "long")
+    return source.select(broken(F.col("seq")).alias("quotient"))
+"""
+
+
+def test_a_failing_spark_task_is_queuelakes_one_line_not_five_traces(tmp_path: Path, fresh_pg_uri: str) -> None:
+    """A task failing in a transform's write (a full disk in a review; here a division by zero) was
+    reported by five of Spark's classes, each with the whole Java and Python trace: 386 lines on
+    stderr. queuelake's own lines say it, the cause included."""
+    from queuelake.commands.demo import traffic
+    from queuelake.config import load
+    from queuelake.transport import db
+    from queuelake.transport.table_refs import queue_ref
+
+    (tmp_path / "failing_task.py").write_text(FAILING_TASK)
+    transform = {"name": "broken", "function": "failing_task:divide_by_zero", "output": "outbound_broken"}
+    cfg = write_config(
+        tmp_path,
+        lake={"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+        spark={"master": "local[1]"},
+        transforms=[transform],
+    )
+    assert queuelake(["install", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri).returncode == 0
+    settings = load(str(cfg), env={"QUEUELAKE_CONNECTION": fresh_pg_uri})
+    with db.connect(settings.transport) as conn:
+        traffic.seed(conn, queue_ref("Sales", settings.transport), traffic.order_events(5, seed=1))
+    assert queuelake(["drain", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri).returncode == 0
+    proc = queuelake(["transform", "-c", str(cfg)], tmp_path, connection=fresh_pg_uri)
+    assert proc.returncode == 1 and last_json(proc.stdout)["status"] == "failed", proc.stderr[-3000:]
+    lines = own_lines(proc.stderr)
+    assert "ERROR spark" not in proc.stderr and len(lines) < 10, lines
+    assert any("ZeroDivisionError" in line for line in lines), lines
+
+
 def test_a_drain_never_starts_spark_whatever_the_engine(tmp_path: Path, fresh_pg_uri: str) -> None:
     """The journal and runs are delta-rs's under either engine: a drain on a delta-spark config runs
     without a Spark session (it failed with "needs a Spark session"), and starts no JVM."""
