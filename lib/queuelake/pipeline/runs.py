@@ -89,6 +89,7 @@ class PartResult:
 
     status: Status = Status.OK
     error: str | None = None
+    error_kind: str | None = None  # its error's kind (``errors.error_kind``), lifted into a failed summary
 
     def runs_rows(self) -> list[dict[str, Any]]:
         """This part's ``runs`` rows: the counts its command declares (``RUNS_COLUMNS_BY_COMMAND``),

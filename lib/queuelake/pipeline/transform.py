@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from queuelake import stopping
 from queuelake.config import Config
 from queuelake.config_sections import SparkConfig, TransformConfig
-from queuelake.errors import ConfigError, QueuelakeError, describe, is_panic, jvm_gone
+from queuelake.errors import ConfigError, QueuelakeError, describe, error_kind, is_panic, jvm_gone
 from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
@@ -318,7 +318,8 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
             error = str(exc) if isinstance(exc, QueuelakeError) else describe(exc)
             error = redact(error, job_secrets(config.transport.connection, config.lake.storage_options))
             log.error("transform %s failed: %s", t.name, error)
-            results.append({"transform": t.name, "output": t.output, "status": Status.FAILED, "error": error})
+            outcome = {"status": Status.FAILED, "error": error, "error_kind": error_kind(exc)}
+            results.append({"transform": t.name, "output": t.output, **outcome})
             status = Status.FAILED
         results[-1].setdefault("seconds", round(time.monotonic() - t0, 3))
     rows = [_runs_row(r) for r in results]

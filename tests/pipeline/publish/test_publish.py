@@ -392,6 +392,7 @@ def test_a_connection_lost_mid_publish_ends_the_output_with_its_counts(
     write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 11)])
     out = publish(cfg, spark, lake)["outputs"][0]
     assert out["status"] == "failed" and out["published"] == 4, out
+    assert out["error_kind"] == "transport", out  # the summary's kind: the database's (it said "publish")
     with db.connect(cfg.transport) as conn:
         conn.raw.execute('DROP TRIGGER "ender" ON "public"."Valid"')
         conn.commit()

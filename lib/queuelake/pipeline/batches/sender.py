@@ -115,6 +115,7 @@ class Outcome(Generic[P]):
     lost: int = 0
     content: P | None = None
     error: str = ""
+    error_kind: str | None = None
     seconds: float = 0.0
     refused: str | None = None
 
@@ -169,7 +170,7 @@ def send_batches(
             log.error("%s batch %s failed, nothing of it was sent: %s", book.label, key, exc)
             # a destination that refused the rows (not the ledger row, nor a refusal at COMMIT)
             refused = exc.table if isinstance(exc, RowsRefused) and sending else None
-            yield Outcome(batch.k, key, FAILED, batch.rows, error=str(exc), refused=refused)
+            yield Outcome(batch.k, key, FAILED, batch.rows, error=str(exc), error_kind=exc.kind, refused=refused)
             if conn.lost:  # the next batch's statement would fail with the driver's own error (a review)
                 log.error("%s: the database connection was lost; the batches after %s wait", book.label, key)
                 return

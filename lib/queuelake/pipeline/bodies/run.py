@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from queuelake import stopping
 from queuelake.config import Config
-from queuelake.errors import describe, is_panic, jvm_gone
+from queuelake.errors import describe, error_kind, is_panic, jvm_gone
 from queuelake.lake import catalogue, stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import job_secrets
@@ -140,7 +140,8 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
                 log.warning("bodies%s: stopped, the Spark JVM gone: %s", f" slice {label}" if label else "", error)
             else:
                 log.error("bodies%s failed: %s", f" slice {label}" if label else "", error)
-            totals.add(_failed_slice(high, error, Status.INTERRUPTED if interrupted else Status.FAILED))
+            slice_status = Status.INTERRUPTED if interrupted else Status.FAILED
+            totals.add(_failed_slice(high, error, slice_status, error_kind(exc)))
         if totals.failed:
             break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
     status = Status.INTERRUPTED if interrupted else Status.FAILED if totals.failed else Status.OK
@@ -211,12 +212,14 @@ def _summary(
     }
 
 
-def _failed_slice(upto: int, error: str, status: Status = Status.FAILED) -> dict[str, Any]:
+def _failed_slice(upto: int, error: str, status: Status = Status.FAILED, kind: str | None = None) -> dict[str, Any]:
     """A slice whose own work raised (not one type's table: ``typed_append.failed_type``): its
     checkpoint is not committed, the slices before it stay, and the run's summary and ``runs`` rows
     say so. Why: such a failure ended the command with no ``runs`` row, and its summary did not name
     the slices committed before it (a review's first backlog, out of memory in slice 3 of 7)."""
     failed = {"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": status, "error": error[:2000]}
+    if kind is not None:
+        failed["error_kind"] = kind
     return {
         "upto": upto,
         "rows_read": 0,

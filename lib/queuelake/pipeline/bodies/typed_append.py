@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from queuelake.errors import is_panic, jvm_line
+from queuelake.errors import error_kind, is_panic, jvm_line
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import rows_in_files
 from queuelake.pipeline import step_locks
@@ -130,4 +130,5 @@ def failed_type(name: str, table: str, rows_in: int, exc: BaseException) -> dict
         "rows_out": 0,
         "status": Status.FAILED,
         "error": error[:2000],
+        "error_kind": error_kind(exc),
     }

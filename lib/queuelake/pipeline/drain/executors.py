@@ -284,6 +284,7 @@ def run_job(
         for queue in names:
             result = QueueResult(queue, status=Status.INTERRUPTED if poller.error is None else Status.FAILED)
             result.error = "not started: the run was stopped" if poller.error is None else str(poller.error)
+            result.error_kind = None if poller.error is None else error_kind(poller.error)
             out.append(result)
         return out
     for queue in names:

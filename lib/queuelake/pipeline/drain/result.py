@@ -23,7 +23,6 @@ class QueueResult(PartResult):
     backlog_left: int | None = None
     held_by_others: int = 0
     workers: int = 0  # given by backlog (0: the queue was empty, only its estimate was read)
-    error_kind: str | None = None  # a failed queue's kind of error (errors.py), lifted into a failed summary
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
 
     def summary(self) -> dict[str, Any]:

@@ -140,7 +140,7 @@ class DriverSender:
             if outcome.status == FAILED:
                 result.status = Status.FAILED
                 result.failed_batches.append(outcome.key)
-                result.error = outcome.error
+                result.error, result.error_kind = outcome.error, outcome.error_kind
                 continue
             result.batches += 1
             result.published += outcome.rows

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake import stopping
+from queuelake.errors import error_kind
 from queuelake.lake import round_files
 from queuelake.lake.round_files import open_file
 from queuelake.nsb.times import format_time
@@ -299,7 +300,7 @@ class ExecutorSender:
                 sent = send_units(self.spark, job, units)
         except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
             result.status = Status.FAILED
-            result.error = task_error(exc)
+            result.error, result.error_kind = task_error(exc), error_kind(exc)
             return False
         for outcome in sent:
             if outcome["k"] not in outcomes or outcomes[outcome["k"]]["status"] == "failed":
@@ -338,7 +339,7 @@ class ExecutorSender:
             elif outcome["status"] == "failed":
                 result.status = Status.FAILED
                 result.failed_batches.append(outcome["batch_key"])
-                result.error = outcome["error"]
+                result.error, result.error_kind = outcome["error"], outcome.get("error_kind")
             else:
                 result.batches += 1
                 result.published += outcome["rows"]
@@ -383,6 +384,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
                 failed = {
                     "status": "failed",
                     "error": outcome.error,
+                    "error_kind": outcome.error_kind,
                     "batch_key": outcome.key,
                     "refused": outcome.refused,
                 }

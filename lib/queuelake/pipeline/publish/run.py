@@ -205,7 +205,7 @@ def publish(config: Config, database: QueueDatabase, spark: SparkSession, lake: 
                     results.append(publisher.publish_output(output))
                 except QueuelakeError as exc:
                     log.error("publish %s failed: %s", output, exc)
-                    results.append(OutputResult(output, status=Status.FAILED, error=str(exc)))
+                    results.append(OutputResult(output, status=Status.FAILED, error=str(exc), error_kind=exc.kind))
             results[-1].seconds = round(time.monotonic() - t0, 3)
     except BaseException as exc:
         # a stop now (a second signal): the outputs sent keep their runs rows and go with it to the
@@ -234,7 +234,7 @@ def publish(config: Config, database: QueueDatabase, spark: SparkSession, lake: 
 def _summary(run: Run, results: list[OutputResult]) -> dict[str, Any]:
     # a blocked round (failed expectations) fails the run too: the data needs a person's attention
     status = worst([r.status for r in results])
-    summary = [r.__dict__ for r in results]
+    summary = [{k: v for k, v in r.__dict__.items() if k != "error_kind" or v is not None} for r in results]
     return {
         "status": status,
         "run_id": run.run_id,
