@@ -122,11 +122,14 @@ def error_kind(exc: BaseException) -> str:
     library = type(exc).__module__.split(".")[0]
     if library in _DRIVERS:
         return "transport"
-    if isinstance(exc, OSError) and "AWS Error" in str(exc):  # pyarrow's S3 client's (a read of the lake)
+    if isinstance(exc, OSError) and _STORE_ERROR.search(str(exc)):  # pyarrow's S3 client's, deltalake's object store's
         return "lake"
     return "lake" if library in _LAKE_LIBRARIES or _is_delta_error(exc) else "unexpected"
 
 
+# what an object store's error says in pyarrow's S3 client ("AWS Error ...") and in deltalake's builtin
+# OSError ("Kernel error -> Generic S3 error", "Generic S3 error"): both were "unexpected" (a review)
+_STORE_ERROR = re.compile(r"AWS Error|Generic \w+ error|Kernel error|object store", re.I)
 _DRIVERS = frozenset({"psycopg", "psycopg2", "pyodbc"})  # the queue database's drivers
 _LAKE_LIBRARIES = frozenset({"deltalake"})
 

@@ -44,7 +44,7 @@ class JsonFormatter(logging.Formatter):
             "time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _ANSI.sub("", record.getMessage()),
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
@@ -57,6 +57,11 @@ class _TextFormatter(logging.Formatter):
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.created)) + f",{int(record.msecs):03d}Z"
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Without terminal colour codes: deltalake's errors, quoted in a line, hold them (a review)."""
+        text = super().format(record)
+        return _ANSI.sub("", text) if "\x1b[" in text else text
 
 
 LOG_FORMATS = ("text", "json")

@@ -156,6 +156,33 @@ def test_a_throttled_small_read_mid_stream_resumes_where_it_stopped(s3: str) -> 
     assert seqs == list(range(200))
 
 
+def test_the_delta_logs_small_files_are_read_again_when_throttled(s3: str) -> None:
+    """The drain's read of ``_last_checkpoint`` (smaller than the 503's body) and the increments' read of
+    a commit went to pyarrow's client alone: one throttled GET failed a scheduled ``run`` at its drain
+    (a review). Both go through the lake's read retry."""
+    import deltalake
+    from queuelake.lake import increments
+    from queuelake.lake.delta_rs.append_log import AppendLog
+
+    uri = f"s3://{BUCKET}/small-log-{uuid.uuid4().hex[:8]}"
+    direct = storage.lake_options(uri, resolved_options(s3))
+    deltalake.write_deltalake(uri, pa.table({"x": [1]}), storage_options=direct)
+    fs, path = storage.filesystem(uri, resolved_options(s3))
+    with FaultyProxy(s3, burst=0.0, period=600.0, error_rate=0.0) as proxy:
+        options = resolved_options(proxy.url)
+        log = AppendLog(uri, "small_log", "delta-rs", storage.lake_options(uri, options))
+        with fs.open_output_stream(f"{path}/_delta_log/_last_checkpoint") as out:
+            out.write(b'{"version":0,"size":1}')
+        proxy.small_reads = 1
+        assert log._read_log_file("_last_checkpoint") == b'{"version":0,"size":1}'
+        assert proxy.small_reads == 0 and proxy.throttled == 1, "the throttle did not meet the reader"
+        with fs.open_output_stream(f"{path}/_delta_log/00000000000000000001.json") as out:
+            out.write(b'{"commitInfo":{}}\n')
+        proxy.small_reads = 1
+        commits = increments._commits(uri, 0, 1, options)
+        assert [c.version for c in commits] == [1] and proxy.small_reads == 0 and proxy.throttled == 2
+
+
 def test_retry_defaults_and_overrides() -> None:
     opts = storage.lake_options(
         "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}

@@ -38,6 +38,10 @@ def test_a_database_drivers_own_error_is_the_queue_databases() -> None:
     assert errors.error_kind(DeltaError("Failed to parse parquet: No space left on device")) == "lake"
     s3 = OSError("AWS Error UNKNOWN (HTTP status 503) during HeadObject operation: No response body.")
     assert errors.error_kind(s3) == "lake"
+    # deltalake's own builtin OSError for an object store's failure (it was "unexpected": a review)
+    kernel = OSError("Kernel error -> Generic S3 error\n \x1b[31m↳\x1b[0m Error performing GET http://s3/lake")
+    assert errors.error_kind(kernel) == "lake"
+    assert errors.error_kind(OSError("[Errno 2] No such file or directory: 'conf.yaml'")) == "unexpected"
 
 
 def test_a_failed_command_keeps_the_parts_it_had_done() -> None:

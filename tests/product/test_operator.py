@@ -126,6 +126,18 @@ def test_json_formatter_keeps_a_multiline_message_on_one_line() -> None:
     assert json.loads(line)["message"] == "failed:\nline two"
 
 
+def test_log_lines_hold_no_terminal_colour_codes() -> None:
+    """deltalake's errors are coloured lines (``\x1b[31m↳\x1b[0m``), and a step's error line quoted
+    them into the log (a review); both formats leave the codes out."""
+    from queuelake.report import _TextFormatter
+
+    coloured = "Kernel error -> Generic S3 error\n \x1b[31m↳\x1b[0m Error performing GET"
+    record = logging.LogRecord("queuelake", logging.ERROR, __file__, 1, "where failed: %s", (coloured,), None)
+    for formatter in (_TextFormatter("%(message)s"), JsonFormatter()):
+        line = formatter.format(record)
+        assert "\x1b" not in line and "\\u001b" not in line and "Error performing GET" in line, line
+
+
 def test_an_unknown_log_format_is_a_usage_error(tmp_path: Path) -> None:
     proc = queuelake(["--log-format", "xml", "status"], tmp_path)
     assert proc.returncode == 2

@@ -11,8 +11,10 @@ file the range added, the rows it kept are in its own files, which the increment
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
@@ -20,7 +22,7 @@ from deltalake import DeltaTable
 from queuelake.errors import LakeError
 from queuelake.lake.deletes import DELETE_OPERATION
 from queuelake.lake.reading import local_paths
-from queuelake.lake.storage import filesystem, options_for
+from queuelake.lake.storage import filesystem, options_for, read_retrying
 from queuelake.report import log
 
 
@@ -51,6 +53,11 @@ class _Commit:
     batches: list[tuple[str, int]]  # its application transactions (appId, version): each app's highest
 
 
+def _read_text(fs: Any, path: str) -> str:
+    with fs.open_input_stream(path) as stream:
+        return str(stream.read().decode("utf-8"))
+
+
 def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None) -> list[_Commit]:
     """The commits (after, upto] from the log; LakeError when one is no longer there (log retention)."""
     fs, root = filesystem(table_uri, storage_options)
@@ -58,8 +65,8 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
     out: list[_Commit] = []
     for version in range((after + 1) if after is not None else 0, upto + 1):
         try:
-            with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
-                text = stream.read().decode("utf-8")
+            path = f"{root}/_delta_log/{version:020d}.json"
+            text = read_retrying(functools.partial(_read_text, fs, path), "the Delta log")
         except FileNotFoundError:
             raise LakeError(
                 f"{table_uri}: commit {version} is no longer in the Delta log (log retention); "

@@ -55,6 +55,7 @@ from queuelake.lake.delta_rs.commit_files import (
 from queuelake.lake.delta_rs.commits import kill_before_commit
 from queuelake.lake.delta_rs.log_head import LogHead, read_log_head
 from queuelake.lake.files import WrittenFile
+from queuelake.lake.storage import read_retrying
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -185,10 +186,15 @@ class AppendLog:
             if self._local:
                 with open(path, "rb") as f:
                     return f.read()
-            with self._fs.open_input_stream(path) as stream:
-                return stream.read()
+            # a throttled store's 503 on a file smaller than its error body (``_last_checkpoint``) is an
+            # error the S3 client does not retry: one failed a drain, and the run (a review)
+            return read_retrying(lambda: self._read_remote(path), f"the Delta log's {name}")
         except FileNotFoundError:
             return None
+
+    def _read_remote(self, path: str) -> bytes:
+        with self._fs.open_input_stream(path) as stream:
+            return bytes(stream.read())
 
     def _catch_up(self) -> None:
         """Read every commit after the one followed so far. A commit that changes the table's
