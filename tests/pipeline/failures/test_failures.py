@@ -534,3 +534,29 @@ def test_the_command(cfg: Config, tmp_path: Path) -> None:
     )
     assert alone.returncode != 0 and "give --group ID too" in alone.stderr
     assert unknown.returncode != 0 and "no group" in unknown.stderr
+
+
+def test_a_retry_drained_from_its_queue_before_an_endpoint_handled_it_leaves_the_failure_open(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """A queuelake retry of order 0 sent to Billing's queue and drained from there (the drain beside the
+    endpoint took it first): no endpoint processed it, yet it counted as processed, and the failure as
+    resolved, left out of the group's replay (a review's month). Only an audit copy is processed."""
+    settings = {
+        "transport": {"connection": fresh_pg_uri},
+        "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+        "drain": {"queues": ["error", "audit", "Billing"], "batch_size": 4},
+    }
+    cfg = from_dict(settings, env={})
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+    _seed(cfg, "error", _first_failures())
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    first = next(r for r in failure_groups(open_lake(cfg.lake)).groups[0].rows if r.message_id == ORDERS[0].id)
+    retry = {REPLAY_ID: "r-1", REPLAY_KIND: "retry", REPLAY_SOURCE: f"{first.queue}@{first.seq}"}
+    _seed(cfg, "Billing", [_with(ORDERS[0], {**retry, REPLAY_SOURCE_ID: first.id})])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    a = failure_groups(open_lake(cfg.lake)).groups[0]
+    s = a.summary()
+    assert (s["retried"], s["retried_processed"], s["resolved"]) == (1, 0, 0), s
+    assert ORDERS[0].id in a.message_ids() and _selects(cfg, a.where) == _rows(a)

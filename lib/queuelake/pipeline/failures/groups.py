@@ -239,7 +239,12 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
             unmatched += copy.source is None
             continue
         g_.retried.add(source)
-        (g_.retried_failed_again if copy.failed_again else g_.retried_processed).add(source)
+        # neither failed again nor processed: a copy taken from its queue before an endpoint handled it
+        # (a drain of that queue): retried, still unresolved (it counted as processed: a review)
+        if copy.failed_again:
+            g_.retried_failed_again.add(source)
+        elif copy.processed:
+            g_.retried_processed.add(source)
     for g in groups.values():
         for row in g.latest_rows():
             last = messages[row.message][-1]

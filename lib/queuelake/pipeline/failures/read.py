@@ -183,6 +183,7 @@ class LaterCopy:
     retry_unique_id: str | None = None  # its ServiceControl.Retry.UniqueMessageId
     row: tuple[str, int, str] | None = None  # its own journal row (queue, seq, id)
     source_id: str | None = None  # the failed row's id (queuelake.Replay.SourceId; older copies: None)
+    processed: bool = False  # an endpoint processed it: an audit copy (ProcessingEnded)
 
 
 def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[LaterCopy]:
@@ -206,14 +207,24 @@ def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[
             source_ids = _header(headers, REPLAY_SOURCE_ID)
             servicecontrol = _header(headers, RETRY_UNIQUE_MESSAGE_ID)
             failed = pc.or_(pc.is_valid(picked["failed_queue"]), pc.is_valid(picked["exception_type"])).to_pylist()
+            processed = pc.is_valid(picked["processing_ended"]).to_pylist()
             at = pc.coalesce(picked["time_of_failure"], picked["processing_ended"], picked["drained_at"]).to_pylist()
             ids = picked["message_id"].to_pylist()
             own = zip(picked["queue"].to_pylist(), picked["seq"].to_pylist(), picked["id"].to_pylist())
-            for source, source_id, retry_id, again, when, message_id, row in zip(
-                sources, source_ids, servicecontrol, failed, at, ids, own
+            for source, source_id, retry_id, again, done, when, message_id, row in zip(
+                sources, source_ids, servicecontrol, failed, processed, at, ids, own
             ):
                 if source or retry_id:
                     out.append(
-                        LaterCopy(source or None, bool(again), message_id, when, retry_id, row, source_id or None)
+                        LaterCopy(
+                            source or None,
+                            bool(again),
+                            message_id,
+                            when,
+                            retry_id,
+                            row,
+                            source_id or None,
+                            processed=bool(done) and not again,
+                        )
                     )
     return out
