@@ -153,11 +153,9 @@ def test_two_processes_share_one_data_folder(tmp_path: Path) -> None:
     assert_nothing_left(data)
 
 
-def test_sigterm_stops_the_embedded_server(tmp_path: Path) -> None:
-    conf, data = write_config(tmp_path)
-    install(conf)
-    seed(data, 20_000)
-    proc = subprocess.Popen(
+def _drain_in_background(conf: Path) -> subprocess.Popen[str]:
+    """``queuelake drain`` of up to 60 s, its output piped: for signals and kills sent while it drains."""
+    return subprocess.Popen(
         [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-seconds", "60"],
         env=_env(),
         stdout=subprocess.PIPE,
@@ -165,6 +163,13 @@ def test_sigterm_stops_the_embedded_server(tmp_path: Path) -> None:
         text=True,
         cwd=REPO,
     )
+
+
+def test_sigterm_stops_the_embedded_server(tmp_path: Path) -> None:
+    conf, data = write_config(tmp_path)
+    install(conf)
+    seed(data, 20_000)
+    proc = _drain_in_background(conf)
     deadline = time.monotonic() + 60
     while not servers_of(data) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -188,14 +193,7 @@ def test_a_postmaster_killed_under_a_drain_is_said_in_one_line(tmp_path: Path) -
     conf, data = write_config(tmp_path)
     install(conf)
     seed(data, 20_000)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "queuelake", "drain", "-c", str(conf), "--max-seconds", "60"],
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
+    proc = _drain_in_background(conf)
     pid_file = data / "postmaster.pid"
     deadline = time.monotonic() + 60
     while not (servers_of(data) and pid_file.exists()) and time.monotonic() < deadline:

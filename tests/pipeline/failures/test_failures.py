@@ -101,13 +101,21 @@ def _first_failures() -> list[OutgoingMessage]:
     return out
 
 
-def _config(uri: str, root: Path) -> Config:
+def _config(uri: str, root: Path, queues: tuple[str, ...] = ("error", "audit")) -> Config:
     settings = {
         "transport": {"connection": uri},
         "lake": {"root": str(root), "engine": "delta-rs"},
-        "drain": {"queues": ["error", "audit"], "batch_size": 4},
+        "drain": {"queues": list(queues), "batch_size": 4},
     }
     return from_dict(settings, env={})
+
+
+def _installed(uri: str, root: Path, queues: tuple[str, ...]) -> Config:
+    """A config draining ``queues``, its queue tables made."""
+    cfg = _config(uri, root, queues)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+    return cfg
 
 
 def _seed(cfg: Config, queue: str, messages: list[OutgoingMessage]) -> None:
@@ -459,14 +467,7 @@ def test_failures_of_one_groups_columns_in_two_error_queues(fresh_pg_uri: str, t
     """A group's rows in one error queue, and a failure with the same exception, message type and
     endpoint (another call path: another group) in a second: every ``failures`` ended in an IndexError
     (round 48's namesake check made an empty entry for the other queue; a review)."""
-    settings = {
-        "transport": {"connection": fresh_pg_uri},
-        "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
-        "drain": {"queues": ["error", "error2", "audit"], "batch_size": 4},
-    }
-    cfg = from_dict(settings, env={})
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
+    cfg = _installed(fresh_pg_uri, tmp_path / "lake", ("error", "error2", "audit"))
     _seed(cfg, "error", _first_failures())
     _seed(cfg, "error2", [_failed(ORDERS[8], "Billing", TIMEOUT, 80, OTHER_PATH)])
     assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
@@ -542,14 +543,7 @@ def test_a_retry_drained_from_its_queue_before_an_endpoint_handled_it_leaves_the
     """A queuelake retry of order 0 sent to Billing's queue and drained from there (the drain beside the
     endpoint took it first): no endpoint processed it, yet it counted as processed, and the failure as
     resolved, left out of the group's replay (a review's month). Only an audit copy is processed."""
-    settings = {
-        "transport": {"connection": fresh_pg_uri},
-        "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
-        "drain": {"queues": ["error", "audit", "Billing"], "batch_size": 4},
-    }
-    cfg = from_dict(settings, env={})
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
+    cfg = _installed(fresh_pg_uri, tmp_path / "lake", ("error", "audit", "Billing"))
     _seed(cfg, "error", _first_failures())
     assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
     first = next(r for r in failure_groups(open_lake(cfg.lake)).groups[0].rows if r.message_id == ORDERS[0].id)
