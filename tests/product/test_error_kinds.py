@@ -53,8 +53,8 @@ def test_a_failed_command_keeps_the_parts_it_had_done() -> None:
     from queuelake.cli import _failure
 
     exc = errors.LakeError("lake table runs: cannot create it")
-    stopping.partial(exc, {"drain": {"status": "ok", "landed": 13400}, "failed_step": "bodies"})
+    stopping.partial(exc, {"drain": {"status": "ok", "landed": 13400}, "failed_steps": ["bodies"]})
     args = argparse.Namespace(command="run", debug=False, config=None)
     summary = _failure(args, exc)
-    assert summary["drain"] == {"status": "ok", "landed": 13400} and summary["failed_step"] == "bodies"
+    assert summary["drain"] == {"status": "ok", "landed": 13400} and summary["failed_steps"] == ["bodies"]
     assert summary["status"] == "failed" and summary["error_kind"] == "lake"

@@ -457,9 +457,12 @@ def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: st
     assert said != -1 and (pool_ended == -1 or said < pool_ended), err[-3000:]
 
 
-def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[str, bool]]) -> tuple[list[str], dict]:
+def _run_with_steps(
+    monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[str, bool]], bare: bool = False
+) -> tuple[list[str], dict]:
     """``run_all`` with each step replaced: ``outcomes`` maps a step to (its status, whether SIGTERM
-    arrives during it); returns the steps that ran and the run's summary."""
+    arrives during it); returns the steps that ran and the run's summary. ``bare``: a config with no
+    transforms and no publish outputs."""
     import argparse
 
     from queuelake import config as config_mod
@@ -494,6 +497,8 @@ def _run_with_steps(monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[s
     secret = "postgresql://job:S3cr3t-Pa55w0rd@db/x"  # an error quoting it is redacted, as cli redacts its own
     loaded = SimpleNamespace(
         bodies=SimpleNamespace(enabled=True),
+        transforms=[] if bare else [SimpleNamespace(name="scores")],
+        publish=SimpleNamespace(outputs=[] if bare else ["scores"]),
         transport=SimpleNamespace(connection=secret),
         lake=SimpleNamespace(storage_options={}),
     )
@@ -563,6 +568,19 @@ def test_a_failed_step_is_named_with_the_steps_it_kept_from_running(monkeypatch:
     assert out["failed_steps"] == ["drain"] and out["skipped"] == ["bodies", "transform", "publish"], out
     ran, out = _run_with_steps(monkeypatch, {"bodies": ("failed", False)})  # the run goes on after bodies
     assert out["status"] == "failed" and out["failed_steps"] == ["bodies"] and "skipped" not in out, out
+
+
+def test_a_run_without_transforms_or_outputs_does_not_list_them_as_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain-only config whose drain failed listed "transform" and "publish" as skipped, work left
+    undone that was never asked for (found by a review); bodies, on by default, is still listed."""
+    ran, out = _run_with_steps(monkeypatch, {"drain": ("failed", False)}, bare=True)
+    assert out["failed_steps"] == ["drain"] and out["skipped"] == ["bodies"], out
+    ran, out = _run_with_steps(monkeypatch, {"drain": ("ok", True)}, bare=True)  # SIGTERM during the drain
+    assert out["status"] == "interrupted" and out["skipped"] == ["bodies"], out
+    with pytest.raises(RuntimeError, match="cancelled") as info:
+        _run_with_steps(monkeypatch, {"drain": ("cancelled", True)}, bare=True)
+    done = stopping.done_before(stopping.stop_within(info.value))
+    assert done["interrupted_step"] == "drain" and done["skipped"] == ["bodies"], done
 
 
 @pytest.mark.parametrize("failing", ["bodies", "transform"])
