@@ -551,6 +551,46 @@ def test_a_stop_now_between_batches_keeps_what_was_sent_in_the_summary(failures,
     assert len(drain_all(cfg, "Billing")) + len(drain_all(cfg, "Shipping")) == 14
 
 
+def test_a_stop_asked_during_the_selection_sends_nothing(failures, spark, monkeypatch) -> None:
+    """A Ctrl-C during a replay's selection (seconds over thousands of journal files) was honoured only
+    by a second signal, after the selection (a review): asked while the files are read, the replay stops
+    there; asked once they are read, before the first batch. Nothing sent, nothing in the ledger."""
+    from queuelake import stopping
+    from queuelake.lake import round_files
+
+    cfg, *_ = failures
+    real = round_files.read_piece
+
+    def stopped_while_reading(*args, **kwargs):  # type: ignore[no-untyped-def]
+        stopping.request()
+        return real(*args, **kwargs)
+
+    ledger = "SELECT count(*) FROM queuelake_publish_ledger"
+    before = sql(cfg, ledger)
+    monkeypatch.setattr(round_files, "read_piece", stopped_while_reading)
+    try:
+        with pytest.raises(stopping.Interrupted, match="while selecting"):
+            run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    finally:
+        stopping.reset()
+    monkeypatch.undo()
+    from queuelake.pipeline.replay import selection
+
+    real_planned = selection.Selection.planned
+
+    def stopped_after_reading(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        stopping.request()
+        return real_planned(self, *args, **kwargs)
+
+    monkeypatch.setattr(selection.Selection, "planned", stopped_after_reading)
+    try:
+        summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    finally:
+        stopping.reset()
+    assert summary["status"] == "interrupted" and summary["rows_sent"] == 0 and summary["selected"] == 33, summary
+    assert sql(cfg, ledger) == before and drain_all(cfg, "Billing") == [] and drain_all(cfg, "Shipping") == []
+
+
 def test_a_replay_planned_before_an_erase_says_it_cannot_resume(failures, spark, monkeypatch) -> None:
     """An erase's purge deletes the files of every version before it: a replay interrupted before the
     erase, rerun with its id, failed with a bare FileNotFoundError ("unexpected") on the plan's version

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from queuelake import stopping
 from queuelake.lake import round_files
 from queuelake.pipeline.replay.arrow_predicate import ArrowPredicate
 from queuelake.pipeline.replay.rows import EMPTY_KEYS, KEY_COLUMNS
@@ -52,6 +53,8 @@ def select_keys(files: list[str], schema: pa.Schema, predicate: ArrowPredicate) 
         for piece in _row_groups(fragment, predicate, read_schema):
             (group,) = piece.row_groups
             table = round_files.read_piece(piece, read_schema, needed, uri)
+            if stopping.requested():  # a Ctrl-C during a selection of thousands of files waited for all of them
+                raise stopping.Interrupted("replay: stopped while selecting the journal's rows; nothing was sent")
             scan.row_groups_read += 1
             scan.rows_read += table.num_rows
             start = int(starts[group.id])

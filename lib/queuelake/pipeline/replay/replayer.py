@@ -189,6 +189,12 @@ class Replayer:
             planned.exclude(skip)
             self._count(result, planned, reasons)
             self.steps.seconds["plan"] += time.perf_counter() - plan_started
+            if stopping.requested():
+                # asked to stop before the first batch (the selection of a large journal takes seconds): a
+                # Ctrl-C then was honoured only by a second signal, after the selection (a review)
+                log.warning("replay %s: asked to stop before sending; nothing was sent", replay_id or "(dry run)")
+                result.status = Status.INTERRUPTED
+                return result
             if opts.dry_run:
                 return result
             assert replay_id is not None
