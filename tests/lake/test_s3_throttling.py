@@ -183,6 +183,30 @@ def test_the_delta_logs_small_files_are_read_again_when_throttled(s3: str) -> No
         assert [c.version for c in commits] == [1] and proxy.small_reads == 0 and proxy.throttled == 2
 
 
+def test_a_delta_log_load_throttled_past_deltalakes_retries_is_loaded_again(s3: str) -> None:
+    """deltalake's retries wait 0.3 s growing, with no jitter: behind bursts longer than they last (3.5 s
+    of every 6 s) its load of a table's log gave up, and the loads outside the lake's own ``_load`` (the
+    increments' snapshot, ``read_table``, the commits' reload) had no retry of their own (a review).
+    Here deltalake retries once (``max_retries: 1``) into a 2.5 s burst: each load is begun again."""
+    import deltalake
+    from queuelake.lake import increments, reading
+
+    uri = f"s3://{BUCKET}/log-load-{uuid.uuid4().hex[:8]}"
+    deltalake.write_deltalake(
+        uri, pa.table({"x": [1, 2]}), storage_options=storage.lake_options(uri, resolved_options(s3))
+    )
+    for load in (
+        lambda options: increments.snapshot_files(uri, 0, options),
+        lambda options: reading.read_table(uri).num_rows,
+        lambda options: storage.delta_table(uri, None, options).version() == 0,
+    ):
+        with FaultyProxy(s3, burst=2.5, period=600.0, error_rate=0.0, from_first_request=True) as proxy:
+            options = storage.lake_options(uri, {**resolved_options(proxy.url), "max_retries": "1"})
+            storage.register(uri, options)  # what read_table finds for the table's root
+            assert load(options), "nothing loaded"
+            assert proxy.throttled >= 2, "the burst did not meet the load"
+
+
 def test_retry_defaults_and_overrides() -> None:
     opts = storage.lake_options(
         "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}

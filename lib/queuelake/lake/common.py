@@ -117,11 +117,10 @@ class EngineBase:
 
     def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
         """The table's log read with deltalake (of one version), None when there is no table."""
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return DeltaTable(self.path(table), version=version, storage_options=self._options())
+            return storage.delta_table(self.path(table), version, self._options())
         except TableNotFoundError:
             return None
         except OSError as exc:  # object storage unreachable or refusing: say so in one line

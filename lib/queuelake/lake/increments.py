@@ -17,12 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from deltalake import DeltaTable
-
 from queuelake.errors import LakeError
 from queuelake.lake.deletes import DELETE_OPERATION
 from queuelake.lake.reading import local_paths
-from queuelake.lake.storage import filesystem, options_for, read_retrying
+from queuelake.lake.storage import delta_table, filesystem, options_for, read_retrying
 from queuelake.report import log
 
 
@@ -36,7 +34,7 @@ def snapshot_files(table_uri: str, version: int, storage_options: dict[str, str]
     """Every data file of the table as of a version, sorted (a stable order for batching).
     ``storage_options`` default: those of the lake the table is in (registered by its engine)."""
     options = storage_options if storage_options is not None else options_for(table_uri)
-    table = DeltaTable(table_uri, version=version, storage_options=dict(options) or None)
+    table = delta_table(table_uri, version, options)
     return sorted(local_paths(table, table.file_uris()))
 
 
@@ -243,7 +241,7 @@ def added_batches(
         for app, version in commit.batches:
             highest[app] = max(version, highest.get(app, version))
     options = storage_options if storage_options is not None else options_for(table_uri)
-    before = DeltaTable(table_uri, version=after, storage_options=dict(options) or None)
+    before = delta_table(table_uri, after, options)
     # the first version of each app the range committed: after the one it had at ``after``
     first = {app: _next_version(before.transaction_version(app)) for app in highest}
     count = sum(top + 1 - first[app] for app, top in highest.items())

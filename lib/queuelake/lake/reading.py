@@ -166,9 +166,7 @@ def read_spark(spark: SparkSession, dt: DeltaTable) -> DataFrame:
 
 def read_table(table_uri: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
     """A Delta table (or one version) as Arrow, without ``DeltaTable.to_pyarrow_table`` (see above)."""
-    from deltalake import DeltaTable
-
-    from queuelake.lake.storage import options_for
+    from queuelake.lake.storage import delta_table, options_for
 
     options = options_for(table_uri) or None  # the lake's storage options, when its engine is open
-    return read_arrow(DeltaTable(table_uri, version=version, storage_options=options), columns)
+    return read_arrow(delta_table(table_uri, version, options), columns)

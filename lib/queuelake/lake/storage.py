@@ -219,6 +219,17 @@ def read_retrying(read: Callable[[], T], what: str) -> T:
             waits.after(exc)
 
 
+def delta_table(table_uri: str, version: int | None = None, storage_options: Mapping[str, Any] | None = None) -> Any:
+    """deltalake's ``DeltaTable`` of ``table_uri`` (at ``version``), its log read again after a jittered
+    wait when the store throttled past deltalake's own retries (``read_retrying``). Why: deltalake's
+    retries wait 0.1 s doubling with no jitter, and gave up behind bursts of 3.5 s in every 6 s (a review);
+    every load of a table's log goes through here. A missing table raises deltalake's own error."""
+    from deltalake import DeltaTable
+
+    options = dict(storage_options) if storage_options else None
+    return read_retrying(lambda: DeltaTable(table_uri, version=version, storage_options=options), table_uri)
+
+
 def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iterator[T]:
     """The items of ``open_batches()`` (a stream of batches read from lake files, the same ones in the
     same order each time it is opened), reopened after a wait when the S3 client failed a read with

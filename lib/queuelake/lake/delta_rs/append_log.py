@@ -55,7 +55,7 @@ from queuelake.lake.delta_rs.commit_files import (
 from queuelake.lake.delta_rs.commits import kill_before_commit
 from queuelake.lake.delta_rs.log_head import LogHead, read_log_head
 from queuelake.lake.files import WrittenFile
-from queuelake.lake.storage import read_retrying
+from queuelake.lake.storage import delta_table, read_retrying
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -119,12 +119,11 @@ class AppendLog:
             self._snapshot_apps = dict(loaded.apps)
             self._snapshot_apps_read = True
             return
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
             options = dict(self.storage_options or {}) or None
-            dt = loaded if loaded is not None else DeltaTable(self.table_uri, storage_options=options)
+            dt = loaded if loaded is not None else delta_table(self.table_uri, None, options)
         except TableNotFoundError:
             raise LakeError(f"lake table {self.table!r} does not exist at {self.table_uri}") from None
         metadata = dt.metadata()

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from queuelake.errors import LakeError
+from queuelake.lake.storage import delta_table
 
 WRITE_ID_KEY = "queuelake.writeId"  # commitInfo key: lets the driver tell its own commit from others
 KILL_ENV = "QUEUELAKE_TEST_KILL_BEFORE_COMMIT"  # test hook: SIGKILL right before the Delta commit
@@ -60,13 +61,12 @@ def exactly_once(
     it retries; the same app id committed concurrently it does not): reload and re-check, backing off.
     ``load`` gives the table at its newest version (default: a fresh load each attempt).
     """
-    from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
     from queuelake.lake.marks import check_writable, engine_of
 
     for attempt in range(attempts):
-        dt = load() if load is not None else DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
+        dt = load() if load is not None else delta_table(table_uri, None, storage_options)
         metadata = dt.metadata()
         check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
         committed = dt.transaction_version(app_id)
@@ -154,13 +154,13 @@ def commit_group(
     together, or not at all. A batch may be left out only with every lower version of its app id
     committed or in the same group: the caller stops submitting an app id after a failed group.
     Returns how many batches this commit carried (0: all were committed already)."""
-    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError
 
     from queuelake.lake.marks import check_writable, engine_of
 
     for attempt in range(attempts):
-        dt = load() if load is not None else DeltaTable(table_uri, storage_options=dict(storage_options or {}) or None)
+        dt = load() if load is not None else delta_table(table_uri, None, storage_options)
         metadata = dt.metadata()
         check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
         todo = [(a, app_id, v) for a, app_id, v in batches if (dt.transaction_version(app_id) or 0) < v]
