@@ -179,9 +179,10 @@ def _lift_error(summary: dict[str, Any]) -> None:
 
     parts = {k: v for k, v in summary.items() if k not in ("error", "error_kind")}
     found = first(parts, str(summary.get("command")))
-    if "error" not in summary and found:
+    # a part's result class may carry the keys unset (a replay's ``error_kind: null``): as absent
+    if summary.get("error") is None and found:
         summary["error"] = found[0]
-    if "error_kind" not in summary:
+    if summary.get("error_kind") is None:
         summary["error_kind"] = found[1] if found else str(summary.get("command"))
 
 

@@ -122,6 +122,9 @@ def error_kind(exc: BaseException) -> str:
     library = type(exc).__module__.split(".")[0]
     if library in _DRIVERS:
         return "transport"
+    spark = any(c.__module__.split(".")[0] in _SPARK_WRAPPERS for c in type(exc).__mro__)
+    if spark and (raised := _raised_in_a_task(str(exc))) is not None:
+        return raised
     if isinstance(exc, OSError) and _STORE_ERROR.search(str(exc)):  # pyarrow's S3 client's, deltalake's object store's
         return "lake"
     return "lake" if library in _LAKE_LIBRARIES or _is_delta_error(exc) else "unexpected"
@@ -131,6 +134,26 @@ def error_kind(exc: BaseException) -> str:
 # OSError ("Kernel error -> Generic S3 error", "Generic S3 error"): both were "unexpected" (a review)
 _STORE_ERROR = re.compile(r"AWS Error|Generic \w+ error|Kernel error|object store", re.I)
 _DRIVERS = frozenset({"psycopg", "psycopg2", "pyodbc"})  # the queue database's drivers
+_SPARK_WRAPPERS = frozenset({"py4j", "pyspark"})  # a Spark job's failure, a task's Python error in its text
+_TASK_ERROR = re.compile(r"\b(\w+(?:Error|Refused))(?::|\b)")
+
+
+def _raised_in_a_task(text: str) -> str | None:
+    """The kind of the first of queuelake's errors (or a database driver's) a failed Spark job's text
+    names, as its Python worker printed it: a publish task whose database was out of reach said
+    ``unexpected`` (a review), though its error was a ``TransportError``."""
+    kinds = {cls.__name__: cls.kind for cls in _error_classes(QueuelakeError)}
+    for line in text.splitlines():
+        if any(f"{driver}." in line for driver in _DRIVERS) and "Error" in line:
+            return "transport"
+        for match in _TASK_ERROR.finditer(line):
+            if match.group(1) in kinds:
+                return kinds[match.group(1)]
+    return None
+
+
+def _error_classes(cls: type[QueuelakeError]) -> list[type[QueuelakeError]]:
+    return [cls, *(sub for child in cls.__subclasses__() for sub in _error_classes(child))]
 _LAKE_LIBRARIES = frozenset({"deltalake"})
 
 

@@ -44,6 +44,34 @@ def test_a_database_drivers_own_error_is_the_queue_databases() -> None:
     assert errors.error_kind(OSError("[Errno 2] No such file or directory: 'conf.yaml'")) == "unexpected"
 
 
+def _answering(spark_error: type[BaseException], text: str) -> BaseException:
+    """Spark's error of that class whose text is ``text``: theirs ask the JVM for it, here there is none."""
+    answering = type(spark_error.__name__, (spark_error,), {"__str__": lambda self: text})
+    return answering.__new__(answering)
+
+
+def test_a_spark_jobs_failure_has_the_kind_of_its_tasks_error() -> None:
+    """A publish task whose queue database was out of reach failed its Spark job; the job's error (a
+    ``Py4JJavaError`` quoting the task's Python traceback) said ``unexpected`` (a review)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import PythonException
+
+    task_trace = (
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times\n"
+        'org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n  File "x.py", line 1\n'
+        "queuelake.errors.TransportError: cannot connect to the queue database: connection refused\n"
+    )
+    assert errors.error_kind(_answering(Py4JJavaError, task_trace)) == "transport"
+    refused = _answering(
+        PythonException, "An exception was thrown from the Python worker.\npsycopg.OperationalError: gone"
+    )
+    assert errors.error_kind(refused) == "transport"
+    bug = _answering(PythonException, "ZeroDivisionError: division by zero")
+    assert errors.error_kind(bug) == "unexpected"
+    lake = _answering(PythonException, "queuelake.errors.LakeError: lake table messages: no space left")
+    assert errors.error_kind(lake) == "lake"
+
+
 def test_a_failed_command_keeps_the_parts_it_had_done() -> None:
     """``run``'s drain landed 13,400 messages, a later write failed on a full disk, and the summary was
     the error alone (a review): the steps done before the failure stay in it."""

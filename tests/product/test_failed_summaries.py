@@ -37,6 +37,10 @@ def test_a_summary_with_its_own_error_is_left_as_it_is() -> None:
     summary = {"command": "find", "status": "failed", "error": "no journal", "error_kind": "lake"}
     _lift_error(summary)
     assert summary == {"command": "find", "status": "failed", "error": "no journal", "error_kind": "lake"}
+    # a replay's summary holds every key of its result, unset ones null: a failed one said error_kind null
+    unset = {"command": "replay", "status": "failed", "error": "records not written", "error_kind": None}
+    _lift_error(unset)
+    assert unset["error_kind"] == "replay" and unset["error"] == "records not written"
     bare = {"command": "maintain", "status": "failed"}
     _lift_error(bare)
     assert bare["error_kind"] == "maintain" and "error" not in bare
