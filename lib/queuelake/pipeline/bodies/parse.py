@@ -128,8 +128,11 @@ def parsed(
         source = F.when(is_xml, json_of_xml(F.when(is_xml, F.col("text")), schema)).otherwise(source)
     df = rows.withColumn("_json", source)
     p = F.when(F.col("format").isin("json", "xml"), F.from_json(F.col("_json"), with_corrupt, options))
-    df = df.withColumn("p", _with_alternates(p, schema, alternates or {}))
+    p, alternate_unfit = _with_alternates(p, schema, alternates or {}, corrupt_name, options)
+    df = df.withColumn("p", p)
     corrupt = F.col("p").getField(corrupt_name)
+    if alternate_unfit is not None:  # a value under another spelling that did not fit: partly parsed too
+        corrupt = F.when(alternate_unfit, F.lit("alternate")).otherwise(corrupt)
     partly = F.from_json(F.col("_json"), "map<string,string>").isNotNull()  # a JSON object
     malformed = F.concat(F.lit("malformed "), F.upper(F.col("format")))
     verdict = (
@@ -144,24 +147,32 @@ def parsed(
     return df.withColumn("verdict", verdict).withColumn("written", written)
 
 
-def _with_alternates(p: Column, schema: StructType, alternates: dict[str, list[str]]) -> Column:
+def _with_alternates(
+    p: Column, schema: StructType, alternates: dict[str, list[str]], corrupt_name: str, options: dict[str, str]
+) -> tuple[Column, Column | None]:
     """``p`` with each root field taken from its other spellings where its own is absent: each spelling
     read by a parse of its own (one struct per rank of spelling, so that no struct holds two names
-    differing in case only, which Spark's field access could not tell apart)."""
+    differing in case only, which Spark's field access could not tell apart). Also whether a value under
+    another spelling did not fit its field's type (None: no alternates): it was written null with no
+    record while its twin under the field's own spelling was recorded as partly parsed (a review)."""
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
     if not alternates:
-        return p
+        return p, None
     types = {f.name: f.dataType for f in schema.fields}
     ranks = max(len(spellings) for spellings in alternates.values())
     structs = []
     for rank in range(ranks):
         fields = [StructField(s[rank], types[name], True) for name, s in alternates.items() if rank < len(s)]
-        structs.append(F.when(F.col("format") == "json", F.from_json(F.col("_json"), StructType(fields))))
+        fields.append(StructField(corrupt_name, StringType(), True))
+        structs.append(F.when(F.col("format") == "json", F.from_json(F.col("_json"), StructType(fields), options)))
     for name, spellings in sorted(alternates.items()):
         found = [structs[rank].getField(spelling) for rank, spelling in enumerate(spellings)]
         p = p.withField(_quoted(name), F.coalesce(p.getField(name), *found))
-    return p
+    unfit = [F.coalesce(s.getField(corrupt_name).isNotNull(), F.lit(False)) for s in structs]
+    return p, reduce(lambda a, b: a | b, unfit)
 
 
 def _quoted(name: str) -> str:

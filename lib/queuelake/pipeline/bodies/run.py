@@ -432,4 +432,7 @@ def _append_for_increment(lake: LakeEngine, table: str, data: pa.Table, upto: in
     if done is not None and done >= upto:
         app_id = f"{APP_ID}/redo/{upto}"
         version = (lake.last_version(table, app_id) or 0) + 1
+    # ``body_unparsed`` holds the bodies as sent: a step whose lock went with its connection appended an
+    # erased message's there after an ``erase`` ran beside it (a review), while its typed tables stayed
+    step_locks.confirm(step_locks.BODIES)
     return lake.append(table, data, app_id, version)

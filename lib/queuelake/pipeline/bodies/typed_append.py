@@ -71,6 +71,7 @@ def write_type(
             log.info("bodies: %s already holds journal version %d, skipped", table, upto)
             return {**result, "unparsed": unreadable, "status": Status.OK, "note": "already written"}, None
         had_rows = lake.exists(table) and bool(lake.added_files(table, None, lake.table_version(table) or 0))
+        step_locks.confirm(step_locks.BODIES)  # an evolution may rewrite the table's rows (a type change)
         evolve.apply(lake, evolution)
         rows = frame.where((F.col("type_name") == name) & F.col("reason").isNull())
         later = selected.later_copies.get(name)
