@@ -301,6 +301,9 @@ class PublishConfig:
     endpoint: str = "Lakehouse"
     outputs: list[str] = field(default_factory=list)
     batch_size: int = 5000
+    # messages in one publish transaction at most, every subscriber's copy counted: a round of events
+    # fanned out to many subscribers sends fewer rows per batch (pipeline/publish/run.py ``_fitted``)
+    batch_copies: int = 50_000
     # output -> great-expectations suite: a suite JSON file path, or an inline list of
     # {expectation_type: {kwargs}}; a failing suite blocks that output's round (quality/expectations.py)
     expectations: dict[str, Any] = field(default_factory=dict)
@@ -311,6 +314,8 @@ class PublishConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("publish.batch_size must be at least 1")
+        if isinstance(self.batch_copies, bool) or not isinstance(self.batch_copies, int) or self.batch_copies < 1:
+            raise ConfigError("publish.batch_copies must be a message count of at least 1")
         if self.executors_from_rows is not None and (
             isinstance(self.executors_from_rows, bool)
             or not isinstance(self.executors_from_rows, int)

@@ -174,6 +174,43 @@ def test_fan_out_and_rejects(fresh_pg_uri: str, tmp_path: Path, spark, from_rows
 
 
 @pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_publish_batch_size_counts_every_subscribers_copy(
+    fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None
+) -> None:
+    """``publish.batch_size`` rows of an event with 300 subscribers made 1,500,000 copies in one
+    transaction (a review): a round's rows per batch keep its messages, fan-out copies counted, within
+    ``publish.batch_copies``. Here 3 subscribers and 7 copies at most: 2 rows (6 copies) per batch,
+    recorded in the round's ledger keys (``@2``) so that a rerun cuts the same batches."""
+    from tests.helpers.db import sql
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_test"], [], executors_from_rows=from_rows, batch_copies=7)
+    subs = ["SubA", "SubB", "SubC", "Billing"]
+    setup_db(cfg, subs)
+    for q in ("SubA", "SubB", "SubC"):
+        subscribe(cfg, q, q, BASE)
+    lake = open_lake(cfg.lake, spark)
+    events = [row(f"event-{i}") for i in range(9)]
+    sends = [row(f"cmd-{i}", "Send", "Billing", "Billing.Messages.Commands.Charge, Billing.Messages") for i in range(2)]
+    write_outbound(lake, "outbound_test", events + sends)
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["published"] == 11 and out["copies"] == 29, out
+    batches = sql(fresh_pg_uri, "SELECT batch_key, rows_sent, copies_sent FROM queuelake_publish_ledger")
+    assert batches and all(key.rsplit("@", 1)[1].rstrip("g") == "2" for key, _, _ in batches), batches
+    assert max(copies for _, _, copies in batches) <= 7 and sum(r for _, r, _ in batches) == 11, batches
+    assert [len(drain_all(cfg, q)) for q in subs] == [9, 9, 9, 2]
+    # a round of Send rows: a copy each
+    write_outbound(
+        lake,
+        "outbound_test",
+        [row(f"more-{i}", "Send", "Billing", "Billing.Messages.Commands.Charge, Billing.Messages") for i in range(3)],
+        version=2,
+    )
+    assert publish(cfg, spark, lake)["outputs"][0]["published"] == 3
+    keys = [k for (k,) in sql(fresh_pg_uri, "SELECT batch_key FROM queuelake_publish_ledger")]
+    assert any(k.rsplit("@", 1)[1].rstrip("g") == "7" for k in keys), keys
+
+
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
 def test_a_send_to_a_bad_destination_is_recorded_row_by_row(
     fresh_pg_uri: str, tmp_path: Path, spark, from_rows: int | None
 ) -> None:

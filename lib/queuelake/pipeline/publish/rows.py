@@ -136,13 +136,19 @@ def round_batches(files: list[str], bad_keys: set[str], size: int) -> Iterator[p
     return in_batches((table for uri in files for table in accepted_batches(open_file(uri), bad_keys)), size)
 
 
-def count_accepted(files: list[str], bad_keys: set[str]) -> int:
-    """Rows of the round that will be sent (reads only the key column)."""
-    total = 0
+def count_accepted(files: list[str], bad_keys: set[str]) -> tuple[int, set[str]]:
+    """Rows of the round that will be sent, and the message types its Publish rows fan out (reads only
+    the key, intent and type columns)."""
+    total, published = 0, set[str]()
     for uri in files:
         # files delta-rs rewrites (DELETE/UPDATE) store string_view, which is_in has no kernel for
-        keys = read_table(uri, ["key"])["key"].cast(pa.string())
-        total += len(keys) - keys.null_count
+        table = read_table(uri, ["key", "intent", "message_type"])
+        keys = table["key"].cast(pa.string())
+        sent = pc.is_valid(keys)
         if bad_keys:
-            total -= pc.sum(pc.is_in(keys, pa.array(list(bad_keys), pa.string()))).as_py() or 0
-    return total
+            sent = pc.and_(sent, pc.invert(pc.is_in(keys, pa.array(list(bad_keys), pa.string()))))
+        total += pc.sum(sent).as_py() or 0
+        publishes = pc.and_(sent, pc.invert(pc.fill_null(pc.equal(table["intent"].cast(pa.string()), "Send"), False)))
+        types = pc.unique(pc.filter(table["message_type"].cast(pa.string()), publishes))
+        published.update(t for t in types.to_pylist() if t is not None)
+    return total, published
