@@ -165,7 +165,10 @@ def _lift_error(summary: dict[str, Any]) -> None:
     def first(value: Any, stage: str) -> tuple[str, str] | None:
         if isinstance(value, dict):
             if value.get("status") in (Status.FAILED, Status.BLOCKED) and value.get("error"):
-                return str(value["error"]), str(value.get("error_kind") or stage)
+                # a step's failure without a kind of its own takes its failed part's: a run's bodies step
+                # refused by another engine's table said "bodies" where its table said "lake" (a review)
+                inner = None if value.get("error_kind") else first({k: v for k, v in value.items() if k != "error"}, "")
+                return str(value["error"]), str(value.get("error_kind") or (inner and inner[1]) or stage)
             for key, inner in value.items():
                 found = first(inner, key if key in _STAGES else stage)
                 if found:

@@ -28,6 +28,10 @@ def test_a_failed_stage_of_run_keeps_its_own_kind_and_names_its_stage_otherwise(
     }
     _lift_error(run)
     assert run["error"] == "OutOfMemoryError" and run["error_kind"] == "bodies"
+    refused = {"command": "run", "status": "failed", "bodies": {"status": "failed", "error": "created by delta-rs"}}
+    refused["bodies"]["tables"] = [{"table": "body_increments", "status": "failed", "error": "x", "error_kind": "lake"}]
+    _lift_error(refused)  # the step's error, its failed part's kind (it said "bodies": a review)
+    assert refused["error"] == "created by delta-rs" and refused["error_kind"] == "lake"
     own = {"command": "run", "status": "failed", "publish": {"status": "failed", "error": "x", "error_kind": "quality"}}
     _lift_error(own)
     assert own["error_kind"] == "quality"

@@ -104,11 +104,23 @@ def _forget_dead_postmaster(data: Path) -> None:
 
 def start_embedded(data_dir: str | Path | None = None) -> Any:
     """Start (or reuse) a pgserver instance; it stops when this process exits."""
+    import subprocess
+
+    from queuelake.errors import TransportError
+
     path = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="queuelake-pg-"))
     with quiet_runtime_dir():
         import pgserver
 
-        server = pgserver.get_server(path, cleanup_mode="stop")
+        try:
+            server = pgserver.get_server(path, cleanup_mode="stop")
+        except subprocess.CalledProcessError as exc:
+            # a postmaster killed while it started (its crash recovery): pg_ctl's exit status was the
+            # command's error, "unexpected" (a review). The server's log lines went to stderr already.
+            raise TransportError(
+                f"the embedded PostgreSQL in {path} did not start ({Path(str(exc.cmd[0])).name} exited with "
+                f"{exc.returncode}); run the command again"
+            ) from None
     # its stop at exit, unless its server is gone already (``_stop_at_exit``)
     atexit.unregister(server._cleanup)
     atexit.register(_stop_at_exit, server)
