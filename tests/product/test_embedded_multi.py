@@ -211,6 +211,44 @@ def test_a_postmaster_killed_under_a_drain_is_said_in_one_line(tmp_path: Path) -
     assert_nothing_left(data)
 
 
+def test_a_postmaster_started_again_by_another_command_is_stopped_by_the_last_one(tmp_path: Path) -> None:
+    """A's postmaster killed, command C started it again and ended first: C left it to A, whose pid was
+    in pgserver's list of handles, and A, finding its own postmaster gone, stopped nothing. The server
+    outlived every command (a review). The last one to end stops it now."""
+    conf, data = write_config(tmp_path)
+    install(conf)
+    go = tmp_path / "go"
+    holder = f"""
+import pathlib, time
+from queuelake.config import load
+from queuelake.context import connect
+with connect(load({str(conf)!r})) as conn:
+    conn.raw.execute("SELECT 1")
+pathlib.Path({str(tmp_path / "attached")!r}).write_text("x")
+while not pathlib.Path({str(go)!r}).exists():
+    time.sleep(0.2)
+"""
+    log = (tmp_path / "holder.err").open("w")
+    a = subprocess.Popen([sys.executable, "-c", holder], env=_env(), stdout=log, stderr=log, cwd=REPO)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "attached").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "attached").exists(), (tmp_path / "holder.err").read_text()[-3000:]
+    os.kill(int((data / "postmaster.pid").read_text().split()[0]), signal.SIGKILL)
+    time.sleep(1)
+    code, summary, err = cli(["drain", "-c", str(conf)])  # C: starts it again, ends before A
+    assert code == 0 and summary["status"] == "ok", (summary, err[-3000:])
+    assert [p for p in servers_of(data) if p.status() != psutil.STATUS_ZOMBIE], "C stopped the server A holds"
+    go.write_text("x")
+    assert a.wait(timeout=120) == 0, (tmp_path / "holder.err").read_text()[-3000:]
+    log.close()
+    deadline = time.monotonic() + 10
+    while [p for p in servers_of(data) if p.status() != psutil.STATUS_ZOMBIE] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p.cmdline() for p in servers_of(data) if p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, (left, (tmp_path / "holder.err").read_text()[-3000:])
+
+
 def test_a_failing_command_stops_the_server(tmp_path: Path) -> None:
     conf, data = write_config(tmp_path)
     install(conf)

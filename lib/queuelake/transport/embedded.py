@@ -141,10 +141,37 @@ def _stop_at_exit(server: Any) -> None:
         gone = True
     if gone:
         log.warning("the embedded PostgreSQL in %s was gone before this command ended", server.pgdata)
+        _release_handle(server)
         return
     try:
         server._cleanup()
     except Exception as exc:  # noqa: BLE001 - a stop that failed at exit: said, not a traceback
+        log.warning("the embedded PostgreSQL in %s could not be stopped: %s", server.pgdata, exc)
+
+
+def _release_handle(server: Any) -> None:
+    """This process's handle on the data folder dropped, as pgserver's stop at exit drops it; the last
+    handle stops the postmaster another command started again after this one's was killed. Without it,
+    that postmaster outlived every command (a review): the command that restarted it ended first and left
+    it to this one, whose pid was still in pgserver's list of handles."""
+    import os
+
+    try:
+        with server._lock:
+            pids = server.global_process_id_list.get_and_remove(os.getpid())
+            if pids != [os.getpid()]:
+                return  # another command holds the server: it stops it
+            type(server)._instances.pop(server.pgdata, None)
+        data = Path(server.pgdata)
+        if not (data / "postmaster.pid").exists():
+            return
+        _forget_dead_postmaster(data)  # a zombie's file: nothing to stop
+        if (data / "postmaster.pid").exists():
+            from pgserver._commands import pg_ctl
+
+            pg_ctl(["-w", "stop"], pgdata=data, user=server.system_user)
+            log.info("stopped the embedded PostgreSQL in %s, started again while this command ran", data)
+    except Exception as exc:  # noqa: BLE001 - at exit: said, not a traceback
         log.warning("the embedded PostgreSQL in %s could not be stopped: %s", server.pgdata, exc)
 
 
