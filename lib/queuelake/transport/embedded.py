@@ -167,7 +167,7 @@ def _release_handle(server: Any) -> None:
             return
         _forget_dead_postmaster(data)  # a zombie's file: nothing to stop
         if (data / "postmaster.pid").exists():
-            from pgserver._commands import pg_ctl
+            from pgserver._commands import pg_ctl  # type: ignore[attr-defined]  # made by a loop there
 
             pg_ctl(["-w", "stop"], pgdata=data, user=server.system_user)
             log.info("stopped the embedded PostgreSQL in %s, started again while this command ran", data)
