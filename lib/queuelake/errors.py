@@ -154,6 +154,8 @@ def _raised_in_a_task(text: str) -> str | None:
 
 def _error_classes(cls: type[QueuelakeError]) -> list[type[QueuelakeError]]:
     return [cls, *(sub for child in cls.__subclasses__() for sub in _error_classes(child))]
+
+
 _LAKE_LIBRARIES = frozenset({"deltalake"})
 
 

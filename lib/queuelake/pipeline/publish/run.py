@@ -150,7 +150,6 @@ class Publisher:
         result.bad_destinations = self.bad.names()
         return result
 
-
     def _fitted(self, conn: Connection, output: str, rnd: Round, published_types: set[str]) -> Round:
         """The round with ``publish.batch_size`` rows per batch, fewer when a batch's messages, every
         subscriber's copy counted, would pass ``publish.batch_copies``: an event of 300 subscribers in
