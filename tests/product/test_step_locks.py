@@ -288,9 +288,9 @@ def test_a_stop_while_a_transform_waits_for_the_bodies_step_keeps_the_transforms
 
 def test_a_step_confirms_its_lock_before_each_commit(fresh_pg_uri: str, tmp_path: Path) -> None:
     """``confirm``: nothing to confirm without the lock (the embedded database), quiet while the lock's
-    connection answers, a ``PipelineError`` once a restart ended it (an erase may have run since)."""
+    connection answers, a ``TransportError`` once a restart ended it (an erase may have run since)."""
     import pytest
-    from queuelake.errors import PipelineError
+    from queuelake.errors import TransportError
 
     cfg = _config(fresh_pg_uri, tmp_path / "lake")
     step_locks.confirm(step_locks.TRANSFORM)  # not held by this process: nothing to ask
@@ -304,7 +304,7 @@ def test_a_step_confirms_its_lock_before_each_commit(fresh_pg_uri: str, tmp_path
                 "WHERE application_name = 'queuelake-transform-lock'"
             )
             admin.commit()
-        with pytest.raises(PipelineError, match="transform: its lock on this lake went with its database connection"):
+        with pytest.raises(TransportError, match="transform: its lock on this lake went with its database connection"):
             step_locks.confirm(step_locks.TRANSFORM)
     step_locks.confirm(step_locks.TRANSFORM)  # released: nothing held any more
     with db.connect(cfg.transport) as other:  # and nobody holds it

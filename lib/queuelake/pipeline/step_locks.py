@@ -110,11 +110,14 @@ def held(cfg: Config, step: str, wait_seconds: float = 0.0) -> Iterator[bool]:
                 _release(conn, name, step)
 
 
-def confirm(step: str) -> None:
-    """Before a commit of ``step``'s work: raises ``PipelineError`` when this process took the step's
+def confirm(step: str, command: str | None = None) -> None:
+    """Before a commit of ``step``'s work: raises ``TransportError`` when this process took the step's
     lock and its connection no longer answers (the lock went with it, and an erase may have run since:
-    nothing more may be committed; the next run redoes what is not). A step running without a lock
-    (the embedded database, a database out of reach) has nothing to confirm."""
+    nothing more may be committed; the next run redoes what is not). ``command``: an erase or a
+    maintain holding the step's lock to keep the step from running beside its deletes (a bodies step
+    then typed the erased messages back, for good: a review). A step running without a lock (the
+    embedded database, a database out of reach) has nothing to confirm. ``transport``: the database's
+    connection is what failed, and a scheduler's retry of it is what is needed."""
     with _holding_guard:
         conn = _holding.get(step)
         if conn is None:
@@ -122,7 +125,13 @@ def confirm(step: str) -> None:
         try:
             locks.confirm_held(conn, what=f"the {step} step's lock")
         except TransportError as exc:
-            raise PipelineError(
+            if command is not None:
+                raise TransportError(
+                    f"{command}: its hold on the {step} step went with its database connection "
+                    f"({locks.reason(exc)}): a {step} step may have run since, so nothing more is deleted; "
+                    f"run the {command} again"
+                ) from None
+            raise TransportError(
                 f"{step}: its lock on this lake went with its database connection ({locks.reason(exc)}): "
                 "an erase or maintain's retention may have run since, so nothing more is committed; "
                 "the next run does the rest"

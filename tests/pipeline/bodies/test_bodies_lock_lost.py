@@ -55,7 +55,7 @@ def test_a_bodies_step_whose_lock_went_with_its_connection_commits_nothing(
         out = bodies_run.bodies(cfg, spark, lake)
     assert out["status"] == "failed", out
     assert "its lock on this lake went with its database connection" in json.dumps(out), out
-    assert {t.get("error_kind") for t in out["tables"] if t["status"] == "failed"} == {"pipeline"}, out
+    assert {t.get("error_kind") for t in out["tables"] if t["status"] == "failed"} == {"transport"}, out
     assert not lake.exists(STOCK) or rows(lake, STOCK) == [], "nothing typed is committed"
     assert not lake.exists("body_unparsed") or rows(lake, "body_unparsed") == [], "nothing unparsed is committed"
     assert bodies_run.checkpoint(lake) is None, "the increment is left for the next run"

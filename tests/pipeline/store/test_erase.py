@@ -673,3 +673,42 @@ def test_an_erase_keeps_the_index_rows_a_kept_namesake_shares(tmp_path: Path) ->
     assert sorted(lake.read_arrow("messages", columns=["id"]).column("id").to_pylist()) == ["new-1", "new-2"]
     left = {(r["key"], r["seq"]) for r in lake.read_arrow(MESSAGE_KEYS.name).to_pylist()}
     assert left == {("m-1", 1), ("m-2", 2), ("new-1", 1), ("new-2", 2)}, left
+
+
+def test_an_erase_whose_step_locks_went_with_their_connection_deletes_no_journal_row(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erase holds the bodies and transform steps off while it deletes. Its lock sessions ended (a
+    restart) after its typed deletes, a bodies step typed the erased messages back, and once their journal
+    rows were gone no erase could find them again (a review). It now fails before the journal's delete,
+    and the same erase again removes everything."""
+    from queuelake import kill_points
+    from queuelake.errors import TransportError
+    from queuelake.pipeline import step_locks
+
+    cfg = from_dict(
+        {"transport": {"connection": fresh_pg_uri}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={}
+    )
+    lake = open_lake(cfg.lake)
+    append(lake, batch(SALES, range(0, 50), NOW, message_ids=ids("gone", 50)))
+    real = kill_points.reached
+
+    def restarted_after_the_derived_deletes(point: str) -> None:
+        if point == "erase_derived_removed":
+            with db.connect(cfg.transport) as admin:
+                admin.raw.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name LIKE 'queuelake-%-lock'"
+                )
+                admin.commit()
+        real(point)
+
+    monkeypatch.setattr(kill_points, "reached", restarted_after_the_derived_deletes)
+    with step_locks.steps_stopped(cfg, "erase", 5.0):
+        with pytest.raises(TransportError, match="erase: its hold on the transform step went with its database"):
+            erase(cfg, lake, PREDICATE)
+    assert read_table(str(tmp_path / "messages")).num_rows == 50, "a journal row was deleted"
+    monkeypatch.undo()
+    with step_locks.steps_stopped(cfg, "erase", 5.0):
+        assert erase(cfg, lake, PREDICATE)["tables"]["messages"]["rows"] == 50
+    assert read_table(str(tmp_path / "messages")).num_rows == 0

@@ -51,6 +51,7 @@ from queuelake.lake import catalogue, pending, record_tables, table_entry
 from queuelake.lake.deletes import MAX_IN_LIST, RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline import step_locks
 from queuelake.pipeline.store import typed
 from queuelake.pipeline.store.erase_predicate import row_filter
 from queuelake.report import log
@@ -137,6 +138,12 @@ def _erase_kept(
         # (a VACUUM of 7 s for each delta-spark one)
         touched = [*engines, JOURNAL] if JOURNAL not in engines else list(engines)
         kept.record({"purge": touched, "journal_version": version})
+    # the step locks it holds (``steps_stopped``) may have gone with their connections (a restart): a
+    # bodies step beside it then typed the messages deleted above back, and for good once their journal
+    # rows were gone (a review). Confirmed before the journal's delete: the erase fails with its
+    # selection still in the journal, and the same erase again removes what was written meanwhile
+    for step in (step_locks.TRANSFORM, step_locks.BODIES):
+        step_locks.confirm(step, "erase")
     tables[JOURNAL] = _delete_journal(lake, journal, where, keys, version, tables, engines, kept)
     engines[JOURNAL] = journal
     kill_points.reached("erase_journal_removed")  # every delete committed, nothing purged yet

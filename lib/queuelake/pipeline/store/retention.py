@@ -61,6 +61,7 @@ from queuelake.lake import record_tables, stage_tables, table_entry
 from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline import step_locks
 from queuelake.pipeline.key_index import build
 from queuelake.pipeline.store import index_ranges, typed
 from queuelake.pipeline.store.erase import JOURNAL_KEY, count_all, delete_all, key_filters
@@ -226,6 +227,8 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
         else:
             kill_points.reached("retention_derived_removed")  # the rule's derived rows gone, its journal rows not
             read = journal.table_version(JOURNAL)
+            for step in (step_locks.TRANSFORM, step_locks.BODIES):  # as erase does (``_erase_kept``)
+                step_locks.confirm(step, "maintain")
             deleted = journal.delete_rows(JOURNAL, rule.where)
             figures.update(
                 rows=deleted.rows,
