@@ -161,3 +161,8 @@ def test_runs_rows_not_written_fail_a_command_unless_it_was_stopped(monkeypatch)
     kept = runs_mod.unless_stopped(failure, Status.INTERRUPTED)
     assert "status" not in kept and kept["error"] == failure["error"]
     assert runs_mod.unless_stopped(failure, Status.OK) == failure
+    # a command whose work failed keeps its own error; it said "the work is done" (a review)
+    assert runs_mod.unless_stopped(failure, Status.FAILED) == {
+        "runs_error": "OSError: [Errno 28] No space left on device"
+    }
+    assert runs_mod.unless_stopped({}, Status.FAILED) == {}

@@ -616,6 +616,17 @@ def test_a_step_that_raises_after_a_stop_signal_is_a_failure_and_the_run_interru
     assert done["skipped"] == ["transform", "publish"], done
 
 
+def test_a_step_that_raises_after_failed_ones_names_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk: bodies and transform failed alone, then publish raised; the summary's failed_steps
+    named publish only (a review)."""
+    with pytest.raises(RuntimeError, match="publish broke") as info:
+        _run_with_steps(
+            monkeypatch, {"bodies": ("failed", False), "transform": ("failed", False), "publish": ("raises", False)}
+        )
+    done = stopping.done_before(info.value)
+    assert done["failed_steps"] == ["bodies", "transform", "publish"] and done["skipped"] == [], done
+
+
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ran, out = _run_with_steps(monkeypatch, {"drain": ("failed", False)})
     assert ran == ["drain"] and out["status"] == "failed"

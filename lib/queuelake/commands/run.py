@@ -73,7 +73,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 stopping.partial(stopped, {**steps, "interrupted_step": name, "skipped": skipped})
             else:  # a failure that ends the run: the steps done before it stay in its summary, named
                 # as a returned failure names them (``failed_steps``: one spelling for a scheduler to read)
-                stopping.partial(exc, {**steps, "failed_steps": [name], "skipped": skipped})
+                earlier = [n for n, s in steps.items() if s.get("status") not in (*going_on, Status.INTERRUPTED)]
+                stopping.partial(exc, {**steps, "failed_steps": [*earlier, name], "skipped": skipped})
             raise
         # the whole step, a Spark session's start included: what a scheduler's run is made of
         steps[name]["step_seconds"] = round(time.monotonic() - started, 3)

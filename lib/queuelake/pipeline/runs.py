@@ -67,16 +67,27 @@ class Run:
         except BaseException as exc:  # noqa: BLE001 - any store's error, deltalake's panic too: the work stands
             if not (isinstance(exc, Exception) or is_panic(exc)):
                 raise  # a stop request, the interpreter's exit
-            error = f"the work is done but its runs rows were not written: {describe(exc)}"
-            log.error("%s: %s", self.command, error)
+            said = describe(exc)
+            log.error("%s: its runs rows were not written: %s", self.command, said)
             kind = error_kind(exc)
-            return {"status": Status.FAILED, "error": error, "error_kind": "lake" if kind == "unexpected" else kind}
+            return {
+                "status": Status.FAILED,
+                "error": f"the work is done but its runs rows were not written: {said}",
+                "error_kind": "lake" if kind == "unexpected" else kind,
+                "runs_error": said,
+            }
         return {}
 
 
 def unless_stopped(unrecorded: dict[str, Any], status: Status) -> dict[str, Any]:
     """``record_after_work``'s failure for a summary of ``status``: an interrupted command stays
-    interrupted (its exit code is the stop's), with the error said beside it (a review)."""
+    interrupted (its exit code is the stop's), with the error said beside it (a review); a failed one
+    keeps its own error (its parts'), the runs rows' beside it: a drain whose queues failed on a full
+    disk said "the work is done" with 20,100 messages still queued (a review)."""
+    if not unrecorded:
+        return unrecorded
+    if status == Status.FAILED:
+        return {"runs_error": unrecorded["runs_error"]}
     if status == Status.INTERRUPTED:
         return {k: v for k, v in unrecorded.items() if k != "status"}
     return unrecorded

@@ -591,6 +591,27 @@ def test_a_stop_asked_during_the_selection_sends_nothing(failures, spark, monkey
     assert sql(cfg, ledger) == before and drain_all(cfg, "Billing") == [] and drain_all(cfg, "Shipping") == []
 
 
+def test_a_connection_lost_mid_replay_is_the_queue_databases_failure(failures, spark, monkeypatch) -> None:
+    """A replay whose session was terminated mid-send said ``error_kind`` ``replay`` (null in its own
+    summary): the batch's error is the queue database's, ``transport``, as publish says (a review)."""
+    from queuelake.errors import TransportError
+    from queuelake.pipeline.replay import executors
+
+    cfg, *_ = failures
+    real, calls = executors.send_built, {"n": 0}
+
+    def lost_on_the_second(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise TransportError("ledger_insert failed: terminating connection due to administrator command")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "send_built", lost_on_the_second)
+    summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    assert summary["status"] == "failed" and summary["error_kind"] == "transport", summary
+    assert "terminating connection" in summary["error"]
+
+
 def test_a_replay_planned_before_an_erase_says_it_cannot_resume(failures, spark, monkeypatch) -> None:
     """An erase's purge deletes the files of every version before it: a replay interrupted before the
     erase, rerun with its id, failed with a bare FileNotFoundError ("unexpected") on the plan's version

@@ -175,6 +175,7 @@ def _run_units(job: Job, units: Iterator[Unit]) -> Iterator[dict[str, Any]]:
                     "rows": outcome.rows,
                     "status": "failed",
                     "error": outcome.error,
+                    "error_kind": outcome.error_kind,
                     "key": outcome.key,
                     "refused": outcome.refused,
                 }

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from queuelake import stopping
 from queuelake.config import ReplayConfig
+from queuelake.errors import error_kind
 from queuelake.pipeline.batches.keys import ReplayKeys
 from queuelake.pipeline.batches.sender import FAILED, STOPPED, Batch, Sent, send_batches
 from queuelake.pipeline.replay import executors
@@ -126,7 +127,7 @@ class Sender:
                 if outcome.status == FAILED:
                     result.status = Status.FAILED
                     result.failed_batches.append(outcome.key)
-                    result.error = outcome.error
+                    result.error, result.error_kind = outcome.error, outcome.error_kind
                     continue
                 assert outcome.content is not None
                 batch = outcome.content[0]
@@ -172,7 +173,7 @@ class Sender:
             if outcome["status"] == "failed":
                 result.status = Status.FAILED
                 result.failed_batches.append(outcome["key"])
-                result.error = outcome["error"]
+                result.error, result.error_kind = outcome["error"], outcome.get("error_kind")
             elif outcome["status"] == "sent":
                 result.rows_sent += outcome["rows"]
                 result.total_sent += outcome["rows"]
@@ -229,6 +230,7 @@ class Sender:
                 except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
                     self._count_outcomes(final)
                     result.status, result.error = Status.FAILED, executors.task_error(exc)
+                    result.error_kind = error_kind(exc)
                     log.error("replay %s: %s", replay_id, result.error)
                     return
             final.update((outcome["k"], outcome) for outcome in outcomes)
