@@ -149,7 +149,14 @@ def _raised_in_a_task(text: str) -> str | None:
         for match in _TASK_ERROR.finditer(line):
             if match.group(1) in kinds:
                 return kinds[match.group(1)]
-    return None
+    # the JVM's own I/O: Spark reaches only the lake (the queue database is Python's), and an S3A
+    # connection reset under delta-spark's log read said ``unexpected`` (a review)
+    return "lake" if _JVM_IO.search(text) else None
+
+
+_JVM_IO = re.compile(
+    r"java\.(?:net|io)\.\w*(?:Exception|Error)|org\.apache\.hadoop\.fs\.|AwsServiceException|S3Exception"
+)
 
 
 def _error_classes(cls: type[QueuelakeError]) -> list[type[QueuelakeError]]:

@@ -77,6 +77,35 @@ def test_a_throttling_the_clients_retries_gave_up_on_is_read_again_a_few_times(n
 @pytest.mark.parametrize(
     "error",
     [
+        OSError("AWS Error SERVICE_UNAVAILABLE during GetObject operation: Please reduce your request rate."),
+        OSError(
+            "Kernel error -> Generic S3 error\n \x1b[31m↳\x1b[0m Error performing GET http://s3/lake/messages/"
+            "_delta_log/_last_checkpoint in 7.8ms - HTTP error\n \x1b[31m↳\x1b[0m request or response body error"
+        ),
+        OSError("Generic S3 error: Error getting list response body: error decoding response body"),
+        OSError("Generic S3 error: error reading a body from connection: Connection reset by peer (os error 104)"),
+    ],
+    ids=["pyarrow-service-unavailable", "body-reset-mid-get", "body-reset-mid-list", "body-read"],
+)
+def test_a_reset_in_a_replys_body_or_a_503_in_any_spelling_is_read_again(no_waits: list[float], error: OSError) -> None:
+    """pyarrow's GetObject 503 says ``SERVICE_UNAVAILABLE`` (the pattern wanted a space), and object_store
+    retries no reply whose body was cut by a reset: one reset in a hundred requests failed most commands
+    (a review's proxy). Each is read again after a jittered wait, and said so when it is left."""
+    replies = [error]
+
+    def read() -> str:
+        if replies:
+            raise replies.pop()
+        return "read"
+
+    assert storage.read_retrying(read, "a file") == "read"
+    assert len(no_waits) == 1
+    assert "run the command again" in str(storage.storage_error(error, "lake table messages"))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
         FileNotFoundError("s3://lake/body_shop_slowdownrequested/part-0.parquet: No such file"),
         OSError("When reading 'lake/body_shop_slowdownrequested/x': AWS Error ACCESS_DENIED (HTTP status 403)"),
         OSError("AWS Error UNKNOWN (HTTP status 501) during GetObject operation: Not Implemented"),

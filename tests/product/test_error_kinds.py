@@ -66,6 +66,10 @@ def test_a_spark_jobs_failure_has_the_kind_of_its_tasks_error() -> None:
         PythonException, "An exception was thrown from the Python worker.\npsycopg.OperationalError: gone"
     )
     assert errors.error_kind(refused) == "transport"
+    reset = (
+        "java.net.SocketException: Connection reset (an error occurred while calling z:io.delta.tables.DeltaTable...)"
+    )
+    assert errors.error_kind(_answering(Py4JJavaError, reset)) == "lake"
     bug = _answering(PythonException, "ZeroDivisionError: division by zero")
     assert errors.error_kind(bug) == "unexpected"
     lake = _answering(PythonException, "queuelake.errors.LakeError: lake table messages: no space left")

@@ -252,7 +252,14 @@ def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iter
 # a prefix) a request begun at a burst's start had one attempt outside the bursts in its 25.6 s, and a
 # random 503 there failed a ``maintain`` and a ``find`` (a review). Such a read is begun again, a few
 # times, after a jittered wait: the new attempts fall elsewhere in the bursts' period.
-_THROTTLED = re.compile(r"SLOW_?DOWN|HTTP status 50[0234]|Service ?Unavailable|connection (reset|closed)", re.I)
+# A connection reset in the middle of a reply's body (deltalake's "request or response body error",
+# "Error getting list response body"; a review's proxy) is read again the same way: object_store does
+# not retry a body's failure, and one such reset in a hundred requests failed most commands.
+_THROTTLED = re.compile(
+    r"SLOW_?DOWN|HTTP status 50[0234]|Service[ _]?Unavailable|connection (reset|closed)"
+    r"|response body|reading a body",
+    re.I,
+)
 THROTTLED_RETRIES = 3
 
 
@@ -451,4 +458,10 @@ def storage_error(exc: BaseException, where: str) -> LakeError:
         hint = " (check the credentials in lake.storage_options)"
     elif re.search(r"IMDS|metadata|No credentials|NoCredentials", text, re.I):
         hint = " (no credentials found: set them in lake.storage_options)"
+    elif _THROTTLED.search(text):
+        # what is left after every retry: the store throttled or dropped connections for longer
+        hint = (
+            " (the store throttled or dropped connections past the retries; nothing is left half-done: run the"
+            " command again, or raise max_retries in lake.storage_options)"
+        )
     return LakeError(f"{where}: object storage error{hint}: {reason}")
