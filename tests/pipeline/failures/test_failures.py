@@ -554,3 +554,35 @@ def test_a_retry_drained_from_its_queue_before_an_endpoint_handled_it_leaves_the
     s = a.summary()
     assert (s["retried"], s["retried_processed"], s["resolved"]) == (1, 0, 0), s
     assert ORDERS[0].id in a.message_ids() and _selects(cfg, a.where) == _rows(a)
+
+
+def test_a_retry_carrying_its_failures_processing_ended_is_not_processed(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """NServiceBus 4 and 5 stamp ProcessingEnded on a message that failed too, and a retry keeps every
+    header ServiceControl keeps: such a retry drained from its destination queue counted as processed, its
+    failure resolved (a review). A copy whose ProcessingEnded is its failure's own is not processed; an
+    audit copy of the retry (a new ProcessingEnded) is."""
+    cfg = _installed(fresh_pg_uri, tmp_path / "lake", ("error", "audit", "Billing"))
+    stamped = {hdr.PROCESSING_ENDED: "2026-11-02 09:30:00:000000 Z"}
+    failures = _first_failures()
+    failures[0] = _with(failures[0], stamped)
+    _seed(cfg, "error", failures)
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    first = next(r for r in failure_groups(open_lake(cfg.lake)).groups[0].rows if r.message_id == ORDERS[0].id)
+    retry = {
+        REPLAY_ID: "r-1",
+        REPLAY_KIND: "retry",
+        REPLAY_SOURCE: f"{first.queue}@{first.seq}",
+        REPLAY_SOURCE_ID: first.id,
+    }
+    _seed(cfg, "Billing", [_with(ORDERS[0], {**retry, **stamped})])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    s = failure_groups(open_lake(cfg.lake)).groups[0].summary()
+    assert (s["retried"], s["retried_processed"], s["resolved"]) == (1, 0, 0), s
+    processed = {
+        hdr.PROCESSING_ENDED: "2026-11-02 11:00:00:000000 Z",
+        "NServiceBus.ProcessingStarted": "2026-11-02 10:59:59:000000 Z",
+    }
+    _seed(cfg, "audit", [_with(ORDERS[0], {**retry, **processed})])
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    s = failure_groups(open_lake(cfg.lake)).groups[0].summary()
+    assert (s["retried"], s["retried_processed"], s["resolved"]) == (1, 1, 1), s

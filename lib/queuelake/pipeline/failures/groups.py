@@ -78,6 +78,7 @@ class Row:
     message_type: str | None = None  # as the journal holds it (a generic's argument versions kept)
     id: str = ""  # the journal row's id
     drained_at: dt.datetime | None = None  # when the drain took it (the journal's column)
+    processing_ended: dt.datetime | None = None  # NServiceBus 4 and 5 stamp a failure's too
 
     @property
     def key(self) -> RowKey:
@@ -198,6 +199,7 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
     """The groups of ``read.Failed.rows``, largest first (then by id), their ``where`` filled in."""
     groups: dict[Key, Group] = {}
     by_row: dict[RowKey, Group] = {}
+    row_of: dict[RowKey, Row] = {}
     by_seat: dict[tuple[str, int], list[Row]] = defaultdict(list)
     for r in failed.to_pylist():
         message_type = r["message_type"]
@@ -216,9 +218,11 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
             message_type=message_type,
             id=r["id"],
             drained_at=r.get("drained_at"),
+            processing_ended=r.get("processing_ended"),
         )
         g.rows.append(row)
         by_row[row.key] = g
+        row_of[row.key] = row
         by_seat[row.seat].append(row)
     messages: dict[str, list[Row]] = defaultdict(list)
     for g in groups.values():
@@ -239,11 +243,14 @@ def group(failed: pa.Table, later: list[LaterCopy] | None = None) -> Grouping:
             unmatched += copy.source is None
             continue
         g_.retried.add(source)
+        failure = row_of[source]
         # neither failed again nor processed: a copy taken from its queue before an endpoint handled it
         # (a drain of that queue): retried, still unresolved (it counted as processed: a review)
         if copy.failed_again:
             g_.retried_failed_again.add(source)
-        elif copy.processed:
+        elif copy.processed and copy.processing_ended != failure.processing_ended:
+            # a ProcessingEnded equal to its failure's own is the failed attempt's, kept by the retry
+            # (NServiceBus 4 and 5 stamp it on failure): drained from its queue, not processed (a review)
             g_.retried_processed.add(source)
     for g in groups.values():
         for row in g.latest_rows():

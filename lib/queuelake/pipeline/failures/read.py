@@ -59,6 +59,7 @@ SMALL = [
     "exception_type",
     "exception_message",
     "time_of_failure",
+    "processing_ended",  # NServiceBus 4 and 5 stamp it on a failure too: a retry that keeps it is not processed
 ]
 _RETRY_SMALL = [
     "queue",
@@ -184,6 +185,7 @@ class LaterCopy:
     row: tuple[str, int, str] | None = None  # its own journal row (queue, seq, id)
     source_id: str | None = None  # the failed row's id (queuelake.Replay.SourceId; older copies: None)
     processed: bool = False  # an endpoint processed it: an audit copy (ProcessingEnded)
+    processing_ended: dt.datetime | None = None  # its ProcessingEnded (a failure's own, kept by a retry: not processed)
 
 
 def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[LaterCopy]:
@@ -207,12 +209,12 @@ def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[
             source_ids = _header(headers, REPLAY_SOURCE_ID)
             servicecontrol = _header(headers, RETRY_UNIQUE_MESSAGE_ID)
             failed = pc.or_(pc.is_valid(picked["failed_queue"]), pc.is_valid(picked["exception_type"])).to_pylist()
-            processed = pc.is_valid(picked["processing_ended"]).to_pylist()
+            ended = picked["processing_ended"].to_pylist()
             at = pc.coalesce(picked["time_of_failure"], picked["processing_ended"], picked["drained_at"]).to_pylist()
             ids = picked["message_id"].to_pylist()
             own = zip(picked["queue"].to_pylist(), picked["seq"].to_pylist(), picked["id"].to_pylist())
             for source, source_id, retry_id, again, done, when, message_id, row in zip(
-                sources, source_ids, servicecontrol, failed, processed, at, ids, own
+                sources, source_ids, servicecontrol, failed, ended, at, ids, own
             ):
                 if source or retry_id:
                     out.append(
@@ -224,7 +226,8 @@ def later_copies(lake: LakeEngine, version: int, message_ids: set[str]) -> list[
                             retry_id,
                             row,
                             source_id or None,
-                            processed=bool(done) and not again,
+                            processed=done is not None and not again,
+                            processing_ended=done,
                         )
                     )
     return out
