@@ -87,12 +87,14 @@ class Connection:
         what: str | None = None,
         adbc_options: Mapping[str, str] | None = None,
     ) -> Any:
-        """``adbc_options``: ADBC statement options, used when the connection is an ADBC one."""
-        if adbc_options and self.driver.arrow_results:
-            cur = self.raw.cursor(adbc_stmt_kwargs=dict(adbc_options))
-        else:
-            cur = self.raw.cursor()
+        """``adbc_options``: ADBC statement options, used when the connection is an ADBC one. A
+        connection closed under it (a terminated session) fails at its cursor: ours too (it was the
+        driver's bare error, which ended a drain whose lock session had been terminated)."""
         try:
+            if adbc_options and self.driver.arrow_results:
+                cur = self.raw.cursor(adbc_stmt_kwargs=dict(adbc_options))
+            else:
+                cur = self.raw.cursor()
             cur.execute(stmt.sql, stmt.args(params))
         except Exception as exc:  # driver-specific classes; re-raised as ours with context
             raise self.error(exc, stmt.name, what) from None

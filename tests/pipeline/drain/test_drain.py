@@ -396,6 +396,43 @@ def test_a_drain_whose_runs_rows_cannot_be_written_keeps_its_counts(
     assert set(journal(tmp_path / "lake")["id"].to_pylist()) == sent
 
 
+def test_a_drain_whose_lock_went_with_its_session_claims_nothing_more(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue's drain lock is its session's; that session idles while the workers drain, and a DBA's
+    ``idle_session_timeout`` (or a terminated backend) freed it: a second drain could take the queue beside
+    this one under the same application ids (a review). The drain confirms the lock before each claim:
+    it stops claiming, what it claimed lands, and the next drain takes the rest, each message once."""
+    from queuelake import kill_points
+
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], workers_per_queue=1)
+    install(cfg)
+    sent = seed_ids(cfg, "Sales", 3000)
+    real, staged = kill_points.reached, {"n": 0}
+
+    def lock_lost_at_the_third_batch(point: str) -> None:
+        if point == "after_stage":
+            staged["n"] += 1
+            if staged["n"] == 3:
+                with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                        "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+                    )
+        real(point)
+
+    monkeypatch.setattr(kill_points, "reached", lock_lost_at_the_third_batch)
+    first = drain(cfg, open_lake(cfg.lake))
+    (queue,) = first["queues"]
+    assert queue["status"] == "failed" and "its lock went with its database connection" in queue["error"], first
+    landed = first["landed"]
+    assert 0 < landed < 3000 and queue_depth(cfg, "Sales") == 3000 - landed, first  # two batches claimed
+    monkeypatch.undo()
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == 3000 - landed
+    ids = journal(tmp_path / "lake")["id"].to_pylist()
+    assert len(ids) == 3000 and set(ids) == sent
+
+
 # --- competing consumer ---------------------------------------------------------------------------
 
 

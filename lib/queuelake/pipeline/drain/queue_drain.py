@@ -82,6 +82,7 @@ class QueueDrain:
             log.warning("%s", self.result.error)
             return False
         self.locked = True
+        self.state.lock_conn = lock_conn
         if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
             schema.require_table(lock_conn, self.ref)
             lock_conn.rollback()

@@ -9,15 +9,20 @@ import time
 from collections.abc import Iterator
 
 from queuelake.config_sections import DrainConfig
+from queuelake.errors import TransportError
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.progress import Progress
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import SessionPool
-from queuelake.transport import db
+from queuelake.transport import db, locks
 from queuelake.transport.database import QueueDatabase
+from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
+
+# one ping at a time on a lock connection: a Spark task's holds the locks of several queues
+_LOCK_PINGS = threading.Lock()
 
 
 class QueueState:
@@ -53,6 +58,26 @@ class QueueState:
         self._claims_committed = 0
         self._in_flight = 0  # batches received by a worker and not yet claimed or rolled back
         self._found_empty = 0  # workers that ended on a count of 0 rows left
+        self.lock_conn: Connection | None = None  # the session holding the queue's drain lock, once taken
+
+    def confirm_lock(self) -> None:
+        """Before a batch's claim commits: the session holding the queue's drain lock still answers.
+        Why: the lock is that session's, and a terminated or timed-out session (a DBA's
+        ``idle_session_timeout``: the lock's session idles while the workers drain) freed it; a second
+        drain could then take the queue beside this one, under the same application ids, and a batch of
+        one whose version the other had committed was skipped as journalled already. Raises
+        ``TransportError``: this worker claims nothing more, and what it claimed lands."""
+        conn = self.lock_conn
+        if conn is None:
+            return
+        with _LOCK_PINGS:
+            try:
+                locks.confirm_held(conn, what=f"the drain lock of {self.ref.canonical}")
+            except TransportError as exc:
+                raise TransportError(
+                    f"drain {self.ref.canonical}: its lock went with its database connection ({locks.reason(exc)}): "
+                    "another drain may take the queue now, so this one claims nothing more; what it claimed lands"
+                ) from None
 
     def found_empty(self) -> None:
         """A worker ends: it counted 0 rows left in the queue."""
