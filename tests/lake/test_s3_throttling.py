@@ -190,6 +190,7 @@ def test_a_delta_log_load_throttled_past_deltalakes_retries_is_loaded_again(s3: 
     Here deltalake retries once (``max_retries: 1``) into a 2.5 s burst: each load is begun again."""
     import deltalake
     from queuelake.lake import increments, reading
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
 
     uri = f"s3://{BUCKET}/log-load-{uuid.uuid4().hex[:8]}"
     deltalake.write_deltalake(
@@ -199,6 +200,8 @@ def test_a_delta_log_load_throttled_past_deltalakes_retries_is_loaded_again(s3: 
         lambda options: increments.snapshot_files(uri, 0, options),
         lambda options: reading.read_table(uri).num_rows,
         lambda options: storage.delta_table(uri, None, options).version() == 0,
+        # whether a table is there at all (a command's first question of every table it writes)
+        lambda options: DeltaRsEngine(f"s3://{BUCKET}", storage_options=options).exists(uri.rsplit("/", 1)[1]),
     ):
         with FaultyProxy(s3, burst=2.5, period=600.0, error_rate=0.0, from_first_request=True) as proxy:
             options = storage.lake_options(uri, {**resolved_options(proxy.url), "max_retries": "1"})

@@ -75,10 +75,8 @@ class EngineBase:
         return table_path(self.root, table)
 
     def exists(self, table: str) -> bool:
-        from deltalake import DeltaTable
-
         try:
-            return DeltaTable.is_deltatable(self.path(table), storage_options=self._options())
+            return storage.is_delta_table(self.path(table), self.storage_options)
         except OSError as exc:  # object storage unreachable or refusing: say so in one line
             raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
 

@@ -414,6 +414,36 @@ def list_tables(root: str, options: Mapping[str, str] | None = None) -> list[str
     return [name for name, log in zip(names, logs) if log.type == pafs.FileType.Directory]
 
 
+# a commit or a checkpoint (classic, multi-part, or v2 ``<version>.checkpoint.<uuid>.json``) in ``_delta_log``
+_LOG_ENTRY = re.compile(r"^\d{20}\.(json|checkpoint\..*(parquet|json)|checkpoint\.parquet)$")
+
+
+def is_delta_table(table_uri: str, options: Mapping[str, str] | None = None) -> bool:
+    """Whether a Delta log is under ``table_uri``: its first commit or its last checkpoint's pointer (two
+    HEADs), else a commit or checkpoint in a listing of the log (a table whose first commits were cleaned
+    up). Read again, as every read of the log is, when the store throttled past its client's retries.
+    Why not deltalake's ``DeltaTable.is_deltatable``: it holds the GIL for its whole request, the store's
+    retries included (``retry_timeout``: 60 s), so every other thread of the command stood still meanwhile
+    (a drain's workers, the pings that keep its locks): behind a throttling proxy that runs in the same
+    process it hung for 60 s and failed "operation timed out"."""
+    from pyarrow import fs as pafs
+
+    fs, base = filesystem(table_uri, options)
+    log_dir = f"{base}/_delta_log"
+
+    def look() -> bool:
+        try:
+            pointers = fs.get_file_info([f"{log_dir}/_last_checkpoint", f"{log_dir}/{0:020d}.json"])
+        except OSError:  # a refused HEAD has no body to say why (a bad key): the listing's error will
+            pointers = []
+        if any(info.type == pafs.FileType.File for info in pointers):
+            return True
+        entries = fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True))
+        return any(info.type == pafs.FileType.File and _LOG_ENTRY.match(info.base_name) for info in entries)
+
+    return read_retrying(look, table_uri)
+
+
 def data_file_count(table_uri: str, options: Mapping[str, str] | None = None) -> int:
     """The Parquet files stored under a table (its log's and files removed but not yet vacuumed alike):
     what a vacuum deleted is the count before less the count after (delta-spark's vacuum returns none)."""
