@@ -174,6 +174,32 @@ def test_an_increment_recomputes_only_the_days_it_touches(drained: tuple[Config,
     assert lake.last_version(ENDPOINT_HEALTH.name, "queuelake.health") == after.journal_version
 
 
+def test_a_dropped_connection_under_a_health_append_is_written_again(
+    drained: tuple[Config, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The appends are keyed by the journal version: one the store dropped is tried again, not failed
+    (a review: health's was the one lake append outside ``transient.repeated``)."""
+    from queuelake.lake import transient
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+
+    cfg, _ = drained
+    monkeypatch.setattr(transient.time, "sleep", lambda _s: None)
+    real, attempts = DeltaRsEngine.append, []
+
+    def append(self, table, *args, **kwargs):  # type: ignore[no-untyped-def]
+        attempts.append(table)
+        if attempts.count(table) == 1:
+            raise OSError("Generic S3 error: Connection reset by peer (os error 104)")
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaRsEngine, "append", append)
+    lake = open_lake(cfg.lake)
+    result = update(lake)
+    assert sorted(attempts) == sorted([ENDPOINT_HEALTH.name, ENDPOINT_DAILY.name] * 2), attempts
+    assert sorted(result.written) == sorted([ENDPOINT_HEALTH.name, ENDPOINT_DAILY.name])
+    assert lake.read_arrow(ENDPOINT_DAILY.name).num_rows == 3 and result.daily_rows == 3
+
+
 def test_a_time_sent_never_set_counts_the_message_without_a_critical_time(drained: tuple[Config, Path]) -> None:
     """An audit copy whose TimeSent is .NET's ``DateTime.MinValue`` (a header value that lands typed): its
     critical time would be 2,025 years (past 2**53 microseconds, which failed every later ``health``).

@@ -19,6 +19,7 @@ not content; a deleted file adds no version to recount.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from queuelake.lake.deletes import RowFilter
 from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file
+from queuelake.lake.transient import repeated
 from queuelake.pipeline.health import compute
 from queuelake.report import log
 
@@ -117,7 +119,8 @@ def update(lake: LakeEngine, now: dt.datetime | None = None) -> HealthResult:
     for name in behind:
         if writer.exists(name) and result.days:
             writer.delete_rows(name, _days_filter(result.days))
-        writer.append(name, new[name], APP_ID, upto)
+        # keyed by the journal version: a second attempt after a commit that landed adds nothing
+        repeated(functools.partial(writer.append, name, new[name], APP_ID, upto), name)
         result.written.append(name)
     return result
 
