@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queuelake.commands.command import Command
+
+if TYPE_CHECKING:
+    from queuelake.config import Config
+    from queuelake.lake.port import LakeEngine
+    from queuelake.pipeline.runs import Run
+    from queuelake.pipeline.store.retention import RetentionResult
 
 # how long maintain's retention waits for a running bodies or transform step (``step_locks``)
 MAINTAIN_WAITS_SECONDS = 900.0
@@ -22,14 +28,12 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     import datetime as dt
 
     from queuelake import config as config_mod
+    from queuelake import stopping
     from queuelake.commands.sessions import require_lake_root, writing_lake
     from queuelake.lake.engines import journal_engine, without_spark
     from queuelake.pipeline import runs
-    from queuelake.pipeline.key_index import build, rewrite
     from queuelake.pipeline.step_locks import steps_stopped
     from queuelake.pipeline.store import retention
-    from queuelake.report import log
-    from queuelake.status import Status
 
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
@@ -49,6 +53,23 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     else:
         kept = retention.apply(cfg, lake)  # says there is nothing to do
     retention_seconds = time.monotonic() - t0
+    try:
+        return _compact_and_index(cfg, lake, journal, run, kept, retention_seconds)
+    except BaseException as exc:  # the rows retention removed are gone: the failure's summary says so
+        stopping.partial(exc, {"retention": kept.summary()})
+        raise
+
+
+def _compact_and_index(
+    cfg: Config, lake: LakeEngine, journal: LakeEngine, run: Run, kept: RetentionResult, retention_seconds: float
+) -> dict[str, Any]:
+    """Compact and vacuum every table, bring the id index up to the journal, record the ``runs`` rows."""
+    from queuelake.pipeline import runs
+    from queuelake.pipeline.key_index import build, rewrite
+    from queuelake.pipeline.store import retention
+    from queuelake.report import log
+    from queuelake.status import Status
+
     figures: dict[str, Any] = {}
     rows = []
     names = lake.tables()

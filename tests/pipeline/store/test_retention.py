@@ -204,6 +204,30 @@ def test_maintain_cli_dry_run_then_retention_recorded_in_runs(tmp_path: Path) ->
     assert (row["rows_removed"], row["files_removed"], row["files_rewritten"]) == (160, 3, 1)
 
 
+def test_a_maintain_failing_after_its_retention_says_what_retention_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Retention's deletes are committed before the compaction and the id index: a maintain that failed
+    there (a store's reset) reported nothing of the 160 rows already gone from the journal (a review)."""
+    from queuelake import cli as cli_mod
+    from queuelake.errors import LakeError
+    from queuelake.pipeline.key_index import build
+
+    _, lake = seeded(tmp_path / "lake")
+    conf = write_config(tmp_path / "job.yaml", tmp_path / "lake", RULES)
+    monkeypatch.setenv("QUEUELAKE_CONNECTION", "x")
+
+    def reset(_lake: object) -> None:
+        raise LakeError("lake table message_keys: object storage error: connection reset")
+
+    monkeypatch.setattr(build, "update", reset)
+    assert cli_mod.main(["maintain", "-c", str(conf)]) == 1
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["status"] == "failed" and "connection reset" in summary["error"], summary
+    assert summary["retention"]["rows_removed"] == 160 and summary["retention"]["files_removed"] == 3, summary
+    assert len(keys(lake)) == 300 + 50 + 30 - 160
+
+
 @pytest.mark.slow
 def test_runs_made_before_the_retention_columns_gain_them(tmp_path: Path) -> None:
     """A ``runs`` table an older version made (without the new columns) takes maintain's row."""
