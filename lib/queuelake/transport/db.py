@@ -50,6 +50,10 @@ class Connection:
         self._secret = config.connection
         self.paramstyle = self.driver.paramstyle
         self.session_settings: object = None  # what was last set on the session (a kept session's)
+        # taken around its statements by each thread of several that share this session (a drain task's
+        # lock session: its queues' workers confirm their locks on it while its committer reads the
+        # claims): a session serves one statement at a time, and an ADBC one hung when two overlapped
+        self.shared = threading.Lock()
 
     # -- statements -----------------------------------------------------------------------------
 

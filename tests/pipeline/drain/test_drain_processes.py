@@ -156,6 +156,31 @@ def test_many_queues_drained_in_local_processes(fresh_pg_uri: str, tmp_path: Pat
     assert drain_sessions(fresh_pg_uri) == 0
 
 
+def test_a_tasks_lock_session_on_adbc_serves_its_workers_and_its_committer(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A task's lock session is used by its queue's workers (each confirms the lock before its claim) and
+    by its committer (which reads the claims the driver has not committed yet): two threads' statements
+    overlapping on one ADBC session hung the drain for good (a review: 2,400 of 80,000 rows, then
+    nothing). Every statement on a shared session takes its ``shared`` lock."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Deep"])
+    install(cfg)
+    seeded = {"Deep": seed_ids(cfg, "Deep", 20_000, seed=78)}
+    conf = tmp_path / "drain.json"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}", "driver": "adbc"},
+                "lake": {"root": str(lake_root), "engine": "delta-rs"},
+                "drain": {"queues": ["Deep"], "batch_size": 100, "workers_per_queue": 4, "on": "processes"},
+            }
+        )
+    )
+    proc = drain(conf, fresh_pg_uri, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert summary_of(proc)["landed"] == 20_000
+    assert_every_row_once(cfg, lake_root, seeded)
+
+
 def test_connections_stay_within_the_reported_bound_with_an_idle_process(fresh_pg_uri: str, tmp_path: Path) -> None:
     """One queue, two processes: one drains, the other idles holding its ADBC database from its start;
     the bound the summary reports counts it, and the connections seen from outside stay within it."""

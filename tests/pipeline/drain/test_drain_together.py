@@ -108,6 +108,44 @@ def test_small_queues_share_one_batch_and_keep_their_own_figures(
     assert claim_count(cfg) == 0 and all(queue_depth(cfg, n) == 0 for n in NAMES)
 
 
+def test_small_queues_whose_lock_session_went_claim_nothing(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queues of a shared batch are locked on one session, which idles while the batch is received:
+    a terminated (or timed-out) session freed every lock, and the batch was claimed all the same (a
+    review; a queue's own workers confirm their lock since round 51). The batch claims nothing, its rows
+    stay in their queues, and the next drain takes each once."""
+    from queuelake import kill_points
+
+    names = NAMES[:6]
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", names, batch_size=100)
+    install(cfg)
+    seeded = _seed(cfg, names, 30)
+    real, staged = kill_points.reached, {"n": 0}
+
+    def lock_lost_at_the_second_batch(point: str) -> None:
+        if point == "after_stage":
+            staged["n"] += 1
+            if staged["n"] == 2:
+                with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = 'queuelake-drain-lock' AND pid <> pg_backend_pid()"
+                    )
+        real(point)
+
+    monkeypatch.setattr(kill_points, "reached", lock_lost_at_the_second_batch)
+    first = drain(cfg, open_lake(cfg.lake))
+    failed = [q for q in first["queues"] if q["status"] == "failed"]
+    assert len(failed) == 3 and all("its lock went with its database connection" in q["error"] for q in failed), first
+    assert first["landed"] == 90 and sum(queue_depth(cfg, n) for n in names) == 90, first
+    monkeypatch.undo()
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == 90
+    rows = journal(tmp_path / "lake").select(["id"]).to_pylist()
+    assert len(rows) == 180 and {r["id"] for r in rows} == set().union(*seeded.values())
+    assert claim_count(cfg) == 0
+
+
 def test_rows_held_elsewhere_leave_their_queue_incomplete_and_the_others_clean(
     fresh_pg_uri: str, tmp_path: Path
 ) -> None:

@@ -285,6 +285,8 @@ class SmallQueues:
                 parts[0].drain.state.claims_table,
                 Claim(app_id, version, anchor, MESSAGES, rows, claim_record(staged, totals, shares)),
             )
+            # every queue's lock is on the one session: its answer confirms them all (``confirm_lock``)
+            parts[0].drain.state.confirm_lock()
             kill_points.reached("before_db_commit")
             claimed = None  # a commit that raises may still have landed
             conn.commit()

@@ -56,9 +56,6 @@ class QueueState:
         self._in_flight = 0  # batches received by a worker and not yet claimed or rolled back
         self._found_empty = 0  # workers that ended on a count of 0 rows left
         self.lock_conn: Connection | None = None  # the session holding the queue's drain lock, once taken
-        # one ping at a time on it, from this queue's workers (a task drains its queues one after another;
-        # a lock shared by every queue of a run would serialize hundreds of queues' claims)
-        self._lock_pings = threading.Lock()
 
     def confirm_lock(self) -> None:
         """Before a batch's claim commits: the session holding the queue's drain lock still answers.
@@ -70,7 +67,7 @@ class QueueState:
         conn = self.lock_conn
         if conn is None:
             return
-        with self._lock_pings:
+        with conn.shared:  # one statement at a time on it: this queue's workers, a task's committer
             try:
                 locks.confirm_held(conn, what=f"the drain lock of {self.ref.canonical}")
             except TransportError as exc:

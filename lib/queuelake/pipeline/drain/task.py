@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -215,7 +214,6 @@ class TaskCommitter:
         self._conn: Connection | None = None
         self._queue = ""
         self._drained: list[str] = []  # the queues begun, whose locks the task holds
-        self._mutex = threading.Lock()  # the lock connection, shared by the queue's workers
         self._ahead: dict[str, list[int]] = defaultdict(list)  # per app id: versions claimed, not seen cleared
         self.driver_gone = False  # set once the driver's poller lock was found free
 
@@ -279,7 +277,7 @@ class TaskCommitter:
         """Whether the driver's poller no longer holds its lock. Taking it keeps it on this task's lock
         connection, which the task closes as it ends (it raises right after)."""
         assert self._conn is not None, "begin() first"
-        with self._mutex:
+        with self._conn.shared:  # the workers confirm their locks on it too
             return locks.try_lock(self._conn, self._poller_lock, what="the drain's claims poller")
 
     def _all_cleared(self) -> bool:
@@ -287,14 +285,14 @@ class TaskCommitter:
         of 80 small queues read it once per queue, every poll, while it waited)."""
         assert self._conn is not None, "begin() first"
         drained = set(self._drained)
-        with self._mutex:
+        with self._conn.shared:  # the workers confirm their locks on it too
             found = claims.every_claim(self._conn, self._claims_table)
             self._conn.rollback()
         return not any(c.queue in drained for c in found)
 
     def _claims(self, queue: str) -> list[claims.Claim]:
         assert self._conn is not None, "begin() first"
-        with self._mutex:
+        with self._conn.shared:  # the workers confirm their locks on it too
             found = claims.of_queue(self._conn, self._claims_table, queue)
             self._conn.rollback()
         return found
