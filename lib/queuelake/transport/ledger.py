@@ -18,6 +18,7 @@ class LedgerRow:
     output_table: str
     batch_key: str
     rows_sent: int
+    copies_sent: int = 0  # every subscriber's copy of the rows (a Publish row's fan-out)
 
 
 def batch_keys(conn: Connection, ledger: TableRef, pipeline: str, output_table: str) -> list[str]:
@@ -34,7 +35,7 @@ def batch_keys(conn: Connection, ledger: TableRef, pipeline: str, output_table: 
 def rows_of_pipeline(conn: Connection, ledger: TableRef, pipeline: str) -> list[LedgerRow]:
     """Every batch a pipeline has sent, from any output table."""
     rows = conn.run("ledger_of_pipeline", ledger.identifiers(), {"pipeline": pipeline}, what=ledger.canonical)
-    return [LedgerRow(str(out), str(key), int(n)) for out, key, n in rows]
+    return [LedgerRow(str(out), str(key), int(n), int(copies or 0)) for out, key, n, copies in rows]
 
 
 def record(

@@ -88,6 +88,7 @@ def test_killed_tasks_leave_the_rest_to_the_next_run(fresh_pg_uri: str, tmp_path
             out = killed["outputs"][0]
             assert killed["status"] == "failed" and "publish task failed" in out["error"], out
             assert out["batches"] > 0 and out["published"] == 40 * out["batches"], "what went, from the ledger"
+            assert out["copies"] >= out["published"], out  # each row's copies too (were 0)
         done_before = set(ledger_keys(cfg, "outbound_x"))
         sent_before = len(done_before)
         assert 0 < sent_before < 20, sent_before

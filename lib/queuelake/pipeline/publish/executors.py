@@ -316,6 +316,7 @@ class ExecutorSender:
             if row.output_table == job.output and k is not None and k not in done:
                 result.batches += 1
                 result.published += row.rows_sent
+                result.copies += row.copies_sent  # a failed round said 18 rows published in 0 copies
         conn.rollback()
         log.error("publish %s: %s (%d batch(es) had been sent)", job.output, result.error, result.batches)
 
