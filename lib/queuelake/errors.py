@@ -135,7 +135,12 @@ def error_kind(exc: BaseException) -> str:
 _STORE_ERROR = re.compile(r"AWS Error|Generic \w+ error|Kernel error|object store", re.I)
 _DRIVERS = frozenset({"psycopg", "psycopg2", "pyodbc"})  # the queue database's drivers
 _SPARK_WRAPPERS = frozenset({"py4j", "pyspark"})  # a Spark job's failure, a task's Python error in its text
-_TASK_ERROR = re.compile(r"\b(\w+(?:Error|Refused))(?::|\b)")
+# a traceback's last line, the error raised: ``queuelake.errors.TransportError: ...`` at a line's start (a
+# class name inside a message, ``KeyError: "column 'ConfigError'"``, is the message's, not the error's)
+_TASK_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Refused)):")
+# a task's Python worker that died (killed, out of memory, a crash): its JVM side reads an EOF, which
+# is not the lake's I/O
+_WORKER_DIED = re.compile(r"Python worker exited unexpectedly|Python worker (?:was )?killed|EOFException.*PythonRunner")
 
 
 def _raised_in_a_task(text: str) -> str | None:
@@ -146,9 +151,11 @@ def _raised_in_a_task(text: str) -> str | None:
     for line in text.splitlines():
         if any(f"{driver}." in line for driver in _DRIVERS) and "Error" in line:
             return "transport"
-        for match in _TASK_ERROR.finditer(line):
-            if match.group(1) in kinds:
-                return kinds[match.group(1)]
+        match = _TASK_ERROR.match(line)
+        if match is not None and match.group(1) in kinds:
+            return kinds[match.group(1)]
+    if _WORKER_DIED.search(text):  # no error of ours: ``unexpected``, as any other crash
+        return None
     # the JVM's own I/O: Spark reaches only the lake (the queue database is Python's), and an S3A
     # connection reset under delta-spark's log read said ``unexpected`` (a review)
     return "lake" if _JVM_IO.search(text) else None

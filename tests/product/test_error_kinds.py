@@ -74,6 +74,16 @@ def test_a_spark_jobs_failure_has_the_kind_of_its_tasks_error() -> None:
     assert errors.error_kind(bug) == "unexpected"
     lake = _answering(PythonException, "queuelake.errors.LakeError: lake table messages: no space left")
     assert errors.error_kind(lake) == "lake"
+    # a name of ours inside another error's message is the message's (it said ``config``: a review)
+    named = _answering(PythonException, "Traceback:\nKeyError: \"column 'ConfigError' not found\"")
+    assert errors.error_kind(named) == "unexpected"
+    # a Python worker killed under its task (out of memory): the JVM read an EOF, not the lake (it said ``lake``)
+    died = (
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times: "
+        "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)\n"
+        "Caused by: java.io.EOFException\n\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)"
+    )
+    assert errors.error_kind(_answering(Py4JJavaError, died)) == "unexpected"
 
 
 def test_a_failed_command_keeps_the_parts_it_had_done() -> None:
