@@ -24,11 +24,12 @@ from queuelake.lake.marks import check_writable, engine_of
 from queuelake.lake.reading import read_arrow
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
+    from queuelake.lake.deletes import RowFilter
     from queuelake.lake.lookup import Lookup, Within
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
@@ -112,6 +113,18 @@ class EngineBase:
         from queuelake.lake.increments import slices
 
         return slices(self.path(table), after, upto, max_rows, self.storage_options)
+
+    def matching_reduced(
+        self,
+        table: str,
+        where: RowFilter,
+        columns: list[str],
+        reduce: Callable[[pa.Table], pa.Table],
+        version: int | None = None,
+    ) -> pa.Table:
+        from queuelake.lake import deletes
+
+        return deletes.matching_reduced(self._load(table, version), where, columns, reduce)
 
     def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
         """The table's log read with deltalake (of one version), None when there is no table."""

@@ -23,6 +23,7 @@ satisfy fails its commit with a conflict rather than miss them; it is retried fr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +112,51 @@ def matching(dt: DeltaTable | None, where: RowFilter, columns: list[str]) -> pa.
     if not parts:
         return pa.schema([schema.field(c) for c in columns]).empty_table()
     return pa.concat_tables(parts)
+
+
+# rows a batch of ``matching_reduced`` holds: a journal row's headers are ~1-3 KB decoded
+REDUCED_BATCH_ROWS = 16_384
+
+
+def matching_reduced(
+    dt: DeltaTable | None, where: RowFilter, columns: list[str], reduce: Callable[[pa.Table], pa.Table]
+) -> pa.Table:
+    """``reduce`` of the matching rows' ``columns``, applied batch by batch as the files are read, the
+    results concatenated: memory holds one batch and what the reductions keep. For a reader that needs
+    a wide column (the headers) only to derive a narrow one, over more rows than memory holds (``health``
+    held a day's audit copies whole: 3 GB for a million)."""
+    if dt is None:
+        return reduce(pa.schema([]).empty_table())
+    schema = pa.schema(dt.schema().to_arrow())
+    wanted = sorted(set(columns) | set(where.columns))
+    parts = [
+        reduce(pa.Table.from_batches([batch]).select(columns))
+        for _, _, dataset in _fragments(dt, where, wanted)
+        for batch in _filtered_batches(dataset, where, wanted)
+        if batch.num_rows
+    ]
+    if not parts:
+        return reduce(pa.schema([schema.field(c) for c in columns]).empty_table())
+    return pa.concat_tables(parts)
+
+
+def _filtered_batches(dataset: Any, where: RowFilter, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """``_filtered``'s rows as batches of at most ``REDUCED_BATCH_ROWS`` (a file of ``string_view`` columns:
+    read unfiltered and filtered batch by batch)."""
+    what = "a file to read rows from"
+    size = REDUCED_BATCH_ROWS
+    try:
+        batches = storage.batches_retrying(
+            lambda: dataset.to_batches(columns=columns, filter=where.arrow, batch_size=size), what
+        )
+        first = next(batches, None)
+    except pa.ArrowNotImplementedError:
+        for batch in storage.batches_retrying(lambda: dataset.to_batches(columns=columns, batch_size=size), what):
+            yield from pa.Table.from_batches([batch]).filter(where.arrow).to_batches()
+        return
+    if first is not None:
+        yield first
+        yield from batches
 
 
 def _filtered(dataset: Any, where: RowFilter, columns: list[str]) -> pa.Table:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from pyspark.sql import DataFrame
 
@@ -117,6 +117,18 @@ class LakeEngine(Protocol):
 
     def matching_rows(self, table: str, where: RowFilter, columns: list[str], version: int | None = None) -> pa.Table:
         """The ``columns`` of the rows ``where`` matches in a version (default: the current one)."""
+
+    def matching_reduced(
+        self,
+        table: str,
+        where: RowFilter,
+        columns: list[str],
+        reduce: Callable[[pa.Table], pa.Table],
+        version: int | None = None,
+    ) -> pa.Table:
+        """``reduce`` of the ``columns`` of the rows ``where`` matches, applied batch by batch as they are
+        read, the results concatenated (``reduce`` of an empty table when none match): memory holds a
+        batch and what the reductions keep, however many rows match."""
 
     def delete_rows(self, table: str, where: RowFilter) -> Deleted:
         """Delete ``where``'s rows in one commit, beside concurrent appends (a conflict is retried from a
