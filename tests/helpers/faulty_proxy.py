@@ -26,10 +26,12 @@ import random
 import re
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import urlparse
 
 SLOW_DOWN = (
@@ -70,6 +72,9 @@ class FaultyProxy:
         # this many ranged GETs shorter than the SlowDown body are throttled, whatever the plan: S3's
         # throttling of a small read (a column chunk), whose error body the client's buffer cannot hold
         self.small_reads = small_reads
+        # a request (method and path matching this regex) forwarded to the store, then its reply dropped
+        # (RST): the store acted, the client cannot know it did. Once, then cleared
+        self.reset_after: str | None = None
         self.requests = self.throttled = self.resets = 0
         self.throttled_by: collections.Counter[str] = collections.Counter()
         self._random = random.Random(seed)
@@ -128,6 +133,15 @@ class FaultyProxy:
             self.requests += 1
             self.throttled += 1
             self.throttled_by[client_of(user_agent)] += 1
+            return True
+
+    def resets_after(self, method: str, path: str) -> bool:
+        """Whether this request's reply is dropped after forwarding it (``reset_after``; counted as a reset)."""
+        with self._lock:
+            if self.reset_after is None or not re.search(self.reset_after, f"{method} {path}"):
+                return False
+            self.reset_after = None
+            self.resets += 1
             return True
 
     def verdict(self, user_agent: str = "") -> str:
@@ -202,16 +216,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         verdict = self.owner.verdict(agent)
         if verdict == "reset":
-            # SO_LINGER 0: close() sends RST, as a dropped connection looks to the client
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.close_connection = True
-            self.connection.close()
+            self._reset()
             return
         if verdict == "throttle":
             self._reply(503, [("Content-Type", "application/xml"), ("x-amz-request-id", "QLFAULTYPROXY")], SLOW_DOWN)
             return
         status, headers, reply = self._forward(body)
+        if self.owner.resets_after(self.command, self.path):
+            self._reset()
+            return
         self._reply(status, headers, reply)
+
+    def _reset(self) -> None:
+        """SO_LINGER 0: close() sends RST, as a dropped connection looks to the client."""
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(self.owner.target_host, self.owner.target_port, timeout=120)
@@ -247,3 +267,35 @@ class _Handler(BaseHTTPRequestHandler):
         if not head and body:
             self.wfile.write(body)
         self.wfile.flush()
+
+
+def serve_in_a_process(target: str, reset_after: str) -> tuple[subprocess.Popen[str], str]:
+    """A faultless proxy in a process of its own that drops the reply of the one request ``reset_after``
+    matches (``FaultyProxy.reset_after``): (the process, its URL); it prints ``resets N`` when its stdin
+    closes. Why a process: deltalake holds the interpreter lock through some of its calls to the store
+    (``is_deltatable``, a commit's conflict check), and a proxy thread of the same process then cannot
+    answer them (they time out after 60 s)."""
+    code = (
+        "import sys\n"
+        "from tests.helpers.faulty_proxy import FaultyProxy\n"
+        f"p = FaultyProxy({target!r}, burst=0.0, period=600.0, error_rate=0.0)\n"
+        f"print(p.start(), flush=True)\n"
+        f"p.reset_after = {reset_after!r}\n"
+        "sys.stdin.read()\n"
+        "print('resets', p.resets, flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=str(Path(__file__).resolve().parents[2]),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+def resets_of(proc: subprocess.Popen[str]) -> int:
+    """End a ``serve_in_a_process`` proxy; the replies it dropped."""
+    out, _ = proc.communicate(timeout=30)
+    return int(out.split()[-1])

@@ -28,7 +28,7 @@ import pytest
 from queuelake.commands.demo import traffic
 from queuelake.lake import storage
 
-from tests.helpers.faulty_proxy import FaultyProxy
+from tests.helpers.faulty_proxy import FaultyProxy, resets_of, serve_in_a_process
 from tests.helpers.s3 import (
     BUCKET,
     KEY_ID,
@@ -208,6 +208,31 @@ def test_a_delta_log_load_throttled_past_deltalakes_retries_is_loaded_again(s3: 
             storage.register(uri, options)  # what read_table finds for the table's root
             assert load(options), "nothing loaded"
             assert proxy.throttled >= 2, "the burst did not meet the load"
+
+
+@pytest.mark.parametrize("path", ["driver", "executors"])
+def test_a_commit_whose_reply_was_lost_is_its_writes_own(s3: str, path: str, spark) -> None:  # type: ignore[no-untyped-def]
+    """The store takes a commit's PUT and the reply is lost (a reset after the store acted): the commit
+    landed, and the write must know it as its own. The data source's commit failed on it, and Spark's
+    abort deleted the files the landed commit names: the table was broken for good (a review). Both
+    write paths: the driver's append, and Spark tasks' files committed by the data source."""
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+
+    root = f"s3://{BUCKET}/lost-reply-{uuid.uuid4().hex[:8]}"
+    rows = pa.table({"n": pa.array(range(50), pa.int64())})
+    DeltaRsEngine(root, storage_options=resolved_options(s3)).create_table("t", rows.schema)
+    proxy, url = serve_in_a_process(s3, r"^PUT .*/t/_delta_log/0+1\.json")
+    try:
+        lake = DeltaRsEngine(root, spark=spark, storage_options=resolved_options(url))
+        if path == "driver":
+            assert lake.append("t", rows, "app", 1) is True
+        else:
+            assert lake.append_dataframe("t", spark.createDataFrame(rows.to_pandas()), "app", 1) is True
+        assert lake.append("t", rows, "app", 1) is False  # landed once: the same version again adds nothing
+    finally:
+        assert resets_of(proxy) == 1, "the commit's reply was not dropped"
+    lake = DeltaRsEngine(root, storage_options=resolved_options(s3))
+    assert sorted(lake.read_arrow("t").column("n").to_pylist()) == list(range(50))
 
 
 def test_retry_defaults_and_overrides() -> None:

@@ -12,6 +12,7 @@ Runs in Spark Python workers too (the data source's ``commit()``): keep imports 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +22,27 @@ from queuelake.errors import LakeError
 from queuelake.lake.storage import delta_table
 
 WRITE_ID_KEY = "queuelake.writeId"  # commitInfo key: lets the driver tell its own commit from others
+# a commit's failure after which it may have landed all the same: the store took the PUT and the reply
+# was lost (a reset, a timeout), or it throttled (what deltalake gave up on)
+_OUTCOME_UNKNOWN = re.compile(
+    r"connection (reset|closed|error)|broken pipe|os error (104|32)|error sending request|timed? ?out"
+    r"|SLOW_?DOWN|HTTP status 50[0234]|Service[ _]?Unavailable|response body|reading a body",
+    re.I,
+)
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """Whether a commit that raised ``exc`` may have landed (the store's connection, not a refusal)."""
+    return isinstance(exc, Exception) and bool(_OUTCOME_UNKNOWN.search(str(exc)))
+
+
+def carries(dt: Any, since: int, write_id: str) -> bool:
+    """Whether a commit after version ``since`` of ``dt`` carries ``write_id`` (``common.landed``'s test,
+    here for the Spark workers, which import this module alone)."""
+    newer = dt.version() - since
+    return newer > 0 and any(commit.get(WRITE_ID_KEY) == write_id for commit in dt.history(limit=newer))
+
+
 KILL_ENV = "QUEUELAKE_TEST_KILL_BEFORE_COMMIT"  # test hook: SIGKILL right before the Delta commit
 
 
@@ -50,9 +72,17 @@ def exactly_once(
     on_committed: Callable[[], None] | None = None,
     attempts: int = 20,
     load: Callable[[], Any] | None = None,
+    write_id: str | None = None,
 ) -> bool:
     """The exactly-once write loop both paths of the Rust engine share (``append`` of driver data and
     ``commit_files`` of staged or executor-written files).
+
+    A commit that failed on the store's connection (``outcome_unknown``) may have landed: the next
+    attempt's load tells. One that carries ``write_id`` (the commit info every attempt of ``write``
+    writes) is this write's own, landed, and True is returned; ``on_committed`` is not called then (it
+    deletes the files, which that commit names). Why: a reset reply to a commit's PUT failed the data
+    source's commit, and Spark's abort then deleted the files of a commit that had landed: the table's
+    log named a file that was gone, for good (a review, behind a proxy that resets after forwarding).
 
     Each attempt loads the table, refuses another engine's table, and returns False (after
     ``on_committed``) when app_id already committed ``version`` or later; otherwise it calls
@@ -65,20 +95,29 @@ def exactly_once(
 
     from queuelake.lake.marks import check_writable, engine_of
 
+    since: int | None = None  # the version the first attempt read: a landed commit of ours is after it
     for attempt in range(attempts):
         dt = load() if load is not None else delta_table(table_uri, None, storage_options)
         metadata = dt.metadata()
         check_writable(table, table_uri, engine_of(metadata.configuration, metadata.description), engine)
         committed = dt.transaction_version(app_id)
         if committed is not None and committed >= version:
+            if write_id is not None and since is not None and carries(dt, since, write_id):
+                return True  # this write's own commit, whose reply the store lost
             if on_committed is not None:
                 on_committed()
             return False
+        if since is None:
+            since = dt.version()
         try:
             write(dt, attempt)
             return True
         except CommitFailedError:
             time.sleep(min(0.05 * 2**attempt, 2.0))
+        except Exception as exc:
+            if not outcome_unknown(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(min(0.5 * 2**attempt, 5.0))  # then the log says whether it landed
     raise LakeError(f"lake table {table}: could not commit ({app_id}, {version}) after {attempts} attempts")
 
 
@@ -132,6 +171,7 @@ def commit_actions(
         on_committed=on_committed,
         attempts=attempts,
         load=load,
+        write_id=write_id,
     )
 
 

@@ -167,6 +167,8 @@ class DeltaRsEngine(StagedWrites):
             {"writer_properties": WriterProperties(max_row_group_size=group_rows)} if group_rows else {}
         )
 
+        write_id = uuid.uuid4().hex  # every attempt's: one whose reply was lost is told by it (``exactly_once``)
+
         def write(dt: DeltaTable, attempt: int) -> None:
             # Conformed on every attempt: a concurrent add_columns changes the target schema. A failed
             # attempt's files stay behind as orphans (vacuum removes them).
@@ -178,7 +180,7 @@ class DeltaRsEngine(StagedWrites):
                 **properties,
                 commit_properties=CommitProperties(
                     app_transactions=[Transaction(app_id, version)],
-                    custom_metadata={WRITE_ID_KEY: uuid.uuid4().hex},
+                    custom_metadata={WRITE_ID_KEY: write_id},
                 ),
             )
 
@@ -195,6 +197,7 @@ class DeltaRsEngine(StagedWrites):
                     write,
                     storage_options=self.storage_options,
                     attempts=_COMMIT_ATTEMPTS,
+                    write_id=write_id,
                 )
             except OSError as exc:  # a store that reset the commit's PUT: one line, a LakeError (a review)
                 raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None

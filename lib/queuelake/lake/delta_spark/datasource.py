@@ -139,9 +139,27 @@ class DeltaRsWriter(DataSourceArrowWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Delete the files written, unless a commit naming them may have landed: a commit whose reply
+        the store lost failed ``commit`` though the log names its files, and deleting them broke the
+        table for good (a review). Kept, they are orphans at worst, which vacuum removes."""
         o = self.options
         written = [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
+        if written and not _surely_not_committed(o):
+            return
         delete_files(o.table_uri, written, o.storage_options)
+
+
+def _surely_not_committed(o: _Options) -> bool:
+    """Whether none of the table's recent commits carries this write's id (False when the log cannot be
+    read: unsure, the files stay)."""
+    from queuelake.lake.delta_rs.commits import WRITE_ID_KEY
+    from queuelake.lake.storage import delta_table
+
+    try:
+        dt = delta_table(o.table_uri, None, o.storage_options)
+        return not any(commit.get(WRITE_ID_KEY) == o.write_id for commit in dt.history(limit=100))
+    except Exception:  # noqa: BLE001 - the store still failing: keep the files
+        return False
 
 
 # One registration at a time in this process: Spark's check-then-register is not atomic (see below).
