@@ -397,20 +397,24 @@ def test_a_row_recorded_as_skipped_stays_unsent_when_its_queue_appears(failures,
     assert len(drain_all(cfg, "Billing")) == len(drain_all(cfg, "Shipping")) == 15
 
 
+@pytest.mark.parametrize("raised", ["OSError", "DeltaError"])
 def test_a_replay_whose_records_fail_after_sending_names_its_id_and_its_rerun_sends_nothing(
-    failures, spark, monkeypatch: pytest.MonkeyPatch
+    failures, spark, monkeypatch: pytest.MonkeyPatch, raised: str
 ) -> None:
     """Object storage reset the PUT of the ``replays`` commit after every batch went out: the command
     failed "unexpected", with no replay id, and the same command again sent every message a second
-    time (a review). The summary now names the id; its rerun sends nothing and writes the records."""
+    time (a review). The summary now names the id; its rerun sends nothing and writes the records.
+    deltalake's own ``DeltaError`` (not an ``OSError``: "Error getting list response body") too (a review)."""
+    from deltalake.exceptions import DeltaError
     from queuelake.lake.delta_rs import engine
 
     cfg, *_ = failures
     real = engine.exactly_once
+    error = {"OSError": OSError, "DeltaError": DeltaError}[raised]
 
     def reset(table_uri, table, *args, **kwargs):  # type: ignore[no-untyped-def]
         if table == "replays":
-            raise OSError("Generic S3 error: Error after 0 retries: connection reset by peer")
+            raise error("Generic S3 error: Error after 0 retries: connection reset by peer")
         return real(table_uri, table, *args, **kwargs)
 
     monkeypatch.setattr(engine, "exactly_once", reset)

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 
 from queuelake import stopping
 from queuelake.config import Config, drained_as
-from queuelake.errors import QueuelakeError, ReplayError
+from queuelake.errors import QueuelakeError, ReplayError, describe, error_kind
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.batches.keys import is_plan_key, replay_batch_index
@@ -368,11 +368,13 @@ def replay(
             result = replayer.run()
         except FileNotFoundError as exc:
             raise _files_gone(replayer, exc) from exc
-    except QueuelakeError as exc:
+    except Exception as exc:  # any error once sending began: the summary keeps the replay id (a review: a
+        # deltalake error after a batch was sent left none, and the scheduler's rerun sent it again)
         if not replayer.sending:
             raise
         result = replayer.result
-        result.status, result.error = Status.FAILED, str(exc)
+        result.status, result.error = Status.FAILED, describe(exc)
+        result.error_kind = error_kind(exc)
     except BaseException as exc:  # SIGTERM's Interrupted, Ctrl-C: record what was sent, then go on
         if replayer.sending:
             replayer.result.status, replayer.result.error = Status.INTERRUPTED, str(exc) or type(exc).__name__
@@ -390,14 +392,14 @@ def replay(
         with replayer.steps.timed("record"):
             try:
                 replayer.record(result)
-            except QueuelakeError as exc:
+            except Exception as exc:  # noqa: BLE001 - a lake's raw error too: the id must reach the summary
                 # what was sent stays sent: the summary names the replay id, whose rerun sends nothing twice
                 # and writes the records (a review: the error had no id, and the same command again
                 # sent every message a second time)
-                result.status = Status.FAILED
+                result.status, result.error_kind = Status.FAILED, error_kind(exc)
                 result.error = (
-                    f"the replay's records were not written ({exc}); what it sent stays sent: run it again with "
-                    f"--replay-id {result.replay_id} to write them (it sends nothing twice)"
+                    f"the replay's records were not written ({describe(exc)}); what it sent stays sent: run it "
+                    f"again with --replay-id {result.replay_id} to write them (it sends nothing twice)"
                 )
                 log.error("replay %s: %s", result.replay_id, result.error)
     return _summary(replayer, result, options)
