@@ -71,6 +71,8 @@ STATEMENTS: frozenset[str] = frozenset(
         "drain_lock",
         "drain_unlock",
         "drain_session",
+        "claim_fence_shared",
+        "claim_fence_wait",
         # queuelake where: rows read without taking or locking them
         "where_queue",
         "where_delayed",

@@ -49,6 +49,27 @@ def unlock(conn: Connection, name: str, what: str | None = None) -> None:
         raise TransportError(f"the session lock for {what or name} could not be released: {reason(exc)}") from None
 
 
+def _fence(name: str) -> str:
+    return resource(f"{name}#claims")
+
+
+def mark_claim(conn: Connection, name: str, what: str) -> None:
+    """In a claim's transaction, before its lock is confirmed: mark the claim under way on the lock
+    ``name`` guards, to the transaction's end (``wait_for_claims`` waits for it)."""
+    conn.run("claim_fence_shared", {}, {"lock_name": _fence(name)}, what=what)
+
+
+def wait_for_claims(conn: Connection, name: str, what: str) -> None:
+    """Just after taking the lock ``name``: wait for every claim transaction under way on it to end.
+    Why: a drain whose lock session died could have confirmed its lock and be committing a claim when
+    this one took the lock; this one then read the queue's claims and versions without it, claimed
+    the same (application id, version), and its batch was skipped as journalled: lost (a review, with
+    the commit held 5 s). Once this returns, every claim of the old drain is committed or rolled back,
+    and any later one fails its lock's confirmation."""
+    conn.run("claim_fence_wait", {}, {"lock_name": _fence(name)}, what=what)
+    conn.commit()
+
+
 def confirm_held(conn: Connection, what: str) -> None:
     """Raise ``TransportError`` when the session holding a lock no longer answers: the lock went with
     it (a restarted server, a terminated backend). A session that answers still holds what it took."""

@@ -433,6 +433,46 @@ def test_a_drain_whose_lock_went_with_its_session_claims_nothing_more(
     assert len(ids) == 3000 and set(ids) == sent
 
 
+def test_a_drain_taking_a_lock_waits_for_the_claim_its_last_holder_was_committing(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """Drain A confirmed its lock and was committing a claim (held 6 s here) when its lock session died;
+    drain B took the lock, read the queue's claims and versions without A's claim, claimed the same
+    (application id, version), and its batch was skipped as journalled: 200 rows lost (a review). B now
+    waits for A's claim transaction before it reads them: every message once."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"], batch_size=200, workers_per_queue=1)
+    install(cfg)
+    sent = seed_ids(cfg, "Sales", 3000)
+    conf = write_config(tmp_path / "d.json", lake_root, ["Sales"], batch_size=200, workers=1)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    mark = tmp_path / "held"
+    held = {"QUEUELAKE_TEST_HOLD_AT": "before_db_commit:6:5", "QUEUELAKE_TEST_HOLD_MARK": str(mark)}
+    first = subprocess.Popen(cmd, env={**env, **held}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), first.communicate()[1][-3000:]
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:  # A's lock goes; its claim's session stays
+        (ended,) = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'queuelake-drain-lock'"
+        ).fetchone()
+    assert ended == 1
+    # B holds its first batch 8 s after staging it, as a slow claim would: A's claim lands and is cleared
+    second = subprocess.run(
+        cmd, env={**env, "QUEUELAKE_TEST_HOLD_AT": "after_stage:8:1"}, capture_output=True, text=True
+    )
+    out, err = first.communicate(timeout=120)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "its lock went with its database connection" in out, err[-3000:]
+    assert subprocess.run(cmd, env=env, capture_output=True, text=True).returncode == 0
+    ids = journal(lake_root)["id"].to_pylist()
+    assert len(ids) == len(set(ids)) and set(ids) == sent, f"{len(sent - set(ids))} lost"
+    assert claim_count(cfg) == 0 and queue_depth(cfg, "Sales") == 0
+
+
 # --- competing consumer ---------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import LOCK, SessionPool
-from queuelake.pipeline.drain.state import QueueState
+from queuelake.pipeline.drain.state import QueueState, drain_lock_name
 from queuelake.pipeline.drain.worker import Worker
 from queuelake.report import log
 from queuelake.status import Status
@@ -83,6 +83,8 @@ class QueueDrain:
             return False
         self.locked = True
         self.state.lock_conn = lock_conn
+        # a drain that held the lock before (its session died) may be committing a claim: wait for it
+        locks.wait_for_claims(lock_conn, drain_lock_name(self.ref), what=self.ref.canonical)
         if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
             schema.require_table(lock_conn, self.ref)
             lock_conn.rollback()
@@ -168,9 +170,9 @@ class QueueDrain:
 
 def take_drain_lock(conn: Connection, ref: TableRef) -> bool:
     """The queue's drain lock, held by ``conn``'s session until it closes; False when another holds it."""
-    return locks.try_lock(conn, "queuelake.drain:" + ref.canonical, what=ref.canonical)
+    return locks.try_lock(conn, drain_lock_name(ref), what=ref.canonical)
 
 
 def release_drain_lock(conn: Connection, ref: TableRef) -> None:
     """Release the queue's drain lock, keeping the session (``sessions.SessionPool``)."""
-    locks.unlock(conn, "queuelake.drain:" + ref.canonical, what=ref.canonical)
+    locks.unlock(conn, drain_lock_name(ref), what=ref.canonical)

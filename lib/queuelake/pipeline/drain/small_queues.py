@@ -45,13 +45,14 @@ from queuelake.pipeline.drain.queue_drain import QueueDrain, release_drain_lock
 from queuelake.pipeline.drain.receive import receive_session
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.sessions import LOCK, SessionPool
+from queuelake.pipeline.drain.state import drain_lock_name
 from queuelake.pipeline.drain.worker import FIRST_BATCH_ROW_BYTES, MEGABYTE, worker_app_id
 from queuelake.pipeline.journal.build import build_batch
 from queuelake.pipeline.journal.quarantine import isolate_unstorable
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.status import Status
-from queuelake.transport import claims, queues
+from queuelake.transport import claims, locks, queues
 from queuelake.transport.claims import Claim
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
@@ -285,8 +286,10 @@ class SmallQueues:
                 parts[0].drain.state.claims_table,
                 Claim(app_id, version, anchor, MESSAGES, rows, claim_record(staged, totals, shares)),
             )
+            for part in parts[1:]:  # each queue's claim marked under way (``QueueState.confirm_lock``)
+                locks.mark_claim(conn, drain_lock_name(part.drain.ref), what=part.drain.ref.canonical)
             # every queue's lock is on the one session: its answer confirms them all (``confirm_lock``)
-            parts[0].drain.state.confirm_lock()
+            parts[0].drain.state.confirm_lock(conn)
             kill_points.reached("before_db_commit")
             claimed = None  # a commit that raises may still have landed
             conn.commit()

@@ -22,6 +22,11 @@ from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
 
+def drain_lock_name(ref: TableRef) -> str:
+    """The name of a queue's drain lock (``locks``): one drain per queue, across processes."""
+    return "queuelake.drain:" + ref.canonical
+
+
 class QueueState:
     """One queue's drain, as its workers see it."""
 
@@ -57,16 +62,20 @@ class QueueState:
         self._found_empty = 0  # workers that ended on a count of 0 rows left
         self.lock_conn: Connection | None = None  # the session holding the queue's drain lock, once taken
 
-    def confirm_lock(self) -> None:
+    def confirm_lock(self, claim: Connection | None = None) -> None:
         """Before a batch's claim commits: the session holding the queue's drain lock still answers.
         Why: the lock is that session's, and a terminated or timed-out session (a DBA's
         ``idle_session_timeout``: the lock's session idles while the workers drain) freed it; a second
         drain could then take the queue beside this one, under the same application ids, and a batch of
         one whose version the other had committed was skipped as journalled already. Raises
-        ``TransportError``: this worker claims nothing more, and what it claimed lands."""
+        ``TransportError``: this worker claims nothing more, and what it claimed lands. ``claim``: the
+        claim's transaction, marked under way first (``locks.mark_claim``): a drain that takes the lock
+        after this confirmation waits for that transaction to end (``locks.wait_for_claims``)."""
         conn = self.lock_conn
         if conn is None:
             return
+        if claim is not None:
+            locks.mark_claim(claim, drain_lock_name(self.ref), what=self.ref.canonical)
         with conn.shared:  # one statement at a time on it: this queue's workers, a task's committer
             try:
                 locks.confirm_held(conn, what=f"the drain lock of {self.ref.canonical}")

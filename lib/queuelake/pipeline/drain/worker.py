@@ -198,7 +198,7 @@ class Worker:
                 state.claims_table,
                 Claim(app_id, version, state.ref.canonical, MESSAGES, table.num_rows, claim_record(staged, counts)),
             )
-            state.confirm_lock()  # nothing claimed once another drain may have taken the queue
+            state.confirm_lock(conn)  # nothing claimed once another drain may have taken the queue
             kill_points.reached("before_db_commit")
             claimed = None  # type: ignore[assignment]  # a commit that raises may still have landed
             conn.commit()
