@@ -158,7 +158,9 @@ def _raised_in_a_task(text: str) -> str | None:
         return None
     # the JVM's own I/O: Spark reaches only the lake (the queue database is Python's), and an S3A
     # connection reset under delta-spark's log read said ``unexpected`` (a review)
-    return "lake" if _JVM_IO.search(text) else None
+    # and the object store's error in a task's Python worker (the data source's commit: a reset commit
+    # said ``unexpected``; a review)
+    return "lake" if _JVM_IO.search(text) or _STORE_ERROR.search(text) else None
 
 
 _JVM_IO = re.compile(

@@ -84,6 +84,14 @@ def test_a_spark_jobs_failure_has_the_kind_of_its_tasks_error() -> None:
         "Caused by: java.io.EOFException\n\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)"
     )
     assert errors.error_kind(_answering(Py4JJavaError, died)) == "unexpected"
+    # the object store's error in the data source's commit, in a Python worker (it said ``unexpected``)
+    from pyspark.errors.exceptions.captured import AnalysisException
+
+    commit = (
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to commit or abort Python data source write: Traceback (most recent "
+        "call last):\nOSError: Generic S3 error: Error after 0 retries: Connection reset by peer (os error 104)"
+    )
+    assert errors.error_kind(_answering(AnalysisException, commit)) == "lake"
 
 
 def test_a_failed_command_keeps_the_parts_it_had_done() -> None:
