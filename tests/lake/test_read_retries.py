@@ -103,6 +103,24 @@ def test_a_reset_in_a_replys_body_or_a_503_in_any_spelling_is_read_again(no_wait
     assert "run the command again" in str(storage.storage_error(error, "lake table messages"))
 
 
+def test_deltalakes_own_error_after_its_retries_is_read_again(no_waits: list[float]) -> None:
+    """deltalake raises ``DeltaError`` (not an ``OSError``) when its log read gives up on a throttling or a
+    reset body: a review's erase and maintain failed on it behind 6-10 s bursts, never read again."""
+    from deltalake.exceptions import DeltaError
+
+    replies = [DeltaError("Generic DeltaTable error: Error getting list response body: connection reset")]
+
+    def read() -> str:
+        if replies:
+            raise replies.pop()
+        return "read"
+
+    assert storage.read_retrying(read, "a log") == "read" and len(no_waits) == 1
+    with pytest.raises(DeltaError):  # not a throttling: at once
+        storage.read_retrying(lambda: (_ for _ in ()).throw(DeltaError("Invalid table version: 9")), "a log")
+    assert len(no_waits) == 1
+
+
 @pytest.mark.parametrize(
     "error",
     [

@@ -215,7 +215,9 @@ def read_retrying(read: Callable[[], T], what: str) -> T:
     while True:
         try:
             return read()
-        except OSError as exc:
+        except Exception as exc:
+            if not _retried_kind(exc):
+                raise
             waits.after(exc)
 
 
@@ -243,8 +245,17 @@ def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iter
                     yielded += 1
                     yield item
             return
-        except OSError as exc:
+        except Exception as exc:
+            if not _retried_kind(exc):
+                raise
             waits.after(exc)
+
+
+def _retried_kind(exc: Exception) -> bool:
+    """An I/O error of pyarrow's or deltalake's, or deltalake's own ``DeltaError`` (not an ``OSError``),
+    which its log reads raise after their retries ("Failed to read delta log object", "Error getting
+    list response body": a review's erase and maintain failed on them behind 6-10 s bursts)."""
+    return isinstance(exc, OSError) or type(exc).__name__ == "DeltaError"
 
 
 # A throttling or failing store's reply that the S3 client's own retries gave up on. Its retries wait
@@ -274,7 +285,7 @@ class _Waits:
         self._throttled_left = THROTTLED_RETRIES
         self._wait = 0.3
 
-    def after(self, exc: OSError) -> None:
+    def after(self, exc: Exception) -> None:
         import random
 
         text = str(exc)
@@ -291,7 +302,7 @@ class _Waits:
         time.sleep(wait)
 
 
-def _throttling(exc: OSError) -> re.Match[str] | None:
+def _throttling(exc: Exception) -> re.Match[str] | None:
     """The store's throttling in ``exc``, looked for in the store's own words (after "AWS Error"), never
     in the path before them: a file of a type named ``...SlowDownRequested`` that was missing was read 4
     times over 5 s (a review). A missing file or a refused access is never throttling."""
