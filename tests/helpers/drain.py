@@ -5,8 +5,10 @@ what it left: the journal, a queue's depth, the claims table's rows, the journal
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.lake.reading import read_table
@@ -80,3 +82,23 @@ def claim_count(cfg: object) -> int:
     ref = claims_ref(cfg.transport)  # type: ignore[attr-defined]
     with db.connect(cfg.transport) as conn:  # type: ignore[attr-defined]
         return conn.raw.execute(f"SELECT count(*) FROM {ref.qualified}").fetchone()[0]
+
+
+def lock_sessions_ended_at_batch(uri: str, nth: int, reached: Callable[[str], None]) -> Callable[[str], None]:
+    """A ``kill_points.reached`` that ends the drain's lock sessions (``queuelake-drain-lock``: a DBA's
+    ``pg_terminate_backend``, an ``idle_session_timeout``) once the ``nth`` batch is staged, then goes on
+    as ``reached``."""
+    staged = {"n": 0}
+
+    def reach(point: str) -> None:
+        if point == "after_stage":
+            staged["n"] += 1
+            if staged["n"] == nth:
+                with psycopg.connect(uri, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = 'queuelake-drain-lock' AND pid <> pg_backend_pid()"
+                    )
+        reached(point)
+
+    return reach

@@ -35,6 +35,7 @@ from tests.helpers.drain import (
     commit_spacing,
     install,
     journal,
+    lock_sessions_ended_at_batch,
     make_config,
     queue_depth,
     seed_ids,
@@ -408,20 +409,7 @@ def test_a_drain_whose_lock_went_with_its_session_claims_nothing_more(
     cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], workers_per_queue=1)
     install(cfg)
     sent = seed_ids(cfg, "Sales", 3000)
-    real, staged = kill_points.reached, {"n": 0}
-
-    def lock_lost_at_the_third_batch(point: str) -> None:
-        if point == "after_stage":
-            staged["n"] += 1
-            if staged["n"] == 3:
-                with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
-                    admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_locks "
-                        "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
-                    )
-        real(point)
-
-    monkeypatch.setattr(kill_points, "reached", lock_lost_at_the_third_batch)
+    monkeypatch.setattr(kill_points, "reached", lock_sessions_ended_at_batch(fresh_pg_uri, 3, kill_points.reached))
     first = drain(cfg, open_lake(cfg.lake))
     (queue,) = first["queues"]
     assert queue["status"] == "failed" and "its lock went with its database connection" in queue["error"], first

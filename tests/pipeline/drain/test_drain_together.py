@@ -26,7 +26,16 @@ from queuelake.status import Status
 from queuelake.transport import claims, db, queues
 from queuelake.transport.table_refs import queue_ref
 
-from tests.helpers.drain import claim_count, install, journal, make_config, queue_depth, seed_ids, write_config
+from tests.helpers.drain import (
+    claim_count,
+    install,
+    journal,
+    lock_sessions_ended_at_batch,
+    make_config,
+    queue_depth,
+    seed_ids,
+    write_config,
+)
 from tests.helpers.edges import EXPIRES, TOP, WIRE_TIMES
 from tests.helpers.faults import stats_fail_on, storage_down
 from tests.helpers.kills import PROTOCOL_POINTS, Traffic, wait_for_no_drain
@@ -121,20 +130,7 @@ def test_small_queues_whose_lock_session_went_claim_nothing(
     cfg = make_config(fresh_pg_uri, tmp_path / "lake", names, batch_size=100)
     install(cfg)
     seeded = _seed(cfg, names, 30)
-    real, staged = kill_points.reached, {"n": 0}
-
-    def lock_lost_at_the_second_batch(point: str) -> None:
-        if point == "after_stage":
-            staged["n"] += 1
-            if staged["n"] == 2:
-                with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
-                    admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE application_name = 'queuelake-drain-lock' AND pid <> pg_backend_pid()"
-                    )
-        real(point)
-
-    monkeypatch.setattr(kill_points, "reached", lock_lost_at_the_second_batch)
+    monkeypatch.setattr(kill_points, "reached", lock_sessions_ended_at_batch(fresh_pg_uri, 2, kill_points.reached))
     first = drain(cfg, open_lake(cfg.lake))
     failed = [q for q in first["queues"] if q["status"] == "failed"]
     assert len(failed) == 3 and all("its lock went with its database connection" in q["error"] for q in failed), first
