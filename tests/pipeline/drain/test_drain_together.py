@@ -133,10 +133,12 @@ def test_small_queues_whose_lock_session_went_claim_nothing(
     monkeypatch.setattr(kill_points, "reached", lock_sessions_ended_at_batch(fresh_pg_uri, 2, kill_points.reached))
     first = drain(cfg, open_lake(cfg.lake))
     failed = [q for q in first["queues"] if q["status"] == "failed"]
-    assert len(failed) == 3 and all("its lock went with its database connection" in q["error"] for q in failed), first
-    assert first["landed"] == 90 and sum(queue_depth(cfg, n) for n in names) == 90, first
+    # the batch staged second fails (with the other one, when the run drained the two groups at once)
+    assert len(failed) in (3, 6) and all("its lock went with its database connection" in q["error"] for q in failed)
+    left = 30 * len(failed)
+    assert first["landed"] == 180 - left and sum(queue_depth(cfg, n) for n in names) == left, first
     monkeypatch.undo()
-    assert drain(cfg, open_lake(cfg.lake))["landed"] == 90
+    assert drain(cfg, open_lake(cfg.lake))["landed"] == left
     rows = journal(tmp_path / "lake").select(["id"]).to_pylist()
     assert len(rows) == 180 and {r["id"] for r in rows} == set().union(*seeded.values())
     assert claim_count(cfg) == 0
