@@ -171,6 +171,11 @@ class JournalLake(LakeEngine, Protocol):
         how many batches the commit carried. What the drain's run-wide committer calls: the journal's
         commits per run are bounded by time, not by queues x batches."""
 
+    def check_landed(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> None:
+        """Raise LakeError when a batch (files, app_id, version) whose version the table holds has files
+        its log never named and storage still holds: another writer committed that version, and the
+        batch's rows would be lost if its claim were cleared."""
+
     def staged_schema(self, table: str) -> pa.Schema:
         """``schema`` of a table written by staged commits, as current, from the log the staged
         commits follow (a drain run loads its journal once for both)."""

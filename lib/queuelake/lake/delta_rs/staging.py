@@ -27,6 +27,7 @@ from queuelake.lake.arrow_types import conform
 from queuelake.lake.common import EngineBase
 from queuelake.lake.delta_rs.append_log import AppendLog
 from queuelake.lake.delta_rs.commits import commit_group
+from queuelake.lake.delta_rs.log_files import named_files
 from queuelake.lake.delta_rs.log_head import LogHead
 from queuelake.lake.files import FileSink, StagedFiles, commit_files, delete_files, missing_files
 from queuelake.report import log
@@ -141,8 +142,12 @@ class StagedWrites(EngineBase):
 
             if verify:
                 self._snapshots.pop(table, None)
-                return commit(None)
-            return self._from_kept_snapshot(table, commit)
+                landed = commit(None)
+            else:
+                landed = self._from_kept_snapshot(table, commit)
+        if not landed:
+            self.check_landed(table, [(staged, app_id, version)])
+        return landed
 
     def commit_staged_group(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> int:
         """One commit for many claimed batches. Written as the log's next commit file by the followed
@@ -152,31 +157,65 @@ class StagedWrites(EngineBase):
         own refusals is dropped, and deltalake's fresh load finds what it may have committed."""
         write_id = uuid.uuid4().hex
         with self._snapshot_lock(table):
-            followed = self._followed_log(table)
-            if followed.appendable([f for staged, _, _ in batches for f in staged.files]):
-                try:
-                    carried = followed.append_group([(s.files, a, v) for s, a, v in batches], write_id)
-                    if carried is not None:
-                        return carried
-                except LakeError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the followed log is suspect: deltalake decides
-                    self._followed.pop(table, None)
-                    log.debug("lake table %s: the followed log's commit failed (%s)", table, type(exc).__name__)
-            group = [([f.add_action() for f in staged.files], app_id, version) for staged, app_id, version in batches]
+            carried = self._commit_group(table, batches, write_id)
+        if carried < len(batches):
+            self.check_landed(table, batches)
+        return carried
 
-            def commit(load: Callable[[], DeltaTable] | None) -> int:
-                return commit_group(
-                    self.path(table),
-                    table,
-                    group,
-                    write_id,
-                    self.name,
-                    storage_options=self.storage_options,
-                    load=load,
+    def _commit_group(self, table: str, batches: list[tuple[StagedFiles, str, int]], write_id: str) -> int:
+        """``commit_staged_group``'s commit; the caller holds ``_snapshot_lock(table)``."""
+        followed = self._followed_log(table)
+        if followed.appendable([f for staged, _, _ in batches for f in staged.files]):
+            try:
+                carried = followed.append_group([(s.files, a, v) for s, a, v in batches], write_id)
+                if carried is not None:
+                    return carried
+            except LakeError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the followed log is suspect: deltalake decides
+                self._followed.pop(table, None)
+                log.debug("lake table %s: the followed log's commit failed (%s)", table, type(exc).__name__)
+        group = [([f.add_action() for f in staged.files], app_id, version) for staged, app_id, version in batches]
+
+        def commit(load: Callable[[], DeltaTable] | None) -> int:
+            return commit_group(
+                self.path(table),
+                table,
+                group,
+                write_id,
+                self.name,
+                storage_options=self.storage_options,
+                load=load,
+            )
+
+        return self._from_kept_snapshot(table, commit)
+
+    def check_landed(self, table: str, batches: list[tuple[StagedFiles, str, int]]) -> None:
+        """Raise LakeError for a batch taken as committed (its app id holds its version) whose files
+        the table's log never named while they are still in storage: another writer committed that
+        version with files of its own, and this batch's rows are in files no reader sees. Why: the
+        committer and a claim's resolution leave such a batch out and clear its claim, which is right
+        only when the commit before added its files (``log_files``: the rare path only). Files neither
+        named nor stored were vacuumed after their tombstones expired: nothing to tell then."""
+        named = named_files(self.path(table), self.storage_options)
+        if named is None:
+            log.warning(
+                "lake table %s: could not read which files its log names; batches taken as committed are unchecked",
+                table,
+            )
+            return
+        for staged, app_id, version in batches:
+            unnamed = [f for f in staged.files if f.path not in named]
+            if not unnamed:
+                continue
+            gone = set(missing_files(self.path(table), unnamed, self.storage_options))
+            stored = [f.path for f in unnamed if f.path not in gone]
+            if stored:
+                raise LakeError(
+                    f"lake table {table}: ({app_id}, {version}) is in the log, but not its batch's "
+                    f"{len(stored)} file(s) ({', '.join(stored[:3])}): another writer committed that version; "
+                    f"the batch's {staged.rows} row(s) are in those files, and its claim is kept"
                 )
-
-            return self._from_kept_snapshot(table, commit)
 
     def staged_schema(self, table: str) -> pa.Schema:
         """``schema`` from the followed log: the load the run's staged commits and versions use, not a

@@ -78,9 +78,10 @@ def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, 
 def land_claim(lake: JournalLake, claim: Claim, queue: str) -> None:
     """Commit a claim's staged files under its app id and version, unless the log has them already."""
     committed = lake.last_version(claim.lake_table, claim.app_id) or 0
-    if committed >= claim.version:
-        return
     staged = StagedFiles.from_json(claim.staged)
+    if committed >= claim.version:
+        lake.check_landed(claim.lake_table, [(staged, claim.app_id, claim.version)])
+        return
     if not lake.commit_staged(claim.lake_table, staged, claim.app_id, claim.version, verify=True):
         if (lake.last_version(claim.lake_table, claim.app_id) or 0) < claim.version:
             raise LakeError(f"{queue}: could not commit claimed batch {claim.app_id}:{claim.version}")
