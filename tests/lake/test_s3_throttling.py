@@ -235,6 +235,35 @@ def test_a_commit_whose_reply_was_lost_is_its_writes_own(s3: str, path: str, spa
     assert sorted(lake.read_arrow("t").column("n").to_pylist()) == list(range(50))
 
 
+@pytest.mark.parametrize("step", ["compaction", "vacuum"])
+def test_a_maintain_whose_compaction_or_vacuum_lost_its_reply_is_done_again(s3: str, step: str) -> None:
+    """deltalake retries neither a compaction nor a vacuum as a whole: a reset under either failed a
+    ``maintain`` (a review, behind bursts and resets). Here the compaction's commit lands and its reply
+    is lost, or the vacuum's removal of a compacted file is: maintain does the step again from a fresh
+    load and ends with every row once in one file."""
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+
+    root = f"s3://{BUCKET}/maintain-{uuid.uuid4().hex[:8]}"
+    lake = DeltaRsEngine(root, storage_options=resolved_options(s3))
+    rows = pa.table({"n": pa.array(range(10), pa.int64())})
+    lake.create_table("t", rows.schema)
+    for version in range(1, 5):
+        lake.append("t", rows, "app", version)
+    newest = storage.delta_table(lake.path("t"), None, lake.storage_options).version()
+    # the compaction's commit is the log's next version; the vacuum deletes the compacted files (all
+    # but the one the compaction wrote): its first DELETE or batch delete (POST ?delete)
+    said = rf"^PUT .*/t/_delta_log/0+{newest + 1}\.json" if step == "compaction" else r"^(DELETE .*/t/|POST .*\?delete)"
+    proxy, url = serve_in_a_process(s3, said)
+    try:
+        through = DeltaRsEngine(root, storage_options=resolved_options(url))
+        figures = through.maintain("t", retention_hours=0)
+    finally:
+        assert resets_of(proxy) == 1, "no reply was dropped"
+    assert figures["files_after"] == 1, figures
+    after = DeltaRsEngine(root, storage_options=resolved_options(s3))
+    assert sorted(after.read_arrow("t").column("n").to_pylist()) == sorted(list(range(10)) * 4)
+
+
 def test_retry_defaults_and_overrides() -> None:
     opts = storage.lake_options(
         "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}

@@ -46,6 +46,37 @@ def test_a_dropped_connection_is_tried_again_and_a_refusal_is_not(monkeypatch: p
     assert len(calls) == transient.ATTEMPTS
 
 
+def test_a_throttled_write_is_tried_again_after_a_longer_jittered_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deltalake's own ``DeltaError`` after its retries into a burst of 503s (a maintain's compaction, a
+    review): tried again, after waits long enough to leave a burst of several seconds."""
+    waits: list[float] = []
+    monkeypatch.setattr(transient.time, "sleep", waits.append)
+
+    class DeltaError(Exception):  # deltalake's, by name: not an OSError
+        pass
+
+    errors = [
+        DeltaError("Generic S3 error: Error after 10 retries ... AWS Error SlowDown: Please reduce your request rate"),
+        DeltaError("Failed to read delta log object: HTTP status 503 Service Unavailable"),
+    ]
+
+    def flaky() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "compacted"
+
+    assert transient.repeated(flaky, "messages's compaction") == "compacted"
+    assert len(waits) == 2 and 2.0 <= waits[0] <= 4.0 and 4.0 <= waits[1] <= 8.0, waits
+
+    def not_found() -> None:
+        raise DeltaError("Not a Delta table: No snapshot or version 0 found")
+
+    waits.clear()
+    with pytest.raises(DeltaError, match="Not a Delta table"):
+        transient.repeated(not_found, "t")
+    assert waits == []
+
+
 def test_the_retry_line_names_the_drop_not_the_error(monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]
     """A store's error may quote a request's URL with a SAS token; log lines are not redacted as a
     command's failure is: the line says what dropped, not the error's text (a review)."""

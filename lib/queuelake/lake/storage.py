@@ -293,7 +293,7 @@ class _Waits:
             self._left -= 1
             reason, wait = TRANSIENT_READ, self._wait
             self._wait = min(self._wait * 2, 5.0)
-        elif (said := _throttling(exc)) is not None and self._throttled_left > 0:
+        elif (said := throttling(exc)) is not None and self._throttled_left > 0:
             self._throttled_left -= 1
             reason, wait = said[0], random.uniform(1.0, 3.0)
         else:
@@ -302,7 +302,7 @@ class _Waits:
         time.sleep(wait)
 
 
-def _throttling(exc: Exception) -> re.Match[str] | None:
+def throttling(exc: Exception) -> re.Match[str] | None:
     """The store's throttling in ``exc``, looked for in the store's own words (after "AWS Error"), never
     in the path before them: a file of a type named ``...SlowDownRequested`` that was missing was read 4
     times over 5 s (a review). A missing file or a refused access is never throttling."""

@@ -38,6 +38,7 @@ from queuelake.lake.delta_rs.staging import StagedWrites
 from queuelake.lake.files import COMPRESSION
 from queuelake.lake.marks import check_writable, description_for, engine_of
 from queuelake.lake.reading import read_spark
+from queuelake.lake.transient import repeated
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -303,19 +304,26 @@ class DeltaRsEngine(StagedWrites):
 
         dt = self._require(table)
         self._check_writable(table, dt)
-        interval_set = self._set_checkpoint_interval(table, dt)
+        interval_set = repeated(lambda: self._set_checkpoint_interval(table, self._require(table)), table)
         files_before = len(dt.file_uris())
         rows = catalogue.row_group_rows(table)
         # the codec said too: WriterProperties without one writes UNCOMPRESSED (a review: the journal grew
         # 3.4 times at its first maintain); the journal's own writes' codec (``files.COMPRESSION``)
         properties = WriterProperties(max_row_group_size=rows, compression=COMPACTED_CODEC) if rows else None
-        compacted = dt.optimize.compact(writer_properties=properties)
+        # each from a fresh load, again when the store dropped or throttled it (``transient.repeated``):
+        # deltalake retries neither as a whole, and behind S3's bursts a maintain failed here (a review)
+        compacted = repeated(
+            lambda: self._require(table).optimize.compact(writer_properties=properties), f"{table}'s compaction"
+        )
         hours = max(0, math.ceil(retention_hours))
-        vacuumed = dt.vacuum(
-            retention_hours=hours,
-            dry_run=False,
-            enforce_retention_duration=hours >= DEFAULT_RETENTION_HOURS,
-            full=True,
+        vacuumed = repeated(
+            lambda: self._require(table).vacuum(
+                retention_hours=hours,
+                dry_run=False,
+                enforce_retention_duration=hours >= DEFAULT_RETENTION_HOURS,
+                full=True,
+            ),
+            f"{table}'s vacuum",
         )
         dt = self._require(table)
         return {
