@@ -226,6 +226,61 @@ def test_a_process_killed_at_every_step_of_the_claim(fresh_pg_uri: str, tmp_path
     assert not any(alive(p) for p in task_pids(proc.stderr))
 
 
+def test_the_commands_commit_session_lost_fails_its_queues_and_the_next_run_lands_their_claims(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """The command's claims poller loses its session (``pg_terminate_backend``) while a process drains:
+    the process stops at its next batch boundary, and its queue says *failed* with the poller's error,
+    not *interrupted* as though a stop had been asked (a review); the next run commits what it claimed,
+    every row once, and counts those rows (``rows_resolved``): every row in some summary."""
+    import psycopg
+
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Deep"])
+    install(cfg)
+    seeded = {"Deep": seed_ids(cfg, "Deep", 2_000, seed=81)}
+    conf = write_conf(tmp_path / "drain.json", lake_root, ["Deep"], processes=1, batch_size=100, workers_per_queue=1)
+    mark = tmp_path / "held"
+    env = {
+        **os.environ,
+        "QUEUELAKE_CONNECTION": fresh_pg_uri,
+        "PYTHONPATH": LIB,
+        "QUEUELAKE_TEST_HOLD_AT": "after_db_commit:6:3",  # the process, its 3rd batch claimed
+        "QUEUELAKE_TEST_HOLD_MARK": str(mark),
+    }
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.exists(), "the process never held"
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
+        (ended,) = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'queuelake-drain-commit' AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended == 1
+    out, err = proc.communicate(timeout=300)
+    first = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == 1 and first["status"] == "failed", (first, err[-3000:])
+    (queue,) = first["queues"]
+    assert queue["status"] == "failed" and queue["error_kind"] == "transport", queue
+    assert "terminat" in queue["error"], queue
+
+    # the batches the process claimed and the poller did not commit (none when it committed all three)
+    claimed = claim_count(cfg)
+    assert queue_depth(cfg, "Deep") == 2_000 - first["dequeued"] - 100 * claimed, claimed
+
+    second = drain(conf, fresh_pg_uri)
+    assert second.returncode == 0, second.stderr[-4000:]
+    again = summary_of(second)
+    # every row in one summary: the first run's claims are the second's rows_resolved
+    assert (again["claims_resolved"], again["rows_resolved"]) == (claimed, 100 * claimed), again
+    assert again["dequeued"] + again["rows_resolved"] + first["dequeued"] == 2_000, (first, again)
+    assert again["queues"][0]["rows_resolved"] == 100 * claimed, again
+    assert_every_row_once(cfg, lake_root, seeded)
+
+
 def test_a_job_whose_processes_keep_dying_fails_its_queues_only(fresh_pg_uri: str, tmp_path: Path) -> None:
     """A process killed on every attempt (more tokens than attempts): its job's queues fail, naming
     the cause; the other queues drain; whatever was claimed is in the journal once, and the next run

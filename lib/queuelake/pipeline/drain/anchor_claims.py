@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from queuelake.errors import QueuelakeError
 from queuelake.lake.port import JournalLake
-from queuelake.pipeline.drain.claims import resolve_claims, shares
+from queuelake.pipeline.drain.claims import Resolved, resolve_claims, shares
 from queuelake.pipeline.drain.queue_drain import release_drain_lock, take_drain_lock
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.report import log
@@ -34,7 +34,7 @@ class Elsewhere:
     queues whose rows sit in a claim it could not resolve, why (the queue's status says so: its rows
     are out of the queue and not in the journal until that claim is resolved)."""
 
-    resolved: int = 0
+    resolved: Resolved = field(default_factory=Resolved)
     failed: dict[str, str] = field(default_factory=dict)
 
     def mark(self, results: list[QueueResult]) -> None:
@@ -82,22 +82,22 @@ def resolve_claims_filed_elsewhere(
 
 def _resolve_under_lock(
     database: QueueDatabase, conn: Connection, journal: JournalLake, table: TableRef, anchor: str
-) -> int:
-    """The claims filed under ``anchor``, resolved under its drain lock; 0 when another drain holds it."""
+) -> Resolved:
+    """The claims filed under ``anchor``, resolved under its drain lock; none when another drain holds it."""
     ref = database.queue(anchor)
     if not take_drain_lock(conn, ref):
         log.info(
             "drain: a batch of this run's queues is claimed under %s, whose drain is running: that drain lands it",
             anchor,
         )
-        return 0
+        return Resolved()
     try:
         found = resolve_claims(conn, journal, table, anchor)
     finally:
         release_drain_lock(conn, ref)
     log.info(
         "drain: resolved %d claim(s) filed under %s, which this run does not drain, holding rows of its queues",
-        found,
+        found.claims,
         anchor,
     )
     return found

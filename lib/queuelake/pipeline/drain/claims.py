@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from queuelake import kill_points
 from queuelake.errors import LakeError
@@ -56,7 +57,20 @@ def shares(claim: Claim) -> dict[str, dict[str, int]] | None:
     return {str(q): {k: int(share.get(k, 0)) for k in OUTCOMES} for q, share in found.items()}
 
 
-def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, queue: str) -> int:
+@dataclass(frozen=True)
+class Resolved:
+    """The claims earlier drains left that a run resolved, and their rows: rows those drains took out
+    of the queue and this run put in the journal (a summary's ``rows_resolved``: in no run's
+    ``dequeued``, which counts the rows a run took out itself)."""
+
+    claims: int = 0
+    rows: int = 0
+
+    def __add__(self, other: Resolved) -> Resolved:
+        return Resolved(self.claims + other.claims, self.rows + other.rows)
+
+
+def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, queue: str) -> Resolved:
     """Finish what killed drains of this queue left between their DB commit and claim clearing,
     whichever worker (or worker count) they ran with. Runs under the drain lock, before any
     worker reads its last version, so versions stay in order."""
@@ -72,7 +86,7 @@ def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, 
             queue,
             claim.row_count,
         )
-    return len(pending)
+    return Resolved(len(pending), sum(c.row_count for c in pending))
 
 
 def land_claim(lake: JournalLake, claim: Claim, queue: str) -> None:

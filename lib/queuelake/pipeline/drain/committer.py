@@ -25,7 +25,7 @@ from typing import Protocol
 from queuelake import kill_points
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import JournalLake
-from queuelake.pipeline.drain.claims import resolve_claims
+from queuelake.pipeline.drain.claims import Resolved, resolve_claims
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
 from queuelake.transport import claims
@@ -52,9 +52,9 @@ class Committer(Protocol):
     ``JournalCommitter`` on the driver, or in a Spark task the driver's poller seen from the task
     (``task.TaskCommitter``)."""
 
-    def begin(self, conn: Connection, queue: str) -> int:
+    def begin(self, conn: Connection, queue: str) -> Resolved:
         """Under the queue's drain lock, before anything is received: the claims killed drains left
-        are committed and cleared when this returns (how many there were)."""
+        are committed and cleared when this returns (how many there were, and their rows)."""
         ...
 
     def submit(self, claimed: Claimed) -> None:
@@ -99,7 +99,7 @@ class JournalCommitter:
         self.batches = 0
         self.largest_group = 0
 
-    def begin(self, conn: Connection, queue: str) -> int:
+    def begin(self, conn: Connection, queue: str) -> Resolved:
         """The claims killed drains of ``queue`` left, committed one by one (``claims.resolve_claims``)."""
         return resolve_claims(conn, self._lake, self._claims_table, queue)
 

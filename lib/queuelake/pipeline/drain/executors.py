@@ -49,7 +49,7 @@ from queuelake.config_sections import DrainConfig
 from queuelake.errors import DrainError, error_kind
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.backlog import Backlog
-from queuelake.pipeline.drain.claims import resolve_claims
+from queuelake.pipeline.drain.claims import Resolved, resolve_claims
 from queuelake.pipeline.drain.poller import ClaimsPoller
 from queuelake.pipeline.drain.queue_drain import take_drain_lock
 from queuelake.pipeline.drain.receive import receive_driver
@@ -189,7 +189,7 @@ def drain_on_executors(
 
 def begin_run(
     database: QueueDatabase, journal: JournalLake, busy: list[tuple[TableRef, int]], backlogs: dict[str, Backlog]
-) -> tuple[ExecutorRun, list[tuple[TableRef, int]], dict[str, int]]:
+) -> tuple[ExecutorRun, list[tuple[TableRef, int]], dict[str, Resolved]]:
     """What a run in tasks (on executors, in local processes) does before it plans: the claims killed
     runs left resolved (``resolve_first``), the queues another drain holds reported as skipped.
     Returns the run's report so far, the queues to drain and the claims resolved per queue."""
@@ -219,11 +219,13 @@ def queue_jobs(
 
 
 def end_run(
-    out: ExecutorRun, drained: list[QueueResult], resolved: dict[str, int], poller: ClaimsPoller
+    out: ExecutorRun, drained: list[QueueResult], resolved: dict[str, Resolved], poller: ClaimsPoller
 ) -> ExecutorRun:
     """The queues' results, with the claims resolved before the tasks ran, and the poller's commits."""
     for result in drained:
-        result.claims_resolved += resolved.get(result.queue, 0)
+        before = resolved.get(result.queue, Resolved())
+        result.claims_resolved += before.claims
+        result.rows_resolved += before.rows
     out.results.extend(drained)
     out.commits, out.largest_group = poller.commits, poller.largest_group
     return out
@@ -231,7 +233,7 @@ def end_run(
 
 def resolve_first(
     database: QueueDatabase, journal: JournalLake, refs: list[TableRef], backlogs: dict[str, Backlog]
-) -> tuple[set[str], list[QueueResult], dict[str, int]]:
+) -> tuple[set[str], list[QueueResult], dict[str, Resolved]]:
     """The claims killed runs left of ``refs``, committed under the queues' drain locks, taken on one
     connection and released together when it closes. Returns the queues to drain, the results of those
     another drain holds (skipped), and the claims resolved per queue."""
@@ -239,7 +241,7 @@ def resolve_first(
     if not pending:
         return {r.canonical for r in refs}, [], {}
     held: list[QueueResult] = []
-    resolved: dict[str, int] = {}
+    resolved: dict[str, Resolved] = {}
     table = database.claims
     with database.connect("queuelake-drain-resolve") as conn:
         for ref in pending:
@@ -307,6 +309,11 @@ def run_job(
         poller.release(names)  # what the last attempt claimed is committed now, not by the next run
     for result in results:
         count_what_the_driver_committed(result, poller)
+        if poller.error is not None and result.status == Status.INTERRUPTED:
+            # stopped because the poller failed (local processes share one stop with it), not by a stop
+            # asked: the queue failed, and says why (it read "interrupted" and the command exited 143)
+            result.status = Status.FAILED
+            result.error, result.error_kind = str(poller.error), error_kind(poller.error)
     return results
 
 

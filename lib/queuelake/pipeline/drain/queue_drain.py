@@ -88,7 +88,8 @@ class QueueDrain:
         if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
             schema.require_table(lock_conn, self.ref)
             lock_conn.rollback()
-        self.result.claims_resolved = self.state.committer.begin(lock_conn, self.ref.canonical)
+        resolved = self.state.committer.begin(lock_conn, self.ref.canonical)
+        self.result.claims_resolved, self.result.rows_resolved = resolved.claims, resolved.rows
         self.state.progress.start(lock_conn, read=self.depth is None or self.depth > self.settings.batch_size)
         return True
 

@@ -17,6 +17,7 @@ class QueueResult(PartResult):
     expired: int = 0
     quarantined: int = 0
     claims_resolved: int = 0
+    rows_resolved: int = 0  # the rows of those claims (``claims.Resolved``)
     batches: int = 0
     seconds: float = 0.0
     rate: float = 0.0

@@ -182,7 +182,8 @@ def drain(
         totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
         _log_outcome(results, totals, run.started)
         # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
-        totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
+        totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved.claims
+        totals["rows_resolved"] = sum(r.rows_resolved for r in results) + elsewhere.resolved.rows
         totals["held_by_others"] = sum(r.held_by_others for r in results)
         # the queues' sessions (kept ones included: never more than the budget), the committer's, ADBC's
         queue_sessions = max(budget.peak, sessions.peak)
@@ -234,7 +235,8 @@ def _on_executors(
     totals = {k: sum(getattr(r, k) for r in results) for k in ("dequeued", "landed", "expired", "quarantined")}
     _log_outcome(results, totals, run.started)
     # with the claims of shared batches filed under queues outside the run (``anchor_claims.py``)
-    totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved
+    totals["claims_resolved"] = sum(r.claims_resolved for r in results) + elsewhere.resolved.claims
+    totals["rows_resolved"] = sum(r.rows_resolved for r in results) + elsewhere.resolved.rows
     totals["held_by_others"] = sum(r.held_by_others for r in results)
     # the command cannot count its tasks' connections: the bound the plan keeps to
     totals["peak_connections"] = outcome.connection_bound if outcome else 0

@@ -38,6 +38,7 @@ from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain import small_queues
 from queuelake.pipeline.drain.budget import Budget
+from queuelake.pipeline.drain.claims import Resolved
 from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_connection, receive_driver
@@ -217,15 +218,16 @@ class TaskCommitter:
         self._ahead: dict[str, list[int]] = defaultdict(list)  # per app id: versions claimed, not seen cleared
         self.driver_gone = False  # set once the driver's poller lock was found free
 
-    def begin(self, conn: Connection, queue: str) -> int:
-        """Wait (under the lock) until the driver has committed the claims a killed attempt left."""
+    def begin(self, conn: Connection, queue: str) -> Resolved:
+        """Wait (under the lock) until the driver has committed the claims a killed attempt left: the
+        driver's poller counts their rows in the queue's figures (``count_what_the_driver_committed``)."""
         self._conn, self._queue = conn, queue
         self._drained.append(queue)
         left = len(self._claims(queue))
         if left:
             log.info("drain %s: %d claim(s) of a killed attempt; waiting for the driver to commit them", queue, left)
             self._until(lambda: not self._claims(queue), "the claims a killed attempt left")
-        return left
+        return Resolved(left)
 
     def finish(self) -> None:
         """Until the driver has committed every claim of the queues begun (their locks are held)."""
