@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,9 @@ from queuelake.errors import ConfigError
 
 def build_section(cls: type, data: Any, where: str) -> Any:
     """One section (or list entry) from its mapping, strictly: an unknown key is an error naming the
-    known ones, a missing required key an error naming it (``where`` says which part of the file)."""
+    known ones, a missing required key an error naming it, a value of the wrong type an error naming
+    its key (``where`` says which part of the file). A number or a yes/no written as text (a quoted
+    YAML value, a ``${VAR}``) is read as one."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -30,10 +34,102 @@ def build_section(cls: type, data: Any, where: str) -> Any:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    hints = typing.get_type_hints(cls)
+    typed = {key: typed_value(hints[key], value, f"{where}.{key}") for key, value in data.items()}
     try:
-        return cls(**data)
+        return cls(**typed)
     except TypeError as exc:  # a required key is missing
         raise ConfigError(f"{where}: {exc}") from None
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_YES_NO = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def typed_value(hint: Any, value: Any, where: str) -> Any:
+    """``value`` as the key's type ``hint`` says, or a ConfigError naming the key and what it expects.
+    Why: a value of another type was taken as it was, and went wrong far from the file: ``queues:
+    Sales`` (no brackets) drained and created the queues S, a, l, e and s; a number as the connection
+    failed with a traceback and no summary; ``workers_per_queue: "2"`` failed comparing it (a review).
+    The value itself is never shown: it may be a secret."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return typed_value(arg, value, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {_expected(hint)}, got {_kind(value)}")
+    if hint is Any or (isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, (dict, hint))):
+        return value  # a nested section: its own class checks it
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _YES_NO:
+            return _YES_NO[value.strip().lower()]
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+            return int(value)
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif origin is list:
+        if isinstance(value, list):
+            return [typed_value(args[0], item, f"{where}[{i}]") for i, item in enumerate(value)]
+        if isinstance(value, str):
+            raise ConfigError(f"{where}: expected {_expected(hint)}, got one string (a list is written [a, b])")
+    elif origin is dict:
+        if isinstance(value, dict):
+            if args[1] is str:  # settings handed on as text (Spark's, the store's): numbers and yes/no too
+                return {str(k): v if isinstance(v, str) else _as_text(v, f"{where}.{k}") for k, v in value.items()}
+            return value
+    else:
+        return value
+    raise ConfigError(f"{where}: expected {_expected(hint)}, got {_kind(value)}")
+
+
+def _as_text(value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    raise ConfigError(f"{where}: expected a text, number or true/false, got {_kind(value)}")
+
+
+def _expected(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_expected(a) for a in args if a is not type(None)) + (
+            " (or nothing)" if type(None) in args else ""
+        )
+    if origin is list:
+        return f"a list of {_expected(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a mapping"
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a text"}
+    return names.get(hint, "a mapping")
+
+
+def _kind(value: Any) -> str:
+    """What was given, by kind only (never the value: it may be a secret)."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "true/false"
+    names = {str: "a text", int: "a whole number", float: "a number", list: "a list", dict: "a mapping"}
+    return names.get(type(value), type(value).__name__)
 
 
 @dataclass

@@ -1,0 +1,68 @@
+"""Every config key's value is checked against its type as the file is read (``build_section``): a value
+of another type went wrong far from the file (a review): ``drain.queues: Sales`` created and drained the
+queues S, a, l, e and s; a number as the connection failed with a traceback and no summary."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from queuelake.config import from_dict
+from queuelake.errors import ConfigError
+
+BASE: dict[str, Any] = {"transport": {"connection": "postgresql://u:Sekr1t-Value@h/db"}, "drain": {"queues": ["Sales"]}}
+
+
+def built(key: str, value: Any) -> Any:
+    section, name = key.split(".")
+    data = copy.deepcopy(BASE)
+    data.setdefault(section, {})[name] = value
+    return getattr(getattr(from_dict(data, env={}, source="conf/prod.yaml"), section), name)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("drain.queues", "Sales", "drain.queues: expected a list of texts, got one string (a list is written [a, b])"),
+        ("transport.delayed_endpoints", "Sales", "transport.delayed_endpoints: expected a list of texts, got one"),
+        ("transport.delayed_endpoints", {"Sales": 1}, "expected a list of texts, got a mapping"),
+        ("drain.queues", [1], "drain.queues[0]: expected a text, got a whole number"),
+        ("transport.connection", 12345, "transport.connection: expected a text (or nothing), got a whole number"),
+        ("transport.connection", ["a"], "transport.connection: expected a text (or nothing), got a list"),
+        ("drain.batch_size", 1.5, "drain.batch_size: expected a whole number, got a number"),
+        ("drain.batch_size", True, "drain.batch_size: expected a whole number, got true/false"),
+        ("drain.max_messages", 2.7, "drain.max_messages: expected a whole number (or nothing), got a number"),
+        ("drain.workers_per_queue", "two", "drain.workers_per_queue: expected a whole number, got a text"),
+        ("bodies.enabled", "maybe", "bodies.enabled: expected true or false, got a text"),
+        ("spark.conf", {"spark.x": [1]}, "spark.conf.spark.x: expected a text, number or true/false, got a list"),
+    ],
+)
+def test_a_value_of_another_type_is_an_error_naming_its_key(key: str, value: Any, said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        built(key, value)
+    assert str(caught.value).startswith("conf/prod.yaml: "), caught.value
+    assert said in str(caught.value)
+
+
+def test_numbers_and_yes_no_written_as_text_are_read_as_such() -> None:
+    """A quoted YAML value or a ``${VAR}`` is text: read as the number or yes/no the key takes."""
+    assert built("drain.workers_per_queue", "2") == 2
+    assert built("drain.max_seconds", "10") == 10.0
+    assert built("bodies.enabled", "no") is False and built("bodies.enabled", "true") is True
+    assert built("drain.max_messages", None) is None
+    assert built("spark.conf", {"spark.executor.cores": 2, "spark.x": True}) == {
+        "spark.executor.cores": "2",
+        "spark.x": "true",
+    }
+    conf = from_dict(
+        {**BASE, "drain": {"queues": ["Sales"], "batch_size": "${BATCH}"}}, env={"BATCH": "500"}, source="c.yaml"
+    )
+    assert conf.drain.batch_size == 500
+
+
+def test_the_value_itself_is_never_shown() -> None:
+    """A value in the wrong place may be a secret (a password pasted as a number of workers)."""
+    with pytest.raises(ConfigError) as caught:
+        built("drain.workers_per_queue", "Sekr1t-Value")
+    assert "Sekr1t" not in str(caught.value)
