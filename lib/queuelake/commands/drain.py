@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from queuelake.commands.argtypes import at_least_one, seconds
 from queuelake.commands.command import Command
 
 if TYPE_CHECKING:
@@ -18,10 +19,10 @@ def queue_arguments(parser: argparse.ArgumentParser) -> None:
     """The drain's arguments, which ``run`` takes too."""
     parser.add_argument("--queue", action="append", dest="queues", help="drain only this queue (repeatable)")
     parser.add_argument(
-        "--max-messages", type=int, default=None, help="stop once about N messages are drained (whole batches)"
+        "--max-messages", type=at_least_one, default=None, help="stop once about N messages are drained (whole batches)"
     )
     parser.add_argument(
-        "--max-seconds", type=float, default=None, help="stop starting new batches after S seconds (a time box)"
+        "--max-seconds", type=seconds, default=None, help="stop starting new batches after S seconds (a time box)"
     )
 
 

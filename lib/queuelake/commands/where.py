@@ -20,6 +20,7 @@ import argparse
 import sys
 from typing import Any
 
+from queuelake.commands.argtypes import at_least_one
 from queuelake.commands.command import Command
 
 
@@ -41,16 +42,6 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 < value <= 3600:
         raise argparse.ArgumentTypeError(f"{text}: a time limit is more than 0 and at most 3600 seconds")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: at least 1")
     return value
 
 
@@ -80,7 +71,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds one queue table's read may take (default 5); past it the table is reported unsearched",
     )
     parser.add_argument(
-        "--limit", type=_positive, default=1000, metavar="N", help="candidate rows read per queue table (default 1000)"
+        "--limit",
+        type=at_least_one,
+        default=1000,
+        metavar="N",
+        help="candidate rows read per queue table (default 1000)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per place on stdout instead of a table")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from queuelake.commands.argtypes import at_least_one
 from queuelake.commands.command import Command
 
 
@@ -16,7 +17,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default=".", help="where ./lake and the demo database go")
-    parser.add_argument("--messages", type=int, default=2000, help="messages to seed per business queue")
+    parser.add_argument("--messages", type=at_least_one, default=2000, help="messages to seed per business queue")
     engines = ("auto", "delta-rs", "delta-spark")
     parser.add_argument("--engine", choices=engines, default="auto", help="lake engine")
 
