@@ -4,4 +4,4 @@
 -- deletes from the head. Not max(seq): once a table was emptied, analysed and refilled (statistics
 -- say "empty"), the planner aggregates over a scan of the whole index instead, visiting every dead
 -- and live entry (tests/transport/test_receive_churn.py checks the plan).
-SELECT seq AS newest FROM {queue} ORDER BY seq DESC LIMIT 1;
+SELECT seq AS newest FROM {queue} WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1;

@@ -251,6 +251,33 @@ def test_a_row_that_cannot_be_written_is_quarantined_not_a_blocked_queue(
     assert bad["error"] == "journal could not be stored for this row: OverflowError: date value out of range"
 
 
+def test_a_row_whose_id_is_null_is_quarantined_under_a_stand_in_id(
+    edge_database: Callable[[], str], tmp_path: Path
+) -> None:
+    """A table not made by the transport may allow a NULL id; the journal's id takes none. The row was
+    quarantined with its NULL id, refused again, and failed its queue on every run (a review): it is
+    kept under an id made from its queue and seq, the reason says so, the other rows land."""
+    uri = edge_database()
+    with psycopg.connect(uri, autocommit=True) as conn:
+        (key,) = conn.execute(
+            """SELECT conname FROM pg_constraint WHERE conrelid = '"public"."Edges"'::regclass AND contype = 'p'"""
+        ).fetchone()
+        conn.execute(f'ALTER TABLE "public"."Edges" DROP CONSTRAINT "{key}"')  # the table's own key name
+        conn.execute('ALTER TABLE "public"."Edges" ALTER COLUMN id DROP NOT NULL')
+    rows = unique_ids([{"id": None, "expires": None, "headers": "{}", "body": b"x"} for _ in range(5)])
+    rows[2]["id"] = None
+    sent = fill(uri, rows, near_top=False)
+    summary = _drain_in_process(uri, tmp_path / "lake")
+    assert summary["status"] == "ok" and (summary["landed"], summary["quarantined"]) == (4, 1), summary
+    journal = {r["seq"]: r for r in read_table(str(tmp_path / "lake" / "messages")).to_pylist()}
+    assert set(journal) == set(sent)
+    (bad,) = [r for r in journal.values() if r["outcome"] == "quarantined"]
+    assert bad["error"].startswith(f"the row's id is NULL (kept under the id {bad['id']}); "), bad["error"]
+    assert uuid.UUID(bad["id"]) and bad["body"] == b"x"
+    with psycopg.connect(uri) as conn:
+        assert conn.execute('SELECT count(*) FROM "public"."Edges"').fetchone()[0] == 0
+
+
 def test_a_lake_that_fails_whatever_the_rows_fails_the_run_and_loses_nothing(
     edge_database: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import threading
 import time
@@ -162,6 +163,26 @@ def test_peek_and_oldest(queue: tuple[Connection, TableRef]) -> None:
     with conn.transaction():
         assert queues.peek(conn, ref) == 5
         assert queues.oldest_headers(conn, ref) == sent[0].headers
+
+
+def test_peek_and_oldest_on_a_table_made_by_hand(queue: tuple[Connection, TableRef]) -> None:
+    """A table not made by the transport may allow a NULL seq and keep its headers as ``jsonb``: the
+    depth is the span of the rows with a seq (DESC sorts NULLs first: it read 0, and the drain said the
+    queue was empty with rows waiting), and the oldest row's headers read as text (``status`` failed
+    with a TypeError; a review)."""
+    conn, ref = queue
+    sent = _messages(3)
+    _send(conn, ref, sent)
+    cur = conn.raw.cursor()
+    cur.execute(f"ALTER TABLE {ref.qualified} ALTER COLUMN seq DROP NOT NULL")
+    cur.execute(f"ALTER TABLE {ref.qualified} ALTER COLUMN headers TYPE jsonb USING headers::jsonb")
+    cur.execute(f"UPDATE {ref.qualified} SET seq = NULL WHERE id = '{sent[2].id}'")  # a uuid of the test's
+    conn.commit()
+    with conn.transaction():
+        assert queues.peek(conn, ref) == 2
+        assert queues.newest_seq(conn, ref) is not None
+        oldest = queues.oldest_headers(conn, ref)
+    assert oldest is not None and json.loads(oldest) == json.loads(sent[0].headers)
 
 
 def test_receive_skips_rows_locked_by_another_transaction(

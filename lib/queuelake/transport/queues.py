@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -56,9 +57,13 @@ def _bool(value: Any) -> bool:
 
 
 def _text(value: Any) -> str | None:
+    """A text column's value as text: bytes as their UTF-8, and a ``jsonb`` column's value (a table not
+    made by the transport; psycopg hands it parsed) as its JSON again."""
     if value is None or isinstance(value, str):
         return value
-    return bytes(value).decode("utf-8", errors="surrogateescape")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="surrogateescape")
+    return json.dumps(value, ensure_ascii=False)
 
 
 def to_received(row: Sequence[Any]) -> ReceivedRow:

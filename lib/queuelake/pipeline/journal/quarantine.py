@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA, UTC_TS
 from queuelake.pipeline.journal.text import as_array, error_text, raw_expires, safe_text, to_texts
 
 log = logging.getLogger("queuelake")
+NULL_ID_NAMESPACE = uuid.UUID("5f0c1a52-7d1e-4c55-9a47-6b7e1d0c9f31")  # the stand-in ids of rows whose id is NULL
 
 
 def quarantine_row(
@@ -46,6 +48,14 @@ def quarantine_row(
         reason = None
     if not reason:
         reason = f"journal could not be {stage} for this row: {error_text(exc)}"
+    row_ids = received["id"]
+    if row_ids.null_count:
+        # a table not made by the transport may hold a NULL id, and the journal's id takes none: the row
+        # is kept under an id made from its queue and seq (the same in every attempt), and says so. It
+        # was refused again as quarantined, and blocked its queue for good (a review)
+        stand_in = str(uuid.uuid5(NULL_ID_NAMESPACE, f"{queue}\x00{received['seq'][0].as_py()}"))
+        row_ids = pa.array([stand_in], pa.string())
+        reason = f"the row's id is NULL (kept under the id {stand_in}); {reason}"
     expires, raw_text = received["expires"], raw_expires(received)
     if stage != "built":
         raw_text = pc.coalesce(raw_text, _timestamp_text(expires))
@@ -53,7 +63,7 @@ def quarantine_row(
     columns: dict[str, Any] = {
         "queue": pa.array([queue], pa.string()),
         "seq": received["seq"],
-        "id": received["id"],
+        "id": row_ids,
         "batch_id": pa.array([batch_id], pa.string()),
         "drained_at": pa.array([drained_at], UTC_TS),
         "outcome": pa.array(["quarantined"], pa.string()),
