@@ -10,6 +10,7 @@ error or a bug; the message names its type). Every failure but ``usage`` exits 1
 
 from __future__ import annotations
 
+import errno
 import re
 
 
@@ -127,12 +128,18 @@ def error_kind(exc: BaseException) -> str:
         return raised
     if isinstance(exc, OSError) and _STORE_ERROR.search(str(exc)):  # pyarrow's S3 client's, deltalake's object store's
         return "lake"
+    if isinstance(exc, OSError) and (exc.errno in _STORAGE_FULL or _STORAGE_FULL_TEXT.search(str(exc))):
+        return "lake"  # a full or read-only disk under the lake (pyarrow's writes say so in text only)
     return "lake" if library in _LAKE_LIBRARIES or _is_delta_error(exc) else "unexpected"
 
 
 # what an object store's error says in pyarrow's S3 client ("AWS Error ...") and in deltalake's builtin
 # OSError ("Kernel error -> Generic S3 error", "Generic S3 error"): both were "unexpected" (a review)
 _STORE_ERROR = re.compile(r"AWS Error|Generic \w+ error|Kernel error|object store", re.I)
+# a disk full, read-only or over quota: the lake's writes (the files a drain stages, a step's outputs)
+# failed so with ``unexpected`` (a review, a lake on a small tmpfs)
+_STORAGE_FULL = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+_STORAGE_FULL_TEXT = re.compile(r"No space left on device|Read-only file system|Disk quota exceeded")
 _DRIVERS = frozenset({"psycopg", "psycopg2", "pyodbc"})  # the queue database's drivers
 _SPARK_WRAPPERS = frozenset({"py4j", "pyspark"})  # a Spark job's failure, a task's Python error in its text
 # a traceback's last line, the error raised: ``queuelake.errors.TransportError: ...`` at a line's start (a

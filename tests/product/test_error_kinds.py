@@ -44,6 +44,18 @@ def test_a_database_drivers_own_error_is_the_queue_databases() -> None:
     assert errors.error_kind(OSError("[Errno 2] No such file or directory: 'conf.yaml'")) == "unexpected"
 
 
+def test_a_full_or_read_only_disk_is_the_lakes() -> None:
+    """A lake on a full disk failed a drain with ``unexpected`` (a review, a small tmpfs): pyarrow says so in
+    its text only, Python with an errno."""
+    import errno
+
+    full = OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+    assert errors.error_kind(full) == "lake"
+    assert errors.error_kind(OSError(errno.EROFS, "Read-only file system", "/lake/messages")) == "lake"
+    assert errors.error_kind(OSError(errno.EDQUOT, "quota")) == "lake"
+    assert errors.error_kind(OSError(errno.ENOENT, "No such file or directory")) == "unexpected"
+
+
 def _answering(spark_error: type[BaseException], text: str) -> BaseException:
     """Spark's error of that class whose text is ``text``: theirs ask the JVM for it, here there is none."""
     answering = type(spark_error.__name__, (spark_error,), {"__str__": lambda self: text})

@@ -274,10 +274,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             counts, to_whom, lake_root, tables, lake.name, drained, typed, transformed, published, commands
         )
         print(report)
-        ok = all(s["status"] == Status.OK for s in (drained, typed, transformed, published))
-        status = Status.OK if ok else Status.FAILED
+        steps = {"drain": drained, "bodies": typed, "transform": transformed, "publish": published}
+        # a failed step's summary: without it the command's summary said "error": null (a review)
+        failed = {name: step for name, step in steps.items() if step["status"] != Status.OK}
         return {
-            "status": status,
+            "status": Status.FAILED if failed else Status.OK,
+            # as ``run`` names them, each with its summary: the command's error is lifted from it
+            **({"failed_steps": list(failed), **failed} if failed else {}),
             "lake": str(lake_root),
             "config": str(config_file),
             "database": str(workdir / DATABASE),
