@@ -145,6 +145,11 @@ def writing_lake(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
     """The lake for a command that writes tables other commands created (maintain; purge-expired when
     an older ``runs`` table is delta-spark's). The engine that wrote a table must write it again:
     delta-spark (and auto, which may pick it, as transform does) needs a session; delta-rs does not
-    start one."""
-    session = spark or active_spark() or (None if cfg.lake.engine == "delta-rs" else spark_for(cfg, None))
+    start one, nor does auto on a lake whose every table delta-rs made."""
+    session = spark or active_spark()
+    if session is None and cfg.lake.engine == "auto":
+        lake = without_spark(cfg.lake)
+        if all(lake.written_by(table) == "delta-rs" for table in lake.tables()):
+            return lake  # every table delta-rs's: a maintain spent ~30 s starting Spark for none (a review)
+    session = session or (None if cfg.lake.engine == "delta-rs" else spark_for(cfg, None))
     return lake_for(cfg, session)
