@@ -118,7 +118,7 @@ def _expected(hint: Any) -> str:
         return f"a list of {_expected(args[0]).removeprefix('a ').removeprefix('an ')}s"
     if origin is dict:
         return "a mapping"
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a text"}
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a text", Any: "a value"}
     return names.get(hint, "a mapping")
 
 
