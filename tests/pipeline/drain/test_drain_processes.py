@@ -281,6 +281,58 @@ def test_the_commands_commit_session_lost_fails_its_queues_and_the_next_run_land
     assert_every_row_once(cfg, lake_root, seeded)
 
 
+def test_the_commit_session_lost_after_a_process_died_ends_the_command(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """A process SIGKILLed while its stop watch waited, then the command's commit session lost: the
+    command passes the stop on to its processes and ends. It hung for good: a multiprocessing Event's
+    ``set`` waited for the dead process to wake (a review)."""
+    import psycopg
+
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Deep"])
+    install(cfg)
+    seeded = {"Deep": seed_ids(cfg, "Deep", 20_000, seed=83)}
+    conf = write_conf(tmp_path / "drain.json", lake_root, ["Deep"], processes=1, batch_size=100, workers_per_queue=1)
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    (tokens / "0").touch()
+    env = {
+        **os.environ,
+        "QUEUELAKE_CONNECTION": fresh_pg_uri,
+        "PYTHONPATH": LIB,
+        "QUEUELAKE_TEST_KILL_AT": "after_stage:3",
+        "QUEUELAKE_TEST_KILL_TOKENS": str(tokens),
+    }
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    err_path = tmp_path / "err"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        deadline = time.monotonic() + 120
+        while "its process died" not in err_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "its process died" in err_path.read_text(), err_path.read_text()[-3000:]
+        while "a task of 1 queue(s)" not in err_path.read_text().split("its process died")[-1]:
+            time.sleep(0.2)  # the job's second attempt, in a new process, is draining
+        with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'queuelake-drain-commit' AND pid <> pg_backend_pid()"
+            )
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail("the command hung after its commit session went")
+    assert proc.returncode == 1 and summary_of_text(out)["status"] == "failed", err_path.read_text()[-3000:]
+    again = drain(conf, fresh_pg_uri)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert_every_row_once(cfg, lake_root, seeded)
+
+
+def summary_of_text(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def test_a_job_whose_processes_keep_dying_fails_its_queues_only(fresh_pg_uri: str, tmp_path: Path) -> None:
     """A process killed on every attempt (more tokens than attempts): its job's queues fail, naming
     the cause; the other queues drain; whatever was claimed is in the journal once, and the next run

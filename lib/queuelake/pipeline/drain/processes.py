@@ -28,8 +28,8 @@ processes ignore SIGINT and let the command decide.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
-import multiprocessing.synchronize
 import os
 import queue
 import signal
@@ -63,6 +63,23 @@ from queuelake.transport.table_refs import TableRef
 ATTEMPTS = 4  # a job's runs in all when its process dies: Spark's default spark.task.maxFailures
 STOP_CHECK_SECONDS = 0.2  # how often the command looks for a stop request to pass on
 PARENT_CHECK_SECONDS = 0.5  # how often a process looks whether its command is still there
+
+
+class StopFlag:
+    """The command's stop as its processes see it: a byte of shared memory the command sets and each
+    process looks at every ``STOP_CHECK_SECONDS``. Why not a multiprocessing ``Event``: its ``set``
+    waits until every process asleep in its ``wait`` has woken, and a process killed while asleep never
+    does: the command hung for good when its commit session went after one of its processes had been
+    SIGKILLed (a review). Setting and reading a byte takes no lock that a dead process could hold."""
+
+    def __init__(self, context: multiprocessing.context.SpawnContext) -> None:
+        self._flag = context.RawValue(ctypes.c_bool, False)
+
+    def set(self) -> None:
+        self._flag.value = True
+
+    def is_set(self) -> bool:
+        return bool(self._flag.value)
 
 
 def process_count(database: QueueDatabase, settings: DrainConfig) -> int:
@@ -139,10 +156,10 @@ class Processes:
         self._mutex = threading.Lock()
         self._closed = threading.Event()
         self.size = size
-        # started ignoring the stop signals (multiprocessing's resource tracker, which the Event starts,
+        # started ignoring the stop signals (multiprocessing's resource tracker, which shared memory may start,
         # too): a terminal's or a scheduler's signal to the whole group is the command's to decide
         with stopping.ignored_while_starting_children():
-            self.stop = self._context.Event()
+            self.stop = StopFlag(self._context)
             for _ in range(size):
                 self._idle.put(self._start())
         threading.Thread(target=self._pass_on_stop, name="drain-stop-watch", daemon=True).start()
@@ -220,9 +237,7 @@ def process_error(queue: str, exc: BaseException) -> str:
     return f"the drain process of {queue} failed: {type(exc).__name__}: {first}"
 
 
-def _set_up_process(
-    setup: TaskSetup, stop: multiprocessing.synchronize.Event, level: int, fmt: str | None, command: int
-) -> None:
+def _set_up_process(setup: TaskSetup, stop: StopFlag, level: int, fmt: str | None, command: int) -> None:
     """A new process: logs to stderr as the command does, ignores SIGINT (the command decides), stops
     at the next batch boundary when the command asks (``stop``) or gets a SIGTERM itself, ends when
     the command (pid ``command``) is gone, and opens what its jobs share (``TaskResources``).
@@ -240,7 +255,8 @@ def _set_up_process(
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.request())  # to the group: stop at a boundary
 
     def wait_for_stop() -> None:
-        stop.wait()
+        while not stop.is_set():
+            time.sleep(STOP_CHECK_SECONDS)
         stopping.request()
 
     threading.Thread(target=wait_for_stop, name="drain-stop", daemon=True).start()
