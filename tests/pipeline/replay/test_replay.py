@@ -430,6 +430,37 @@ def test_a_replay_whose_records_fail_after_sending_names_its_id_and_its_rerun_se
     assert [r["replay_id"] for r in replays] == [rid], replays
 
 
+def test_a_stop_whose_error_replaced_it_after_sending_stays_a_stop(failures, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second SIGTERM lands in a batch's send and the send's error replaces it (the stop is that error's
+    context, as when a Spark job is cancelled): the replay is interrupted, its records are written, and
+    the summary the stop carries names the replay and what it sent. It said failed, ``unexpected``, and
+    the stop was lost (a review of the change that kept the replay id on any error)."""
+    from queuelake import stopping
+    from queuelake.pipeline.replay import executors
+
+    cfg, *_ = failures
+    real, calls = executors.send_built, []
+
+    def send_built(conn, key, prepared):  # type: ignore[no-untyped-def]
+        calls.append(key)
+        if len(calls) == 2:
+            try:
+                raise stopping.Interrupted("SIGTERM")
+            except stopping.Interrupted:
+                raise RuntimeError("Job 3 cancelled as part of cancellation of all jobs") from None
+        return real(conn, key, prepared)
+
+    monkeypatch.setattr(executors, "send_built", send_built)
+    with pytest.raises(RuntimeError) as raised:
+        run(cfg, None, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    stop = stopping.stop_within(raised.value)
+    assert stop is not None, "the stop was lost"
+    done = stopping.done_before(stop)["replay"]
+    assert done["status"] == "interrupted" and done["rows_sent"] == 7 and done["replay_id"], done
+    replays = read_table(str(Path(cfg.lake.root) / "replays")).to_pylist()
+    assert [r["replay_id"] for r in replays] == [done["replay_id"]], replays
+
+
 @pytest.mark.parametrize("order", ["unsendable-first", "sendable-first"])
 def test_two_rows_of_one_queue_and_seq_are_each_sent_or_skipped(
     fresh_pg_uri: str, tmp_path: Path, spark, order

@@ -372,21 +372,15 @@ def replay(
         # deltalake error after a batch was sent left none, and the scheduler's rerun sent it again)
         if not replayer.sending:
             raise
+        if stopping.stop_within(exc) is not None:  # an error a stop caused (a second signal in a Spark job)
+            _interrupted(replayer, exc, options)
+            raise
         result = replayer.result
         result.status, result.error = Status.FAILED, describe(exc)
         result.error_kind = error_kind(exc)
     except BaseException as exc:  # SIGTERM's Interrupted, Ctrl-C: record what was sent, then go on
         if replayer.sending:
-            replayer.result.status, replayer.result.error = Status.INTERRUPTED, str(exc) or type(exc).__name__
-            try:
-                replayer.record(replayer.result)
-            except QueuelakeError as failed:  # the stop is what the command reports
-                log.warning("replay %s: its records were not written: %s", replayer.result.replay_id, failed)
-            # a stop now (a second signal): what was sent goes with it to the summary, which said only
-            # "interrupted" (a review)
-            stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
-            if stop is not None:
-                stopping.partial(stop, {"replay": _summary(replayer, replayer.result, options)})
+            _interrupted(replayer, exc, options)
         raise
     if not options.dry_run:
         with replayer.steps.timed("record"):
@@ -403,6 +397,20 @@ def replay(
                 )
                 log.error("replay %s: %s", result.replay_id, result.error)
     return _summary(replayer, result, options)
+
+
+def _interrupted(replayer: Replayer, exc: BaseException, options: ReplayOptions) -> None:
+    """A replay stopped once sending began: what was sent recorded, and with the stop to the summary."""
+    replayer.result.status, replayer.result.error = Status.INTERRUPTED, str(exc) or type(exc).__name__
+    try:
+        replayer.record(replayer.result)
+    except QueuelakeError as failed:  # the stop is what the command reports
+        log.warning("replay %s: its records were not written: %s", replayer.result.replay_id, failed)
+    # a stop now (a second signal): what was sent goes with it to the summary, which said only
+    # "interrupted" (a review)
+    stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
+    if stop is not None:
+        stopping.partial(stop, {"replay": _summary(replayer, replayer.result, options)})
 
 
 def _files_gone(replayer: Replayer, exc: FileNotFoundError) -> ReplayError:
