@@ -151,11 +151,13 @@ _WORKER_DIED = re.compile(r"Python worker exited unexpectedly|Python worker (?:w
 
 
 def _raised_in_a_task(text: str) -> str | None:
-    """The kind of the first of queuelake's errors (or a database driver's) a failed Spark job's text
+    """The kind of the last of queuelake's errors (or a database driver's) a failed Spark job's text
     names, as its Python worker printed it: a publish task whose database was out of reach said
-    ``unexpected`` (a review), though its error was a ``TransportError``."""
+    ``unexpected`` (a review), though its error was a ``TransportError``. The last: in a chained
+    traceback ("During handling of the above exception", ``raise ... from``) the error raised is
+    printed after the one it replaced (the first said ``lake`` for a ``TransportError``: a review)."""
     kinds = {cls.__name__: cls.kind for cls in _error_classes(QueuelakeError)}
-    for line in text.splitlines():
+    for line in reversed(text.splitlines()):
         if any(f"{driver}." in line for driver in _DRIVERS) and "Error" in line:
             return "transport"
         match = _TASK_ERROR.match(line)

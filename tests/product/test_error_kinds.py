@@ -74,6 +74,14 @@ def test_a_spark_jobs_failure_has_the_kind_of_its_tasks_error() -> None:
         "queuelake.errors.TransportError: cannot connect to the queue database: connection refused\n"
     )
     assert errors.error_kind(_answering(Py4JJavaError, task_trace)) == "transport"
+    # a chained traceback: the error raised is printed last, after the one it replaced (it said ``lake``)
+    chained = task_trace.replace(
+        "queuelake.errors.TransportError",
+        "queuelake.errors.LakeError: lake table messages: read failed\n\nDuring handling of the above exception,"
+        ' another exception occurred:\n\nTraceback (most recent call last):\n  File "x.py", line 2\n'
+        "queuelake.errors.TransportError",
+    )
+    assert errors.error_kind(_answering(Py4JJavaError, chained)) == "transport"
     refused = _answering(
         PythonException, "An exception was thrown from the Python worker.\npsycopg.OperationalError: gone"
     )
