@@ -1,7 +1,8 @@
--- Wait for every claim transaction under way on a queue (claim_fence_shared.sql) to end, in a
--- transaction of its own (the lock session is in autocommit): taken, then released by the commit.
+-- Whether no claim transaction is under way on a queue (claim_fence_shared.sql), in a transaction of its
+-- own (the lock session is in autocommit): tried without waiting (the caller asks again), then released
+-- by the commit.
 BEGIN TRANSACTION;
 DECLARE @result int;
-EXEC @result = sp_getapplock @Resource = :lock_name, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = -1;
+EXEC @result = sp_getapplock @Resource = :lock_name, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 0;
 COMMIT TRANSACTION;
-SELECT @result AS granted;
+SELECT CASE WHEN @result >= 0 THEN 1 ELSE 0 END AS granted;

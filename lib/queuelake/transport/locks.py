@@ -7,8 +7,11 @@ process dies; the caller keeps a connection open for as long as it needs the loc
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Callable
 
-from queuelake.errors import TransportError
+from queuelake.errors import DrainError, TransportError
+from queuelake.report import log
 from queuelake.transport.db import Connection
 
 # sp_getapplock takes 255 characters of a resource name and drops the rest: two long names sharing
@@ -59,15 +62,47 @@ def mark_claim(conn: Connection, name: str, what: str) -> None:
     conn.run("claim_fence_shared", {}, {"lock_name": _fence(name)}, what=what)
 
 
-def wait_for_claims(conn: Connection, name: str, what: str) -> None:
+FENCE_POLL_SECONDS = 0.5  # between two tries of the claim fence
+FENCE_SAY_SECONDS = 10.0  # between two log lines while it waits
+
+
+def wait_for_claims(conn: Connection, name: str, what: str, give_up: Callable[[], str | None] = lambda: None) -> None:
     """Just after taking the lock ``name``: wait for every claim transaction under way on it to end.
     Why: a drain whose lock session died could have confirmed its lock and be committing a claim when
     this one took the lock; this one then read the queue's claims and versions without it, claimed
     the same (application id, version), and its batch was skipped as journalled: lost (a review, with
     the commit held 5 s). Once this returns, every claim of the old drain is committed or rolled back,
-    and any later one fails its lock's confirmation."""
-    conn.run("claim_fence_wait", {}, {"lock_name": _fence(name)}, what=what)
-    conn.commit()
+    and any later one fails its lock's confirmation.
+
+    Tried every ``FENCE_POLL_SECONDS``, not waited for in one statement: a claim whose process froze is
+    under way until the server ends its transaction (``idle_in_transaction_timeout_seconds``, 10 min by
+    default), and a drain waited that long without a word, past its time box and through a SIGTERM (a
+    review). It says why it waits, and raises ``DrainError`` once ``give_up`` gives a reason (a stop,
+    the time box): its queue fails, and the next drain lands what the old one claimed."""
+    started, said = time.monotonic(), None
+    while True:
+        rows = conn.run("claim_fence_wait", {}, {"lock_name": _fence(name)}, what=what)
+        conn.commit()
+        if rows and _granted(rows[0][0]):
+            return
+        waited = time.monotonic() - started
+        reason = give_up()
+        if reason is not None:
+            raise DrainError(
+                f"{what}: a drain whose lock went is still committing a claim after {waited:.0f}s; {reason} "
+                "(the next drain lands that claim)"
+            )
+        if said is None or time.monotonic() - said >= FENCE_SAY_SECONDS:
+            said = time.monotonic()
+            log.info("%s: waiting for a claim a drain whose lock went is committing (%.0fs so far)", what, waited)
+        time.sleep(FENCE_POLL_SECONDS)
+
+
+def _granted(value: object) -> bool:
+    """A driver's true: psycopg's bool, ADBC's and psqlodbc's text or number."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "t", "true")
+    return bool(value)
 
 
 def confirm_held(conn: Connection, what: str) -> None:

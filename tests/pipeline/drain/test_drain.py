@@ -461,6 +461,45 @@ def test_a_drain_taking_a_lock_waits_for_the_claim_its_last_holder_was_committin
     assert claim_count(cfg) == 0 and queue_depth(cfg, "Sales") == 0
 
 
+def test_a_drain_waiting_for_a_stuck_claim_says_so_and_keeps_its_time_box(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Drain A's claim is stuck (held 40 s here, as a frozen process's would be) after its lock session
+    died; drain B takes the lock and waits for that claim. B waited without a word until the server
+    ended A's transaction, past its ``--max-seconds`` and through a SIGTERM (a review). Now B says why it
+    waits and gives up at its time box, failing the queue; A's claim lands, and a later drain the rest."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"], batch_size=200, workers_per_queue=1)
+    install(cfg)
+    sent = seed_ids(cfg, "Sales", 2000)
+    conf = write_config(tmp_path / "d.json", lake_root, ["Sales"], batch_size=200, workers=1)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    mark = tmp_path / "held"
+    held = {"QUEUELAKE_TEST_HOLD_AT": "before_db_commit:40:3", "QUEUELAKE_TEST_HOLD_MARK": str(mark)}
+    first = subprocess.Popen(cmd, env={**env, **held}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), first.communicate()[1][-3000:]
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'queuelake-drain-lock'"
+        )
+    began = time.monotonic()
+    second = subprocess.run([*cmd, "--max-seconds", "4"], env=env, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - began
+    assert first.poll() is None, "A ended before B gave up: nothing was stuck"
+    assert second.returncode == 1 and took < 30, (took, second.stderr[-3000:])
+    assert "waiting for a claim a drain whose lock went is committing" in second.stderr, second.stderr[-3000:]
+    (queue,) = json.loads(second.stdout.strip().splitlines()[-1])["queues"]
+    assert queue["status"] == "failed" and "still committing a claim" in queue["error"], queue
+    assert "time box" in queue["error"] and queue["dequeued"] == 0, queue
+    first.communicate(timeout=120)
+    assert subprocess.run(cmd, env=env, capture_output=True, text=True).returncode == 0
+    ids = journal(lake_root)["id"].to_pylist()
+    assert len(ids) == len(set(ids)) and set(ids) == sent, f"{len(sent - set(ids))} lost"
+    assert claim_count(cfg) == 0 and queue_depth(cfg, "Sales") == 0
+
+
 # --- competing consumer ---------------------------------------------------------------------------
 
 

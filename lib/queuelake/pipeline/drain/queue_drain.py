@@ -84,7 +84,7 @@ class QueueDrain:
         self.locked = True
         self.state.lock_conn = lock_conn
         # a drain that held the lock before (its session died) may be committing a claim: wait for it
-        locks.wait_for_claims(lock_conn, drain_lock_name(self.ref), what=self.ref.canonical)
+        locks.wait_for_claims(lock_conn, drain_lock_name(self.ref), self.ref.canonical, self._give_up_waiting)
         if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
             schema.require_table(lock_conn, self.ref)
             lock_conn.rollback()
@@ -92,6 +92,15 @@ class QueueDrain:
         self.result.claims_resolved, self.result.rows_resolved = resolved.claims, resolved.rows
         self.state.progress.start(lock_conn, read=self.depth is None or self.depth > self.settings.batch_size)
         return True
+
+    def _give_up_waiting(self) -> str | None:
+        """Why the drain stops waiting before it receives anything: a stop, or its time box spent."""
+        if stopping.requested():
+            return "the drain was stopped"
+        deadline = self.state.budget.deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            return "the drain's time box (drain.max_seconds, --max-seconds) is spent"
+        return None
 
     def run_workers(self) -> list[BaseException]:
         """The queue's workers, until its budget or rows run out; returns their errors."""
