@@ -140,3 +140,19 @@ def test_what_is_not_throttling_is_raised_at_once(no_waits: list[float], error: 
     with pytest.raises(OSError):
         storage.read_retrying(failing, "a file")
     assert no_waits == []
+
+
+def test_whether_a_table_exists_on_azure_or_gcs_is_asked_with_the_lakes_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyarrow's file systems here are not given Azure's or GCS's credentials (the lake's storage options):
+    for those roots deltalake answers, with them, as before ``is_delta_table`` read the log itself (a review)."""
+    from deltalake import DeltaTable
+
+    asked: list[tuple[str, object]] = []
+    monkeypatch.setattr(
+        DeltaTable, "is_deltatable", staticmethod(lambda uri, opts=None: asked.append((uri, opts)) or True)
+    )
+    uri = "abfss://lake@account.dfs.core.windows.net/root/messages"
+    assert storage.is_delta_table(uri, {"azure_storage_account_key": "k"})
+    assert asked == [(uri, {"AZURE_STORAGE_ACCOUNT_KEY": "k"})], asked

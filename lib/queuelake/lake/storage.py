@@ -439,6 +439,13 @@ def is_delta_table(table_uri: str, options: Mapping[str, str] | None = None) -> 
     process it hung for 60 s and failed "operation timed out"."""
     from pyarrow import fs as pafs
 
+    if "://" in table_uri and not is_s3(table_uri) and urlparse(table_uri).scheme != "file":
+        # Azure, GCS: their credentials are deltalake's storage options, which pyarrow's file systems
+        # here are not given (a review): deltalake asks, as before
+        from deltalake import DeltaTable
+
+        opts = dict(normalise(options)) if options is not None else options_for(table_uri)
+        return read_retrying(lambda: DeltaTable.is_deltatable(table_uri, opts or None), table_uri)
     fs, base = filesystem(table_uri, options)
     log_dir = f"{base}/_delta_log"
 
