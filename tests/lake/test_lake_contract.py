@@ -490,8 +490,9 @@ def test_staged_commits_from_a_kept_snapshot_see_every_other_writers_commit(rs: 
     """Staged commits start from the snapshot of the engine's previous commit, brought up to date
     incrementally. Another writer (a second drain process: its own engine) commits in between, maintain
     compacts and checkpoints, the table is even dropped and made again: each commit still sees what
-    is there. An app version another writer committed is refused, none is committed twice, and a
-    snapshot that cannot be brought up to date is loaded afresh."""
+    is there. An app version another writer committed with other files is refused loudly (its batch's
+    rows would be lost: ``check_landed``), none is committed twice, and a snapshot that cannot be brought
+    up to date is loaded afresh."""
     import shutil
 
     from queuelake.lake.delta_rs.engine import CHECKPOINT_INTERVAL
@@ -502,9 +503,10 @@ def test_staged_commits_from_a_kept_snapshot_see_every_other_writers_commit(rs: 
     kept = rs._snapshots["journal"]
     expected = 2
     for version in range(2, 2 * CHECKPOINT_INTERVAL + 3):  # across two checkpoints
-        # the other writer commits the same app's next version first: ours is refused
+        # the other writer commits the same app's next version first: ours is refused, saying why
         assert other.commit_staged("journal", other.stage("journal", sample(2, 10 * version)), "drain-0", version)
-        assert not rs.commit_staged("journal", rs.stage("journal", sample(2, 10 * version)), "drain-0", version)
+        with pytest.raises(LakeError, match="another writer committed that version"):
+            rs.commit_staged("journal", rs.stage("journal", sample(2, 10 * version)), "drain-0", version)
         # a version nobody committed yet goes in, once
         assert rs.commit_staged("journal", rs.stage("journal", sample(1, 10 * version + 5)), f"drain-{version}", 1)
         expected += 3
