@@ -98,6 +98,17 @@ def drain_sessions(uri: str) -> int:
     return count
 
 
+def end_sessions(uri: str, application_name: str) -> int:
+    """``pg_terminate_backend`` of every session of that application name (a DBA's, a restart's): how many."""
+    with psycopg.connect(uri, autocommit=True, application_name=PROBE) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def wait_for_no_drain(uri: str, timeout: float = 120) -> None:
     """Until no drain session is open (the last count seen is the one asserted)."""
     deadline = time.monotonic() + timeout

@@ -19,7 +19,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from queuelake.commands.demo import traffic
-from queuelake.config import from_dict
+from queuelake.config import Config, from_dict
 from queuelake.errors import ConfigError
 from queuelake.lake.engines import open_lake
 from queuelake.lake.reading import read_table
@@ -41,7 +41,7 @@ from tests.helpers.drain import (
     seed_ids,
     write_config,
 )
-from tests.helpers.kills import wait_for_no_drain
+from tests.helpers.kills import end_sessions, wait_for_no_drain
 from tests.helpers.stages import drain
 
 REPO = Path(__file__).resolve().parents[3]
@@ -421,6 +421,31 @@ def test_a_drain_whose_lock_went_with_its_session_claims_nothing_more(
     assert len(ids) == 3000 and set(ids) == sent
 
 
+def one_sales_queue(uri: str, tmp_path: Path, rows: int) -> tuple[Config, Path, set[str], list[str], dict[str, str]]:
+    """``Sales`` of ``rows`` drained 200 at a time by one worker: (its config, the lake's root, the ids
+    seeded, the drain's command, its environment)."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(uri, lake_root, ["Sales"], batch_size=200, workers_per_queue=1)
+    install(cfg)
+    sent = seed_ids(cfg, "Sales", rows)
+    conf = write_config(tmp_path / "d.json", lake_root, ["Sales"], batch_size=200, workers=1)
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    return cfg, lake_root, sent, cmd, {**os.environ, "QUEUELAKE_CONNECTION": uri}
+
+
+def held_with_its_lock_gone(uri: str, cmd: list[str], env: dict[str, str], mark: Path, hold: str) -> subprocess.Popen:
+    """Drain A started with a claim held at ``hold`` (``QUEUELAKE_TEST_HOLD_AT``), then its lock session
+    ended: its claim is under way (its claim's session stays), its lock gone."""
+    held = {"QUEUELAKE_TEST_HOLD_AT": hold, "QUEUELAKE_TEST_HOLD_MARK": str(mark)}
+    first = subprocess.Popen(cmd, env={**env, **held}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), first.communicate()[1][-3000:]
+    assert end_sessions(uri, "queuelake-drain-lock") == 1
+    return first
+
+
 def test_a_drain_taking_a_lock_waits_for_the_claim_its_last_holder_was_committing(
     fresh_pg_uri: str, tmp_path: Path
 ) -> None:
@@ -428,26 +453,8 @@ def test_a_drain_taking_a_lock_waits_for_the_claim_its_last_holder_was_committin
     drain B took the lock, read the queue's claims and versions without A's claim, claimed the same
     (application id, version), and its batch was skipped as journalled: 200 rows lost (a review). B now
     waits for A's claim transaction before it reads them: every message once."""
-    lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"], batch_size=200, workers_per_queue=1)
-    install(cfg)
-    sent = seed_ids(cfg, "Sales", 3000)
-    conf = write_config(tmp_path / "d.json", lake_root, ["Sales"], batch_size=200, workers=1)
-    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
-    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
-    mark = tmp_path / "held"
-    held = {"QUEUELAKE_TEST_HOLD_AT": "before_db_commit:6:5", "QUEUELAKE_TEST_HOLD_MARK": str(mark)}
-    first = subprocess.Popen(cmd, env={**env, **held}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not mark.exists() and time.monotonic() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    assert mark.exists(), first.communicate()[1][-3000:]
-    with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:  # A's lock goes; its claim's session stays
-        (ended,) = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'queuelake-drain-lock'"
-        ).fetchone()
-    assert ended == 1
+    cfg, lake_root, sent, cmd, env = one_sales_queue(fresh_pg_uri, tmp_path, 3000)
+    first = held_with_its_lock_gone(fresh_pg_uri, cmd, env, tmp_path / "held", "before_db_commit:6:5")
     # B holds its first batch 8 s after staging it, as a slow claim would: A's claim lands and is cleared
     second = subprocess.run(
         cmd, env={**env, "QUEUELAKE_TEST_HOLD_AT": "after_stage:8:1"}, capture_output=True, text=True
@@ -466,24 +473,8 @@ def test_a_drain_waiting_for_a_stuck_claim_says_so_and_keeps_its_time_box(fresh_
     died; drain B takes the lock and waits for that claim. B waited without a word until the server
     ended A's transaction, past its ``--max-seconds`` and through a SIGTERM (a review). Now B says why it
     waits and gives up at its time box, failing the queue; A's claim lands, and a later drain the rest."""
-    lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["Sales"], batch_size=200, workers_per_queue=1)
-    install(cfg)
-    sent = seed_ids(cfg, "Sales", 2000)
-    conf = write_config(tmp_path / "d.json", lake_root, ["Sales"], batch_size=200, workers=1)
-    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri}
-    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
-    mark = tmp_path / "held"
-    held = {"QUEUELAKE_TEST_HOLD_AT": "before_db_commit:40:3", "QUEUELAKE_TEST_HOLD_MARK": str(mark)}
-    first = subprocess.Popen(cmd, env={**env, **held}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not mark.exists() and time.monotonic() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    assert mark.exists(), first.communicate()[1][-3000:]
-    with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'queuelake-drain-lock'"
-        )
+    cfg, lake_root, sent, cmd, env = one_sales_queue(fresh_pg_uri, tmp_path, 2000)
+    first = held_with_its_lock_gone(fresh_pg_uri, cmd, env, tmp_path / "held", "before_db_commit:40:3")
     began = time.monotonic()
     second = subprocess.run([*cmd, "--max-seconds", "4"], env=env, capture_output=True, text=True, timeout=120)
     took = time.monotonic() - began

@@ -28,7 +28,7 @@ from queuelake.transport.database import QueueDatabase
 
 from tests.helpers.cli import as_from_a_terminal, summary_of
 from tests.helpers.drain import claim_count, commit_spacing, install, journal, make_config, queue_depth, seed_ids
-from tests.helpers.kills import TASK_POINTS, drain_sessions, wait_for_no_drain
+from tests.helpers.kills import TASK_POINTS, drain_sessions, end_sessions, wait_for_no_drain
 
 LIB = str(Path(__file__).resolve().parents[3] / "lib")
 SMALL, BIG = 12, 3  # queues of one batch, and of several
@@ -226,6 +226,19 @@ def test_a_process_killed_at_every_step_of_the_claim(fresh_pg_uri: str, tmp_path
     assert not any(alive(p) for p in task_pids(proc.stderr))
 
 
+def one_deep_queue(
+    uri: str, tmp_path: Path, rows: int, seed: int
+) -> tuple[Config, Path, dict[str, set[str]], Path, dict[str, str]]:
+    """One queue ``Deep`` of ``rows`` drained by one process, a batch of 100 at a time: (its config, the
+    lake's root, the ids seeded, the drain's config file, the command's environment)."""
+    lake_root = tmp_path / "lake"
+    cfg = make_config(uri, lake_root, ["Deep"])
+    install(cfg)
+    seeded = {"Deep": seed_ids(cfg, "Deep", rows, seed=seed)}
+    conf = write_conf(tmp_path / "drain.json", lake_root, ["Deep"], processes=1, batch_size=100, workers_per_queue=1)
+    return cfg, lake_root, seeded, conf, {**os.environ, "QUEUELAKE_CONNECTION": uri, "PYTHONPATH": LIB}
+
+
 def test_the_commands_commit_session_lost_fails_its_queues_and_the_next_run_lands_their_claims(
     fresh_pg_uri: str, tmp_path: Path
 ) -> None:
@@ -233,33 +246,17 @@ def test_the_commands_commit_session_lost_fails_its_queues_and_the_next_run_land
     the process stops at its next batch boundary, and its queue says *failed* with the poller's error,
     not *interrupted* as though a stop had been asked (a review); the next run commits what it claimed,
     every row once, and counts those rows (``rows_resolved``): every row in some summary."""
-    import psycopg
-
-    lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["Deep"])
-    install(cfg)
-    seeded = {"Deep": seed_ids(cfg, "Deep", 2_000, seed=81)}
-    conf = write_conf(tmp_path / "drain.json", lake_root, ["Deep"], processes=1, batch_size=100, workers_per_queue=1)
+    cfg, lake_root, seeded, conf, env = one_deep_queue(fresh_pg_uri, tmp_path, 2_000, seed=81)
     mark = tmp_path / "held"
-    env = {
-        **os.environ,
-        "QUEUELAKE_CONNECTION": fresh_pg_uri,
-        "PYTHONPATH": LIB,
-        "QUEUELAKE_TEST_HOLD_AT": "after_db_commit:6:3",  # the process, its 3rd batch claimed
-        "QUEUELAKE_TEST_HOLD_MARK": str(mark),
-    }
+    # the process held 6 s after its 3rd batch's claim
+    env.update({"QUEUELAKE_TEST_HOLD_AT": "after_db_commit:6:3", "QUEUELAKE_TEST_HOLD_MARK": str(mark)})
     cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert mark.exists(), "the process never held"
-    with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
-        (ended,) = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'queuelake-drain-commit' AND pid <> pg_backend_pid()"
-        ).fetchone()
-    assert ended == 1
+    assert end_sessions(fresh_pg_uri, "queuelake-drain-commit") == 1
     out, err = proc.communicate(timeout=300)
     first = json.loads(out.strip().splitlines()[-1])
     assert proc.returncode == 1 and first["status"] == "failed", (first, err[-3000:])
@@ -285,23 +282,11 @@ def test_the_commit_session_lost_after_a_process_died_ends_the_command(fresh_pg_
     """A process SIGKILLed while its stop watch waited, then the command's commit session lost: the
     command passes the stop on to its processes and ends. It hung for good: a multiprocessing Event's
     ``set`` waited for the dead process to wake (a review)."""
-    import psycopg
-
-    lake_root = tmp_path / "lake"
-    cfg = make_config(fresh_pg_uri, lake_root, ["Deep"])
-    install(cfg)
-    seeded = {"Deep": seed_ids(cfg, "Deep", 20_000, seed=83)}
-    conf = write_conf(tmp_path / "drain.json", lake_root, ["Deep"], processes=1, batch_size=100, workers_per_queue=1)
+    cfg, lake_root, seeded, conf, env = one_deep_queue(fresh_pg_uri, tmp_path, 20_000, seed=83)
     tokens = tmp_path / "tokens"
     tokens.mkdir()
     (tokens / "0").touch()
-    env = {
-        **os.environ,
-        "QUEUELAKE_CONNECTION": fresh_pg_uri,
-        "PYTHONPATH": LIB,
-        "QUEUELAKE_TEST_KILL_AT": "after_stage:3",
-        "QUEUELAKE_TEST_KILL_TOKENS": str(tokens),
-    }
+    env.update({"QUEUELAKE_TEST_KILL_AT": "after_stage:3", "QUEUELAKE_TEST_KILL_TOKENS": str(tokens)})
     cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
     err_path = tmp_path / "err"
     with err_path.open("w") as err:
@@ -312,11 +297,7 @@ def test_the_commit_session_lost_after_a_process_died_ends_the_command(fresh_pg_
         assert "its process died" in err_path.read_text(), err_path.read_text()[-3000:]
         while "a task of 1 queue(s)" not in err_path.read_text().split("its process died")[-1]:
             time.sleep(0.2)  # the job's second attempt, in a new process, is draining
-        with psycopg.connect(fresh_pg_uri, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'queuelake-drain-commit' AND pid <> pg_backend_pid()"
-            )
+        end_sessions(fresh_pg_uri, "queuelake-drain-commit")
         try:
             out, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
