@@ -264,6 +264,30 @@ def test_a_maintain_whose_compaction_or_vacuum_lost_its_reply_is_done_again(s3: 
     assert sorted(after.read_arrow("t").column("n").to_pylist()) == sorted(list(range(10)) * 4)
 
 
+def test_a_delete_whose_reply_was_lost_is_taken_as_done(s3: str) -> None:
+    """The store took a delete's commit and the reply was reset: an ``erase`` failed though its rows were
+    gone (a review). The log tells by the delete's write id: the delete is done, with its commit's figures."""
+    import pyarrow.dataset as ds
+    from queuelake.lake.deletes import RowFilter
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+
+    root = f"s3://{BUCKET}/delete-{uuid.uuid4().hex[:8]}"
+    lake = DeltaRsEngine(root, storage_options=resolved_options(s3))
+    rows = pa.table({"n": pa.array(range(50), pa.int64())})
+    lake.create_table("t", rows.schema)
+    lake.append("t", rows, "app", 1)
+    newest = storage.delta_table(lake.path("t"), None, lake.storage_options).version()
+    proxy, url = serve_in_a_process(s3, rf"^PUT .*/t/_delta_log/0+{newest + 1}\.json")
+    try:
+        through = DeltaRsEngine(root, storage_options=resolved_options(url))
+        deleted = through.delete_rows("t", RowFilter('"n" < 10', ds.field("n") < 10, ("n",)))
+    finally:
+        assert resets_of(proxy) == 1, "the delete's reply was not dropped"
+    assert (deleted.rows, deleted.version, deleted.read_version) == (10, newest + 1, newest), deleted
+    after = DeltaRsEngine(root, storage_options=resolved_options(s3))
+    assert sorted(after.read_arrow("t").column("n").to_pylist()) == list(range(10, 50))
+
+
 def test_retry_defaults_and_overrides() -> None:
     opts = storage.lake_options(
         "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake import storage
+from queuelake.lake.delta_rs.commits import WRITE_ID_KEY, outcome_unknown
 from queuelake.lake.reading import local_paths, parquet_format
 
 if TYPE_CHECKING:
@@ -204,6 +205,7 @@ def delete(load: Any, table: str, where: RowFilter, metadata: dict[str, str] | N
         dt = load()
         if reached(dt, where).rows == 0:
             return Deleted(0, 0, 0, dt.version(), None, attempt)
+        since = dt.version()
         try:
             metrics = dt.delete(where.sql, commit_properties=CommitProperties(custom_metadata=metadata or {}))
         except CommitFailedError:
@@ -212,6 +214,14 @@ def delete(load: Any, table: str, where: RowFilter, metadata: dict[str, str] | N
         except Exception as exc:  # noqa: BLE001 - DataFusion's plan errors: say which table and predicate
             if "conflict" in str(exc).lower() or "concurrent" in str(exc).lower():
                 time.sleep(min(0.05 * 2**attempt, 2.0))
+                continue
+            if outcome_unknown(exc) and attempt < _ATTEMPTS:
+                # the store may have taken the commit and lost its reply (a review: a reset after the PUT
+                # failed an erase whose delete had landed): the log tells, by the delete's write id
+                time.sleep(min(0.5 * 2**attempt, 5.0))
+                landed = _landed(load(), since, metadata, attempt)
+                if landed is not None:
+                    return landed
                 continue
             raise LakeError(f"lake table {table}: delete where {where.sql} failed: {exc}") from exc
         dt = load()
@@ -225,6 +235,27 @@ def delete(load: Any, table: str, where: RowFilter, metadata: dict[str, str] | N
             attempts=attempt,
         )
     raise LakeError(f"lake table {table}: the delete where {where.sql} kept conflicting ({_ATTEMPTS} attempts)")
+
+
+def _landed(dt: DeltaTable, since: int, metadata: dict[str, str] | None, attempt: int) -> Deleted | None:
+    """The delete that landed after version ``since`` carrying ``metadata``'s write id, with the figures
+    its commit recorded; None when none did (or the delete carries no write id to tell it by)."""
+    write_id = (metadata or {}).get(WRITE_ID_KEY)
+    newer = dt.version() - since
+    if write_id is None or newer <= 0:
+        return None
+    for commit in dt.history(limit=newer):
+        if commit.get(WRITE_ID_KEY) == write_id:
+            metrics = commit.get("operationMetrics") or {}
+            return Deleted(
+                rows=int(metrics.get("num_deleted_rows", 0)),
+                files_removed=int(metrics.get("num_removed_files", 0)),
+                files_rewritten=int(metrics.get("num_added_files", 0)),
+                read_version=int(commit["readVersion"]) if commit.get("readVersion") is not None else since,
+                version=int(commit.get("version", dt.version())),
+                attempts=attempt,
+            )
+    return None
 
 
 def _read_version(dt: DeltaTable, metadata: dict[str, str] | None) -> int | None:
