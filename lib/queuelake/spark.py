@@ -39,6 +39,10 @@ _DEFAULT_CONF = {
     # every object written until it resets, 100 by default: 100 cached batches of ~4 MB per task ran the
     # default 1 GB driver out of memory on bodies of 200 KB (a review); reset after each one
     "spark.serializer.objectStreamReset": "1",
+    # timestamps as Parquet's microseconds, not Spark's default INT96 (nanoseconds): deltalake, polars
+    # and DuckDB read INT96 as nanoseconds, and a .NET DateTime.MinValue (year 1) in a typed table
+    # delta-spark wrote made the whole table unreadable to them (a review)
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"

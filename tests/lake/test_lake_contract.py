@@ -167,6 +167,20 @@ def test_naive_timestamps_are_stored_as_utc(engine, spark) -> None:
     assert protocol(engine, "times") == (1, 2, None, None)
 
 
+def test_far_times_either_engine_wrote_are_read_by_deltalake(engine, spark) -> None:
+    """.NET's ``DateTime.MinValue`` (year 1) and ``MaxValue`` in a table delta-spark wrote: Spark's default
+    INT96 files hold nanoseconds, which deltalake (and polars, DuckDB) could not read back for year 1: the
+    whole table was unreadable to every engine but Spark (a review). Written as microseconds now."""
+    from deltalake import DeltaTable
+
+    far = [datetime(1, 1, 1, tzinfo=timezone.utc), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)]
+    rows = pa.table({"id": [1, 2], "at": pa.array(far, UTC_TIMESTAMP)})
+    engine.append("far", rows, "a", 1)
+    engine.append_dataframe("far", spark.createDataFrame(rows).selectExpr("id + 2 AS id", "at"), "b", 1)
+    got = DeltaTable(engine.path("far")).to_pyarrow_table().sort_by("id")
+    assert got.column("at").to_pylist() == far + far
+
+
 def test_unknown_columns_are_refused(engine) -> None:
     engine.append("strict", sample(3), "a", 1)
     with pytest.raises(LakeError, match="surprise"):
