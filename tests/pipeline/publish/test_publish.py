@@ -775,7 +775,12 @@ def test_times_spark_wrote_as_int96_are_sent_at_their_times(
     table = pa.Table.from_pylist([row(k, **send) for k in delays], schema=OUTBOUND)
     due = _timestamps(list(delays.values()))
     table = table.set_column(table.schema.get_field_index("deliver_at"), "deliver_at", due)
-    spark.createDataFrame(table).write.format("delta").save(str(tmp_path / "lake" / "outbound_spark"))
+    # a job of the user's own, on Spark's default (queuelake's sessions write microseconds since round 53)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    try:
+        spark.createDataFrame(table).write.format("delta").save(str(tmp_path / "lake" / "outbound_spark"))
+    finally:
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     written = list((tmp_path / "lake" / "outbound_spark").glob("*.parquet"))
     kinds = {leaf.path: leaf.physical_type for f in written for leaf in pq.ParquetFile(f).schema}
     assert kinds["deliver_at"] == "INT96", "Spark writes no INT96 now: this test reads nothing it is about"
