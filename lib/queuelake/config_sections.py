@@ -11,6 +11,7 @@ say what ``transport.dialect`` and ``transport.driver`` may be.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import types
 import typing
@@ -85,8 +86,10 @@ def typed_value(hint: Any, value: Any, where: str) -> Any:
     elif hint is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, os.PathLike):  # a folder given from Python (a notebook's, a test's Path)
+            return os.fspath(value)
     elif origin is list:
-        if isinstance(value, list):
+        if isinstance(value, (list, tuple)):  # a tuple given from Python is a list
             return [typed_value(args[0], item, f"{where}[{i}]") for i, item in enumerate(value)]
         if isinstance(value, str):
             raise ConfigError(f"{where}: expected {_expected(hint)}, got one string (a list is written [a, b])")

@@ -5,6 +5,7 @@ queues S, a, l, e and s; a number as the connection failed with a traceback and 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,6 +52,7 @@ def test_numbers_and_yes_no_written_as_text_are_read_as_such() -> None:
     assert built("drain.max_seconds", "10") == 10.0
     assert built("bodies.enabled", "no") is False and built("bodies.enabled", "true") is True
     assert built("drain.max_messages", None) is None
+    assert built("lake.root", Path("/data/lake")) == "/data/lake"  # a folder given from Python
     assert built("spark.conf", {"spark.executor.cores": 2, "spark.x": True}) == {
         "spark.executor.cores": "2",
         "spark.x": "true",
