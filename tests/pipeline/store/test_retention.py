@@ -128,7 +128,7 @@ def test_zero_days_and_no_journal_and_bad_rules(tmp_path: Path) -> None:
     assert keys(lake) == {(SALES, s) for s in range(10)}
     for bad, words in (
         ({"days": -1}, "0 or more"),
-        ({"days": "30"}, "whole number"),
+        ({"days": "thirty"}, "whole number"),  # "30" as text is read as 30, as every number key is
         ({"outcome": "lost", "days": 3}, "outcome must be"),
         ({"queue": "audit"}, "give days"),
         ({"queue": "audit", "days": 3, "age": 1}, "unknown key"),
