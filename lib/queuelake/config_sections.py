@@ -96,7 +96,11 @@ def typed_value(hint: Any, value: Any, where: str) -> Any:
     elif origin is dict:
         if isinstance(value, dict):
             if args[1] is str:  # settings handed on as text (Spark's, the store's): numbers and yes/no too
-                return {str(k): v if isinstance(v, str) else _as_text(v, f"{where}.{k}") for k, v in value.items()}
+                # a key left empty (None) stays None: the store's options drop it, as before
+                return {
+                    str(k): v if v is None or isinstance(v, str) else _as_text(v, f"{where}.{k}")
+                    for k, v in value.items()
+                }
             return value
     else:
         return value

@@ -53,6 +53,7 @@ def test_numbers_and_yes_no_written_as_text_are_read_as_such() -> None:
     assert built("bodies.enabled", "no") is False and built("bodies.enabled", "true") is True
     assert built("drain.max_messages", None) is None
     assert built("lake.root", Path("/data/lake")) == "/data/lake"  # a folder given from Python
+    assert built("lake.storage_options", {"AWS_SESSION_TOKEN": None}) == {}  # a key left empty: dropped, as before
     assert built("spark.conf", {"spark.executor.cores": 2, "spark.x": True}) == {
         "spark.executor.cores": "2",
         "spark.x": "true",
