@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -468,22 +469,38 @@ def test_a_drain_taking_a_lock_waits_for_the_claim_its_last_holder_was_committin
     assert claim_count(cfg) == 0 and queue_depth(cfg, "Sales") == 0
 
 
-def test_a_drain_waiting_for_a_stuck_claim_says_so_and_keeps_its_time_box(fresh_pg_uri: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("ends_by", ["time box", "SIGTERM"])
+def test_a_drain_waiting_for_a_stuck_claim_says_so_and_keeps_its_time_box(
+    fresh_pg_uri: str, tmp_path: Path, ends_by: str
+) -> None:
     """Drain A's claim is stuck (held 40 s here, as a frozen process's would be) after its lock session
     died; drain B takes the lock and waits for that claim. B waited without a word until the server
     ended A's transaction, past its ``--max-seconds`` and through a SIGTERM (a review). Now B says why it
-    waits and gives up at its time box, failing the queue; A's claim lands, and a later drain the rest."""
+    waits and gives up at its time box, failing the queue, or at a SIGTERM, interrupted (it said
+    ``failed`` before); A's claim lands, and a later drain the rest."""
     cfg, lake_root, sent, cmd, env = one_sales_queue(fresh_pg_uri, tmp_path, 2000)
     first = held_with_its_lock_gone(fresh_pg_uri, cmd, env, tmp_path / "held", "before_db_commit:40:3")
     began = time.monotonic()
-    second = subprocess.run([*cmd, "--max-seconds", "4"], env=env, capture_output=True, text=True, timeout=120)
+    waits = "waiting for a claim a drain whose lock went is committing"
+    args = [*cmd, "--max-seconds", "4"] if ends_by == "time box" else cmd
+    with open(tmp_path / "second.err", "w+") as err:
+        second = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        if ends_by == "SIGTERM":
+            while waits not in (tmp_path / "second.err").read_text() and time.monotonic() - began < 60:
+                time.sleep(0.2)
+            second.send_signal(signal.SIGTERM)
+        out, _ = second.communicate(timeout=120)
+    stderr = (tmp_path / "second.err").read_text()
     took = time.monotonic() - began
     assert first.poll() is None, "A ended before B gave up: nothing was stuck"
-    assert second.returncode == 1 and took < 30, (took, second.stderr[-3000:])
-    assert "waiting for a claim a drain whose lock went is committing" in second.stderr, second.stderr[-3000:]
-    (queue,) = json.loads(second.stdout.strip().splitlines()[-1])["queues"]
-    assert queue["status"] == "failed" and "still committing a claim" in queue["error"], queue
-    assert "time box" in queue["error"] and queue["dequeued"] == 0, queue
+    assert second.returncode == (1 if ends_by == "time box" else 143) and took < 30, (took, stderr[-3000:])
+    assert waits in stderr, stderr[-3000:]
+    (queue,) = json.loads(out.strip().splitlines()[-1])["queues"]
+    assert "still committing a claim" in queue["error"] and queue["dequeued"] == 0, queue
+    if ends_by == "time box":
+        assert queue["status"] == "failed" and "time box" in queue["error"], queue
+    else:
+        assert queue["status"] == "interrupted" and "stopped" in queue["error"], queue
     first.communicate(timeout=120)
     assert subprocess.run(cmd, env=env, capture_output=True, text=True).returncode == 0
     ids = journal(lake_root)["id"].to_pylist()

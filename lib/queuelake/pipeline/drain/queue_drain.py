@@ -9,7 +9,7 @@ import time
 
 from queuelake import stopping
 from queuelake.config_sections import DrainConfig
-from queuelake.errors import QueuelakeError, error_kind
+from queuelake.errors import DrainError, QueuelakeError, error_kind
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
@@ -75,7 +75,8 @@ class QueueDrain:
     def begin(self, lock_conn: Connection) -> bool:
         """Take the queue's lock on ``lock_conn`` and resolve the claims killed drains left, before
         anything is received (by the run's committer on the driver; in a Spark task, by the driver's
-        poller, waited for). False, with the result skipped, when another drain holds the lock."""
+        poller, waited for). False, with the result skipped, when another drain holds the lock, or
+        interrupted, when a stop came while it waited for a claim under way."""
         if not self._acquire(lock_conn):
             self.result.status = Status.SKIPPED
             self.result.error = f"another drain of {self.ref.canonical} is running (lock held)"
@@ -84,7 +85,15 @@ class QueueDrain:
         self.locked = True
         self.state.lock_conn = lock_conn
         # a drain that held the lock before (its session died) may be committing a claim: wait for it
-        locks.wait_for_claims(lock_conn, drain_lock_name(self.ref), self.ref.canonical, self._give_up_waiting)
+        try:
+            locks.wait_for_claims(lock_conn, drain_lock_name(self.ref), self.ref.canonical, self._give_up_waiting)
+        except DrainError as exc:
+            if not stopping.requested():
+                raise
+            # stopped while waiting: the queue was interrupted, as one stopped between batches is
+            self.result.status, self.result.error = Status.INTERRUPTED, str(exc)
+            log.warning("%s", exc)
+            return False
         if self.depth is None:  # the estimate did not find the table: say so clearly if it is gone
             schema.require_table(lock_conn, self.ref)
             lock_conn.rollback()
