@@ -11,6 +11,7 @@ say what ``transport.dialect`` and ``transport.driver`` may be.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -75,14 +76,17 @@ def typed_value(hint: Any, value: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
             return int(value)
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif hint is float:  # finite: YAML's .nan and .inf, and "nan"/"inf" as text, are no seconds
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return value
         if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+            else:
+                if math.isfinite(number):
+                    return number
     elif hint is str:
         if isinstance(value, str):
             return value
@@ -135,6 +139,8 @@ def _kind(value: Any) -> str:
         return "nothing"
     if isinstance(value, bool):
         return "true/false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number that is not finite"
     names = {str: "a text", int: "a whole number", float: "a number", list: "a list", dict: "a mapping"}
     return names.get(type(value), type(value).__name__)
 

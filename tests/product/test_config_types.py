@@ -36,6 +36,11 @@ def built(key: str, value: Any) -> Any:
         ("drain.max_messages", 2.7, "drain.max_messages: expected a whole number (or nothing), got a number"),
         ("drain.workers_per_queue", "two", "drain.workers_per_queue: expected a whole number, got a text"),
         ("bodies.enabled", "maybe", "bodies.enabled: expected true or false, got a text"),
+        # YAML's .inf and .nan, or the same as text: no number of seconds (settle forever, never)
+        ("drain.settle_seconds", float("inf"), "drain.settle_seconds: expected a number, got a number that is not"),
+        ("drain.max_seconds", float("nan"), "drain.max_seconds: expected a number (or nothing), got a number that"),
+        ("drain.settle_seconds", "inf", "drain.settle_seconds: expected a number, got a text"),
+        ("drain.max_seconds", "NaN", "drain.max_seconds: expected a number (or nothing), got a text"),
         ("spark.conf", {"spark.x": [1]}, "spark.conf.spark.x: expected a text, number or true/false, got a list"),
     ],
 )
