@@ -131,6 +131,7 @@ def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
     from queuelake.errors import HeaderError
     from queuelake.nsb import headers as hdr
     from queuelake.nsb.times import parse_time
+    from queuelake.report import log
 
     if raw is None:
         return None
@@ -140,7 +141,13 @@ def _oldest_age(raw: str | None, now: dt.datetime) -> float | None:
         sent = parse_time(value, hdr.TIME_SENT) if value else None
     except HeaderError:
         return None
-    return None if sent is None else round((now - sent).total_seconds(), 3)
+    if sent is None:
+        return None
+    age = (now - sent).total_seconds()
+    if age < 0:  # a sender whose clock runs ahead: the message is not older than now (a review saw -3600)
+        log.info("the oldest message's TimeSent is %.0fs ahead of this clock (its sender's runs fast): age 0", -age)
+        return 0.0
+    return round(age, 3)
 
 
 COMMAND = Command(name="status", help="depth, oldest age and schema warnings per queue", run=status)
