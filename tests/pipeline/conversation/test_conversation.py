@@ -219,3 +219,14 @@ def test_names_and_text_from_rows() -> None:
     svg = ET.fromstring(render(build("c\x03", [row])))  # parses: nothing from the row broke the XML
     assert lanes(svg) == ["Bad\ufffdName]]>", "Sales"]
     assert label(arrows(svg)[0]) == "B\ufffd \u00b7 Send \u00b7 2 s"
+
+
+def test_a_processing_time_that_ended_before_it_started_says_so() -> None:
+    """ProcessingEnded before ProcessingStarted (two machines' clocks) was drawn as ``0 ms`` or a
+    negative number of ms (a review)."""
+    from queuelake.pipeline.conversation.svg import duration_text
+
+    assert duration_text(dt.timedelta(milliseconds=-300)) == "ended before it started"
+    assert duration_text(dt.timedelta(seconds=-2)) == "ended before it started"
+    assert duration_text(dt.timedelta(0)) == "0 ms"
+    assert duration_text(dt.timedelta(milliseconds=850)) == "850 ms"

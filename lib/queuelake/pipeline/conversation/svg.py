@@ -82,10 +82,14 @@ def clip(text: str, limit: int) -> str:
 
 
 def duration_text(value: dt.timedelta | None) -> str | None:
-    """A processing time in the unit that fits it: 850 ms, 1.25 s, 2.5 min, 1.2 h."""
+    """A processing time in the unit that fits it: 850 ms, 1.25 s, 2.5 min, 1.2 h. One that ended before
+    it started (ProcessingEnded and ProcessingStarted written by different clocks) says so, rather than
+    ``0 ms`` or ``-2e+03 ms``."""
     if value is None:
         return None
     seconds = value.total_seconds()
+    if seconds < 0:
+        return "ended before it started"
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
