@@ -219,7 +219,16 @@ def publish(config: Config, database: QueueDatabase, spark: SparkSession, lake: 
                 break
             t0 = time.monotonic()
             if not lake.exists(output):
-                log.info("publish %s: the table does not exist yet (its transform has not run), nothing to do", output)
+                if any(transform.output == output for transform in config.transforms):
+                    log.info(
+                        "publish %s: the table does not exist yet (its transform has not run), nothing to do", output
+                    )
+                else:  # a table another job writes, or a misspelled name: say which
+                    log.warning(
+                        "publish %s: the table does not exist, and no transform in this config writes it (transforms"
+                        " output); a table another job writes, or a misspelled name? nothing to do",
+                        output,
+                    )
                 results.append(OutputResult(output, status=Status.SKIPPED, error=f"{output} does not exist yet"))
             else:
                 try:
