@@ -55,3 +55,17 @@ def test_receive_driver_auto_takes_arrow_beside_the_same_connection_string() -> 
 def test_an_unknown_driver_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown driver 'odbc2'"):
         drivers.driver("odbc2")
+
+
+def test_a_libpq_connection_gets_a_connect_timeout_unless_it_sets_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libpq waits for a server without end: a host that was down held a scheduled run (a review)."""
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    add = drivers.with_connect_timeout
+    assert add("postgresql://u:p@h/db") == "postgresql://u:p@h/db?connect_timeout=30"
+    assert add("postgresql://u@h/db?sslmode=require") == "postgresql://u@h/db?sslmode=require&connect_timeout=30"
+    assert add("host=h dbname=db") == "host=h dbname=db connect_timeout=30"
+    assert add("postgresql://h/db?connect_timeout=5") == "postgresql://h/db?connect_timeout=5"  # the user's wins
+    assert add("host=h connect_timeout=5") == "host=h connect_timeout=5"
+    assert add("host='unterminated") == "host='unterminated"  # libpq's own error says what is wrong
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "7")
+    assert add("postgresql://u@h/db") == "postgresql://u@h/db"

@@ -10,6 +10,7 @@ name becomes a driver. Which dialects a driver reaches is the dialect's to say (
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,18 +18,38 @@ from typing import Any
 from queuelake.dialects.dialect import Dialect
 from queuelake.errors import ConfigError
 
+# libpq waits for a server without end by default (the kernel's SYN retries: over 2 min for a host that
+# is down, for ever for one that accepts and never answers): a scheduled run hung on each connection
+# (a review). A connection string's own connect_timeout, or PGCONNECT_TIMEOUT, wins.
+CONNECT_TIMEOUT_SECONDS = 30
+
+
+def with_connect_timeout(connection: str) -> str:
+    """The libpq connection string (URI or key=value) with ``connect_timeout`` where it sets none."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(connection)
+    except Exception:  # noqa: BLE001 - libpq's own error about the string is the one to show
+        return connection
+    if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
+        return connection
+    if "://" in connection:
+        return f"{connection}{'&' if '?' in connection else '?'}connect_timeout={CONNECT_TIMEOUT_SECONDS}"
+    return f"{connection} connect_timeout={CONNECT_TIMEOUT_SECONDS}"
+
 
 def _open_psycopg(connection: str, application_name: str, rules: Dialect) -> Any:
     import psycopg
 
     # bytea and text arrive as bytes/str with no per-row Python adaptation beyond the default
-    return psycopg.connect(connection, autocommit=False, application_name=application_name)
+    return psycopg.connect(with_connect_timeout(connection), autocommit=False, application_name=application_name)
 
 
 def _open_adbc(connection: str, application_name: str, rules: Dialect) -> Any:
     import adbc_driver_postgresql.dbapi as adbc
 
-    return adbc.connect(connection, autocommit=False)
+    return adbc.connect(with_connect_timeout(connection), autocommit=False)
 
 
 def _open_pyodbc(connection: str, application_name: str, rules: Dialect) -> Any:

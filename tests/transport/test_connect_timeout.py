@@ -1,0 +1,39 @@
+"""A queue database that does not answer ends a connection attempt (``drivers.CONNECT_TIMEOUT_SECONDS``)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+from queuelake.dialects.dialect import DIALECTS
+from queuelake.transport import drivers
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "adbc"])
+def test_a_server_that_never_answers_fails_the_connection(
+    fresh_pg_uri: str, driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that takes the connection and never answers: libpq waited for ever (a review's run hung).
+    The real server still connects with the timeout added."""
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(drivers, "CONNECT_TIMEOUT_SECONDS", 2)
+    chosen, rules = drivers.driver(driver), DIALECTS["postgresql"]
+    chosen.open(fresh_pg_uri, "queuelake-test", rules).close()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        outcome: list[BaseException | None] = []
+
+        def attempt() -> None:
+            try:
+                chosen.open(f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/x", "queuelake-test", rules).close()
+                outcome.append(None)
+            except Exception as exc:  # noqa: BLE001 - the driver's own error type
+                outcome.append(exc)
+
+        thread = threading.Thread(target=attempt, daemon=True)
+        thread.start()
+        thread.join(60)
+    assert outcome, "the connection attempt was still waiting after 60 s"
+    assert outcome[0] is not None and "timeout" in str(outcome[0]).lower(), outcome
