@@ -75,6 +75,11 @@ class FaultyProxy:
         # a request (method and path matching this regex) forwarded to the store, then its reply dropped
         # (RST): the store acted, the client cannot know it did. Once, then cleared
         self.reset_after: str | None = None
+        # a request (method and path matching this regex) forwarded to the store, and its reply sent
+        # ``slow_seconds`` later: a slow store. Once, then cleared
+        self.slow_reply: str | None = None
+        self.slow_seconds = 0.0
+        self.slowed = 0
         self.requests = self.throttled = self.resets = 0
         self.throttled_by: collections.Counter[str] = collections.Counter()
         self._random = random.Random(seed)
@@ -143,6 +148,15 @@ class FaultyProxy:
             self.reset_after = None
             self.resets += 1
             return True
+
+    def slows(self, method: str, path: str) -> float:
+        """Seconds to hold this request's reply (``slow_reply``; counted), else 0."""
+        with self._lock:
+            if self.slow_reply is None or not re.search(self.slow_reply, f"{method} {path}"):
+                return 0.0
+            self.slow_reply = None
+            self.slowed += 1
+            return self.slow_seconds
 
     def verdict(self, user_agent: str = "") -> str:
         """``forward``, ``throttle`` or ``reset`` for the next request (counted)."""
@@ -225,6 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.owner.resets_after(self.command, self.path):
             self._reset()
             return
+        time.sleep(self.owner.slows(self.command, self.path))
         self._reply(status, headers, reply)
 
     def _reset(self) -> None:
@@ -269,10 +284,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def serve_in_a_process(target: str, reset_after: str) -> tuple[subprocess.Popen[str], str]:
+def serve_in_a_process(
+    target: str, reset_after: str | None = None, slow_reply: tuple[str, float] | None = None
+) -> tuple[subprocess.Popen[str], str]:
     """A faultless proxy in a process of its own that drops the reply of the one request ``reset_after``
-    matches (``FaultyProxy.reset_after``): (the process, its URL); it prints ``resets N`` when its stdin
-    closes. Why a process: deltalake holds the interpreter lock through some of its calls to the store
+    matches (``FaultyProxy.reset_after``), or holds the reply of the one ``slow_reply[0]`` matches for
+    ``slow_reply[1]`` seconds: (the process, its URL); it prints ``resets N`` (replies dropped or held)
+    when its stdin closes. Why a process: deltalake holds the interpreter lock through some of its calls to the store
     (``is_deltatable``, a commit's conflict check), and a proxy thread of the same process then cannot
     answer them (they time out after 60 s)."""
     code = (
@@ -281,8 +299,9 @@ def serve_in_a_process(target: str, reset_after: str) -> tuple[subprocess.Popen[
         f"p = FaultyProxy({target!r}, burst=0.0, period=600.0, error_rate=0.0)\n"
         f"print(p.start(), flush=True)\n"
         f"p.reset_after = {reset_after!r}\n"
+        f"p.slow_reply, p.slow_seconds = {slow_reply or (None, 0.0)!r}\n"
         "sys.stdin.read()\n"
-        "print('resets', p.resets, flush=True)\n"
+        "print('resets', p.resets + p.slowed, flush=True)\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -296,6 +315,6 @@ def serve_in_a_process(target: str, reset_after: str) -> tuple[subprocess.Popen[
 
 
 def resets_of(proc: subprocess.Popen[str]) -> int:
-    """End a ``serve_in_a_process`` proxy; the replies it dropped."""
+    """End a ``serve_in_a_process`` proxy; the replies it dropped or held."""
     out, _ = proc.communicate(timeout=30)
     return int(out.split()[-1])

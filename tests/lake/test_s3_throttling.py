@@ -288,6 +288,34 @@ def test_a_delete_whose_reply_was_lost_is_taken_as_done(s3: str) -> None:
     assert sorted(after.read_arrow("t").column("n").to_pylist()) == list(range(10, 50))
 
 
+def test_a_store_that_answers_late_is_waited_for(s3: str) -> None:
+    """A slow store: object_store gave up on a commit's reply after 30 s, and pyarrow's client on a
+    staged file's PUT after ~9 s without a byte (a review's drain failed so). With the clients' own
+    retries off, each must wait for the one late reply (``timeout``, 120 s by default)."""
+    from deltalake import write_deltalake
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+
+    root = f"s3://{BUCKET}/late-{uuid.uuid4().hex[:8]}"
+    rows = pa.table({"n": pa.array(range(20), pa.int64())})
+    DeltaRsEngine(root, storage_options=resolved_options(s3)).create_table("t", rows.schema)
+    proxy, url = serve_in_a_process(s3, slow_reply=(r"^PUT .*/t/_delta_log/0+1\.json", 35.0))
+    try:
+        options = storage.lake_options(root, {**resolved_options(url), "max_retries": "0"})
+        write_deltalake(f"{root}/t", rows, mode="append", storage_options=options)
+    finally:
+        assert resets_of(proxy) == 1, "the commit's reply was not held"
+    proxy, url = serve_in_a_process(s3, slow_reply=(r"^PUT .*/staged/late\.bin", 12.0))
+    try:
+        fs, base = storage.filesystem(root, storage.lake_options(root, {**resolved_options(url), "max_retries": "0"}))
+        with fs.open_output_stream(f"{base}/staged/late.bin") as out:
+            out.write(b"x" * 1000)
+    finally:
+        assert resets_of(proxy) == 1, "the staged file's reply was not held"
+    assert sorted(DeltaRsEngine(root, storage_options=resolved_options(s3)).read_arrow("t")["n"].to_pylist()) == list(
+        range(20)
+    )
+
+
 def test_retry_defaults_and_overrides() -> None:
     opts = storage.lake_options(
         "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}

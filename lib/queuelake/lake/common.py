@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from queuelake.errors import LakeError
-from queuelake.lake import storage
+from queuelake.lake import reachability, storage
 from queuelake.lake.marks import check_writable, engine_of
 from queuelake.lake.reading import read_arrow
 
@@ -65,6 +65,8 @@ class EngineBase:
         # on S3 with retry defaults (storage.RETRY_DEFAULTS) where the config sets none
         self.storage_options = storage.lake_options(self.root, storage_options)
         storage.register(self.root, self.storage_options)
+        if storage.is_s3(self.root):
+            reachability.probe_in_background(self.storage_options)
         if spark is not None:
             storage.configure_spark(spark, self.storage_options)
         self._locks: dict[tuple[str, str], threading.Lock] = {}

@@ -63,7 +63,13 @@ RETRY_DEFAULTS = {
     "backoff_config.max_backoff": "5s",
     "backoff_config.base": "3",
 }
-_LOWER = {key.upper(): key for key in RETRY_DEFAULTS}
+# object_store's request timeout (from sending a request to the end of its reply), whose own default of
+# 30 s failed a drain whose commit PUT a slow store answered after 35 s (a review); pyarrow's S3 client
+# gave up on a reply after 3 s without a byte. One key, ``timeout``, now sets every client's: 120 s, a
+# stall is still found, a slow reply is waited for. ``connect_timeout`` (object_store's 5 s) passes too.
+TIMEOUT_DEFAULTS = {"timeout": "120s"}
+_CLIENT_KEYS = (*RETRY_DEFAULTS, *TIMEOUT_DEFAULTS, "connect_timeout")
+_LOWER = {key.upper(): key for key in _CLIENT_KEYS}
 
 
 def normalise(options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -82,7 +88,7 @@ def lake_options(root: str, options: Mapping[str, Any] | None) -> dict[str, str]
     ``RETRY_DEFAULTS`` under the config's own keys (a key the config sets wins). Other roots are left
     as they are: a local lake has nothing to retry, and other stores keep object_store's defaults."""
     opts = normalise(options)
-    return {**RETRY_DEFAULTS, **opts} if is_s3(root) else opts
+    return {**RETRY_DEFAULTS, **TIMEOUT_DEFAULTS, **opts} if is_s3(root) else opts
 
 
 _PUBLIC = (
@@ -172,6 +178,9 @@ def filesystem(uri: str, options: Mapping[str, str] | None = None):
         kwargs["scheme"] = target.scheme or "https"
     # Delayed open: a file smaller than one multipart part (most staged batches) is one PutObject, not
     # create/upload/complete-multipart (3 requests; moto's server also fails the complete step).
+    for key, argument in (("timeout", "request_timeout"), ("connect_timeout", "connect_timeout")):
+        if opts.get(key):
+            kwargs[argument] = duration_seconds(opts[key], key)
     fs = pafs.S3FileSystem(allow_delayed_open=True, retry_strategy=retry_strategy(opts), **kwargs)
     return fs, f"{parsed.netloc}{parsed.path}".rstrip("/")
 
@@ -185,6 +194,19 @@ def _retries(opts: Mapping[str, str]) -> int:
     if retries < 0:
         raise LakeError(f"lake.storage_options max_retries must be 0 or more, not {retries}")
     return retries
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: str, key: str) -> float:
+    """A duration as object_store and Hadoop write it (``120s``, ``500ms``, ``2m``; a bare number is
+    seconds), in seconds for pyarrow; anything else is refused naming the key."""
+    match = _DURATION.match(str(value))
+    if not match:
+        raise LakeError(f"lake.storage_options {key} must be a duration such as 120s or 500ms, not {value!r}")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
 
 
 def retry_strategy(opts: Mapping[str, str]) -> Any:
@@ -347,6 +369,10 @@ def s3a_conf(options: Mapping[str, str] | None) -> dict[str, str]:
         if endpoint.startswith("http://") or opts.get("AWS_ALLOW_HTTP", "").lower() in _TRUE:
             conf["fs.s3a.connection.ssl.enabled"] = "false"
     conf.update(_s3a_retries(opts))
+    for key, hadoop in _S3A_TIMEOUTS.items():
+        if opts.get(key):
+            duration_seconds(opts[key], key)  # a bad value fails here, not in the JVM
+            conf[hadoop] = opts[key]
     if conf:
         conf["fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
     return conf
@@ -368,6 +394,13 @@ _S3A_RETRIES = {
 }
 
 
+# the same timeouts in S3A (Hadoop reads "120s", "500ms" as object_store does)
+_S3A_TIMEOUTS = {
+    "timeout": "fs.s3a.connection.request.timeout",
+    "connect_timeout": "fs.s3a.connection.establish.timeout",
+}
+
+
 def _s3a_retries(opts: Mapping[str, str]) -> dict[str, str]:
     if not any(key in opts for key in RETRY_DEFAULTS):
         return {}  # options without retry keys (not an S3 lake's, see lake_options): S3A's defaults
@@ -381,12 +414,12 @@ def configure_spark(spark: Any, options: Mapping[str, str] | None) -> None:
     """Put the S3A settings on a session: its Hadoop configuration (classic Spark) and its SQL conf
     (which Spark merges into the Hadoop configuration of every file read and write, and which is all a
     Spark Connect session has). Spark redacts ``*.secret.key``/``*.access.key``/``*token`` values.
-    A retry setting the session was given (``spark.hadoop.fs.s3a.retry.limit`` in ``spark.conf``) is
+    A retry or timeout setting the session was given (``spark.hadoop.fs.s3a.retry.limit`` in ``spark.conf``) is
     the user's and stays: ours are defaults."""
     conf = s3a_conf(options)
     if not conf:
         return
-    for key in _S3A_RETRIES:
+    for key in (*_S3A_RETRIES, *_S3A_TIMEOUTS.values()):
         try:
             if spark.conf.get(f"spark.hadoop.{key}", None) is not None:
                 conf.pop(key, None)

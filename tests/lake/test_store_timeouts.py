@@ -1,0 +1,79 @@
+"""Timeouts of the lake's S3 clients, and the warning when the store does not answer (no server here)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import pytest
+from queuelake.errors import LakeError
+from queuelake.lake import reachability, storage
+
+_S3 = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret-value-never-shown"}
+
+
+def test_one_timeout_key_sets_every_clients_timeout() -> None:
+    opts = storage.lake_options("s3://b/lake", {**_S3, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    assert opts["timeout"] == "120s"  # object_store's own 30 s failed a slow commit (a review)
+    assert storage.lake_options("/tmp/lake", {}) == {}  # a local lake: no store to wait for
+    # the config's key wins, in any case; connect_timeout passes as object_store spells it
+    mine = storage.lake_options("s3://b/lake", {**_S3, "TIMEOUT": "45s", "Connect_Timeout": "2s"})
+    assert (mine["timeout"], mine["connect_timeout"]) == ("45s", "2s") and "TIMEOUT" not in mine
+    conf = storage.s3a_conf(mine)
+    assert conf["fs.s3a.connection.request.timeout"] == "45s"
+    assert conf["fs.s3a.connection.establish.timeout"] == "2s"
+    fs, _ = storage.filesystem("s3://b/lake", mine)
+    assert fs.__reduce__()[1][0]["request_timeout"] == 45.0  # pyarrow gave up after 3 s without a byte
+    assert fs.__reduce__()[1][0]["connect_timeout"] == 2.0
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("120s", 120.0), ("500ms", 0.5), ("2m", 120.0), ("30", 30.0)])
+def test_durations_as_object_store_writes_them(value: str, seconds: float) -> None:
+    assert storage.duration_seconds(value, "timeout") == seconds
+
+
+@pytest.mark.parametrize("value", ["soon", "-5s", "10 minutes", ""])
+def test_a_duration_that_is_not_one_is_refused_naming_its_key(value: str) -> None:
+    with pytest.raises(LakeError, match="lake.storage_options timeout must be a duration"):
+        storage.s3a_conf(storage.lake_options("s3://b/lake", {**_S3, "timeout": value or " "}))
+
+
+def test_the_endpoint_a_store_is_reached_at() -> None:
+    assert reachability.endpoint_of({"AWS_ENDPOINT_URL": "http://minio:9000"})[:2] == ("minio", 9000)
+    assert reachability.endpoint_of({"AWS_ENDPOINT_URL": "https://s3.example.com"})[:2] == ("s3.example.com", 443)
+    assert reachability.endpoint_of({"AWS_ENDPOINT": "127.0.0.1:9"})[:2] == ("127.0.0.1", 9)
+    assert reachability.endpoint_of({"AWS_REGION": "eu-west-1"})[:2] == ("s3.eu-west-1.amazonaws.com", 443)
+    assert reachability.endpoint_of({})[:2] == ("s3.us-east-1.amazonaws.com", 443)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_store_that_refuses_connections_is_said_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """An unreachable endpoint left the command silent for 34-51 s of its clients' retries (a review)."""
+    port = _closed_port()
+    opts = storage.lake_options("s3://b/lake", {**_S3, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"})
+    with caplog.at_level(logging.WARNING, logger="queuelake"):
+        thread = reachability.probe_in_background(opts)
+        assert thread is not None
+        thread.join(10)
+        assert reachability.probe_in_background(opts) is None  # once per endpoint and process
+    said = [r.getMessage() for r in caplog.records if "does not answer" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert f"http://127.0.0.1:{port}" in said[0] and "60s" in said[0]
+    assert "secret-value-never-shown" not in caplog.text
+
+
+def test_a_store_that_answers_is_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        with caplog.at_level(logging.WARNING, logger="queuelake"):
+            thread = reachability.probe_in_background(storage.lake_options("s3://b/lake", {"AWS_ENDPOINT_URL": url}))
+            assert thread is not None
+            thread.join(10)
+    assert "does not answer" not in caplog.text
