@@ -34,9 +34,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline.drain.run import drain as run_drain
     from queuelake.pipeline.publish import run as publish_mod
     from queuelake.pipeline.step_locks import BODIES, TRANSFORM, one_at_a_time
+    from queuelake.report import log
     from queuelake.status import Status
 
     cfg = config_mod.load(args.config)
+    for problem in transform_mod.unloadable(cfg):  # said now, not after the drain; the other steps run
+        log.error("%s: the transform step will fail", problem)
     database = open_database(cfg)  # the queue database's handle, for the drain and the publish
     sessions = Sessions(cfg, None)
     from queuelake.lake.storage import job_secrets

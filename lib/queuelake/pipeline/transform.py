@@ -60,6 +60,27 @@ def load_function(spec: str) -> Callable[..., DataFrame]:
         raise ConfigError(f"transform function {spec!r} cannot be loaded: {exc}") from None
 
 
+def unloadable(config: Config) -> list[str]:
+    """Why each transform that cannot load could not, found without importing or running anything: a
+    module that is not there, a SQL file that is not. ``run`` says so before its drain, which took
+    minutes before the transform step said it (a review)."""
+    import importlib.util
+
+    problems = []
+    for transform in config.transforms:
+        if transform.function:
+            module = transform.function.partition(":")[0]
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # a parent package missing, an empty name
+                found = False
+            if not found:
+                problems.append(f"transform {transform.name!r}: module {module!r} of {transform.function!r} not found")
+        elif transform.sql and not Path(transform.sql).is_file():
+            problems.append(f"transform {transform.name!r}: SQL file {transform.sql} does not exist")
+    return problems
+
+
 def sql_text(path: str) -> str:
     file = Path(path)
     if not file.is_file():

@@ -1,0 +1,33 @@
+"""Transforms that cannot load are found before anything runs (no Spark, no database)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from queuelake.config import from_dict
+from queuelake.pipeline.transform import unloadable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_missing_module_or_sql_file_is_found_without_running_anything(tmp_path: Path) -> None:
+    """``run`` learnt of a transform's missing module after its drain and bodies steps (a review)."""
+    cfg = from_dict(
+        {
+            "transforms": [
+                {"name": "ok_sql", "sql": str(REPO / "sql/transforms/messages_per_endpoint.sql"), "output": "a"},
+                {"name": "ok_fn", "function": "queuelake.pipeline.transform:load_function", "output": "b"},
+                {"name": "gone_sql", "sql": str(tmp_path / "nope.sql"), "output": "c"},
+                {"name": "gone_fn", "function": "my_jobs.scores:build", "output": "d"},
+                {"name": "gone_sub", "function": "queuelake.nothing_here:f", "output": "e"},
+            ]
+        },
+        env={},
+    )
+    problems = unloadable(cfg)
+    assert [p.split(":")[0] for p in problems] == [
+        "transform 'gone_sql'",
+        "transform 'gone_fn'",
+        "transform 'gone_sub'",
+    ]
+    assert "nope.sql does not exist" in problems[0] and "module 'my_jobs.scores'" in problems[1]
