@@ -108,6 +108,18 @@ def test_expired_rows_keep_identity_only() -> None:
     assert first["message_id"] is None and second["message_id"] == "m1"
 
 
+def test_a_batch_that_quarantines_rows_says_so_naming_the_first(caplog) -> None:  # type: ignore[no-untyped-def]
+    """The command said only a count; the rows' reasons were in the journal alone (a review)."""
+    raws = [CASES[4], "<corrupted headers", CASES[4], '{"unterminated": "']
+    with caplog.at_level("WARNING", logger="queuelake"):
+        _, counts = build_batch(received(raws), '"public"."Sales"', "b:1", dt.datetime.now(dt.timezone.utc))
+        build_batch(received([CASES[4]]), '"public"."Sales"', "b:2", dt.datetime.now(dt.timezone.utc))
+    said = [r.getMessage() for r in caplog.records if "quarantined" in r.getMessage()]
+    assert counts["quarantined"] == 2 and len(said) == 1, said
+    assert said[0].startswith('"public"."Sales": 2 row(s) quarantined'), said
+    assert "seq 2 id 00000000-0000-4000-8000-000000000001: " in said[0], said
+
+
 values = st.one_of(st.none(), st.text(max_size=20), st.sampled_from([T, "send", "Publish", "x", GENERIC]))
 keys = st.sampled_from(
     [

@@ -44,6 +44,32 @@ def build_batch(
     Never raises because of a row's content: if the vectorised build fails anyway (a bug, or an input
     nobody foresaw), the batch is bisected, every half that builds is kept, and each single row that
     still fails is quarantined with the error and its raw text. Rows keep their order."""
+    table, counts = _built(received, queue, batch_id, drained_at, native)
+    _say_quarantined(table, counts, queue)
+    return table, counts
+
+
+def _say_quarantined(table: pa.Table, counts: dict[str, int], queue: str) -> None:
+    """One line per batch that quarantined rows, naming the first (seq, id, reason): the journal keeps
+    every one, but the command said only a count (a review)."""
+    if not counts.get("quarantined"):
+        return
+    rows = table.select(["seq", "id", "error"]).filter(pc.equal(table["outcome"], "quarantined"))
+    first = rows.slice(0, 1).to_pylist()[0]
+    log.warning(
+        "%s: %d row(s) quarantined in a batch, kept raw in the journal (outcome quarantined); the first, seq %s"
+        " id %s: %s",
+        queue,
+        counts["quarantined"],
+        first["seq"],
+        first["id"],
+        first["error"],
+    )
+
+
+def _built(
+    received: pa.Table, queue: str, batch_id: str, drained_at: dt.datetime, native: bool
+) -> tuple[pa.Table, dict[str, int]]:
     try:
         return _build(received, queue, batch_id, drained_at, native)
     except Exception as exc:
