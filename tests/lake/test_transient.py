@@ -77,6 +77,37 @@ def test_a_throttled_write_is_tried_again_after_a_longer_jittered_wait(monkeypat
     assert waits == []
 
 
+# deltalake's own words after its retries into a burst of 503s (deltalake 1.6, object_store): they name
+# its retry_timeout, which read as a dropped connection's "timeout" and got the short waits (a review)
+REAL_503 = (
+    "Kernel error -> Generic S3 error\n          \x1b[31m\u21b3\x1b[0m Error performing GET "
+    "http://127.0.0.1:35847/b/t/_delta_log/_last_checkpoint in 237.16ms, after 2 retries, max_retries\n"
+    "           \x1b[31m\u21b3\x1b[0m 2, retry_timeout\n            \x1b[31m\u21b3\x1b[0m 20s  - Server "
+    "returned non-2xx status code\n             \x1b[31m\u21b3\x1b[0m 503 Service Unavailable\n"
+    "              \x1b[31m\u21b3\x1b[0m <Error><Code>SlowDown</Code></Error>"
+)
+
+
+def test_deltalakes_real_503_is_waited_out_as_throttling(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(transient.time, "sleep", waits.append)
+    with pytest.raises(OSError):
+        transient.repeated(lambda: (_ for _ in ()).throw(OSError(REAL_503)), "messages's compaction")
+    assert len(waits) == 3 and 2.0 <= waits[0] <= 4.0 and 4.0 <= waits[1] <= 8.0 and waits[2] >= 8.0, waits
+
+
+def test_timeout_in_a_path_is_no_dropped_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typed table of a saga's timeout message (``body_..._timeout``) failing for its own reason."""
+    waits: list[float] = []
+    monkeypatch.setattr(transient.time, "sleep", waits.append)
+    with pytest.raises(LakeError):
+        transient.repeated(
+            lambda: (_ for _ in ()).throw(LakeError("lake table body_ordersaga_timeout: schema mismatch")), "t"
+        )
+    assert waits == []
+    assert transient.dropped(OSError("operation timed out")) and transient.dropped(OSError("request timeout"))
+
+
 def test_the_retry_line_names_the_drop_not_the_error(monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]
     """A store's error may quote a request's URL with a SAS token; log lines are not redacted as a
     command's failure is: the line says what dropped, not the error's text (a review)."""

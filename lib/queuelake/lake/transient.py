@@ -20,12 +20,16 @@ from queuelake.report import log
 
 T = TypeVar("T")
 
-# what a dropped connection reads like, from deltalake's object_store or pyarrow's S3 client
+# what a dropped connection reads like, from deltalake's object_store or pyarrow's S3 client. "timeout"
+# as a word only: object_store names its ``retry_timeout`` in every error after its retries (a 503's
+# too), and a table's path may hold it (``body_..._timeout``, a saga's timeout message)
 _DROPPED = re.compile(
     r"connection (reset|closed|error)|broken pipe|os error (104|32)|failed to flush response stream|"
-    r"error sending request|timed? ?out",
+    r"error sending request|(?<![\w/.-])timed? ?out\b",
     re.I,
 )
+# the store said it throttled (its 503 SlowDown), whatever else the error says: waited out longer
+_THROTTLED = re.compile(r"SLOW_?DOWN|HTTP status 503|\b503 Service Unavailable|Service[ _]?Unavailable", re.I)
 ATTEMPTS = 4
 
 
@@ -47,7 +51,8 @@ def repeated(write: Callable[[], T], what: str) -> T:
         except Exception as exc:
             # the words that said so, not the error: a store's error may quote a request's URL (a SAS
             # token in its query), and a log line is not redacted as a command's failure is
-            said = _DROPPED.search(str(exc)) or throttling(exc)
+            text = str(exc)
+            said = _THROTTLED.search(text) or _DROPPED.search(text) or throttling(exc)
             if attempt == ATTEMPTS or said is None:
                 raise
             was_dropped = said.re is _DROPPED
