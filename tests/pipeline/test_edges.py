@@ -212,7 +212,7 @@ def test_every_named_edge_in_one_queue(edge_database: Callable[[], str], tmp_pat
     assert outcomes["20000-01-01 00:00:00"] == "landed" and outcomes["0044-03-15 12:30:00.5 BC"] == "expired"
 
 
-def _drain_in_process(uri: str, lake: Path) -> dict:
+def _drain_in_process(uri: str, lake: Path, receive_driver: str = "auto") -> dict:
     from queuelake.lake.engines import open_lake
 
     from tests.helpers.stages import drain
@@ -221,7 +221,12 @@ def _drain_in_process(uri: str, lake: Path) -> dict:
         {
             "transport": {"connection": uri},
             "lake": {"root": str(lake), "engine": "delta-rs"},
-            "drain": {"queues": ["Edges"], "batch_size": 50, "workers_per_queue": 1},
+            "drain": {
+                "queues": ["Edges"],
+                "batch_size": 50,
+                "workers_per_queue": 1,
+                "receive_driver": receive_driver,
+            },
         },
         env={},
     )
@@ -251,12 +256,14 @@ def test_a_row_that_cannot_be_written_is_quarantined_not_a_blocked_queue(
     assert bad["error"] == "journal could not be stored for this row: OverflowError: date value out of range"
 
 
+@pytest.mark.parametrize("receive_driver", ["adbc", "psycopg"])
 def test_a_row_whose_id_is_null_is_quarantined_under_a_stand_in_id(
-    edge_database: Callable[[], str], tmp_path: Path
+    edge_database: Callable[[], str], tmp_path: Path, receive_driver: str
 ) -> None:
     """A table not made by the transport may allow a NULL id; the journal's id takes none. The row was
     quarantined with its NULL id, refused again, and failed its queue on every run (a review): it is
-    kept under an id made from its queue and seq, the reason says so, the other rows land."""
+    kept under an id made from its queue and seq, the reason says so, the other rows land. Received
+    through psycopg, the row failed before it reached the journal (a review)."""
     uri = edge_database()
     with psycopg.connect(uri, autocommit=True) as conn:
         (key,) = conn.execute(
@@ -267,7 +274,7 @@ def test_a_row_whose_id_is_null_is_quarantined_under_a_stand_in_id(
     rows = unique_ids([{"id": None, "expires": None, "headers": "{}", "body": b"x"} for _ in range(5)])
     rows[2]["id"] = None
     sent = fill(uri, rows, near_top=False)
-    summary = _drain_in_process(uri, tmp_path / "lake")
+    summary = _drain_in_process(uri, tmp_path / "lake", receive_driver)
     assert summary["status"] == "ok" and (summary["landed"], summary["quarantined"]) == (4, 1), summary
     journal = {r["seq"]: r for r in read_table(str(tmp_path / "lake" / "messages")).to_pylist()}
     assert set(journal) == set(sent)

@@ -31,7 +31,7 @@ from queuelake.transport.table_refs import TableRef
 
 @dataclass(frozen=True)
 class ReceivedRow:
-    id: str
+    id: str | None  # None: a table made by hand let a NULL in; the journal quarantines it under a stand-in
     seq: int
     expired: bool
     expires: dt.datetime | None  # aware UTC
@@ -42,7 +42,9 @@ class ReceivedRow:
     raw_expires: str | None = None
 
 
-def _uuid_text(value: Any) -> str:
+def _uuid_text(value: Any) -> str | None:
+    if value is None:  # the row is quarantined with a stand-in id (journal.quarantine), not refused here
+        return None
     if isinstance(value, (bytes, bytearray, memoryview)):  # text from a SQL_ASCII database (psycopg)
         value = bytes(value).decode("ascii")
     if isinstance(value, str) and len(value) == 36:
