@@ -100,7 +100,8 @@ def from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None, sou
         raise ConfigError(f"{where}: transforms must be a list")
     transforms = [build_section(TransformConfig, t, f"{where}: transforms[{i}]") for i, t in enumerate(raw_transforms)]
     spark_conf = sections["spark"].conf
-    sections["spark"].conf = {str(k): str(v) for k, v in (spark_conf or {}).items()}
+    # a setting left empty (``key:``) is dropped, as in lake.storage_options: not the text "None"
+    sections["spark"].conf = {str(k): str(v) for k, v in (spark_conf or {}).items() if v is not None}
     config = Config(**sections, transforms=transforms, source=source)
     check_destinations(config)
     return config

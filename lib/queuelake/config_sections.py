@@ -71,6 +71,8 @@ def typed_value(hint: Any, value: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.strip().lower() in _YES_NO:
             return _YES_NO[value.strip().lower()]
+        if isinstance(value, int) and value in (0, 1):  # YAML's 1 and 0, as the texts "1" and "0" are
+            return bool(value)
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

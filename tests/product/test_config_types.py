@@ -36,6 +36,7 @@ def built(key: str, value: Any) -> Any:
         ("drain.max_messages", 2.7, "drain.max_messages: expected a whole number (or nothing), got a number"),
         ("drain.workers_per_queue", "two", "drain.workers_per_queue: expected a whole number, got a text"),
         ("bodies.enabled", "maybe", "bodies.enabled: expected true or false, got a text"),
+        ("bodies.enabled", 2, "bodies.enabled: expected true or false, got a whole number"),
         # YAML's .inf and .nan, or the same as text: no number of seconds (settle forever, never)
         ("drain.settle_seconds", float("inf"), "drain.settle_seconds: expected a number, got a number that is not"),
         ("drain.max_seconds", float("nan"), "drain.max_seconds: expected a number (or nothing), got a number that"),
@@ -59,6 +60,8 @@ def test_numbers_and_yes_no_written_as_text_are_read_as_such() -> None:
     assert built("drain.max_messages", None) is None
     assert built("lake.root", Path("/data/lake")) == "/data/lake"  # a folder given from Python
     assert built("lake.storage_options", {"AWS_SESSION_TOKEN": None}) == {}  # a key left empty: dropped, as before
+    assert built("spark.conf", {"spark.executor.memory": None}) == {}  # so here: it was the text "None"
+    assert built("bodies.enabled", 1) is True and built("bodies.enabled", 0) is False  # YAML's 1/0, as before
     assert built("spark.conf", {"spark.executor.cores": 2, "spark.x": True}) == {
         "spark.executor.cores": "2",
         "spark.x": "true",
