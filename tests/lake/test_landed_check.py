@@ -83,3 +83,59 @@ def test_the_named_files_are_every_add_and_remove_the_log_holds(tmp_path: Path) 
     newest = DeltaTable(lake.path("t")).version()
     (Path(lake.path("t")) / "_delta_log" / f"{newest - 1:020d}.json").unlink()
     assert named_files(lake.path("t")) is None
+
+
+def test_claims_a_killed_commit_left_are_checked_in_one_read_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed group commit leaves up to 512 claims whose versions landed: each read the whole log
+    again (~1 s on S3 with a month of log, a review); one read for all of them now."""
+    from queuelake.lake.delta_rs import staging
+    from queuelake.pipeline.drain.claims import landed_before
+
+    lake = engine(tmp_path)
+    batches = [(lake.stage("t", rows(f"b{v}", 2)), "app/q", v) for v in (1, 2, 3)]
+    assert lake.commit_staged_group("t", batches) == 3
+    waiting = lake.stage("t", rows("w", 2))
+    reads: list[str] = []
+    real = staging.named_files
+    monkeypatch.setattr(staging, "named_files", lambda *a, **k: reads.append("log") or real(*a, **k))
+    claims = [Claim("app/q", v, "Sales", "t", 2, staged.to_json()) for staged, _, v in batches]
+    claims.append(Claim("app/q", 4, "Sales", "t", 2, waiting.to_json()))
+    assert landed_before(DeltaRsEngine(str(tmp_path)), claims) == {("t", "app/q", v) for v in (1, 2, 3)}
+    assert reads == ["log"]
+    # another writer's version among them is still refused
+    theirs = lake.stage("t", rows("theirs", 1))
+    assert lake.commit_staged_group("t", [(theirs, "app/r", 1)]) == 1
+    mine = lake.stage("t", rows("mine", 1))
+    with pytest.raises(LakeError, match="another writer committed that version"):
+        landed_before(DeltaRsEngine(str(tmp_path)), [*claims[:3], Claim("app/r", 1, "Sales", "t", 1, mine.to_json())])
+
+
+def test_a_batch_compacted_past_its_tombstones_life_is_taken_as_landed(tmp_path: Path) -> None:
+    """A batch that landed and was compacted, whose tombstones a later checkpoint dropped (older than
+    ``delta.deletedFileRetentionDuration``) while a vacuum had not yet removed its files: named by no
+    log entry, still stored. Its claim was refused, failing the queue until the next vacuum (a review)."""
+    import time
+
+    lake = engine(tmp_path)
+    path = lake.path("t")
+    DeltaTable(path).alter.set_table_properties({"delta.deletedFileRetentionDuration": "interval 2 seconds"})
+    first, second = lake.stage("t", rows("a", 3)), lake.stage("t", rows("b", 2))
+    assert lake.commit_staged_group("t", [(first, "app/q", 1), (second, "app/q", 2)]) == 2
+    lake.maintain("t")  # compacted; maintain's own vacuum keeps files a week
+    time.sleep(3)
+    DeltaTable(path).create_checkpoint()  # drops the expired tombstones
+    assert all((Path(path) / f.path).exists() for f in first.files)
+    land_claim(DeltaRsEngine(str(tmp_path)), Claim("app/q", 1, "Sales", "t", 3, first.to_json()), "Sales")
+    assert len(stored_ids(lake)) == 5
+
+
+def test_how_long_a_log_keeps_tombstones() -> None:
+    from queuelake.lake.delta_rs.log_files import DEFAULT_TOMBSTONE_SECONDS, tombstone_seconds
+
+    assert tombstone_seconds({"delta.deletedFileRetentionDuration": "interval 1 week"}) == 604800
+    assert tombstone_seconds({"delta.deletedFileRetentionDuration": "interval 36 hours"}) == 129600
+    assert tombstone_seconds({"delta.deletedFileRetentionDuration": "INTERVAL 2 SECONDS"}) == 2
+    assert tombstone_seconds({}) == tombstone_seconds({"delta.deletedFileRetentionDuration": "soon"})
+    assert tombstone_seconds({}) == DEFAULT_TOMBSTONE_SECONDS

@@ -89,6 +89,20 @@ def missing_files(
     return [p for p, info in zip(paths, infos) if info.type == pafs.FileType.NotFound]
 
 
+def ages_seconds(
+    table_uri: str, paths: Iterable[str], storage_options: dict[str, str] | None = None
+) -> dict[str, float | None]:
+    """Seconds since each file (relative to the table) was last written, by the store's clock as
+    pyarrow reports it; None where the store does not say."""
+    import time
+
+    fs, base = filesystem(table_uri, storage_options)
+    wanted = list(paths)
+    infos = fs.get_file_info([f"{base}/{p}" for p in wanted])
+    now = time.time()
+    return {p: (now - i.mtime.timestamp() if i.mtime is not None else None) for p, i in zip(wanted, infos)}
+
+
 def filesystem(table_uri: str, storage_options: dict[str, str] | None = None):
     """(pyarrow FileSystem, base path) for a table: a local absolute path or a cloud URI, with the
     lake's storage options (given, else those registered for its root: see ``storage.py``)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from urllib.parse import unquote
 
 from queuelake.lake.storage import filesystem, read_retrying
@@ -25,6 +26,18 @@ from queuelake.lake.storage import filesystem, read_retrying
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
 _FILE_ACTIONS = (b'"add"', b'"remove"')
+
+
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(second|minute|hour|day|week)s?\s*$", re.I)
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+DEFAULT_TOMBSTONE_SECONDS = 7 * 86400  # Delta's default delta.deletedFileRetentionDuration
+
+
+def tombstone_seconds(configuration: Mapping[str, str | None]) -> float:
+    """How long the table's log keeps a removed file's tombstone (``delta.deletedFileRetentionDuration``,
+    e.g. ``interval 1 week``); Delta's default when unset or written otherwise."""
+    match = _INTERVAL.match(configuration.get("delta.deletedFileRetentionDuration") or "")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()] if match else DEFAULT_TOMBSTONE_SECONDS
 
 
 def named_files(table_uri: str, storage_options: dict[str, str] | None = None) -> set[str] | None:
@@ -53,7 +66,10 @@ def _named_files(table_uri: str, storage_options: dict[str, str] | None) -> set[
         return None  # no log, or a commit file after the checkpoint is gone: not a log this reads plainly
     named: set[str] = set()
     for name in whole.get(start, []):
-        named |= _checkpoint_paths(fs, f"{log_dir}/{name}")
+        paths = _checkpoint_paths(fs, f"{log_dir}/{name}")
+        if paths is None:
+            return None
+        named |= paths
     for version in range(start + 1, newest + 1):
         with fs.open_input_stream(f"{log_dir}/{version:020d}.json") as stream:
             text = bytes(stream.read())
@@ -78,11 +94,17 @@ def _whole_checkpoint(found: list[tuple[int, int, str]]) -> list[str]:
     return []
 
 
-def _checkpoint_paths(fs, path: str) -> set[str]:  # noqa: ANN001 - a pyarrow FileSystem
+def _checkpoint_paths(fs, path: str) -> set[str] | None:  # noqa: ANN001 - a pyarrow FileSystem
+    """The paths a checkpoint file adds and removes; None when its adds are in sidecar files (a V2
+    checkpoint under a classic name), which this does not read."""
     import pyarrow.parquet as pq
 
     with fs.open_input_file(path) as f:
-        columns = pq.ParquetFile(f).read(columns=["add.path", "remove.path"])
+        parquet = pq.ParquetFile(f)
+        if "sidecar" in parquet.schema_arrow.names:
+            if parquet.read(columns=["sidecar.path"]).column("sidecar").drop_null():
+                return None
+        columns = parquet.read(columns=["add.path", "remove.path"])
     named: set[str] = set()
     for column in ("add", "remove"):
         for row in columns.column(column).drop_null().to_pylist():

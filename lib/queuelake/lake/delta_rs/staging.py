@@ -27,9 +27,9 @@ from queuelake.lake.arrow_types import conform
 from queuelake.lake.common import EngineBase
 from queuelake.lake.delta_rs.append_log import AppendLog
 from queuelake.lake.delta_rs.commits import commit_group
-from queuelake.lake.delta_rs.log_files import named_files
+from queuelake.lake.delta_rs.log_files import named_files, tombstone_seconds
 from queuelake.lake.delta_rs.log_head import LogHead
-from queuelake.lake.files import FileSink, StagedFiles, commit_files, delete_files, missing_files
+from queuelake.lake.files import FileSink, StagedFiles, ages_seconds, commit_files, delete_files, missing_files
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -210,12 +210,30 @@ class StagedWrites(EngineBase):
                 continue
             gone = set(missing_files(self.path(table), unnamed, self.storage_options))
             stored = [f.path for f in unnamed if f.path not in gone]
+            if stored and self._tombstones_may_have_expired(table, stored):
+                log.warning(
+                    "lake table %s: (%s, %s) is in the log, but its batch's %d file(s) are older than the log keeps"
+                    " tombstones: taken as compacted since (vacuum removes them)",
+                    table,
+                    app_id,
+                    version,
+                    len(stored),
+                )
+                continue
             if stored:
                 raise LakeError(
                     f"lake table {table}: ({app_id}, {version}) is in the log, but not its batch's "
                     f"{len(stored)} file(s) ({', '.join(stored[:3])}): another writer committed that version; "
                     f"the batch's {staged.rows} row(s) are in those files, and its claim is kept"
                 )
+
+    def _tombstones_may_have_expired(self, table: str, stored: list[str]) -> bool:
+        """Whether every one of a batch's files is older than the log keeps a removed file's tombstone:
+        a batch that landed, was compacted and whose tombstones a later checkpoint dropped is named by
+        no log entry, yet stays in storage until a vacuum; it failed its queue until then (a review)."""
+        keep = tombstone_seconds(self._require(table).metadata().configuration)
+        ages = ages_seconds(self.path(table), stored, self.storage_options)
+        return all(age is not None and age > keep for age in ages.values())
 
     def staged_schema(self, table: str) -> pa.Schema:
         """``schema`` from the followed log: the load the run's staged commits and versions use, not a

@@ -60,8 +60,8 @@ def shares(claim: Claim) -> dict[str, dict[str, int]] | None:
 @dataclass(frozen=True)
 class Resolved:
     """The claims earlier drains left that a run resolved, and their rows: rows those drains took out
-    of the queue and this run put in the journal (a summary's ``rows_resolved``: in no run's
-    ``dequeued``, which counts the rows a run took out itself)."""
+    of the queue and this run put in the journal (a summary's ``rows_resolved``; a killed drain's rows
+    are in no run's ``dequeued``, a drain whose journal commit failed counted them in its own)."""
 
     claims: int = 0
     rows: int = 0
@@ -76,8 +76,10 @@ def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, 
     worker reads its last version, so versions stay in order."""
     pending = claims.of_queue(conn, claims_table, queue)
     conn.rollback()
+    landed = landed_before(lake, pending)
     for claim in pending:
-        land_claim(lake, claim, queue)
+        if (claim.lake_table, claim.app_id, claim.version) not in landed:
+            land_claim(lake, claim, queue)
         kill_points.reached("after_claim_resolved")  # in the journal, its claim not yet cleared
         claims.delete(conn, claims_table, claim.app_id, claim.version)
         conn.commit()
@@ -87,6 +89,23 @@ def resolve_claims(conn: Connection, lake: JournalLake, claims_table: TableRef, 
             claim.row_count,
         )
     return Resolved(len(pending), sum(c.row_count for c in pending))
+
+
+def landed_before(lake: JournalLake, pending: list[Claim]) -> set[tuple[str, str, int]]:
+    """The claims whose version their app id already holds in the journal (a drain killed after its
+    Delta commit), as (table, app id, version), checked to be their own files' commits in one read of
+    each table's log (``check_landed``). One read per claim took ~1 s on S3 with a month of log, and
+    a killed group commit leaves up to 512 claims (a review)."""
+    committed: dict[tuple[str, str], int] = {}
+    for claim in pending:
+        key = (claim.lake_table, claim.app_id)
+        if key not in committed:
+            committed[key] = lake.last_version(*key) or 0
+    landed = [c for c in pending if committed[(c.lake_table, c.app_id)] >= c.version]
+    for table in sorted({c.lake_table for c in landed}):
+        batches = [(StagedFiles.from_json(c.staged), c.app_id, c.version) for c in landed if c.lake_table == table]
+        lake.check_landed(table, batches)
+    return {(c.lake_table, c.app_id, c.version) for c in landed}
 
 
 def land_claim(lake: JournalLake, claim: Claim, queue: str) -> None:
