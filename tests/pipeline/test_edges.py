@@ -285,6 +285,33 @@ def test_a_row_whose_id_is_null_is_quarantined_under_a_stand_in_id(
         assert conn.execute('SELECT count(*) FROM "public"."Edges"').fetchone()[0] == 0
 
 
+def test_a_row_whose_seq_is_null_is_named_not_taken_for_a_held_one(
+    edge_database: Callable[[], str], tmp_path: Path
+) -> None:
+    """The receive takes rows by seq; a table made by hand may let a NULL in. The run said the row was
+    held by another session for over 5 s (a review): it names it as a row without a seq."""
+    uri = edge_database()
+    with psycopg.connect(uri, autocommit=True) as conn:
+        (key,) = conn.execute(
+            """SELECT conname FROM pg_constraint WHERE conrelid = '"public"."Edges"'::regclass AND contype = 'p'"""
+        ).fetchone()
+        conn.execute(f'ALTER TABLE "public"."Edges" DROP CONSTRAINT "{key}"')
+        conn.execute('ALTER TABLE "public"."Edges" ALTER COLUMN seq DROP NOT NULL')
+    sent = fill(
+        uri, unique_ids([{"id": None, "expires": None, "headers": "{}", "body": b"x"} for _ in range(3)]), False
+    )
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(
+            'INSERT INTO "public"."Edges" (seq, id, expires, headers, body) VALUES (NULL, %s, NULL, %s, %s)',
+            (str(uuid.uuid4()), "{}", b"x"),
+        )
+    summary = _drain_in_process(uri, tmp_path / "lake")
+    (queue,) = summary["queues"]
+    assert (summary["status"], summary["landed"]) == ("incomplete", len(sent)), summary
+    assert (queue["rows_without_seq"], queue["held_by_others"]) == (1, 0), queue
+    assert '1 row(s) in "public"."Edges" have a NULL seq' in queue["error"], queue["error"]
+
+
 def test_a_lake_that_fails_whatever_the_rows_fails_the_run_and_loses_nothing(
     edge_database: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,6 +41,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "columns_needing_values",
         "can_insert",
         "count_rows",
+        "count_null_seq",
         "oldest",
         "peek",
         "newest_seq",

@@ -290,6 +290,12 @@ def count_rows(conn: Connection, queue: TableRef) -> int:
     return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
 
+def count_null_seq(conn: Connection, queue: TableRef) -> int:
+    """Rows no receive can take: their seq is NULL (a table not made by the transport)."""
+    rows = conn.run("count_null_seq", queue.identifiers(), {}, what=queue.canonical)
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+
 CONNECTION_CHECK_INTERVAL = "2s"
 
 

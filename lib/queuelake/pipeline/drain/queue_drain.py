@@ -157,13 +157,21 @@ class QueueDrain:
             self.result.status = Status.FAILED
             self.result.error = "; ".join(sorted({str(e) for e in errors}))
             self.result.error_kind = error_kind(errors[0])
-        elif self.result.held_by_others:
+        elif self.result.held_by_others or self.result.rows_without_seq:
+            said = []
+            if self.result.rows_without_seq:
+                said.append(
+                    f"{self.result.rows_without_seq} row(s) in {self.ref.canonical} have a NULL seq, which no"
+                    " receive takes (a table not made by the transport): give them a seq or move them"
+                )
+            if self.result.held_by_others:
+                said.append(
+                    f"{self.result.held_by_others} row(s) remain in {self.ref.canonical} that this run could not "
+                    f"claim: other sessions held them for over {self.settings.settle_seconds:g}s "
+                    "(a competing receiver's long transaction, or a dead drain's statement still running)"
+                )
             self.result.status = Status.INCOMPLETE
-            self.result.error = (
-                f"{self.result.held_by_others} row(s) remain in {self.ref.canonical} that this run could not "
-                f"claim: other sessions held them for over {self.settings.settle_seconds:g}s "
-                "(a competing receiver's long transaction, or a dead drain's statement still running)"
-            )
+            self.result.error = "; ".join(said)
             log.warning("%s", self.result.error)
         elif stopping.requested():
             self.result.status = Status.INTERRUPTED

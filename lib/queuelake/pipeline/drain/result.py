@@ -23,6 +23,7 @@ class QueueResult(PartResult):
     rate: float = 0.0
     backlog_left: int | None = None
     held_by_others: int = 0
+    rows_without_seq: int = 0  # rows no receive can take: a NULL seq (a table not made by the transport)
     workers: int = 0  # given by backlog (0: the queue was empty, only its estimate was read)
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
 

@@ -116,6 +116,10 @@ class QueueState:
         with self._lock:
             self.result.held_by_others = max(self.result.held_by_others, held)
 
+    def without_seq(self, rows: int) -> None:
+        with self._lock:
+            self.result.rows_without_seq = max(self.result.rows_without_seq, rows)
+
     @contextlib.contextmanager
     def batch_in_flight(self) -> Iterator[None]:
         """Around a batch received and not yet claimed (or rolled back): its rows are locked by this

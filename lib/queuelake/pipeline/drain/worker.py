@@ -145,6 +145,14 @@ class Worker:
         if held == 0:
             state.found_empty()
             return None
+        if settle_until is None:  # once per settling: rows with a NULL seq are no one's to wait for
+            without_seq = queues.count_null_seq(conn, state.ref)
+            conn.rollback()
+            if without_seq:
+                state.without_seq(without_seq)
+                held -= without_seq
+                if held <= 0:
+                    return None
         now = time.monotonic()
         if state.batches_in_flight():
             # a sibling worker holds rows it received and has not claimed yet: however long its batch
