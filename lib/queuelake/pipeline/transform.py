@@ -68,16 +68,17 @@ def unloadable(config: Config) -> list[str]:
 
     problems = []
     for transform in config.transforms:
-        if transform.function:
-            module = transform.function.partition(":")[0]
+        function, sql = getattr(transform, "function", None), getattr(transform, "sql", None)
+        if function:
+            module = function.partition(":")[0]
             try:
                 found = importlib.util.find_spec(module) is not None
             except (ImportError, ValueError):  # a parent package missing, an empty name
                 found = False
             if not found:
-                problems.append(f"transform {transform.name!r}: module {module!r} of {transform.function!r} not found")
-        elif transform.sql and not Path(transform.sql).is_file():
-            problems.append(f"transform {transform.name!r}: SQL file {transform.sql} does not exist")
+                problems.append(f"transform {transform.name!r}: module {module!r} of {function!r} not found")
+        elif sql and not Path(sql).is_file():
+            problems.append(f"transform {transform.name!r}: SQL file {sql} does not exist")
     return problems
 
 
