@@ -68,6 +68,8 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     if active is not None:
         _check_once(active, check_spark)
         return active
+    if stopping.requested():  # a stop asked before the session started: not 10-30 s of start-up, then stop
+        raise stopping.Interrupted("stopped before the Spark session started")
     config = config or SparkConfig()
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     given = submitted_conf() if under_spark_submit() else {}
