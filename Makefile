@@ -82,13 +82,14 @@ install-test: $(VENV)/.installed-test ## install queuelake[spark,dev,notebooks,a
 $(VENV)/.installed-demo: $(SETUP_INPUTS) | $(PY)
 	@echo "installing queuelake[$(DEMO_EXTRAS)] into $(VENV) (the first time takes a few minutes)" >&2
 	$(PY) -m pip install -q -e '.[$(DEMO_EXTRAS)]'
-	$(PY) -c "import queuelake, pyspark, delta, deltalake, psycopg, pgserver, matplotlib"
+	@# -W ignore: pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); only imports are checked
+	$(PY) -W ignore -c "import queuelake, pyspark, delta, deltalake, psycopg, pgserver, matplotlib"
 	@touch $@
 
 $(VENV)/.installed-test: $(SETUP_INPUTS) | $(PY)
 	@echo "installing queuelake[$(TEST_EXTRAS)] into $(VENV) (the first time takes a few minutes)" >&2
 	$(PY) -m pip install -q -e '.[$(TEST_EXTRAS)]'
-	$(PY) -c "import queuelake, pyspark, delta, deltalake, psycopg, pyodbc, adbc_driver_postgresql, matplotlib, pgserver, airflow"
+	$(PY) -W ignore -c "import queuelake, pyspark, delta, deltalake, psycopg, pyodbc, adbc_driver_postgresql, matplotlib, pgserver, airflow"
 	@# matplotlib's font cache, built once here: building it runs fc-list, a process the fast tier refuses
 	$(PY) -c "import matplotlib.font_manager"
 	@touch $@
