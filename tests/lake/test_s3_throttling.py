@@ -291,7 +291,7 @@ def test_a_delete_whose_reply_was_lost_is_taken_as_done(s3: str) -> None:
 def test_a_store_that_answers_late_is_waited_for(s3: str) -> None:
     """A slow store: object_store gave up on a commit's reply after 30 s, and pyarrow's client on a
     staged file's PUT after ~9 s without a byte (a review's drain failed so). With the clients' own
-    retries off, each must wait for the one late reply (``timeout``, 120 s by default)."""
+    retries off, each must wait for the one late reply (``timeout``, 60 s by default)."""
     from deltalake import write_deltalake
     from queuelake.lake.delta_rs.engine import DeltaRsEngine
 

@@ -14,7 +14,7 @@ _S3 = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret-valu
 
 def test_one_timeout_key_sets_every_clients_timeout() -> None:
     opts = storage.lake_options("s3://b/lake", {**_S3, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
-    assert opts["timeout"] == "120s"  # object_store's own 30 s failed a slow commit (a review)
+    assert opts["timeout"] == "60s"  # object_store's own 30 s failed a slow commit (a review)
     assert storage.lake_options("/tmp/lake", {}) == {}  # a local lake: no store to wait for
     # the config's key wins, in any case; connect_timeout passes as object_store spells it
     mine = storage.lake_options("s3://b/lake", {**_S3, "TIMEOUT": "45s", "Connect_Timeout": "2s"})

@@ -65,9 +65,11 @@ RETRY_DEFAULTS = {
 }
 # object_store's request timeout (from sending a request to the end of its reply), whose own default of
 # 30 s failed a drain whose commit PUT a slow store answered after 35 s (a review); pyarrow's S3 client
-# gave up on a reply after 3 s without a byte. One key, ``timeout``, now sets every client's: 120 s, a
-# stall is still found, a slow reply is waited for. ``connect_timeout`` (object_store's 5 s) passes too.
-TIMEOUT_DEFAULTS = {"timeout": "120s"}
+# gave up on a reply after ~9 s without a byte, and failed a drain whose staged files' PUTs took 20 s.
+# One key, ``timeout``, now sets every client's: 60 s, S3A's own default. Not longer: pyarrow retries a
+# request that timed out up to ``max_retries`` times with no overall cap, so a store that takes
+# connections and never answers holds a command ``timeout`` x 11. ``connect_timeout`` passes too.
+TIMEOUT_DEFAULTS = {"timeout": "60s"}
 _CLIENT_KEYS = (*RETRY_DEFAULTS, *TIMEOUT_DEFAULTS, "connect_timeout")
 _LOWER = {key.upper(): key for key in _CLIENT_KEYS}
 
