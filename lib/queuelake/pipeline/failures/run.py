@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.lake.storage import storage_error
 from queuelake.pipeline.failures import groups as groups_mod
 from queuelake.pipeline.failures import read
 
@@ -40,14 +41,25 @@ def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
     """The failure groups at the journal's current version; ``retries``: also find the later copies
     that retried their messages (a second pass over the ``message_id`` column)."""
     journal = journal_engine(lake)
-    scan = read.read_failed(journal)
+    where = f"lake table {read.MESSAGES} at {journal.path(read.MESSAGES)}"
+    try:  # a store that failed a read past its retries: said in one line, as every lake read says it
+        scan = read.read_failed(journal)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise storage_error(exc, where) from None
     found = Found(scan.version, scan=scan)
     if scan.version is None:
         return found
     later: list[read.LaterCopy] = []
     if retries and scan.rows.num_rows:
         ids = {i for i in scan.rows["message_id"].to_pylist() if i}
-        later = read.later_copies(journal, scan.version, ids)
+        try:
+            later = read.later_copies(journal, scan.version, ids)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise storage_error(exc, where) from None
     found.later_copies = len(later)
     grouping = groups_mod.group(scan.rows, later)
     found.groups = grouping.groups
