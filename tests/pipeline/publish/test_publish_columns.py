@@ -139,3 +139,31 @@ def test_batches_are_cut_exactly_across_files_of_different_columns() -> None:
     keys = [k for b in batches for k in b["key"].to_pylist()]
     assert keys == [f"a{i}" for i in range(7)] + [f"b{i}" for i in range(6)]
     assert batches[1]["ttbr_ms"].to_pylist() == [None, None, 5, 5, 5]
+
+
+def test_message_types_go_out_as_routing_reads_them() -> None:
+    """Routing trimmed each entry and dropped empty ones, and the header went out as written (a review):
+    `` A.B , Asm ;;`` reached every subscriber with a padded and an empty entry."""
+    given = pa.table(
+        {
+            "key": ["a", "b", "c"],
+            "message_type": [" Ns.Totals , Ns ;; Ns.ITotals, Ns;", "Ns.Plain, Ns", None],
+            "intent": ["Publish", "Publish", "Send"],
+            "body": [b"{}", b"{}", b"{}"],
+        }
+    )
+    sent = sent_columns(given)
+    assert sent["message_type"].to_pylist() == ["Ns.Totals , Ns;Ns.ITotals, Ns", "Ns.Plain, Ns", None]
+    tidy = sent_columns(given.slice(1, 1))["message_type"]
+    assert tidy.to_pylist() == ["Ns.Plain, Ns"]
+
+
+def test_a_rows_own_ttbr_header_without_ttbr_ms_is_not_sent() -> None:
+    """The copy never expires (no ttbr_ms), and said TimeToBeReceived 00:00:10 (a review): a replay of it
+    would have expired it."""
+    row = {"intent": "Send", "message_type": "Ns.A, Ns", "ttbr_ms": None}
+    theirs = {hdr.TIME_TO_BE_RECEIVED: "00:00:10", "custom": "kept"}
+    headers = publish_headers.row_headers(row, theirs, "sent", "Lakehouse", "m")
+    assert hdr.TIME_TO_BE_RECEIVED not in headers and headers["custom"] == "kept"
+    headers = publish_headers.row_headers({**row, "ttbr_ms": 5000}, theirs, "sent", "Lakehouse", "m")
+    assert headers[hdr.TIME_TO_BE_RECEIVED] == "00:00:05"

@@ -162,6 +162,8 @@ def row_headers(row: dict[str, Any], theirs: dict[str, Any], sent: str, endpoint
     headers = {**theirs, **ours} if theirs else ours
     if row.get("ttbr_ms") is not None:
         headers[hdr.TIME_TO_BE_RECEIVED] = timespan(int(row["ttbr_ms"]))
+    else:  # a TTBR of the row's own headers with no ttbr_ms: the copy never expires, and must not say it does
+        headers.pop(hdr.TIME_TO_BE_RECEIVED, None)
     return headers
 
 

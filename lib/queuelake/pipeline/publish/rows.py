@@ -64,7 +64,24 @@ def sent_columns(batch: pa.Table | pa.RecordBatch) -> pa.Table:
     n = batch.num_rows
     names = batch.schema.names
     columns = [_cast(batch.column(f.name), f.type) if f.name in names else pa.nulls(n, f.type) for f in SENT_SCHEMA]
+    at = SENT_SCHEMA.get_field_index("message_type")
+    columns[at] = tidy_message_types(columns[at])
     return pa.Table.from_arrays(columns, schema=SENT_SCHEMA)
+
+
+def tidy_message_types(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``message_type`` as routing reads it: each ``;``-separated entry trimmed, empty ones dropped. Why:
+    routing tidied its own copy, and the header went out as written (`` A.B , Asm ;;``), which an
+    endpoint resolving each entry may not (a review). Each distinct value is tidied once."""
+    from queuelake.nsb.message_types import split_types
+
+    whole = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    encoded = pc.dictionary_encode(whole)
+    given = encoded.dictionary.to_pylist()
+    tidy = [";".join(split_types(v) or []) for v in given]
+    if tidy == given:
+        return column
+    return pa.array(tidy, pa.string()).take(encoded.indices)
 
 
 def table_of(rows: list[dict[str, Any]]) -> pa.Table:
