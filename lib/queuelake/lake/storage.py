@@ -252,8 +252,11 @@ def delta_table(table_uri: str, version: int | None = None, storage_options: Map
     every load of a table's log goes through here. A missing table raises deltalake's own error."""
     from deltalake import DeltaTable
 
+    from queuelake.lake.waiting import said_while_waiting
+
     options = dict(storage_options) if storage_options else None
-    return read_retrying(lambda: DeltaTable(table_uri, version=version, storage_options=options), table_uri)
+    with said_while_waiting(f"reading the Delta log of {table_uri}"):
+        return read_retrying(lambda: DeltaTable(table_uri, version=version, storage_options=options), table_uri)
 
 
 def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iterator[T]:

@@ -25,6 +25,7 @@ from typing import Protocol
 from queuelake import kill_points
 from queuelake.lake.files import StagedFiles
 from queuelake.lake.port import JournalLake
+from queuelake.lake.waiting import said_while_waiting
 from queuelake.pipeline.drain.claims import Resolved, resolve_claims
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.report import log
@@ -70,7 +71,8 @@ def land_group(lake: JournalLake, conn: Connection, claims_table: TableRef, grou
     """One Delta commit for the group (each app id's highest version in it), then its claims cleared
     in one transaction. Returns how many batches the commit carried (the rest were in the log)."""
     t0 = time.monotonic()
-    carried = lake.commit_staged_group(MESSAGES, [(c.staged, c.app_id, c.version) for c in group])
+    with said_while_waiting(f"committing {len(group)} batch(es) to the journal"):
+        carried = lake.commit_staged_group(MESSAGES, [(c.staged, c.app_id, c.version) for c in group])
     kill_points.reached("after_delta_commit")
     t1 = time.monotonic()
     claims.delete_many(conn, claims_table, [(c.app_id, c.version) for c in group])
