@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from queuelake.errors import LakeError
 from queuelake.lake import storage
 from queuelake.lake.arrow_types import plain_table
 from queuelake.lake.reading import INT96_UNIT, parquet_format
@@ -98,6 +99,12 @@ def open_file(uri: str) -> LakeFile:
         lambda: pq.ParquetFile(path, filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT), uri
     )
     return LakeFile(opened, uri)
+
+
+def read_error(exc: BaseException, where: str) -> LakeError:
+    """A read of round files the store failed past its retries, said in one line as every lake read
+    says it (``storage.storage_error``): pyarrow's own error names no table and gives no hint."""
+    return storage.storage_error(exc, where)
 
 
 def rows_in_files(uris: Sequence[str]) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
-from queuelake.lake.storage import storage_error
+from queuelake.lake.round_files import read_error
 from queuelake.pipeline.failures import groups as groups_mod
 from queuelake.pipeline.failures import read
 
@@ -47,7 +47,7 @@ def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise storage_error(exc, where) from None
+        raise read_error(exc, where) from None
     found = Found(scan.version, scan=scan)
     if scan.version is None:
         return found
@@ -59,7 +59,7 @@ def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
         except FileNotFoundError:
             raise
         except OSError as exc:
-            raise storage_error(exc, where) from None
+            raise read_error(exc, where) from None
     found.later_copies = len(later)
     grouping = groups_mod.group(scan.rows, later)
     found.groups = grouping.groups
