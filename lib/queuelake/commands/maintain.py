@@ -64,9 +64,13 @@ def _compact_and_index(
     cfg: Config, lake: LakeEngine, journal: LakeEngine, run: Run, kept: RetentionResult, retention_seconds: float
 ) -> dict[str, Any]:
     """Compact and vacuum every table, bring the id index up to the journal, record the ``runs`` rows."""
+    from queuelake import stopping
+    from queuelake.errors import describe, error_kind, is_panic
+    from queuelake.lake.storage import job_secrets
     from queuelake.pipeline import runs
     from queuelake.pipeline.key_index import build, rewrite
     from queuelake.pipeline.store import retention
+    from queuelake.redaction import redact
     from queuelake.report import log
     from queuelake.status import Status
 
@@ -75,9 +79,27 @@ def _compact_and_index(
     names = lake.tables()
     if not names:
         log.info("maintain: no lake tables under %s yet, nothing to do", cfg.lake.root)
+    failed: list[str] = []
     for number, name in enumerate(names, 1):
         t0 = time.monotonic()
-        figures[name] = (journal if lake.written_by(name) == journal.name else lake).maintain(name)
+        try:
+            figures[name] = (journal if lake.written_by(name) == journal.name else lake).maintain(name)
+        except BaseException as exc:
+            # one table's failure (deltalake's compaction panicked on a typed table of 2 MB bodies, a
+            # review) ended the command before every table after it, the journal among them, run after run
+            if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
+                raise
+            error = redact(
+                f"lake table {name}: {describe(exc)}", job_secrets(cfg.transport.connection, cfg.lake.storage_options)
+            )
+            log.error(
+                "maintain %s (table %d of %d) failed: %s; the other tables go on", name, number, len(names), error
+            )
+            failed.append(name)
+            figures[name] = {"status": Status.FAILED, "error": error, "error_kind": error_kind(exc)}
+            row_failed = {"table": name, "ended_at": runs.utc_now(), "seconds": round(time.monotonic() - t0, 3)}
+            rows.append({**row_failed, "status": Status.FAILED, "error": error})
+            continue
         log.info(
             "maintain %s (table %d of %d): %s file(s) compacted, %s vacuumed in %.1fs",
             name,
@@ -114,7 +136,17 @@ def _compact_and_index(
         index["seconds"],
     )
     run.record(lake, rows)
-    return {"run_id": run.run_id, "retention": kept.summary(), "tables": figures, "message_keys": index}
+    summary = {"run_id": run.run_id, "retention": kept.summary(), "tables": figures, "message_keys": index}
+    if failed:
+        first = figures[failed[0]]
+        return {
+            "status": Status.FAILED,
+            "failed_tables": failed,
+            **summary,
+            "error": first["error"],
+            "error_kind": first["error_kind"],
+        }
+    return summary
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
