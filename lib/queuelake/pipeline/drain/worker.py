@@ -146,13 +146,11 @@ class Worker:
             state.found_empty()
             return None
         if settle_until is None:  # once per settling: rows with a NULL seq are no one's to wait for
-            without_seq = queues.count_null_seq(conn, state.ref)
+            state.without_seq(queues.count_null_seq(conn, state.ref))
             conn.rollback()
-            if without_seq:
-                state.without_seq(without_seq)
-                held -= without_seq
-                if held <= 0:
-                    return None
+        held -= state.result.rows_without_seq  # on every poll: they stay in the count
+        if held <= 0:
+            return None
         now = time.monotonic()
         if state.batches_in_flight():
             # a sibling worker holds rows it received and has not claimed yet: however long its batch
