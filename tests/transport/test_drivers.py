@@ -64,6 +64,7 @@ def test_a_libpq_connection_gets_a_connect_timeout_unless_it_sets_one(monkeypatc
     assert add("postgresql://u:p@h/db") == "postgresql://u:p@h/db?connect_timeout=30"
     assert add("postgresql://u@h/db?sslmode=require") == "postgresql://u@h/db?sslmode=require&connect_timeout=30"
     assert add("host=h dbname=db") == "host=h dbname=db connect_timeout=30"
+    assert add("postgresql://u@h/db?") == "postgresql://u@h/db?connect_timeout=30"  # a query left empty
     assert add("postgresql://h/db?connect_timeout=5") == "postgresql://h/db?connect_timeout=5"  # the user's wins
     assert add("host=h connect_timeout=5") == "host=h connect_timeout=5"
     assert add("host='unterminated") == "host='unterminated"  # libpq's own error says what is wrong

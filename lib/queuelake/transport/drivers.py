@@ -35,7 +35,8 @@ def with_connect_timeout(connection: str) -> str:
     if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
         return connection
     if "://" in connection:
-        return f"{connection}{'&' if '?' in connection else '?'}connect_timeout={CONNECT_TIMEOUT_SECONDS}"
+        joint = "" if connection.endswith(("?", "&")) else "&" if "?" in connection else "?"
+        return f"{connection}{joint}connect_timeout={CONNECT_TIMEOUT_SECONDS}"
     return f"{connection} connect_timeout={CONNECT_TIMEOUT_SECONDS}"
 
 
