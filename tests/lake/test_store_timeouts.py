@@ -52,8 +52,23 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_store_that_refuses_connections_is_said_at_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_no_probe_through_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a proxy a direct connection says nothing about the store (and a firewall may refuse it)."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    opts = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}"}
+    assert not reachability.behind_a_proxy(opts)
+    assert reachability.probe_in_background({**opts, "proxy_url": "http://proxy:3128"}) is None
+    monkeypatch.setenv("https_proxy", "http://proxy:3128")
+    assert reachability.probe_in_background(opts) is None
+
+
+def test_a_store_that_refuses_connections_is_said_at_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An unreachable endpoint left the command silent for 34-51 s of its clients' retries (a review)."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
     port = _closed_port()
     opts = storage.lake_options("s3://b/lake", {**_S3, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"})
     with caplog.at_level(logging.WARNING, logger="queuelake"):
@@ -67,7 +82,11 @@ def test_a_store_that_refuses_connections_is_said_at_once(caplog: pytest.LogCapt
     assert "secret-value-never-shown" not in caplog.text
 
 
-def test_a_store_that_answers_is_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_store_that_answers_is_not_warned_about(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()

@@ -9,6 +9,7 @@ store being restarted may come back within the retries) and the clients' final e
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Mapping
@@ -34,9 +35,23 @@ def endpoint_of(options: Mapping[str, str]) -> tuple[str, int, str]:
     return host, 443, f"https://{host}"
 
 
+_PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
+
+
+def behind_a_proxy(options: Mapping[str, str]) -> bool:
+    """Whether the clients reach the store through a proxy (the environment's, or object_store's
+    ``proxy_url``): a direct connection then says nothing about the store, and may be refused where the
+    proxy is not."""
+    if any(options.get(key) for key in ("proxy_url", "PROXY_URL")):
+        return True
+    return any(os.environ.get(name) or os.environ.get(name.lower()) for name in _PROXY_VARIABLES)
+
+
 def probe_in_background(options: Mapping[str, str]) -> threading.Thread | None:
     """Start the probe of the store ``options`` name (once per endpoint and process); None when it was
-    probed already."""
+    probed already, or the clients go through a proxy."""
+    if behind_a_proxy(options):
+        return None
     host, port, url = endpoint_of(options)
     with _GUARD:
         if not host or (host, port) in _PROBED:
