@@ -40,6 +40,8 @@ def test_a_duration_that_is_not_one_is_refused_naming_its_key(value: str) -> Non
 
 def test_the_endpoint_a_store_is_reached_at() -> None:
     assert reachability.endpoint_of({"AWS_ENDPOINT_URL": "http://minio:9000"})[:2] == ("minio", 9000)
+    said = reachability.endpoint_of({"AWS_ENDPOINT_URL": "https://user:s3cr3t-pass@minio.internal/"})
+    assert said == ("minio.internal", 443, "https://minio.internal:443")  # no password in a log line
     assert reachability.endpoint_of({"AWS_ENDPOINT_URL": "https://s3.example.com"})[:2] == ("s3.example.com", 443)
     assert reachability.endpoint_of({"AWS_ENDPOINT": "127.0.0.1:9"})[:2] == ("127.0.0.1", 9)
     assert reachability.endpoint_of({"AWS_REGION": "eu-west-1"})[:2] == ("s3.eu-west-1.amazonaws.com", 443)

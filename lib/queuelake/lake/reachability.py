@@ -23,13 +23,15 @@ _GUARD = threading.Lock()
 
 
 def endpoint_of(options: Mapping[str, str]) -> tuple[str, int, str]:
-    """(host, port, URL as the config says it) the lake's S3 clients connect to: ``AWS_ENDPOINT_URL``
-    (or ``AWS_ENDPOINT``), else AWS's regional endpoint (us-east-1 when no region is set)."""
+    """(host, port, scheme://host:port) the lake's S3 clients connect to: ``AWS_ENDPOINT_URL`` (or
+    ``AWS_ENDPOINT``), else AWS's regional endpoint (us-east-1 when no region is set). The URL is built
+    again from its parts, never logged as given: an endpoint may carry a user and password."""
     endpoint = options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT")
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         port = parsed.port or (80 if parsed.scheme == "http" else 443)
-        return parsed.hostname or "", port, endpoint
+        host = parsed.hostname or ""
+        return host, port, f"{parsed.scheme}://{host}:{port}"
     region = options.get("AWS_REGION") or options.get("AWS_DEFAULT_REGION") or "us-east-1"
     host = f"s3.{region}.amazonaws.com"
     return host, 443, f"https://{host}"
