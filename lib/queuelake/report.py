@@ -9,7 +9,10 @@ import datetime as dt
 import logging
 import re
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 import orjson
@@ -123,3 +126,25 @@ def emit_summary(summary: dict[str, Any], stream: TextIO | None = None) -> None:
     out = sys.stdout if stream is None else stream
     out.write(orjson.dumps(_plain(summary), default=_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
     out.flush()
+
+
+@contextmanager
+def every(seconds: float, say: Callable[[float, threading.Event], None], name: str) -> Iterator[None]:
+    """While the block runs, ``say(seconds so far, ended)`` every ``seconds`` in a thread of its own
+    (``ended`` is set once the block has ended: a ``say`` that took a while checks it before logging).
+    Nothing is said when the block ends sooner. What long waits say while they wait: Spark's jobs
+    (``spark_progress.heartbeat``), a slow store (``lake.waiting``)."""
+    ended = threading.Event()
+    started = time.monotonic()
+
+    def beat() -> None:
+        while not ended.wait(seconds):
+            say(time.monotonic() - started, ended)
+
+    thread = threading.Thread(target=beat, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        ended.set()
+        thread.join(timeout=1)

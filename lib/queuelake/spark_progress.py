@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from queuelake import report
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -40,24 +40,16 @@ def heartbeat(
 ) -> Iterator[None]:
     """While the block runs, log ``what`` every ``every`` seconds: time so far, the ``rows`` it is taking
     (counted in ``unit``: rows, batches), and the running stages' tasks done of all."""
-    stop = threading.Event()
-    started = time.monotonic()
 
-    def beat() -> None:
-        while not stop.wait(every):
-            try:
-                done, total = tasks(spark)
-            except Exception:  # noqa: BLE001 - a heartbeat never fails the work it reports on
-                done = total = 0
-            if stop.is_set():  # the block ended while the tracker was asked (the join gives up after 1 s)
-                return
-            running = f"; Spark tasks {done}/{total} of the running stage(s)" if total else ""
-            log.info("%s: working for %.0fs on %d %s%s", what, time.monotonic() - started, rows, unit, running)
+    def beat(took: float, ended: threading.Event) -> None:
+        try:
+            done, total = tasks(spark)
+        except Exception:  # noqa: BLE001 - a heartbeat never fails the work it reports on
+            done = total = 0
+        if ended.is_set():  # the block ended while the tracker was asked (the join gives up after 1 s)
+            return
+        running = f"; Spark tasks {done}/{total} of the running stage(s)" if total else ""
+        log.info("%s: working for %.0fs on %d %s%s", what, took, rows, unit, running)
 
-    thread = threading.Thread(target=beat, name="queuelake-heartbeat", daemon=True)
-    thread.start()
-    try:
+    with report.every(every, beat, "queuelake-heartbeat"):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=1)

@@ -9,29 +9,16 @@ reads do), so a thread beside the call can say what it waits for.
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
-from collections.abc import Iterator
 
+from queuelake import report
 from queuelake.report import log
 
 SAY_EVERY_SECONDS = 15.0
 
 
-@contextlib.contextmanager
-def said_while_waiting(what: str, every: float = SAY_EVERY_SECONDS) -> Iterator[None]:
+def said_while_waiting(what: str, every: float = SAY_EVERY_SECONDS) -> contextlib.AbstractContextManager[None]:
     """Log ``lake: still <what> (Ns so far)`` every ``every`` seconds until the block ends; nothing
     when it ends sooner (the usual case: one thread started and stopped)."""
-    done = threading.Event()
-    started = time.monotonic()
-
-    def say() -> None:
-        while not done.wait(every):
-            log.info("lake: still %s (%.0fs so far)", what, time.monotonic() - started)
-
-    thread = threading.Thread(target=say, name="lake-waiting", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
+    return report.every(
+        every, lambda took, _ended: log.info("lake: still %s (%.0fs so far)", what, took), "lake-waiting"
+    )
