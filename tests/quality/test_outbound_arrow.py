@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from queuelake.quality.outbound import arrow_may_reject, with_reasons
 
 WHEN = dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc)
-blanks = st.sampled_from(["", " ", "\t", "  x  ", "A.B, Asm"])
+blanks = st.sampled_from(["", " ", "\t", "  x  ", "A.B, Asm", ";;", " ; ", "A.B, Asm;"])
 row = st.fixed_dictionaries(
     {
         "key": st.one_of(st.none(), st.sampled_from(["k1", "k2", "k3", "k4", "k5", "k6"])),
@@ -100,6 +100,7 @@ def test_clean_round_passes_and_each_fault_is_caught(spark, tmp_path: Path) -> N
         "null key": {"key": None},
         "duplicate key across files": {"key": "k0"},
         "blank type": {"message_type": " "},
+        "no type between the separators": {"message_type": " ; ;"},
         "bad intent": {"intent": "Reply"},
         "send without destination": {"intent": "Send", "destination": ""},
         "empty body": {"body": b""},

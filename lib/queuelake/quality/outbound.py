@@ -51,7 +51,11 @@ def with_reasons(df: DataFrame) -> DataFrame:
     dup = F.coalesce(F.col("_dup"), F.lit(False))
     checks = [
         (F.col("key").isNull(), "key is null"),
-        (F.col("message_type").isNull() | (F.trim("message_type") == ""), "message_type is empty"),
+        # ";;" names no type either: publish sends each entry trimmed and the empty ones dropped
+        (
+            F.col("message_type").isNull() | (F.trim(F.regexp_replace("message_type", ";", "")) == ""),
+            "message_type is empty",
+        ),
         (F.col("intent").isNull(), "intent is null"),
         (F.col("intent").isNotNull() & ~F.col("intent").isin(INTENTS), "intent must be Send or Publish"),
         (
@@ -151,7 +155,7 @@ def _any_reason(table: pa.Table, names: set[str], pc: Any) -> bool:
     intent = table["intent"].cast(pa.string())
     checks = [
         pc.is_null(table["key"]),
-        blank(table["message_type"]),
+        blank(pc.replace_substring(table["message_type"].cast(pa.string()), ";", "")),
         pc.invert(pc.is_in(intent, value_set=pa.array(INTENTS))),  # null intent: not in the set
     ]
     if "body" in table.column_names:  # else the row group's footer vouched for the bodies
