@@ -32,6 +32,7 @@ from queuelake.errors import LakeError
 from queuelake.lake import catalogue, deletes, storage
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
+from queuelake.lake.delta_rs import row_groups
 from queuelake.lake.delta_rs.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
 from queuelake.lake.delta_rs.log_head import read_table_head
 from queuelake.lake.delta_rs.staging import StagedWrites
@@ -62,6 +63,8 @@ CHECKPOINT_PROPERTY = "delta.checkpointInterval"
 # the codec a compaction with its own row-group size writes: the journal's own writes' (deltalake names
 # codecs in capitals)
 COMPACTED_CODEC = cast(Literal["SNAPPY"], COMPRESSION.upper())
+# what deltalake's compaction writes when given no writer properties
+DEFAULT_COMPACTED_CODEC: Literal["ZSTD"] = "ZSTD"
 
 
 class DeltaRsEngine(StagedWrites):
@@ -306,10 +309,15 @@ class DeltaRsEngine(StagedWrites):
         self._check_writable(table, dt)
         interval_set = repeated(lambda: self._set_checkpoint_interval(table, self._require(table)), table)
         files_before = len(dt.file_uris())
-        rows = catalogue.row_group_rows(table)
+        own_rows = catalogue.row_group_rows(table)
+        # fewer rows where the rows are wide: a row group past 2 GiB of one column cannot be read back
+        rows = row_groups.bounded_rows(dt, own_rows)
         # the codec said too: WriterProperties without one writes UNCOMPRESSED (a review: the journal grew
-        # 3.4 times at its first maintain); the journal's own writes' codec (``files.COMPRESSION``)
-        properties = WriterProperties(max_row_group_size=rows, compression=COMPACTED_CODEC) if rows else None
+        # 3.4 times at its first maintain); the journal's own writes' codec (``files.COMPRESSION``), and
+        # deltalake's own compaction codec for the tables it sizes itself
+        codec = COMPACTED_CODEC if own_rows else DEFAULT_COMPACTED_CODEC
+        bounded = own_rows or rows < row_groups.DEFAULT_ROWS
+        properties = WriterProperties(max_row_group_size=rows, compression=codec) if bounded else None
         # each from a fresh load, again when the store dropped or throttled it (``transient.repeated``):
         # deltalake retries neither as a whole, and behind S3's bursts a maintain failed here (a review)
         compacted = repeated(
