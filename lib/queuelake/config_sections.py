@@ -48,6 +48,15 @@ _INTEGER = re.compile(r"[+-]?\d+")
 _YES_NO = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 
 
+def _finite(number: float) -> bool:
+    """Whether ``number`` is a finite float: an integer past a float's range is not (YAML reads a
+    400-digit number as an int, and ``math.isfinite`` raised OverflowError on it: a review)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def typed_value(hint: Any, value: Any, where: str) -> Any:
     """``value`` as the key's type ``hint`` says, or a ConfigError naming the key and what it expects.
     Why: a value of another type was taken as it was, and went wrong far from the file: ``queues:
@@ -79,7 +88,7 @@ def typed_value(hint: Any, value: Any, where: str) -> Any:
         if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
             return int(value)
     elif hint is float:  # finite: YAML's .nan and .inf, and "nan"/"inf" as text, are no seconds
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value):
             return value
         if isinstance(value, str):
             try:

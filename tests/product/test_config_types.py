@@ -41,6 +41,8 @@ def built(key: str, value: Any) -> Any:
         ("drain.settle_seconds", float("inf"), "drain.settle_seconds: expected a number, got a number that is not"),
         ("drain.max_seconds", float("nan"), "drain.max_seconds: expected a number (or nothing), got a number that"),
         ("drain.settle_seconds", "inf", "drain.settle_seconds: expected a number, got a text"),
+        # an integer past a float's range (YAML reads 400 digits as an int): OverflowError before (a review)
+        ("drain.settle_seconds", 10**400, "drain.settle_seconds: expected a number, got a "),
         ("drain.max_seconds", "NaN", "drain.max_seconds: expected a number (or nothing), got a text"),
         ("spark.conf", {"spark.x": [1]}, "spark.conf.spark.x: expected a text, number or true/false, got a list"),
     ],
