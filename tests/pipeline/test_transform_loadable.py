@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from queuelake.config import from_dict
 from queuelake.pipeline.transform import unloadable
 
@@ -31,3 +32,18 @@ def test_a_missing_module_or_sql_file_is_found_without_running_anything(tmp_path
         "transform 'gone_sub'",
     ]
     assert "nope.sql does not exist" in problems[0] and "module 'my_jobs.scores'" in problems[1]
+
+
+def test_a_parent_package_whose_import_raises_is_said_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding ``pkg.scores`` imports ``pkg``; one that read a variable not set raised KeyError out of
+    ``run`` before its drain (a review): the other steps run, the transform step fails that one."""
+    package = tmp_path / "needs_setting"
+    package.mkdir()
+    (package / "__init__.py").write_text("import os\nSETTING = os.environ['NEEDS_SETTING_VALUE']\n")
+    (package / "scores.py").write_text("def build(spark, journal):\n    return journal\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("NEEDS_SETTING_VALUE", raising=False)
+    cfg = from_dict({"transforms": [{"name": "s", "function": "needs_setting.scores:build", "output": "o"}]}, env={})
+    assert unloadable(cfg) == ["transform 's': importing 'needs_setting.scores' raised KeyError: 'NEEDS_SETTING_VALUE'"]

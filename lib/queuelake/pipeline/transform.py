@@ -61,9 +61,11 @@ def load_function(spec: str) -> Callable[..., DataFrame]:
 
 
 def unloadable(config: Config) -> list[str]:
-    """Why each transform that cannot load could not, found without importing or running anything: a
-    module that is not there, a SQL file that is not. ``run`` says so before its drain, which took
-    minutes before the transform step said it (a review)."""
+    """Why each transform that cannot load could not: a module that is not there, a SQL file that is not.
+    ``run`` says so before its drain, which took minutes before the transform step said it (a review).
+    Nothing of the transform's own runs, but finding a module imports its parent packages: one whose
+    import raises is said so here too, and the transform step itself then fails that transform alone
+    (``run`` ended before its drain on such a package: a review)."""
     import importlib.util
 
     problems = []
@@ -75,6 +77,9 @@ def unloadable(config: Config) -> list[str]:
                 found = importlib.util.find_spec(module) is not None
             except (ImportError, ValueError):  # a parent package missing, an empty name
                 found = False
+            except Exception as exc:  # noqa: BLE001 - a parent package whose import raised: said, not raised
+                problems.append(f"transform {transform.name!r}: importing {module!r} raised {describe(exc)}")
+                continue
             if not found:
                 problems.append(f"transform {transform.name!r}: module {module!r} of {function!r} not found")
         elif sql and not Path(sql).is_file():
