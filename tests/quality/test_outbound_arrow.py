@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from queuelake.quality.outbound import arrow_may_reject, with_reasons
 
 WHEN = dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc)
-blanks = st.sampled_from(["", " ", "\t", "  x  ", "A.B, Asm", ";;", " ; ", "A.B, Asm;"])
+blanks = st.sampled_from(["", " ", "\t", "  x  ", "A.B, Asm", ";;", " ; ", "A.B, Asm;", "\xa0", " \u3000 ;", "\t;"])
 row = st.fixed_dictionaries(
     {
         "key": st.one_of(st.none(), st.sampled_from(["k1", "k2", "k3", "k4", "k5", "k6"])),
@@ -163,3 +163,18 @@ def test_a_round_above_the_key_cap_is_left_to_spark_without_reading_it(tmp_path:
     not_parquet.write_bytes(b"never read")
     assert arrow_may_reject([*paths, str(not_parquet)], counting, max_rows=10)
     assert opened == paths  # the third file's footer tipped it over; nothing after was opened
+
+
+def test_whitespace_of_every_kind_names_no_type(spark, tmp_path: Path) -> None:
+    """Spark's ``trim`` takes spaces only: a tab, a no-break space or an ideographic space passed the check
+    and went out as an empty EnclosedMessageTypes once publish tidied it (a review)."""
+    from pyspark.sql import functions as F
+
+    odd = ["\t", "\t;", "\xa0", " \u3000 ;", "\x85", "\x0b;"]
+    rows = clean_rows(len(odd))
+    for row_, message_type in zip(rows, odd, strict=True):
+        row_["message_type"] = message_type
+    paths = write_files(tmp_path / "odd", rows, [], files=1)
+    reasons = with_reasons(spark.read.parquet(*paths)).select(F.explode("reasons")).collect()
+    assert [r[0] for r in reasons] == ["message_type is empty"] * len(odd), reasons
+    assert arrow_may_reject(paths, pq.ParquetFile)

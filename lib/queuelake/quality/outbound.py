@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from queuelake.errors import QualityError
+from queuelake.nsb.message_types import NO_TYPE
 from queuelake.nsb.times import FIRST_INSTANT, LAST_INSTANT
 from queuelake.nsb.timespan import MAX_TTBR_MS
 
@@ -51,11 +52,8 @@ def with_reasons(df: DataFrame) -> DataFrame:
     dup = F.coalesce(F.col("_dup"), F.lit(False))
     checks = [
         (F.col("key").isNull(), "key is null"),
-        # ";;" names no type either: publish sends each entry trimmed and the empty ones dropped
-        (
-            F.col("message_type").isNull() | (F.trim(F.regexp_replace("message_type", ";", "")) == ""),
-            "message_type is empty",
-        ),
+        # ";;" or a tab names no type either: publish sends each entry trimmed and the empty ones dropped
+        (F.col("message_type").isNull() | F.col("message_type").rlike(NO_TYPE), "message_type is empty"),
         (F.col("intent").isNull(), "intent is null"),
         (F.col("intent").isNotNull() & ~F.col("intent").isin(INTENTS), "intent must be Send or Publish"),
         (
@@ -152,10 +150,14 @@ def _any_reason(table: pa.Table, names: set[str], pc: Any) -> bool:
         text = column.cast(pa.string())
         return pc.or_kleene(pc.is_null(text), pc.equal(pc.utf8_trim_whitespace(text), ""))
 
+    def no_type(column: pa.ChunkedArray) -> pa.ChunkedArray:
+        text = column.cast(pa.string())
+        return pc.or_kleene(pc.is_null(text), pc.match_substring_regex(text, NO_TYPE))
+
     intent = table["intent"].cast(pa.string())
     checks = [
         pc.is_null(table["key"]),
-        blank(pc.replace_substring(table["message_type"].cast(pa.string()), ";", "")),
+        no_type(table["message_type"]),
         pc.invert(pc.is_in(intent, value_set=pa.array(INTENTS))),  # null intent: not in the set
     ]
     if "body" in table.column_names:  # else the row group's footer vouched for the bodies
