@@ -211,6 +211,24 @@ def check_send_target(config: Config, address: str, where: str) -> None:
         raise ConfigError(f"{config.source or 'config'}: {conflict_message(drained, address, where)}")
 
 
+def check_queues_named(config: Config, names: list[str]) -> None:
+    """Queues named for one drain (``--queue``) in place of ``drain.queues``: each must pass the check
+    ``drain.queues`` passes (``check_destinations``). Why: ``drain --queue Billing`` took every message
+    the demo had published to Billing into the lake, exit 0, where Billing in ``drain.queues`` is refused
+    (a review)."""
+    t = config.transport
+    allowed = {_canonical(q, t) for q in config.drain.also_destinations}
+    for name in names:
+        target = _canonical(name, t)
+        if target in allowed:
+            continue
+        for i, transform in enumerate(config.transforms):
+            if any(_canonical(d, t) == target for d in transform.destinations):
+                where = f"transforms[{i}] ({transform.name}).destinations"
+                message = conflict_message(name, name, where).replace("drain.queues drains", "--queue drains", 1)
+                raise ConfigError(f"{config.source or 'config'}: {message}")
+
+
 def check_destinations(config: Config) -> None:
     """Validation across sections: a queue that is both drained and a destination the config names
     (a transform's ``destinations``) is an error naming both places, unless ``drain.also_destinations``

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from queuelake import config as config_mod
-from queuelake.config import check_send_target, from_dict
+from queuelake.config import check_queues_named, check_send_target, from_dict
 from queuelake.errors import ConfigError
 from queuelake.transport import installer, schema
 from queuelake.transport.table_refs import queue_ref
@@ -67,6 +67,20 @@ def test_spellings_of_one_queue_are_the_same_queue(dialect: str, drained: str, d
 def test_other_schemas_and_queues_are_not_conflicts() -> None:
     cfg = from_dict(settings(["Sales", '"archive"."Billing"'], ["Billing", "Shipping"]), env={})
     assert [t.destinations for t in cfg.transforms] == [["Billing", "Shipping"]]
+
+
+def test_a_queue_named_for_one_drain_is_checked_as_drain_queues_is() -> None:
+    """``drain --queue Billing`` took every message the demo had published to Billing into the lake, exit
+    0, where Billing in ``drain.queues`` is refused (a review)."""
+    cfg = from_dict(settings(["Sales"], ["Billing"]), env={}, source="conf/prod.yaml")
+    with pytest.raises(ConfigError) as caught:
+        check_queues_named(cfg, ["Sales", "public.Billing"])
+    message = str(caught.value)
+    assert message.startswith("conf/prod.yaml: --queue drains public.Billing, which transforms[0] (customer_totals)")
+    assert "drain.also_destinations" in message
+    check_queues_named(cfg, ["Sales", "audit"])  # not a destination: drained as asked
+    allowed = from_dict(settings(["Sales", "Billing"], ["Billing"], also_destinations=["Billing"]), env={})
+    check_queues_named(allowed, ["Billing"])
 
 
 def test_also_destinations_says_it_is_intended() -> None:

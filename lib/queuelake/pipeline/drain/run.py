@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from queuelake import stopping
 from queuelake.allocator import keep_freed_memory
-from queuelake.config import Config
+from queuelake.config import Config, check_queues_named
 from queuelake.config_sections import DrainConfig
 from queuelake.errors import DrainError
 from queuelake.lake.engines import journal_engine
@@ -64,6 +64,8 @@ def drain(
         names = queue_names or config.drain.queues
         if not names:
             raise DrainError("no queues to drain: set drain.queues or pass --queue")
+        if queue_names:  # checked as drain.queues is when the config loads
+            check_queues_named(config, queue_names)
         settings = config.drain
         if settings.workers_per_queue > MAX_WORKERS_PER_QUEUE:
             raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
