@@ -6,8 +6,9 @@ import socket
 import threading
 
 import pytest
+from queuelake.config_sections import TransportConfig
 from queuelake.dialects.dialect import DIALECTS
-from queuelake.transport import drivers
+from queuelake.transport import db, drivers
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "adbc"])
@@ -37,3 +38,37 @@ def test_a_server_that_never_answers_fails_the_connection(
         thread.join(60)
     assert outcome, "the connection attempt was still waiting after 60 s"
     assert outcome[0] is not None and "timeout" in str(outcome[0]).lower(), outcome
+
+
+def test_the_drains_shared_adbc_connections_give_up_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drain's receive path (``db.SharedAdbc``, ADBC's default under ``receive_driver: auto``) opened
+    its database without the timeout: still waiting after 70 s (a review)."""
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(drivers, "CONNECT_TIMEOUT_SECONDS", 2)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        config = TransportConfig(connection=f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/x")
+        shared = db.SharedAdbc(config).start()
+        outcome: list[BaseException | None] = []
+
+        def attempt() -> None:
+            try:
+                shared.connect().close()
+                outcome.append(None)
+            except Exception as exc:  # noqa: BLE001 - the driver's own error type
+                outcome.append(exc)
+
+        thread = threading.Thread(target=attempt, daemon=True)
+        thread.start()
+        thread.join(60)
+    assert outcome, "the shared ADBC database was still opening after 60 s"
+    assert outcome[0] is not None and "timeout" in str(outcome[0]).lower(), outcome
+
+
+def test_a_service_names_its_own_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``service=`` entry of pg_service.conf may set one: appending 30 s overrode it (a review)."""
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.delenv("PGSERVICE", raising=False)
+    assert drivers.with_connect_timeout("service=queues") == "service=queues"
+    assert drivers.with_connect_timeout("host=db dbname=q").endswith("connect_timeout=30")

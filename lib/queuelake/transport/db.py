@@ -21,7 +21,7 @@ from queuelake.config_sections import TransportConfig
 from queuelake.dialects.dialect import dialect as named_dialect
 from queuelake.errors import RowsRefused, TransportError
 from queuelake.transport import sqlfiles
-from queuelake.transport.drivers import ADBC, Driver
+from queuelake.transport.drivers import ADBC, Driver, with_connect_timeout
 from queuelake.transport.drivers import driver as named_driver
 from queuelake.transport.sqlfiles import Statement
 
@@ -271,7 +271,9 @@ class SharedAdbc:
         try:
             import adbc_driver_postgresql.dbapi as adbc
 
-            self._source = adbc.connect(self._config.connection, autocommit=True)
+            # libpq's connect timeout, as every other connection's: this is the drain's receive path
+            connection = self._config.connection
+            self._source = adbc.connect(with_connect_timeout(connection) if connection else connection, autocommit=True)
         except BaseException as exc:  # raised (redacted) by every connect()
             self._error = exc
         finally:

@@ -34,6 +34,8 @@ def with_connect_timeout(connection: str) -> str:
         return connection
     if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
         return connection
+    if "service" in given or os.environ.get("PGSERVICE"):  # its pg_service.conf entry may set one: it wins
+        return connection
     if "://" in connection:
         joint = "" if connection.endswith(("?", "&")) else "&" if "?" in connection else "?"
         return f"{connection}{joint}connect_timeout={CONNECT_TIMEOUT_SECONDS}"
