@@ -895,3 +895,21 @@ def test_batches_built_ahead_write_expires_from_their_transactions_now(
         sent = parse_time(headers[hdr.TIME_SENT])
         sent = sent.replace(tzinfo=dt.timezone.utc) if sent.tzinfo is None else sent
         assert before - dt.timedelta(seconds=1) <= sent <= start + dt.timedelta(milliseconds=1), (sent, start)
+
+
+def test_events_no_endpoint_subscribes_to_are_said_not_sent_silently(
+    fresh_pg_uri: str, tmp_path: Path, spark, caplog: pytest.LogCaptureFixture
+) -> None:
+    """149 events published to no one said "sent, 149 row(s) as 0 message(s)" and nothing else, and the
+    next round had nothing new: lost for good without a word (a review)."""
+    import logging
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_test"], [])
+    setup_db(cfg, [])
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_test", [row(f"event-{i}") for i in range(3)])
+    with caplog.at_level(logging.WARNING, logger="queuelake"):
+        out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["published"] == 3 and out["copies"] == 0, out
+    said = [r.getMessage() for r in caplog.records if "no endpoint subscribes" in r.getMessage()]
+    assert len(said) == 1 and CONCRETE in said[0] and BASE in said[0], said

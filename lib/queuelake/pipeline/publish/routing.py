@@ -36,6 +36,7 @@ from queuelake.pipeline.publish.headers import (
     with_own_headers,
 )
 from queuelake.pipeline.publish.rows import table_of
+from queuelake.report import log
 from queuelake.transport import binary_copy, queues, schema, subscriptions
 from queuelake.transport.db import Connection
 from queuelake.transport.queues import OutgoingMessage
@@ -115,6 +116,13 @@ class Router:
             topics = [full_type_name(t) for t in split_types(message_type) or []]
             ref = bridge_ref(self.config.transport.subscription_table, self.config.transport)
             found = self.subscribers_of[message_type] = subscriptions.find_subscribers(conn, ref, topics)
+            if not found:  # said once per type and run: the round sends these events to no queue, for good
+                log.warning(
+                    "publish: no endpoint subscribes to %s (%s): its events are sent to no queue, and a later"
+                    " subscription does not bring them back",
+                    ", ".join(topics) or repr(message_type),
+                    ref.qualified,
+                )
         return found
 
     def routes(
