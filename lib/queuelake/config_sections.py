@@ -265,6 +265,7 @@ class LakeConfig:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ConfigError(f"lake.{key} must be a non-empty name")
+        _check_root_scheme(self.root)
         if "://" not in self.root and re.search(r"%[0-9A-Fa-f]{2}", self.root):
             # deltalake reads a local path as a URI: "a%20b" would be the folder "a b"
             raise ConfigError(
@@ -288,6 +289,28 @@ class LakeConfig:
         if not isinstance(self.storage_options, dict):
             raise ConfigError("lake.storage_options must be a mapping of option name to value")
         self.storage_options = {str(k): str(v) for k, v in self.storage_options.items() if v is not None}
+
+
+# the schemes of a lake root some engine opens (object_store's and Hadoop's); a local folder has none
+ROOT_SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "hdfs", "viewfs", "dbfs")
+
+
+def _check_root_scheme(root: str) -> None:
+    """A root that looks like a URI is one an engine opens. Why: ``s3:/bucket`` (one slash) was taken for
+    a local folder, and a drain wrote ``./s3:/bucket/messages``, exit 0; ``ftp://...`` failed as
+    "unexpected" deep in pyarrow (a review)."""
+    typo = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", root)
+    if typo:
+        raise ConfigError(
+            f"lake.root {root!r}: a URI needs two slashes after {typo.group(1)}: (as {typo.group(1)}://...)"
+            "; a local folder's name cannot hold ':/'"
+        )
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", root)
+    if scheme and scheme.group(1).lower() not in ROOT_SCHEMES:
+        raise ConfigError(
+            f"lake.root {root!r}: {scheme.group(1)}:// is no store the lake can be in (a local folder, or "
+            f"{', '.join(s + '://' for s in ROOT_SCHEMES)})"
+        )
 
 
 @dataclass

@@ -3,6 +3,7 @@ percent-encoded file URIs for local tables, which pyarrow and Spark would take l
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -85,3 +86,23 @@ def test_a_root_holding_a_hash_is_a_config_error(root: str, tmp_path) -> None:
     table = str(tmp_path / "h#x" / "t")  # the reason: what deltalake does with such a folder
     write_deltalake(table, pa.table({"a": [1]}))
     assert DeltaTable(table).version() == 0 and DeltaTable(table).history() == []
+
+
+@pytest.mark.parametrize(
+    ("root", "said"),
+    [
+        ("s3:/nobucket/lake", "a URI needs two slashes after s3: (as s3://...)"),
+        ("abfss:/c@acct.dfs.core.windows.net/lake", "two slashes after abfss:"),
+        ("ftp://host/x", "ftp:// is no store the lake can be in"),
+    ],
+)
+def test_a_root_that_is_no_store_is_a_config_error(root: str, said: str) -> None:
+    """``s3:/nobucket`` was a local folder, and a drain wrote ``./s3:/nobucket/messages``, exit 0; ``ftp://``
+    failed as "unexpected" inside pyarrow (a review)."""
+    from queuelake.config import from_dict
+    from queuelake.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        from_dict({"transport": {"connection": "x"}, "lake": {"root": root}}, env={})
+    for fine in ("s3://b/lake", "gs://b/lake", "abfss://c@a.dfs.core.windows.net/l", "/data/lake", "./lake", "C:/lake"):
+        assert from_dict({"transport": {"connection": "x"}, "lake": {"root": fine}}, env={}).lake.root == fine
