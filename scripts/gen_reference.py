@@ -173,11 +173,11 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
-COMMON = {"-h", "--debug", "--log-format"}  # every command takes them; the page's introduction says so
+COMMON = {"-h", "--version", "--debug", "--log-format"}  # every command takes them; the page's introduction says so
 
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    """A parser's own options and positionals, without help, --debug and --log-format."""
+    """A parser's own options and positionals, without help, --version, --debug and --log-format."""
     return [
         a for a in parser._actions if not COMMON & set(a.option_strings) and not isinstance(a, argparse._HelpAction)
     ]
@@ -255,7 +255,7 @@ def render_commands() -> str:
         if not isinstance(action, argparse._SubParsersAction):
             out.append(f"| {_code(option_text(action))} | {_cell(action.help or '')} |")
     for action in parser._actions:
-        if set(action.option_strings) & {"--debug", "--log-format"}:
+        if set(action.option_strings) & {"--version", "--debug", "--log-format"}:
             out.append(f"| {_code(option_text(action))} | {_cell(action.help or '')} |")
     for name, sub in _subparsers(parser).items():
         command = COMMANDS[name]

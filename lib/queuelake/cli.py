@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         # also accepted after the command; SUPPRESS keeps a global --debug from being reset
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         p.add_argument("--log-format", choices=LOG_FORMATS, default=argparse.SUPPRESS, help=log_help)
+        p.add_argument("--version", action="version", version=f"queuelake {__version__}")
         if command.takes_config:
             # None: conf/local.yaml when it exists, else the built-in local config (config.load)
             config_help = (

@@ -73,6 +73,9 @@ def test_version_in_process(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--version"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [f"queuelake {__version__}"]
+    # after a command's name too, as the reference says every global option is (exit 2 before: a review)
+    assert cli.main(["status", "--version"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"queuelake {__version__}"]
 
 
 # ---------------------------------------------------------------- --log-format
