@@ -1,4 +1,4 @@
-"""spark-submit entry point, the scheduled job (drain, transform, publish):
+"""spark-submit entry point, the scheduled job (drain, bodies, transform, publish):
 ``spark-submit jobs/run.py -c conf/postgres.example.yaml [--queue Q]... [--max-messages N] [--max-seconds S]``."""
 
 import sys
