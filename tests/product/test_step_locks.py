@@ -309,3 +309,36 @@ def test_a_step_confirms_its_lock_before_each_commit(fresh_pg_uri: str, tmp_path
     step_locks.confirm(step_locks.TRANSFORM)  # released: nothing held any more
     with db.connect(cfg.transport) as other:  # and nobody holds it
         assert locks.try_lock(other, step_locks.lock_name(cfg, step_locks.TRANSFORM))
+
+
+def test_a_catch_up_that_failed_for_one_table_fails_only_the_transforms_reading_it(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch
+) -> None:
+    """One type's table that its bodies step could not rewrite (the JVM out of heap) failed every transform
+    reading any typed table, run after run (a review): only a transform reading that table fails now."""
+    import pyarrow as pa
+    import pytest
+    from queuelake.errors import PipelineError
+    from queuelake.lake.engines import open_lake
+    from queuelake.pipeline.bodies import reader
+
+    cfg = from_dict(
+        {"transport": {"connection": fresh_pg_uri}, "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"}},
+        env={},
+    )
+    lake = open_lake(cfg.lake)
+    lake.create_table("messages", pa.schema([("id", pa.string())]))  # a journal the typed tables are behind
+    step = {
+        "status": "failed",
+        "tables": [{"table": "body_a_doc", "error": "OutOfMemoryError"}, {"table": "body_a_order"}],
+    }
+    monkeypatch.setattr(reader.stage, "checkpoint", lambda lake: None)
+    monkeypatch.setattr(reader.stage, "bodies", lambda config, spark, lake: step)
+    monkeypatch.setattr(reader.stage, "claimed", lambda lake: {"A.Doc": "body_a_doc", "A.Order": "body_a_order"})
+    tables = reader.BodyTables(cfg, None, lake)  # type: ignore[arg-type]
+    assert tables.name_of("A.Order") == "body_a_order"
+    with pytest.raises(PipelineError, match="the typed table body_a_doc is behind the journal: OutOfMemoryError"):
+        tables.name_of("A.Doc")
+    step["tables"] = []  # a step that failed as a whole: every reader fails, as before
+    with pytest.raises(PipelineError, match="the bodies step failed, so the typed tables are behind"):
+        reader.BodyTables(cfg, None, lake).name_of("A.Order")  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from queuelake.pipeline import step_locks
 from queuelake.pipeline.bodies import names
 from queuelake.pipeline.bodies import run as stage
 from queuelake.pipeline.journal.schema import MESSAGES
+from queuelake.report import log
 from queuelake.status import Status
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ class BodyTables:
     def __init__(self, config: Config, spark: SparkSession, lake: LakeEngine) -> None:
         self._config, self._spark, self._lake = config, spark, lake
         self._current = False
+        # the tables the catch-up's bodies step failed to bring up, and why: only a transform reading one
+        # of them fails (every transform reading typed tables failed with one type's table: a review)
+        self._behind: dict[str, str] = {}
 
     def _catch_up(self) -> None:
         """The typed tables brought up to the journal, under the bodies lock (``step_locks``), waiting
@@ -56,9 +60,18 @@ class BodyTables:
                 if result.get("status") == Status.INTERRUPTED:
                     raise stopping.Interrupted("stopped while the bodies step caught the typed tables up")
                 if result.get("status") != Status.OK:
-                    failed = [f"{t['table']}: {t.get('error')}" for t in result.get("tables", []) if t.get("error")]
-                    why = result.get("error") or "; ".join(failed) or str(result.get("status"))
-                    raise PipelineError(f"the bodies step failed, so the typed tables are behind the journal: {why}")
+                    failed = {t["table"]: str(t["error"]) for t in result.get("tables", []) if t.get("error")}
+                    if not failed:
+                        why = result.get("error") or str(result.get("status"))
+                        raise PipelineError(
+                            f"the bodies step failed, so the typed tables are behind the journal: {why}"
+                        )
+                    self._behind = failed
+                    log.warning(
+                        "bodies: %s behind the journal (the bodies step failed for them); a transform reading"
+                        " another typed table goes on",
+                        ", ".join(sorted(failed)),
+                    )
         self._current = True
 
     def name_of(self, message_type: str) -> str:
@@ -70,6 +83,10 @@ class BodyTables:
             raise PipelineError(
                 f"no typed table for message type {type_name!r} (none of its bodies was read yet, "
                 "or bodies.types / bodies.queues leave it out)"
+            )
+        if table in self._behind:
+            raise PipelineError(
+                f"the bodies step failed, so the typed table {table} is behind the journal: {self._behind[table]}"
             )
         return table
 
