@@ -8,8 +8,8 @@ column (in first-seen order, not sorted); a whole number then a fraction widens 
 other disagreement (text and number, an object and a list, ...) makes the column a string, which
 Spark fills with the value's original JSON text, and is recorded as a conflict.
 
-Types: JSON true/false -> boolean, whole numbers -> long (beyond 64 bits: string), other numbers ->
-double, ISO 8601 date-times with a zone (``2024-05-01T13:45:10.1234567Z``, ``...+02:00``: what
+Types: JSON true/false -> boolean, whole numbers -> long (beyond 64 bits: string), other numbers and
+the texts "NaN", "Infinity" and "-Infinity" (how .NET writes such doubles) -> double, ISO 8601 date-times with a zone (``2024-05-01T13:45:10.1234567Z``, ``...+02:00``: what
 System.Text.Json, Newtonsoft and the XmlSerializer write for UTC DateTime and DateTimeOffset) ->
 timestamp, other text -> string, objects -> structs, lists -> arrays. A field only ever null is a
 string. An object whose keys are data, not a class's properties (a ``Dictionary<Guid, T>``, ``<int, T>``,
@@ -164,6 +164,12 @@ def _merged_maps(a: StructType | MapType, b: StructType | MapType, path: str, ch
 # ---------------------------------------------------------------- JSON
 
 
+# How .NET writes a double that is no number: Newtonsoft by default (FloatFormatHandling.String), and
+# System.Text.Json with AllowNamedFloatingPointLiterals, as JSON strings. Taken for text, one NaN made a
+# double field a string column, every value its text (a review).
+NON_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
+
+
 def json_type(value: Any, path: str, changes: list[Change]) -> DataType:
     if value is None:
         return NullType()
@@ -174,6 +180,8 @@ def json_type(value: Any, path: str, changes: list[Change]) -> DataType:
     if isinstance(value, float):
         return DoubleType()
     if isinstance(value, str):
+        if value in NON_FINITE:  # Newtonsoft's double.NaN and infinities; Spark's from_json reads them so
+            return DoubleType()
         return TimestampType() if _TIMESTAMP.fullmatch(value) else StringType()
     if isinstance(value, list):
         element: DataType = NullType()
