@@ -7,6 +7,7 @@ claimed and committed, so nothing is half-done. Long loops ask ``requested()`` b
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -215,3 +216,32 @@ def restore_handlers() -> None:
     for signum, handler in _handlers.items():
         if signal.getsignal(signum) is not handler:
             signal.signal(signum, handler)
+
+
+def interruptible(call: Callable[[], T]) -> T:
+    """``call()`` run in a daemon thread that the main thread waits on, so that a stop signal's handler
+    runs at once; off the main thread, ``call()`` itself.
+
+    Why: Python runs a signal's handler in the main thread, between two of its bytecodes. A read that
+    sat in pyarrow's or deltalake's native code, inside their S3 retries, held it there: ``failures``
+    took a Ctrl-C 146 s after it was pressed (a review). A thread's join is a lock's wait, which a signal
+    interrupts: the handler runs, and a command that stops at once (``Interrupted``, ``KeyboardInterrupt``)
+    raises it from the wait. The read then goes on in its thread, which the exiting process does not wait
+    for; a graceful command's first signal only asks for a stop, and the wait goes on."""
+    if threading.current_thread() is not threading.main_thread():
+        return call()
+    outcome: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            outcome["value"] = context.run(call)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread as it is
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="queuelake-interruptible-read", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -316,6 +316,32 @@ def test_a_store_that_answers_late_is_waited_for(s3: str) -> None:
     )
 
 
+def test_a_reply_held_past_the_timeout_is_asked_again(s3: str) -> None:
+    """A request that timed out is tried again while ``retry_timeout`` has not passed: with both at 60 s
+    (round 54's defaults) one stalled reply failed a drain that one retry would have landed (a review).
+    Here at a scale of seconds: a log read held 8 s, a 3 s timeout; asked again, it loads, where a
+    ``retry_timeout`` no longer than the timeout gives up."""
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+
+    root = f"s3://{BUCKET}/held-{uuid.uuid4().hex[:8]}"
+    DeltaRsEngine(root, storage_options=resolved_options(s3)).create_table("t", pa.schema([("n", pa.int64())]))
+    held = r"^GET .*/t/_delta_log/0+\.json"
+    for retry_timeout, loads in (("3s", False), (None, True)):
+        proxy, url = serve_in_a_process(s3, slow_reply=(held, 8.0))
+        try:
+            asked = {**resolved_options(url), "timeout": "3s", "max_retries": "2"}
+            if retry_timeout:
+                asked["retry_timeout"] = retry_timeout
+            options = storage.lake_options(root, asked)
+            if loads:
+                assert storage.delta_table(f"{root}/t", None, options).version() == 0
+            else:
+                with pytest.raises(Exception, match="(?i)timed out"):
+                    storage.read_retrying(lambda o=options: storage.delta_table(f"{root}/t", None, o), "t")
+        finally:
+            assert resets_of(proxy) == 1, "the log's reply was not held"
+
+
 def test_retry_defaults_and_overrides() -> None:
     opts = storage.lake_options(
         "s3://b/lake", {**resolved_options("http://x:1"), "MAX_RETRIES": "4", "retry_timeout": "9s"}

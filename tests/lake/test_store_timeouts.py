@@ -27,6 +27,31 @@ def test_one_timeout_key_sets_every_clients_timeout() -> None:
     assert fs.__reduce__()[1][0]["connect_timeout"] == 2.0
 
 
+def test_a_request_that_times_out_is_tried_again_by_default(caplog: pytest.LogCaptureFixture) -> None:
+    """object_store begins no retry once ``retry_timeout`` has passed: at 60 s both, a request that timed
+    out was never tried again (a review)."""
+    opts = storage.lake_options("s3://b/lake", _S3)
+    assert storage.duration_seconds(opts["timeout"], "t") < storage.duration_seconds(opts["retry_timeout"], "r")
+    assert not [r for r in caplog.records if "retry_timeout" in r.getMessage()]
+    with caplog.at_level(logging.WARNING):
+        storage.lake_options("s3://b/lake", {**_S3, "timeout": "3m"})
+    assert "timeout 180s is not shorter than retry_timeout 180s" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("value", "written"), [("30", "30s"), ("1.5", "1500ms"), ("2m", "120s"), ("500ms", "500ms"), (" 45s ", "45s")]
+)
+def test_every_client_reads_a_duration_alike(value: str, written: str) -> None:
+    """A bare ``30`` was 30 s to pyarrow, 30 ms to S3A and refused by deltalake (a review): each duration
+    key is written once, in a spelling they all read alike."""
+    opts = storage.lake_options("s3://b/lake", {**_S3, "timeout": value, "CONNECT_TIMEOUT": value})
+    assert (opts["timeout"], opts["connect_timeout"]) == (written, written)
+    conf = storage.s3a_conf(opts)
+    assert conf["fs.s3a.connection.request.timeout"] == conf["fs.s3a.connection.establish.timeout"] == written
+    fs, _ = storage.filesystem("s3://b/lake", opts)
+    assert fs.__reduce__()[1][0]["request_timeout"] == storage.duration_seconds(value, "timeout")
+
+
 @pytest.mark.parametrize(("value", "seconds"), [("120s", 120.0), ("500ms", 0.5), ("2m", 120.0), ("30", 30.0)])
 def test_durations_as_object_store_writes_them(value: str, seconds: float) -> None:
     assert storage.duration_seconds(value, "timeout") == seconds
@@ -80,7 +105,7 @@ def test_a_store_that_refuses_connections_is_said_at_once(
         assert reachability.probe_in_background(opts) is None  # once per endpoint and process
     said = [r.getMessage() for r in caplog.records if "does not answer" in r.getMessage()]
     assert len(said) == 1, caplog.text
-    assert f"http://127.0.0.1:{port}" in said[0] and "60s" in said[0]
+    assert f"http://127.0.0.1:{port}" in said[0] and "180s" in said[0]
     assert "secret-value-never-shown" not in caplog.text
 
 

@@ -141,3 +141,22 @@ def test_the_runs_row_of_a_command_survives_a_dropped_connection(tmp_path, monke
     lake = DeltaRsEngine(str(tmp_path / "lake"))
     append_runs(lake, "r-1", "maintain", [{"table": "messages", "status": "ok"}])
     assert lake.read_arrow("runs").column("run_id").to_pylist() == ["r-1"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        FileNotFoundError("s3://b/lake/outbound_service_unavailable_alerts/part-0001.parquet"),
+        OSError("Generic error: Object at location lake/outbound_service_unavailable_alerts/part-1.parquet not found"),
+        OSError("lake table body_acme_slowdownrequested: column x exists as int64, not string"),
+        OSError("Not found: lake/SlowDown/part-0.parquet"),
+    ],
+)
+def test_throttling_words_in_a_name_are_no_throttling(monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    """A table named after a type (``outbound_service_unavailable_alerts``) whose compaction could never
+    succeed was tried 4 times over 19 s as a throttled store (a review)."""
+    waits: list[float] = []
+    monkeypatch.setattr(transient.time, "sleep", waits.append)
+    with pytest.raises(OSError):
+        transient.repeated(lambda: (_ for _ in ()).throw(error), "outbound_service_unavailable_alerts's compaction")
+    assert waits == []

@@ -23,18 +23,22 @@ is under. Values are secrets: nothing here logs them, and ``cli._secrets`` redac
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlparse
 
 from queuelake.errors import LakeError
 from queuelake.report import log
+from queuelake.stopping import interruptible
 
 T = TypeVar("T")
+# the end of a stream of batches, told apart from any batch
+_NO_MORE = object()
 
 _ROOTS: dict[str, dict[str, str]] = {}
 _GUARD = threading.Lock()
@@ -54,11 +58,13 @@ _TRUE = ("1", "true", "yes", "on")
 # jitter": each wait is drawn between init_backoff and base x the previous one, capped at max_backoff;
 # with base 2 the waits hardly grow (10 retries took 1.9 s and failed inside a 2 s burst), with base 3
 # they grow x1.5 on average. So: 10 retries, each wait at least 300 ms (the 7th retry comes 2.1 s
-# after the first failure at the soonest, ~8 s on average), at most 5 s, no retry begun after 60 s
-# (object_store's own defaults: 100 ms, base 2, 15 s, 180 s).
+# after the first failure at the soonest, ~8 s on average), at most 5 s, no retry begun after 180 s
+# (object_store's own defaults: 100 ms, base 2, 15 s, 180 s). Not 60 s: object_store begins no retry
+# once ``retry_timeout`` has passed, so a request that timed out after ``timeout`` (60 s) was never
+# tried again, and one stalled reply failed a drain that one retry would have landed (a review).
 RETRY_DEFAULTS = {
     "max_retries": "10",
-    "retry_timeout": "60s",
+    "retry_timeout": "180s",
     "backoff_config.init_backoff": "300ms",
     "backoff_config.max_backoff": "5s",
     "backoff_config.base": "3",
@@ -74,15 +80,29 @@ _CLIENT_KEYS = (*RETRY_DEFAULTS, *TIMEOUT_DEFAULTS, "connect_timeout")
 _LOWER = {key.upper(): key for key in _CLIENT_KEYS}
 
 
+# the keys whose values are durations: written for every client in one spelling (``canonical_duration``)
+_DURATION_KEYS = ("retry_timeout", "backoff_config.init_backoff", "backoff_config.max_backoff", *TIMEOUT_DEFAULTS)
+_DURATION_KEYS += ("connect_timeout",)
+
+
 def normalise(options: Mapping[str, Any] | None) -> dict[str, str]:
     """Keys as deltalake spells them (upper case; object_store's retry keys lower case), values as
-    strings; None values dropped."""
+    strings, durations in the one spelling every client reads alike; None values dropped."""
     out: dict[str, str] = {}
     for key, value in (options or {}).items():
         if value is not None:
             upper = str(key).upper()
-            out[_LOWER.get(upper, upper)] = str(value)
+            name = _LOWER.get(upper, upper)
+            out[name] = canonical_duration(str(value), name) if name in _DURATION_KEYS else str(value)
     return out
+
+
+def canonical_duration(value: str, key: str) -> str:
+    """A duration as whole seconds (``30s``) or milliseconds (``1500ms``). Why: the clients read the same
+    text differently: a bare ``30`` was 30 s to pyarrow, 30 ms to S3A, and refused by deltalake (a
+    review); every client reads ``30s`` and ``1500ms`` alike."""
+    millis = round(duration_seconds(value, key) * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
 
 
 def lake_options(root: str, options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -90,7 +110,17 @@ def lake_options(root: str, options: Mapping[str, Any] | None) -> dict[str, str]
     ``RETRY_DEFAULTS`` under the config's own keys (a key the config sets wins). Other roots are left
     as they are: a local lake has nothing to retry, and other stores keep object_store's defaults."""
     opts = normalise(options)
-    return {**RETRY_DEFAULTS, **TIMEOUT_DEFAULTS, **opts} if is_s3(root) else opts
+    if not is_s3(root):
+        return opts
+    full = {**RETRY_DEFAULTS, **TIMEOUT_DEFAULTS, **opts}
+    if duration_seconds(full["timeout"], "timeout") >= duration_seconds(full["retry_timeout"], "retry_timeout"):
+        log.warning(
+            "lake.storage_options: timeout %s is not shorter than retry_timeout %s: a request that times out"
+            " is not tried again",
+            full["timeout"],
+            full["retry_timeout"],
+        )
+    return full
 
 
 _PUBLIC = (
@@ -238,7 +268,7 @@ def read_retrying(read: Callable[[], T], what: str) -> T:
     waits = _Waits(what)
     while True:
         try:
-            return read()
+            return interruptible(read)  # a stop signal is taken while the read waits on the store
         except Exception as exc:
             if not _retried_kind(exc):
                 raise
@@ -267,10 +297,14 @@ def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iter
     yielded = 0
     while True:
         try:
-            for i, item in enumerate(open_batches()):
+            batches = interruptible(open_batches)
+            i = 0
+            # each batch read as ``read_retrying`` reads: a stop signal is taken while it waits on the store
+            while (item := interruptible(functools.partial(next, batches, _NO_MORE))) is not _NO_MORE:
                 if i >= yielded:
                     yielded += 1
-                    yield item
+                    yield cast(T, item)
+                i += 1
             return
         except Exception as exc:
             if not _retried_kind(exc):
@@ -294,8 +328,8 @@ def _retried_kind(exc: Exception) -> bool:
 # "Error getting list response body"; a review's proxy) is read again the same way: object_store does
 # not retry a body's failure, and one such reset in a hundred requests failed most commands.
 _THROTTLED = re.compile(
-    r"SLOW_?DOWN|HTTP status 50[0234]|Service[ _]?Unavailable|connection (reset|closed)"
-    r"|response body|reading a body",
+    r"(?<![\w/.-])(?:SLOW_?DOWN|HTTP status 50[0234]|Service[ _]?Unavailable|connection (reset|closed)"
+    r"|response body|reading a body)(?![\w/.-])",  # words, not inside a name (a file, a table, a type)
     re.I,
 )
 THROTTLED_RETRIES = 3
