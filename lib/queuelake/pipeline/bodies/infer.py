@@ -11,8 +11,9 @@ Spark fills with the value's original JSON text, and is recorded as a conflict.
 Types: JSON true/false -> boolean, whole numbers -> long (beyond 64 bits: string), other numbers and
 the texts "NaN", "Infinity" and "-Infinity" (how .NET writes such doubles) -> double, ISO 8601
 date-times with a zone (``2024-05-01T13:45:10.1234567Z``, ``...+02:00``: what System.Text.Json,
-Newtonsoft and the XmlSerializer write for UTC DateTime and DateTimeOffset) -> timestamp, other text -> string, objects -> structs, lists -> arrays. A field only ever null is a
-string. An object whose keys are data, not a class's properties (a ``Dictionary<Guid, T>``, ``<int, T>``,
+Newtonsoft and the XmlSerializer write for UTC DateTime and DateTimeOffset) -> timestamp, other text ->
+string, objects -> structs, lists -> arrays. A field only ever null is a string. An object whose keys
+are data, not a class's properties (a ``Dictionary<Guid, T>``, ``<int, T>``,
 ``<DateTime, T>``: a key that is a GUID or starts with a digit, is empty or holds a space or another
 character a column name cannot; or any dictionary once its keys pass
 ``MAX_STRUCT_FIELDS``) is a ``map<string, T>``, ``T`` merged from every value: as a struct, each run's
