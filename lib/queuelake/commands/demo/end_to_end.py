@@ -252,12 +252,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if cfg.lake.engine == "delta-spark":
             use_checkout_jars()
         spark = get_spark(cfg.spark)
-        lake = lake_for(cfg, spark)  # before seeding: a missing engine fails before anything is made
+        # before opening the lake, whose own error about the missing classes is the engine's, not the demo's
+        # way out (a review: the demo's advice was never reached)
         if cfg.lake.engine == "delta-spark" and not has_delta_jvm(spark):
             raise DemoError(
                 "demo --engine delta-spark: Delta's JVM classes are not on Spark's classpath; point "
                 "QUEUELAKE_DELTA_JARS at the jars (bash jvm/fetch-jars.sh fills jvm/jars), or use --engine delta-rs"
             )
+        lake = lake_for(cfg, spark)  # before seeding: a missing engine fails before anything is made
         log.info("demo: starting an embedded PostgreSQL in %s", workdir / DATABASE)
         install_topology(cfg)
         expected = seed_traffic(cfg, args.messages)
