@@ -46,7 +46,8 @@ def test_the_docs_have_yaml_blocks() -> None:
 def test_a_yaml_block_of_the_docs_is_a_config_queuelake_accepts(where: str, block: str) -> None:
     data = read_yaml(block)
     assert isinstance(data, dict), f"{where}: not a mapping"
-    env = {name: "postgresql://user@host/db" for name in VARIABLE.findall(block)}
+    # each variable a value of its kind: a lake root is no database URI (a root's scheme is checked)
+    env = {name: "/data/lake" if "ROOT" in name else "postgresql://user@host/db" for name in VARIABLE.findall(block)}
     from_dict(_merged(BASE, data), env=env)
 
 
