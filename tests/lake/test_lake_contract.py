@@ -740,3 +740,33 @@ def test_jvm_engine_reads_ntz_wall_clock_as_utc(spark) -> None:
     df = _utc_timestamps(spark.sql("select timestamp_ntz'2024-01-02 03:04:05' as at, 1 as id"))
     assert df.schema["at"].dataType.typeName() == "timestamp"
     assert df.toArrow().column("at").to_pylist() == [datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)]
+
+
+def test_a_rewrite_with_a_changed_type_keeps_every_row_off_the_driver(
+    rs: DeltaRsEngine, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typed table whose column changed type is rewritten (``replace_dataframe``): it came to the driver
+    whole (``toArrow``), and a table of 2.4 GB ran the JVM out of heap at every run (a review). Its
+    executors write it now, the schema changes in one overwrite commit, the mark and the application
+    transactions stay."""
+    from pyspark.sql import functions as F
+    from queuelake.lake.marks import engine_of
+
+    data = sample(50)
+    assert rs.append("typed", data.slice(0, 30), "bodies", 1) and rs.append("typed", data.slice(30), "bodies", 2)
+
+    def refused(self: object) -> object:
+        raise AssertionError("the rewrite brought the table's rows to the driver")
+
+    current = rs.read("typed")
+    monkeypatch.setattr(type(current), "toArrow", refused)  # Spark 4's classic DataFrame has its own
+    rs.replace_dataframe("typed", current.withColumn("id", F.col("id").cast("string")))
+    monkeypatch.undo()
+    assert str(rs.schema("typed").field("id").type) == "string"
+    back = rs.read_arrow("typed")
+    assert sorted(back["id"].to_pylist(), key=int) == [str(i) for i in range(50)]
+    same_rows(back.set_column(back.schema.get_field_index("id"), "id", back["id"].cast(pa.int64())), data)
+    metadata = rs._require("typed").metadata()
+    assert engine_of(metadata.configuration, metadata.description) == "delta-rs"
+    assert rs.last_version("typed", "bodies") == 2
+    assert rs.append("typed", data.slice(0, 1).set_column(0, "id", pa.array(["x"])), "bodies", 3)

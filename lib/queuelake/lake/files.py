@@ -282,6 +282,33 @@ class FileSink:
 # ---------------------------------------------------------------- commit
 
 
+def replace_files(
+    table_uri: str,
+    files: list[WrittenFile],
+    schema: pa.Schema,
+    partition_by: list[str],
+    write_id: str,
+    storage_options: dict[str, str] | None = None,
+) -> None:
+    """One overwrite commit: the table's rows become ``files``' and its schema ``schema`` (every file it
+    had is removed from the log; vacuum deletes them later). What ``DeltaRsEngine.replace_dataframe``
+    commits once the executors wrote the rewritten rows. Not keyed by an application transaction: a
+    rewrite repeated after a lost reply writes the same rows again, and the commit carries ``write_id``."""
+    from deltalake import CommitProperties
+
+    from queuelake.lake.delta_rs.commits import WRITE_ID_KEY
+    from queuelake.lake.storage import delta_table
+
+    dt = delta_table(table_uri, None, storage_options)
+    dt.create_write_transaction(
+        [f.add_action() for f in files],
+        mode="overwrite",
+        schema=schema,
+        partition_by=partition_by or None,
+        commit_properties=CommitProperties(custom_metadata={WRITE_ID_KEY: write_id}),
+    )
+
+
 def commit_files(
     table_uri: str,
     table: str,

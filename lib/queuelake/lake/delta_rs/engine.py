@@ -255,23 +255,35 @@ class DeltaRsEngine(StagedWrites):
             return landed(self._require(table), since, WRITE_ID_KEY, write_id)
 
     def replace_dataframe(self, table: str, df: DataFrame) -> None:
-        """The rows come to the driver as Arrow (a rewrite is rare: a column's type changed), then one
-        overwrite commit; the table keeps its mark, and its application transactions stay in the log."""
-        from deltalake import write_deltalake
+        """Executors write the rows' Parquet files, as ``append_dataframe``'s do, then the driver makes one
+        overwrite commit of those files and the new schema; the table keeps its mark, and its application
+        transactions stay in the log. Why not ``toArrow()`` and ``write_deltalake`` on the driver: a
+        column's type change on a typed table of 2.4 GB ran the driver's JVM out of heap at every run,
+        and every transform reading typed tables failed with it (a review): memory follows a batch."""
+        import json
+
+        from queuelake.lake.delta_spark.datasource import FORMAT, SECRET_OPTIONS_KEY, encode_schema, register
 
         dt = self._require(table)
         self._check_writable(table, dt)
-        data = lake_schema(from_spark_schema(df.schema, all_nullable=True), all_nullable=True).empty_table()
-        arrow = df.toArrow()
-        data = conform(arrow, data.schema, table) if arrow.num_rows else data
+        spark = self._spark(df)
+        target = lake_schema(from_spark_schema(df.schema, all_nullable=True), all_nullable=True)
         with self._lock(table, ""):
-            write_deltalake(
-                dt,
-                data,
-                mode="overwrite",
-                schema_mode="overwrite",
-                description=description_for(self.name),
+            register(spark)  # and activates it for this thread (``append_dataframe``)
+            writer = (
+                df.write.format(FORMAT)
+                .mode("overwrite")
+                .option("replace", "true")
+                .option("table_uri", self.path(table))
+                .option("table", table)
+                .option("schema", encode_schema(target))
+                .option("partition_by", json.dumps(list(dt.metadata().partition_columns)))
+                .option("write_id", uuid.uuid4().hex)
+                .option("engine", self.name)
             )
+            if self.storage_options:
+                writer = writer.option(SECRET_OPTIONS_KEY, json.dumps(self.storage_options))
+            writer.save()
 
     # ------------------------------------------------------------ read
 

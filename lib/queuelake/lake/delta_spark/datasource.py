@@ -8,7 +8,9 @@ relies on (measured, design section 5): ``commit()`` runs in a Python worker nex
 the driver process; batches arrive as Arrow with TimestampType as ``timestamp[us, tz=UTC]`` and
 TimestampNTZType naive (we store both tz-aware UTC, keeping the table at protocol 1/2).
 
-The driver (``DeltaRsEngine.append_dataframe``) creates the table first, so ``commit()`` only appends.
+The driver (``DeltaRsEngine.append_dataframe``) creates the table first, so ``commit()`` appends; with
+the option ``replace`` (``DeltaRsEngine.replace_dataframe``: a typed table whose column changed type) it
+makes one overwrite commit of the files and the new schema instead.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 from queuelake.lake.arrow_types import conform
-from queuelake.lake.files import FileSink, WrittenFile, commit_files, delete_files
+from queuelake.lake.files import FileSink, WrittenFile, commit_files, delete_files, replace_files
 
 FORMAT = "queuelake_deltars"
 # The lake's storage options (JSON) for the executors' Python workers. The name contains "secret" so
@@ -58,11 +60,14 @@ class _Options:
     engine: str
     kill_pids: list[int]
     storage_options: dict[str, str]
+    replace: bool = False  # one overwrite commit of the rows and the schema (``replace_files``)
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> _Options:
         get = {k.lower(): v for k, v in options.items()}.get
-        missing = [k for k in ("table_uri", "table", "schema", "app_id", "version", "write_id") if not get(k)]
+        replace = (get("replace") or "").lower() == "true"
+        keys = ("table_uri", "table", "schema", "write_id") + (() if replace else ("app_id", "version"))
+        missing = [k for k in keys if not get(k)]
         if missing:
             raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}")
 
@@ -75,11 +80,12 @@ class _Options:
             schema=decode_schema(need("schema")),
             partition_by=json.loads(get("partition_by") or "[]"),
             app_id=need("app_id"),
-            version=int(need("version")),
+            version=int(get("version") or 0),
             write_id=need("write_id"),
             engine=get("engine") or "delta-rs",
             kill_pids=[int(p) for p in (get("test_kill_pids") or "").split(",") if p],
             storage_options=json.loads(get(SECRET_OPTIONS_KEY) or "{}"),
+            replace=replace,
         )
 
 
@@ -97,9 +103,10 @@ class DeltaRsDataSource(DataSource):
         return FORMAT
 
     def writer(self, schema, overwrite: bool) -> DeltaRsWriter:
-        if overwrite:
-            raise ValueError(f"{FORMAT} only appends")
-        return DeltaRsWriter(_Options.parse(dict(self.options)))
+        options = _Options.parse(dict(self.options))
+        if overwrite != options.replace:
+            raise ValueError(f"{FORMAT}: mode overwrite goes with the option replace=true, and only with it")
+        return DeltaRsWriter(options)
 
 
 class DeltaRsWriter(DataSourceArrowWriter):
@@ -126,6 +133,9 @@ class DeltaRsWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         o = self.options
         files = [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
+        if o.replace:
+            replace_files(o.table_uri, files, o.schema, o.partition_by, o.write_id, o.storage_options)
+            return
         commit_files(
             o.table_uri,
             o.table,
