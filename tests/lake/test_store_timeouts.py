@@ -71,6 +71,9 @@ def test_the_endpoint_a_store_is_reached_at() -> None:
     assert reachability.endpoint_of({"AWS_ENDPOINT": "127.0.0.1:9"})[:2] == ("127.0.0.1", 9)
     assert reachability.endpoint_of({"AWS_REGION": "eu-west-1"})[:2] == ("s3.eu-west-1.amazonaws.com", 443)
     assert reachability.endpoint_of({})[:2] == ("s3.us-east-1.amazonaws.com", 443)
+    # an IPv6 address said in brackets; a port out of range probes nothing (it raised in the engine's set-up)
+    assert reachability.endpoint_of({"AWS_ENDPOINT_URL": "http://[::1]:9000"}) == ("::1", 9000, "http://[::1]:9000")
+    assert reachability.endpoint_of({"AWS_ENDPOINT_URL": "http://minio:99999"})[:2] == ("", 0)
 
 
 def _closed_port() -> int:

@@ -29,9 +29,13 @@ def endpoint_of(options: Mapping[str, str]) -> tuple[str, int, str]:
     endpoint = options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT")
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
-        port = parsed.port or (80 if parsed.scheme == "http" else 443)
+        try:
+            port = parsed.port or (80 if parsed.scheme == "http" else 443)
+        except ValueError:  # a port out of range: no probe (an empty host); the clients say what is wrong
+            return "", 0, f"{parsed.scheme}://"
         host = parsed.hostname or ""
-        return host, port, f"{parsed.scheme}://{host}:{port}"
+        shown = f"[{host}]" if ":" in host else host  # an IPv6 address in brackets, as a URL writes it
+        return host, port, f"{parsed.scheme}://{shown}:{port}"
     region = options.get("AWS_REGION") or options.get("AWS_DEFAULT_REGION") or "us-east-1"
     host = f"s3.{region}.amazonaws.com"
     return host, 443, f"https://{host}"
@@ -59,7 +63,7 @@ def probe_in_background(options: Mapping[str, str]) -> threading.Thread | None:
         if not host or (host, port) in _PROBED:
             return None
         _PROBED.add((host, port))
-    retry_timeout = options.get("retry_timeout", "60s")
+    retry_timeout = options.get("retry_timeout", "180s")
     thread = threading.Thread(target=_probe, args=(host, port, url, retry_timeout), name="store-probe", daemon=True)
     thread.start()
     return thread
