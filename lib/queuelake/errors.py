@@ -357,6 +357,9 @@ def _python_error(text: str) -> str:
 
 
 MAX_ERROR_CHARS = 2000
+# where a Rust library's error (deltalake's) goes on with its frames when RUST_BACKTRACE is set: the
+# summary's error carried "0: <unknown> | ... clone3" (a review)
+_RUST_BACKTRACE = re.compile(r"^\s*stack backtrace:\s*$", re.I | re.M)
 _FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \"|\^+$|~*\^+~*$)")
 
 
@@ -365,7 +368,7 @@ def describe(exc: BaseException) -> str:
     jvm = jvm_line(exc)
     if jvm is not None:
         return jvm if len(jvm) <= MAX_ERROR_CHARS else jvm[: MAX_ERROR_CHARS - 3] + "..."
-    text = str(exc).strip()
+    text = _RUST_BACKTRACE.split(str(exc), maxsplit=1)[0].strip()
     if not isinstance(exc, QueuelakeError):
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     kept: list[str] = []

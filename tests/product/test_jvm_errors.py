@@ -94,6 +94,19 @@ def test_other_errors_are_not_taken_for_the_jvm() -> None:
     assert describe(ValueError("bad\n  at nothing")) == "ValueError: bad"
 
 
+def test_a_rust_backtrace_is_left_out_of_the_one_line() -> None:
+    """deltalake's error under RUST_BACKTRACE=1 went on with its frames into the summary (a review)."""
+
+    class DeltaError(Exception):
+        pass
+
+    text = "Kernel error: Json error: Encountered unexpected 'g'\n\nStack backtrace:\n   0: <unknown>\n   1: clone3"
+    assert describe(DeltaError(text)) == "DeltaError: Kernel error: Json error: Encountered unexpected 'g'"
+    assert describe(DeltaError("a backtrace of this stack: no header")) == (
+        "DeltaError: a backtrace of this stack: no header"
+    )
+
+
 def test_pysparks_own_stack_logger_is_quiet_unless_debugging() -> None:
     spark_logger = logging.getLogger("SQLQueryContextLogger")
     setup_logging(logging.INFO)
