@@ -41,7 +41,14 @@ _ESCAPE_LIKE = re.compile(r"_(x[0-9A-Fa-f]{4})")
 _EMPTY = "_x0000_"
 _RESERVED = {n.lower() for n in IDENTITY} | {CORRUPT}
 PARTLY = "partly parsed: a value does not fit its column's type (a shape the sampled bodies did not show)"
-OUT_OF_RANGE = "partly parsed: a time outside 0001-01-01 .. 9999-12-31 UTC (its column holds null)"
+
+
+def out_of_range(field: str) -> str:
+    """The reason of a row whose ``field`` held a time no reader holds: the field named, a type may have many
+    (a review: the reason was one text for every field)."""
+    return f"partly parsed: {field} is a time outside 0001-01-01 .. 9999-12-31 UTC (its column holds null)"
+
+
 # the first and the last microsecond .NET's DateTime (and pyarrow's datetime) can hold, in UTC
 _FIRST_MICROS, _LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
 
@@ -140,9 +147,8 @@ def parsed(
         .when(F.col("p").isNull(), malformed)
         .when(corrupt.isNotNull(), F.when(partly, F.lit(PARTLY)).otherwise(malformed))
     )
-    outside = _times_outside(schema)
-    if outside is not None:
-        verdict = verdict.when(outside, F.lit(OUT_OF_RANGE))
+    for field, outside in _times_outside(schema):  # the first such field of the row named
+        verdict = verdict.when(outside, F.lit(out_of_range(field)))
     written = F.col("reason").isNull() & F.col("p").isNotNull() & (corrupt.isNull() | partly)
     return df.withColumn("verdict", verdict).withColumn("written", written)
 
@@ -187,15 +193,13 @@ def _outside(field: str) -> Column:
     return (micros < F.lit(_FIRST_MICROS)) | (micros > F.lit(_LAST_MICROS))
 
 
-def _times_outside(schema: StructType) -> Column | None:
+def _times_outside(schema: StructType) -> list[tuple[str, Column]]:
     """True for a row whose body's time (a top-level timestamp field) lies outside what .NET's DateTime
     and pyarrow hold: ``0001-01-01T00:00:00+05:00`` is year 0 in UTC, Spark parses and Parquet stores it,
     and then no Python reader of the table could read it, nor an endpoint parse what publish sent of
-    it (a review). Such a field is written null (``typed``) and the row recorded as partly parsed."""
-    from functools import reduce
-
-    checks = [_outside(f.name) for f in schema.fields if isinstance(f.dataType, TimestampType)]
-    return reduce(lambda a, b: a | b, checks) if checks else None
+    it (a review). Such a field is written null (``typed``) and the row recorded as partly parsed. Each
+    top-level timestamp field with its check."""
+    return [(f.name, _outside(f.name)) for f in schema.fields if isinstance(f.dataType, TimestampType)]
 
 
 def _key_pattern(spelling: str) -> str:
