@@ -16,19 +16,18 @@
 
 from queuelake.config_sections import LakeConfig
 from queuelake.lake import stage_tables
-from queuelake.lake.engines import open_lake
 from queuelake.notebook_support import Notebook
 from queuelake.notebooks.health_figure import draw
 from queuelake.pipeline.health.depth import depth_over_time
 
 nb = Notebook(dbutils=globals().get("dbutils"), spark=globals().get("spark"), display=globals().get("display"))
 LAKE_ROOT = nb.param("lake_root", "./lake")
-lake = open_lake(LakeConfig(root=LAKE_ROOT, engine="delta-rs"))
+lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="delta-rs"), with_spark=False)  # QUEUELAKE_CONFIG's lake too
 
 # COMMAND ----------
 
 if not lake.exists(stage_tables.ENDPOINT_HEALTH.name):
-    print(f"note: no {stage_tables.ENDPOINT_HEALTH.name} under {LAKE_ROOT}: run `queuelake health -c FILE` first")
+    print(f"note: no {stage_tables.ENDPOINT_HEALTH.name} under {nb.lake_root}: run `queuelake health -c FILE` first")
 else:
     health = lake.read_arrow(stage_tables.ENDPOINT_HEALTH.name)
     nb.save_or_show(draw(health, depth_over_time(lake)), "endpoint_health")

@@ -41,3 +41,21 @@ def test_the_config_files_lake_and_spark_sections_alone(tmp_path, monkeypatch) -
     jobs = _lake_and_spark(str(file))
     assert jobs.lake.root == "s3://bucket/lake" and jobs.lake.storage_options["AWS_ENDPOINT_URL"].endswith(":9000")
     assert jobs.spark.conf == {"spark.sql.shuffle.partitions": "2"}
+
+
+def test_a_notebook_without_spark_reads_the_config_files_lake(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``endpoint_health`` opened ``./lake`` whatever ``QUEUELAKE_CONFIG`` said, and said its table was
+    missing (a review): it opens the config's lake now, and starts no Spark session."""
+    import pyarrow as pa
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+    from queuelake.notebook_support import Notebook
+
+    root = tmp_path / "jobs-lake"
+    DeltaRsEngine(str(root)).create_table("endpoint_health", pa.schema([("endpoint", pa.string())]))
+    file = tmp_path / "job.yaml"
+    file.write_text(f"transport:\n  connection: x\nlake:\n  root: '{root}'\n", encoding="utf-8")
+    monkeypatch.setenv("QUEUELAKE_CONFIG", str(file))
+    monkeypatch.delenv("QUEUELAKE_LAKE_ROOT", raising=False)
+    nb = Notebook()
+    lake = nb.open_lake(LakeConfig(root="./lake", engine="delta-rs"), with_spark=False)
+    assert nb.spark is None and lake.exists("endpoint_health") and nb.lake_root == str(root)

@@ -113,17 +113,18 @@ class Notebook:
             self.dbutils.widgets.text(name, value)
         return self.dbutils.widgets.get(name)
 
-    def open_lake(self, config: LakeConfig) -> LakeEngine:
+    def open_lake(self, config: LakeConfig, with_spark: bool = True) -> LakeEngine:
         """Open the lake with Databricks' session when there is one (never a second one beside it), else a
         local one, and say which lake and engine the notebook reads. Off Databricks, ``QUEUELAKE_CONFIG``
         (the jobs' config file) gives the lake's storage options and the session's settings
-        (``lake_config``)."""
+        (``lake_config``). ``with_spark`` False: a notebook that reads its tables as Arrow starts none
+        (delta-rs reads)."""
         configured = None if self.dbutils is not None else os.environ.get(CONFIG_ENV, "").strip() or None
         spark_settings = None
         if configured:
             jobs = _lake_and_spark(configured)
             config, spark_settings = lake_config(config, jobs.lake, os.environ), jobs.spark
-        if self.spark is None:
+        if self.spark is None and with_spark:
             from queuelake.spark import get_spark
 
             self.spark = get_spark(spark_settings)
