@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import logging
 import os
@@ -545,6 +546,49 @@ def test_competing_consumer_no_overlap(fresh_pg_uri: str, tmp_path: Path) -> Non
     assert len(landed) == len(set(landed))
     assert set(taken) | set(landed) == ids
     assert len(taken) + len(landed) == len(ids)
+
+
+def test_a_drain_beside_a_steady_sender_ends_with_the_rows_present_as_it_began(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """A queue whose senders add rows faster than a batch's round trip never counted 0: a drain without
+    ``max_seconds`` ran for good, and ``run`` never reached its later steps (a review: 83,324 rows in
+    155 s, every progress line "about 0 left"). The drain takes every row present as it began, and
+    the rows sent since are the next run's: nothing lost, none twice."""
+    # batches of 5 rows, one worker: slower than the sender, as a drain to S3 is beside a busy endpoint
+    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], batch_size=5, workers_per_queue=1)
+    install(cfg)
+    first = seed_ids(cfg, "Sales", 100)
+    ref = queue_ref("Sales", cfg.transport)
+    sent: list[str] = []
+    done = threading.Event()
+
+    def steady_sender() -> None:  # 25 rows every few milliseconds, faster than a batch's round trip
+        messages = traffic.order_events(10_000_000, seed=11)
+        with db.connect(cfg.transport) as conn:
+            while not done.is_set():
+                chunk = list(itertools.islice(messages, 25))
+                traffic.seed(conn, ref, chunk)
+                sent.extend(m.id for m in chunk)
+                time.sleep(0.002)
+
+    thread = threading.Thread(target=steady_sender, daemon=True)
+    thread.start()
+    time.sleep(0.2)  # the sender is running when the drain begins
+    outcome: list[dict] = []
+    runner = threading.Thread(target=lambda: outcome.append(drain(cfg, open_lake(cfg.lake))), daemon=True)
+    runner.start()
+    runner.join(120)
+    done.set()
+    thread.join(30)
+    assert outcome, "the drain was still running after 120 s beside a steady sender"
+    assert outcome[0]["status"] == "ok", outcome[0]
+    landed = journal(tmp_path / "lake")["id"].to_pylist()
+    assert first <= set(landed) and len(landed) == len(set(landed)), "a row present as the drain began was left"
+    rest = make_config(fresh_pg_uri, tmp_path / "lake", ["Sales"], batch_size=2000)
+    assert drain(rest, open_lake(rest.lake))["status"] == "ok"  # the next run takes the rest
+    everything = journal(tmp_path / "lake")["id"].to_pylist()
+    assert sorted(everything) == sorted(first | set(sent)), "a row lost or taken twice"
 
 
 # --- bounded memory -------------------------------------------------------------------------------

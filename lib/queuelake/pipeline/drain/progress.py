@@ -26,14 +26,22 @@ class Progress:
         self._received_up_to = 0  # the highest seq any worker has received
         self._newest_at: float = float("-inf")
         self._newest: int | None = None
+        self._first: tuple[int | None] | None = None  # the read ``start`` made, if it made one
 
     def start(self, conn: Connection, read: bool = True) -> None:
         """Read the newest seq before the workers start; the next read is due a few seconds on.
         ``read=False``: a queue of one batch by the run's estimate (most of a system's queues) skips
         the read, one statement fewer; its progress line says nothing of what is left until a read is due."""
         self._newest_at = time.monotonic()
-        if read:
-            self._read_newest(conn)
+        if read and self._read_newest(conn):
+            with self._lock:
+                self._first = (self._newest,)
+
+    def newest_at_start(self) -> tuple[int | None] | None:
+        """The newest seq ``start`` read, in a tuple (its value None for an empty queue); None when it
+        made no read. The drain's stop mark takes it rather than a read of its own (``QueueState``)."""
+        with self._lock:
+            return self._first
 
     def batch(
         self, worker: int, version: int, counts: dict[str, int], t0: float, total: int, last_seq: int, conn: Connection

@@ -65,6 +65,7 @@ class Worker:
                 conn, drain_cfg.statement_timeout_seconds, drain_cfg.idle_in_transaction_timeout_seconds
             )
             row_bytes = FIRST_BATCH_ROW_BYTES  # until a batch says how large this queue's rows are
+            mark: int | None = None  # the rows present as the drain began: taken; rows sent since: next run
             while True:
                 want = state.budget.claim()
                 if want == 0:
@@ -115,6 +116,11 @@ class Worker:
                 del table, received
                 state.progress.batch(worker, version, counts, t0, total, last_seq, conn)
                 if got < want and self._emptied(conn):
+                    return
+                if mark is None:  # not read for a queue its first batch emptied (most of a system's)
+                    mark = state.start_mark(conn, last_seq)
+                if last_seq > mark:  # every row present as the drain began is taken (or held elsewhere)
+                    state.passed_mark(mark)
                     return
 
     def _emptied(self, conn: Connection) -> bool:
