@@ -254,6 +254,11 @@ class SharedAdbc:
 
     def __init__(self, config: TransportConfig) -> None:
         self._config = dataclasses.replace(config, driver=ADBC.name)
+        # libpq's connect timeout, as every other connection's (this is the drain's receive path); made
+        # here, in the caller's thread: made in the opening thread, its import of psycopg's conninfo
+        # raced the caller's own import of psycopg, which then failed as a circular import (CI, twice)
+        connection = config.connection
+        self._connection = with_connect_timeout(connection) if connection else connection
         self._source: Any = None
         self._error: BaseException | None = None
         self._opened = threading.Event()
@@ -271,9 +276,7 @@ class SharedAdbc:
         try:
             import adbc_driver_postgresql.dbapi as adbc
 
-            # libpq's connect timeout, as every other connection's: this is the drain's receive path
-            connection = self._config.connection
-            self._source = adbc.connect(with_connect_timeout(connection) if connection else connection, autocommit=True)
+            self._source = adbc.connect(self._connection, autocommit=True)
         except BaseException as exc:  # raised (redacted) by every connect()
             self._error = exc
         finally:
