@@ -36,6 +36,10 @@ def test_a_request_that_times_out_is_tried_again_by_default(caplog: pytest.LogCa
     with caplog.at_level(logging.WARNING):
         storage.lake_options("s3://b/lake", {**_S3, "timeout": "3m"})
     assert "timeout 180s is not shorter than retry_timeout 180s" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # every client's options pass here: said once, not per client
+        storage.lake_options("s3://b/lake", {**_S3, "timeout": "3m"})
+    assert "retry_timeout" not in caplog.text
 
 
 @pytest.mark.parametrize(

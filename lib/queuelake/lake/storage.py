@@ -81,8 +81,15 @@ _LOWER = {key.upper(): key for key in _CLIENT_KEYS}
 
 
 # the keys whose values are durations: written for every client in one spelling (``canonical_duration``)
-_DURATION_KEYS = ("retry_timeout", "backoff_config.init_backoff", "backoff_config.max_backoff", *TIMEOUT_DEFAULTS)
-_DURATION_KEYS += ("connect_timeout",)
+_DURATION_KEYS: tuple[str, ...] = (
+    "retry_timeout",
+    "backoff_config.init_backoff",
+    "backoff_config.max_backoff",
+    "connect_timeout",
+    *TIMEOUT_DEFAULTS,
+)
+# (timeout, retry_timeout) pairs already warned about: every client's options pass here, many times a command
+_WARNED_TIMEOUTS: set[tuple[str, str]] = set()
 
 
 def normalise(options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -113,7 +120,11 @@ def lake_options(root: str, options: Mapping[str, Any] | None) -> dict[str, str]
     if not is_s3(root):
         return opts
     full = {**RETRY_DEFAULTS, **TIMEOUT_DEFAULTS, **opts}
-    if duration_seconds(full["timeout"], "timeout") >= duration_seconds(full["retry_timeout"], "retry_timeout"):
+    pair = (full["timeout"], full["retry_timeout"])
+    if pair not in _WARNED_TIMEOUTS and duration_seconds(pair[0], "timeout") >= duration_seconds(
+        pair[1], "retry_timeout"
+    ):
+        _WARNED_TIMEOUTS.add(pair)
         log.warning(
             "lake.storage_options: timeout %s is not shorter than retry_timeout %s: a request that times out"
             " is not tried again",
@@ -297,7 +308,7 @@ def batches_retrying(open_batches: Callable[[], Iterator[T]], what: str) -> Iter
     yielded = 0
     while True:
         try:
-            batches = interruptible(open_batches)
+            batches = interruptible(lambda: iter(open_batches()))  # an iterator, whatever the stream is
             i = 0
             # each batch read as ``read_retrying`` reads: a stop signal is taken while it waits on the store
             while (item := interruptible(functools.partial(next, batches, _NO_MORE))) is not _NO_MORE:
