@@ -51,3 +51,40 @@ def test_times_outside_what_dotnet_and_pyarrow_hold_are_null_and_recorded(
     recorded = lake.read_arrow("body_unparsed").to_pylist()
     # each names its field (one text for every field before: a review)
     assert sorted(r["reason"] for r in recorded) == [parse.out_of_range("At"), parse.out_of_range("Other")], recorded
+
+
+@pytest.mark.slow
+def test_a_value_that_does_not_fit_its_column_names_its_field(spark) -> None:
+    """A partly parsed row's reason was one text for every field (a review): "a value does not fit its
+    column's type". It names the field now, a nested one by its path, a list by its name; a name no
+    JSON path can spell keeps the text that names none. The row is still written, the field null."""
+    from pyspark.sql.types import ArrayType, LongType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("N", LongType()),
+            StructField("Total", LongType()),
+            StructField("Meta", StructType([StructField("X", LongType()), StructField("it's", LongType())])),
+            StructField("L", ArrayType(LongType())),
+        ]
+    )
+    bodies = [
+        {"N": 1, "Total": "abc"},
+        {"N": 2, "Meta": {"X": "q"}},
+        {"N": 3, "Meta": "text"},
+        {"N": 4, "L": [1, "z"]},
+        {"N": 5, "Total": None, "Meta": {"it's": "bad"}},
+        {"N": 6, "Total": 5, "Meta": {"X": 1}},
+    ]
+    rows = spark.createDataFrame(
+        [(json.dumps(b), "json", None) for b in bodies], "text string, format string, reason string"
+    )
+    got = parse.parsed(rows, schema, xml=False).select("p.N", "verdict", "written").orderBy("N").collect()
+    assert [(r["verdict"], r["written"]) for r in got] == [
+        (parse.does_not_fit("Total"), True),
+        (parse.does_not_fit("Meta.X"), True),
+        (parse.does_not_fit("Meta"), True),
+        (parse.does_not_fit("L"), True),
+        (parse.PARTLY, True),
+        (None, True),
+    ], got

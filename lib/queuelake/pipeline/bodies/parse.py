@@ -41,6 +41,18 @@ _ESCAPE_LIKE = re.compile(r"_(x[0-9A-Fa-f]{4})")
 _EMPTY = "_x0000_"
 _RESERVED = {n.lower() for n in IDENTITY} | {CORRUPT}
 PARTLY = "partly parsed: a value does not fit its column's type (a shape the sampled bodies did not show)"
+# fields (in the schema's order, nested ones after their parent) a partly parsed row's reason may name:
+# each is one more JSON path looked up in such a row, and past this many the reason names none
+NAMED_FIELDS = 64
+
+
+def does_not_fit(field: str) -> str:
+    """The reason of a row whose ``field`` (a path: ``Meta.Total``) held a value its column's type cannot
+    take: the field named, as ``out_of_range`` names a time's (a review: one text for every field)."""
+    return (
+        f"partly parsed: {field} does not fit its column's type "
+        "(a shape the sampled bodies did not show; its column holds null)"
+    )
 
 
 def out_of_range(field: str) -> str:
@@ -145,7 +157,9 @@ def parsed(
     verdict = (
         F.when(F.col("reason").isNotNull(), F.col("reason"))
         .when(F.col("p").isNull(), malformed)
-        .when(corrupt.isNotNull(), F.when(partly, F.lit(PARTLY)).otherwise(malformed))
+        .when(
+            corrupt.isNotNull(), F.when(partly, F.coalesce(*_unfit_fields(schema), F.lit(PARTLY))).otherwise(malformed)
+        )
     )
     for field, outside in _times_outside(schema):  # the first such field of the row named
         verdict = verdict.when(outside, F.lit(out_of_range(field)))
@@ -179,6 +193,33 @@ def _with_alternates(
         p = p.withField(_quoted(name), F.coalesce(p.getField(name), *found))
     unfit = [F.coalesce(s.getField(corrupt_name).isNotNull(), F.lit(False)) for s in structs]
     return p, reduce(lambda a, b: a | b, unfit)
+
+
+def _unfit_fields(schema: StructType) -> list[Column]:
+    """Per field (depth first, at most ``NAMED_FIELDS``): its reason where the body holds a value for it
+    (a JSON path into the row's ``_json``, whose keys are in the schema's spelling) and the parse left
+    it null, the value that did not fit; else null. An element of a list names its list; a value found
+    only under another spelling (``alternates``), or a name no JSON path can spell, names none."""
+    from pyspark.sql import functions as F
+
+    out: list[Column] = []
+
+    def walk(fields: list[StructField], parents: list[str], parsed: Column) -> None:
+        for field in fields:
+            names = [*parents, field.name]
+            if len(out) >= NAMED_FIELDS:
+                return
+            if any(c in name for name in names for c in "'[]\\"):
+                continue
+            path = "$" + "".join(f"['{name}']" for name in names)
+            value = parsed.getField(field.name)
+            present = F.get_json_object(F.col("_json"), path).isNotNull()
+            out.append(F.when(present & value.isNull(), F.lit(does_not_fit(".".join(names)))))
+            if isinstance(field.dataType, StructType):
+                walk(field.dataType.fields, names, value)
+
+    walk(schema.fields, [], F.col("p"))
+    return out
 
 
 def _quoted(name: str) -> str:
