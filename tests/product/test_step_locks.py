@@ -328,8 +328,9 @@ def test_a_catch_up_that_failed_for_one_table_fails_only_the_transforms_reading_
     )
     lake = open_lake(cfg.lake)
     lake.create_table("messages", pa.schema([("id", pa.string())]))  # a journal the typed tables are behind
-    step = {
+    step: dict = {
         "status": "failed",
+        "journal_version": 0,  # its last slice: the journal's head
         "tables": [{"table": "body_a_doc", "error": "OutOfMemoryError"}, {"table": "body_a_order"}],
     }
     monkeypatch.setattr(reader.stage, "checkpoint", lambda lake: None)
@@ -341,4 +342,17 @@ def test_a_catch_up_that_failed_for_one_table_fails_only_the_transforms_reading_
         tables.name_of("A.Doc")
     step["tables"] = []  # a step that failed as a whole: every reader fails, as before
     with pytest.raises(PipelineError, match="the bodies step failed, so the typed tables are behind"):
+        reader.BodyTables(cfg, None, lake).name_of("A.Order")  # type: ignore[arg-type]
+    # a slice that failed as a whole (its Spark job out of memory): the step's error, and its increment's row
+    # the one failed entry; every reader fails (it read the increment's row as one behind table: a review)
+    step.update(
+        error="Py4JJavaError: java.lang.OutOfMemoryError: Java heap space",
+        tables=[{"table": "body_increments", "error": "Py4JJavaError: java.lang.OutOfMemoryError"}],
+    )
+    with pytest.raises(PipelineError, match="behind the journal: Py4JJavaError"):
+        reader.BodyTables(cfg, None, lake).name_of("A.Order")  # type: ignore[arg-type]
+    # one table failed in a slice before the last: the slices after it did not run, every table lacks them
+    del step["error"]
+    step.update(journal_version=-1, tables=[{"table": "body_a_doc", "error": "OutOfMemoryError"}])
+    with pytest.raises(PipelineError, match="behind the journal: body_a_doc: OutOfMemoryError"):
         reader.BodyTables(cfg, None, lake).name_of("A.Order")  # type: ignore[arg-type]

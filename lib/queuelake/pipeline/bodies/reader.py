@@ -61,8 +61,18 @@ class BodyTables:
                     raise stopping.Interrupted("stopped while the bodies step caught the typed tables up")
                 if result.get("status") != Status.OK:
                     failed = {t["table"]: str(t["error"]) for t in result.get("tables", []) if t.get("error")}
-                    if not failed:
-                        why = result.get("error") or str(result.get("status"))
+                    # only some typed tables behind: the step failed for them alone (no error of its own,
+                    # none of its increment's bookkeeping) in its last slice (a failed slice stops the
+                    # slices after it, whose rows every typed table then lacks: a review)
+                    alone = (
+                        failed
+                        and not result.get("error")
+                        and stage.INCREMENTS not in failed
+                        and result.get("journal_version") == upto
+                    )
+                    if not alone:
+                        why = result.get("error") or "; ".join(f"{t}: {e}" for t, e in sorted(failed.items()))
+                        why = why or str(result.get("status"))
                         raise PipelineError(
                             f"the bodies step failed, so the typed tables are behind the journal: {why}"
                         )
