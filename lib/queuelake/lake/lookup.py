@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from queuelake.errors import LakeError
 from queuelake.lake import storage
 from queuelake.lake.arrow_types import as_string
-from queuelake.lake.reading import INT96_UNIT, local_paths, table_schema
+from queuelake.lake.reading import INT96_UNIT, data_file_uris, table_schema
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -128,9 +128,7 @@ class _File:
 def _files_with_bounds(dt: DeltaTable, column: str) -> list[_File]:
     """Every data file of the version with the column's min and max from the log."""
     actions = pa.table(dt.get_add_actions(flatten=True))
-    base = dt.table_uri.rstrip("/")
-    relative = actions.column("path").to_pylist()
-    uris = local_paths(dt, [p if "://" in p else f"{base}/{unquote(p)}" for p in relative])
+    uris = data_file_uris(dt, actions.column("path").to_pylist())
     none: list[str | None] = [None] * len(uris)
     low_name, high_name = f"min.{column}", f"max.{column}"
     lows = actions.column(low_name).to_pylist() if low_name in actions.column_names else none

@@ -54,6 +54,17 @@ def local_paths(dt: DeltaTable, uris: list[str]) -> list[str]:
     return [root + u[len(prefix) :] if u.startswith(prefix) else u for u in uris]
 
 
+def data_file_uris(dt: DeltaTable, paths: list[str]) -> list[str]:
+    """The log's add-action ``paths`` as pyarrow opens them. A path in the log is a URI relative to the
+    table (``p=Sales%20Team/...``) whose decoded text is the folder in storage; a local table's root is
+    made a path, not a ``file://`` URI, which pyarrow would decode once more: a Hive-escaped partition
+    value (``p=10%3A00``) was opened as ``p=10:00``, and ``maintain`` failed on such tables (a review)."""
+    base = dt.table_uri.rstrip("/")
+    if base.startswith("file://"):
+        base = base[len("file://") :]
+    return local_paths(dt, [p if "://" in p else f"{base}/{unquote(p)}" for p in paths])
+
+
 def files_by_partition(dt: DeltaTable) -> list[tuple[dict[str, str | None], list[str]]]:
     """The data files of the loaded version grouped by partition values ({} when unpartitioned)."""
     partition_by = list(dt.metadata().partition_columns)

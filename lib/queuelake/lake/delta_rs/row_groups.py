@@ -13,12 +13,11 @@ rows the table's files hold, read from their footers.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import pyarrow as pa
 
 from queuelake.lake.files import ROW_GROUP_BYTES
-from queuelake.lake.reading import local_paths
+from queuelake.lake.reading import data_file_uris
 from queuelake.lake.round_files import open_file
 
 if TYPE_CHECKING:
@@ -48,7 +47,6 @@ def widest_row_bytes(dt: DeltaTable) -> float:
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0 or "num_records" not in actions.column_names:
         return 0.0
-    base = dt.table_uri.rstrip("/")
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
     counts = actions.column("num_records").to_pylist()
@@ -56,9 +54,8 @@ def widest_row_bytes(dt: DeltaTable) -> float:
         ((size / count, path) for path, size, count in zip(paths, sizes, counts, strict=True) if count),
         reverse=True,
     )
-    chosen = [path if "://" in path else f"{base}/{unquote(path)}" for _, path in by_width[:SAMPLED_FILES]]
     widest = 0.0
-    for uri in local_paths(dt, chosen):
+    for uri in data_file_uris(dt, [path for _, path in by_width[:SAMPLED_FILES]]):
         metadata = open_file(uri).metadata
         for group in (metadata.row_group(i) for i in range(metadata.num_row_groups)):
             if group.num_rows:
