@@ -770,3 +770,28 @@ def test_a_rewrite_with_a_changed_type_keeps_every_row_off_the_driver(
     assert engine_of(metadata.configuration, metadata.description) == "delta-rs"
     assert rs.last_version("typed", "bodies") == 2
     assert rs.append("typed", data.slice(0, 1).set_column(0, "id", pa.array(["x"])), "bodies", 3)
+
+
+def test_a_rewrite_of_a_table_committed_to_since_its_read_is_refused(engine) -> None:
+    """A rewrite's overwrite commit removed what another writer committed after the rewrite read the
+    table: its rows gone, its transaction kept, so no rerun brought them back (a review). It is refused
+    now, the table as it was; a rewrite of the version it read commits."""
+    from pyspark.sql import functions as F
+
+    data = sample(20)
+    assert engine.append("typed", data.slice(0, 10), "bodies", 1)
+    read_at = engine.table_version("typed")
+    current = engine.read("typed", read_at)
+    assert engine.append("typed", data.slice(10), "bodies", 2)  # another writer, after the read
+    with pytest.raises(LakeError, match="typed changed while its rows were rewritten"):
+        engine.replace_dataframe("typed", current.withColumn("id", F.col("id").cast("string")), read_version=read_at)
+    assert engine.read_arrow("typed").num_rows == 20 and str(engine.schema("typed").field("id").type) == "int64"
+    if isinstance(engine, DeltaRsEngine):  # and at its commit, after the executors wrote (the data source's)
+        from queuelake.lake.files import replace_files
+
+        with pytest.raises(LakeError, match="read at version 1, now 2"):
+            replace_files(engine.path("typed"), "typed", [], engine.schema("typed"), [], "w1", read_version=1)
+    read_at = engine.table_version("typed")
+    current = engine.read("typed", read_at)
+    engine.replace_dataframe("typed", current.withColumn("id", F.col("id").cast("string")), read_version=read_at)
+    assert engine.read_arrow("typed").num_rows == 20 and str(engine.schema("typed").field("id").type) == "string"

@@ -188,3 +188,12 @@ def landed(dt: DeltaTable, since: int, key: str, value: str) -> bool:
     if newer <= 0:
         return False
     return any(commit.get(key) == value for commit in dt.history(limit=newer))
+
+
+def check_unchanged(table: str, read_version: int | None, version: int | None) -> None:
+    """Refuse to replace ``table`` when it was committed to after its rows were read for the replacement."""
+    if read_version is not None and version != read_version:
+        raise LakeError(
+            f"{table} changed while its rows were rewritten (read at version {read_version}, now {version}): "
+            "the rewrite is not committed, so that the newer rows stay; the next run rewrites it again"
+        )

@@ -284,29 +284,43 @@ class FileSink:
 
 def replace_files(
     table_uri: str,
+    table: str,
     files: list[WrittenFile],
     schema: pa.Schema,
     partition_by: list[str],
     write_id: str,
     storage_options: dict[str, str] | None = None,
+    read_version: int | None = None,
 ) -> None:
     """One overwrite commit: the table's rows become ``files``' and its schema ``schema`` (every file it
     had is removed from the log; vacuum deletes them later). What ``DeltaRsEngine.replace_dataframe``
-    commits once the executors wrote the rewritten rows. Not keyed by an application transaction: a
-    rewrite repeated after a lost reply writes the same rows again, and the commit carries ``write_id``."""
+    commits once the executors wrote the rewritten rows. Not keyed by an application transaction; the
+    commit carries ``write_id``, so that a commit whose reply was lost is known as this one when tried
+    again (``transient.repeated``: a throttled store must not throw a whole rewrite away). A table
+    committed to since ``read_version`` is not replaced (``check_unchanged``): the overwrite removed
+    the newer commit's rows without a word (a review)."""
     from deltalake import CommitProperties
 
+    from queuelake.lake import transient
+    from queuelake.lake.common import check_unchanged, landed
     from queuelake.lake.delta_rs.commits import WRITE_ID_KEY
     from queuelake.lake.storage import delta_table
 
-    dt = delta_table(table_uri, None, storage_options)
-    dt.create_write_transaction(
-        [f.add_action() for f in files],
-        mode="overwrite",
-        schema=schema,
-        partition_by=partition_by or None,
-        commit_properties=CommitProperties(custom_metadata={WRITE_ID_KEY: write_id}),
-    )
+    def commit() -> None:
+        dt = delta_table(table_uri, None, storage_options)
+        if read_version is not None and dt.version() != read_version:
+            if landed(dt, read_version, WRITE_ID_KEY, write_id):
+                return  # this very commit, its reply lost
+            check_unchanged(table, read_version, dt.version())
+        dt.create_write_transaction(
+            [f.add_action() for f in files],
+            mode="overwrite",
+            schema=schema,
+            partition_by=partition_by or None,
+            commit_properties=CommitProperties(custom_metadata={WRITE_ID_KEY: write_id}),
+        )
+
+    transient.repeated(commit, f"{table}'s rewrite")
 
 
 def commit_files(

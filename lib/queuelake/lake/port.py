@@ -76,10 +76,11 @@ class LakeEngine(Protocol):
         """Same contract for a Spark DataFrame (executors write files, one commit on the driver). The
         version is checked before the DataFrame is computed, so an already-landed batch costs nothing."""
 
-    def replace_dataframe(self, table: str, df: DataFrame) -> None:
+    def replace_dataframe(self, table: str, df: DataFrame, read_version: int | None = None) -> None:
         """Replace the table's rows and schema with ``df`` in one commit (a column's type changed:
         widened, or made a string). Application transactions committed before stay. Rare and costly:
-        every row is rewritten."""
+        every row is rewritten. ``read_version``: the version ``df`` read; a table committed to since is
+        not replaced (``LakeError``): the replacement would undo that commit's rows."""
 
     def last_version(self, table: str, app_id: str) -> int | None:
         """The last version committed for app_id, or None (also when the table does not exist)."""

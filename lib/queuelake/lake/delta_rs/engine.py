@@ -31,7 +31,7 @@ import pyarrow as pa
 from queuelake.errors import LakeError
 from queuelake.lake import catalogue, deletes, storage
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema
-from queuelake.lake.common import DEFAULT_RETENTION_HOURS, landed
+from queuelake.lake.common import DEFAULT_RETENTION_HOURS, check_unchanged, landed
 from queuelake.lake.delta_rs import row_groups
 from queuelake.lake.delta_rs.commits import KILL_ENV, WRITE_ID_KEY, exactly_once
 from queuelake.lake.delta_rs.log_head import read_table_head
@@ -254,7 +254,7 @@ class DeltaRsEngine(StagedWrites):
             writer.save()
             return landed(self._require(table), since, WRITE_ID_KEY, write_id)
 
-    def replace_dataframe(self, table: str, df: DataFrame) -> None:
+    def replace_dataframe(self, table: str, df: DataFrame, read_version: int | None = None) -> None:
         """Executors write the rows' Parquet files, as ``append_dataframe``'s do, then the driver makes one
         overwrite commit of those files and the new schema; the table keeps its mark, and its application
         transactions stay in the log. Why not ``toArrow()`` and ``write_deltalake`` on the driver: a
@@ -281,9 +281,17 @@ class DeltaRsEngine(StagedWrites):
                 .option("write_id", uuid.uuid4().hex)
                 .option("engine", self.name)
             )
+            if read_version is not None:
+                writer = writer.option("read_version", str(read_version))
             if self.storage_options:
                 writer = writer.option(SECRET_OPTIONS_KEY, json.dumps(self.storage_options))
-            writer.save()
+            check_unchanged(table, read_version, dt.version())  # before a whole rewrite is written for nothing
+            try:
+                writer.save()
+            except Exception:
+                # the commit's refusal arrives wrapped in Spark's error of the data source: said as itself
+                check_unchanged(table, read_version, self._require(table).version())
+                raise
 
     # ------------------------------------------------------------ read
 

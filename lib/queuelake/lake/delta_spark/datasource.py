@@ -61,6 +61,7 @@ class _Options:
     kill_pids: list[int]
     storage_options: dict[str, str]
     replace: bool = False  # one overwrite commit of the rows and the schema (``replace_files``)
+    read_version: int | None = None  # the version the replacing rows were read at (``replace_files``)
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> _Options:
@@ -86,6 +87,7 @@ class _Options:
             kill_pids=[int(p) for p in (get("test_kill_pids") or "").split(",") if p],
             storage_options=json.loads(get(SECRET_OPTIONS_KEY) or "{}"),
             replace=replace,
+            read_version=int(need("read_version")) if get("read_version") else None,
         )
 
 
@@ -134,7 +136,9 @@ class DeltaRsWriter(DataSourceArrowWriter):
         o = self.options
         files = [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
         if o.replace:
-            replace_files(o.table_uri, files, o.schema, o.partition_by, o.write_id, o.storage_options)
+            replace_files(
+                o.table_uri, o.table, files, o.schema, o.partition_by, o.write_id, o.storage_options, o.read_version
+            )
             return
         commit_files(
             o.table_uri,

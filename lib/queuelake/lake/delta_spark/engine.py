@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from queuelake.errors import LakeError
 from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, lake_schema, to_spark_schema
-from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, landed
+from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, check_unchanged, landed
 from queuelake.lake.marks import ENGINE_PROPERTY, description_for
 from queuelake.lake.reading import quoted_name
 from queuelake.lake.storage import data_file_count
@@ -156,9 +156,10 @@ class DeltaSparkEngine(EngineBase):
         # Delta also skips the write silently when the (app_id, version) was committed meanwhile.
         return landed(self._require(table), since, "userMetadata", write_id)
 
-    def replace_dataframe(self, table: str, df: DataFrame) -> None:
+    def replace_dataframe(self, table: str, df: DataFrame, read_version: int | None = None) -> None:
         self._check_writable(table)
         with self._lock(table, ""):
+            check_unchanged(table, read_version, self.table_version(table))  # Delta's own overwrite starts later
             (
                 _utc_timestamps(df)
                 .write.format("delta")

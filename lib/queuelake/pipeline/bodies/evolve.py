@@ -208,7 +208,8 @@ def apply(lake: LakeEngine, evolution: Evolution) -> None:
         lake.create_table(table, arrow_schema(evolution.schema))
         return
     if evolution.rewrite:
-        current = lake.read(table)
+        version = lake.table_version(table)
+        current = lake.read(table, version)
         old = to_spark_schema(lake.schema(table))
         olds = {f.name.lower(): f for f in old.fields}
         wanted = to_spark_schema(arrow_schema(evolution.schema))
@@ -217,7 +218,7 @@ def apply(lake: LakeEngine, evolution: Evolution) -> None:
             o = olds.get(f.name.lower())
             value = convert(F.col(quoted_name(o.name)), o.dataType, f.dataType) if o else F.lit(None).cast(f.dataType)
             columns.append(value.alias(f.name))
-        lake.replace_dataframe(table, current.select(*columns))
+        lake.replace_dataframe(table, current.select(*columns), read_version=version)
         return
     if evolution.added:
         wanted_arrow = arrow_schema(evolution.schema)
