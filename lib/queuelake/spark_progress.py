@@ -9,11 +9,14 @@ of all, cheap to ask from a thread.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from queuelake import report
+from queuelake import report, stopping
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -53,3 +56,53 @@ def heartbeat(
 
     with report.every(every, beat, "queuelake-heartbeat"):
         yield
+
+
+@contextlib.contextmanager
+def cancelled_on_stop(spark: SparkSession, what: str, every: float = 0.25) -> Iterator[None]:
+    """While the block runs Spark tasks that send batches (publish's and replay's executors), a stop
+    asked (a first SIGTERM, Ctrl-C, SIGHUP) cancels them. Why: the tasks never see the command's stop; a
+    round in one row group was sent to its end after it, two minutes past the signal and a scheduler's
+    grace (a review). Each batch is its own transaction: a cancelled task's open batch rolls back, and
+    the ledger holds the ones sent, which the next run skips."""
+    context = spark.sparkContext
+    tag = f"queuelake-send-{uuid.uuid4().hex[:12]}"
+    asked = threading.Event()
+
+    def watch(took: float, ended: threading.Event) -> None:
+        if stopping.requested() and not asked.is_set() and not ended.is_set():
+            asked.set()
+            log.warning("%s: stopping as asked: its Spark tasks are cancelled (a batch in hand rolls back)", what)
+            with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
+                context.cancelJobsWithTag(tag)
+
+    context.addJobTag(tag)
+    context.setInterruptOnCancel(True)
+    try:
+        with report.every(every, watch, "queuelake-stop-watch"):
+            yield
+    finally:
+        with contextlib.suppress(Exception):
+            context.setInterruptOnCancel(False)
+            context.removeJobTag(tag)
+        if asked.is_set():
+            # a cancelled task's Python worker goes on until Spark kills it (``spark.python.task.killTimeout``):
+            # batches it commits meanwhile belong in the count the caller reads from the ledger next
+            settle = kill_timeout_seconds(context.getConf().get(KILL_TIMEOUT)) + 1.0
+            log.info(
+                "%s: waiting %.0fs for the cancelled tasks' Python workers to end (%s)", what, settle, KILL_TIMEOUT
+            )
+            time.sleep(settle)
+
+
+KILL_TIMEOUT = "spark.python.task.killTimeout"
+
+
+def kill_timeout_seconds(value: str | None) -> float:
+    """Spark's ``spark.python.task.killTimeout`` (a time in milliseconds unless it names its unit; 2s when
+    unset) in seconds; 2 when it cannot be read."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", value or "2s")
+    if match is None:
+        return 2.0
+    number, unit = float(match[1]), match[2] or "ms"
+    return number / 1000 if unit == "ms" else number * 60 if unit in ("m", "min") else number

@@ -317,3 +317,49 @@ def test_exactly_once_from_executors_under_sigkill(fresh_pg_uri: str, tmp_path: 
     keys = ledger_keys(cfg, "outbound_x")
     assert len(keys) == len(set(keys)) == total and all(k.endswith("g") for k in keys)
     assert_exactly_once(cfg, sends, events)
+
+
+def test_a_stop_asked_while_spark_tasks_send_cancels_them(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+    """A first SIGTERM while Spark tasks sent a round let them send it to its end (a review: 56 batches,
+    two minutes after the signal): the tasks never see the command's stop. They are cancelled now, the
+    batch in hand rolled back; the output ends "interrupted" with what the ledger holds, and the next
+    publish sends the rest, every copy once."""
+    import threading
+
+    from queuelake import stopping
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_x"], [], batch_size=10, executors_from_rows=1)
+    setup_db(cfg, ["Target", "Sub1", "Sub2"])
+    with db.connect(cfg.transport) as conn:  # each batch's COPY into Target takes 0.2 s
+        conn.raw.execute(
+            "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$"
+        )
+        conn.raw.execute(
+            'CREATE TRIGGER slow AFTER INSERT ON "public"."Target" FOR EACH STATEMENT EXECUTE FUNCTION slow()'
+        )
+        conn.commit()
+    for queue in ("Sub1", "Sub2"):
+        subscribe(cfg, queue, queue, EVENT)
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=1, per_file=400)  # one row group: one task, 40 batches
+
+    def stop_after_the_first_batches() -> None:
+        deadline = time.monotonic() + 120
+        while len(ledger_keys(cfg, "outbound_x")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stopping.request()  # the scheduler's SIGTERM
+
+    asking = threading.Thread(target=stop_after_the_first_batches, daemon=True)
+    asking.start()
+    try:
+        out = publish(cfg, spark, lake)["outputs"][0]
+    finally:
+        asking.join()
+        stopping.reset()
+    sent = len(ledger_keys(cfg, "outbound_x"))
+    assert out["status"] == "interrupted" and 3 <= sent < 40, (sent, out)
+    assert out["batches"] == sent and out["published"] == 10 * sent, ("what went, from the ledger", out)
+    again = publish(cfg, spark, lake)["outputs"][0]
+    assert again["status"] == "ok" and again["batches"] == 40 - sent, again
+    assert_exactly_once(cfg, sends, events)

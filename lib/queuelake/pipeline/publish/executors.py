@@ -40,7 +40,7 @@ from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import accepted, accepted_batches, in_batches, without_rejected_values
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
-from queuelake.spark_progress import heartbeat
+from queuelake.spark_progress import cancelled_on_stop, heartbeat
 from queuelake.status import Status
 from queuelake.transport import ledger, queues
 from queuelake.transport.database import QueueDatabase
@@ -297,8 +297,12 @@ class ExecutorSender:
         )
         try:
             with heartbeat(self.spark, f"publish {output}", total, unit="batch(es)"):
-                sent = send_units(self.spark, job, units)
+                with cancelled_on_stop(self.spark, f"publish {output}"):
+                    sent = send_units(self.spark, job, units)
         except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
+            if stopping.requested():  # the tasks cancelled as asked (``cancelled_on_stop``)
+                result.status = Status.INTERRUPTED
+                return False
             result.status = Status.FAILED
             result.error, result.error_kind = task_error(exc), error_kind(exc)
             return False
@@ -318,6 +322,13 @@ class ExecutorSender:
                 result.published += row.rows_sent
                 result.copies += row.copies_sent  # a failed round said 18 rows published in 0 copies
         conn.rollback()
+        if result.status == Status.INTERRUPTED:
+            log.info(
+                "publish %s: stopped as asked, %d batch(es) sent; the next run sends the rest",
+                job.output,
+                result.batches,
+            )
+            return
         log.error("publish %s: %s (%d batch(es) had been sent)", job.output, result.error, result.batches)
 
     def _refusals(self, outcomes: dict[int, dict[str, Any]]) -> dict[str, str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from queuelake import stopping
 from queuelake.config import ReplayConfig
 from queuelake.errors import error_kind
-from queuelake.pipeline.batches.keys import ReplayKeys
+from queuelake.pipeline.batches.keys import ReplayKeys, replay_batch_index
 from queuelake.pipeline.batches.sender import FAILED, STOPPED, Batch, Sent, send_batches
 from queuelake.pipeline.replay import executors
 from queuelake.pipeline.replay.ahead import ahead
@@ -22,9 +22,9 @@ from queuelake.pipeline.replay.result import ReplayResult
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.pipeline.replay.steps import Steps
 from queuelake.report import log
-from queuelake.spark_progress import heartbeat
+from queuelake.spark_progress import cancelled_on_stop, heartbeat
 from queuelake.status import Status
-from queuelake.transport import binary_copy
+from queuelake.transport import binary_copy, ledger
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
@@ -165,6 +165,28 @@ class Sender:
             unsent = [j for j in range(n) if j >= refusal.k and j not in done and j not in sent_now]
             self.on_refused(refusal.refused, refusal.error, unsent)
 
+    def _count_stopped(self, replay_id: str, final: dict[int, dict[str, Any]], cancelled: set[int]) -> None:
+        """The Spark tasks cancelled as asked: the earlier passes' outcomes, and the batches of the cancelled
+        pass that the ledger holds (the tasks' outcomes are lost with them; by destination they are not
+        counted)."""
+        result = self.result
+        self._count_outcomes({k: o for k, o in final.items() if k not in cancelled})
+        with self.database.connect("queuelake-replay") as conn:
+            recorded = ledger.rows_of_pipeline(conn, self.ledger, f"replay/{replay_id}")
+            conn.rollback()
+        for row in recorded:
+            k = replay_batch_index(row.batch_key)
+            if k is not None and k in cancelled:
+                result.rows_sent += row.rows_sent
+                result.total_sent += row.rows_sent
+                result.batches_sent += 1
+        result.status = Status.INTERRUPTED
+        log.info(
+            "replay %s: stopped as asked, %d batch(es) sent; a rerun with this replay id sends the rest",
+            replay_id,
+            result.batches_sent,
+        )
+
     def _count_outcomes(self, outcomes: dict[int, dict[str, Any]]) -> None:
         """The Spark tasks' batch outcomes (the last of each batch) into the result."""
         result = self.result
@@ -226,8 +248,12 @@ class Sender:
                 try:
                     session = self.session()
                     with heartbeat(session, f"replay {replay_id}", len(units), unit="batch(es)"):
-                        outcomes = executors.send_units(session, job, units)
+                        with cancelled_on_stop(session, f"replay {replay_id}"):
+                            outcomes = executors.send_units(session, job, units)
                 except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
+                    if stopping.requested():  # the tasks cancelled as asked (``cancelled_on_stop``)
+                        self._count_stopped(replay_id, final, set(todo))
+                        return
                     self._count_outcomes(final)
                     result.status, result.error = Status.FAILED, executors.task_error(exc)
                     result.error_kind = error_kind(exc)
