@@ -124,6 +124,8 @@ def error_kind(exc: BaseException) -> str:
     if library in _DRIVERS:
         return "transport"
     spark = any(c.__module__.split(".")[0] in _SPARK_WRAPPERS for c in type(exc).__mro__)
+    if spark and _MISSING_JVM_CLASS.search(str(exc)):
+        return "missing-dependency"
     if spark and (raised := _raised_in_a_task(str(exc))) is not None:
         return raised
     if isinstance(exc, OSError) and _STORE_ERROR.search(str(exc)):  # pyarrow's S3 client's, deltalake's object store's
@@ -132,6 +134,17 @@ def error_kind(exc: BaseException) -> str:
         return "lake"  # a full or read-only disk under the lake (pyarrow's writes say so in text only)
     return "lake" if library in _LAKE_LIBRARIES or _is_delta_error(exc) else "unexpected"
 
+
+# a class of the JVM's file systems for object storage not on Spark's class path: the jars are missing, not
+# the lake at fault (a review: an s3a:// lake without hadoop-aws said "lake" and no more); the hint a
+# one-line error carries (``describe``)
+_MISSING_JVM_CLASS = re.compile(
+    r"ClassNotFoundException: Class (org\.apache\.hadoop\.fs\.\w+\.\w+FileSystem) not found"
+)
+MISSING_JVM_CLASS_HINT = (
+    "Spark's class path lacks the jars of this lake's file system (s3a://: hadoop-aws and its AWS SDK bundle; "
+    "`queuelake spark-packages --s3` gives their --packages, docs/lake.md)"
+)
 
 # what an object store's error says in pyarrow's S3 client ("AWS Error ...") and in deltalake's builtin
 # OSError ("Kernel error -> Generic S3 error", "Generic S3 error"): both were "unexpected" (a review)
@@ -367,6 +380,8 @@ def describe(exc: BaseException) -> str:
     """One readable line: what failed and why, without stack frames (Java or Python)."""
     jvm = jvm_line(exc)
     if jvm is not None:
+        if _MISSING_JVM_CLASS.search(jvm):
+            jvm = f"{MISSING_JVM_CLASS_HINT}: {jvm}"
         return jvm if len(jvm) <= MAX_ERROR_CHARS else jvm[: MAX_ERROR_CHARS - 3] + "..."
     text = _RUST_BACKTRACE.split(str(exc), maxsplit=1)[0].strip()
     if not isinstance(exc, QueuelakeError):

@@ -128,3 +128,19 @@ def test_a_failed_command_keeps_the_parts_it_had_done() -> None:
     summary = _failure(args, exc)
     assert summary["drain"] == {"status": "ok", "landed": 13400} and summary["failed_steps"] == ["bodies"]
     assert summary["status"] == "failed" and summary["error_kind"] == "lake"
+
+
+def test_a_missing_jvm_file_system_is_a_missing_dependency() -> None:
+    """An s3a:// lake without hadoop-aws on Spark's class path failed ``run`` with ``error_kind`` ``lake``
+    and Java's words alone (a review); it is a missing dependency, and the one-line error says which."""
+    from py4j.protocol import Py4JJavaError
+
+    text = (
+        "An error occurred while calling o49.parquet.\n: java.lang.RuntimeException: "
+        "java.lang.ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found\n\tat x.y(Z.java:1)"
+    )
+    error = _answering(Py4JJavaError, text)
+    assert errors.error_kind(error) == "missing-dependency"
+    assert errors.error_kind(_answering(Py4JJavaError, "java.lang.ClassNotFoundException: com.acme.Udf")) != (
+        "missing-dependency"
+    )
