@@ -226,6 +226,11 @@ def check_queues_named(config: Config, names: list[str]) -> None:
             if any(_canonical(d, t) == target for d in transform.destinations):
                 where = f"transforms[{i}] ({transform.name}).destinations"
                 message = conflict_message(name, name, where).replace("drain.queues drains", "--queue drains", 1)
+                # also_destinations takes drained queues only: the advice names both keys (a review: the
+                # advice alone failed with "not in drain.queues")
+                message = message.replace(
+                    f"add {name} to drain.also_destinations", f"add {name} to drain.queues and drain.also_destinations"
+                )
                 raise ConfigError(f"{config.source or 'config'}: {message}")
 
 

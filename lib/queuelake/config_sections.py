@@ -292,14 +292,17 @@ class LakeConfig:
 
 
 # the schemes of a lake root some engine opens (object_store's and Hadoop's); a local folder has none
-ROOT_SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "hdfs", "viewfs", "dbfs")
+ROOT_SCHEMES = (
+    *("file", "s3", "s3a", "s3n", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "wasb", "wasbs"),
+    *("hdfs", "viewfs", "dbfs"),
+)
 
 
 def _check_root_scheme(root: str) -> None:
     """A root that looks like a URI is one an engine opens. Why: ``s3:/bucket`` (one slash) was taken for
     a local folder, and a drain wrote ``./s3:/bucket/messages``, exit 0; ``ftp://...`` failed as
     "unexpected" deep in pyarrow (a review)."""
-    typo = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", root)
+    typo = re.match(r"^(?!file:)([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", root)  # file:/tmp/lake is a file URI
     if typo:
         raise ConfigError(
             f"lake.root {root!r}: a URI needs two slashes after {typo.group(1)}: (as {typo.group(1)}://...)"

@@ -104,5 +104,7 @@ def test_a_root_that_is_no_store_is_a_config_error(root: str, said: str) -> None
 
     with pytest.raises(ConfigError, match=re.escape(said)):
         from_dict({"transport": {"connection": "x"}, "lake": {"root": root}}, env={})
-    for fine in ("s3://b/lake", "gs://b/lake", "abfss://c@a.dfs.core.windows.net/l", "/data/lake", "./lake", "C:/lake"):
+    # and what loaded before the check: wasbs/s3n (delta-spark with hadoop-azure/-aws), a one-slash file URI
+    fine_roots = ("s3://b/lake", "gs://b/lake", "abfss://c@a.dfs.core.windows.net/l", "/data/lake", "./lake", "C:/lake")
+    for fine in (*fine_roots, "wasbs://c@a.blob.core.windows.net/l", "s3n://b/l", "file:/tmp/lake", "file:///tmp/l"):
         assert from_dict({"transport": {"connection": "x"}, "lake": {"root": fine}}, env={}).lake.root == fine

@@ -77,7 +77,8 @@ def test_a_queue_named_for_one_drain_is_checked_as_drain_queues_is() -> None:
         check_queues_named(cfg, ["Sales", "public.Billing"])
     message = str(caught.value)
     assert message.startswith("conf/prod.yaml: --queue drains public.Billing, which transforms[0] (customer_totals)")
-    assert "drain.also_destinations" in message
+    # the advice works as given: both keys (also_destinations alone fails, "not in drain.queues")
+    assert "add public.Billing to drain.queues and drain.also_destinations" in message, message
     check_queues_named(cfg, ["Sales", "audit"])  # not a destination: drained as asked
     allowed = from_dict(settings(["Sales", "Billing"], ["Billing"], also_destinations=["Billing"]), env={})
     check_queues_named(allowed, ["Billing"])
