@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 from queuelake.config_sections import DrainConfig
-from queuelake.errors import TransportError
+from queuelake.errors import QueuelakeError, TransportError
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
@@ -21,6 +21,9 @@ from queuelake.transport import db, locks, queues
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
+
+# a start mark no seq passes: the drain takes the queue until it is empty (``start_mark``'s read failed)
+NO_MARK = 2**63 - 1
 
 
 def drain_lock_name(ref: TableRef) -> str:
@@ -82,10 +85,27 @@ class QueueState:
                 if first is not None:
                     (self._mark,) = first
                 else:
-                    self._mark = queues.newest_seq(conn, self.ref)
-                    conn.rollback()
+                    self._mark = self._newest_or_none_to_mark(conn)
                 self._mark_read = True
             return received if self._mark is None else self._mark
+
+    def _newest_or_none_to_mark(self, conn: Connection) -> int | None:
+        """The newest seq now; when that read fails, no mark (the drain goes on until the queue is empty,
+        as before marks): a failed read of an estimate is not the queue's failure (a review: it failed the
+        worker and the queue, where the progress line's own read is guarded)."""
+        try:
+            newest = queues.newest_seq(conn, self.ref)
+            conn.rollback()
+        except QueuelakeError as exc:
+            log.info(
+                "%s: the newest seq could not be read (%s); the drain goes on until the queue is empty",
+                self.ref.canonical,
+                exc,
+            )
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            return NO_MARK
+        return newest
 
     def passed_mark(self, mark: int) -> None:
         """A worker's batch reached past ``start_mark``: said once per queue."""
