@@ -300,6 +300,12 @@ def serve_in_a_process(
         f"print(p.start(), flush=True)\n"
         f"p.reset_after = {reset_after!r}\n"
         f"p.slow_reply, p.slow_seconds = {slow_reply or (None, 0.0)!r}\n"
+        "import threading, time\n"
+        "def said_held():\n"
+        "    while not p.slowed:\n"
+        "        time.sleep(0.05)\n"
+        "    print('held', flush=True)\n"
+        "threading.Thread(target=said_held, daemon=True).start()\n"
         "sys.stdin.read()\n"
         "print('resets', p.resets + p.slowed, flush=True)\n"
     )
@@ -312,6 +318,17 @@ def serve_in_a_process(
     )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
+
+
+def wait_until_held(proc: subprocess.Popen[str], timeout: float = 90.0) -> bool:
+    """Whether a ``serve_in_a_process`` proxy began holding its ``slow_reply`` within ``timeout`` seconds:
+    the moment to act on a command waiting for it (a fixed sleep sent a signal before the command reached
+    the read on a loaded machine: a review)."""
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return bool(ready) and proc.stdout.readline().strip() == "held"
 
 
 def resets_of(proc: subprocess.Popen[str]) -> int:

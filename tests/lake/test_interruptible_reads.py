@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from queuelake import stopping
 
-from tests.helpers.faulty_proxy import resets_of, serve_in_a_process
+from tests.helpers.faulty_proxy import resets_of, serve_in_a_process, wait_until_held
 from tests.helpers.s3 import BUCKET, install_queues, job_config, s3_cli, s3_env, seed_queue
 
 pytest.importorskip("moto.server", reason="moto[server] is in the dev extra: pip install -e '.[dev]'")
@@ -49,7 +49,8 @@ def test_find_takes_ctrl_c_while_the_store_holds_a_reply(s3: str, fresh_pg_uri: 
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(8)  # the command started, and its read of the journal's log is held
+        assert wait_until_held(proxy), "the log's read was not held within 90 s"
+        time.sleep(1)  # the command is in the held read
         assert proc.poll() is None, proc.communicate()
         stopped_at = time.monotonic()
         proc.send_signal(signal.SIGINT)
