@@ -60,3 +60,25 @@ def test_leaving_early_stops_preparing() -> None:
 @pytest.mark.parametrize("items", [[7], [7, 8]])
 def test_short_lists(items: list[int]) -> None:
     assert [(i, p()) for i, p in ahead(items, lambda i: -i)] == [(i, -i) for i in items]
+
+
+def test_leaving_the_loop_waits_for_the_build_in_hand_where_a_signal_stops_nothing_sooner() -> None:
+    """A second Ctrl-C while publish left the loop was raised inside the wait for the build in hand:
+    "Exception ignored in: <generator object ahead>" and a traceback on stderr (a review). That wait now
+    holds ``stopping.at_boundary_only``: the handler says the stop comes at the boundary and raises nothing."""
+    import time
+
+    from queuelake import stopping
+
+    seen: list[str | None] = []
+
+    def prepare(item: int) -> int:
+        time.sleep(0.3)
+        seen.append(stopping.only_at_boundary())
+        return item
+
+    items = ahead([1, 2, 3], prepare)
+    item, built = next(items)
+    assert built() == item == 1
+    items.close()  # item 2's build is in hand
+    assert seen == [None, "the batch being built ahead"] and stopping.only_at_boundary() is None

@@ -12,6 +12,8 @@ import concurrent.futures
 from collections.abc import Callable, Generator
 from typing import TypeVar
 
+from queuelake import stopping
+
 Item = TypeVar("Item")
 Prepared = TypeVar("Prepared")
 
@@ -22,10 +24,16 @@ def ahead(
     """Each item with a call that returns ``prepare(item)`` (raising what it raised), the next item
     being prepared meanwhile. At most two prepared items exist at once. Leaving the loop early waits
     for the one being prepared."""
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="queuelake-replay-build") as builder:
+    builder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="queuelake-replay-build")
+    try:
         upcoming = builder.submit(prepare, items[0]) if items else None
         for position, item in enumerate(items):
             current = upcoming
             upcoming = builder.submit(prepare, items[position + 1]) if position + 1 < len(items) else None
             assert current is not None
             yield item, current.result
+    finally:
+        # a second signal while the loop is left waits for the build in hand too (a build takes under a
+        # second): raised inside this wait, it was "Exception ignored" with a traceback (a review)
+        with stopping.at_boundary_only("the batch being built ahead"):
+            builder.shutdown(wait=True)
