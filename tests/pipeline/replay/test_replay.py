@@ -712,12 +712,13 @@ def test_a_retry_to_a_queue_this_job_drains_is_sent_with_a_warning(failures, spa
     name): the retry is sent, and the log says the next drain takes it back into the lake unless its
     endpoint receives it first (a review found it counted retried with no word said)."""
     cfg, *_ = failures
-    drained = dataclasses.replace(cfg, drain=dataclasses.replace(cfg.drain, queues=["error", "audit", "Shipping"]))
+    queues = ["error", "audit", "Shipping", "Billing"]  # two FailedQs drained: one line names both (were one each)
+    drained = dataclasses.replace(cfg, drain=dataclasses.replace(cfg.drain, queues=queues))
     with caplog.at_level("WARNING", logger="queuelake"):
         summary = run(drained, spark, "exception_type IS NOT NULL", dry_run=True)
     assert summary["destinations"] == {'"public"."Billing"': 20, '"public"."Shipping"': 20}, summary
-    warned = [r.getMessage() for r in caplog.records if "is drained by this job" in r.getMessage()]
-    assert len(warned) == 1 and "'Shipping'" in warned[0], warned
+    warned = [r.getMessage() for r in caplog.records if "drained by this job" in r.getMessage()]
+    assert len(warned) == 1 and "2 destination(s)" in warned[0] and "'Billing', 'Shipping'" in warned[0], warned
 
 
 def test_spark_refuses_what_is_not_a_boolean_over_messages(failures, spark) -> None:

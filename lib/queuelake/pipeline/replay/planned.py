@@ -98,6 +98,7 @@ class Planned:
             reasons[name] = why
             if ref is not None:
                 self.targets[ref.canonical] = ref
+        verdicts.say_drained()
         for name in sorted(a for a, why in reasons.items() if why is not None):
             log.warning("replay: not sending to %s", verdicts.cache[name][1])
         missing = int(pc.sum(pc.and_(pc.is_null(address), pc.is_valid(reason))).as_py() or 0)

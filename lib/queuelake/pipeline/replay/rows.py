@@ -71,6 +71,7 @@ class Verdicts:
         self.database = database
         self.drained = drained or (lambda _address: None)
         self.cache: dict[str, tuple[TableRef | None, str | None]] = {}
+        self._drained_unsaid: list[str] = []  # addresses found drained, said together (``say_drained``)
 
     def __call__(self, conn: Connection, address: str, kind: str) -> tuple[TableRef | None, str | None]:
         verdict = self.cache.get(address)
@@ -85,15 +86,21 @@ class Verdicts:
                 verdict = (ref, None) if problem is None else (None, f"{label} {address!r}: {problem}")
                 drained = self.drained(address)
                 if problem is None and drained is not None:
-                    log.warning(
-                        "replay: %s %r is drained by this job (drain.queues: %s): the next drain takes what is sent "
-                        "there back into the lake, unless its endpoint receives it first",
-                        label,
-                        address,
-                        drained,
-                    )
+                    self._drained_unsaid.append(address)
             self.cache[address] = verdict
         return verdict
+
+    def say_drained(self) -> None:
+        """One warning for the addresses found drained since the last: a retry to 20 endpoints' FailedQs
+        said 20 lines alike (a review)."""
+        found, self._drained_unsaid = sorted(self._drained_unsaid), []
+        if found:
+            log.warning(
+                "replay: %d destination(s) drained by this job (drain.queues): %s; the next drain takes what is "
+                "sent there back into the lake, unless their endpoints receive it first",
+                len(found),
+                ", ".join(repr(a) for a in found),
+            )
 
 
 # ---------------------------------------------------------------- reading content
