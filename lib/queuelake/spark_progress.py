@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -64,7 +63,8 @@ def cancelled_on_stop(spark: SparkSession, what: str, every: float = 0.25) -> It
     asked (a first SIGTERM, Ctrl-C, SIGHUP) cancels them. Why: the tasks never see the command's stop; a
     round in one row group was sent to its end after it, two minutes past the signal and a scheduler's
     grace (a review). Each batch is its own transaction: a cancelled task's open batch rolls back, and
-    the ledger holds the ones sent, which the next run skips."""
+    the ledger holds the ones sent, which the next run skips; a caller counts them once the tasks have
+    ended (``pipeline.batches.settle``)."""
     context = spark.sparkContext
     tag = f"queuelake-send-{uuid.uuid4().hex[:12]}"
     asked = threading.Event()
@@ -85,17 +85,17 @@ def cancelled_on_stop(spark: SparkSession, what: str, every: float = 0.25) -> It
         with contextlib.suppress(Exception):
             context.setInterruptOnCancel(False)
             context.removeJobTag(tag)
-        if asked.is_set():
-            # a cancelled task's Python worker goes on until Spark kills it (``spark.python.task.killTimeout``):
-            # batches it commits meanwhile belong in the count the caller reads from the ledger next
-            settle = kill_timeout_seconds(context.getConf().get(KILL_TIMEOUT)) + 1.0
-            log.info(
-                "%s: waiting %.0fs for the cancelled tasks' Python workers to end (%s)", what, settle, KILL_TIMEOUT
-            )
-            time.sleep(settle)
 
 
 KILL_TIMEOUT = "spark.python.task.killTimeout"
+
+
+def kill_timeout(spark: SparkSession) -> float:
+    """The session's ``spark.python.task.killTimeout`` in seconds."""
+    try:
+        return kill_timeout_seconds(spark.sparkContext.getConf().get(KILL_TIMEOUT))
+    except Exception:  # noqa: BLE001 - a JVM gone: Spark's default
+        return 2.0
 
 
 def kill_timeout_seconds(value: str | None) -> float:

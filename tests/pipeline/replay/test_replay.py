@@ -554,6 +554,50 @@ def test_a_stop_asked_while_spark_tasks_send_starts_no_second_pass(failures, spa
     assert again["status"] == "ok" and again["rows_sent"] == 15, again
 
 
+def test_a_stop_asked_while_spark_tasks_send_cancels_them(failures, spark) -> None:
+    """A first SIGTERM while Spark tasks sent a replay let them send every batch (a review: 80 batches
+    after the signal): the tasks never see the command's stop. They are cancelled now; the summary counts
+    what the ledger holds once they have ended, and a rerun with the replay id sends the rest, once."""
+    import threading
+
+    from queuelake import stopping
+
+    cfg, *_ = failures
+    cfg.replay.executors_from_rows = 1
+    with db.connect(cfg.transport) as conn:  # each batch's COPY takes 0.2 s
+        conn.raw.execute(
+            "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$"
+        )
+        for queue in ("Billing", "Shipping"):
+            conn.raw.execute(
+                f'CREATE TRIGGER slow AFTER INSERT ON "public"."{queue}" FOR EACH STATEMENT EXECUTE FUNCTION slow()'
+            )
+        conn.commit()
+    ledger_rows = "SELECT count(*) FROM queuelake_publish_ledger WHERE pipeline LIKE 'replay/%'"
+
+    def stop_after_the_first_batches() -> None:
+        deadline = time.monotonic() + 120
+        while sql(cfg, ledger_rows)[0][0] < 4 and time.monotonic() < deadline:  # the plan's row and 3 batches
+            time.sleep(0.1)
+        stopping.request()  # the scheduler's SIGTERM
+
+    asking = threading.Thread(target=stop_after_the_first_batches, daemon=True)
+    asking.start()
+    try:
+        summary = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=1)
+    finally:
+        asking.join()
+        stopping.reset()
+    sent = sql(cfg, ledger_rows)[0][0] - 1
+    assert summary["status"] == "interrupted" and 3 <= sent < 30, (sent, summary)
+    assert summary["rows_sent"] == sent, ("what went, from the ledger", summary)
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=1, replay_id=summary["replay_id"])
+    assert again["status"] == "ok" and again["rows_sent"] == 30 - sent, again
+    got = [hdr.decode_map(m.headers)[hdr.MESSAGE_ID] for q in ("Billing", "Shipping") for m in drain_all(cfg, q)]
+    assert len(got) == len(set(got)) == 30
+
+
 def test_a_stop_asked_after_spark_tasks_sent_everything_leaves_the_replay_ok(failures, spark, monkeypatch) -> None:
     """The stop check between the Spark passes ended a replay "interrupted" when nothing was left to
     send (no table refused a row), and logged that a rerun sends the rest (a review)."""

@@ -35,12 +35,13 @@ from queuelake.lake.round_files import open_file
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import Round, RoundKeys
 from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Book, Sent, ready, send_batches
+from queuelake.pipeline.batches.settle import settled
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import accepted, accepted_batches, in_batches, without_rejected_values
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
-from queuelake.spark_progress import cancelled_on_stop, heartbeat
+from queuelake.spark_progress import cancelled_on_stop, heartbeat, kill_timeout
 from queuelake.status import Status
 from queuelake.transport import ledger, queues
 from queuelake.transport.database import QueueDatabase
@@ -300,8 +301,15 @@ class ExecutorSender:
                 with cancelled_on_stop(self.spark, f"publish {output}"):
                     sent = send_units(self.spark, job, units)
         except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows what went
-            if stopping.requested():  # the tasks cancelled as asked (``cancelled_on_stop``)
+            if stopping.requested():  # the tasks cancelled as asked (``cancelled_on_stop``): counted once ended
                 result.status = Status.INTERRUPTED
+
+                def committed() -> int:
+                    count = len(ledger.rows_of_pipeline(conn, self.ledger, job.pipeline))
+                    conn.rollback()
+                    return count
+
+                settled(committed, kill_timeout(self.spark), f"publish {output}")
                 return False
             result.status = Status.FAILED
             result.error, result.error_kind = task_error(exc), error_kind(exc)

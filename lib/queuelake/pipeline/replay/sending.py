@@ -14,6 +14,7 @@ from queuelake.config import ReplayConfig
 from queuelake.errors import error_kind
 from queuelake.pipeline.batches.keys import ReplayKeys, replay_batch_index
 from queuelake.pipeline.batches.sender import FAILED, STOPPED, Batch, Sent, send_batches
+from queuelake.pipeline.batches.settle import settled
 from queuelake.pipeline.replay import executors
 from queuelake.pipeline.replay.ahead import ahead
 from queuelake.pipeline.replay.plan import Plan, ReplayOptions
@@ -22,7 +23,7 @@ from queuelake.pipeline.replay.result import ReplayResult
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.pipeline.replay.steps import Steps
 from queuelake.report import log
-from queuelake.spark_progress import cancelled_on_stop, heartbeat
+from queuelake.spark_progress import cancelled_on_stop, heartbeat, kill_timeout
 from queuelake.status import Status
 from queuelake.transport import binary_copy, ledger
 from queuelake.transport.database import QueueDatabase
@@ -165,14 +166,24 @@ class Sender:
             unsent = [j for j in range(n) if j >= refusal.k and j not in done and j not in sent_now]
             self.on_refused(refusal.refused, refusal.error, unsent)
 
-    def _count_stopped(self, replay_id: str, final: dict[int, dict[str, Any]], cancelled: set[int]) -> None:
+    def _count_stopped(
+        self, replay_id: str, final: dict[int, dict[str, Any]], cancelled: set[int], kill_timeout: float
+    ) -> None:
         """The Spark tasks cancelled as asked: the earlier passes' outcomes, and the batches of the cancelled
-        pass that the ledger holds (the tasks' outcomes are lost with them; by destination they are not
-        counted)."""
+        pass that the ledger holds once the tasks have ended (``settle``; their outcomes are lost with
+        them, and by destination they are not counted)."""
         result = self.result
         self._count_outcomes({k: o for k, o in final.items() if k not in cancelled})
+        pipeline = f"replay/{replay_id}"
         with self.database.connect("queuelake-replay") as conn:
-            recorded = ledger.rows_of_pipeline(conn, self.ledger, f"replay/{replay_id}")
+
+            def committed() -> int:
+                count = len(ledger.rows_of_pipeline(conn, self.ledger, pipeline))
+                conn.rollback()
+                return count
+
+            settled(committed, kill_timeout, f"replay {replay_id}")
+            recorded = ledger.rows_of_pipeline(conn, self.ledger, pipeline)
             conn.rollback()
         for row in recorded:
             k = replay_batch_index(row.batch_key)
@@ -252,7 +263,7 @@ class Sender:
                             outcomes = executors.send_units(session, job, units)
                 except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
                     if stopping.requested():  # the tasks cancelled as asked (``cancelled_on_stop``)
-                        self._count_stopped(replay_id, final, set(todo))
+                        self._count_stopped(replay_id, final, set(todo), kill_timeout(session))
                         return
                     self._count_outcomes(final)
                     result.status, result.error = Status.FAILED, executors.task_error(exc)
