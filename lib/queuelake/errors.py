@@ -372,7 +372,9 @@ def _python_error(text: str) -> str:
 MAX_ERROR_CHARS = 2000
 # where a Rust library's error (deltalake's) goes on with its frames when RUST_BACKTRACE is set: the
 # summary's error carried "0: <unknown> | ... clone3" (a review)
-_RUST_BACKTRACE = re.compile(r"^\s*stack backtrace:\s*$", re.I | re.M)
+# a Rust backtrace (RUST_BACKTRACE set): its header, or its first frame where delta-kernel's errors have no
+# header ("   0: <unknown>")
+_RUST_BACKTRACE = re.compile(r"^\s*(?:stack backtrace:\s*|0: \S.*)$", re.I | re.M)
 _FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \"|\^+$|~*\^+~*$)")
 
 

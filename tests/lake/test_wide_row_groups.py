@@ -88,3 +88,17 @@ def test_a_partitioned_table_whose_values_delta_escapes_is_compacted(tmp_path: P
     lake.maintain("by_value")
     dt = DeltaTable(lake.path("by_value"))
     assert len(dt.file_uris()) == 1 and dt.to_pyarrow_table().num_rows == 30
+
+
+def test_a_corrupt_commit_in_the_log_names_its_table(tmp_path: Path) -> None:
+    """A commit file deltalake cannot parse failed every command with deltalake's words alone, no table
+    named (a review); the error names the lake table and its path now."""
+    from queuelake.errors import LakeError, describe
+
+    lake = DeltaRsEngine(str(tmp_path / "lake"))
+    lake.append("body_acme_order", _wide_rows(0, 3, 16), "app", 1)
+    commit = tmp_path / "lake" / "body_acme_order" / "_delta_log" / "00000000000000000001.json"
+    commit.write_text("{not json\n")
+    with pytest.raises(LakeError, match=r"lake table body_acme_order at .*body_acme_order: ") as caught:
+        lake.table_version("body_acme_order")
+    assert "Json error" in str(caught.value) and "<unknown>" not in describe(caught.value), str(caught.value)

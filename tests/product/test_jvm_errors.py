@@ -105,6 +105,9 @@ def test_a_rust_backtrace_is_left_out_of_the_one_line() -> None:
     assert describe(DeltaError("a backtrace of this stack: no header")) == (
         "DeltaError: a backtrace of this stack: no header"
     )
+    # delta-kernel's errors carry their frames with no header (a corrupt commit in the log)
+    bare = "Kernel error: Json error: Encountered unexpected 'n'\n   0: <unknown>\n  12: start_thread\n     at ./x.c:4"
+    assert describe(DeltaError(bare)) == "DeltaError: Kernel error: Json error: Encountered unexpected 'n'"
 
 
 def test_pysparks_own_stack_logger_is_quiet_unless_debugging() -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from queuelake.errors import LakeError
+from queuelake.errors import LakeError, describe
 from queuelake.lake import reachability, storage
 from queuelake.lake.marks import check_writable, engine_of
 from queuelake.lake.reading import read_arrow
@@ -130,7 +130,7 @@ class EngineBase:
 
     def _load(self, table: str, version: int | None = None) -> DeltaTable | None:
         """The table's log read with deltalake (of one version), None when there is no table."""
-        from deltalake.exceptions import TableNotFoundError
+        from deltalake.exceptions import DeltaError, TableNotFoundError
 
         try:
             return storage.delta_table(self.path(table), version, self._options())
@@ -138,6 +138,9 @@ class EngineBase:
             return None
         except OSError as exc:  # object storage unreachable or refusing: say so in one line
             raise storage.storage_error(exc, f"lake table {table} at {self.path(table)}") from None
+        except DeltaError as exc:  # a log deltalake cannot read (a corrupt commit): named (a review: it was not)
+            at = "" if version is None else f" (version {version})"
+            raise LakeError(f"lake table {table}{at} at {self.path(table)}: {describe(exc)}") from exc
 
     def _require(self, table: str, version: int | None = None) -> DeltaTable:
         dt = self._load(table, version)
