@@ -249,3 +249,17 @@ def test_without_expectations_great_expectations_is_never_imported(fresh_pg_uri:
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert last == {"status": "ok", "published": 2, "gx": False}
     assert queued(cfg) == 2
+
+
+def test_an_expectation_on_a_column_the_table_lacks_says_so_in_the_error(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """An expectation naming a column the outbound table does not have failed the round with its name
+    alone; why was said only inside the stored GX result (a review). The error says it now."""
+    typo = {"expect_column_values_to_not_be_null": {"column": "totl"}}
+    cfg = config(fresh_pg_uri, tmp_path / "lake", {"outbound_totals": [typo]})
+    lake = prepare(cfg, spark, rows([0.0, 5.0]))
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "blocked" and queued(cfg) == 0, out
+    assert "expect_column_values_to_not_be_null(totl) could not be evaluated: " in out["error"], out["error"]
+    assert "totl" in out["error"].split("could not be evaluated: ", 1)[1], out["error"]

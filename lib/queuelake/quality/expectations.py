@@ -167,8 +167,12 @@ def _details(r: Any) -> dict[str, Any]:
     if res.get("partial_unexpected_list"):
         out["partial_unexpected_list"] = res["partial_unexpected_list"][:5]
     info = r.exception_info or {}
-    if info.get("raised_exception"):
-        out["exception"] = str(info.get("exception_message"))[:500]
+    # one exception's info, or (GX 1.x) one per metric it could not compute: the first that was raised
+    raised = [info] if "raised_exception" in info else [v for v in info.values() if isinstance(v, dict)]
+    for one in raised:
+        if one.get("raised_exception"):
+            out["exception"] = str(one.get("exception_message"))[:500]
+            break
     return json.loads(json.dumps(out, default=str))
 
 
@@ -216,9 +220,14 @@ def record(lake: LakeEngine, run_id: str, output: str, rnd: str, suite: Suite, o
 
 
 def summary(failed: list[dict[str, Any]]) -> str:
-    """One line for errors and logs: ``type(column)`` per failed expectation."""
+    """One line for errors and logs: ``type(column)`` per failed expectation, and why one could not be
+    evaluated at all (a column the table does not have was said only inside the stored result: a review)."""
     parts = []
     for f in failed:
         cols = next((f[k] for k in _COLUMN_KWARGS if k in f), None)
-        parts.append(f"{f['expectation_type']}({cols})" if cols is not None else f["expectation_type"])
+        part = f"{f['expectation_type']}({cols})" if cols is not None else f["expectation_type"]
+        if f.get("exception"):
+            reason = str(f["exception"]).strip().splitlines()[0][:200] if str(f["exception"]).strip() else ""
+            part += f" could not be evaluated: {reason}" if reason else " could not be evaluated"
+        parts.append(part)
     return ", ".join(parts)
