@@ -211,25 +211,28 @@ if messages is not None:
 
 # COMMAND ----------
 
-runs = nb.read_table(record_tables.RUNS.name)
-if runs is not None:
-    runs = unquote_queues(runs.where(F.col("queue").isNotNull()))
+every_run = nb.read_table(record_tables.RUNS.name)
+runs = None
+if every_run is not None:
+    # every command's rows (bodies, transform, publish, replay...: a row per table or output), not only the
+    # drains' per-queue rows (a review: these two tables showed drains alone)
+    every_run = unquote_queues(every_run)
+    shown = ["started_at", "command", "queue", "table", "status", "dequeued", "landed", "expired", "quarantined"]
+    shown += ["published", "rows_in", "rows_out", "batches", "seconds", "rate", "backlog_left", "error"]
+    recent = (
+        every_run.select(*[c for c in shown if c in every_run.columns])  # an older version's runs table has fewer
+        .orderBy(F.desc("started_at"))
+        .limit(30)
+    )
+    nb.show_table(spark_table(recent), "latest runs of every command (30 rows)")
+    status = every_run.groupBy("command", "status").count().orderBy("command", "status").toPandas()
+    nb.show_table(status, "runs rows per command and status")
+    runs = every_run.where(F.col("queue").isNotNull())
     if runs.isEmpty():
         print("note: no per-queue rows in the runs table")
         runs = None
 
 if runs is not None:
-    shown = ["started_at", "command", "queue", "status", "dequeued", "landed", "expired", "quarantined", "published"]
-    shown += ["batches", "seconds", "rate", "backlog_left", "error"]
-    recent = (
-        runs.select(*[c for c in shown if c in runs.columns])  # a runs table an older version wrote has fewer
-        .orderBy(F.desc("started_at"))
-        .limit(30)
-    )
-    nb.show_table(spark_table(recent), "latest runs (30)")
-    status = runs.groupBy("command", "status").count().orderBy("command", "status").toPandas()
-    nb.show_table(status, "runs per command and status")
-
     kept = [c for c in ["started_at", "queue", "status", "dequeued", "rate", "backlog_left"] if c in runs.columns]
     drains = runs.where(F.col("command") == "drain").select(*kept)
     per_run = to_pandas_utc(drains, "started_at").sort_values("started_at")
