@@ -224,18 +224,37 @@ def _loads(text: str) -> Any:
     integer past 64 bits, ``NaN`` and ``Infinity`` unquoted (Newtonsoft's FloatFormatHandling.Symbol).
     orjson rejected the whole body, and a type whose every sampled body held one was stored with no
     column at all, its rows counted as written (found by two reviews). What orjson rightly refuses stays
-    refused: a lone surrogate escape (a key no Arrow or Parquet name can hold; it failed the type's
-    every run) and nesting past 1,024 levels (Python's recursion limit)."""
+    refused: a lone surrogate escape in a *name* (a key no Arrow or Parquet name can hold; it failed the
+    type's every run) and nesting past 1,024 levels (Python's recursion limit). A lone surrogate in a
+    *value* (a .NET string cut inside an emoji) is still a string: orjson refused the body, and a type whose
+    sampled bodies all held one was stored without those fields, its rows counted as written (a review).
+    Spark's parser reads such a value, and writes the lone half as a ``?`` (Java's UTF-8 encoder)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         pass
     try:
         value = json.loads(text)
-        json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate anywhere cannot encode
-    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+    except (ValueError, RecursionError):
         return _NOT_JSON
-    return value
+    return _NOT_JSON if _lone_surrogate_in_a_name(value) else value
+
+
+def _lone_surrogate_in_a_name(value: Any) -> bool:
+    """True when some object's key, at any depth, holds a lone surrogate (UTF-8 cannot encode it)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+                pending.append(inner)
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def json_root(text: str, keep_type_member: bool) -> StructType | None:
