@@ -23,7 +23,7 @@ from queuelake.lake.stage_tables import ENDPOINT_DAILY, ENDPOINT_HEALTH
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, RETRY_UNIQUE_MESSAGE_ID
 from queuelake.pipeline.health import depth, metrics
-from queuelake.pipeline.health.run import read_latest, update
+from queuelake.pipeline.health.run import _latest_day, read_daily, read_latest, update
 from queuelake.transport import db, installer
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
@@ -265,6 +265,34 @@ def test_the_openmetrics_text_parses(drained: tuple[Config, Path]) -> None:
     depths = {s.labels["queue"]: s.value for s in families["queuelake_queue_depth_messages"].samples}
     assert depths == {queue_ref(q, cfg.transport).canonical: 0.0 for q in ("Sales", "audit", "error")}
     assert text.endswith("# EOF\n")
+
+
+def test_a_day_in_the_future_does_not_become_the_latest(drained: tuple[Config, Path]) -> None:
+    """One failed copy whose TimeOfFailure says DateTime.MaxValue made 9999-12-31 the latest day: the
+    gauges and ``--days`` showed that day alone (a review). They count back from today now; the day is
+    still a row of the table, shown with every day."""
+    cfg, _ = drained
+    m = _sent(DAY + dt.timedelta(hours=9))
+    far = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    _seed(cfg, {"error": [traffic.failed_copy(m, "Billing", "System.Exception", "clock", far)]})
+    lake = open_lake(cfg.lake)
+    assert drain(cfg, lake)["status"] == "ok"
+    update(lake)
+    hours, latest_day = read_latest(lake)
+    assert set(latest_day["day"].to_pylist()) == {NEXT.date()}
+    assert hours["period_start"].to_pylist() == [NEXT + dt.timedelta(hours=0)]
+    recent = read_daily(lake, 3650)
+    assert sorted(set(recent["day"].to_pylist())) == [DAY.date(), NEXT.date()]
+    assert dt.date(9999, 12, 31) in read_daily(lake)["day"].to_pylist()
+
+
+def test_the_latest_day_is_never_after_tomorrow() -> None:
+    today = dt.date(2026, 12, 1)
+    days = pa.chunked_array([pa.array([dt.date(2026, 11, 30), dt.date(9999, 12, 31), None, today], pa.date32())])
+    assert _latest_day(days, today=today) == today
+    tomorrow = pa.chunked_array([pa.array([today, today + dt.timedelta(days=1)], pa.date32())])
+    assert _latest_day(tomorrow, today=today) == today + dt.timedelta(days=1)  # a clock a little ahead
+    assert _latest_day(pa.chunked_array([pa.array([dt.date(9999, 12, 31)], pa.date32())]), today=today) is None
 
 
 def test_a_name_that_is_not_a_metric_name_is_refused() -> None:

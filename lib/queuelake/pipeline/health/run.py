@@ -166,12 +166,11 @@ def read_latest(lake: LakeEngine) -> tuple[pa.Table, pa.Table]:
     writer = table_engine(lake, HEALTH)
     if not writer.exists(DAILY) or not writer.exists(HEALTH):
         return HEALTH_SCHEMA.empty_table(), DAILY_SCHEMA.empty_table()
-    days = writer.read_arrow(DAILY, columns=["day"])["day"]
-    if not len(days):
+    latest = _latest_day(writer.read_arrow(DAILY, columns=["day"])["day"], warn=True)
+    if latest is None:
         return HEALTH_SCHEMA.empty_table(), DAILY_SCHEMA.empty_table()
-    latest = pc.max(days)
-    daily = writer.matching_rows(DAILY, _days_filter([latest.as_py()]), [f.name for f in DAILY_SCHEMA])
-    health = writer.matching_rows(HEALTH, _days_filter([latest.as_py()]), [f.name for f in HEALTH_SCHEMA])
+    daily = writer.matching_rows(DAILY, _days_filter([latest]), [f.name for f in DAILY_SCHEMA])
+    health = writer.matching_rows(HEALTH, _days_filter([latest]), [f.name for f in HEALTH_SCHEMA])
     hours = health.filter(pc.equal(health["period"], "hour"))
     if hours.num_rows:
         hours = hours.filter(pc.equal(hours["period_start"], pc.max(hours["period_start"])))
@@ -185,7 +184,38 @@ def read_daily(lake: LakeEngine, days: int | None = None) -> pa.Table:
         return DAILY_SCHEMA.empty_table()
     table = writer.read_arrow(DAILY)
     if days is not None and table.num_rows:
-        last = pc.max(table["day"]).as_py()
+        last = _latest_day(table["day"])
+        if last is None:
+            return DAILY_SCHEMA.empty_table()
         first = last - dt.timedelta(days=days - 1)
-        table = table.filter(pc.greater_equal(table["day"], pa.scalar(first, pa.date32())))
+        within = pc.and_(
+            pc.greater_equal(table["day"], pa.scalar(first, pa.date32())),
+            pc.less_equal(table["day"], pa.scalar(last, pa.date32())),
+        )
+        table = table.filter(within)
     return table.sort_by([("day", "ascending"), ("endpoint", "ascending")])
+
+
+# a day counts as current up to this far past today's UTC date: a sender's clock a little ahead
+FUTURE_DAYS = 1
+
+
+def _latest_day(days: pa.ChunkedArray, warn: bool = False, today: dt.date | None = None) -> dt.date | None:
+    """The latest of ``days`` that is not in the future (tomorrow at most, for a clock a little ahead):
+    what "the latest day" and "the last N days" count back from. Why: one message whose TimeOfFailure
+    or ProcessingEnded said 9999-12-31 (DateTime.MaxValue) made that day the latest, and every gauge
+    and the daily table showed it alone until the row was erased (a review). Days after it are shown
+    with every day (``--days`` unset); ``warn``: a warning says they are there. None: no day to count."""
+    today = today or dt.datetime.now(dt.timezone.utc).date()
+    bound = pa.scalar(today + dt.timedelta(days=FUTURE_DAYS), pa.date32())
+    ahead = pc.greater(days, bound)
+    later = pc.sum(ahead).as_py() or 0
+    if later and warn:
+        first = pc.min(pc.filter(days, ahead)).as_py()
+        log.warning(
+            "health: %d endpoint-day row(s) fall on days after tomorrow (the first %s: a sender's or a handler's "
+            "clock, or a header in the future); the latest figures count back from today",
+            later,
+            first,
+        )
+    return pc.max(pc.filter(days, pc.invert(ahead))).as_py()
