@@ -523,6 +523,19 @@ def test_the_spark_condition_of_a_row_filter_quotes_identifiers_not_text() -> No
     assert spark_condition("(\"queue\" = 'x''y' AND \"seq\" IN (1, 2))") == "(`queue` = 'x\\'y' AND `seq` IN (1, 2))"
 
 
+def test_a_backslash_in_a_literal_is_refused_saying_why_and_a_quote_goes_in_double_quotes() -> None:
+    """Spark reads ``\\'`` and ``\\\\`` as escapes, the delete's engines do not: such a literal was
+    refused as if the predicate were not a comparison at all (a review)."""
+    from queuelake.pipeline.store.erase_predicate import row_filter
+
+    schema = pa.schema([("message_id", pa.string()), ("queue", pa.string()), ("seq", pa.int64())])
+    for where in ("message_id = 'it\\'s'", 'message_id = "a \\\\ b"'):
+        with pytest.raises(ArgumentError, match="no backslash in its literals"):
+            row_filter(where, schema)
+    quoted = row_filter('message_id = "it\'s"', schema)
+    assert quoted.sql == "\"message_id\" = 'it''s'"
+
+
 def test_an_erase_names_runs_of_consecutive_seqs_as_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """A million drained rows of one queue are one ``BETWEEN``, not 200 deletes of 5,000 listed keys
     (each rewriting the file the next one removed: 279 s where one delete took 2.6 s, a review); the

@@ -54,6 +54,12 @@ def row_filter(predicate: str | None, schema: pa.Schema) -> RowFilter:
         raise ArgumentError(
             f"--where names unknown column(s) {', '.join(unknown)}: the journal's columns are {', '.join(schema.names)}"
         )
+    if "\\" in text:  # replay hands these to Spark; an erase has no engine whose reading it can vouch for
+        raise ArgumentError(
+            f"--where {text!r}: erase takes no backslash in its literals: Spark reads \\' and \\\\ as escapes, "
+            "the delete's engines do not, and what an erase deletes must mean the same to every engine; name the "
+            "rows another way (queue = '...' AND seq = N, their message_id, or LIKE with _ for the character)"
+        )
     selection = arrow_predicate(text, schema)
     if selection is None:
         raise ArgumentError(
