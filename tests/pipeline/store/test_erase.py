@@ -392,6 +392,39 @@ def test_an_erase_killed_at_any_step_is_finished_by_the_next(tmp_path: Path, poi
     assert not list((root / "_queuelake" / "pending" / "erase").glob("*.json")), "the pending record stayed"
 
 
+@pytest.mark.slow
+def test_an_erase_stopped_after_its_index_deletes_is_run_again_by_any_later_erase(tmp_path: Path) -> None:
+    """An erase stopped after its derived deletes (the id index's among them) left rows in the journal that
+    find reported as found nowhere (it trusted the index), and a later erase of other rows cleared its
+    record: the rows stayed for good (a review). Meanwhile find reads the journal without the index; the
+    next erase, whatever it selects, runs the stopped one again whole."""
+    from queuelake.pipeline.key_index.build import update as build_index
+    from queuelake.pipeline.key_index.search import journal_rows
+
+    root = tmp_path / "lake"
+    cfg, lake, _ = seeded(root)
+    build_index(lake)
+    conf = write_config(tmp_path / "job.yaml", root)
+    killed = run_cli(
+        ["erase", "-c", str(conf), "--where", PREDICATE],
+        "x",
+        cwd=tmp_path,
+        QUEUELAKE_TEST_KILL_AT="erase_derived_removed",
+    )
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    found, figures = journal_rows(lake, "message_id", ["gone-00003"])
+    assert found.rows.num_rows == 1 and not figures["used"] and "erase" in figures["why"], figures
+    other, log, code = cli(["erase", "-c", str(conf), "--where", "message_id = 'audit-00002'"], "x", tmp_path)
+    assert code == 0 and other["status"] == "ok", (other, log)
+    assert "run again whole" in log, log[-2000:]
+    left = set(lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist())
+    assert left == set(ids("kept", 30)) | set(ids("audit", 40)) - {"audit-00002"}
+    assert not ids_on_disk(root / "messages", "message_id") & set(ids("gone", 70))
+    assert not list((root / "_queuelake" / "pending" / "erase").glob("*.json")), "a pending record stayed"
+    _, figures = journal_rows(lake, "message_id", ["kept-00001"])
+    assert figures["used"], figures  # the index is trusted again
+
+
 def test_an_erase_clears_only_the_records_of_erases_that_are_gone(tmp_path: Path) -> None:
     """Two erases at once: the second one purged the first one's tables and cleared its record, so the
     first, killed afterwards, left its removed files for good. A record of a live process (on this host),

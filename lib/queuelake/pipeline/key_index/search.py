@@ -33,6 +33,7 @@ from queuelake.lake.engines import table_engine
 from queuelake.lake.lookup import Lookup, Within
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.key_index.build import KEYS, watermark
+from queuelake.report import log
 
 MESSAGES = record_tables.MESSAGES.name
 # the index kinds holding the rows of a column: a row's ``id`` is indexed as ``id`` only where it differs
@@ -46,8 +47,15 @@ def journal_rows(lake: LakeEngine, column: str, values: Sequence[str]) -> tuple[
     the journal files it did not cover)."""
     if column not in _KINDS:
         raise ValueError(f"the journal's index holds no {column!r}")
+    from queuelake.pipeline.store.erase import unfinished_erases
+
     version = lake.table_version(MESSAGES)
     indexed = watermark(lake)
+    erasing = unfinished_erases(lake.root) if indexed is not None else []
+    if erasing:  # its index deletes went first: the index may not name rows the journal still holds
+        why = f"an erase has not finished ({', '.join(erasing)}): run an erase again to finish it"
+        log.warning("the id index is not used: %s; the journal is read whole", why)
+        return lake.lookup(MESSAGES, column, values, version=version), {"used": False, "why": why}
     if version is None or indexed is None:
         return lake.lookup(MESSAGES, column, values, version=version), {"used": False, "why": "no index yet"}
     if indexed > version:

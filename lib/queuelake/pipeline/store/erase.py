@@ -28,8 +28,11 @@ Killed at any instant, the same erase run again finishes it. Why this order: the
 last, so a run killed before it leaves the selected rows in the journal, and the next run selects them
 again (the derived deletes find nothing left to delete). When the journal went first, a kill after it
 left the derived and typed rows for good: a second erase selected nothing. Before its first delete an
-erase records the tables it may touch (``lake/pending``); the next erase purges them first, so a kill
-before the purge does not leave the removed files readable; the record goes once the purge is done.
+erase records the tables it may touch (``lake/pending``), and its predicate until the journal's deletes
+are done; the next erase, whatever it selects, runs a stopped one's predicate again whole and purges
+its tables first, so a kill before the purge does not leave the removed files readable; the record goes
+once the purge is done. Meanwhile the id index may have lost rows the journal still holds: ``find``
+and ``where`` read the journal without it while such a record stands (``unfinished_erases``).
 
 The ``runs`` rows carry counts and the predicate, never a row's content.
 """
@@ -58,6 +61,8 @@ from queuelake.report import log
 
 JOURNAL = record_tables.MESSAGES.name
 PENDING = "erase"  # the kind of ``lake/pending`` record an erase leaves until its purge is done
+# a record's key holding the erase's predicate while the journal still holds rows it selected
+UNFINISHED = "where"
 # an erased row's keys: (queue, seq, id) for the journal and the record tables, message_id for typed rows,
 # conversation_id too for the id index (whose rows name a journal row by any of its ids)
 KEYS = ["queue", "seq", "id", "message_id", "conversation_id"]
@@ -103,48 +108,61 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
             )
         return {"dry_run": True, "tables": tables}
     finished = finish_pending(cfg, lake)
-    summary = _erase(cfg, lake, journal, where)
+    summary = _erase(cfg, lake, journal, where, predicate)
     return {**summary, "purged_for_an_unfinished_erase": finished} if finished else summary
 
 
-def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter) -> dict[str, Any]:
+def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter, predicate: str) -> dict[str, Any]:
     """The erase itself, in an order a kill at any instant leaves finishable (the module's docstring)."""
     t0 = time.monotonic()
     version = journal.table_version(JOURNAL)
     keys = journal.matching_rows(JOURNAL, where, KEYS, version)
-    with pending.Kept(cfg.lake.root, PENDING, f"erase-{uuid.uuid4().hex}") as kept:
-        return _erase_kept(lake, journal, where, version, keys, kept, t0)
+    try:
+        with pending.Kept(cfg.lake.root, PENDING, f"erase-{uuid.uuid4().hex}") as kept:
+            return _erase_kept(lake, journal, where, predicate, version, keys, kept, t0)
+    except BaseException:  # a stop asked (Ctrl-C, SIGTERM) or a failure: what is left, and how it gets done
+        log.warning(
+            "erase: stopped before its end: rows it selected may still be in the journal, and find and where "
+            "read the journal without the id index until an erase runs again (this one, or any other: it "
+            "finishes this one first)"
+        )
+        raise
 
 
 def _erase_kept(
     lake: LakeEngine,
     journal: LakeEngine,
     where: RowFilter,
+    predicate: str,
     version: int | None,
     keys: pa.Table,
     kept: pending.Kept,
     t0: float,
 ) -> dict[str, Any]:
-    """``_erase``'s steps, its pending record kept fresh while they run (``pending.Kept``)."""
+    """``_erase``'s steps, its pending record kept fresh while they run (``pending.Kept``). Until the
+    journal's deletes are done the record also holds the predicate (``UNFINISHED``): the derived rows,
+    the id index's among them, may be gone while the journal still holds the rows, and a later erase
+    runs it again whole, not only its purge (a review: a different erase cleared the record, and the
+    rows stayed in the journal for good, invisible to find and where)."""
     tables: dict[str, dict[str, Any]] = {}
     engines: dict[str, LakeEngine] = {}
     if keys.num_rows:
         reached = [t.name for t in derived_tables()] + typed.body_tables(lake) + [JOURNAL]
-        kept.record({"purge": reached, "journal_version": version})
+        kept.record({"purge": reached, "journal_version": version, UNFINISHED: predicate})
     _remove_derived(lake, keys, tables, engines)
     kill_points.reached("erase_derived_removed")  # derived and typed rows gone, the journal's still there
     if keys.num_rows:  # still running (an erase started meanwhile leaves the record alone); and now the
         # tables it touched are known: a later erase finishing it purges those, not every typed table
         # (a VACUUM of 7 s for each delta-spark one)
         touched = [*engines, JOURNAL] if JOURNAL not in engines else list(engines)
-        kept.record({"purge": touched, "journal_version": version})
+        kept.record({"purge": touched, "journal_version": version, UNFINISHED: predicate})
     # the step locks it holds (``steps_stopped``) may have gone with their connections (a restart): a
     # bodies step beside it then typed the messages deleted above back, and for good once their journal
     # rows were gone (a review). Confirmed before the journal's delete: the erase fails with its
     # selection still in the journal, and the same erase again removes what was written meanwhile
     for step in (step_locks.TRANSFORM, step_locks.BODIES):
         step_locks.confirm(step, "erase")
-    tables[JOURNAL] = _delete_journal(lake, journal, where, keys, version, tables, engines, kept)
+    tables[JOURNAL] = _delete_journal(lake, journal, where, predicate, keys, version, tables, engines, kept)
     engines[JOURNAL] = journal
     kill_points.reached("erase_journal_removed")  # every delete committed, nothing purged yet
     if keys.num_rows or tables[JOURNAL]["rows"]:  # every delete done: the purge left is of the tables they touched
@@ -165,6 +183,7 @@ def _delete_journal(
     lake: LakeEngine,
     journal: LakeEngine,
     where: RowFilter,
+    predicate: str,
     keys: pa.Table,
     version: int | None,
     tables: dict[str, dict[str, Any]],
@@ -203,7 +222,7 @@ def _delete_journal(
         log.info(
             "erase: %d matching row(s) landed during the erase; they and their derived rows go too", later.num_rows
         )
-        kept.record({"purge": list(engines) + typed.body_tables(lake) + [JOURNAL]})
+        kept.record({"purge": list(engines) + typed.body_tables(lake) + [JOURNAL], UNFINISHED: predicate})
         _remove_derived(lake, later, tables, engines)
         selected = later
     log.info(
@@ -287,17 +306,25 @@ def _add(tables: dict[str, dict[str, Any]], table: str, figures: dict[str, Any])
 
 
 def finish_pending(cfg: Config, lake: LakeEngine) -> dict[str, int]:
-    """What erases killed before their end left: the tables they named purged (their removed files
-    deleted from storage; a table already purged has nothing left), then their records cleared. A
-    record written in the last ``pending.STALE_SECONDS`` may be an erase running beside this one: its
-    tables are purged too, and the record stays for that erase to clear (or, killed, for a later one).
-    Returns the files purged per table."""
+    """What erases killed before their end left: one stopped before its journal deletes were done
+    (``UNFINISHED``) run again whole, with its predicate; then the tables each named purged (their
+    removed files deleted from storage; a table already purged has nothing left), then their records
+    cleared. A record written in the last ``pending.STALE_SECONDS`` may be an erase running beside this
+    one: its tables are purged too, and the record stays for that erase to clear (or, killed, for a later
+    one). Returns the files purged per table."""
     purged: dict[str, int] = {}
     for record in pending.recorded(cfg.lake.root, PENDING):
         running = "" if record.stale else ", perhaps still running: its record stays"
         log.info(
             "erase: an erase that did not finish (%s) is finished first: its tables purged%s", record.name, running
         )
+        predicate = record.payload.get(UNFINISHED)
+        if record.stale and isinstance(predicate, str):
+            log.info("erase: %s stopped before the journal's deletes were done: it is run again whole", record.name)
+            journal = table_engine(lake, JOURNAL)
+            again = _erase(cfg, lake, journal, row_filter(predicate, journal.schema(JOURNAL)), predicate)
+            for table, figures in again["tables"].items():
+                purged[table] = purged.get(table, 0) + figures.get("files_vacuumed", 0)
         for table in record.payload.get("purge", []):
             engine = table_engine(lake, table)
             if engine.exists(table):
@@ -305,6 +332,13 @@ def finish_pending(cfg: Config, lake: LakeEngine) -> dict[str, int]:
         if record.stale:
             pending.clear(cfg.lake.root, PENDING, record.name)
     return purged
+
+
+def unfinished_erases(root: str) -> list[str]:
+    """The erases (running, or stopped and not run again yet) whose journal deletes are not all done:
+    the id index may no longer name rows the journal still holds, so ``find`` and ``where`` read the
+    journal without it until they are done."""
+    return [r.name for r in pending.recorded(root, PENDING) if isinstance(r.payload.get(UNFINISHED), str)]
 
 
 def _kept_namesakes_keys(journal: LakeEngine, keys: pa.Table) -> pa.Table:
