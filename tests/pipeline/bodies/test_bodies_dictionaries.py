@@ -18,7 +18,7 @@ from pyspark.sql.types import LongType, MapType, StringType, StructField, Struct
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.bodies import evolve
 from queuelake.pipeline.bodies import run as bodies_run
-from queuelake.pipeline.bodies.infer import MAX_STRUCT_FIELDS, finish, infer
+from queuelake.pipeline.bodies.infer import MAX_STRUCT_FIELDS, finish, infer, key_spellings
 from queuelake.transport import db, installer
 
 from tests.helpers.bodies import config, rows, send
@@ -214,19 +214,43 @@ def test_a_lone_surrogate_in_a_value_is_still_a_string() -> None:
     assert infer([nested_name], "json", False)[0].fields == []
 
 
+@pytest.mark.parametrize("fmt", ["json", "xml"])
+def test_a_value_nested_999_deep_is_typed_not_a_recursion_error(fmt: str) -> None:
+    """Followed to its end, a body 999 objects deep raised RecursionError, and its type failed every run (a
+    review): past ``MAX_VALUE_DEPTH`` a value is its text, as ``finish`` makes it some 40 objects down."""
+    if fmt == "json":
+        body = '{"Id": 1, "D": ' + '{"a": ' * 999 + "1" + "}" * 999 + "}"
+    else:
+        body = "<M><Id>1</Id><D>" + "<a>" * 999 + "1" + "</a>" * 999 + "</D></M>"
+    schema, _ = infer([body], fmt, False)
+    stored = finish(schema)
+    assert [f.name for f in stored.fields] == ["Id", "D"]
+    spellings: dict[str, set[str]] = {}
+    key_spellings([body] if fmt == "json" else [], spellings, set())
+
+
 @pytest.mark.slow
-def test_bodies_with_lone_surrogate_values_keep_their_fields(fresh_pg_uri: str, tmp_path: Path, spark) -> None:
+def test_bodies_with_lone_surrogates_and_999_deep_values_keep_their_fields(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
     cfg = config(fresh_pg_uri, tmp_path / "lake", "delta-rs")
     with db.connect(cfg.transport) as conn:
         installer.install(conn, installer.plan(cfg))
         conn.commit()
     lake = open_lake(cfg.lake, spark)
-    texts = ['{"Sku": "a\\ud800", "Qty": 1}', '{"Sku": "b", "Qty": 2, "Note": "\\udfffz"}']
+    deep = '{"a": ' * 990 + "1" + "}" * 990  # followed to its end, it raised RecursionError: the type failed
+    texts = [
+        '{"Sku": "a\\ud800", "Qty": 1}',
+        '{"Sku": "b", "Qty": 2, "Note": "\\udfffz"}',
+        f'{{"Qty": 3, "D": {deep}}}',
+    ]
     send(cfg, "Sales", [c.message(c.STOCK, t.encode(), "application/json", i) for i, t in enumerate(texts, 1)])
     assert drain(cfg, lake)["status"] == "ok"
     out = bodies_run.bodies(cfg, spark, lake)
     assert out["status"] == "ok", out
     got = sorted((r["Qty"], r["Sku"], r["Note"]) for r in rows(lake, STOCK))
     # the lone half is a "?", as Spark (Java's UTF-8 encoder) writes it; the journal keeps the raw body
-    assert got == [(1, "a?", None), (2, "b", "?z")], got
+    assert got == [(1, "a?", None), (2, "b", "?z"), (3, None, None)], got
+    column = lake.schema(STOCK).field("D").type  # some 40 objects as structs, the rest as its JSON text
+    assert str(column).startswith("struct<a: struct<a: struct<"), column
     assert not lake.exists("body_unparsed") or not lake.read_arrow("body_unparsed").num_rows

@@ -171,7 +171,13 @@ def _merged_maps(a: StructType | MapType, b: StructType | MapType, path: str, ch
 NON_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
 
 
-def json_type(value: Any, path: str, changes: list[Change]) -> DataType:
+# How deep a sampled value is followed: anything nested deeper is typed as its JSON text. ``finish``
+# keeps about 40 objects (``MAX_SCHEMA_DEPTH``) anyway; following a body 999 objects deep to its end
+# raised RecursionError, which failed its type's every ``bodies`` (a review)
+MAX_VALUE_DEPTH = 100
+
+
+def json_type(value: Any, path: str, changes: list[Change], depth: int = 0) -> DataType:
     if value is None:
         return NullType()
     if isinstance(value, bool):
@@ -184,18 +190,21 @@ def json_type(value: Any, path: str, changes: list[Change]) -> DataType:
         if value in NON_FINITE:  # Newtonsoft's double.NaN and infinities; Spark's from_json reads them so
             return DoubleType()
         return TimestampType() if _TIMESTAMP.fullmatch(value) else StringType()
+    if isinstance(value, (list, dict)) and depth >= MAX_VALUE_DEPTH:
+        return StringType()
     if isinstance(value, list):
         element: DataType = NullType()
         for item in value:
-            element = merge(element, json_type(item, path + "[]", changes), path + "[]", changes)
+            element = merge(element, json_type(item, path + "[]", changes, depth + 1), path + "[]", changes)
         return ArrayType(element, True)
     if isinstance(value, dict):
         if path and keyed_by_data(list(value)):
             entry: DataType = NullType()
             for item in value.values():
-                entry = merge(entry, json_type(item, path + "{}", changes), path + "{}", changes)
+                entry = merge(entry, json_type(item, path + "{}", changes, depth + 1), path + "{}", changes)
             return MapType(StringType(), entry, True)
-        return _struct(((k, json_type(v, _path(path, k), changes)) for k, v in value.items()), path, changes)
+        members = ((k, json_type(v, _path(path, k), changes, depth + 1)) for k, v in value.items())
+        return _struct(members, path, changes)
     return StringType()
 
 
@@ -338,14 +347,16 @@ def merge_xml(a: DataType, b: DataType, path: str, changes: list[Change]) -> Dat
     return merge(repeated_as_arrays(a, b), repeated_as_arrays(b, a), path, changes)
 
 
-def xml_type(element: ET.Element, path: str, changes: list[Change], root: bool = False) -> DataType:
+def xml_type(element: ET.Element, path: str, changes: list[Change], root: bool = False, depth: int = 0) -> DataType:
     if is_nil(element):
         return NullType()
+    if depth >= MAX_VALUE_DEPTH and len(element):
+        return StringType()
     items = None if root else wrapped_items(element)
     if items is not None:
         item: DataType = NullType()
         for child in items:
-            item = merge_xml(item, xml_type(child, path + "[]", changes), path + "[]", changes)
+            item = merge_xml(item, xml_type(child, path + "[]", changes, depth=depth + 1), path + "[]", changes)
         return ArrayType(item, True)
     attributes = [("_" + name, _text_type(value)) for name, value in own_attributes(element)]
     children = list(element)
@@ -357,7 +368,7 @@ def xml_type(element: ET.Element, path: str, changes: list[Change], root: bool =
         counts[_local(child.tag)] = counts.get(_local(child.tag), 0) + 1
     for child in children:
         name = _local(child.tag)
-        child_type = xml_type(child, _path(path, name), changes)
+        child_type = xml_type(child, _path(path, name), changes, depth=depth + 1)
         members.append((name, ArrayType(child_type, True) if counts[name] > 1 else child_type))
     if not children and (element.text or "").strip():
         members.append((VALUE_TAG, _text_type(element.text)))
@@ -405,12 +416,14 @@ def key_spellings(
 
 
 def _spellings(
-    value: Any, t: DataType | None, into: dict[str, set[str]], data_keys: set[str], root: bool = False
+    value: Any, t: DataType | None, into: dict[str, set[str]], data_keys: set[str], root: bool = False, depth: int = 0
 ) -> None:
+    if depth >= MAX_VALUE_DEPTH:  # deeper keys are inside a value typed as its text (``json_type``)
+        return
     if isinstance(value, list):
         element = t.elementType if isinstance(t, ArrayType) else None
         for item in value:
-            _spellings(item, element, into, data_keys)
+            _spellings(item, element, into, data_keys, depth=depth + 1)
     elif isinstance(value, dict):
         # a dictionary: its keys are data, its values may hold names. Never the body itself: its keys are
         # columns, a name with a space too (``parse.encoded``); one such key made every root key data, and
@@ -423,7 +436,7 @@ def _spellings(
             else:
                 into.setdefault(key.lower(), set()).add(key)
             inner = t.valueType if isinstance(t, MapType) else fields.get(key.lower())
-            _spellings(item, inner, into, data_keys)
+            _spellings(item, inner, into, data_keys, depth=depth + 1)
 
 
 # How deep the Delta schema's JSON may nest (a struct field costs 3 levels: its type, the fields list,
