@@ -108,6 +108,16 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CONTINUED = re.compile(r"\s*\n\s*(?:↳\s*)?")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal's table: each control character as its escape (``\\n``, ``\\t``,
+    ``\\x1b``). Why: header values are other programs' text, and an ESC in an exception message
+    cleared the screen, a line break split a row of ``failures`` (a review)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def _plain(value: Any) -> Any:
     """``value`` with every text in it free of terminal colour codes: a summary is read by scripts and
     people, and deltalake's errors, quoted in parts' errors, held them (a review)."""

@@ -491,6 +491,19 @@ def test_a_group_without_a_processing_endpoint_shows_the_one_its_failed_queue_na
     assert (table[bare.id][9], table[named.id][9], table[nothing.id][9]) == ("(Sales)", "Billing", "-")
 
 
+def test_control_characters_in_a_group_are_shown_as_escapes() -> None:
+    """Header values are other programs' text: a line break in an endpoint's name split a group over
+    lines, an ESC in an exception type reached the terminal (a review)."""
+    from queuelake.pipeline.failures.groups import Row
+
+    at = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
+    row = Row('"public"."error"', 1, "m-1", at, "Sales", "boom\x1b[2J", False)
+    odd = Group(("Sys\tTab\x1b[31mRED", "Ctl.Type\nInjected", "Billing\nX", "c" * 16), [row])
+    lines = show.group_lines([odd]) + show.message_lines(odd)
+    assert len(show.group_lines([odd])) == 2 and not any(c in "".join(lines) for c in "\x1b\t\n")
+    assert "Billing\\nX" in lines[1] and "Sys\\tTab\\x1b[31mRED" in lines[1], lines
+
+
 def test_quotes_in_keys_go_to_spark_escaped() -> None:
     from queuelake.pipeline.failures.groups import literal
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from queuelake.pipeline.conversation.model import endpoint_name
 from queuelake.pipeline.failures.groups import Group, RowKey
+from queuelake.report import printable
 
 _HEADER = (
     "group",
@@ -43,6 +44,7 @@ def _endpoint(g: Group) -> str:
 
 
 def _align(rows: Sequence[tuple[str, ...]], numeric: set[int]) -> list[str]:
+    rows = [tuple(printable(c) for c in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(c.rjust(widths[i]) if i in numeric else c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()

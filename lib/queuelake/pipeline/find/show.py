@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from queuelake.report import printable
 from queuelake.timetext import shown_utc
 
 BODY_CHARS = 60  # of a body in the table
@@ -113,7 +114,7 @@ def table_lines(rows: pa.Table) -> list[str]:
     """The rows as aligned text lines under a heading; ``(nothing found)`` for none."""
     if not rows.num_rows:
         return ["(nothing found)"]
-    cells = [_cells(row) for row in rows.to_pylist()]
+    cells = [{name: printable(text) for name, text in _cells(row).items()} for row in rows.to_pylist()]
     heads = {name: HEADINGS.get(name, name.upper().replace("_", " ")) for name in TABLE}
     widths = {name: max(len(heads[name]), *(len(c[name]) for c in cells)) for name in TABLE}
     right = {"seq"}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from queuelake.pipeline.where.places import Place, state_of
+from queuelake.report import printable
 from queuelake.timetext import iso_utc, shown_utc
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def table_lines(places: list[Place]) -> list[str]:
     """The places as aligned text lines under a heading; ``(found nowhere)`` for none."""
     if not places:
         return ["(found nowhere)"]
-    cells = [_cells(p) for p in places]
+    cells = [{name: printable(text) for name, text in _cells(p).items()} for p in places]
     heads = {name: HEADINGS.get(name, name.upper()) for name in TABLE}
     widths = {name: max(len(heads[name]), *(len(c[name]) for c in cells)) for name in TABLE}
 
