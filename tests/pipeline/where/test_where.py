@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 import psycopg
+import pyarrow as pa
 import pytest
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
@@ -315,6 +316,16 @@ def test_the_peek_returns_while_a_receiver_deletes(system: tuple[Path, Path, str
     assert done.is_set() and peeked.error is None and [r.id for r in peeked.rows] == [ID["D"]]
 
 
+def test_a_value_past_its_columns_range_is_not_a_value_of_it() -> None:
+    """``--value 99999999999999999999`` for a bigint field failed the command with OverflowError (a review)."""
+    from queuelake.pipeline.where.keys import typed_scalar
+
+    assert typed_scalar("42", pa.int64()).as_py() == 42
+    for text, typ in (("99999999999999999999", pa.int64()), ("300", pa.int8()), ("-1", pa.uint32())):
+        with pytest.raises(ValueError, match="out of the range"):
+            typed_scalar(text, typ)
+
+
 def test_body_and_value_rules() -> None:
     assert body_matches(b'\xef\xbb\xbf{"OrderId": 4711}', "OrderId", "4711")
     assert body_matches(b'{"Order": {"Id": "x"}}', "Order.Id", "x")
@@ -372,6 +383,27 @@ def test_the_queues_of_endpoints_the_config_and_records_know_are_read(system: tu
     assert rows[1]["original_message_id"] == OTHERS[30].id and rows[1]["replay_kind"] == "replay"
 
 
+def test_ids_and_values_written_escaped_are_found_waiting(system: tuple[Path, Path, str]) -> None:
+    """System.Text.Json writes non-ASCII as ``\\u00FC``: the queues were searched for the raw spelling
+    only, and such rows were found nowhere (a review)."""
+    conf, _, uri = system
+    cfg = from_dict({**_settings(conf.parent / "lake", ["Sales"]), "transport": {"connection": uri}}, env={})
+    headers = (
+        '{"NServiceBus.MessageId":"peek-\\u00FC-1","NServiceBus.ConversationId":"conv-\\u00FC",'
+        '"NServiceBus.EnclosedMessageTypes":"Sales.Messages.Events.OrderPlaced"}'
+    )
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref("Billing", cfg.transport), [OutgoingMessage(headers, b'{"City":"M\\u00FCnchen"}')])
+        conn.commit()
+    for args in (
+        ["--message-id", "peek-\u00fc-1"],
+        ["--conversation-id", "conv-\u00fc"],
+        ["--field", "City", "--value", "M\u00fcnchen"],
+    ):
+        _, rows, _ = _where(system, *args)
+        assert _places(rows) == [("waiting", BILLING)], (args, rows)
+
+
 def test_a_compaction_does_not_make_the_typed_tables_look_behind(system: tuple[Path, Path, str], spark: Any) -> None:
     """The typed tables brought up to the journal, then ``maintain`` compacts the journal (a new Delta
     version, no new row): a business key's answer does not say the typed tables lag behind."""
@@ -415,6 +447,18 @@ def test_a_key_search_answers_when_the_log_since_the_typed_tables_is_cleaned(tmp
     answer = where(cfg, open_lake(cfg.lake), None, Query("key", "4711", field="OrderId", peek=False))
     assert answer.typed["journal_version_typed"] == 2 and answer.typed["journal_files_untyped"] == -1
     assert any("typed tables cover the journal up to version 2" in note for note in answer.notes), answer.notes
+
+
+def test_an_erase_names_the_ids_its_predicate_compares_an_id_column_with() -> None:
+    """Any substring of an erase's predicate was taken for an erased id: ``x``, ``2`` and ``879d`` were
+    reported erased (a review). An id is named by a literal compared with an id column, or a LIKE of one."""
+    from queuelake.pipeline.where.run import named_by
+
+    where = "message_id = '879d068a-1' OR conversation_id = 'conv-r2' OR (queue = 'Sales' AND seq = 2)"
+    assert named_by(where, ["x", "2", "879d", "Sales", "879d068a-1", "conv-r2"]) == ["879d068a-1", "conv-r2"]
+    assert named_by("message_id LIKE 'gone-_1%'", ["gone-01", "gone-1", "xgone-01"]) == ["gone-01"]
+    assert named_by("id IN ('a', 'b')", ["a", "c"]) == ["a"]
+    assert named_by("not sql at all (", ["a"]) == []
 
 
 def test_an_erased_message_is_said_erased_by_the_run_that_names_it(system: tuple[Path, Path, str]) -> None:

@@ -103,6 +103,16 @@ def typed_value(text: str, typ: pa.DataType) -> Any:
     raise ValueError(f"a column of type {typ} is not searched by value")
 
 
+def typed_scalar(text: str, typ: pa.DataType) -> pa.Scalar:
+    """``typed_value`` as an Arrow scalar of ``typ``; ValueError when it is not one, an integer past the
+    column's range too (it failed the command with OverflowError: a review)."""
+    value = typed_value(text, typ)
+    try:
+        return pa.scalar(value, typ)
+    except (OverflowError, pa.ArrowInvalid) as exc:
+        raise ValueError(f"out of the range of {typ}") from exc
+
+
 def typed_tables_version(lake: LakeEngine) -> int | None:
     """The journal version the last ``bodies`` increment reached (``body_increments``), None without one."""
     increments = stage_tables.BODY_INCREMENTS.name
@@ -133,11 +143,11 @@ def find_key(lake: LakeEngine, name: str, value: str, max_messages: int) -> KeyR
             continue
         typ, spelled = found_type
         try:
-            wanted = typed_value(value, typ)
+            scalar = typed_scalar(value, typ)
         except (ValueError, TypeError) as exc:
             out.not_searchable.append(f"{table}.{name} ({typ}): {value!r} is not a value of it ({exc})")
             continue
-        expression = ds.field(*spelled) == pa.scalar(wanted, typ)
+        expression = ds.field(*spelled) == scalar
         where = RowFilter(f"{name} = {value!r}", expression, (spelled[0],))
         rows = engine.matching_rows(table, where, ["message_id"])
         ids = [i for i in rows.column("message_id").to_pylist() if i]

@@ -26,6 +26,7 @@ said in the answer, never left out silently.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -254,7 +255,7 @@ def _records(lake: LakeEngine, answer: Answer, by: str) -> None:
         answer.erase_runs = len(set(erases.column("run_id").to_pylist()))
         for row in erases.to_pylist():
             predicate = row.get("predicate") or ""
-            named = [i for i in ids if i in predicate]
+            named = named_by(predicate, ids)
             if not named or row["run_id"] in seen:
                 continue
             seen.add(row["run_id"])
@@ -274,6 +275,37 @@ def _records(lake: LakeEngine, answer: Answer, by: str) -> None:
                     facts={"run_id": row["run_id"], "predicate": predicate},
                 )
             )
+
+
+def named_by(predicate: str, ids: list[str]) -> list[str]:
+    """The ``ids`` an erase's predicate names: a text literal equal to one, or a LIKE pattern matching it.
+    Why not a substring of the predicate's text: every short id or ``--value`` (``2``, ``x``) is part of
+    some erase's predicate, and was reported erased (a review)."""
+    import sqlglot
+    from sqlglot import errors, exp
+
+    try:
+        tree = sqlglot.parse_one(predicate, read="spark")
+    except (errors.ParseError, errors.TokenError):
+        return []
+
+    def of_an_id(literal: exp.Literal) -> bool:  # compared with a column holding ids, not a queue's name
+        column = literal.parent.find(exp.Column) if literal.parent is not None else None
+        return literal.is_string and column is not None and column.name.lower() in _ID_COLUMNS
+
+    patterns = [like.expression for like in tree.find_all(exp.Like)]
+    literals = [lit for lit in tree.find_all(exp.Literal) if of_an_id(lit)]
+    exact = {lit.this for lit in literals if not any(lit is p for p in patterns)}
+    likes = [_like_regex(lit.this) for lit in literals if any(lit is p for p in patterns)]
+    return [i for i in ids if i in exact or any(r.fullmatch(i) for r in likes)]
+
+
+_ID_COLUMNS = frozenset({"message_id", "conversation_id", "id"})
+
+
+def _like_regex(pattern: str) -> re.Pattern[str]:
+    """SQL LIKE (``%`` any run, ``_`` one character) as a regular expression."""
+    return re.compile("".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern), re.DOTALL)
 
 
 def _lineage(lake: LakeEngine, answer: Answer) -> None:
@@ -352,8 +384,8 @@ def _match(query: Query, searched: set[str], headers: dict[str, str | None], row
 def _peek(cfg: Config, connect: Callable[[], Connection], query: Query, answer: Answer) -> None:
     queues, delayed = _tables(cfg, query, answer)
     needle = answer.searched[-1]  # a GUID's canonical spelling: the one NServiceBus writes
-    body = query.text.encode("utf-8") if query.by == "key" else None
-    header_text = None if query.by == "key" else needle
+    body = written_alike(query.text).encode("utf-8") if query.by == "key" else None
+    header_text = None if query.by == "key" else written_alike(needle)
     searched = set(answer.searched)
     figures: dict[str, Any] = {"tables": 0, "rows_read": 0, "missing": [], "failed": {}, "truncated": []}
     try:
@@ -370,6 +402,20 @@ def _peek(cfg: Config, connect: Callable[[], Connection], query: Query, answer: 
             peeked = peek_matching(conn, ref, header_text, body, is_delayed, query.limit, query.time_limit_s)
             _take(peeked, query, searched, answer, figures)
     answer.queues = figures
+
+
+# characters every JSON writer writes as themselves (System.Text.Json escapes non-ASCII and ``+&<>'"`` as
+# ``\uXXXX`` by default, in upper-case hex; Newtonsoft does not; some writers escape ``/``)
+_WRITTEN_ALIKE = re.compile(r"[A-Za-z0-9._:@ -]+")
+
+
+def written_alike(text: str) -> str:
+    """What the queue tables are searched for: the longest run of ``text`` that any JSON writer spells as
+    it is, so that a header or body holding it escaped (``peek-\u00fc-1`` for ``peek-ü-1``) is a
+    candidate too; each candidate is then checked on its decoded headers or body. A GUID is itself. Why:
+    such rows were not found (a review)."""
+    runs = _WRITTEN_ALIKE.findall(text)
+    return max(runs, key=len) if runs else text
 
 
 def _subscribers(conn: Connection, cfg: Config, answer: Answer) -> list[TableRef]:
