@@ -167,6 +167,10 @@ class EngineBase:
         dt = self._load(table)
         return None if dt is None else dt.version()
 
+    def table_id(self, table: str) -> str | None:
+        dt = self._load(table)
+        return None if dt is None else str(dt.metadata().id)
+
     # ------------------------------------------------------------ read
 
     def read_arrow(self, table: str, version: int | None = None, columns: list[str] | None = None) -> pa.Table:

@@ -88,6 +88,11 @@ class LakeEngine(Protocol):
     def table_version(self, table: str) -> int | None:
         """The table's current Delta version, or None when the table does not exist."""
 
+    def table_id(self, table: str) -> str | None:
+        """The table's Delta id (its metadata's, set when the table was created: a table dropped and
+        created again, or another lake's table of the same name, has another), or None when the table
+        does not exist."""
+
     def read(self, table: str, version: int | None = None) -> DataFrame:
         """The table (or one version of it) as a Spark DataFrame."""
 

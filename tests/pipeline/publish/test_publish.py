@@ -194,7 +194,8 @@ def test_publish_batch_size_counts_every_subscribers_copy(
     write_outbound(lake, "outbound_test", events + sends)
     out = publish(cfg, spark, lake)["outputs"][0]
     assert out["status"] == "ok" and out["published"] == 11 and out["copies"] == 29, out
-    batches = sql(fresh_pg_uri, "SELECT batch_key, rows_sent, copies_sent FROM queuelake_publish_ledger")
+    rounds = "FROM queuelake_publish_ledger WHERE batch_key NOT LIKE 'table:%'"  # not the row naming the table
+    batches = sql(fresh_pg_uri, f"SELECT batch_key, rows_sent, copies_sent {rounds}")
     assert batches and all(key.rsplit("@", 1)[1].rstrip("g") == "2" for key, _, _ in batches), batches
     assert max(copies for _, _, copies in batches) <= 7 and sum(r for _, r, _ in batches) == 11, batches
     assert [len(drain_all(cfg, q)) for q in subs] == [9, 9, 9, 2]
@@ -206,7 +207,7 @@ def test_publish_batch_size_counts_every_subscribers_copy(
         version=2,
     )
     assert publish(cfg, spark, lake)["outputs"][0]["published"] == 3
-    keys = [k for (k,) in sql(fresh_pg_uri, "SELECT batch_key FROM queuelake_publish_ledger")]
+    keys = [k for (k,) in sql(fresh_pg_uri, f"SELECT batch_key {rounds}")]
     assert any(k.rsplit("@", 1)[1].rstrip("g") == "7" for k in keys), keys
 
 
@@ -642,6 +643,50 @@ def test_a_second_publish_of_an_output_being_sent_skips_it(fresh_pg_uri: str, tm
     assert drain_all(cfg, "Valid") == []
     assert publish(cfg, spark, lake)["published"] == 3
     assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == ["e1", "e2", "e3"]
+
+
+def test_an_outbound_table_created_again_is_published_not_taken_as_sent(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """The ledger knew an output by its name: a table dropped and written again (or a new lake's, on the
+    same queue database) had its rounds taken as sent, "nothing new", until its versions passed the old
+    ones (a review). Its rounds are its own, by its Delta id; the first table's are still known as sent."""
+    import shutil
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
+    setup_db(cfg, ["Valid"])
+    subscribe(cfg, "Valid", "Valid", BASE)
+    lake = open_lake(cfg.lake, spark)
+    for i in range(1, 4):  # three versions: the second table's own stay behind them
+        write_outbound(lake, "outbound_events", [row(f"e{i}")], version=i)
+    assert publish(cfg, spark, lake)["published"] == 3
+    assert publish(cfg, spark, lake)["published"] == 0
+    shutil.rmtree(tmp_path / "lake" / "outbound_events")
+    write_outbound(lake, "outbound_events", [row("f1"), row("f2")])
+    assert publish(cfg, spark, lake)["published"] == 2
+    write_outbound(lake, "outbound_events", [row("f3")], version=2)
+    assert publish(cfg, spark, lake)["published"] == 1
+    assert publish(cfg, spark, lake)["published"] == 0
+    sent = sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid"))
+    assert sent == ["e1", "e2", "e3", "f1", "f2", "f3"], sent
+
+
+def test_a_ledger_knows_which_table_its_rounds_were_of() -> None:
+    from queuelake.pipeline.batches.keys import Round, parse_round
+    from queuelake.pipeline.publish.rounds import EARLIER_TABLE, last_round, table_tag
+
+    first, other = "11111111-2222-3333-4444-555555555555", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+    assert table_tag([], first, 0) == ("", f"table:{first}")  # a new ledger: this table's
+    old = [Round(None, 5, 2).key(0, 1)]  # written before the table row was kept
+    assert table_tag(old, first, 7) == ("", f"table:{first}")  # versions went on: the same table, as assumed
+    assert table_tag(old, first, 2) == ("111111112222", f"table:{EARLIER_TABLE}")  # went back: another
+    keyed = [f"table:{first}", *old]
+    assert table_tag(keyed, first, 2) == ("", None)
+    assert table_tag(keyed, other, 9) == ("aaaaaaaabbbb", None)
+    tagged = Round(None, 3, 2, table="aaaaaaaabbbb")
+    assert parse_round(tagged.key(1, 4)) == (tagged, 1, 4) and tagged.key(1, 4) == "aaaaaaaabbbb~-3:1/4@2"
+    both = [*keyed, tagged.key(0, 1)]
+    assert last_round(both)[0] == Round(None, 5, 2) and last_round(both, "aaaaaaaabbbb")[0] == tagged
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ back: a format written here must never change, or a resumed round or replay woul
 
 - a publish round's batch k of N: ``P-V:k/N@B`` (Delta versions (P, V] of the output, ``P`` empty for
   the first round, batches of B rows), ``@Bg`` when its batches follow Parquet row groups (sent from
-  executors);
+  executors); ``T~P-V:k/N@B`` for a round of an output table the ledger's plain keys are not of (T: 12
+  hex digits of its Delta table id), beside the row ``table:<id>`` naming the table the plain keys are
+  of (``pipeline.publish.rounds``);
 - a replay's batch k of N: ``k/N@B``, beside the replay's one plan row
   ``plan:<fingerprint>:v<V>:n<rows>:b<B>``, or ``...:b<B>:c<C>`` for a replay planned with a canary
   (``--canary C``: batch 0 holds the first C rows, batches 1.. B rows each).
@@ -19,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PLAN_PREFIX = "plan:"
+TABLE_PREFIX = "table:"  # the row naming the output table a publish's plain round keys are of
 
 
 @dataclass(frozen=True)
@@ -30,21 +33,32 @@ class Round:
     upto: int
     batch_size: int
     layout: str = ""
+    table: str = ""  # "": of the table the ledger's plain keys are of; else its tag (``T~``)
 
     def key(self, k: int, n: int) -> str:
-        return f"{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}{self.layout}"
+        tag = f"{self.table}~" if self.table else ""
+        return f"{tag}{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}{self.layout}"
+
+
+def is_table_key(batch_key: str) -> bool:
+    return batch_key.startswith(TABLE_PREFIX)
+
+
+def table_key(table_id: str) -> str:
+    return f"{TABLE_PREFIX}{table_id}"
 
 
 def parse_round(batch_key: str) -> tuple[Round, int, int]:
-    """``P-V:k/N@B`` (``@Bg`` from executors) -> (the round, k, N): how a rerun finds, in the ledger,
+    """``[T~]P-V:k/N@B`` (``@Bg`` from executors) -> (the round, k, N): how a rerun finds, in the ledger,
     the batches of a round already sent."""
+    table, _, batch_key = batch_key.rpartition("~")
     span, _, rest = batch_key.partition(":")
     after, _, upto = span.partition("-")
     kn, _, size = rest.partition("@")
     k, _, n = kn.partition("/")
     layout = size.lstrip("0123456789")
     size = size[: len(size) - len(layout)]
-    return Round(int(after) if after else None, int(upto), int(size), layout), int(k), int(n)
+    return Round(int(after) if after else None, int(upto), int(size), layout, table), int(k), int(n)
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,8 @@ class RoundKeys:
 
     def index(self, batch_key: str) -> int | None:
         """k when ``batch_key`` is a batch of this round (whatever N it was written with), else None."""
+        if is_table_key(batch_key):
+            return None
         rnd, k, _ = parse_round(batch_key)
         return k if rnd == self.round else None
 

@@ -17,7 +17,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.publish import executors
 from queuelake.pipeline.publish.driver import DriverSender
 from queuelake.pipeline.publish.result import OutputResult
-from queuelake.pipeline.publish.rounds import Round, last_round, next_round
+from queuelake.pipeline.publish.rounds import Round, last_round, next_round, table_tag
 from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import count_accepted
 from queuelake.pipeline.publish.undeliverable import BadDestinations
@@ -95,7 +95,9 @@ class Publisher:
     def _publish_output(self, conn: Connection, output: str, pipeline: str) -> OutputResult:
         result = OutputResult(output)
         self.sending = result  # filled batch by batch: what a stop now keeps of this output
-        rnd, done = next_round(conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size)
+        rnd, done, table_row = next_round(
+            conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size
+        )
         result.round = rnd.key(0, 0).split(":")[0]
         if rnd.after is not None and rnd.after >= rnd.upto:
             log.info("publish %s: nothing new since the last round (version %d), nothing to do", output, rnd.upto)
@@ -126,6 +128,9 @@ class Publisher:
         )
         log.debug("publish %s: round %s, %d file(s)", output, result.round, len(files))
         n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
+        if table_row is not None:  # the table the ledger's plain round keys are of, from its first round on
+            ledger.record(conn, self.ledger, pipeline, output, table_row, 0, 0)
+            conn.commit()
         if n == 0:
             if 0 not in done:
                 ledger.record(conn, self.ledger, pipeline, output, rnd.key(0, 0), 0, 0)
@@ -196,8 +201,8 @@ def pending(config: Config, database: QueueDatabase, lake: LakeEngine) -> list[s
                 continue
             finally:
                 conn.rollback()
-            latest, _, finished = last_round(keys)
             upto = lake.table_version(output)
+            latest, _, finished = last_round(keys, table_tag(keys, lake.table_id(output), upto)[0])
             if latest is None or not finished or (upto is not None and latest.upto < upto):
                 names.append(output)
     return names
