@@ -488,6 +488,11 @@ def _notes(cfg: Config, query: Query, answer: Answer) -> None:
     answer.notes.append(
         "erase keeps no per-message record: a message erased by a predicate that does not name it looks never drained"
     )
+    if not answer.places:  # the other way a message leaves no trace: deleted from its queue before a drain
+        answer.notes.append(
+            "purge-expired deletes expired messages from the queue tables before any drain: such a message leaves "
+            "no trace (its count is in purge-expired's runs rows)"
+        )
     if any(p.place == "failed" for p in answer.places) and not any(
         p.place in ("retried", "replayed") for p in answer.places
     ):
