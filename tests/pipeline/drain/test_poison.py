@@ -23,6 +23,7 @@ from queuelake.nsb import headers as hdr
 from queuelake.nsb.times import format_time, parse_time
 from queuelake.pipeline.journal import build
 from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.quarantine import named_ids
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.pipeline.journal.text import safe_text
 from queuelake.transport.queues import RECEIVED_SCHEMA
@@ -428,7 +429,8 @@ def check(rows: list[tuple[str, bool, Raw]]) -> tuple[pa.Table, dict[str, int]]:
             continue
         assert row["error"], where
         assert row["raw_headers"] == safe_text(t), where
-        assert row["headers"] is None and all(row[f] is None for f in FIELDS), where
+        named = named_ids(t)  # the ids its headers name, for find and where; nothing else typed
+        assert row["headers"] is None and all(row[f] == named.get(f) for f in FIELDS), where
     tally = collections.Counter(r["outcome"] for r in out)
     assert counts == {o: tally[o] for o in ("expired", "quarantined", "landed")}
     return table, counts
@@ -583,7 +585,7 @@ def test_row_that_always_fails_is_quarantined_with_the_error(monkeypatch: pytest
     assert bad["error"].startswith("journal could not be built for this row: MemoryError: injected xxx")
     assert len(bad["error"]) < 1200
     assert bad["raw_headers"] == poison and bad["body"] == b"body-9" and bad["headers"] is None
-    assert all(bad[f] is None for f in FIELDS)
+    assert all(bad[f] == named_ids(poison).get(f) for f in FIELDS)
     assert out[:9] == expected[:9] and out[10:] == expected[10:]
 
 

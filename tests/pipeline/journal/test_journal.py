@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from queuelake.errors import HeaderError
 from queuelake.nsb import headers as hdr
 from queuelake.pipeline.journal.build import build_batch
+from queuelake.pipeline.journal.quarantine import named_ids
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 from queuelake.transport.queues import RECEIVED_SCHEMA
 
@@ -85,7 +86,9 @@ def check_against_reference(raws: list[str | None]) -> None:
             assert row["outcome"] == "quarantined", raw
             assert row["error"] == str(exc)
             assert row["raw_headers"] == raw and row["headers"] is None and row["body"] == b"body"
-            assert all(row[f] is None for f in FIELDS)
+            named = named_ids(raw)  # the ids its headers name, for find and where; nothing else typed
+            assert all(row[f] == named.get(f) for f in FIELDS), (raw, named)
+            assert named.get("conversation_id") == row["conversation_id"]
             continue
         assert row["outcome"] == "landed", (raw, row["error"])
         assert dict(row["headers"]) == ref.headers
@@ -118,6 +121,15 @@ def test_a_batch_that_quarantines_rows_says_so_naming_the_first(caplog) -> None:
     assert counts["quarantined"] == 2 and len(said) == 1, said
     assert said[0].startswith('"public"."Sales": 2 row(s) quarantined'), said
     assert "seq 2 id 00000000-0000-4000-8000-000000000001: " in said[0], said
+
+
+def test_a_quarantined_row_keeps_the_ids_its_headers_name() -> None:
+    """Nothing of a quarantined row was typed, its ids neither: find and where found it nowhere (a review)."""
+    raws = ['{"NServiceBus.MessageId":"m-1","NServiceBus.ConversationId":"c-1","NServiceBus.TimeSent":"yesterday"}']
+    table, counts = build_batch(received(raws), '"public"."error"', "b:1", dt.datetime.now(dt.timezone.utc))
+    [row] = table.to_pylist()
+    assert counts["quarantined"] == 1 and (row["message_id"], row["conversation_id"]) == ("m-1", "c-1"), row
+    assert row["time_sent"] is None and row["headers"] is None
 
 
 values = st.one_of(st.none(), st.text(max_size=20), st.sampled_from([T, "send", "Publish", "x", GENERIC]))

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from queuelake.nsb import batch_headers, row_path
 from queuelake.nsb import columns as nsb_columns
 from queuelake.nsb import headers as hdr
-from queuelake.pipeline.journal.quarantine import quarantine_row
+from queuelake.pipeline.journal.quarantine import quarantine_row, with_named_ids
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA, UTC_TS
 from queuelake.pipeline.journal.text import as_array, error_text, raw_expires, safe_text, text_at, to_texts
 
@@ -237,6 +237,8 @@ def _build(
     if counts["expired"]:
         columns["body"] = pc.if_else(received["expired"], pa.scalar(None, pa.binary()), received["body"])
     columns.update(typed)
+    if reasons:  # the ids a quarantined row's headers name, for find and where (nothing else is typed)
+        with_named_ids(columns, {i: raw_of(i) for i in reasons}, n)
     arrays = [
         pa.array(columns[f.name], f.type)
         if not isinstance(columns[f.name], (pa.Array, pa.ChunkedArray))

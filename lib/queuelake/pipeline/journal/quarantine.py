@@ -15,9 +15,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake.nsb import headers as hdr
 from queuelake.nsb import row_path
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA, UTC_TS
 from queuelake.pipeline.journal.text import as_array, error_text, raw_expires, safe_text, to_texts
@@ -72,9 +75,46 @@ def quarantine_row(
         "expires": expires,
         "raw_expires": raw_text,
         "raw_headers": pa.array([safe_text(raw)], pa.string()),
+        **{column: pa.array([text], pa.string()) for column, text in named_ids(raw).items()},
     }
     arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(1, f.type) for f in MESSAGES_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=MESSAGES_SCHEMA), {"expired": 0, "quarantined": 1, "landed": 0}
+
+
+def named_ids(raw: str | None) -> dict[str, str]:
+    """The message and conversation ids a quarantined row's headers name, where they are a JSON object
+    whose values for those names are text: nothing else of such a row is typed, and ``find``, ``where``
+    and ``conversation`` found it nowhere by its id (a review). Best effort: none where they do not
+    parse."""
+    try:
+        headers = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(headers, dict):
+        return {}
+    out = {}
+    for column, name in (("message_id", hdr.MESSAGE_ID), ("conversation_id", hdr.CONVERSATION_ID)):
+        value = headers.get(name)
+        if isinstance(value, str) and value:
+            out[column] = safe_text(value) or value
+    return out
+
+
+def with_named_ids(columns: dict[str, Any], raws: dict[int, str | None], n: int) -> None:
+    """``columns``' message and conversation ids of the quarantined rows ``raws`` (row -> its header
+    text) set where their headers name them (``named_ids``)."""
+    named = {i: named_ids(raw) for i, raw in raws.items()}
+    for column in ("message_id", "conversation_id"):
+        found = {i: ids[column] for i, ids in named.items() if column in ids}
+        if not found:
+            continue
+        mask = np.zeros(n, dtype=bool)
+        mask[list(found)] = True
+        values = pa.array([found[i] for i in sorted(found)], pa.string())
+        current = columns[column]
+        if isinstance(current, pa.ChunkedArray):
+            current = current.combine_chunks()
+        columns[column] = pc.replace_with_mask(current.cast(pa.string()), pa.array(mask), values)
 
 
 def _timestamp_text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
