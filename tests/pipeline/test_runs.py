@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -166,3 +167,58 @@ def test_runs_rows_not_written_fail_a_command_unless_it_was_stopped(monkeypatch)
         "runs_error": "OSError: [Errno 28] No space left on device"
     }
     assert runs_mod.unless_stopped({}, Status.FAILED) == {}
+
+
+def test_a_stopped_purge_keeps_its_counts(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """SIGTERM after purge-expired's first batch: its log said 10,000 removed, its summary and runs rows
+    said nothing (a review). It stops after the batch in hand, with its counts."""
+    import signal
+    import subprocess
+    import sys
+
+    from queuelake.lake.engines import open_lake
+
+    conf = tmp_path / "job.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "transport": {"connection": "${QUEUELAKE_CONNECTION}"},
+                "lake": {"root": str(tmp_path / "lake")},
+                "drain": {"queues": ["Sales"]},
+            }
+        )
+    )
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": ["Sales"]}}, env={})
+    sales = queue_ref("Sales", cfg.transport)
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        queues.send(conn, sales, [OutgoingMessage("{}", b"x", ttbr_ms=1) for _ in range(25_000)])
+        conn.commit()
+    time.sleep(0.05)
+    mark = tmp_path / "held"
+    env = {
+        **os.environ,
+        "QUEUELAKE_CONNECTION": fresh_pg_uri,
+        "QUEUELAKE_TEST_HOLD_AT": "purge_batch_done:30",
+        "QUEUELAKE_TEST_HOLD_MARK": str(mark),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", "purge-expired", "-c", str(conf)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == 143 and summary["status"] == "interrupted", (summary, err[-2000:])
+    assert summary["total"] == 10_000 and summary["purged"] == {sales.canonical: 10_000}, summary
+    runs = open_lake(from_dict(json.loads(conf.read_text()), env={"QUEUELAKE_CONNECTION": fresh_pg_uri}).lake)
+    rows = [r for r in runs.read_arrow("runs").to_pylist() if r["command"] == "purge-expired"]
+    assert [(r["purged"], r["status"]) for r in rows] == [(10_000, "interrupted")], rows

@@ -84,4 +84,4 @@ def test_graceful_commands_are_the_ones_that_stop_at_a_boundary() -> None:
     """The commands whose loops ask ``stopping.requested()`` between batches or slices: a first SIGTERM or
     Ctrl-C lets them finish the one in hand (tests/product/test_ctrl_c.py)."""
     graceful = sorted(name for name, c in COMMANDS.items() if c.graceful)
-    assert graceful == ["bodies", "drain", "publish", "replay", "run", "transform"]
+    assert graceful == ["bodies", "drain", "publish", "purge-expired", "replay", "run", "transform"]

@@ -19,7 +19,10 @@ def queue_arguments(parser: argparse.ArgumentParser) -> None:
     """The drain's arguments, which ``run`` takes too."""
     parser.add_argument("--queue", action="append", dest="queues", help="drain only this queue (repeatable)")
     parser.add_argument(
-        "--max-messages", type=at_least_one, default=None, help="stop once about N messages are drained (whole batches)"
+        "--max-messages",
+        type=at_least_one,
+        default=None,
+        help="stop once about N messages are drained from each queue (whole batches)",
     )
     parser.add_argument(
         "--max-seconds", type=seconds, default=None, help="stop starting new batches after S seconds (a time box)"
