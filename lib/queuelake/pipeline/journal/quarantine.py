@@ -75,7 +75,12 @@ def quarantine_row(
         "expires": expires,
         "raw_expires": raw_text,
         "raw_headers": pa.array([safe_text(raw)], pa.string()),
-        **{column: pa.array([text], pa.string()) for column, text in named_ids(raw).items()},
+        # the ids its headers name, where it was built; a row that could not be stored keeps nothing
+        # of its content typed, so that nothing of it can fail the write again
+        **{
+            column: pa.array([text], pa.string())
+            for column, text in (named_ids(raw) if stage == "built" else {}).items()
+        },
     }
     arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(1, f.type) for f in MESSAGES_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=MESSAGES_SCHEMA), {"expired": 0, "quarantined": 1, "landed": 0}
