@@ -122,9 +122,8 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter,
             return _erase_kept(lake, journal, where, predicate, version, keys, kept, t0)
     except BaseException:  # a stop asked (Ctrl-C, SIGTERM) or a failure: what is left, and how it gets done
         log.warning(
-            "erase: stopped before its end: rows it selected may still be in the journal, and find and where "
-            "read the journal without the id index until an erase runs again (this one, or any other: it "
-            "finishes this one first)"
+            "erase: stopped before its end: the next erase (this one, or any other) finishes it first; while "
+            "rows it selected are still in the journal, find and where read it without the id index"
         )
         raise
 
