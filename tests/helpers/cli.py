@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,46 @@ def run_cli(
         timeout=timeout,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr, argv)
+
+
+def signalled_when_held(
+    args: Sequence[str],
+    connection: str | None = INHERIT,
+    *,
+    hold: str,
+    signals: Sequence[int] = (signal.SIGTERM,),
+    cwd: Path | str = REPO,
+    timeout: float = 120,
+    **extra: str,
+) -> CliResult:
+    """``python -m queuelake ARGS`` held at a kill point (``hold``: ``point:seconds[:n]``, as
+    ``QUEUELAKE_TEST_HOLD_AT`` takes it), then sent ``signals`` in turn once it is surely there (its hold
+    mark exists): a stop that lands in the middle of the work on any machine, fast or loaded."""
+    mark = Path(cwd) / f"held-{os.getpid()}-{hold.replace(':', '-')}"
+    mark.unlink(missing_ok=True)
+    argv = [str(a) for a in args]
+    env = cli_env(connection, None, QUEUELAKE_TEST_HOLD_AT=hold, QUEUELAKE_TEST_HOLD_MARK=str(mark), **extra)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queuelake", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+    deadline = time.monotonic() + timeout
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if not mark.exists():
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{argv[0]} never reached its hold {hold!r}: {CliResult(proc.returncode, out, err, argv)}")
+    for sig in signals:
+        proc.send_signal(sig)
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=timeout)
+    return CliResult(proc.returncode, out, err, argv)
 
 
 def summary_of(proc: subprocess.CompletedProcess[str]) -> dict:

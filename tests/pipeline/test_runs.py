@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from queuelake.transport import db, installer, queues
 from queuelake.transport.queues import OutgoingMessage
 from queuelake.transport.table_refs import queue_ref
 
-from tests.helpers.cli import REPO, cli, cli_logged
+from tests.helpers.cli import REPO, cli, cli_logged, signalled_when_held
 
 # null unless something went wrong: a run that failed, a round a user's expectations blocked
 ON_FAILURE_ONLY = {"error", "failed_expectations"}
@@ -172,10 +171,6 @@ def test_runs_rows_not_written_fail_a_command_unless_it_was_stopped(monkeypatch)
 def test_a_stopped_purge_keeps_its_counts(fresh_pg_uri: str, tmp_path: Path) -> None:
     """SIGTERM after purge-expired's first batch: its log said 10,000 removed, its summary and runs rows
     said nothing (a review). It stops after the batch in hand, with its counts."""
-    import signal
-    import subprocess
-    import sys
-
     from queuelake.lake.engines import open_lake
 
     conf = tmp_path / "job.yaml"
@@ -195,29 +190,11 @@ def test_a_stopped_purge_keeps_its_counts(fresh_pg_uri: str, tmp_path: Path) -> 
         queues.send(conn, sales, [OutgoingMessage("{}", b"x", ttbr_ms=1) for _ in range(25_000)])
         conn.commit()
     time.sleep(0.05)
-    mark = tmp_path / "held"
-    env = {
-        **os.environ,
-        "QUEUELAKE_CONNECTION": fresh_pg_uri,
-        "QUEUELAKE_TEST_HOLD_AT": "purge_batch_done:30",
-        "QUEUELAKE_TEST_HOLD_MARK": str(mark),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "queuelake", "purge-expired", "-c", str(conf)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
+    stopped = signalled_when_held(
+        ["purge-expired", "-c", str(conf)], fresh_pg_uri, hold="purge_batch_done:30", cwd=tmp_path
     )
-    deadline = time.monotonic() + 120
-    while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert mark.exists(), proc.communicate()[1][-3000:]
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    summary = json.loads(out.strip().splitlines()[-1])
-    assert proc.returncode == 143 and summary["status"] == "interrupted", (summary, err[-2000:])
+    summary = stopped.summary
+    assert stopped.returncode == 143 and summary["status"] == "interrupted", stopped
     assert summary["total"] == 10_000 and summary["purged"] == {sales.canonical: 10_000}, summary
     runs = open_lake(from_dict(json.loads(conf.read_text()), env={"QUEUELAKE_CONNECTION": fresh_pg_uri}).lake)
     rows = [r for r in runs.read_arrow("runs").to_pylist() if r["command"] == "purge-expired"]

@@ -19,7 +19,7 @@ import pytest
 from queuelake import cli, errors, stopping
 from queuelake.lake.reading import read_table
 
-from tests.helpers.cli import CliResult, run_cli
+from tests.helpers.cli import CliResult, run_cli, signalled_when_held
 from tests.helpers.drain import install, make_config, seed_ids, write_config
 from tests.helpers.redaction import cut_words, shows_secret
 
@@ -705,20 +705,5 @@ def test_a_signal_after_the_summary_changes_nothing(tmp_path: Path) -> None:
     """A SIGTERM landing after the summary was printed, before the process ended, killed it: a signal's
     exit code (-15) under an "ok" summary, so a scheduler saw a killed task whose work was done (a
     review). The program ignores stop signals once its summary is out."""
-    held = tmp_path / "held"
-    env = {**_env(None), "QUEUELAKE_TEST_HOLD_AT": "program_ending:3", "QUEUELAKE_TEST_HOLD_MARK": str(held)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "queuelake", "spark-packages"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    deadline = time.monotonic() + 60
-    while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert held.exists(), "the program never reached its end"
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and _summary(out)["status"] == "ok", (proc.returncode, out, err[-2000:])
+    ended = signalled_when_held(["spark-packages"], None, hold="program_ending:3", cwd=tmp_path, timeout=60)
+    assert ended.returncode == 0 and ended.summary["status"] == "ok", ended

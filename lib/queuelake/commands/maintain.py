@@ -53,17 +53,25 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     else:
         kept = retention.apply(cfg, lake)  # says there is nothing to do
     retention_seconds = time.monotonic() - t0
+    figures: dict[str, Any] = {}  # each table's compaction and vacuum, as they are done
     try:
-        return _compact_and_index(cfg, lake, journal, run, kept, retention_seconds)
-    except BaseException as exc:  # the rows retention removed are gone: the failure's summary says so
-        stopping.partial(exc, {"retention": kept.summary()})
+        return _compact_and_index(cfg, lake, journal, run, kept, retention_seconds, figures)
+    except BaseException as exc:  # the rows retention removed are gone, the tables done are: the summary says so
+        stopping.partial(exc, {"retention": kept.summary(), "tables": figures})
         raise
 
 
 def _compact_and_index(
-    cfg: Config, lake: LakeEngine, journal: LakeEngine, run: Run, kept: RetentionResult, retention_seconds: float
+    cfg: Config,
+    lake: LakeEngine,
+    journal: LakeEngine,
+    run: Run,
+    kept: RetentionResult,
+    retention_seconds: float,
+    figures: dict[str, Any],
 ) -> dict[str, Any]:
-    """Compact and vacuum every table, bring the id index up to the journal, record the ``runs`` rows."""
+    """Compact and vacuum every table (its figures into ``figures`` as each is done), bring the id index
+    up to the journal, record the ``runs`` rows."""
     from queuelake import stopping
     from queuelake.errors import describe, error_kind, is_panic
     from queuelake.lake.storage import job_secrets
@@ -74,7 +82,6 @@ def _compact_and_index(
     from queuelake.report import log
     from queuelake.status import Status
 
-    figures: dict[str, Any] = {}
     rows = []
     names = lake.tables()
     if not names:

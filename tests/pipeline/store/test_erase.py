@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from queuelake.pipeline.store.erase import erase
 from queuelake.transport import db, installer
 from queuelake.transport.table_refs import queue_ref
 
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, signalled_when_held
 from tests.helpers.journal_rows import UTC, append, batch
 from tests.helpers.typed_lake import ORDERS, ids_of, typed_lake
 
@@ -390,6 +391,26 @@ def test_an_erase_killed_at_any_step_is_finished_by_the_next(tmp_path: Path, poi
     kept = {"kept-00020", "audit-00001"}
     assert ids_on_disk(root / "replay_skipped", "id") == kept, "the derived table's removed file stayed"
     assert not list((root / "_queuelake" / "pending" / "erase").glob("*.json")), "the pending record stayed"
+
+
+@pytest.mark.slow
+def test_an_erase_stopped_by_ctrl_c_says_what_it_had_deleted(tmp_path: Path) -> None:
+    """Ctrl-C after an erase's derived deletes: its summary said only "interrupted", though rows were gone
+    (a review). It names each table's rows deleted so far; the next erase finishes the rest."""
+    root = tmp_path / "lake"
+    _, lake, _ = seeded(root)
+    conf = write_config(tmp_path / "job.yaml", root)
+    args = ["erase", "-c", str(conf), "--where", PREDICATE]
+    stopped = signalled_when_held(args, "x", hold="erase_derived_removed:30", signals=[signal.SIGINT], cwd=tmp_path)
+    summary = stopped.summary
+    assert stopped.returncode == 130 and summary["status"] == "interrupted", stopped
+    assert summary["tables"] == {"replay_skipped": {"rows": 2, "files_removed": 1, "files_rewritten": 1}}, summary
+    assert "the next erase (this one, or any other) finishes it first" in stopped.stderr, stopped
+    done, log, code = cli(args, "x", tmp_path)  # the stopped one is run again first: it removes the rows
+    assert code == 0 and done["rows_removed_for_an_unfinished_erase"]["messages"] == 70, (done, log)
+    assert done["tables"]["messages"]["rows"] == 0, done  # nothing of the same selection left for this one
+    left = lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist()
+    assert not [m for m in left if m.startswith("gone-")]
 
 
 @pytest.mark.slow

@@ -228,6 +228,57 @@ def test_a_maintain_failing_after_its_retention_says_what_retention_removed(
     assert len(keys(lake)) == 300 + 50 + 30 - 160
 
 
+def test_a_maintain_stopped_after_its_compaction_says_what_it_had_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while maintain brings the id index up to date: the interrupted summary said nothing of the
+    tables already compacted (a review). It names them, beside what retention removed."""
+    from queuelake import cli as cli_mod
+    from queuelake.pipeline.key_index import build
+
+    seeded(tmp_path / "lake")
+    conf = write_config(tmp_path / "job.yaml", tmp_path / "lake", RULES)
+    monkeypatch.setenv("QUEUELAKE_CONNECTION", "x")
+
+    def stopped(_lake: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "update", stopped)
+    assert cli_mod.main(["maintain", "-c", str(conf)]) == 130
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["status"] == "interrupted", summary
+    assert summary["retention"]["rows_removed"] == 160, summary
+    assert list(summary["tables"]) == ["messages"] and summary["tables"]["messages"]["files_compacted"] == 4, summary
+
+
+def test_a_retention_stopped_between_its_rules_says_which_were_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during retention's second rule: the first rule's rows were gone, and the summary said nothing."""
+    from queuelake import cli as cli_mod
+    from queuelake.lake.delta_rs.engine import DeltaRsEngine
+
+    seeded(tmp_path / "lake")
+    conf = write_config(tmp_path / "job.yaml", tmp_path / "lake", RULES)
+    monkeypatch.setenv("QUEUELAKE_CONNECTION", "x")
+    delete_rows = DeltaRsEngine.delete_rows
+    journal_deletes: list[int] = []
+
+    def stopped_at_the_second_rule(self: DeltaRsEngine, table: str, where: object) -> object:
+        if table == "messages":
+            if journal_deletes:
+                raise KeyboardInterrupt
+            journal_deletes.append(1)
+        return delete_rows(self, table, where)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DeltaRsEngine, "delete_rows", stopped_at_the_second_rule)
+    assert cli_mod.main(["maintain", "-c", str(conf)]) == 130
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["status"] == "interrupted", summary
+    [applied] = summary["retention"]["rules"]
+    assert applied["rows"] == 140 and summary["retention"]["rows_removed"] == 140, summary
+
+
 @pytest.mark.slow
 def test_runs_made_before_the_retention_columns_gain_them(tmp_path: Path) -> None:
     """A ``runs`` table an older version made (without the new columns) takes maintain's row."""

@@ -48,14 +48,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from queuelake import kill_points
+from queuelake import kill_points, stopping
 from queuelake.config import Config
 from queuelake.lake import catalogue, pending, record_tables, table_entry
 from queuelake.lake.deletes import MAX_IN_LIST, RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline import step_locks
-from queuelake.pipeline.store import typed
+from queuelake.pipeline.store import deleting, typed
 from queuelake.pipeline.store.erase_predicate import row_filter
 from queuelake.report import log
 
@@ -107,8 +107,10 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
                 figures["files_removed"],
             )
         return {"dry_run": True, "tables": tables}
-    finished = finish_pending(cfg, lake)
+    finished, rerun = finish_pending(cfg, lake)
     summary = _erase(cfg, lake, journal, where, predicate)
+    if rerun:  # a stopped erase's rows, removed by running it again first (this erase's own counts are apart)
+        summary["rows_removed_for_an_unfinished_erase"] = rerun
     return {**summary, "purged_for_an_unfinished_erase": finished} if finished else summary
 
 
@@ -117,14 +119,17 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter,
     t0 = time.monotonic()
     version = journal.table_version(JOURNAL)
     keys = journal.matching_rows(JOURNAL, where, KEYS, version)
+    tables: dict[str, dict[str, Any]] = {}  # each table's figures, counted as its deletes commit
     try:
         with pending.Kept(cfg.lake.root, PENDING, f"erase-{uuid.uuid4().hex}") as kept:
-            return _erase_kept(lake, journal, where, predicate, version, keys, kept, t0)
-    except BaseException:  # a stop asked (Ctrl-C, SIGTERM) or a failure: what is left, and how it gets done
+            return _erase_kept(lake, journal, where, predicate, version, keys, kept, t0, tables)
+    except BaseException as exc:  # a stop asked (Ctrl-C, SIGTERM) or a failure: what is left, and how it gets done
         log.warning(
             "erase: stopped before its end: the next erase (this one, or any other) finishes it first; while "
             "rows it selected are still in the journal, find and where read it without the id index"
         )
+        # what was deleted before the stop, in the interrupted summary (it had no counts: a review)
+        stopping.partial(exc, {"tables": tables, "seconds": round(time.monotonic() - t0, 3)})
         raise
 
 
@@ -137,13 +142,14 @@ def _erase_kept(
     keys: pa.Table,
     kept: pending.Kept,
     t0: float,
+    tables: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """``_erase``'s steps, its pending record kept fresh while they run (``pending.Kept``). Until the
-    journal's deletes are done the record also holds the predicate (``UNFINISHED``): the derived rows,
+    """``_erase``'s steps (each table's figures counted into ``tables`` as its deletes commit), its
+    pending record kept fresh while they run (``pending.Kept``). Until the journal's deletes are done
+    the record also holds the predicate (``UNFINISHED``): the derived rows,
     the id index's among them, may be gone while the journal still holds the rows, and a later erase
     runs it again whole, not only its purge (a review: a different erase cleared the record, and the
     rows stayed in the journal for good, invisible to find and where)."""
-    tables: dict[str, dict[str, Any]] = {}
     engines: dict[str, LakeEngine] = {}
     if keys.num_rows:
         reached = [t.name for t in derived_tables()] + typed.body_tables(lake) + [JOURNAL]
@@ -196,15 +202,13 @@ def _delete_journal(
     predicate names what is to be forgotten (a conversation id, an address searched in the bodies);
     the keys name queues and sequence numbers only (a review found the erased ids in the log)."""
     figures = {"rows": 0, "files_removed": 0, "files_rewritten": 0, "attempts": 0}
+    tables[JOURNAL] = figures  # counted as the deletes commit: a stop's summary says how far they got
     made: int | None = None
     selected, read = keys, version
     for round_number in range(1, CATCH_UP_ROUNDS + 1):
         ours = 0  # commits this round made
-        for where_keys in journal_filters(journal, selected):
-            deleted = journal.delete_rows(JOURNAL, where_keys)
-            figures["rows"] += deleted.rows
-            figures["files_removed"] += deleted.files_removed
-            figures["files_rewritten"] += deleted.files_rewritten
+        for deleted in deleting.deleted_each(journal, JOURNAL, journal_filters(journal, selected), "erase"):
+            deleting.add(figures, deleted)
             figures["attempts"] += deleted.attempts
             if deleted.version is not None:
                 made, ours = deleted.version, ours + 1
@@ -274,12 +278,12 @@ def _remove_derived(
     figures to ``tables`` and its engine to ``engines`` (the tables to purge)."""
     for name, engine, filters in _derived_filters(lake, keys):
         engines[name] = engine
-        _add(tables, name, delete_all(engine, name, filters))
-        log.info("erase %s: %d derived row(s) removed", name, tables[name]["rows"])
-    typed_tables, typed_engines = typed.remove(lake, keys["message_id"], False, "erase")
-    for name, figures in typed_tables.items():
-        _add(tables, name, figures)
-    engines.update(typed_engines)
+        figures = tables.setdefault(name, {"rows": 0, "files_removed": 0, "files_rewritten": 0})
+        before = figures["rows"]
+        for deleted in deleting.deleted_each(engine, name, filters, "erase"):
+            deleting.add(figures, deleted)
+        log.info("erase %s: %d derived row(s) removed", name, figures["rows"] - before)
+    typed.remove(lake, keys["message_id"], False, "erase", tables, engines)
 
 
 def _derived_filters(lake: LakeEngine, keys: pa.Table) -> list[tuple[str, LakeEngine, list[RowFilter]]]:
@@ -298,20 +302,15 @@ def _derived_filters(lake: LakeEngine, keys: pa.Table) -> list[tuple[str, LakeEn
     return out
 
 
-def _add(tables: dict[str, dict[str, Any]], table: str, figures: dict[str, Any]) -> None:
-    into = tables.setdefault(table, {})
-    for key, value in figures.items():
-        into[key] = into.get(key, 0) + value
-
-
-def finish_pending(cfg: Config, lake: LakeEngine) -> dict[str, int]:
+def finish_pending(cfg: Config, lake: LakeEngine) -> tuple[dict[str, int], dict[str, int]]:
     """What erases killed before their end left: one stopped before its journal deletes were done
     (``UNFINISHED``) run again whole, with its predicate; then the tables each named purged (their
     removed files deleted from storage; a table already purged has nothing left), then their records
     cleared. A record written in the last ``pending.STALE_SECONDS`` may be an erase running beside this
     one: its tables are purged too, and the record stays for that erase to clear (or, killed, for a later
-    one). Returns the files purged per table."""
+    one). Returns the files purged per table, and the rows a stopped erase run again removed per table."""
     purged: dict[str, int] = {}
+    removed: dict[str, int] = {}
     for record in pending.recorded(cfg.lake.root, PENDING):
         running = "" if record.stale else ", perhaps still running: its record stays"
         log.info(
@@ -324,13 +323,14 @@ def finish_pending(cfg: Config, lake: LakeEngine) -> dict[str, int]:
             again = _erase(cfg, lake, journal, row_filter(predicate, journal.schema(JOURNAL)), predicate)
             for table, figures in again["tables"].items():
                 purged[table] = purged.get(table, 0) + figures.get("files_vacuumed", 0)
+                removed[table] = removed.get(table, 0) + figures.get("rows", 0)
         for table in record.payload.get("purge", []):
             engine = table_engine(lake, table)
             if engine.exists(table):
                 purged[table] = purged.get(table, 0) + engine.purge_removed(table)
         if record.stale:
             pending.clear(cfg.lake.root, PENDING, record.name)
-    return purged
+    return purged, removed
 
 
 def unfinished_erases(root: str) -> list[str]:
@@ -534,11 +534,10 @@ def count_all(engine: LakeEngine, table: str, filters: list[RowFilter]) -> dict[
     return {"rows": sum(c.rows for c in counted), "files_removed": sum(c.files for c in counted)}
 
 
-def delete_all(engine: LakeEngine, table: str, filters: list[RowFilter]) -> dict[str, int]:
-    """``filters``' rows deleted, one commit each; the rows and files together."""
-    deleted = [engine.delete_rows(table, f) for f in filters]
-    return {
-        "rows": sum(d.rows for d in deleted),
-        "files_removed": sum(d.files_removed for d in deleted),
-        "files_rewritten": sum(d.files_rewritten for d in deleted),
-    }
+def delete_all(engine: LakeEngine, table: str, filters: list[RowFilter], step: str) -> dict[str, int]:
+    """``filters``' rows deleted, one commit each (a progress line while they go on); the rows and files
+    together."""
+    figures = {"rows": 0, "files_removed": 0, "files_rewritten": 0}
+    for deleted in deleting.deleted_each(engine, table, filters, step):
+        deleting.add(figures, deleted)
+    return figures

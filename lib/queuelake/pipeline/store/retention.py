@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from queuelake import kill_points
+from queuelake import kill_points, stopping
 from queuelake.config import Config
 from queuelake.config_sections import RetentionRule
 from queuelake.lake import record_tables, stage_tables, table_entry
@@ -212,6 +212,18 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
     if result.note:
         log.info("retention: %s", result.note)
         return result
+    try:
+        _apply_rules(lake, journal, rules, result, dry_run)
+    except BaseException as exc:  # a stop (or a failure): the rules applied before it, in its summary
+        stopping.partial(exc, {"retention": result.summary()})
+        raise
+    return result
+
+
+def _apply_rules(
+    lake: LakeEngine, journal: LakeEngine, rules: list[RetentionFilter], result: RetentionResult, dry_run: bool
+) -> None:
+    """Each rule in turn, its figures added to ``result`` once it is done."""
     for done, rule in enumerate(rules, start=1):
         t0 = time.monotonic()
         figures: dict[str, Any] = {"rule": rule.rule, "days": rule.days, "cutoff": rule.cutoff.isoformat()}
@@ -256,7 +268,6 @@ def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime
             figures["seconds"],
         )
         result.rules.append(figures)
-    return result
 
 
 def _derived(
@@ -304,7 +315,7 @@ def _typed(
         if dry_run:
             figures[UNPARSED.name] = {"rows": count_all(engine, UNPARSED.name, filters)["rows"]}
         else:
-            figures[UNPARSED.name] = {"rows": delete_all(engine, UNPARSED.name, filters)["rows"]}
+            figures[UNPARSED.name] = {"rows": delete_all(engine, UNPARSED.name, filters, "retention")["rows"]}
         log.info(
             "retention %s: %d row(s) %s",
             UNPARSED.name,

@@ -25,6 +25,7 @@ from queuelake.lake import stage_tables
 from queuelake.lake.deletes import MAX_IN_LIST, RowFilter
 from queuelake.lake.engines import table_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.store import deleting
 from queuelake.report import log
 
 CHANGES = stage_tables.BODY_SCHEMA_CHANGES.name
@@ -58,12 +59,19 @@ def message_filters(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray
 
 
 def remove(
-    lake: LakeEngine, message_ids: pa.ChunkedArray | pa.Array, dry_run: bool, step: str
+    lake: LakeEngine,
+    message_ids: pa.ChunkedArray | pa.Array,
+    dry_run: bool,
+    step: str,
+    figures: dict[str, dict[str, Any]] | None = None,
+    engines: dict[str, LakeEngine] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, LakeEngine]]:
     """Delete (``dry_run``: count) the typed rows of ``message_ids`` in every typed table. Returns the
-    figures per table touched and the engines that deleted (for the caller's purge)."""
-    figures: dict[str, dict[str, Any]] = {}
-    engines: dict[str, LakeEngine] = {}
+    figures per table touched and the engines that deleted (for the caller's purge); given, ``figures``
+    and ``engines`` are added to, each table's rows counted as its deletes commit (an erase stopped
+    meanwhile says how far it got)."""
+    figures = {} if figures is None else figures
+    engines = {} if engines is None else engines
     if len(message_ids) == 0:
         return figures, engines
     for table in body_tables(lake):
@@ -76,12 +84,10 @@ def remove(
             figures[table] = {"rows": sum(c.rows for c in counted), "files_removed": sum(c.files for c in counted)}
             log.info("%s --dry-run %s: would remove %d typed row(s)", step, table, figures[table]["rows"])
             continue
-        removed = [engine.delete_rows(table, where) for where in filters]  # one commit per filter
         engines[table] = engine
-        figures[table] = {
-            "rows": sum(r.rows for r in removed),
-            "files_removed": sum(r.files_removed for r in removed),
-            "files_rewritten": sum(r.files_rewritten for r in removed),
-        }
-        log.info("%s %s: %d typed row(s) removed", step, table, figures[table]["rows"])
+        running = figures.setdefault(table, {"rows": 0, "files_removed": 0, "files_rewritten": 0})
+        before = running["rows"]
+        for deleted in deleting.deleted_each(engine, table, filters, step):  # one commit per filter
+            deleting.add(running, deleted)
+        log.info("%s %s: %d typed row(s) removed", step, table, running["rows"] - before)
     return figures, engines

@@ -1,0 +1,50 @@
+"""A table's rows deleted by many filters, one commit each, with a progress line while they go on.
+
+Why a module of its own: erase and retention name their rows in filters of at most ``MAX_IN_LIST``
+values (deltalake's DELETE crashes on longer lists), one delete commit each. A big erase is hundreds
+of commits per table, minutes under load, and it logged nothing until a table was done: a review saw
+8 minutes of silence while an erase deleted typed rows, and could not tell it from a hang.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+from queuelake.lake.deletes import Deleted, RowFilter
+from queuelake.lake.port import LakeEngine
+from queuelake.report import log
+
+# at most one progress line this often per table (the first after this long: a table of a few commits
+# says nothing until its own summary line)
+PROGRESS_SECONDS = 10.0
+
+
+def deleted_each(engine: LakeEngine, table: str, filters: Sequence[RowFilter], step: str) -> Iterator[Deleted]:
+    """Each filter's delete from ``table``, committed in turn and yielded as it commits (a caller
+    counting as they come keeps what was done when the command is stopped between two). While more
+    remain, a line every ``PROGRESS_SECONDS``: commits done of all, rows removed so far."""
+    rows = 0
+    last = time.monotonic()
+    for number, where in enumerate(filters, 1):
+        deleted = engine.delete_rows(table, where)
+        rows += deleted.rows
+        yield deleted
+        now = time.monotonic()
+        if number < len(filters) and now - last >= PROGRESS_SECONDS:
+            last = now
+            log.info(
+                "%s %s: %d of %d delete(s) committed, %d row(s) removed so far",
+                step,
+                table,
+                number,
+                len(filters),
+                rows,
+            )
+
+
+def add(figures: dict[str, int], deleted: Deleted) -> None:
+    """``deleted``'s rows and files added to a table's running ``figures``."""
+    figures["rows"] = figures.get("rows", 0) + deleted.rows
+    figures["files_removed"] = figures.get("files_removed", 0) + deleted.files_removed
+    figures["files_rewritten"] = figures.get("files_rewritten", 0) + deleted.files_rewritten
