@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from queuelake import report, stopping
+from queuelake.errors import QueuelakeError
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -46,7 +47,10 @@ def heartbeat(
     def beat(took: float, ended: threading.Event) -> None:
         try:
             done, total = tasks(spark)
-        except Exception:  # noqa: BLE001 - a heartbeat never fails the work it reports on
+        except BaseException:  # noqa: BLE001 - a heartbeat never fails the work it reports on
+            # BaseException too: a lazy session started by this thread's first beat raised the stop asked
+            # meanwhile (``Interrupted``) as an uncaught thread exception with its traceback (a review);
+            # the command's own thread takes the stop
             done = total = 0
         if ended.is_set():  # the block ended while the tracker was asked (the join gives up after 1 s)
             return
@@ -64,17 +68,26 @@ def cancelled_on_stop(spark: SparkSession, what: str, every: float = 0.25) -> It
     round in one row group was sent to its end after it, two minutes past the signal and a scheduler's
     grace (a review). Each batch is its own transaction: a cancelled task's open batch rolls back, and
     the ledger holds the ones sent, which the next run skips; a caller counts them once the tasks have
-    ended (``pipeline.batches.settle``)."""
-    context = spark.sparkContext
+    ended (``pipeline.batches.settle``).
+
+    A stop asked before the block (while the session started: 10-25 s on a busy machine) raises
+    ``StoppedBeforeTasks`` at once, nothing submitted. A stop asked inside it cancels the tagged jobs at
+    every tick until the block ends, not once: a job submitted after the first cancel ran to its end (a
+    review: every batch sent 10-30 s after the signal, the summary saying interrupted)."""
+    context = spark.sparkContext  # starts a lazy session: the stop may come meanwhile
+    if stopping.requested():
+        raise StoppedBeforeTasks(f"{what}: stopped as asked before its Spark tasks were submitted; nothing sent")
     tag = f"queuelake-send-{uuid.uuid4().hex[:12]}"
     asked = threading.Event()
 
     def watch(took: float, ended: threading.Event) -> None:
-        if stopping.requested() and not asked.is_set() and not ended.is_set():
+        if not stopping.requested() or ended.is_set():
+            return
+        if not asked.is_set():
             asked.set()
             log.warning("%s: stopping as asked: its Spark tasks are cancelled (a batch in hand rolls back)", what)
-            with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
-                context.cancelJobsWithTag(tag)
+        with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
+            context.cancelJobsWithTag(tag)
 
     context.addJobTag(tag)
     context.setInterruptOnCancel(True)
@@ -85,6 +98,11 @@ def cancelled_on_stop(spark: SparkSession, what: str, every: float = 0.25) -> It
         with contextlib.suppress(Exception):
             context.setInterruptOnCancel(False)
             context.removeJobTag(tag)
+
+
+class StoppedBeforeTasks(QueuelakeError):
+    """A stop asked before a send's Spark tasks were submitted: none ran. An ``Exception`` (not the stop
+    itself), so the caller's stop path counts the ledger and reports ``interrupted`` as after a cancel."""
 
 
 KILL_TIMEOUT = "spark.python.task.killTimeout"

@@ -70,3 +70,36 @@ def test_no_heartbeat_after_its_block_when_the_tracker_answers_late(monkeypatch:
         log.removeHandler(lines)
         log.setLevel(level)
     assert lines.lines == []
+
+
+def test_a_stop_asked_before_a_sends_tasks_submits_nothing(spark) -> None:
+    """A stop asked while the session started (10-25 s on a busy machine): the tasks were submitted and
+    every batch sent after the signal (a review). Nothing is submitted now; the caller's stop path counts."""
+    from queuelake import stopping
+    from queuelake.spark_progress import StoppedBeforeTasks, cancelled_on_stop
+
+    stopping.request()
+    try:
+        with pytest.raises(StoppedBeforeTasks, match="nothing sent"):
+            with cancelled_on_stop(spark, "publish scores"):
+                pytest.fail("the block ran after the stop")
+    finally:
+        stopping.reset()
+
+
+def test_a_job_submitted_after_the_first_cancel_is_cancelled_too(spark) -> None:
+    """The stop asked inside the block, before its job was submitted: the watcher's one cancel found no job,
+    and the job then ran to its end (a review). It cancels at every tick until the block ends."""
+    from queuelake import stopping
+    from queuelake.spark_progress import cancelled_on_stop
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception, match="cancel"):  # noqa: PT011 - py4j's or pyspark's error, by version
+            with cancelled_on_stop(spark, "replay r1", every=0.1):
+                stopping.request()
+                time.sleep(0.5)  # several ticks with no job to cancel
+                spark.sparkContext.parallelize(range(2), 2).foreach(lambda _: time.sleep(60))
+    finally:
+        stopping.reset()
+    assert time.monotonic() - started < 50, "the job ran to its end"
