@@ -104,6 +104,7 @@ def _sigterm(command: str) -> Iterator[dict[str, Any]]:
             return
         waiting = stopping.only_at_boundary()
         if waiting is not None:  # nothing would stop sooner: the counts and runs rows are kept
+            stopping.request_now()  # what can stop sooner and still count does (``stopping.request_now``)
             log.warning("%s again: %s stops at its next batch boundary all the same (%s)", name, command, waiting)
             return
         state["armed"] = False  # one Interrupted is enough; later signals only set the flag

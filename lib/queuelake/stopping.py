@@ -125,8 +125,24 @@ def requested() -> bool:
 
 def reset() -> None:
     """For tests and long-lived processes that run several commands."""
-    global _requested
-    _requested = False
+    global _requested, _now
+    _requested = _now = False
+
+
+# a second stop signal came while the command stops only at a batch boundary (``at_boundary_only``)
+_now = False
+
+
+def request_now() -> None:
+    """A second stop signal, taken while the command stops only at a batch boundary: a loop that can stop
+    sooner and still count what it did does (an executors drain cancels its Spark tasks; the driver has
+    committed what they claimed). Takes no lock (signal handlers call it)."""
+    global _now
+    _now = True
+
+
+def now_requested() -> bool:
+    return _now
 
 
 # why a second signal cannot stop the command sooner just now, while it waits on threads that stop at

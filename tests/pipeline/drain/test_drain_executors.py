@@ -230,6 +230,59 @@ def test_small_queues_are_planned_into_fewer_jobs() -> None:
 
 
 @pytest.mark.slow
+def test_a_second_ctrl_c_cancels_the_tasks_and_keeps_the_counts(
+    fresh_pg_uri: str, tmp_path: Path, cluster: Cluster
+) -> None:
+    """A second SIGINT while the tasks ran: the jobs were cancelled and the command ended with no counts and
+    no ``runs`` row, though the driver had committed 34,000 rows (a review). Now the tasks are cancelled,
+    the run counts what the driver committed and records it; the next run drains the rest, each row once."""
+    names = ["Sales", "Billing"]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names)
+    install(cfg)
+    seeded = {name: seed_ids(cfg, name, 3_000, seed=700 + i) for i, name in enumerate(names)}
+    held = tmp_path / "held"  # a task holds its third staged batch: the tasks surely run
+    hold = {
+        "spark.executorEnv.QUEUELAKE_TEST_HOLD_AT": "after_stage:60:3",
+        "spark.executorEnv.QUEUELAKE_TEST_HOLD_MARK": str(held),
+    }
+    conf = write_conf(tmp_path / "held.yaml", cluster, lake_root, names, batch_size=150, **hold)
+    driver = subprocess.Popen(
+        drain_cmd(conf), env=env_for(fresh_pg_uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while not held.exists() and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held.exists(), driver.communicate()[1][-3000:]
+    started = time.monotonic()
+    driver.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=300)
+    assert time.monotonic() - started < 50, "the held task was not cancelled"
+    summary = summary_of(subprocess.CompletedProcess([], driver.returncode, out, err))
+    assert driver.returncode == 130 and summary["status"] == "interrupted", (summary, err[-3000:])
+    landed = len(journal(lake_root)["id"].to_pylist())
+    assert summary["landed"] == landed > 0 and summary["run_id"], summary
+    runs = read_table(str(lake_root / "runs")).to_pylist()
+    assert sum(r["dequeued"] for r in runs if r["run_id"] == summary["run_id"]) == landed, runs
+    assert "its Spark tasks are cancelled" in err, err[-3000:]
+
+    wait_for_no_drain(fresh_pg_uri)
+    final = subprocess.run(
+        drain_cmd(write_conf(tmp_path / "drain.yaml", cluster, lake_root, names, batch_size=150)),
+        env=env_for(fresh_pg_uri),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert final.returncode == 0, final.stderr[-4000:]
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == len(set(got)) and set(got) == seeded["Sales"] | seeded["Billing"]
+    assert claim_count(cfg) == 0
+
+
+@pytest.mark.slow
 def test_exactly_once_with_executors_and_the_driver_sigkilled(
     fresh_pg_uri: str, tmp_path: Path, cluster: Cluster
 ) -> None:
