@@ -720,6 +720,24 @@ def test_a_replay_planned_before_an_erase_says_it_cannot_resume(failures, spark,
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
 
 
+def test_a_finished_replay_run_again_after_an_erase_has_nothing_to_do(failures, spark) -> None:
+    """A replay whose every batch was sent, run again with its id after an erase purged its plan's
+    version: it failed "cannot resume", and a scheduled retry went red for good (two reviews). It says
+    every batch was sent and sends nothing."""
+    from queuelake.pipeline.store.erase import erase
+
+    cfg, errors, *_ = failures
+    first = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    assert first["status"] == "ok" and first["rows_sent"] > 0, first
+    replay_id = first["replay_id"]
+    gone = hdr.decode_map(errors[1].headers)[hdr.MESSAGE_ID]
+    assert erase(cfg, open_lake(cfg.lake), f"message_id = '{gone}'", dry_run=False)["tables"]["messages"]["rows"] == 1
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
+    assert again["status"] == "ok" and again["rows_sent"] == 0, again
+    assert again["batches_done_before"] == again["batches"] == first["batches"], again
+    assert again["total_sent"] == first["rows_sent"], again
+
+
 def test_a_replay_after_an_erase_rewrote_the_journal_file(failures, spark) -> None:
     """An erase (or retention) rewrites the journal file it deletes rows from, and delta-rs stores its
     text columns as ``string_view``: every replay then failed (``equal(string, string_view)`` has no

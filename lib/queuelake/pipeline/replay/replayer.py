@@ -154,10 +154,15 @@ class Replayer:
             assert version is not None
             result.journal_version = version
             t0 = time.monotonic()
-            with self.steps.timed("select"):
-                keys = self.selection.select(version)
-                transport = self.database.transport
-                planned, others = self.selection.planned(keys, lambda e: endpoint_queue_address(e, transport))
+            try:
+                with self.steps.timed("select"):
+                    keys = self.selection.select(version)
+                    transport = self.database.transport
+                    planned, others = self.selection.planned(keys, lambda e: endpoint_queue_address(e, transport))
+            except FileNotFoundError:
+                if plan is None or not done >= set(range(plan.cut.batches)):
+                    raise  # something left to send from files that are gone (``_files_gone`` says so)
+                return self._already_sent(result, plan)
             result.selected_by = self.selection.by
             result.matched = keys.num_rows
             log.info(
@@ -227,6 +232,21 @@ class Replayer:
                     sender.send(conn, replay_id, plan, done, planned, files)
             finally:
                 gc.unfreeze()
+        return result
+
+    def _already_sent(self, result: ReplayResult, plan: Plan) -> ReplayResult:
+        """A rerun of a replay whose every batch is in the ledger, its plan's journal version purged since
+        (an erase, retention): nothing to send, so nothing to read. It failed with "cannot resume", and a
+        scheduled retry of a finished replay went red for good after the first erase (two reviews)."""
+        result.selected, result.batches = plan.total, plan.cut.batches
+        result.batches_done_before = plan.cut.batches
+        log.info(
+            "replay %s: every one of its %d batch(es) was sent already, nothing to do (the journal at version %d, "
+            "where it was planned, has been purged since by an erase or retention; its lineage stays as written)",
+            result.replay_id,
+            plan.cut.batches,
+            plan.version,
+        )
         return result
 
     # -- the canary -------------------------------------------------------------------------------
