@@ -330,7 +330,9 @@ def _replay_records(lake: LakeEngine, answer: Answer) -> None:
     records = records.filter(pc.is_in(records.column("replay_id"), value_set=pa.array(sorted(wanted), pa.string())))
     for replay_id in sorted(wanted):
         answer.replays[replay_id] = {"recorded": False}
-    for row in records.to_pylist():  # a resumed replay has several runs: the last one wins
+    # a resumed replay has several runs: the last one wins, by when it started (the table's files come back
+    # in any order: a review saw the first, interrupted run win over the one that finished it)
+    for row in records.sort_by([("started_at", "ascending"), ("ended_at", "ascending")]).to_pylist():
         answer.replays[row["replay_id"]] = {
             "recorded": True,
             "run_id": row["run_id"],
