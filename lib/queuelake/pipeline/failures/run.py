@@ -3,13 +3,19 @@ retries, the groups (``read.py``, ``groups.py``)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, field
 
+from queuelake import report
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import read_error
 from queuelake.pipeline.failures import groups as groups_mod
 from queuelake.pipeline.failures import read
+from queuelake.report import log
+
+PROGRESS_SECONDS = 10.0  # a progress line this often while a pass over the journal goes on
 
 
 @dataclass
@@ -42,8 +48,10 @@ def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
     that retried their messages (a second pass over the ``message_id`` column)."""
     journal = journal_engine(lake)
     where = f"lake table {read.MESSAGES} at {journal.path(read.MESSAGES)}"
+    progress = read.Progress()
     try:  # a store that failed a read past its retries: said in one line, as every lake read says it
-        scan = read.read_failed(journal)
+        with _logged(progress, "failed copies"):
+            scan = read.read_failed(journal, progress=progress)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -55,7 +63,8 @@ def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
     if retries and scan.rows.num_rows:
         ids = {i for i in scan.rows["message_id"].to_pylist() if i}
         try:
-            later = read.later_copies(journal, scan.version, ids)
+            with _logged(progress, "retries of them"):
+                later = read.later_copies(journal, scan.version, ids, progress)
         except FileNotFoundError:
             raise
         except OSError as exc:
@@ -65,3 +74,21 @@ def failure_groups(lake: LakeEngine, retries: bool = True) -> Found:
     found.groups = grouping.groups
     found.unmatched_retry_copies = grouping.unmatched_retry_copies
     return found
+
+
+def _logged(progress: read.Progress, looking_for: str) -> contextlib.AbstractContextManager[None]:
+    """A line every ``PROGRESS_SECONDS`` while a pass reads the journal's files: how far it is."""
+
+    def say(took: float, ended: threading.Event) -> None:
+        if not ended.is_set():
+            log.info(
+                "failures: looking for %s for %.0fs: %d of %d journal file(s) read, %d row(s), %d found so far",
+                looking_for,
+                took,
+                progress.files_read,
+                progress.files,
+                progress.rows_scanned,
+                progress.found,
+            )
+
+    return report.every(PROGRESS_SECONDS, say, "queuelake-failures-progress")
