@@ -108,6 +108,23 @@ class PartResult:
         raise NotImplementedError
 
 
+def read_runs(lake: LakeEngine, columns: list[str]) -> pa.Table:
+    """``columns`` of the ``runs`` rows (none when there is no table), a column an older version's table
+    lacks as nulls. Why: a reader naming a column added since (``predicate``, for erase) failed with a
+    KeyError on the first command after an upgrade, until some command of the new version wrote a row
+    (a review: ``where`` on a lake made before erase existed)."""
+    schema = pa.schema([RUNS_SCHEMA.field(c) for c in columns])
+    engine = runs_engine(lake)
+    if not engine.exists(RUNS):
+        return schema.empty_table()
+    present = set(engine.schema(RUNS).names)
+    rows = engine.read_arrow(RUNS, columns=[c for c in columns if c in present])
+    return pa.table(
+        [rows.column(c) if c in present else pa.nulls(rows.num_rows, schema.field(c).type) for c in columns],
+        schema=pa.schema([rows.schema.field(c) if c in present else schema.field(c) for c in columns]),
+    )
+
+
 def runs_engine(lake: LakeEngine) -> LakeEngine:
     """The engine that writes ``runs``: delta-rs, as for the journal, unless an older version made the
     table with delta-spark, whose table it stays (one table, one writing engine).

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from queuelake.lake import table_entry
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.runs import RUNS, RUNS_SCHEMA, runs_engine
+from queuelake.pipeline.runs import read_runs
 
 DEPTH_SCHEMA = pa.schema(
     [
@@ -31,10 +31,7 @@ _COLUMNS = ["command", "queue", "started_at", "ended_at", "dequeued", "backlog_l
 
 def drain_rows(lake: LakeEngine) -> pa.Table:
     """The drain's ``runs`` rows that carry a backlog (``_COLUMNS``)."""
-    engine = runs_engine(lake)
-    if not engine.exists(RUNS):
-        return pa.schema([RUNS_SCHEMA.field(c) for c in _COLUMNS]).empty_table()
-    runs = engine.read_arrow(RUNS, columns=_COLUMNS)
+    runs = read_runs(lake, _COLUMNS)
     keep = pc.and_(pc.equal(runs["command"], "drain"), pc.is_valid(runs["backlog_left"]))
     return runs.filter(pc.fill_null(keep, False))
 

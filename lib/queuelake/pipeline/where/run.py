@@ -44,6 +44,7 @@ from queuelake.nsb.retry import REPLAY_ORIGINAL_MESSAGE_ID
 from queuelake.pipeline.find import search
 from queuelake.pipeline.find.ids import check_id, spellings
 from queuelake.pipeline.key_index.search import journal_rows
+from queuelake.pipeline.runs import read_runs
 from queuelake.pipeline.where import keys
 from queuelake.pipeline.where.places import Place, from_journal, from_queue_row
 from queuelake.report import log
@@ -247,9 +248,8 @@ def _records(lake: LakeEngine, answer: Answer, by: str) -> None:
                     facts={"replay_id": row.get("replay_id"), "seq": row.get("seq"), "reason": row.get("reason")},
                 )
             )
-    runs = record_tables.RUNS.name
-    if lake.exists(runs):
-        rows = lake.read_arrow(runs, columns=["run_id", "command", "table", "predicate", "ended_at", "status"])
+    if lake.exists(record_tables.RUNS.name):
+        rows = read_runs(lake, ["run_id", "command", "table", "predicate", "ended_at", "status"])
         erases = rows.filter(pc.equal(rows.column("command"), "erase"))
         seen: set[str] = set()
         answer.erase_runs = len(set(erases.column("run_id").to_pylist()))
