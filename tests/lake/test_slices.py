@@ -4,9 +4,11 @@ what lets bodies and transform take a first backlog of millions a slice at a tim
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
 
@@ -43,14 +45,22 @@ def test_versions_are_cut_at_the_row_limit_and_every_row_is_in_one_slice(tmp_pat
     assert lake.slices("messages", upto, upto, 10) == []
 
 
-def test_a_whole_table_with_more_than_appends_is_one_slice(tmp_path: Path) -> None:
+def test_a_whole_table_with_more_than_appends_is_one_slice_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stage's first run on a journal an erase, retention or maintain rewrote: one slice, its memory the
+    whole table's (a review saw a 4.8M-row journal in one slice with nothing said). It is said."""
     lake = _lake(tmp_path)
     for i in range(3):
         append(lake, batch('"public"."Sales"', range(i * 10, i * 10 + 10), NOW))
     lake.maintain("messages")  # a compaction: older files are removed from the snapshot
     upto = lake.table_version("messages")
     assert upto is not None
-    assert lake.slices("messages", None, upto, 5) == [(None, upto)]
+    with caplog.at_level(logging.WARNING, logger="queuelake"):
+        assert lake.slices("messages", None, upto, 5) == [(None, upto)]
+        assert lake.slices("messages", None, upto, 1_000) == [(None, upto)]  # within one slice: nothing said
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"messages: versions up to {upto} taken in one slice, not slices of 5 row(s)"), said
 
 
 def _rows(lake, after: int | None, upto: int) -> list[int]:

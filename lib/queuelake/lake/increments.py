@@ -194,6 +194,18 @@ def slices(
     except LakeError:
         return whole
     if after is None and any(c.removes or c.delete for c in commits):
+        added = sum(c.rows or 0 for c in commits if not c.delete)
+        if added > max_rows:  # said: the stage's memory follows the whole table this once (a review)
+            log.warning(
+                "%s: versions up to %d taken in one slice, not slices of %d row(s): the table's history holds a "
+                "delete or a compaction (an erase, retention or maintain ran before this stage's first run), so "
+                "it cannot be cut by versions; this first run's memory follows the whole table (up to %d rows "
+                "added), later runs take slices again",
+                table_uri.rstrip("/").rsplit("/", 1)[-1],
+                upto,
+                max_rows,
+                added,
+            )
         return whole
     held = _held(table_uri, commits, storage_options)
     ranges: list[tuple[int | None, int]] = []
