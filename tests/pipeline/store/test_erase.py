@@ -446,6 +446,37 @@ def test_an_erase_stopped_after_its_index_deletes_is_run_again_by_any_later_eras
     assert figures["used"], figures  # the index is trusted again
 
 
+@pytest.mark.slow
+def test_an_erase_an_older_version_left_unfinished_has_the_index_read_again(tmp_path: Path) -> None:
+    """An older version's record holds no predicate: today's erase cleared it as finished, and the rows that
+    erase had left in the journal (its index rows gone) were found nowhere, for good (a review of an
+    upgrade). Meanwhile find and where read the journal without the index; the next erase reads the
+    index again from the journal and says to run that erase again."""
+    from queuelake.pipeline.key_index.build import update as build_index
+    from queuelake.pipeline.key_index.search import journal_rows
+
+    root = tmp_path / "lake"
+    _, lake, _ = seeded(root)
+    build_index(lake)
+    conf = write_config(tmp_path / "job.yaml", root)
+    args = ["erase", "-c", str(conf), "--where", PREDICATE]
+    killed = run_cli(args, "x", cwd=tmp_path, QUEUELAKE_TEST_KILL_AT="erase_derived_removed")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    [record] = (root / "_queuelake" / "pending" / "erase").glob("*.json")
+    older = {k: v for k, v in json.loads(record.read_text()).items() if k != "where"}  # as round 47 wrote it
+    assert "journal_version" in older, older
+    record.write_text(json.dumps(older))
+    found, figures = journal_rows(lake, "message_id", ["gone-00003"])
+    assert found.rows.num_rows == 1 and not figures["used"], figures
+
+    other, log, code = cli(["erase", "-c", str(conf), "--where", "message_id = 'audit-00002'"], "x", tmp_path)
+    assert code == 0 and other["status"] == "ok", (other, log)
+    assert "left by an older version of queuelake" in log and "run that erase again" in log, log[-3000:]
+    assert not list((root / "_queuelake" / "pending" / "erase").glob("*.json")), "the record stayed"
+    found, figures = journal_rows(lake, "message_id", ["gone-00003"])
+    assert figures["used"] and found.rows.num_rows == 1, figures  # the index names the row the journal holds
+
+
 def test_an_erase_clears_only_the_records_of_erases_that_are_gone(tmp_path: Path) -> None:
     """Two erases at once: the second one purged the first one's tables and cleared its record, so the
     first, killed afterwards, left its removed files for good. A record of a live process (on this host),

@@ -114,6 +114,37 @@ def update(lake: LakeEngine, upto: int | None = None) -> Built:
     return built
 
 
+def reindex_all(lake: LakeEngine) -> Built:
+    """Every journal row indexed again, beside the index's rows (duplicates, which lookups and ``rewrite``
+    ignore), the watermark kept. Why: an erase an older version left stopped, with no record of its
+    selection, may have deleted index rows of journal rows it did not delete; read again from the journal,
+    the index names every row the journal holds (``erase.finish_pending``). Chunks under ``PART_APP_ID``,
+    whose versions only grow: the watermark's own transaction, at a version already written, would be
+    taken as done and skipped."""
+    journal = journal_engine(lake)
+    keys = table_engine(lake, KEYS)
+    upto = journal.table_version(MESSAGES)
+    built = Built(journal_version=upto, indexed_after=None)
+    if upto is None or not keys.exists(KEYS):
+        return built
+    pending: list[pa.Table] = []
+    held = 0
+    for uri in journal.added_files(MESSAGES, None, upto):
+        lake_file = open_file(uri)
+        present = set(lake_file.schema_arrow.names)
+        rows = lake_file.read(columns=[c for c in _READ if c in present])
+        built.files_read += 1
+        built.journal_rows += rows.num_rows
+        pending.append(keys_of(rows, upto))
+        held += pending[-1].num_rows
+        if held >= CHUNK_ROWS:
+            _write(keys, pending, PART_APP_ID, (keys.last_version(KEYS, PART_APP_ID) or 0) + 1, built)
+            pending, held = [], 0
+    if pending:
+        _write(keys, pending, PART_APP_ID, (keys.last_version(KEYS, PART_APP_ID) or 0) + 1, built)
+    return built
+
+
 def keys_of(rows: pa.Table, upto: int) -> pa.Table:
     """The index rows of journal ``rows``: a message id and a conversation id per row (where set), and
     the row's ``id`` where it is not its message id (an expired copy keeps no headers: ``where`` finds

@@ -316,6 +316,8 @@ def finish_pending(cfg: Config, lake: LakeEngine) -> tuple[dict[str, int], dict[
         log.info(
             "erase: an erase that did not finish (%s) is finished first: its tables purged%s", record.name, running
         )
+        if record.stale and _written_before_predicates(record.payload):
+            _reindex_for_an_older_erase(lake, record.name)
         predicate = record.payload.get(UNFINISHED)
         if record.stale and isinstance(predicate, str):
             log.info("erase: %s stopped before the journal's deletes were done: it is run again whole", record.name)
@@ -334,10 +336,39 @@ def finish_pending(cfg: Config, lake: LakeEngine) -> tuple[dict[str, int], dict[
 
 
 def unfinished_erases(root: str) -> list[str]:
-    """The erases (running, or stopped and not run again yet) whose journal deletes are not all done:
-    the id index may no longer name rows the journal still holds, so ``find`` and ``where`` read the
-    journal without it until they are done."""
-    return [r.name for r in pending.recorded(root, PENDING) if isinstance(r.payload.get(UNFINISHED), str)]
+    """The erases (running, or stopped and not run again yet) whose journal deletes are not all done, or
+    may not be (``_written_before_predicates``): the id index may no longer name rows the journal still
+    holds, so ``find`` and ``where`` read the journal without it until they are done."""
+    return [
+        r.name
+        for r in pending.recorded(root, PENDING)
+        if isinstance(r.payload.get(UNFINISHED), str) or _written_before_predicates(r.payload)
+    ]
+
+
+def _written_before_predicates(payload: dict[str, Any]) -> bool:
+    """A record an older version wrote before its journal deletes (it names the journal's version) without
+    the predicate (``UNFINISHED``, kept since): whether those deletes were done is not known. Today's erase
+    writes the version only beside the predicate, and once the deletes are done neither."""
+    return "journal_version" in payload and UNFINISHED not in payload
+
+
+def _reindex_for_an_older_erase(lake: LakeEngine, name: str) -> None:
+    """An older version's erase stopped at an unknown step: its derived deletes (the id index's among them)
+    may be done and its journal deletes not, and its selection was not recorded, so it cannot be run again.
+    The index is read again from the journal, so that ``find`` and ``where`` find every row the journal
+    holds, and the operator is told to run that erase again (a review: the record was cleared as finished,
+    and its rows stayed in the journal for good, found nowhere)."""
+    from queuelake.pipeline.key_index import build
+
+    log.warning(
+        "erase: %s was left by an older version of queuelake, which did not record its --where; if it was "
+        "stopped before its journal deletes, the rows it selected are still in the journal: run that erase "
+        "again with its --where. The journal's id index is read again from the journal meanwhile",
+        name,
+    )
+    built = build.reindex_all(lake)
+    log.info("erase: message_keys: %d journal row(s) of %d file(s) indexed again", built.journal_rows, built.files_read)
 
 
 def _kept_namesakes_keys(journal: LakeEngine, keys: pa.Table) -> pa.Table:
