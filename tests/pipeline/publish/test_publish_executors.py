@@ -360,6 +360,7 @@ def test_a_stop_asked_while_spark_tasks_send_cancels_them(fresh_pg_uri: str, tmp
     sent = len(ledger_keys(cfg, "outbound_x"))
     assert out["status"] == "interrupted" and 3 <= sent < 40, (sent, out)
     assert out["batches"] == sent and out["published"] == 10 * sent, ("what went, from the ledger", out)
+    assert out["rows"] == out["published"], ("the rows handled, as the driver counts them; it said 0", out)
     again = publish(cfg, spark, lake)["outputs"][0]
     assert again["status"] == "ok" and again["batches"] == 40 - sent, again
     assert_exactly_once(cfg, sends, events)
