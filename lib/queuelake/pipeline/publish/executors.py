@@ -41,7 +41,7 @@ from queuelake.pipeline.publish.routing import Router
 from queuelake.pipeline.publish.rows import accepted, accepted_batches, in_batches, without_rejected_values
 from queuelake.pipeline.publish.undeliverable import BadDestinations, record_round, undeliverable_record
 from queuelake.report import log
-from queuelake.spark_progress import cancelled_on_stop, heartbeat, kill_timeout
+from queuelake.spark_progress import StoppedBeforeTasks, cancelled_on_stop, heartbeat, kill_timeout
 from queuelake.status import Status
 from queuelake.transport import ledger, queues
 from queuelake.transport.database import QueueDatabase
@@ -309,7 +309,8 @@ class ExecutorSender:
                     conn.rollback()
                     return count
 
-                settled(committed, kill_timeout(self.spark), f"publish {output}")
+                if not isinstance(exc, StoppedBeforeTasks):  # none submitted: none can still commit
+                    settled(committed, kill_timeout(self.spark), f"publish {output}")
                 return False
             result.status = Status.FAILED
             result.error, result.error_kind = task_error(exc), error_kind(exc)

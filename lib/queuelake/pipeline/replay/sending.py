@@ -23,7 +23,7 @@ from queuelake.pipeline.replay.result import ReplayResult
 from queuelake.pipeline.replay.rows import Content, Row
 from queuelake.pipeline.replay.steps import Steps
 from queuelake.report import log
-from queuelake.spark_progress import cancelled_on_stop, heartbeat, kill_timeout
+from queuelake.spark_progress import StoppedBeforeTasks, cancelled_on_stop, heartbeat, kill_timeout
 from queuelake.status import Status
 from queuelake.transport import binary_copy, ledger
 from queuelake.transport.database import QueueDatabase
@@ -167,7 +167,7 @@ class Sender:
             self.on_refused(refusal.refused, refusal.error, unsent)
 
     def _count_stopped(
-        self, replay_id: str, final: dict[int, dict[str, Any]], cancelled: set[int], kill_timeout: float
+        self, replay_id: str, final: dict[int, dict[str, Any]], cancelled: set[int], kill_timeout: float | None
     ) -> None:
         """The Spark tasks cancelled as asked: the earlier passes' outcomes, and the batches of the cancelled
         pass that the ledger holds once the tasks have ended (``settle``; their outcomes are lost with
@@ -182,7 +182,8 @@ class Sender:
                 conn.rollback()
                 return count
 
-            settled(committed, kill_timeout, f"replay {replay_id}")
+            if kill_timeout is not None:  # None: no task was submitted, none can still commit
+                settled(committed, kill_timeout, f"replay {replay_id}")
             recorded = ledger.rows_of_pipeline(conn, self.ledger, pipeline)
             conn.rollback()
         for row in recorded:
@@ -263,7 +264,8 @@ class Sender:
                             outcomes = executors.send_units(session, job, units)
                 except Exception as exc:  # a task died (killed worker, lost connection): the ledger knows
                     if stopping.requested():  # the tasks cancelled as asked (``cancelled_on_stop``)
-                        self._count_stopped(replay_id, final, set(todo), kill_timeout(session))
+                        ran = not isinstance(exc, StoppedBeforeTasks)
+                        self._count_stopped(replay_id, final, set(todo), kill_timeout(session) if ran else None)
                         return
                     self._count_outcomes(final)
                     result.status, result.error = Status.FAILED, executors.task_error(exc)
