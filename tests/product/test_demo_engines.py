@@ -66,3 +66,10 @@ def test_demo_on_delta_spark(tmp_path: Path) -> None:
     # every outbound row the JVM engine wrote was published (read back with the other engine)
     outbound = DeltaTable(str(lake / OUTPUT)).to_pyarrow_table(columns=["key"])
     assert outbound.num_rows == summary["published"]["rows"] > 0
+
+    # the config it wrote runs the scheduled job as it is, without the demo's environment: the jars are in
+    # it (a review: every later bodies and transform failed, Delta's classes missing)
+    config = tmp_path / "queuelake-demo.yaml"
+    assert "spark.jars" in config.read_text(), config.read_text()
+    later = run_cli(["transform", "-c", str(config)], cwd=tmp_path, env=env, timeout=900)
+    assert later.returncode == 0 and later.summary["status"] == "ok", later

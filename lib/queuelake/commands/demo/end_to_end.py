@@ -124,11 +124,11 @@ def _running(pg_data: Path) -> bool:
         return False
 
 
-def use_checkout_jars() -> None:
+def use_checkout_jars() -> list[str]:
     """Put the Delta jars ``jvm/fetch-jars.sh`` left in this checkout's ``jvm/jars`` on the demo's
     Spark, unless QUEUELAKE_DELTA_JARS names others: ``demo --engine delta-spark`` then works after
     ``make test`` (which fetches them) with nothing to set. Only for that engine: under ``auto`` the
-    jars would switch the demo's engine."""
+    jars would switch the demo's engine. Returns the jars it put there (none: it put none)."""
     from queuelake.spark import JARS_ENV, local_jars
 
     jars = CHECKOUT / "jvm" / "jars"
@@ -136,6 +136,8 @@ def use_checkout_jars() -> None:
     if not os.environ.get(JARS_ENV) and any(os.path.basename(j).startswith("delta-spark") for j in found):
         os.environ[JARS_ENV] = str(jars)
         log.info("demo: using the Delta jars in %s", jars)
+        return found
+    return []
 
 
 def next_commands(config_file: Path, lake_root: Path) -> list[str]:
@@ -249,8 +251,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config_file.write_text(header + yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
     try:
         cfg = load(config_file, env={})
-        if cfg.lake.engine == "delta-spark":
-            use_checkout_jars()
+        if cfg.lake.engine == "delta-spark" and (jars := use_checkout_jars()):
+            # in the config it writes too: the commands it prints (``run`` on a schedule) start their own
+            # Spark, without the demo's environment (a review: every later bodies and transform failed)
+            spark_settings = settings.setdefault("spark", {})
+            spark_settings.setdefault("conf", {})["spark.jars"] = ",".join(jars)
+            config_file.write_text(header + yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
         spark = get_spark(cfg.spark)
         # before opening the lake, whose own error about the missing classes is the engine's, not the demo's
         # way out (a review: the demo's advice was never reached)
