@@ -108,13 +108,12 @@ class PartResult:
         raise NotImplementedError
 
 
-def read_runs(lake: LakeEngine, columns: list[str]) -> pa.Table:
-    """``columns`` of the ``runs`` rows (none when there is no table), a column an older version's table
-    lacks as nulls. Why: a reader naming a column added since (``predicate``, for erase) failed with a
-    KeyError on the first command after an upgrade, until some command of the new version wrote a row
-    (a review: ``where`` on a lake made before erase existed)."""
+def read_runs(engine: LakeEngine, columns: list[str]) -> pa.Table:
+    """``columns`` of the ``runs`` rows read through ``engine`` (none when there is no table), a column an
+    older version's table lacks as nulls. Why: a reader naming a column added since (``predicate``, for
+    erase) failed with a KeyError on the first command after an upgrade, until some command of the new
+    version wrote a row (a review: ``where`` on a lake made before erase existed)."""
     schema = pa.schema([RUNS_SCHEMA.field(c) for c in columns])
-    engine = runs_engine(lake)
     if not engine.exists(RUNS):
         return schema.empty_table()
     present = set(engine.schema(RUNS).names)

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from queuelake.lake import table_entry
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.runs import read_runs
+from queuelake.pipeline.runs import read_runs, runs_engine
 
 DEPTH_SCHEMA = pa.schema(
     [
@@ -31,7 +31,7 @@ _COLUMNS = ["command", "queue", "started_at", "ended_at", "dequeued", "backlog_l
 
 def drain_rows(lake: LakeEngine) -> pa.Table:
     """The drain's ``runs`` rows that carry a backlog (``_COLUMNS``)."""
-    runs = read_runs(lake, _COLUMNS)
+    runs = read_runs(runs_engine(lake), _COLUMNS)
     keep = pc.and_(pc.equal(runs["command"], "drain"), pc.is_valid(runs["backlog_left"]))
     return runs.filter(pc.fill_null(keep, False))
 
