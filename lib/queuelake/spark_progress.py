@@ -12,7 +12,7 @@ import contextlib
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from queuelake import report, stopping
@@ -78,17 +78,8 @@ def cancelled_on_stop(spark: SparkSession, what: str, every: float = 0.25) -> It
     if stopping.requested():
         raise StoppedBeforeTasks(f"{what}: stopped as asked before its Spark tasks were submitted; nothing sent")
     tag = f"queuelake-send-{uuid.uuid4().hex[:12]}"
-    asked = threading.Event()
-
-    def watch(took: float, ended: threading.Event) -> None:
-        if not stopping.requested() or ended.is_set():
-            return
-        if not asked.is_set():
-            asked.set()
-            log.warning("%s: stopping as asked: its Spark tasks are cancelled (a batch in hand rolls back)", what)
-        with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
-            context.cancelJobsWithTag(tag)
-
+    said = f"{what}: stopping as asked: its Spark tasks are cancelled (a batch in hand rolls back)"
+    watch = cancelling(stopping.requested, lambda: context.cancelJobsWithTag(tag), said)
     context.addJobTag(tag)
     context.setInterruptOnCancel(True)
     try:
@@ -98,6 +89,26 @@ def cancelled_on_stop(spark: SparkSession, what: str, every: float = 0.25) -> It
         with contextlib.suppress(Exception):
             context.setInterruptOnCancel(False)
             context.removeJobTag(tag)
+
+
+def cancelling(
+    asked: Callable[[], bool], cancel: Callable[[], None], said: str
+) -> Callable[[float, threading.Event], None]:
+    """A watch for ``report.every``: once ``asked()``, ``said`` is logged once and ``cancel()`` called at
+    every tick until the block ends. At every tick, not once: a job a thread submits after one cancel is
+    cancelled at the next (a review: a job submitted after the only cancel ran to its end)."""
+    told = threading.Event()
+
+    def watch(took: float, ended: threading.Event) -> None:
+        if not asked() or ended.is_set():
+            return
+        if not told.is_set():
+            told.set()
+            log.warning("%s", said)
+        with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
+            cancel()
+
+    return watch
 
 
 class StoppedBeforeTasks(QueuelakeError):

@@ -35,9 +35,7 @@ job (``task.py``), so from its start to the job's end a queue's claims are this 
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -58,13 +56,13 @@ from queuelake.pipeline.drain.receive import receive_driver
 from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.task import QueueJob, TaskSetup, drain_queues_task
 from queuelake.report import log
+from queuelake.spark_progress import cancelling
 from queuelake.status import Status
 from queuelake.transport import drivers
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.table_refs import TableRef
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 
@@ -183,7 +181,9 @@ def drain_on_executors(
     log.info("drain: %d Spark job(s) for %d queue(s) (small queues share a job)", len(planned), len(todo))
     jobs = queue_jobs(setup, planned, backlogs, max_messages, deadline, poller)
     try:
-        with stopping.at_boundary_only(STOPPED_NOW), report.every(0.25, _cancelled_when_asked(sc, group), "drain-stop"):
+        said = "drain: stopping now as asked: its Spark tasks are cancelled (a batch in hand rolls back)"
+        watch = cancelling(stopping.now_requested, lambda: sc.cancelJobGroup(group), said)
+        with stopping.at_boundary_only(STOPPED_NOW), report.every(0.25, watch, "drain-stop"):
             with ThreadPoolExecutor(max_workers=out.at_once, thread_name_prefix="drain-job") as pool:
                 drained = [r for results in pool.map(partial(_run_job, spark, group, poller), jobs) for r in results]
     finally:
@@ -195,23 +195,6 @@ def drain_on_executors(
 # the driver committed of them (a second signal raised in the waiting thread lost the counts and the runs
 # rows of 34,000 landed rows: a review)
 STOPPED_NOW = "its Spark tasks are cancelled now; what they claimed is committed and counted"
-
-
-def _cancelled_when_asked(sc: SparkContext, group: str) -> Callable[[float, threading.Event], None]:
-    """A watch cancelling the drain's job group at every tick once a second stop came
-    (``stopping.now_requested``): a job a thread submits after one cancel is cancelled at the next."""
-    told = threading.Event()
-
-    def watch(took: float, ended: threading.Event) -> None:
-        if not stopping.now_requested() or ended.is_set():
-            return
-        if not told.is_set():
-            told.set()
-            log.warning("drain: stopping now as asked: its Spark tasks are cancelled (a batch in hand rolls back)")
-        with contextlib.suppress(Exception):  # a JVM already gone: nothing left to cancel
-            sc.cancelJobGroup(group)
-
-    return watch
 
 
 def begin_run(
@@ -327,7 +310,7 @@ def run_job(
     except Exception as exc:  # every attempt of the task failed, or the poller cancelled it, or a stop did
         results = []
         for q in job:
-            if poller.error is None and stopping.now_requested():  # cancelled as asked (``_cancelled_when_asked``)
+            if poller.error is None and stopping.now_requested():  # cancelled as asked (the stop watch above)
                 result = QueueResult(q.ref.canonical, status=Status.INTERRUPTED, workers=q.workers)
                 result.error = "stopped as asked: its Spark task was cancelled"
                 log.warning("drain %s: %s", q.ref.canonical, result.error)
