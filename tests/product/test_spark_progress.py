@@ -93,8 +93,8 @@ def test_a_job_submitted_after_the_first_cancel_is_cancelled_too(spark) -> None:
     from queuelake import stopping
     from queuelake.spark_progress import cancelled_on_stop
 
-    started = time.monotonic()
     try:
+        # a job let run would sleep its 60 s and return: raising is what says it was cancelled
         with pytest.raises(Exception, match="cancel"):  # noqa: PT011 - py4j's or pyspark's error, by version
             with cancelled_on_stop(spark, "replay r1", every=0.1):
                 stopping.request()
@@ -102,4 +102,3 @@ def test_a_job_submitted_after_the_first_cancel_is_cancelled_too(spark) -> None:
                 spark.sparkContext.parallelize(range(2), 2).foreach(lambda _: time.sleep(60))
     finally:
         stopping.reset()
-    assert time.monotonic() - started < 50, "the job ran to its end"
