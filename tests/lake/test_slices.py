@@ -31,36 +31,113 @@ def test_versions_are_cut_at_the_row_limit_and_every_row_is_in_one_slice(tmp_pat
     assert upto is not None
     spans = lake.slices("messages", None, upto, 60)
     assert spans[0][0] is None and spans[-1][1] == upto
-    assert all(a_high == b_low for (_, a_high), (b_low, _) in zip(spans, spans[1:]))  # consecutive
+    assert all(a.upto == b.after for a, b in zip(spans, spans[1:]))  # consecutive
 
     counted = []
-    for low, high in spans:
+    for low, high, *_ in spans:
         files = lake.added_files("messages", low, high)
         counted.append(sum(pq.read_metadata(f).num_rows for f in files))
     assert sum(counted) == sum(sizes)
     assert all(n <= 60 for n in counted if n != 80)  # one commit larger than the limit is a slice alone
     assert counted.count(80) == 1 and len(spans) >= 4, (spans, counted)
     # from a checkpoint too, and nothing new is no slice
-    assert lake.slices("messages", spans[0][1], upto, 10_000) == [(spans[0][1], upto)]
+    assert lake.slices("messages", spans[0][1], upto, 10_000) == [(spans[0][1], upto, None, None)]
     assert lake.slices("messages", upto, upto, 10) == []
 
 
-def test_a_whole_table_with_more_than_appends_is_one_slice_and_says_so(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def _span_rows(lake, span) -> list[int]:
+    """The seqs a slice reads: its files' rows of its batch ids (every row when it names none)."""
+    files, batches = lake.slice_input("messages", span)
+    out = []
+    for f in files:
+        table = pq.read_table(f, columns=["seq", "batch_id"])
+        for seq, batch_id in zip(table["seq"].to_pylist(), table["batch_id"].to_pylist()):
+            if batches is None or batch_id in batches:
+                out.append(seq)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("retention_hours", [0, 168], ids=["vacuumed", "not-vacuumed"])
+def test_a_whole_table_a_compaction_rewrote_is_cut_by_batch_ids_and_every_row_is_read_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, retention_hours: int
 ) -> None:
-    """A stage's first run on a journal an erase, retention or maintain rewrote: one slice, its memory the
-    whole table's (a review saw a 4.8M-row journal in one slice with nothing said). It is said."""
+    """A stage's first run on a journal ``maintain`` compacted: once vacuumed, the files the versions
+    added are gone, so each slice reads the compacted files and keeps its versions' batches (before
+    the vacuum, the files the compaction removed). It took the whole table in one slice (a review:
+    4.8M rows, the memory of the backlog)."""
     lake = _lake(tmp_path)
-    for i in range(3):
+    for i in range(6):
         append(lake, batch('"public"."Sales"', range(i * 10, i * 10 + 10), NOW))
-    lake.maintain("messages")  # a compaction: older files are removed from the snapshot
+    lake.maintain("messages", retention_hours=retention_hours)  # a compaction (and a vacuum)
     upto = lake.table_version("messages")
     assert upto is not None
     with caplog.at_level(logging.WARNING, logger="queuelake"):
-        assert lake.slices("messages", None, upto, 5) == [(None, upto)]
-        assert lake.slices("messages", None, upto, 1_000) == [(None, upto)]  # within one slice: nothing said
+        spans = lake.slices("messages", None, upto, 25)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert len(spans) == 3 and spans[0].after is None and spans[-1].upto == upto, spans
+    assert all(a.upto == b.after for a, b in zip(spans, spans[1:]))  # consecutive versions: real checkpoints
+    read = [_span_rows(lake, span) for span in spans]
+    assert [len(r) for r in read] == [20, 20, 20], read
+    assert sorted(sum(read, [])) == list(range(60))
+    assert lake.slices("messages", None, upto, 1_000) == [(None, upto, None, None)]  # within one slice
+
+
+def test_a_first_run_after_an_erase_reads_the_kept_rows_once_and_resumes_exactly(tmp_path: Path) -> None:
+    """An erase between the drain and a stage's first run, and more rows after: the slices read every
+    kept row once. A run stopped after its first slice resumes from that slice's version by the usual
+    increments (which follow the erase's files), and reads the rest exactly, a second erase included."""
+    from queuelake.pipeline.store.erase import erase
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake)
+    for k in range(6):
+        append(
+            lake,
+            batch('"public"."Sales"', range(k * 10, k * 10 + 10), NOW, message_ids=[f"m-{k}{i}" for i in range(10)]),
+        )
+    erase(cfg, lake, "message_id IN ('m-03', 'm-27', 'm-51')")  # purged at once: three appends' files gone
+    for k in range(6, 8):
+        append(
+            lake,
+            batch('"public"."Sales"', range(k * 10, k * 10 + 10), NOW, message_ids=[f"m-{k}{i}" for i in range(10)]),
+        )
+    upto = lake.table_version("messages")
+    assert upto is not None
+    expected = [s for s in range(80) if s not in (3, 27, 51)]
+    spans = lake.slices("messages", None, upto, 20)
+    assert len(spans) == 4, spans
+    assert sorted(sum((_span_rows(lake, s) for s in spans), [])) == expected
+
+    # stopped after the first slice: the next run goes on from its version, after one more erase
+    done = _span_rows(lake, spans[0])
+    erase(cfg, lake, "message_id IN ('m-45', 'm-71')")
+    later = lake.table_version("messages")
+    assert later is not None
+    rest = lake.slices("messages", spans[0].upto, later, 20)
+    assert all(span.files is None for span in rest)  # the usual increments from a checkpoint
+    read = sorted(done + sum((_span_rows(lake, s) for s in rest), []))
+    assert read == [s for s in expected if s not in (45, 71)], read  # each kept row once
+
+
+def test_a_whole_table_a_writer_without_batch_ids_rewrote_is_one_slice_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows no drain wrote (no batch id in their commit) cannot be told apart in a rewritten file: the
+    first run takes the whole table in one slice, and says so (its memory follows the whole table)."""
+    lake = _lake(tmp_path)
+    for i in range(3):
+        append(lake, batch('"public"."Sales"', range(i * 10, i * 10 + 10), NOW))
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "messages"), batch('"public"."Sales"', range(30, 40), NOW), mode="append")
+    lake.maintain("messages")
+    upto = lake.table_version("messages")
+    assert upto is not None
+    with caplog.at_level(logging.WARNING, logger="queuelake"):
+        assert lake.slices("messages", None, upto, 5) == [(None, upto, None, None)]
     [said] = [r.getMessage() for r in caplog.records]
     assert said.startswith(f"messages: versions up to {upto} taken in one slice, not slices of 5 row(s)"), said
+    assert "a commit without a batch id" in said, said
 
 
 def _rows(lake, after: int | None, upto: int) -> list[int]:
@@ -88,8 +165,8 @@ def test_an_erase_before_the_stage_leaves_the_increment_readable_and_exact(tmp_p
     assert _rows(lake, seen, upto) == expected
     # sliced: no slice ends between a file's add and the erase that rewrote it; every row in one slice
     spans = lake.slices("messages", seen, upto, 10)
-    assert all(high >= deleted_at for _, high in spans), spans
-    assert sum((_rows(lake, low, high) for low, high in spans), []) == expected, spans
+    assert all(high >= deleted_at for _, high, *_ in spans), spans
+    assert sum((_rows(lake, low, high) for low, high, *_ in spans), []) == expected, spans
     # before the erase, the same commits are cut at every version (10 rows each)
     assert len(lake.slices("messages", seen, deleted_at - 1, 10)) == 3
 
@@ -101,8 +178,8 @@ def test_an_erase_before_the_stage_leaves_the_increment_readable_and_exact(tmp_p
     expected = [s for s in range(10, 50) if s not in (15, 17, 33)]
     assert _rows(lake, seen, upto) == expected
     spans = lake.slices("messages", seen, upto, 10)
-    assert all(high >= again_at for _, high in spans), spans
-    assert sum((_rows(lake, low, high) for low, high in spans), []) == expected, spans
+    assert all(high >= again_at for _, high, *_ in spans), spans
+    assert sum((_rows(lake, low, high) for low, high, *_ in spans), []) == expected, spans
 
 
 def test_an_erase_of_rows_read_before_and_new_ones_loses_no_new_row(tmp_path: Path) -> None:

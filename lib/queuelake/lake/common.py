@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from queuelake.lake.deletes import RowFilter
+    from queuelake.lake.increments import Span
     from queuelake.lake.lookup import Lookup, Within
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
@@ -111,10 +112,15 @@ class EngineBase:
 
         return added_batches(self.path(table), after, upto, self.storage_options)
 
-    def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[tuple[int | None, int]]:
+    def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[Span]:
         from queuelake.lake.increments import slices
 
         return slices(self.path(table), after, upto, max_rows, self.storage_options)
+
+    def slice_input(self, table: str, span: Span) -> tuple[list[str], list[str] | None]:
+        from queuelake.lake.increments import span_input
+
+        return span_input(self.path(table), span, self.storage_options)
 
     def matching_reduced(
         self,

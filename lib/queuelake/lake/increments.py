@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from queuelake.errors import LakeError
@@ -36,6 +36,19 @@ def snapshot_files(table_uri: str, version: int, storage_options: dict[str, str]
     options = storage_options if storage_options is not None else options_for(table_uri)
     table = delta_table(table_uri, version, options)
     return sorted(local_paths(table, table.file_uris()))
+
+
+class Span(NamedTuple):
+    """Versions (after, upto] a stage takes as one increment, committed under ``upto``.
+
+    ``files`` and ``batches`` are set on a slice of a first run over a history a delete or a compaction
+    rewrote (``slices``): the files those versions added may be gone, so their rows are read from the
+    files that hold them now, keeping the rows of those versions' batch ids only."""
+
+    after: int | None
+    upto: int
+    files: tuple[str, ...] | None = None
+    batches: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,8 +114,16 @@ def _new_files(table_uri: str, commits: list[_Commit], storage_options: dict[str
 def _increment(
     table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None
 ) -> tuple[list[str], bool]:
-    """The files holding the rows ``commits`` added that are still there at the last of them, and whether
-    some of them also hold rows of files from before the range (``added_batches`` filters those out).
+    origins, mixed = _surviving(table_uri, commits, storage_options)
+    return sorted(_absolute(table_uri, path) for path in origins), mixed
+
+
+def _surviving(
+    table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None
+) -> tuple[dict[str, tuple[int, int]], bool]:
+    """The files holding the rows ``commits`` added that are still there at the last of them, each with
+    the first and last version of the data commits whose rows it holds, and whether some of them also
+    hold rows of files from before the range (``added_batches`` filters those out).
 
     A file a data commit added is new. A later commit of the range that removes a new file put the rows
     it kept elsewhere: a delete (retention, ``erase``) in the files it wrote, a compaction in the files it
@@ -112,26 +133,25 @@ def _increment(
     vacuum), else its files are taken whole (``mixed``). Why: the delete's files used to be skipped while
     the new file it removed stayed named, so an ``erase`` between a drain and ``bodies`` (which purges
     at once) failed every later ``bodies`` and ``transform`` on a missing file."""
-    new: dict[str, None] = {}
+    new: dict[str, tuple[int, int]] = {}
     mixed = False
     for commit in commits:
         gone = [path for path in commit.removes if path in new]
         if not commit.delete and not commit.rearranged:
-            new.update(dict.fromkeys(commit.adds))  # a data commit (an overwrite's removes are not ours)
+            # a data commit (an overwrite's removes are not ours)
+            new.update(dict.fromkeys(commit.adds, (commit.version, commit.version)))
             continue
         if not gone:
             continue  # rows consumed before the range, rewritten or regrouped: not new
         if not commit.delete and all(_exists(table_uri, path, storage_options) for path in gone):
             continue  # a compaction's removed files stay readable until vacuum: read them
         written = commit.adds if commit.delete else commit.rearranged
-        if len(gone) == len(commit.removes):
-            for path in gone:
-                del new[path]
-            new.update(dict.fromkeys(written))
-            continue
+        span = (min(new[path][0] for path in gone), max(new[path][1] for path in gone))
         for path in gone:
             del new[path]
-        new.update(dict.fromkeys(written))
+        new.update(dict.fromkeys(written, span))
+        if len(gone) == len(commit.removes):
+            continue
         mixed = True
         log.info(
             "%s: version %d rewrote files of rows read before and new ones together; its %d file(s) are read "
@@ -140,7 +160,7 @@ def _increment(
             commit.version,
             len(written),
         )
-    return sorted(_absolute(table_uri, path) for path in new), mixed
+    return new, mixed
 
 
 def _exists(table_uri: str, path: str, storage_options: dict[str, str] | None = None) -> bool:
@@ -173,7 +193,7 @@ def _held(table_uri: str, commits: list[_Commit], storage_options: dict[str, str
 
 def slices(
     table_uri: str, after: int | None, upto: int, max_rows: int, storage_options: dict[str, str] | None = None
-) -> list[tuple[int | None, int]]:
+) -> list[Span]:
     """Versions (after, upto] cut into consecutive ranges ``(a, b]`` of at most ``max_rows`` new rows each
     (a single commit larger than that is a range of its own), counted from the commits' ``add`` stats.
 
@@ -185,30 +205,23 @@ def slices(
     vacuum deleted the file). One range, the
     whole span, where the log cannot be cut: a whole table (``after=None``) whose history holds more
     than appends (a compaction or a delete: older files may be gone), a commit the log no longer has, or
-    an add without row counts."""
+    an add without row counts.
+
+    A whole table whose history holds a delete or a compaction is cut all the same when every data
+    commit carries its batch ids (the drain's): each slice reads the files that hold its versions' rows
+    now and keeps its batches' rows (``_rewritten_slices``). Why: a first ``bodies`` after an erase or a
+    ``maintain`` took a 4.8M-row journal in one slice, its memory the backlog's (a review)."""
     if after is not None and after >= upto:
         return []
-    whole: list[tuple[int | None, int]] = [(after, upto)]
+    whole = [Span(after, upto)]
     try:
         commits = _commits(table_uri, after, upto, storage_options)
     except LakeError:
         return whole
     if after is None and any(c.removes or c.delete for c in commits):
-        added = sum(c.rows or 0 for c in commits if not c.delete)
-        if added > max_rows:  # said: the stage's memory follows the whole table this once (a review)
-            log.warning(
-                "%s: versions up to %d taken in one slice, not slices of %d row(s): the table's history holds a "
-                "delete or a compaction (an erase, retention or maintain ran before this stage's first run), so "
-                "it cannot be cut by versions; this first run's memory follows the whole table (up to %d rows "
-                "added), later runs take slices again",
-                table_uri.rstrip("/").rsplit("/", 1)[-1],
-                upto,
-                max_rows,
-                added,
-            )
-        return whole
+        return _rewritten_slices(table_uri, commits, upto, max_rows, storage_options)
     held = _held(table_uri, commits, storage_options)
-    ranges: list[tuple[int | None, int]] = []
+    ranges: list[Span] = []
     start, rows = after, 0
     for commit in commits:
         if commit.delete:
@@ -217,11 +230,107 @@ def slices(
             return whole
         cut = commit.version - 1
         if rows and rows + commit.rows > max_rows and not any(added <= cut < removed for added, removed in held):
-            ranges.append((start, cut))
+            ranges.append(Span(start, cut))
             start, rows = cut, 0
         rows += commit.rows
-    ranges.append((start, upto))
+    ranges.append(Span(start, upto))
     return ranges
+
+
+def _rewritten_slices(
+    table_uri: str, commits: list[_Commit], upto: int, max_rows: int, storage_options: dict[str, str] | None
+) -> list[Span]:
+    """A whole table whose history holds a delete or a compaction (versions 0 to ``upto``: ``commits``)
+    cut into slices by its data commits' rows, each slice naming the files that hold its rows now (the
+    files of the whole table a version's rows are in, ``_surviving``) and its batch ids. One slice, said,
+    when a data commit has no batch id or no row count, or a slice would name more than ``MAX_BATCHES``."""
+    name = table_uri.rstrip("/").rsplit("/", 1)[-1]
+    data = [c for c in commits if not c.delete and not c.rearranged and c.adds]
+    added = sum(c.rows or 0 for c in data)
+    whole = [Span(None, upto)]
+    if added <= max_rows:
+        return whole
+    why = None
+    if any(c.rows is None for c in data):
+        why = "a commit without row counts"
+    elif any(not c.batches for c in data):
+        why = "a commit without a batch id (not the drain's)"
+    cuts: list[tuple[int | None, int, list[_Commit]]] = []
+    start: int | None = None
+    part: list[_Commit] = []
+    rows = 0
+    for commit in data if why is None else []:
+        if rows and rows + (commit.rows or 0) > max_rows:
+            cuts.append((start, commit.version - 1, part))
+            start, part, rows = commit.version - 1, [], 0
+        part.append(commit)
+        rows += commit.rows or 0
+    cuts.append((start, upto, part))
+    if why is None and len(cuts) == 1:
+        return whole  # one commit larger than a slice: the whole table, as any first run reads it
+    spans: list[Span] = []
+    if why is None:
+        origins = _surviving(table_uri, commits, storage_options)[0]
+        highest: dict[str, int] = {}  # each app's version committed before the slice
+        for low, high, part in cuts:
+            batches = _batches_after(highest, part)
+            if len(batches) > MAX_BATCHES:
+                why = f"a slice of {len(batches)} batch ids"
+                break
+            floor = -1 if low is None else low
+            files = [
+                _absolute(table_uri, p)
+                for p, (first, last) in sorted(origins.items())
+                if first <= high and last > floor
+            ]
+            spans.append(Span(low, high, tuple(files), tuple(batches)))
+    if why is not None:  # said: the stage's memory follows the whole table this once (a review)
+        log.warning(
+            "%s: versions up to %d taken in one slice, not slices of %d row(s): the table's history holds a "
+            "delete or a compaction (an erase, retention or maintain ran before this stage's first run) and %s, "
+            "so it cannot be cut; this first run's memory follows the whole table (up to %d rows added), later "
+            "runs take slices again",
+            name,
+            upto,
+            max_rows,
+            why,
+            added,
+        )
+        return whole
+    log.info(
+        "%s: versions up to %d in %d slices of the files a delete or a compaction rewrote, by batch id",
+        name,
+        upto,
+        len(spans),
+    )
+    return spans
+
+
+def _batches_after(highest: dict[str, int], commits: list[_Commit]) -> list[str]:
+    """The batch ids ``commits`` wrote: each app's versions after the one in ``highest`` (updated) up to
+    its highest there. A commit records only each app's highest version (a group commit)."""
+    top: dict[str, int] = {}
+    for commit in commits:
+        for app, version in commit.batches:
+            top[app] = max(version, top.get(app, version))
+    ids = [
+        f"{app}:{version}"
+        for app, last in sorted(top.items())
+        for version in range(_next_version(highest.get(app)), last + 1)
+    ]
+    highest.update(top)
+    return ids
+
+
+def span_input(
+    table_uri: str, span: Span, storage_options: dict[str, str] | None = None
+) -> tuple[list[str], list[str] | None]:
+    """The files a slice reads and the batch ids to keep of them (None: every row): a rewritten first
+    run's (``Span.files``), else ``added_files`` and ``added_batches`` of its versions."""
+    if span.files is not None:
+        return list(span.files), list(span.batches or ())
+    after, upto = span.after, span.upto
+    return added_files(table_uri, after, upto, storage_options), added_batches(table_uri, after, upto, storage_options)
 
 
 # the most batch ids a filter lists (``added_batches``); past it, the files are read whole, with a warning

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from queuelake.lake.deletes import Deleted, Reached, RowFilter
     from queuelake.lake.files import StagedFiles
+    from queuelake.lake.increments import Span
     from queuelake.lake.lookup import Lookup, Within
 
 
@@ -56,9 +57,13 @@ class LakeEngine(Protocol):
         """The batch ids of the rows versions (after, upto] added, when the files ``added_files`` names
         also hold earlier rows (a delete rewrote them together); None: every row of those files is new."""
 
-    def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[tuple[int | None, int]]:
+    def slices(self, table: str, after: int | None, upto: int, max_rows: int) -> list[Span]:
         """Versions (after, upto] as consecutive ranges of at most ``max_rows`` new rows each, for the
         stages that take an increment a slice at a time (``increments.slices``)."""
+
+    def slice_input(self, table: str, span: Span) -> tuple[list[str], list[str] | None]:
+        """The data files one of ``slices`` reads, and the batch ids to keep of them (None: every row):
+        ``added_files`` and ``added_batches`` of its versions, or what a rewritten first run names."""
 
     def create_table(self, table: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
         """Create if missing (idempotent, safe when two creators race); records the engine on the table.

@@ -29,6 +29,7 @@ from queuelake.config import Config
 from queuelake.config_sections import SparkConfig, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError, describe, error_kind, is_panic, jvm_gone
 from queuelake.lake.arrow_types import as_string, to_spark_schema
+from queuelake.lake.increments import Span
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file, rows_in_files, spark_frame
 from queuelake.lake.storage import job_secrets
@@ -96,14 +97,14 @@ def sql_text(path: str) -> str:
 
 def new_landed(spark: SparkSession, lake: LakeEngine, after: int | None, upto: int) -> DataFrame:
     """Landed journal rows committed in versions (after, upto], as a Spark DataFrame."""
-    return _landed(spark, *_increment(lake, after, upto))
+    return _landed(spark, *_increment(lake, Span(after, upto)))
 
 
-def _increment(lake: LakeEngine, after: int | None, upto: int) -> tuple[list[str], list[str] | None]:
+def _increment(lake: LakeEngine, span: Span) -> tuple[list[str], list[str] | None]:
     """The journal files of versions (after, upto], and the batches to keep of them (None: all rows):
     after an erase that rewrote rows read before together with new ones into one file, that file is
     read whole, and the earlier rows in it were counted again by every transform."""
-    return lake.added_files(MESSAGES, after, upto), lake.added_batches(MESSAGES, after, upto)
+    return lake.slice_input(MESSAGES, span)
 
 
 def _landed(spark: SparkSession, files: list[str], batches: list[str] | None = None) -> DataFrame:
@@ -183,7 +184,7 @@ def run_transform(
     if len(spans) > 1:
         log.info("transform %s: journal versions (%s, %s] in %d slices", transform.name, after, upto, len(spans))
     rows_in = rows_out = 0
-    for number, (low, high) in enumerate(spans, 1):
+    for number, span in enumerate(spans, 1):
         label = f" slice {number}/{len(spans)}" if len(spans) > 1 else ""
         if stopping.requested():  # also before the first: a stop asked while Spark started (a review)
             log.warning(
@@ -193,7 +194,7 @@ def run_transform(
                 len(spans),
             )
             break
-        part = _transform_slice(spark, lake, transform, suite, run_id, config, low, high, label)
+        part = _transform_slice(spark, lake, transform, suite, run_id, config, span, label)
         if "status" in part:  # blocked by the journal's expectations: this slice and the rest wait
             return {**result, **part, "after_version": after, "rows_in": rows_in, "rows_out": rows_out}
         result["expectations"] = part.get("expectations", result.get("expectations"))
@@ -228,15 +229,15 @@ def _transform_slice(
     suite: expectations.Suite | None,
     run_id: str,
     config: Config | None,
-    after: int | None,
-    upto: int,
+    span: Span,
     label: str,
 ) -> dict[str, Any]:
     """Journal versions (after, upto] through the transform into its output, committed under ``upto``.
     Returns rows in and out; with ``status`` when the journal's expectations blocked it."""
     started = time.monotonic()
+    after, upto = span.after, span.upto
     app_id = checkpoint_app_id(transform.name)
-    files, batches = _increment(lake, after, upto)
+    files, batches = _increment(lake, span)
     source = _landed(spark, files, batches)
     out_part: dict[str, Any] = {}
     if suite is not None:

@@ -35,6 +35,7 @@ from queuelake import stopping
 from queuelake.config import Config
 from queuelake.errors import describe, error_kind, is_panic, jvm_gone
 from queuelake.lake import catalogue, stage_tables
+from queuelake.lake.increments import Span
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import job_secrets
 from queuelake.pipeline import runs, step_locks
@@ -118,14 +119,14 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
     totals = Totals()
     error: str | None = None
     interrupted = stopped = False
-    for number, (low, high) in enumerate(spans, 1):
+    for number, span in enumerate(spans, 1):
         label = f"{number}/{len(spans)}" if len(spans) > 1 else ""
         if stopping.requested():  # also before the first: a stop asked while Spark started (a review)
             log.warning("bodies: asked to stop; slice %d of %d not started (the next run takes it)", number, len(spans))
             stopped = True
             break
         try:
-            totals.add(_slice(config, spark, lake, run, low, high, label))
+            totals.add(_slice(config, spark, lake, run, span, label))
         except BaseException as exc:  # noqa: BLE001 - the slice's own Spark job (an out-of-memory): said, and recorded
             stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
             if stop is not None:  # a second signal, or the error of the job it cancelled: the command's
@@ -141,7 +142,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             else:
                 log.error("bodies%s failed: %s", f" slice {label}" if label else "", error)
             slice_status = Status.INTERRUPTED if interrupted else Status.FAILED
-            totals.add(_failed_slice(high, error, slice_status, error_kind(exc)))
+            totals.add(_failed_slice(span.upto, error, slice_status, error_kind(exc)))
         if totals.failed:
             break  # the failed slice's checkpoint is not committed: the next run redoes it, then the rest
     status = Status.INTERRUPTED if interrupted else Status.FAILED if totals.failed else Status.OK
@@ -231,12 +232,13 @@ def _failed_slice(upto: int, error: str, status: Status = Status.FAILED, kind: s
 
 
 def _slice(
-    config: Config, spark: SparkSession, lake: LakeEngine, run: runs.Run, after: int | None, upto: int, label: str
+    config: Config, spark: SparkSession, lake: LakeEngine, run: runs.Run, span: Span, label: str
 ) -> dict[str, Any]:
     """One increment, journal versions (after, upto]: typed tables appended, its checkpoint committed
     unless a type failed."""
     started = time.monotonic()
-    selected = select.plan(config, lake.added_files(MESSAGES, after, upto), lake.added_batches(MESSAGES, after, upto))
+    after, upto = span.after, span.upto
+    selected = select.plan(config, *lake.slice_input(MESSAGES, span))
     cfg = config.bodies
     tables = names.assign(selected.type_names, claimed(lake), cfg.table_prefix, cfg.tables, _reserved())
     log.info(
