@@ -10,9 +10,12 @@ import contextlib
 import contextvars
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from typing import Any, TypeVar
+
+from queuelake.report import log
 
 T = TypeVar("T")
 
@@ -234,9 +237,14 @@ def restore_handlers() -> None:
             signal.signal(signum, handler)
 
 
-def interruptible(call: Callable[[], T]) -> T:
+# how often a long ``interruptible`` call with a ``still`` text says it is still running
+STILL_SECONDS = 10.0
+
+
+def interruptible(call: Callable[[], T], still: str | None = None) -> T:
     """``call()`` run in a daemon thread that the main thread waits on, so that a stop signal's handler
-    runs at once; off the main thread, ``call()`` itself.
+    runs at once; off the main thread, ``call()`` itself. ``still``: what the call does, logged as still
+    going on every ``STILL_SECONDS`` while it runs (a journal's compaction was silent for 199 s: a review).
 
     Why: Python runs a signal's handler in the main thread, between two of its bytecodes. A read that
     sat in pyarrow's or deltalake's native code, inside their S3 retries, held it there: ``failures``
@@ -256,8 +264,12 @@ def interruptible(call: Callable[[], T]) -> T:
             outcome["error"] = exc
 
     worker = threading.Thread(target=run, name="queuelake-interruptible-read", daemon=True)
+    started = time.monotonic()
     worker.start()
-    worker.join()
+    worker.join(None if still is None else STILL_SECONDS)
+    while worker.is_alive():
+        log.info("%s: still running (%.0fs)", still, time.monotonic() - started)
+        worker.join(STILL_SECONDS)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

@@ -346,7 +346,10 @@ class DeltaRsEngine(StagedWrites):
         # journal, minutes on a larger one: past a scheduler's grace, a review). Left behind, it commits
         # nothing: its files are orphans for the next vacuum, as after a kill
         compacted = repeated(
-            lambda: interruptible(lambda: self._require(table).optimize.compact(writer_properties=properties)),
+            lambda: interruptible(
+                lambda: self._require(table).optimize.compact(writer_properties=properties),
+                still=f"maintain {table}: compacting",
+            ),
             f"{table}'s compaction",
         )
         hours = max(0, math.ceil(retention_hours))
@@ -357,7 +360,8 @@ class DeltaRsEngine(StagedWrites):
                     dry_run=False,
                     enforce_retention_duration=hours >= DEFAULT_RETENTION_HOURS,
                     full=True,
-                )
+                ),
+                still=f"maintain {table}: vacuuming",
             ),
             f"{table}'s vacuum",
         )
