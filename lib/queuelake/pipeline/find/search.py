@@ -65,11 +65,14 @@ def find(lake: LakeEngine, by: str, text: str) -> Found:
             "(nothing has been drained into this lake; check lake.root, or run queuelake drain)"
         )
     result, index = journal_rows(lake, BY[by], wanted)
+    rows = in_time_order(result.rows)
+    if by == "message":
+        rows = _with_rows_by_row_id(lake, wanted, rows)
     return Found(
         by=by,
         id=text,
         searched=wanted,
-        rows=in_time_order(result.rows),
+        rows=rows,
         journal_version=result.version,
         files=result.files,
         files_pruned=result.files_pruned,
@@ -78,6 +81,21 @@ def find(lake: LakeEngine, by: str, text: str) -> Found:
         rows_scanned=result.rows_scanned,
         index=index,
     )
+
+
+def _with_rows_by_row_id(lake: LakeEngine, ids: tuple[str, ...], rows: pa.Table) -> pa.Table:
+    """``rows`` and the journal rows whose row ``id`` is one of ``ids`` and which have no ``message_id``:
+    an expired row (the journal keeps only its identity; its headers, hence ``message_id``, are dropped)
+    and a quarantined one whose headers did not parse. A sender sets the row id to the message id. Why
+    here: ``where`` found them and ``find`` said "nothing found" of the same message (a review)."""
+    by_id = journal_rows(lake, "id", list(ids))[0].rows
+    extra = by_id.filter(pc.is_null(by_id.column("message_id")))
+    if not extra.num_rows:
+        return rows
+    # the message is the one asked for: its row id is its message id
+    index = extra.schema.get_field_index("message_id")
+    extra = extra.set_column(index, extra.schema.field(index), pc.cast(extra.column("id"), pa.string()))
+    return in_time_order(pa.concat_tables([rows.drop_columns([MOMENT]), extra]))
 
 
 def in_time_order(rows: pa.Table) -> pa.Table:

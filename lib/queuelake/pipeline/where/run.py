@@ -164,10 +164,8 @@ def _journal(lake: LakeEngine, query: Query, ids: list[str], answer: Answer) -> 
             "index": index,
         }
         return rows
-    found = search.find(lake, query.by, query.text)
+    found = search.find(lake, query.by, query.text)  # a message's: its expired rows by the row id too
     rows = found.rows
-    if query.by == "message":
-        rows = _expired_by_row_id(lake, answer.searched, rows)
     answer.journal = {
         "version": found.journal_version,
         "files": found.files,
@@ -196,20 +194,6 @@ def _untyped_files(lake: LakeEngine, typed: int | None) -> int | None:
         return len(lake.added_files(MESSAGES, typed, version))
     except LakeError:  # the commits since are past the log's retention: how many is unknown (the note says so)
         return -1
-
-
-def _expired_by_row_id(lake: LakeEngine, ids: tuple[str, ...], rows: pa.Table) -> pa.Table:
-    """The journal keeps only the identity of an expired row (its headers, hence ``message_id``, are
-    dropped): such rows are found by the row's ``id``, which a sender sets to the message id. A
-    second lookup, of the ``id`` column; rows the first one found are not added twice."""
-    by_id = journal_rows(lake, "id", list(ids))[0].rows
-    extra = by_id.filter(pc.is_null(by_id.column("message_id")))
-    if not extra.num_rows:
-        return rows
-    # the message is the one asked for: its row id is its message id (a sender sets one to the other)
-    index = extra.schema.get_field_index("message_id")
-    extra = extra.set_column(index, extra.schema.field(index), pc.cast(extra.column("id"), pa.string()))
-    return search.in_time_order(pa.concat_tables([rows.drop_columns([search.MOMENT]), extra]))
 
 
 def _replays_of(lake: LakeEngine, rows: pa.Table, answer: Answer) -> list[Place]:
