@@ -720,6 +720,43 @@ def test_a_replay_planned_before_an_erase_says_it_cannot_resume(failures, spark,
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
 
 
+def test_a_replay_killed_before_its_lineage_then_an_erase_says_which_batches_are_unnamed(
+    failures, spark, monkeypatch
+) -> None:
+    """A replay killed (SIGKILL) after sending batches and before writing their lineage, then an erase:
+    its rerun cannot cut the plan any more, and said the lineage named the rows it sent, which it did not
+    (a review: a new replay then sent them again). It says which batches are unnamed and how their
+    copies are marked."""
+    from queuelake import stopping
+    from queuelake.errors import ReplayError
+    from queuelake.nsb.retry import REPLAY_ID
+    from queuelake.pipeline.replay import executors, replayer
+    from queuelake.pipeline.store.erase import erase
+
+    cfg, errors, *_ = failures
+    real, calls = executors.send_built, {"n": 0}
+
+    def stopped_on_the_third(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise stopping.Interrupted("stopped by signal SIGKILL")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "send_built", stopped_on_the_third)
+    monkeypatch.setattr(replayer.Replayer, "record", lambda self, result: None)  # killed: nothing written
+    with pytest.raises(stopping.Interrupted) as stopped:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    replay_id = stopping.done_before(stopped.value)["replay"]["replay_id"]
+    monkeypatch.undo()
+    gone = hdr.decode_map(errors[1].headers)[hdr.MESSAGE_ID]
+    assert erase(cfg, open_lake(cfg.lake), f"message_id = '{gone}'", dry_run=False)["tables"]["messages"]["rows"] == 1
+    with pytest.raises(ReplayError) as refused:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
+    said = str(refused.value)
+    assert "2 batch(es) it sent (0, 1) are NOT in replay_lineage" in said, said
+    assert f"{REPLAY_ID}: {replay_id}" in said and "replay_lineage names their rows" not in said, said
+
+
 def test_a_finished_replay_run_again_after_an_erase_has_nothing_to_do(failures, spark) -> None:
     """A replay whose every batch was sent, run again with its id after an erase purged its plan's
     version: it failed "cannot resume", and a scheduled retry went red for good (two reviews). It says

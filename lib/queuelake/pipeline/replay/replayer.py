@@ -46,6 +46,7 @@ from queuelake.config import Config, drained_as
 from queuelake.errors import QueuelakeError, ReplayError, describe, error_kind
 from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
+from queuelake.nsb.retry import REPLAY_ID
 from queuelake.pipeline.batches.keys import is_plan_key, replay_batch_index
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import canary, lineage, skips
@@ -94,6 +95,7 @@ class Replayer:
         self.result = ReplayResult(options.replay_id)
         self.sending = False  # set once the plan is in the ledger: from then on the run is recorded
         self.resumed_at: int | None = None  # the journal version of the plan a rerun resumes
+        self.sent_before: set[int] = set()  # the batches the ledger holds as sent when this run began
         self.sent_per_destination: collections.Counter[str] = collections.Counter()
         self.planned: Planned | None = None  # set once sending begins: the lineage is written from them
         self.cut: Cut | None = None
@@ -151,6 +153,7 @@ class Replayer:
                     )
             version = plan.version if plan is not None else self.journal.table_version(MESSAGES)
             self.resumed_at = plan.version if plan is not None else None
+            self.sent_before = done
             assert version is not None
             result.journal_version = version
             t0 = time.monotonic()
@@ -443,10 +446,21 @@ def _files_gone(replayer: Replayer, exc: FileNotFoundError) -> ReplayError:
             f"replay: a journal file went while the replay read it ({exc}): an erase or retention purged it; "
             "run the replay again"
         )
-    return ReplayError(
+    gone = (
         f"replay {replay_id} cannot resume: the journal's files at version {replayer.resumed_at}, where it was "
         f"planned, are gone (an erase or retention purged them since; versions before an erase cannot be read). "
-        "The batches it sent stay sent (replay_lineage names their rows); start a new replay (another "
+    )
+    unnamed = sorted(replayer.sent_before - lineage.recorded_batches(replayer.lake, replay_id or ""))
+    if unnamed:  # a run killed before it wrote them: the lineage cannot be cut from the plan any more (a review)
+        shown = ", ".join(map(str, unnamed[:10])) + (", ..." if len(unnamed) > 10 else "")
+        return ReplayError(
+            gone + f"{len(unnamed)} batch(es) it sent ({shown}) are NOT in replay_lineage: the run that sent them "
+            "was stopped before it wrote their rows, which can no longer be named. Their copies carry the header "
+            f"{REPLAY_ID}: {replay_id} (in the destination queues, and in the journal once drained from there); "
+            "a new replay (another --replay-id) selects now and may send those messages again"
+        )
+    return ReplayError(
+        gone + "The batches it sent stay sent (replay_lineage names their rows); start a new replay (another "
         "--replay-id): it selects now, the rows this one sent too unless its --where leaves them out"
     )
 
