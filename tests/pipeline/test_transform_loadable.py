@@ -47,3 +47,19 @@ def test_a_parent_package_whose_import_raises_is_said_not_raised(
     monkeypatch.delenv("NEEDS_SETTING_VALUE", raising=False)
     cfg = from_dict({"transforms": [{"name": "s", "function": "needs_setting.scores:build", "output": "o"}]}, env={})
     assert unloadable(cfg) == ["transform 's': importing 'needs_setting.scores' raised KeyError: 'NEEDS_SETTING_VALUE'"]
+
+
+def test_the_demo_function_an_older_demo_wrote_is_read_from_where_it_moved(caplog: pytest.LogCaptureFixture) -> None:
+    """Configs the demo wrote before round 37 name ``queuelake.examples.orders:customer_totals``, which moved
+    to ``queuelake.commands.demo.orders``: their scheduled runs failed after an upgrade (a review)."""
+    import logging
+
+    from queuelake.commands.demo import orders
+    from queuelake.pipeline.transform import load_function
+
+    old = "queuelake.examples.orders:customer_totals"
+    cfg = from_dict({"transforms": [{"name": "customer_totals", "function": old, "output": "o"}]}, env={})
+    assert unloadable(cfg) == []
+    with caplog.at_level(logging.WARNING, logger="queuelake"):
+        assert load_function(old) is orders.customer_totals
+    assert "has moved to queuelake.commands.demo.orders" in caplog.text

@@ -51,10 +51,24 @@ def checkpoint_app_id(name: str) -> str:
     return f"queuelake.transform/{name}"
 
 
+# this package's own example modules that moved: a config an older ``demo`` wrote names the old path, and
+# its scheduled run failed after an upgrade (a review). Read from the new one, with a warning.
+MOVED_MODULES = {"queuelake.examples.orders": "queuelake.commands.demo.orders"}
+
+
+def _current_module(module: str) -> str:
+    moved = MOVED_MODULES.get(module)
+    if moved is None:
+        return module
+    log.warning("transform function module %s has moved to %s: read from there; update the config", module, moved)
+    return moved
+
+
 def load_function(spec: str) -> Callable[..., DataFrame]:
     module, _, attr = spec.partition(":")
     if not attr:
         raise ConfigError(f"transform function {spec!r}: use module.path:function")
+    module = _current_module(module)
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
@@ -73,7 +87,7 @@ def unloadable(config: Config) -> list[str]:
     for transform in config.transforms:
         function, sql = getattr(transform, "function", None), getattr(transform, "sql", None)
         if function:
-            module = function.partition(":")[0]
+            module = MOVED_MODULES.get(function.partition(":")[0], function.partition(":")[0])
             try:
                 found = importlib.util.find_spec(module) is not None
             except (ImportError, ValueError):  # a parent package missing, an empty name
