@@ -80,6 +80,7 @@ class FaultyProxy:
         self.slow_reply: str | None = None
         self.slow_seconds = 0.0
         self.slowed = 0
+        self.released = 0  # held replies sent at the end of their hold
         self.requests = self.throttled = self.resets = 0
         self.throttled_by: collections.Counter[str] = collections.Counter()
         self._random = random.Random(seed)
@@ -239,7 +240,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.owner.resets_after(self.command, self.path):
             self._reset()
             return
-        time.sleep(self.owner.slows(self.command, self.path))
+        held = self.owner.slows(self.command, self.path)
+        time.sleep(held)
+        if held:
+            self.owner.released += 1
         self._reply(status, headers, reply)
 
     def _reset(self) -> None:
@@ -307,7 +311,7 @@ def serve_in_a_process(
         "    print('held', flush=True)\n"
         "threading.Thread(target=said_held, daemon=True).start()\n"
         "sys.stdin.read()\n"
-        "print('resets', p.resets + p.slowed, flush=True)\n"
+        "print('resets', p.resets + p.slowed, 'released', p.released, flush=True)\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -333,5 +337,12 @@ def wait_until_held(proc: subprocess.Popen[str], timeout: float = 90.0) -> bool:
 
 def resets_of(proc: subprocess.Popen[str]) -> int:
     """End a ``serve_in_a_process`` proxy; the replies it dropped or held."""
+    return ended(proc)[0]
+
+
+def ended(proc: subprocess.Popen[str]) -> tuple[int, int]:
+    """End a ``serve_in_a_process`` proxy: (the replies it dropped or held, the held ones it had sent at the
+    end of their hold by then): a command that ended before it took no reply it held."""
     out, _ = proc.communicate(timeout=30)
-    return int(out.split()[-1])
+    words = out.split()
+    return int(words[words.index("resets") + 1]), int(words[words.index("released") + 1])
