@@ -82,6 +82,33 @@ def test_a_whole_table_a_compaction_rewrote_is_cut_by_batch_ids_and_every_row_is
     assert lake.slices("messages", None, upto, 1_000) == [(None, upto, None, None)]  # within one slice
 
 
+def test_a_slice_of_a_compacted_table_reads_only_the_files_its_rows_may_be_in(tmp_path: Path) -> None:
+    """A compaction keeps the rows' order: each file it writes holds a run of the appends it merged, and
+    its commit names them all alike. A slice reads the files whose ``drained_at`` statistics meet its own
+    versions' (a review's first run after a ``maintain`` scanned every file once per slice: 2.2 times
+    slower than taking the whole journal at once)."""
+    import glob
+    import os
+
+    from deltalake import DeltaTable
+
+    lake = _lake(tmp_path)
+    for i in range(12):
+        drained = NOW + dt.timedelta(minutes=i)
+        append(lake, batch('"public"."Sales"', range(i * 10, i * 10 + 10), drained))
+    table = DeltaTable(lake.path("messages"))
+    size = sum(os.path.getsize(f) for f in glob.glob(lake.path("messages") + "/*.parquet")) // 12
+    table.optimize.compact(target_size=3 * size)  # files of about three appends each
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    compacted = len(lake.added_files("messages", None, lake.table_version("messages")))
+    assert compacted >= 3, compacted
+    upto = lake.table_version("messages")
+    spans = lake.slices("messages", None, upto, 30)
+    assert len(spans) == 4, spans
+    assert all(span.files is not None and 0 < len(span.files) < compacted for span in spans), spans
+    assert sorted(sum((_span_rows(lake, s) for s in spans), [])) == list(range(120))
+
+
 def test_a_first_run_after_an_erase_reads_the_kept_rows_once_and_resumes_exactly(tmp_path: Path) -> None:
     """An erase between the drain and a stage's first run, and more rows after: the slices read every
     kept row once. A run stopped after its first slice resumes from that slice's version by the usual

@@ -11,6 +11,7 @@ file the range added, the rows it kept are in its own files, which the increment
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ from queuelake.lake.deletes import DELETE_OPERATION
 from queuelake.lake.reading import local_paths
 from queuelake.lake.storage import delta_table, filesystem, options_for, read_retrying
 from queuelake.report import log
+
+# the journal column whose statistics tell which rewritten files can hold a slice's rows (a row keeps it)
+DRAINED_AT = "drained_at"
+_STATS_SLACK = dt.timedelta(seconds=1)
 
 
 def _absolute(table_uri: str, path: str) -> str:
@@ -62,6 +67,8 @@ class _Commit:
     removes: list[str]
     rows: int | None  # rows the dataChange adds hold (None: an add without statistics)
     batches: list[tuple[str, int]]  # its application transactions (appId, version): each app's highest
+    # each added file's (dataChange or not) first and last ``drained_at``, from its statistics (None: none)
+    drained: dict[str, tuple[dt.datetime, dt.datetime] | None]
 
 
 def _read_text(fs: Any, path: str) -> str:
@@ -89,12 +96,15 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
         removes: list[str] = []
         batches: list[tuple[str, int]] = []
         rows: int | None = 0
+        drained: dict[str, tuple[dt.datetime, dt.datetime] | None] = {}
         for action in actions:
             if "add" in action:
                 add = action["add"]
+                stats = json.loads(add.get("stats") or "{}")
+                drained[add["path"]] = _drained_range(stats)
                 if add.get("dataChange", True):
                     adds.append(add["path"])
-                    count = json.loads(add.get("stats") or "{}").get("numRecords")
+                    count = stats.get("numRecords")
                     rows = None if count is None or rows is None else rows + int(count)
                 else:
                     rearranged.append(add["path"])
@@ -103,8 +113,19 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
             elif "txn" in action:
                 batches.append((str(action["txn"].get("appId")), int(action["txn"].get("version") or 0)))
         delete = any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions)
-        out.append(_Commit(version, delete, adds, rearranged, removes, rows, batches))
+        out.append(_Commit(version, delete, adds, rearranged, removes, rows, batches, drained))
     return out
+
+
+def _drained_range(stats: dict[str, Any]) -> tuple[dt.datetime, dt.datetime] | None:
+    """A file's first and last ``drained_at`` from its add's statistics, widened by a second each way (a
+    writer may cut a statistic's precision); None without them."""
+    try:
+        low = dt.datetime.fromisoformat(stats["minValues"][DRAINED_AT])
+        high = dt.datetime.fromisoformat(stats["maxValues"][DRAINED_AT])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return low - _STATS_SLACK, high + _STATS_SLACK
 
 
 def _new_files(table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None) -> list[str]:
@@ -271,6 +292,7 @@ def _rewritten_slices(
     spans: list[Span] = []
     if why is None:
         origins = _surviving(table_uri, commits, storage_options)[0]
+        drained = {path: span for c in commits for path, span in c.drained.items()}
         highest: dict[str, int] = {}  # each app's version committed before the slice
         for low, high, part in cuts:
             batches = _batches_after(highest, part)
@@ -278,10 +300,11 @@ def _rewritten_slices(
                 why = f"a slice of {len(batches)} batch ids"
                 break
             floor = -1 if low is None else low
+            within = _drained_within(part)
             files = [
                 _absolute(table_uri, p)
                 for p, (first, last) in sorted(origins.items())
-                if first <= high and last > floor
+                if first <= high and last > floor and _may_hold(drained.get(p), within)
             ]
             spans.append(Span(low, high, tuple(files), tuple(batches)))
     if why is not None:  # said: the stage's memory follows the whole table this once (a review)
@@ -304,6 +327,25 @@ def _rewritten_slices(
         len(spans),
     )
     return spans
+
+
+def _drained_within(commits: list[_Commit]) -> tuple[dt.datetime, dt.datetime] | None:
+    """The first and last ``drained_at`` of the rows ``commits`` (data commits) added, from their files'
+    statistics; None when a file has none."""
+    spans = [c.drained.get(path) for c in commits for path in c.adds]
+    if not spans or any(s is None for s in spans):
+        return None
+    known = [s for s in spans if s is not None]
+    return min(s[0] for s in known), max(s[1] for s in known)
+
+
+def _may_hold(file: tuple[dt.datetime, dt.datetime] | None, rows: tuple[dt.datetime, dt.datetime] | None) -> bool:
+    """Whether a file whose rows were drained within ``file`` may hold rows drained within ``rows``: a
+    compaction keeps the rows' order, so each of its files holds a run of the versions it merged, and the
+    files a slice's versions are not in are not read (its commit names them all alike). Unknown: may."""
+    if file is None or rows is None:
+        return True
+    return file[0] <= rows[1] and rows[0] <= file[1]
 
 
 def _batches_after(highest: dict[str, int], commits: list[_Commit]) -> list[str]:
