@@ -310,6 +310,10 @@ def test_a_row_whose_seq_is_null_is_named_not_taken_for_a_held_one(
     assert (summary["status"], summary["landed"]) == ("incomplete", len(sent)), summary
     assert (queue["rows_without_seq"], queue["held_by_others"]) == (1, 0), queue
     assert '1 row(s) in "public"."Edges" have a NULL seq' in queue["error"], queue["error"]
+    # again, now that every row left has a NULL seq: it read "empty", ok, and the row stayed unnamed
+    again = _drain_in_process(uri, tmp_path / "lake")
+    (queue,) = again["queues"]
+    assert (again["status"], again["landed"], queue["rows_without_seq"]) == ("incomplete", 0, 1), again
 
 
 def test_a_lake_that_fails_whatever_the_rows_fails_the_run_and_loses_nothing(
