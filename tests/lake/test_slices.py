@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from queuelake.config import from_dict
 from queuelake.lake.engines import open_lake
+from queuelake.lake.increments import Span
 
 from tests.helpers.journal_rows import UTC, append, batch
 
@@ -41,7 +42,7 @@ def test_versions_are_cut_at_the_row_limit_and_every_row_is_in_one_slice(tmp_pat
     assert all(n <= 60 for n in counted if n != 80)  # one commit larger than the limit is a slice alone
     assert counted.count(80) == 1 and len(spans) >= 4, (spans, counted)
     # from a checkpoint too, and nothing new is no slice
-    assert lake.slices("messages", spans[0][1], upto, 10_000) == [(spans[0][1], upto, None, None)]
+    assert lake.slices("messages", spans[0][1], upto, 10_000) == [Span(spans[0][1], upto)]
     assert lake.slices("messages", upto, upto, 10) == []
 
 
@@ -79,7 +80,7 @@ def test_a_whole_table_a_compaction_rewrote_is_cut_by_batch_ids_and_every_row_is
     read = [_span_rows(lake, span) for span in spans]
     assert [len(r) for r in read] == [20, 20, 20], read
     assert sorted(sum(read, [])) == list(range(60))
-    assert lake.slices("messages", None, upto, 1_000) == [(None, upto, None, None)]  # within one slice
+    assert lake.slices("messages", None, upto, 1_000) == [Span(None, upto)]  # within one slice
 
 
 def test_a_slice_of_a_compacted_table_reads_only_the_files_its_rows_may_be_in(tmp_path: Path) -> None:
@@ -106,6 +107,7 @@ def test_a_slice_of_a_compacted_table_reads_only_the_files_its_rows_may_be_in(tm
     spans = lake.slices("messages", None, upto, 30)
     assert len(spans) == 4, spans
     assert all(span.files is not None and 0 < len(span.files) < compacted for span in spans), spans
+    assert all(s.drained is not None and s.drained[0] < s.drained[1] for s in spans), spans
     assert sorted(sum((_span_rows(lake, s) for s in spans), [])) == list(range(120))
 
 
@@ -161,7 +163,7 @@ def test_a_whole_table_a_writer_without_batch_ids_rewrote_is_one_slice_and_says_
     upto = lake.table_version("messages")
     assert upto is not None
     with caplog.at_level(logging.WARNING, logger="queuelake"):
-        assert lake.slices("messages", None, upto, 5) == [(None, upto, None, None)]
+        assert lake.slices("messages", None, upto, 5) == [Span(None, upto)]
     [said] = [r.getMessage() for r in caplog.records]
     assert said.startswith(f"messages: versions up to {upto} taken in one slice, not slices of 5 row(s)"), said
     assert "a commit without a batch id" in said, said
@@ -283,3 +285,19 @@ def test_a_group_commit_of_several_batches_of_one_worker_is_read_whole(tmp_path:
     batches = lake.added_batches("messages", seen, upto)
     assert batches == [f"{APP}:2", f"{APP}:3", f"{APP}:4"]
     assert count_landed(lake.added_files("messages", seen, upto), batches) == 29
+
+
+def test_a_file_s_row_groups_within_a_drained_range(tmp_path: Path) -> None:
+    """What a rewritten first run's slice reads of a compacted file: the row groups whose ``drained_at``
+    statistics meet its rows' (a compaction keeps the order the rows were drained in)."""
+    import pyarrow as pa
+    from queuelake.lake.round_files import open_file
+
+    times = [NOW + dt.timedelta(minutes=i) for i in range(40)]
+    path = tmp_path / "compacted.parquet"
+    pq.write_table(pa.table({"drained_at": pa.array(times, pa.timestamp("us", "UTC"))}), path, row_group_size=10)
+    opened = open_file(str(path))
+    assert opened.row_groups_within("drained_at", times[12], times[25]) == [1, 2]
+    assert opened.row_groups_within("drained_at", times[0], times[39]) == [0, 1, 2, 3]
+    assert opened.row_groups_within("drained_at", NOW - dt.timedelta(days=1), NOW - dt.timedelta(hours=1)) == []
+    assert opened.row_groups_within("no_such_column", times[0], times[1]) == [0, 1, 2, 3]  # unknown: read

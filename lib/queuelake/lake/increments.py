@@ -54,6 +54,8 @@ class Span(NamedTuple):
     upto: int
     files: tuple[str, ...] | None = None
     batches: tuple[str, ...] | None = None
+    # the first and last ``drained_at`` of its rows (with ``files``): row groups beyond them are not read
+    drained: tuple[dt.datetime, dt.datetime] | None = None
 
 
 @dataclass(frozen=True)
@@ -306,7 +308,7 @@ def _rewritten_slices(
                 for p, (first, last) in sorted(origins.items())
                 if first <= high and last > floor and _may_hold(drained.get(p), within)
             ]
-            spans.append(Span(low, high, tuple(files), tuple(batches)))
+            spans.append(Span(low, high, tuple(files), tuple(batches), within))
     if why is not None:  # said: the stage's memory follows the whole table this once (a review)
         log.warning(
             "%s: versions up to %d taken in one slice, not slices of %d row(s): the table's history holds a "

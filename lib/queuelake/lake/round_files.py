@@ -20,6 +20,7 @@ and ships them with the task, which hands them to ``grant`` before opening any f
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,23 @@ class LakeFile:
         read = functools.partial(self._parquet.read_row_group, group, columns=columns)
         return plain_table(storage.read_retrying(read, self._name))
 
+    def row_groups_within(self, column: str, low: Any, high: Any) -> list[int]:
+        """The row groups whose statistics of ``column`` meet [low, high] (those without them too): what
+        a read of the rows within that range needs."""
+        metadata = self._parquet.metadata
+        groups = []
+        for i in range(metadata.num_row_groups):
+            group = metadata.row_group(i)
+            chunk = next(
+                (group.column(j) for j in range(group.num_columns) if group.column(j).path_in_schema == column), None
+            )
+            stats = chunk.statistics if chunk is not None else None
+            if stats is None or not stats.has_min_max:
+                groups.append(i)
+            elif _comparable(stats.min) <= high and low <= _comparable(stats.max):
+                groups.append(i)
+        return groups
+
     def read_row_groups(self, groups: list[int], columns: list[str] | None = None) -> pa.Table:
         read = functools.partial(self._parquet.read_row_groups, groups, columns=columns)
         return plain_table(storage.read_retrying(read, self._name))
@@ -86,6 +104,13 @@ class LakeFile:
         for batch in batches:
             plain = plain_table(batch.schema.empty_table()).schema
             yield batch if plain.equals(batch.schema) else batch.cast(plain)
+
+
+def _comparable(value: Any) -> Any:
+    """A statistic as Python compares it with a UTC ``datetime``: a timestamp without a zone is UTC's."""
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value
 
 
 def open_file(uri: str) -> LakeFile:

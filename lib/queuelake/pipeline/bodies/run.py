@@ -238,7 +238,7 @@ def _slice(
     unless a type failed."""
     started = time.monotonic()
     after, upto = span.after, span.upto
-    selected = select.plan(config, *lake.slice_input(MESSAGES, span))
+    selected = select.plan(config, *lake.slice_input(MESSAGES, span), drained=span.drained)
     cfg = config.bodies
     tables = names.assign(selected.type_names, claimed(lake), cfg.table_prefix, cfg.tables, _reserved())
     log.info(

@@ -19,6 +19,7 @@ carry a ``reason`` here and go to ``body_unparsed``.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -84,6 +85,9 @@ class Plan:
     # samples can be the whole selection (``schema_plan.samples``)
     body_bytes: int = 0
     file_rows: int = 0  # the rows in the files, selected or not
+    # a rewritten first run's slice (``increments.Span.drained``): its rows' first and last ``drained_at``,
+    # so that the row groups of the files beyond them are not read
+    drained: tuple[dt.datetime, dt.datetime] | None = None
 
     @property
     def average_body_bytes(self) -> float:
@@ -102,11 +106,18 @@ class Plan:
         return sorted({t for t, _ in self.strata})
 
 
-def plan(config: Config, files: list[str], batches: list[str] | None = None) -> Plan:
-    """The rows of ``files`` (of ``batches`` only, when given) the bodies read, counted per type."""
+def plan(
+    config: Config,
+    files: list[str],
+    batches: list[str] | None = None,
+    drained: tuple[dt.datetime, dt.datetime] | None = None,
+) -> Plan:
+    """The rows of ``files`` (of ``batches`` only, when given; of the row groups ``drained`` meets) the
+    bodies read, counted per type."""
     cfg = config.bodies
     queues = sorted({queue_ref(q, config.transport).canonical for q in cfg.queues}) if cfg.queues else None
     out = Plan(files, batches, queues=queues, include_audit=cfg.include_audit, include_failed=cfg.include_failed)
+    out.drained = drained
     ids: dict[str, list[pa.Array]] = {}
     sent: dict[str, list[pa.Array]] = {}
     copies: dict[str, list[pa.Table]] = {}
@@ -115,7 +126,14 @@ def plan(config: Config, files: list[str], batches: list[str] | None = None) -> 
         opened = open_file(uri)
         out.body_bytes += opened.column_bytes("body")
         out.file_rows += opened.metadata.num_rows
-        data = opened.read(columns=_PLAN_COLUMNS + ([] if batches is None else ["batch_id"]))
+        columns = _PLAN_COLUMNS + ([] if batches is None else ["batch_id"])
+        if drained is None:
+            data = opened.read(columns=columns)
+        else:  # a compacted file holds many slices' rows, in the order they were drained
+            groups = opened.row_groups_within("drained_at", *drained)
+            if not groups:
+                continue
+            data = opened.read_row_groups(groups, columns=columns)
         keep = pc.and_(pc.equal(data["outcome"], "landed"), pc.is_valid(data["message_type"]))
         if wanted_batches is not None:
             keep = pc.and_(keep, pc.fill_null(pc.is_in(as_string(data["batch_id"]), value_set=wanted_batches), False))
@@ -230,6 +248,8 @@ def frame(spark: SparkSession, selected: Plan) -> DataFrame:
     from pyspark.sql import functions as F
 
     df = spark_frame(spark, selected.files, to_spark_schema(MESSAGES_SCHEMA)).where(_copies(selected))
+    if selected.drained is not None:  # pushed down: the row groups beyond the slice's rows are not read
+        df = df.where(F.col("drained_at").between(*selected.drained))
     if selected.batches is not None:  # the increment's batches only (``plan`` counts those alone too)
         df = of_batches(df, selected.batches)
     full = list(selected.types)
