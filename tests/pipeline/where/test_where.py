@@ -213,6 +213,30 @@ def test_a_conversation_and_an_unknown_id(system: tuple[Path, Path, str]) -> Non
     assert _places(rows) == [("drained", SALES), ("failed", ERROR), ("waiting", BILLING)]
     summary, rows, proc = _where(system, "--message-id", str(uuid.uuid4()))
     assert rows == [] and summary["found"] == 0 and summary["messages"] == []
+    assert not [n for n in summary["notes"] if "drain claim" in n], summary["notes"]
+
+
+def test_rows_a_drain_holds_in_unresolved_claims_are_said_to_be_there(system: tuple[Path, Path, str]) -> None:
+    """Rows a drain took from their queue and could not commit to the journal (stopped, or its commit
+    failed) are in neither until the next drain: such a message was "found nowhere" while ``status``
+    counted the claim (a review). The answer says the claims wait, and which queues'."""
+    from queuelake.transport import claims
+
+    conf, work, uri = system
+    cfg = from_dict({"transport": {"connection": uri}}, env={})
+    table = claims.claims_ref(cfg.transport)
+    held = claims.Claim("tests.where/Sales/0", 1, SALES, "messages", 7, "{}")
+    with db.connect(cfg.transport) as conn:
+        claims.insert(conn, table, held)
+        conn.commit()
+    try:
+        summary, rows, _ = _where(system, "--message-id", str(uuid.uuid4()))
+    finally:
+        with db.connect(cfg.transport) as conn:
+            claims.delete(conn, table, held.app_id, held.version)
+            conn.commit()
+    [said] = [n for n in summary["notes"] if "drain claim" in n]
+    assert said.startswith(f"1 unresolved drain claim(s) hold 7 row(s) of {SALES}: "), said
 
 
 def test_a_business_key_through_the_typed_tables_and_the_waiting_bodies(system: tuple[Path, Path, str]) -> None:
