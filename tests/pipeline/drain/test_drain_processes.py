@@ -262,7 +262,8 @@ def test_the_commands_commit_session_lost_fails_its_queues_and_the_next_run_land
     assert proc.returncode == 1 and first["status"] == "failed", (first, err[-3000:])
     (queue,) = first["queues"]
     assert queue["status"] == "failed" and queue["error_kind"] == "transport", queue
-    assert "terminat" in queue["error"], queue
+    # psycopg says the one or the other, by whether the server's notice arrived before the next statement
+    assert any(said in queue["error"] for said in ("terminat", "connection is closed")), queue
 
     # the batches the process claimed and the poller did not commit (none when it committed all three)
     claimed = claim_count(cfg)

@@ -173,3 +173,49 @@ def test_the_connection_budget_is_first_come_first_served() -> None:
     for t in (a, big, small):
         t.join(5)
     assert order == ["a", "big", "small"] and budget.free == 6 and budget.peak == 5
+
+
+@pytest.mark.slow
+def test_after_the_journal_commit_fails_no_queue_gives_up_another_batch(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal commit failed (its connection terminated: a DBA, a timeout), and the run went on starting
+    every queue left, each receiving a batch it could not land: a review's 99 queues left 59,149 rows in
+    claims, in neither the queue nor the journal until the next run. Now nothing more is received: the
+    queues not begun keep their rows, and the next run lands every row once."""
+    from queuelake.errors import TransportError
+    from queuelake.pipeline.drain import committer
+
+    names = [f"Endpoint{i:03d}" for i in range(12)]
+    settings = {
+        "transport": {"connection": fresh_pg_uri},
+        "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+        "drain": {"queues": names, "batch_size": 50, "max_connections": 4, "workers_per_queue": 1},
+    }
+    cfg = from_dict(settings, env={})
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        for name in names:  # 300 rows each: a queue of its own, six batches
+            send(conn, queue_ref(name, cfg.transport), [OutgoingMessage("{}", b"x")] * 300)
+        conn.commit()
+
+    def terminated(self, conn, group):  # type: ignore[no-untyped-def]
+        raise TransportError("claim_delete failed: terminating connection due to administrator command")
+
+    monkeypatch.setattr(committer.JournalCommitter, "_land", terminated)
+    failed = drain(cfg, open_lake(cfg.lake))
+    assert failed["status"] == "failed", failed
+    with db.connect(cfg.transport) as conn:
+        left = [queues.count_rows(conn, queue_ref(n, cfg.transport)) for n in names]
+        held = claims.every_claim(conn, claims.claims_ref(cfg.transport))
+        claims_left, rows_claimed = len(held), sum(c.row_count for c in held)
+        conn.rollback()
+    untouched = sum(1 for n in left if n == 300)
+    assert untouched >= len(names) - 4, (left, claims_left)  # at most the queues begun at the failure
+    assert claims_left <= 2 * 4 and sum(left) + rows_claimed == 300 * len(names), (left, claims_left, rows_claimed)
+
+    monkeypatch.undo()
+    again = drain(cfg, open_lake(cfg.lake))
+    assert again["status"] == "ok" and again["landed"] + again.get("rows_resolved", 0) == 300 * len(names), again
+    ids = open_lake(cfg.lake).read_arrow("messages", columns=["id"]).column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 300 * len(names)

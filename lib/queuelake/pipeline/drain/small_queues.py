@@ -237,6 +237,7 @@ class SmallQueues:
         got_rows = got_bytes = 0
         parts: list[_Part] = []
         going_on: list[QueueDrain] = []
+        self.committer.check()  # nothing more taken once no batch can land (it waited in a claim)
         for drain in ready:
             budget = drain.state.budget
             want = budget.claim()

@@ -244,6 +244,9 @@ class TaskCommitter:
     def wait(self, app_id: str) -> None:
         """Returns at once: the task's ``finish`` waits for every queue's batches before its locks go."""
 
+    def check(self) -> None:
+        """Nothing to ask: the driver's poller commits, and ``submit`` waits on what it cleared."""
+
     def _settle(self, queue: str, app_id: str, at_most: int) -> None:
         """Until at most ``at_most`` of ``app_id``'s claims (filed under ``queue``) are still waiting
         for the driver."""

@@ -75,6 +75,7 @@ class Worker:
                     state.budget.give_back(want - within)
                     want = within
                 t0, cpu0 = time.monotonic(), time.thread_time()
+                state.committer.check()  # nothing more taken once no batch can land (it waited in a claim)
                 kill_points.reached("before_receive")
                 received = queues.receive_batch_arrow(conn, state.ref, want)
                 got = received.num_rows
