@@ -384,11 +384,38 @@ def test_store_delayed_uses_the_database_clock(queue: tuple[Connection, TableRef
         assert queues.store_delayed(conn, delayed, [(headers, b"body", 3_600_000), (headers, None, 0)]) == 2
     rows = sql(
         pg_uri,
-        f"SELECT headers, body, extract(epoch FROM due - now()) FROM {delayed.qualified} ORDER BY due DESC",
+        f"SELECT headers, body, extract(epoch FROM due - CAST(now() AT TIME ZONE 'UTC' AS timestamptz)) "
+        f"FROM {delayed.qualified} ORDER BY due DESC",
     )
     assert [(r[0], r[1]) for r in rows] == [(headers, b"body"), (headers, None)]
     assert 3_300 < float(rows[0][2]) <= 3_600
     assert -300 < float(rows[1][2]) <= 0
+
+
+def test_a_delayed_message_is_due_when_the_endpoint_reads_it_due_in_any_session_zone(
+    pg_uri: str, pg_driver: str, skewed_clocks: str
+) -> None:
+    """NServiceBus writes Due as ``timestamptz(now() AT TIME ZONE 'UTC') + delay`` and its endpoint moves a
+    row when ``Due < now() AT TIME ZONE 'UTC'``, both through the session's zone. Due written as the true
+    instant came due early west of UTC and late east of it, by the zone's offset (a review: 5 hours)."""
+    name = _queue_name()
+    cfg = make_config(pg_uri, pg_driver, [name])
+    plan = installer.plan(cfg, delayed_endpoints=[name])
+    delayed = plan.delayed[0]
+    with connect(pg_uri, pg_driver) as conn:
+        installer.install(conn, plan)
+        headers = hdr.encode({hdr.FORWARD_DESTINATION: name})
+        with conn.transaction():
+            queues.store_delayed(conn, delayed, [(headers, b"now", 0), (headers, b"later", 3_600_000)])
+        cur = conn.raw.cursor()
+        cur.execute("SHOW TimeZone")
+        assert cur.fetchone()[0] == skewed_clocks  # UTC+14: the session's clock disagrees with UTC
+        # the endpoint's MoveDueDelayedMessageText predicate, in the same session zone
+        cur.execute(f"SELECT body FROM {delayed.qualified} WHERE due <= now() AT TIME ZONE 'UTC'")
+        assert [bytes(r[0]) for r in cur.fetchall()] == [b"now"]
+        cur.execute(f"SELECT body FROM {delayed.qualified} WHERE due <= (now() + interval '61 min') AT TIME ZONE 'UTC'")
+        assert sorted(bytes(r[0]) for r in cur.fetchall()) == [b"later", b"now"]
+        conn.rollback()
 
 
 @pytest.mark.parametrize(
