@@ -12,6 +12,21 @@ from queuelake.commands.command import Command
 DEFAULT_CANARY_WAIT = 300.0  # pipeline/replay/plan.py's, spelt here: building the parser imports no pipeline
 
 
+def _ack_queue(database: Any, address: str, dry_run: bool) -> str:
+    """``--ack-queue`` as the canonical address the endpoints send each retry's acknowledgement to, its
+    table checked (unless a dry run). Why: it was written as given, unchecked: an endpoint that handles a
+    retry sends ServiceControl.Retry.Successful there, and a missing table failed every retried message
+    again (a review)."""
+    from queuelake.transport.schema import require_table
+
+    ref = database.queue(address)
+    if not dry_run:
+        with database.connect("queuelake-replay") as conn:
+            require_table(conn, ref)
+            conn.rollback()
+    return str(ref.canonical)
+
+
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import active_spark, lake_for
@@ -46,6 +61,8 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     if reader.exists(MESSAGES.name):
         check_columns(options.predicate, reader.schema(MESSAGES.name).names)
     database = open_database(cfg)  # the queue database's handle: what the replay's connections come from
+    if options.ack_queue is not None:
+        options.ack_queue = _ack_queue(database, options.ack_queue, options.dry_run)
     session = active_spark()
     if session is None:
         # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting
@@ -98,7 +115,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-rate", type=float, default=None, help="at most N messages per second")
     add("--replay-id", default=None, help="resume this replay (default: a new id, printed)")
     add("--batch-size", type=int, default=5000, help="messages per DB transaction (default 5000)")
-    add("--ack-queue", default=None, help="set ServiceControl.Retry.AcknowledgementQueue on retries")
+    add(
+        "--ack-queue",
+        default=None,
+        help="set ServiceControl.Retry.AcknowledgementQueue on retries to this queue (its table must exist)",
+    )
     add(
         "--canary",
         type=int,

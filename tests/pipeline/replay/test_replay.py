@@ -757,6 +757,22 @@ def test_a_replay_killed_before_its_lineage_then_an_erase_says_which_batches_are
     assert f"{REPLAY_ID}: {replay_id}" in said and "replay_lineage names their rows" not in said, said
 
 
+def test_the_ack_queue_is_checked_and_written_as_its_canonical_address(failures) -> None:
+    """``--ack-queue`` was written as given and unchecked: an endpoint that handles a retry sends
+    ServiceControl.Retry.Successful there, and a missing table failed every retried message again (a
+    review). It is resolved as ``--to`` is, and its table must exist (a dry run sends nothing)."""
+    from queuelake.commands.replay import _ack_queue
+    from queuelake.context import open_database
+    from queuelake.errors import TransportError
+
+    cfg, *_ = failures
+    database = open_database(cfg)
+    assert _ack_queue(database, "Billing", dry_run=False) == '"public"."Billing"'
+    with pytest.raises(TransportError, match='queue table "Particular"."ServiceControl" does not exist'):
+        _ack_queue(database, "Particular.ServiceControl", dry_run=False)
+    assert _ack_queue(database, "Nowhere", dry_run=True) == '"public"."Nowhere"'
+
+
 def test_a_finished_replay_run_again_after_an_erase_has_nothing_to_do(failures, spark) -> None:
     """A replay whose every batch was sent, run again with its id after an erase purged its plan's
     version: it failed "cannot resume", and a scheduled retry went red for good (two reviews). It says
