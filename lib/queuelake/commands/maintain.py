@@ -54,11 +54,48 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
         kept = retention.apply(cfg, lake)  # says there is nothing to do
     retention_seconds = time.monotonic() - t0
     figures: dict[str, Any] = {}  # each table's compaction and vacuum, as they are done
+    rows: list[dict[str, Any]] = []  # their ``runs`` rows, as they are done
     try:
-        return _compact_and_index(cfg, lake, journal, run, kept, retention_seconds, figures)
+        return _compact_and_index(cfg, lake, journal, run, kept, retention_seconds, figures, rows)
     except BaseException as exc:  # the rows retention removed are gone, the tables done are: the summary says so
-        stopping.partial(exc, {"retention": kept.summary(), "tables": figures})
+        _record_ended_early(lake, run, kept, retention_seconds, rows, exc)
+        stopping.partial(exc, {"run_id": run.run_id, "retention": kept.summary(), "tables": figures})
         raise
+
+
+def _record_ended_early(
+    lake: LakeEngine, run: Run, kept: RetentionResult, seconds: float, rows: list[dict[str, Any]], exc: BaseException
+) -> None:
+    """The ``runs`` rows of a maintain stopped (or failed) before its end: the tables done, and the journal's
+    with the rows retention removed, ``interrupted`` (or ``failed``). Why: a stopped maintain left no
+    ``runs`` row, its retention's deletions recorded nowhere (a review)."""
+    from queuelake import stopping
+    from queuelake.errors import describe
+    from queuelake.pipeline import runs
+    from queuelake.pipeline.store import retention
+    from queuelake.report import log
+    from queuelake.status import Status
+
+    stopped = isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) or stopping.stop_within(exc) is not None
+    ended: dict[str, Any] = {"ended_at": runs.utc_now(), "status": Status.INTERRUPTED if stopped else Status.FAILED}
+    if not stopped:
+        ended["error"] = describe(exc)[:2000]
+    journal = next((r for r in rows if r["table"] == retention.JOURNAL), None)
+    if journal is None:  # the journal not compacted yet: its row says what retention removed, and how it ended
+        journal = {"table": retention.JOURNAL, "seconds": round(seconds, 3), **ended}
+        if kept.rules:
+            journal.update(
+                rows_removed=kept.total("rows"),
+                files_removed=kept.total("files_removed"),
+                files_rewritten=kept.total("files_rewritten"),
+            )
+        rows = [*rows, journal]
+    else:
+        rows = [*rows, {"table": "(maintain)", **ended}]
+    try:
+        run.record(lake, rows)
+    except Exception as failed:  # noqa: BLE001 - the stop (or the failure) is what the command reports
+        log.warning("maintain: the runs rows of the tables done were not written: %s", failed)
 
 
 def _compact_and_index(
@@ -69,9 +106,10 @@ def _compact_and_index(
     kept: RetentionResult,
     retention_seconds: float,
     figures: dict[str, Any],
+    rows: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Compact and vacuum every table (its figures into ``figures`` as each is done), bring the id index
-    up to the journal, record the ``runs`` rows."""
+    """Compact and vacuum every table (its figures into ``figures``, its ``runs`` row into ``rows``, as each
+    is done), bring the id index up to the journal, record the ``runs`` rows."""
     from queuelake import stopping
     from queuelake.errors import describe, error_kind, is_panic
     from queuelake.lake.storage import job_secrets
@@ -82,7 +120,6 @@ def _compact_and_index(
     from queuelake.report import log
     from queuelake.status import Status
 
-    rows = []
     names = lake.tables()
     if not names:
         log.info("maintain: no lake tables under %s yet, nothing to do", cfg.lake.root)

@@ -226,6 +226,12 @@ def test_a_maintain_failing_after_its_retention_says_what_retention_removed(
     assert summary["status"] == "failed" and "connection reset" in summary["error"], summary
     assert summary["retention"]["rows_removed"] == 160 and summary["retention"]["files_removed"] == 3, summary
     assert len(keys(lake)) == 300 + 50 + 30 - 160
+    # recorded in runs too: the journal's row with what retention removed, and the failure
+    runs = read_table(str(tmp_path / "lake" / "runs"))
+    rows = runs.filter(pc.equal(runs.column("run_id"), summary["run_id"])).to_pylist()
+    journal = next(r for r in rows if r["table"] == "messages")
+    assert journal["rows_removed"] == 160 and journal["status"] == "ok", rows
+    assert [r["status"] for r in rows if r["table"] == "(maintain)"] == ["failed"], rows
 
 
 def test_a_maintain_stopped_after_its_compaction_says_what_it_had_done(
@@ -249,6 +255,11 @@ def test_a_maintain_stopped_after_its_compaction_says_what_it_had_done(
     assert summary["status"] == "interrupted", summary
     assert summary["retention"]["rows_removed"] == 160, summary
     assert list(summary["tables"]) == ["messages"] and summary["tables"]["messages"]["files_compacted"] == 4, summary
+    # a stopped maintain left no runs row, its retention's deletions recorded nowhere (a review)
+    runs = read_table(str(tmp_path / "lake" / "runs"))
+    rows = runs.filter(pc.equal(runs.column("run_id"), summary["run_id"])).to_pylist()
+    assert sorted((r["table"], r["status"]) for r in rows) == [("(maintain)", "interrupted"), ("messages", "ok")], rows
+    assert next(r for r in rows if r["table"] == "messages")["rows_removed"] == 160, rows
 
 
 def test_a_retention_stopped_between_its_rules_says_which_were_applied(
