@@ -53,6 +53,10 @@ them is a secret):
   ``$QUEUELAKE_HOME/venv/bin/python``);
 - ``QUEUELAKE_PACKED_ENV``: cluster mode, the packed environment (default
   ``$QUEUELAKE_HOME/queuelake-env.tar.gz``);
+- ``QUEUELAKE_SPARK_PACKAGES`` / ``QUEUELAKE_SPARK_JARS``: for a lake with ``lake.engine: delta-spark`` (or
+  ``auto`` on tables delta-spark made): spark-submit's ``--packages`` (what ``queuelake spark-packages``
+  prints) or ``--jars`` (the Delta jars, comma-separated); either also sets the two ``spark.sql`` settings
+  Delta needs (docs/lake.md). Unset: the job runs on delta-rs, and refuses a delta-spark lake, saying so;
 - ``QUEUELAKE_DRIVER_MEMORY``: spark-submit's ``--driver-memory`` (default: Spark's, 1g); the config's
   ``spark.conf`` cannot set it here, the driver's JVM runs before the job reads the config.
 
@@ -101,6 +105,9 @@ SPARK_CONN_ID = os.environ.get("QUEUELAKE_SPARK_CONN_ID", "spark_default")
 DEPLOY_MODE = os.environ.get("QUEUELAKE_SPARK_DEPLOY_MODE", "cluster")
 DRIVER_MEMORY = os.environ.get("QUEUELAKE_DRIVER_MEMORY") or None
 DRIVER_PYTHON = os.environ.get("QUEUELAKE_DRIVER_PYTHON", f"{QUEUELAKE_HOME}/venv/bin/python")
+# a delta-spark lake: the Delta package or jars (a review: the DAG could not run one, and had no setting for it)
+PACKAGES = os.environ.get("QUEUELAKE_SPARK_PACKAGES") or None
+JARS = os.environ.get("QUEUELAKE_SPARK_JARS") or None
 if DEPLOY_MODE not in ("client", "cluster"):
     raise ValueError(f"QUEUELAKE_SPARK_DEPLOY_MODE={DEPLOY_MODE!r}: client or cluster")
 
@@ -177,6 +184,9 @@ spark_conf = {
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.redaction.regex": SPARK_REDACTION_REGEX,
 }
+if PACKAGES or JARS:  # Delta's JVM classes on the classpath, and the session set up to use them
+    spark_conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+    spark_conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 if DEPLOY_MODE == "client":
     # The driver plans Python data sources (bodies) with spark.pyspark.python, in the worker's folder where no
     # ./environment exists: the driver's own Python, for the driver and the executors alike.
@@ -221,6 +231,8 @@ with DAG(
         files=files,
         archives=archives,
         conf=spark_conf,
+        packages=PACKAGES,
+        jars=JARS,
         driver_memory=DRIVER_MEMORY,
         env_vars={
             "QUEUELAKE_CONNECTION": TRANSPORT_CONNECTION,

@@ -257,7 +257,7 @@ for dag_id, dag in bag.dags.items():
             info["rendered_json"] = json.loads(env.from_string(json.dumps(task.json)).render(ts="2026-01-01"))
         if getattr(task, "env_vars", None):
             info["rendered_env"] = {k: env.from_string(v).render(conn=conn, var=var) for k, v in task.env_vars.items()}
-        for name in ("application", "application_args", "files", "conf"):
+        for name in ("application", "application_args", "files", "conf", "packages", "jars"):
             if hasattr(task, name):
                 value = getattr(task, name)
                 info[name] = value if isinstance(value, (str, list, dict, type(None))) else str(value)
@@ -274,12 +274,17 @@ print("DAGBAG " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def dagbag(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _dagbag(tmp_path_factory, {})
+
+
+def _dagbag(tmp_path_factory: pytest.TempPathFactory, settings: dict[str, str]) -> dict[str, Any]:
     missing = _missing_airflow()
     if missing:
         pytest.skip(f"Airflow DAG parse check needs {', '.join(missing)}: pip install -e '.[airflow]'")
     home = tmp_path_factory.mktemp("airflow_home")
     env = {
         **os.environ,
+        **settings,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
@@ -317,6 +322,7 @@ def test_spark_submit_dag(dagbag: dict[str, Any]) -> None:
     # cluster mode (the default): driver and executors run the packed environment, unpacked as ./environment
     assert task["conf"]["spark.pyspark.python"] == "./environment/bin/python"
     assert "spark.pyspark.driver.python" not in task["conf"]
+    assert task["packages"] is None and "spark.sql.extensions" not in task["conf"]  # delta-rs: no Delta JVM
     # the secret comes from the Airflow connection at run time, as libpq fields (quoted where needed), never
     # the URI Airflow renders
     assert task["rendered_env"] == {
@@ -327,6 +333,19 @@ def test_spark_submit_dag(dagbag: dict[str, Any]) -> None:
     assert "s3 cret" not in source
     # Spark redacts the connection string where it shows the env var (UI, event logs)
     assert task["conf"]["spark.redaction.regex"] == dag_redaction_regex()
+
+
+def test_spark_submit_dag_takes_the_delta_package_for_a_delta_spark_lake(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A lake delta-spark wrote could not run under the shipped DAG: nothing added Delta's package and its
+    two settings (a review). ``QUEUELAKE_SPARK_PACKAGES`` does; without it the DAG adds neither."""
+    packages = "io.delta:delta-spark_2.13:4.0.0"
+    bag = _dagbag(tmp_path_factory, {"QUEUELAKE_SPARK_PACKAGES": packages})
+    task = bag["dags"]["queuelake_spark_submit"]["tasks"]["run"]
+    assert task["packages"] == packages and task["jars"] is None, task
+    assert task["conf"]["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension", task["conf"]
+    assert task["conf"]["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog"), task["conf"]
 
 
 # ---------------------------------------------------------------- Spark's redaction of secrets
