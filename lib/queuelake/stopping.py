@@ -239,6 +239,16 @@ def restore_handlers() -> None:
 
 # how often a long ``interruptible`` call with a ``still`` text says it is still running
 STILL_SECONDS = 10.0
+# interruptible calls a stop left running in their threads, each its "ended" event (``is_alive`` of a thread
+# whose join a signal interrupted says False while it runs on: Python marks it stopped)
+_LEFT_BEHIND: list[threading.Event] = []
+
+
+def calls_left_behind() -> bool:
+    """Whether a stop left an ``interruptible`` call running in its thread (inside deltalake's or
+    pyarrow's native code): the process should end without the interpreter's teardown, which such a
+    thread can crash (``jobs.run_job``)."""
+    return any(not ended.is_set() for ended in _LEFT_BEHIND)
 
 
 def interruptible(call: Callable[[], T], still: str | None = None) -> T:
@@ -257,19 +267,27 @@ def interruptible(call: Callable[[], T], still: str | None = None) -> T:
     outcome: dict[str, Any] = {}
     context = contextvars.copy_context()
 
+    ended = threading.Event()
+
     def run() -> None:
         try:
             outcome["value"] = context.run(call)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread as it is
             outcome["error"] = exc
+        finally:
+            ended.set()
 
     worker = threading.Thread(target=run, name="queuelake-interruptible-read", daemon=True)
     started = time.monotonic()
     worker.start()
-    worker.join(None if still is None else STILL_SECONDS)
-    while worker.is_alive():
-        log.info("%s: still running (%.0fs)", still, time.monotonic() - started)
-        worker.join(STILL_SECONDS)
+    try:
+        worker.join(None if still is None else STILL_SECONDS)
+        while not ended.is_set():
+            log.info("%s: still running (%.0fs)", still, time.monotonic() - started)
+            worker.join(STILL_SECONDS)
+    except BaseException:  # a stop now: the call goes on in its thread, left behind (``calls_left_behind``)
+        _LEFT_BEHIND.append(ended)
+        raise
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

@@ -41,3 +41,38 @@ def test_maintain_says_its_compaction_and_vacuum_are_still_running(
         lake.maintain("messages")
     said = {r.getMessage().split(": still running")[0] for r in caplog.records if "still running" in r.getMessage()}
     assert said == {"maintain messages: compacting", "maintain messages: vacuuming"}, said
+
+
+def test_a_stop_while_a_call_waits_leaves_it_behind_and_says_so() -> None:
+    """A stop taken while an ``interruptible`` call runs leaves the call in its thread; ``jobs.run_job`` then
+    ends the process without the interpreter's teardown, which such a thread crashed (spark-submit exited
+    139 after a stopped ``maintain``'s summary: a review)."""
+    import os
+    import signal
+    import threading
+
+    timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        stopping.interruptible(lambda: time.sleep(1.5))
+    assert stopping.calls_left_behind()
+    time.sleep(1.6)
+    assert not stopping.calls_left_behind()  # once the call has ended, nothing is left behind
+
+
+def test_a_job_whose_stop_left_a_call_behind_ends_without_teardown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``jobs.run_job`` ends at once (``os._exit`` with the command's code) only when a call was left behind."""
+    import os
+    import threading
+
+    from queuelake import jobs
+
+    ended: list[int] = []
+    monkeypatch.setattr(os, "_exit", ended.append)
+    monkeypatch.setattr(logging, "shutdown", lambda: None)  # this test process's handlers stay open
+    jobs.end_now_if_calls_left_behind(143)
+    assert ended == []  # nothing left behind: the interpreter ends as usual
+    running = threading.Event()  # a call still running in its thread
+    monkeypatch.setattr(stopping, "_LEFT_BEHIND", [running])
+    jobs.end_now_if_calls_left_behind(143)
+    assert ended == [143]
