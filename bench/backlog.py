@@ -11,12 +11,16 @@ bodies and the transform took (``spark.slice_rows``), and the peak resident memo
 process tree (the Python driver and the JVM it starts, sampled every 0.2 s with psutil), so that
 memory can be compared between sizes: it should follow the slice, not the backlog.
 
+``--rewritten`` drains the backlog first, then runs ``maintain`` (a compaction) and an ``erase`` of one
+row (which purges the compaction's removed files): the measured ``run`` is then the stages' first run on
+a journal whose history was rewritten, which each slice reads from the compacted files by batch id.
+
 ``--body-kb N`` pads each body to about N KB on average (a spread of 0.2 to 1.8 times, and one body in
 2,000 of 200 KB, as real systems' documents), where the demo's are about 1 KB: bodies of a few KB are
 what ran the bodies stage out of memory on defaults before its slices' samples and cache were bounded
 by bytes.
 
-    python bench/backlog.py [--messages 1000000 5000000] [--copies 1 3] [--body-kb 3] [--workdir DIR]
+    python bench/backlog.py [--messages 1000000 5000000] [--copies 1 3] [--body-kb 3] [--rewritten] [--workdir DIR]
 
 Ends with one JSON line.
 """
@@ -126,7 +130,26 @@ class TreePeak:
         self._thread.join()
 
 
-def one(server_uri: str, messages: int, copies: int, work: Path, body_kb: float | None = None) -> dict:
+def _prepare_rewritten(conf: Path, env: dict[str, str], work: Path) -> float:
+    """The backlog drained, the journal compacted and one row erased, each a command of its own; seconds."""
+    started = time.perf_counter()
+    for args in (["drain"], ["maintain"], ["erase", "--where", "seq = 1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "queuelake", *args, "-c", str(conf)],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode:
+            raise SystemExit(f"{args[0]} failed ({done.returncode}): {done.stderr[-1500:]}")
+        print(f"{args[0]}: {done.stdout.strip().splitlines()[-1][:300]}", file=sys.stderr, flush=True)
+    return round(time.perf_counter() - started, 1)
+
+
+def one(
+    server_uri: str, messages: int, copies: int, work: Path, body_kb: float | None = None, rewritten: bool = False
+) -> dict:
     import psycopg
 
     name = f"backlog_{messages}_{copies}_{uuid.uuid4().hex[:6]}"
@@ -146,6 +169,7 @@ def one(server_uri: str, messages: int, copies: int, work: Path, body_kb: float 
         traffic.seed(conn, queue_ref("Sales", cfg.transport), _messages(messages, copies, body_kb), chunk=50_000)
     print(f"seeded {messages} ({copies} copies) in {time.perf_counter() - seeded:.0f}s", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib"), "QUEUELAKE_CONNECTION": uri}
+    prepared = _prepare_rewritten(conf, env, work) if rewritten else None
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "queuelake", "run", "-c", str(conf)],
@@ -186,6 +210,7 @@ def one(server_uri: str, messages: int, copies: int, work: Path, body_kb: float 
         "messages": messages,
         "copies": copies,
         "body_kb": body_kb,
+        "rewritten_first_seconds": prepared,
         "exit": proc.returncode,
         "status": summary.get("status"),
         "error": summary.get("error")
@@ -203,6 +228,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, nargs="+", default=[1_000_000, 5_000_000])
     parser.add_argument("--copies", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--body-kb", type=float, default=None, help="bodies of about this many KB (default ~1)")
+    parser.add_argument("--rewritten", action="store_true", help="drain, maintain and erase before the run measured")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="queuelake-backlog-"))
@@ -213,7 +239,7 @@ def main() -> None:
     try:
         for copies in args.copies:
             for messages in args.messages:
-                result = one(server.get_uri("postgres"), messages, copies, work, args.body_kb)
+                result = one(server.get_uri("postgres"), messages, copies, work, args.body_kb, args.rewritten)
                 print(json.dumps(result), file=sys.stderr, flush=True)
                 results.append(result)
     finally:
