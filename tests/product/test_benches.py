@@ -268,6 +268,16 @@ def test_backlog_bench_runs_a_first_backlog_on_defaults_with_its_peak_memory() -
 
 
 @pytest.mark.slow
+def test_backlog_bench_runs_the_first_run_on_a_rewritten_journal() -> None:
+    """``--rewritten``: drain, ``maintain`` and an erase of one row (seq 1) first, then the run measured."""
+    result = _bench("backlog.py", "--messages", "3000", "--copies", "1", "--rewritten")
+    (one,) = result["results"]
+    assert one["exit"] == 0 and one["status"] == "ok" and one["rewritten_first_seconds"] > 0, one
+    assert one["stages"]["drain"]["rows"] == 0, one  # drained before
+    assert one["stages"]["bodies"]["rows"] == one["stages"]["transform"]["rows"] == 2999, one
+
+
+@pytest.mark.slow
 def test_drain_bench_pins_the_server_and_itself_to_cpus_of_their_own() -> None:
     """``--pin`` on its own embedded server (pinning a shared one would move the suite's server): the
     JSON says the pinning, checked after every leg, and each leg's server CPU is the server's own.
