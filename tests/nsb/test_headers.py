@@ -225,6 +225,8 @@ def test_whitespace_around_json_and_bytes_inputs() -> None:
         (b'{"a":"\xc3"}', "headers are not valid UTF-8"),
         (b'{"a":"\xed\xa0\x80"}', "headers are not valid UTF-8"),  # an encoded surrogate
         ('{"a":"\ud83d"}', "not valid Unicode: lone surrogate at character 6"),
+        # invalid UTF-8 from a SQL_ASCII database, as the driver's text escaped it: said so (it read "lone surrogate")
+        (b'{"a":"\xff"}'.decode("utf-8", "surrogateescape"), "not valid UTF-8: byte 0xff at character 6"),
         ('{"a":"\\ud83d"}', "escaped lone surrogate"),
         ('{"a":"\\ude00x"}', "escaped lone surrogate"),
         ('{"a":"\\ud83dx"}', "escaped lone surrogate"),

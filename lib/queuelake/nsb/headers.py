@@ -63,6 +63,11 @@ def decode_map(raw: str | bytes | None) -> dict[str, str | None]:
         try:
             data = raw.encode("utf-8")
         except UnicodeEncodeError as exc:
+            bad = ord(raw[exc.start])
+            if 0xDC80 <= bad <= 0xDCFF:  # a byte no UTF-8 holds, as a driver's text escaped it (surrogateescape)
+                raise HeaderError(
+                    f"headers are not valid UTF-8: byte 0x{bad - 0xDC00:02x} at character {exc.start}"
+                ) from None
             raise HeaderError(f"headers are not valid Unicode: lone surrogate at character {exc.start}") from None
     elif isinstance(raw, (bytes, bytearray, memoryview)):
         data = bytes(raw)
