@@ -55,6 +55,20 @@ def _drained_orders(uri: str, tmp_path: Path, spark):
     return cfg, lake
 
 
+def _crash_on_append(monkeypatch: pytest.MonkeyPatch, lake, n: int) -> None:  # type: ignore[no-untyped-def]
+    """The driver dies in the ``n``-th typed-table append of the run (``monkeypatch.undo`` ends it)."""
+    real = type(lake).append_dataframe
+    calls = {"n": 0}
+
+    def crash_on_the_nth(self, table: str, df, app_id: str, version: int) -> bool:  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise OSError("the driver died here")
+        return real(self, table, df, app_id, version)
+
+    monkeypatch.setattr(type(lake), "append_dataframe", crash_on_the_nth)
+
+
 @pytest.mark.slow
 def test_slices_land_every_row_once_and_a_failed_slice_resumes(
     fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
@@ -64,22 +78,13 @@ def test_slices_land_every_row_once_and_a_failed_slice_resumes(
     assert upto is not None and len(lake.slices("messages", None, upto, 100)) >= 4
 
     # a crash in the third slice: the first two are committed, their rows written once
-    real = type(lake).append_dataframe
-    calls = {"n": 0}
-
-    def crash_on_the_third(self, table: str, df, app_id: str, version: int) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise OSError("the driver died here")
-        return real(self, table, df, app_id, version)
-
-    monkeypatch.setattr(type(lake), "append_dataframe", crash_on_the_third)
+    _crash_on_append(monkeypatch, lake, 3)
     failed = bodies_run.bodies(cfg, spark, lake)
     assert failed["status"] == "failed" and failed["slices"] == 3, failed
     assert lake.read_arrow("body_increments").num_rows == 2  # two slices committed
     partial = lake.read_arrow(ORDERS, columns=["message_id"]).column("message_id").to_pylist()
     assert 0 < len(partial) < 360 and len(partial) == len(set(partial))
-    monkeypatch.setattr(type(lake), "append_dataframe", real)
+    monkeypatch.undo()
 
     again = bodies_run.bodies(cfg, spark, lake)
     assert again["status"] == "ok" and again["slices"] >= 2 and again["journal_version"] == upto, again
@@ -114,19 +119,10 @@ def test_a_first_run_after_an_erase_and_a_compaction_takes_slices_and_resumes(
     upto = lake.table_version("messages")
     assert upto is not None and len(lake.slices("messages", None, upto, 100)) >= 3
 
-    real = type(lake).append_dataframe
-    calls = {"n": 0}
-
-    def crash_on_the_second(self, table: str, df, app_id: str, version: int) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise OSError("the driver died here")
-        return real(self, table, df, app_id, version)
-
-    monkeypatch.setattr(type(lake), "append_dataframe", crash_on_the_second)
+    _crash_on_append(monkeypatch, lake, 2)
     failed = bodies_run.bodies(cfg, spark, lake)
     assert failed["status"] == "failed" and failed["slices"] == 2, failed
-    monkeypatch.setattr(type(lake), "append_dataframe", real)
+    monkeypatch.undo()
     again = bodies_run.bodies(cfg, spark, lake)
     assert again["status"] == "ok" and again["journal_version"] == upto, again
     ids = lake.read_arrow(ORDERS, columns=["message_id"]).column("message_id").to_pylist()

@@ -691,31 +691,41 @@ def test_a_connection_lost_mid_replay_is_the_queue_databases_failure(failures, s
     assert "terminating connection" in summary["error"]
 
 
+def _replay_stopped_at(cfg, errors, spark, monkeypatch, call: int, killed: bool = False) -> str:  # type: ignore[no-untyped-def]
+    """A retry stopped as its ``call``-th batch goes (``killed``: having written nothing of its records, as a
+    SIGKILL leaves it), then one journal row erased (its purge deletes every earlier version's files):
+    the replay id."""
+    from queuelake import stopping
+    from queuelake.pipeline.replay import executors, replayer
+    from queuelake.pipeline.store.erase import erase
+
+    real, calls = executors.send_built, {"n": 0}
+
+    def stopped_there(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise stopping.Interrupted("stopped by signal SIGTERM")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "send_built", stopped_there)
+    if killed:
+        monkeypatch.setattr(replayer.Replayer, "record", lambda self, result: None)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    monkeypatch.undo()
+    gone = hdr.decode_map(errors[1].headers)[hdr.MESSAGE_ID]
+    assert erase(cfg, open_lake(cfg.lake), f"message_id = '{gone}'", dry_run=False)["tables"]["messages"]["rows"] == 1
+    return str(stopping.done_before(stopped.value)["replay"]["replay_id"])
+
+
 def test_a_replay_planned_before_an_erase_says_it_cannot_resume(failures, spark, monkeypatch) -> None:
     """An erase's purge deletes the files of every version before it: a replay interrupted before the
     erase, rerun with its id, failed with a bare FileNotFoundError ("unexpected") on the plan's version
     (a review). It now says why, and what to do."""
-    from queuelake import stopping
     from queuelake.errors import ReplayError
-    from queuelake.pipeline.replay import executors
-    from queuelake.pipeline.store.erase import erase
 
     cfg, errors, *_ = failures
-    real, calls = executors.send_built, {"n": 0}
-
-    def stopped_on_the_second(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise stopping.Interrupted("stopped by signal SIGTERM")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(executors, "send_built", stopped_on_the_second)
-    with pytest.raises(stopping.Interrupted) as stopped:
-        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
-    replay_id = stopping.done_before(stopped.value)["replay"]["replay_id"]
-    monkeypatch.undo()
-    gone = hdr.decode_map(errors[1].headers)[hdr.MESSAGE_ID]
-    assert erase(cfg, open_lake(cfg.lake), f"message_id = '{gone}'", dry_run=False)["tables"]["messages"]["rows"] == 1
+    replay_id = _replay_stopped_at(cfg, errors, spark, monkeypatch, 2)
     with pytest.raises(ReplayError, match=f"replay {replay_id} cannot resume: the journal's files at version"):
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
 
@@ -727,29 +737,11 @@ def test_a_replay_killed_before_its_lineage_then_an_erase_says_which_batches_are
     its rerun cannot cut the plan any more, and said the lineage named the rows it sent, which it did not
     (a review: a new replay then sent them again). It says which batches are unnamed and how their
     copies are marked."""
-    from queuelake import stopping
     from queuelake.errors import ReplayError
     from queuelake.nsb.retry import REPLAY_ID
-    from queuelake.pipeline.replay import executors, replayer
-    from queuelake.pipeline.store.erase import erase
 
     cfg, errors, *_ = failures
-    real, calls = executors.send_built, {"n": 0}
-
-    def stopped_on_the_third(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise stopping.Interrupted("stopped by signal SIGKILL")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(executors, "send_built", stopped_on_the_third)
-    monkeypatch.setattr(replayer.Replayer, "record", lambda self, result: None)  # killed: nothing written
-    with pytest.raises(stopping.Interrupted) as stopped:
-        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
-    replay_id = stopping.done_before(stopped.value)["replay"]["replay_id"]
-    monkeypatch.undo()
-    gone = hdr.decode_map(errors[1].headers)[hdr.MESSAGE_ID]
-    assert erase(cfg, open_lake(cfg.lake), f"message_id = '{gone}'", dry_run=False)["tables"]["messages"]["rows"] == 1
+    replay_id = _replay_stopped_at(cfg, errors, spark, monkeypatch, 3, killed=True)
     with pytest.raises(ReplayError) as refused:
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
     said = str(refused.value)
