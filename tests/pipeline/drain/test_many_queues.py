@@ -213,6 +213,7 @@ def test_after_the_journal_commit_fails_no_queue_gives_up_another_batch(
     untouched = sum(1 for n in left if n == 300)
     assert untouched >= len(names) - 4, (left, claims_left)  # at most the queues begun at the failure
     assert claims_left <= 2 * 4 and sum(left) + rows_claimed == 300 * len(names), (left, claims_left, rows_claimed)
+    assert failed["dequeued"] == rows_claimed, failed  # a claimed batch is counted (docs/drain.md)
 
     monkeypatch.undo()
     again = drain(cfg, open_lake(cfg.lake))

@@ -226,5 +226,9 @@ class Worker:
         state.claim_committed()
         kill_points.reached("after_db_commit")
         t_claim = time.monotonic()
-        state.committer.submit(Claimed(state.ref.canonical, staged, app_id, version))
+        try:
+            state.committer.submit(Claimed(state.ref.canonical, staged, app_id, version))
+        except BaseException:  # the journal commit failed: the batch is claimed, and counted (docs/drain.md)
+            state.add_batch(received.num_rows, counts)
+            raise
         return t_stage - t0, t_claim - t_stage, counts
