@@ -174,7 +174,11 @@ def _erase_kept(
         kept.record({"purge": list(engines)})
     for table, engine in engines.items():
         tables[table]["files_vacuumed"] = engine.purge_removed(table)
-        log.info("erase %s: %d removed file(s) purged from storage", table, tables[table]["files_vacuumed"])
+        log.info(
+            "erase %s: the log's %d removed file(s) purged from storage (those an earlier purge deleted among them)",
+            table,
+            tables[table]["files_vacuumed"],
+        )
     kill_points.reached("erase_purged")  # every purge done, the record still there
     kept.clear()
     return {"dry_run": False, "tables": tables, "seconds": round(time.monotonic() - t0, 3)}
