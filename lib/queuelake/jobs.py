@@ -11,9 +11,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 
-def run_job(command: str, argv: Sequence[str] | None = None) -> int:
+def run_job(command: str, argv: Sequence[str] | None = None, end_now: bool = True) -> int:
     """Build the Spark session, then run the command; both under the CLI's handling of failures and
-    SIGTERM, so every way out prints the JSON summary and exits non-zero."""
+    SIGTERM, so every way out prints the JSON summary and exits non-zero. ``end_now``: a process of its
+    own (spark-submit's job), which ends at once when a stop left a native call running
+    (``end_now_if_calls_left_behind``); not in a platform's process (Databricks' wheel task)."""
     import argparse
 
     from queuelake import config as config_mod
@@ -35,7 +37,8 @@ def run_job(command: str, argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     stop_with_parent()
     code = main([command, *args], prepare=prepare)
-    end_now_if_calls_left_behind(code)
+    if end_now:
+        end_now_if_calls_left_behind(code)
     return code
 
 
@@ -85,8 +88,9 @@ def stop_with_parent() -> None:
 
 def _entry(command: str) -> int:
     """Console-script entry (Databricks python_wheel_task calls it and ignores return values):
-    a failure must raise, or the platform reports the run as succeeded."""
-    code = run_job(command)
+    a failure must raise, or the platform reports the run as succeeded. The process is the platform's:
+    it is not ended early (``run_job``'s ``end_now``)."""
+    code = run_job(command, end_now=False)
     if code:
         raise SystemExit(code)
     return 0
