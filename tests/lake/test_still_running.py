@@ -43,7 +43,7 @@ def test_maintain_says_its_compaction_and_vacuum_are_still_running(
     assert said == {"maintain messages: compacting", "maintain messages: vacuuming"}, said
 
 
-def test_a_stop_while_a_call_waits_leaves_it_behind_and_says_so() -> None:
+def test_a_stop_while_a_call_waits_leaves_it_behind_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stop taken while an ``interruptible`` call runs leaves the call in its thread; ``jobs.run_job`` then
     ends the process without the interpreter's teardown, which such a thread crashed (spark-submit exited
     139 after a stopped ``maintain``'s summary: a review)."""
@@ -51,10 +51,16 @@ def test_a_stop_while_a_call_waits_leaves_it_behind_and_says_so() -> None:
     import signal
     import threading
 
-    timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        stopping.interruptible(lambda: time.sleep(1.5))
+    # Python's own SIGINT handler for the test, whatever the test runner's worker set (xdist's may ignore it)
+    monkeypatch.setattr(stopping, "_LEFT_BEHIND", [])
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            stopping.interruptible(lambda: time.sleep(1.5))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert stopping.calls_left_behind()
     time.sleep(1.6)
     assert not stopping.calls_left_behind()  # once the call has ended, nothing is left behind
