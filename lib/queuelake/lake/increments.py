@@ -137,16 +137,34 @@ def _new_files(table_uri: str, commits: list[_Commit], storage_options: dict[str
 def _increment(
     table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None
 ) -> tuple[list[str], bool]:
-    origins, mixed = _surviving(table_uri, commits, storage_options)
-    return sorted(_absolute(table_uri, path) for path in origins), mixed
+    found = _surviving(table_uri, commits, storage_options)
+    return sorted(_absolute(table_uri, path) for path in found.files), found.mixed
 
 
-def _surviving(
-    table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None
-) -> tuple[dict[str, tuple[int, int]], bool]:
-    """The files holding the rows ``commits`` added that are still there at the last of them, each with
-    the first and last version of the data commits whose rows it holds, and whether some of them also
-    hold rows of files from before the range (``added_batches`` filters those out).
+@dataclass
+class _Regrouped:
+    """A compaction of the range whose removed files stay readable (until vacuum) and are read in its
+    stead: the files it removed (``originals``, still named) and the files it wrote (``outputs``)."""
+
+    originals: list[str]
+    outputs: set[str]
+    span: tuple[int, int]
+    mixed: bool  # it also regrouped files from before the range
+
+
+@dataclass
+class _Surviving:
+    """What ``_surviving`` finds: the files holding the range's rows (each with the first and last data
+    version whose rows it holds), whether some also hold earlier rows, and the (added, removed) versions
+    between which no slice may end (``slices``)."""
+
+    files: dict[str, tuple[int, int]]
+    mixed: bool
+    held: list[tuple[int, int]]
+
+
+def _surviving(table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None = None) -> _Surviving:
+    """The files holding the rows ``commits`` added that are still there at the last of them.
 
     A file a data commit added is new. A later commit of the range that removes a new file put the rows
     it kept elsewhere: a delete (retention, ``erase``) in the files it wrote, a compaction in the files it
@@ -155,10 +173,27 @@ def _surviving(
     ones: the new files it removed stay named when they are still in storage (a compaction's, until
     vacuum), else its files are taken whole (``mixed``). Why: the delete's files used to be skipped while
     the new file it removed stayed named, so an ``erase`` between a drain and ``bodies`` (which purges
-    at once) failed every later ``bodies`` and ``transform`` on a missing file."""
+    at once) failed every later ``bodies`` and ``transform`` on a missing file.
+
+    A compaction's removed files read in its stead stand for its files only until a later commit removes
+    one of those (a retention delete the next day): then the compaction's files are named instead, and
+    the later commit replaces the one it removed as above. Why: the removed files stayed named, and the
+    rows the delete had removed were read again (bodies wrote typed rows of messages retention removed)."""
     new: dict[str, tuple[int, int]] = {}
     mixed = False
+    held: list[tuple[int, int]] = []
+    regrouped: dict[str, _Regrouped] = {}  # a compaction's written file -> its regrouping
     for commit in commits:
+        for path in commit.removes:
+            group = regrouped.get(path)
+            if group is None:
+                continue
+            for original in group.originals:  # the compaction's files stand for its rows from now on
+                new.pop(original, None)
+            for output in group.outputs:
+                regrouped.pop(output, None)
+                new[output] = group.span
+            mixed = mixed or group.mixed
         gone = [path for path in commit.removes if path in new]
         if not commit.delete and not commit.rearranged:
             # a data commit (an overwrite's removes are not ours)
@@ -166,13 +201,17 @@ def _surviving(
             continue
         if not gone:
             continue  # rows consumed before the range, rewritten or regrouped: not new
-        if not commit.delete and all(_exists(table_uri, path, storage_options) for path in gone):
-            continue  # a compaction's removed files stay readable until vacuum: read them
-        written = commit.adds if commit.delete else commit.rearranged
         span = (min(new[path][0] for path in gone), max(new[path][1] for path in gone))
+        if not commit.delete and all(_exists(table_uri, path, storage_options) for path in gone):
+            # a compaction's removed files stay readable until vacuum: read them, while its own stand
+            group = _Regrouped(gone, set(commit.rearranged), span, len(gone) != len(commit.removes))
+            regrouped.update(dict.fromkeys(commit.rearranged, group))
+            continue
+        written = commit.adds if commit.delete else commit.rearranged
         for path in gone:
             del new[path]
         new.update(dict.fromkeys(written, span))
+        held.append((span[0], commit.version))
         if len(gone) == len(commit.removes):
             continue
         mixed = True
@@ -183,7 +222,7 @@ def _surviving(
             commit.version,
             len(written),
         )
-    return new, mixed
+    return _Surviving(new, mixed, held)
 
 
 def _exists(table_uri: str, path: str, storage_options: dict[str, str] | None = None) -> bool:
@@ -197,21 +236,9 @@ def _exists(table_uri: str, path: str, storage_options: dict[str, str] | None = 
 def _held(table_uri: str, commits: list[_Commit], storage_options: dict[str, str] | None) -> list[tuple[int, int]]:
     """(added, removed) versions between which no range of ``slices`` may end: a file a data commit
     added, and the commit that removed it where its kept rows are read from that commit's files
-    (``_new_files``: a delete's, or a compaction's once the file is gone), followed through such files
-    a later commit removes in turn (two erases)."""
-    origin: dict[str, int] = {}  # a file of the range -> the version its rows were first added
-    held: list[tuple[int, int]] = []
-    for commit in commits:
-        if not commit.delete and not commit.rearranged:
-            origin.update(dict.fromkeys(commit.adds, commit.version))
-            continue
-        gone = [path for path in commit.removes if path in origin]
-        if not gone or (not commit.delete and all(_exists(table_uri, path, storage_options) for path in gone)):
-            continue  # as _new_files: nothing of the range, or a compaction's files still readable
-        first = min(origin.pop(p) for p in gone)
-        held.append((first, commit.version))
-        origin.update(dict.fromkeys(commit.adds if commit.delete else commit.rearranged, first))
-    return held
+    (``_surviving``: a delete's, or a compaction's once the file is gone or a later commit removed one
+    of the compaction's files), followed through such files a later commit removes in turn (two erases)."""
+    return _surviving(table_uri, commits, storage_options).held
 
 
 def slices(
@@ -293,7 +320,7 @@ def _rewritten_slices(
         return whole  # one commit larger than a slice: the whole table, as any first run reads it
     spans: list[Span] = []
     if why is None:
-        origins = _surviving(table_uri, commits, storage_options)[0]
+        origins = _surviving(table_uri, commits, storage_options).files
         drained = {path: span for c in commits for path, span in c.drained.items()}
         highest: dict[str, int] = {}  # each app's version committed before the slice
         for low, high, part in cuts:
