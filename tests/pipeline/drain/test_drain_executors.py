@@ -127,8 +127,10 @@ def test_many_queues_drained_by_spark_tasks(fresh_pg_uri: str, tmp_path: Path, c
     assert summary["dequeued"] == summary["landed"] == 24_000, summary
     for q in summary["queues"]:
         assert (q["status"], q["dequeued"], q["landed"], q["backlog_left"]) == ("ok", 2_000, 2_000, 0), q
-        assert q["batches"] == 8 and q["workers"] == 2, q
-    assert summary["journal_commits"] < 12 * 8, summary  # group commits of the tasks' batches
+        # 8 full batches; the last 250 rows may be split between the two workers' receives (one more batch):
+        # which worker's statement comes first is the cluster's timing (a CI run saw 9)
+        assert 8 <= q["batches"] <= 9 and q["workers"] == 2, q
+    assert summary["journal_commits"] < 12 * 9, summary  # group commits of the tasks' batches
     assert summary["peak_connections"] <= 24, summary
 
     assert_every_row_once(cfg, lake_root, seeded, summary["run_id"], per_queue=2_000)
