@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from queuelake.lake.engines import journal_engine, open_lake
 from queuelake.pipeline.drain import poller as poller_module
+from queuelake.pipeline.drain.executors import ExecutorRun, count_what_the_driver_committed, end_run
 from queuelake.pipeline.drain.poller import ClaimsPoller
+from queuelake.pipeline.drain.result import QueueResult
 from queuelake.pipeline.drain.worker import worker_app_id
 from queuelake.pipeline.journal.build import build_batch
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
+from queuelake.status import Status
 from queuelake.transport import claims, db, queues
 from queuelake.transport.claims import Claim
 from queuelake.transport.database import QueueDatabase
@@ -64,3 +69,20 @@ def test_a_jobs_queues_are_released_together_and_their_claims_committed_first(
         assert poller.error is None
     finally:
         poller.close()
+
+
+def test_what_the_poller_landed_after_a_job_counted_its_queues_is_counted_at_the_runs_end() -> None:
+    """A poll that began before a job's release took its queue off the watch landed one more batch
+    (a cancelled task's Python worker claimed it as it ended) after the job had counted the queue:
+    the summary said 3,750 rows and the journal held 3,900 (a CI run). The run's end counts again."""
+    poller = ClaimsPoller(SimpleNamespace(claims="claims"), None, 0.0, on_failure=lambda _exc: None)  # type: ignore[arg-type]
+    interrupted = QueueResult("public.sales", status=Status.INTERRUPTED, workers=2)
+    poller.rows["public.sales"], poller.queue_batches["public.sales"] = 3_750, 25
+    poller.outcomes["public.sales"] = Counter(landed=3_740, expired=10, quarantined=0)
+    count_what_the_driver_committed(interrupted, poller)  # the job's own count, as run_job does
+    assert (interrupted.dequeued, interrupted.landed) == (3_750, 3_740)
+    poller._count("public.sales", 150, {"landed": 150, "expired": 0, "quarantined": 0})  # the late poll's batch
+    out = end_run(ExecutorRun(), [interrupted], {}, poller)
+    (result,) = out.results
+    assert (result.dequeued, result.landed, result.expired, result.batches) == (3_900, 3_890, 10, 26)
+    assert result.status == Status.INTERRUPTED
