@@ -45,13 +45,20 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     journal = journal_engine(lake)  # the tables delta-rs wrote under a delta-spark job: messages, ...
     run = runs.Run("maintain")
     t0 = time.monotonic()
-    if retention.filters(cfg, dt.datetime.now(dt.timezone.utc)):
-        # a bodies step beside it wrote typed rows of the messages it removed back, for good (no
-        # journal row left for erase to find them by); a transform failed on the files it removed
-        with steps_stopped(cfg, "maintain", MAINTAIN_WAITS_SECONDS):
-            kept = retention.apply(cfg, lake)  # before compaction: what leaves is not compacted first
-    else:
-        kept = retention.apply(cfg, lake)  # says there is nothing to do
+    kept = retention.RetentionResult(dry_run=False)  # filled rule by rule: a stop between two records the first
+    try:
+        if retention.filters(cfg, dt.datetime.now(dt.timezone.utc)):
+            # a bodies step beside it wrote typed rows of the messages it removed back, for good (no
+            # journal row left for erase to find them by); a transform failed on the files it removed
+            with steps_stopped(cfg, "maintain", MAINTAIN_WAITS_SECONDS):
+                retention.apply(cfg, lake, into=kept)  # before compaction: what leaves is not compacted first
+        else:
+            retention.apply(cfg, lake, into=kept)  # says there is nothing to do
+    except BaseException as exc:
+        if kept.rules:  # rows already left the journal: recorded, as a stop after retention records them
+            _record_ended_early(lake, run, kept, time.monotonic() - t0, [], exc)
+            stopping.partial(exc, {"run_id": run.run_id})
+        raise
     retention_seconds = time.monotonic() - t0
     figures: dict[str, Any] = {}  # each table's compaction and vacuum, as they are done
     rows: list[dict[str, Any]] = []  # their ``runs`` rows, as they are done

@@ -265,7 +265,8 @@ def test_a_maintain_stopped_after_its_compaction_says_what_it_had_done(
 def test_a_retention_stopped_between_its_rules_says_which_were_applied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Ctrl-C during retention's second rule: the first rule's rows were gone, and the summary said nothing."""
+    """Ctrl-C during retention's second rule: the first rule's rows were gone, and the summary said nothing,
+    nor did ``runs``."""
     from queuelake import cli as cli_mod
     from queuelake.lake.delta_rs.engine import DeltaRsEngine
 
@@ -288,6 +289,10 @@ def test_a_retention_stopped_between_its_rules_says_which_were_applied(
     assert summary["status"] == "interrupted", summary
     [applied] = summary["retention"]["rules"]
     assert applied["rows"] == 140 and summary["retention"]["rows_removed"] == 140, summary
+    # recorded in runs too: the journal's row with the first rule's rows (none was written: a review)
+    runs = read_table(str(tmp_path / "lake" / "runs"))
+    rows = runs.filter(pc.equal(runs.column("run_id"), summary["run_id"])).to_pylist()
+    assert [(r["table"], r["status"], r["rows_removed"]) for r in rows] == [("messages", "interrupted", 140)], rows
 
 
 @pytest.mark.slow

@@ -198,10 +198,17 @@ def _filter(
     return RetentionFilter(label, days, cutoff, where)
 
 
-def apply(cfg: Config, lake: LakeEngine, dry_run: bool = False, now: dt.datetime | None = None) -> RetentionResult:
+def apply(
+    cfg: Config,
+    lake: LakeEngine,
+    dry_run: bool = False,
+    now: dt.datetime | None = None,
+    into: RetentionResult | None = None,
+) -> RetentionResult:
     """Remove (``dry_run``: count) the journal rows past their age. Safe beside a running drain: each
-    rule is one delete commit, retried on a conflict (``LakeEngine.delete_rows``)."""
-    result = RetentionResult(dry_run=dry_run)
+    rule is one delete commit, retried on a conflict (``LakeEngine.delete_rows``). ``into``: the result
+    to fill, rule by rule (a caller stopped between two rules records the ones applied)."""
+    result = into if into is not None else RetentionResult(dry_run=dry_run)
     now = now or dt.datetime.now(dt.timezone.utc)
     rules = filters(cfg, now)
     journal = journal_engine(lake)
