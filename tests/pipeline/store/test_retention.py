@@ -202,6 +202,9 @@ def test_maintain_cli_dry_run_then_retention_recorded_in_runs(tmp_path: Path) ->
     runs = read_table(str(tmp_path / "lake" / "runs"))
     row = runs.filter(pc.equal(runs.column("table"), "messages")).to_pylist()[0]
     assert (row["rows_removed"], row["files_removed"], row["files_rewritten"]) == (160, 3, 1)
+    # the id index's row says what retention removed of it too (only the journal's did: a review)
+    index_row = runs.filter(pc.equal(runs.column("table"), "message_keys")).to_pylist()[0]
+    assert index_row["rows_removed"] == 160, index_row
 
 
 def test_a_maintain_failing_after_its_retention_says_what_retention_removed(
@@ -643,3 +646,15 @@ def test_a_typed_row_goes_only_with_the_last_journal_copy_of_its_message(
     for order, places in (("order-1", [AUDIT]), ("order-4", [])):
         answer = where.where(cfg, lake, None, where.Query(by="key", text=order, field="OrderId", peek=False))
         assert [p.location for p in answer.places if p.source == "journal"] == places, answer
+
+
+def test_each_derived_tables_rows_removed_summed_over_the_rules() -> None:
+    """maintain's ``runs`` rows of the typed tables, body_unparsed and the id index say what retention
+    removed of them (only the journal's row did: a review); a table nothing was removed from has none."""
+    result = retention.RetentionResult(dry_run=False)
+    result.rules = [
+        {"rows": 7, "typed": {ORDERS: {"rows": 3}, "body_unparsed": {"rows": 1}}, "message_keys": {"rows": 7}},
+        {"rows": 5, "typed": {ORDERS: {"rows": 2}, "body_other": {"rows": 0}}, "message_keys": {"rows": 5}},
+        {"rows": 0, "typed": {}},
+    ]
+    assert result.derived_rows() == {ORDERS: 5, "body_unparsed": 1, "message_keys": 12}

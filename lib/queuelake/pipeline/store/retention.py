@@ -102,6 +102,17 @@ class RetentionResult:
         """The id index's rows removed (a dry run: that would be)."""
         return sum(int((r.get(KEYS) or {}).get("rows") or 0) for r in self.rules)
 
+    def derived_rows(self) -> dict[str, int]:
+        """The rows removed (a dry run: that would be) from each table derived from the journal: the
+        typed body tables, ``body_unparsed``, the id index. Their ``runs`` rows say so, as erase's do."""
+        out: dict[str, int] = {}
+        for rule in self.rules:
+            for table, counted in (rule.get("typed") or {}).items():
+                out[table] = out.get(table, 0) + int(counted.get("rows") or 0)
+        if self.index_rows():
+            out[KEYS] = self.index_rows()
+        return {table: rows for table, rows in out.items() if rows}
+
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "dry_run": self.dry_run,
