@@ -159,7 +159,7 @@ def test_erase_waits_for_a_running_transform_step_as_for_bodies(fresh_pg_uri: st
     monkeypatch.setenv("QUEUELAKE_CONNECTION", fresh_pg_uri)
     monkeypatch.setattr(erase, "ERASE_WAITS_SECONDS", 1.5)
     cfg = _config(fresh_pg_uri, tmp_path)
-    args = argparse.Namespace(config=str(conf), where="queue = 'Sales'", dry_run=False, all=False)
+    args = argparse.Namespace(config=str(conf), where='queue = \'"public"."Sales"\'', dry_run=False, all=False)
     for step in (step_locks.TRANSFORM, step_locks.BODIES):
         with db.connect(cfg.transport) as other:  # that step, running in another process
             assert locks.try_lock(other, step_locks.lock_name(cfg, step))

@@ -22,7 +22,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.errors import ArgumentError
     from queuelake.lake.engines import without_spark
     from queuelake.pipeline import runs
-    from queuelake.pipeline.replay.predicate import check_predicate
+    from queuelake.pipeline.replay.predicate import check_predicate, check_queue_names
     from queuelake.pipeline.step_locks import steps_stopped
     from queuelake.pipeline.store.erase import erase as run_erase
     from queuelake.pipeline.store.erase_predicate import matches_every_row
@@ -34,6 +34,7 @@ def erase(args: argparse.Namespace) -> dict[str, Any]:
             f"erase --where {predicate!r} selects every journal row; to erase the whole journal say so: --all"
         )
     cfg = config_mod.load(args.config)
+    check_queue_names(predicate, cfg.transport)  # queue = 'Sales' erased nothing and said ok
     require_lake_root(cfg)
     if args.dry_run:  # reads only: the Delta logs and the filter's columns, no Spark
         lake = without_spark(cfg.lake)

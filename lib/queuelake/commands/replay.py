@@ -59,7 +59,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         config_mod.check_send_target(cfg, args.to, "replay --to")
     reader = without_spark(cfg.lake)  # the Delta log only, no Spark
     if reader.exists(MESSAGES.name):
-        check_columns(options.predicate, reader.schema(MESSAGES.name).names)
+        check_columns(options.predicate, reader.schema(MESSAGES.name).names, cfg.transport)
     database = open_database(cfg)  # the queue database's handle: what the replay's connections come from
     if options.ack_queue is not None:
         options.ack_queue = _ack_queue(database, options.ack_queue, options.dry_run)

@@ -8,13 +8,15 @@ must select the same rows), then either evaluated without Spark (``arrow_filter`
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queuelake.errors import ArgumentError, QueuelakeError
 from queuelake.report import log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from queuelake.config_sections import TransportConfig
 
 
 # Functions whose value differs between two runs: the selection must come out the same on a rerun.
@@ -108,10 +110,12 @@ def check_predicate(predicate: str | None) -> str:
     return predicate.strip()
 
 
-def check_columns(predicate: str, columns: list[str]) -> None:
+def check_columns(predicate: str, columns: list[str], transport: TransportConfig | None = None) -> None:
     """Refuse a predicate naming a column the journal does not have, before any Spark starts (a typo
     used to be reported after a session's start, 11 s; erase reports it in under one). Lambda variables
-    (``exists(arr, x -> ...)``) and qualified names are Spark's to judge, as is text sqlglot cannot parse."""
+    (``exists(arr, x -> ...)``) and qualified names are Spark's to judge, as is text sqlglot cannot parse.
+    With ``transport``, a queue's short name is refused too (``check_queue_names``, on the same parse:
+    a failure group's predicate names thousands of rows)."""
     import sqlglot
     from sqlglot import exp
 
@@ -130,6 +134,56 @@ def check_columns(predicate: str, columns: list[str]) -> None:
     if unknown:
         raise ArgumentError(
             f"--where names unknown column(s) {', '.join(unknown)}: the journal's columns are {', '.join(columns)}"
+        )
+    if transport is not None:
+        _refuse_short_queue_names(tree, transport)
+
+
+def check_queue_names(predicate: str, transport: TransportConfig) -> None:
+    """Refuse a predicate comparing ``queue`` (``=``, ``<>``, ``IN``) with a queue's short name: the
+    journal's ``queue`` holds each queue's canonical address (``"public"."Sales"``), so ``queue = 'Sales'``
+    matches no row and ``queue <> 'Sales'`` every row. An erase of ``queue = 'Sales' AND seq = 1234``, as
+    the docs showed it, ended "ok" having removed nothing (a review). Text sqlglot cannot parse is left
+    to ``check_columns`` and Spark."""
+    import sqlglot
+
+    try:
+        tree = sqlglot.parse_one(predicate, read="spark")
+    except sqlglot.errors.SqlglotError:
+        return
+    _refuse_short_queue_names(tree, transport)
+
+
+def _refuse_short_queue_names(tree: Any, transport: TransportConfig) -> None:
+    """``check_queue_names`` on a parsed ``tree`` (sqlglot's; its class's name changed between versions)."""
+    from sqlglot import exp
+
+    from queuelake.transport.table_refs import queue_ref
+
+    short: dict[str, str] = {}
+    for node in tree.find_all(exp.EQ, exp.NEQ, exp.In):
+        if isinstance(node, exp.In):
+            column, literals = node.this, node.expressions
+        elif isinstance(node.this, exp.Column):
+            column, literals = node.this, [node.expression]
+        else:  # 'Sales' = queue
+            column, literals = node.expression, [node.this]
+        if not (isinstance(column, exp.Column) and column.name.lower() == "queue" and not column.table):
+            continue
+        for literal in literals:
+            if not (isinstance(literal, exp.Literal) and literal.is_string):
+                continue
+            try:
+                canonical = queue_ref(literal.this, transport).canonical
+            except QueuelakeError:
+                continue  # not an address at all: it matches nothing, as any other text would
+            if canonical != literal.this:
+                short[literal.this] = canonical
+    if short:
+        named = ", ".join(f"'{name}' (write '{canonical}')" for name, canonical in short.items())
+        raise ArgumentError(
+            f"--where compares queue with {named}: the journal's queue column holds each queue's canonical "
+            "address, as find and where show it, so a short name matches no row"
         )
 
 
