@@ -404,11 +404,16 @@ def test_maintain_with_retention_on_a_delta_spark_lake(tmp_path: Path, spark) ->
 
 @pytest.mark.slow
 def test_retention_removes_the_typed_rows_of_the_journal_rows_it_removes(
-    fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str
+    fresh_pg_uri: str, tmp_path: Path, spark, lake_engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The dry run counts each typed table's files once: counted per delete's list of ids, a table of 2
+    files said 600 (a review); here a list holds 3 ids, so the table's rows make several lists."""
+    from deltalake import DeltaTable
     from queuelake.lake.engines import table_engine
     from queuelake.pipeline.key_index import build
+    from queuelake.pipeline.store import typed as typed_store
 
+    monkeypatch.setattr(typed_store, "MAX_IN_LIST", 3)
     cfg, lake = typed_lake(fresh_pg_uri, tmp_path / "lake", spark, lake_engine, retention={"default_days": 0})
     typed = typed_tables(lake)
     build.update(lake)  # the id index (delta-rs's under either engine), as maintain builds it
@@ -423,6 +428,8 @@ def test_retention_removes_the_typed_rows_of_the_journal_rows_it_removes(
     dry = retention.apply(cfg, lake, dry_run=True).summary()
     counted = dry["rules"][0]["typed"]
     assert dry["rows_removed"] == journal and counted[ORDERS]["rows"] == len(ids_of(lake, ORDERS)), dry
+    assert len(ids_of(lake, ORDERS)) > 3, "the rows make one list of ids: the test could not fail"
+    assert counted[ORDERS]["files_removed"] == len(DeltaTable(str(tmp_path / "lake" / ORDERS)).file_uris()), dry
     assert counted["body_unparsed"]["rows"] == unparsed, dry
     assert dry["index_rows_removed"] == indexed, dry
     assert all(ids_of(lake, t) for t in typed)  # the dry run changed nothing
