@@ -125,12 +125,13 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
             log.warning("bodies: asked to stop; slice %d of %d not started (the next run takes it)", number, len(spans))
             stopped = True
             break
+        in_hand: list[dict[str, Any]] = []  # the slice's types as their tables commit (a stop keeps them)
         try:
-            totals.add(_slice(config, spark, lake, run, span, label))
+            totals.add(_slice(config, spark, lake, run, span, label, in_hand))
         except BaseException as exc:  # noqa: BLE001 - the slice's own Spark job (an out-of-memory): said, and recorded
             stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
             if stop is not None:  # a second signal, or the error of the job it cancelled: the command's
-                _stopped_in_slice(lake, run, totals, after, label, started, stop)
+                _stopped_in_slice(lake, run, totals, after, label, started, stop, _committed_part(span, in_hand))
                 raise
             if not (isinstance(exc, Exception) or is_panic(exc)):
                 raise
@@ -162,6 +163,17 @@ def _runs_rows(totals: Totals) -> list[dict[str, Any]]:
     return rows or [{"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.OK}]
 
 
+def _committed_part(span: Span, in_hand: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What a slice stopped now had committed: the typed tables its types had appended (the next run
+    redoes the slice and finds their rows written, so it does not count them again), its checkpoint
+    not (``failed``: the run's last committed slice stays the one before)."""
+    done = [r for r in list(in_hand) if r.get("status") == Status.OK and r.get("rows_out")]
+    if not done:
+        return None
+    written = sum(r["rows_out"] for r in done)
+    return {"upto": span.upto, "rows_read": 0, "rows_written": written, "unparsed": 0, "failed": True, "results": done}
+
+
 def _stopped_in_slice(
     lake: LakeEngine,
     run: runs.Run,
@@ -170,13 +182,24 @@ def _stopped_in_slice(
     label: str,
     started: float,
     stop: BaseException,
+    committed: dict[str, Any] | None = None,
 ) -> None:
     """A stop that ends the command inside a slice (a second signal; its Spark jobs cancelled): the
-    slices committed before it keep their ``runs`` rows and go with the stop to the summary. Why: the
-    summary said only "interrupted", with no counts, while slices had been committed (a review)."""
+    slices committed before it keep their ``runs`` rows and go with the stop to the summary, with the
+    typed tables the stopped slice had appended (``committed``). Why: the summary said only
+    "interrupted", with no counts, while slices had been committed; then it left out the 1,040 typed
+    rows the stopped slice had committed, which the slice's redo rightly did not count again (reviews)."""
     log.warning(
         "bodies%s: stopped now; the slices before it are kept, this one is redone", f" slice {label}" if label else ""
     )
+    if committed is not None:
+        log.warning(
+            "bodies%s: %d typed row(s) it had written to %d table(s) stay (its redo does not write them again)",
+            f" slice {label}" if label else "",
+            committed["rows_written"],
+            len(committed["results"]),
+        )
+        totals.add(committed)
     stopped = {"table": INCREMENTS, "rows_in": 0, "rows_out": 0, "status": Status.INTERRUPTED}
     try:  # the slices done, and the stop (a lone "ok" row said nothing of it: a review)
         run.record(lake, (_runs_rows(totals) if totals.tables() else []) + [stopped])
@@ -232,10 +255,16 @@ def _failed_slice(upto: int, error: str, status: Status = Status.FAILED, kind: s
 
 
 def _slice(
-    config: Config, spark: SparkSession, lake: LakeEngine, run: runs.Run, span: Span, label: str
+    config: Config,
+    spark: SparkSession,
+    lake: LakeEngine,
+    run: runs.Run,
+    span: Span,
+    label: str,
+    results: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """One increment, journal versions (after, upto]: typed tables appended, its checkpoint committed
-    unless a type failed."""
+    unless a type failed. ``results`` gets each type's figures as its table commits."""
     started = time.monotonic()
     after, upto = span.after, span.upto
     selected = select.plan(config, *lake.slice_input(MESSAGES, span), drained=span.drained)
@@ -249,7 +278,6 @@ def _slice(
         selected.rows,
         len(tables),
     )
-    results: list[dict[str, Any]] = []
     unparsed_count = 0
     if selected.rows:
         from pyspark import StorageLevel
@@ -336,25 +364,30 @@ def _write_slice(
     # a type's unparsed rows: those its parse leaves out, and those no parser could take (no body,
     # empty, not JSON or XML), which its line and summary left out (a review: 9 in body_unparsed, 0 said)
     unreadable = Counter(unparsed_parts[0]["type_name"].to_pylist())
-    with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
-        written_types = pool.map(
-            lambda name: typed_append.write_type(
-                lake,
-                frame,
-                selected,
-                name,
-                evolutions[name],
-                upto,
-                name in xml_types,
-                table_app_id(evolutions[name].table),
-                unreadable.get(name, 0),
-            ),
-            sorted(tables),
+    written: dict[str, tuple[dict[str, Any], pa.Table | None]] = {}
+
+    def write(name: str) -> None:
+        # each type's figures kept as its table commits, not as the caller comes to it: a stop while the
+        # caller waited for an earlier type lost those of the types already committed (a review)
+        written[name] = typed_append.write_type(
+            lake,
+            frame,
+            selected,
+            name,
+            evolutions[name],
+            upto,
+            name in xml_types,
+            table_app_id(evolutions[name].table),
+            unreadable.get(name, 0),
         )
-        for result, bad in written_types:
-            results.append(result)
-            if bad is not None:
-                unparsed_parts.append(bad)
+        results.append(written[name][0])
+
+    before = len(results)
+    with ThreadPoolExecutor(cfg.parallel_tables, thread_name_prefix="bodies") as pool:
+        for future in [pool.submit(write, name) for name in sorted(tables)]:
+            future.result()
+    results[before:] = [written[name][0] for name in sorted(written)]  # in the types' order, as they were
+    unparsed_parts += [written[name][1] for name in sorted(written) if written[name][1] is not None]
     return _write_unparsed(lake, unparsed_parts, after, upto), tables
 
 
