@@ -187,6 +187,37 @@ def test_a_stop_now_inside_a_slice_keeps_the_slices_before_it_in_the_summary_and
     assert {(ORDERS, "ok"), ("body_increments", "interrupted")} <= {(r["table"], r["status"]) for r in runs}, runs
 
 
+@pytest.mark.slow
+def test_a_transform_stopped_between_slices_says_so_with_the_slices_it_did(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop asked after a transform's first slice: the command said "interrupted" while the transform's
+    own entry said "ok" with every slice (a review). It says interrupted, the slices done and left; the
+    next run takes the rest, each row once."""
+    from queuelake import stopping
+
+    cfg, lake = _drained_orders(fresh_pg_uri, tmp_path, spark)
+    real = transform_mod._transform_slice
+
+    def stop_after_it(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out = real(*args, **kwargs)
+        stopping.request()
+        return out
+
+    monkeypatch.setattr(transform_mod, "_transform_slice", stop_after_it)
+    try:
+        done = transform_mod.transform(cfg, spark, lake)
+    finally:
+        stopping.reset()
+        monkeypatch.undo()
+    (one,) = done["transforms"]
+    assert done["status"] == "interrupted" and "failed_transforms" not in done, done
+    assert one["status"] == "interrupted" and one["slices"] == 1 and one["slices_left"] >= 3, one
+    again = transform_mod.transform(cfg, spark, lake)
+    (rest,) = again["transforms"]
+    assert again["status"] == "ok" and rest["rows_in"] + one["rows_in"] == 360, (one, rest)
+
+
 def test_slice_rows_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="spark.slice_rows"):
         _config("x", tmp_path, 0)

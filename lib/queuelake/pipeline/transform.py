@@ -206,6 +206,7 @@ def run_transform(
     if len(spans) > 1:
         log.info("transform %s: journal versions (%s, %s] in %d slices", transform.name, after, upto, len(spans))
     rows_in = rows_out = 0
+    done, status = 0, Status.OK
     for number, span in enumerate(spans, 1):
         label = f" slice {number}/{len(spans)}" if len(spans) > 1 else ""
         if stopping.requested():  # also before the first: a stop asked while Spark started (a review)
@@ -215,6 +216,8 @@ def run_transform(
                 number,
                 len(spans),
             )
+            # its own entry says so, with the slices it did (it said "ok" and every slice: a review)
+            status = Status.INTERRUPTED
             break
         part = _transform_slice(spark, lake, transform, suite, run_id, config, span, label)
         if "status" in part:  # blocked by the journal's expectations: this slice and the rest wait
@@ -222,6 +225,7 @@ def run_transform(
         result["expectations"] = part.get("expectations", result.get("expectations"))
         rows_in += part["rows_in"]
         rows_out += part["rows_out"]
+        done += 1
     if result.get("expectations") is None:
         result.pop("expectations", None)
     seconds = round(time.monotonic() - started, 3)
@@ -235,11 +239,12 @@ def run_transform(
     )
     return {
         **result,
-        "status": Status.OK,
+        "status": status,
         "after_version": after,
         "rows_in": rows_in,
         "rows_out": rows_out,
-        "slices": len(spans),
+        "slices": done,
+        **({"slices_left": len(spans) - done} if done < len(spans) else {}),
         "seconds": seconds,
     }
 
@@ -378,7 +383,7 @@ def transform(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str
         rows += [_runs_row({"output": x.output, **stopped}) for x in config.transforms[len(results) :]]
     run.record(lake, rows)
     if stopping.requested():  # what the scheduler asked for, and its exit code says so, a failure or not
-        failed = [r["transform"] for r in results if r["status"] != Status.OK]
+        failed = [r["transform"] for r in results if r["status"] not in (Status.OK, Status.INTERRUPTED)]
         skipped = [x.name for x in config.transforms[len(results) :]]
         return {
             "status": Status.INTERRUPTED,
