@@ -268,11 +268,12 @@ def slices(
         commits = _commits(table_uri, after, upto, storage_options)
     except LakeError:
         return whole
-    if after is None and any(c.removes or c.delete for c in commits):
-        return _rewritten_slices(table_uri, commits, upto, max_rows, storage_options)
+    rewritten = any(c.removes or c.delete for c in commits)
+    if after is None and rewritten:
+        return _rewritten_slices(table_uri, commits, after, upto, max_rows, storage_options)
     held = _held(table_uri, commits, storage_options)
     ranges: list[Span] = []
-    start, rows = after, 0
+    start, rows, largest = after, 0, 0
     for commit in commits:
         if commit.delete:
             continue  # re-added rows are not new (see _new_files)
@@ -283,21 +284,37 @@ def slices(
             ranges.append(Span(start, cut))
             start, rows = cut, 0
         rows += commit.rows
+        largest = max(largest, rows)
     ranges.append(Span(start, upto))
+    if rewritten and largest > max_rows:
+        # a later run's range that a compaction or a delete rewrote where it cannot be cut (the rewrite's
+        # files mix rows read before with new ones: a run resumed after its first slices, or new rows
+        # drained before a maintain and an erase): cut by batch id as a first run's (two reviews: 5M rows
+        # in one slice, and a resumed first run's rest in one)
+        return _rewritten_slices(table_uri, commits, after, upto, max_rows, storage_options, ranges)
     return ranges
 
 
 def _rewritten_slices(
-    table_uri: str, commits: list[_Commit], upto: int, max_rows: int, storage_options: dict[str, str] | None
+    table_uri: str,
+    commits: list[_Commit],
+    after: int | None,
+    upto: int,
+    max_rows: int,
+    storage_options: dict[str, str] | None,
+    fallback: list[Span] | None = None,
 ) -> list[Span]:
-    """A whole table whose history holds a delete or a compaction (versions 0 to ``upto``: ``commits``)
-    cut into slices by its data commits' rows, each slice naming the files that hold its rows now (the
-    files of the whole table a version's rows are in, ``_surviving``) and its batch ids. One slice, said,
-    when a data commit has no batch id or no row count, or a slice would name more than ``MAX_BATCHES``."""
+    """Versions (after, upto] (``commits``; ``after=None``: the whole table) whose history holds a delete
+    or a compaction, cut into slices by its data commits' rows, each slice naming the files that hold its
+    rows now (``_surviving``) and its batch ids: every version of each app after the one it had committed
+    before the slice (at ``after``, for the first) up to its highest in the slice, so the rows a rewrite
+    merged in from before the range are left out. One slice, said, when a data commit has no batch id or
+    no row count, or a slice would name more than ``MAX_BATCHES`` (``fallback`` then, when given: a later
+    run's cuts by version)."""
     name = table_uri.rstrip("/").rsplit("/", 1)[-1]
     data = [c for c in commits if not c.delete and not c.rearranged and c.adds]
     added = sum(c.rows or 0 for c in data)
-    whole = [Span(None, upto)]
+    whole = fallback or [Span(after, upto)]
     if added <= max_rows:
         return whole
     why = None
@@ -306,7 +323,7 @@ def _rewritten_slices(
     elif any(not c.batches for c in data):
         why = "a commit without a batch id (not the drain's)"
     cuts: list[tuple[int | None, int, list[_Commit]]] = []
-    start: int | None = None
+    start: int | None = after
     part: list[_Commit] = []
     rows = 0
     for commit in data if why is None else []:
@@ -322,7 +339,7 @@ def _rewritten_slices(
     if why is None:
         origins = _surviving(table_uri, commits, storage_options).files
         drained = {path: span for c in commits for path, span in c.drained.items()}
-        highest: dict[str, int] = {}  # each app's version committed before the slice
+        highest = _committed_at(table_uri, after, data, storage_options)  # each app's version before the slice
         for low, high, part in cuts:
             batches = _batches_after(highest, part)
             if len(batches) > MAX_BATCHES:
@@ -338,24 +355,41 @@ def _rewritten_slices(
             spans.append(Span(low, high, tuple(files), tuple(batches), within))
     if why is not None:  # said: the stage's memory follows the whole table this once (a review)
         log.warning(
-            "%s: versions up to %d taken in one slice, not slices of %d row(s): the table's history holds a "
-            "delete or a compaction (an erase, retention or maintain ran before this stage's first run) and %s, "
-            "so it cannot be cut; this first run's memory follows the whole table (up to %d rows added), later "
+            "%s: versions %s taken in one slice, not slices of %d row(s): their history holds a "
+            "delete or a compaction (an erase, retention or maintain ran since this stage last read) and %s, "
+            "so it cannot be cut; this run's memory follows them whole (up to %d rows added), later "
             "runs take slices again",
             name,
-            upto,
+            _versions(after, upto),
             max_rows,
             why,
             added,
         )
         return whole
     log.info(
-        "%s: versions up to %d in %d slices of the files a delete or a compaction rewrote, by batch id",
+        "%s: versions %s in %d slices of the files a delete or a compaction rewrote, by batch id",
         name,
-        upto,
+        _versions(after, upto),
         len(spans),
     )
     return spans
+
+
+def _versions(after: int | None, upto: int) -> str:
+    return f"up to {upto}" if after is None else f"({after}, {upto}]"
+
+
+def _committed_at(
+    table_uri: str, after: int | None, data: list[_Commit], storage_options: dict[str, str] | None
+) -> dict[str, int]:
+    """Each app of ``data``'s transactions with the version it had committed at ``after`` (none: the
+    whole table, or an app new since)."""
+    if after is None:
+        return {}
+    options = storage_options if storage_options is not None else options_for(table_uri)
+    before = delta_table(table_uri, after, options)
+    apps = {app for c in data for app, _ in c.batches}
+    return {app: v for app in sorted(apps) if (v := before.transaction_version(app)) is not None}
 
 
 def _drained_within(commits: list[_Commit]) -> tuple[dt.datetime, dt.datetime] | None:
