@@ -134,6 +134,37 @@ def test_a_first_run_after_an_erase_and_a_compaction_takes_slices_and_resumes(
 
 
 @pytest.mark.slow
+def test_new_rows_a_compaction_merged_with_rows_read_before_are_taken_in_slices(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """bodies and a transform read 360 orders; 360 more are drained, then a ``maintain`` (compaction,
+    vacuum) merges old and new rows into one file and an erase removes one new order: the next run took
+    the new rows in one slice (a review: 5M rows, the backlog's memory). It takes them in slices by batch
+    id, each new order once, no old one again, the erased one never."""
+    from queuelake.pipeline.store.erase import erase
+
+    cfg, lake = _drained_orders(fresh_pg_uri, tmp_path, spark)
+    assert bodies_run.bodies(cfg, spark, lake)["status"] == "ok"
+    assert transform_mod.transform(cfg, spark, lake)["transforms"][0]["rows_in"] == 360
+    old = set(lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist())
+    with db.connect(cfg.transport) as conn:
+        traffic.seed(conn, queue_ref("Sales", cfg.transport), traffic.order_events(360, seed=4))
+        conn.commit()
+    assert drain(cfg, lake)["landed"] == 360
+    new = set(lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist()) - old
+    lake.maintain("messages", retention_hours=0)
+    gone = sorted(new)[0]
+    assert erase(cfg, lake, f"message_id = '{gone}'")["tables"]["messages"]["rows"] == 1
+
+    again = bodies_run.bodies(cfg, spark, lake)
+    assert again["status"] == "ok" and again["slices"] >= 3 and again["rows_read"] == 359, again
+    ids = lake.read_arrow(ORDERS, columns=["message_id"]).column("message_id").to_pylist()
+    assert len(ids) == len(set(ids)) and set(ids) == (old | new) - {gone}
+    (one,) = transform_mod.transform(cfg, spark, lake)["transforms"]
+    assert one["status"] == "ok" and one["rows_in"] == 359 and one["slices"] >= 3, one
+
+
+@pytest.mark.slow
 def test_a_slice_whose_own_job_fails_is_recorded_with_the_slices_before_it(
     fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:
