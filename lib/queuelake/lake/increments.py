@@ -339,8 +339,11 @@ def _rewritten_slices(
     if why is None:
         origins = _surviving(table_uri, commits, storage_options).files
         drained = {path: span for c in commits for path, span in c.drained.items()}
-        highest = _committed_at(table_uri, after, data, storage_options)  # each app's version before the slice
-        for low, high, part in cuts:
+        try:
+            highest = _committed_at(table_uri, after, data, storage_options)  # each app's version before the slice
+        except Exception as exc:  # noqa: BLE001 - the log at ``after`` cleaned away: cut by version, as before
+            why, highest = f"its log at version {after} cannot be read ({type(exc).__name__})", {}
+        for low, high, part in cuts if why is None else []:
             batches = _batches_after(highest, part)
             if len(batches) > MAX_BATCHES:
                 why = f"a slice of {len(batches)} batch ids"
@@ -355,12 +358,13 @@ def _rewritten_slices(
             spans.append(Span(low, high, tuple(files), tuple(batches), within))
     if why is not None:  # said: the stage's memory follows the whole table this once (a review)
         log.warning(
-            "%s: versions %s taken in one slice, not slices of %d row(s): their history holds a "
+            "%s: versions %s taken %s, not slices of %d row(s): their history holds a "
             "delete or a compaction (an erase, retention or maintain ran since this stage last read) and %s, "
             "so it cannot be cut; this run's memory follows them whole (up to %d rows added), later "
             "runs take slices again",
             name,
             _versions(after, upto),
+            "in one slice" if len(whole) == 1 else f"in {len(whole)} slices cut by version alone",
             max_rows,
             why,
             added,
