@@ -306,6 +306,7 @@ def console() -> int:
     _ENDING[0] = True  # the process ends with the command: a stop signal after its summary is ignored
     code = main()
     kill_points.reached("program_ending")  # the summary out, the handlers gone: the tests' signals land here
+    stopping.end_now_if_calls_left_behind(code, exit_handlers=True)  # a stop left a native call running: ends here
     gc.disable()
     gc.freeze()
     return code

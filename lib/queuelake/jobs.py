@@ -10,6 +10,8 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 
+from queuelake.stopping import end_now_if_calls_left_behind
+
 
 def run_job(command: str, argv: Sequence[str] | None = None, end_now: bool = True) -> int:
     """Build the Spark session, then run the command; both under the CLI's handling of failures and
@@ -40,24 +42,6 @@ def run_job(command: str, argv: Sequence[str] | None = None, end_now: bool = Tru
     if end_now:
         end_now_if_calls_left_behind(code)
     return code
-
-
-def end_now_if_calls_left_behind(code: int) -> None:
-    """A stopped command whose stop left a native call running in a thread (a compaction, a read waiting
-    on the store: ``stopping.calls_left_behind``) ends here, its summary and logs flushed, without the
-    interpreter's teardown: that thread crashed it, and spark-submit exited 139 (a segmentation fault)
-    after a SIGTERM-stopped ``maintain`` had printed its summary, about one run in two (a review)."""
-    from queuelake import stopping
-
-    if not stopping.calls_left_behind():
-        return
-    import logging
-    import os
-
-    logging.shutdown()  # every handler flushed
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies (Linux)

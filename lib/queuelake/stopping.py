@@ -251,6 +251,28 @@ def calls_left_behind() -> bool:
     return any(not ended.is_set() for ended in _LEFT_BEHIND)
 
 
+def end_now_if_calls_left_behind(code: int, exit_handlers: bool = False) -> None:
+    """A stopped command whose stop left a native call running in a thread (a compaction, a read waiting
+    on the store: ``stopping.calls_left_behind``) ends here, its summary and logs flushed, without the
+    interpreter's teardown: that thread crashed it, and spark-submit exited 139 (a segmentation fault)
+    after a SIGTERM-stopped ``maintain`` had printed its summary, about one run in two (a review); so
+    did the ``queuelake`` program, a publish stopped twice while it read the lake's log (a review).
+    ``exit_handlers``: the atexit handlers run first (the program's: the embedded server's stop)."""
+    if not calls_left_behind():
+        return
+    import atexit
+    import logging
+    import os
+    import sys
+
+    if exit_handlers:
+        atexit._run_exitfuncs()
+    logging.shutdown()  # every handler flushed
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def interruptible(call: Callable[[], T], still: str | None = None) -> T:
     """``call()`` run in a daemon thread that the main thread waits on, so that a stop signal's handler
     runs at once; off the main thread, ``call()`` itself. ``still``: what the call does, logged as still
