@@ -55,6 +55,7 @@ class EngineBase:
     """The part of ``LakeEngine`` both engines implement the same way (see the module docstring)."""
 
     name: str
+    deletes_by_keys = False
 
     def __init__(
         self, root: str, spark: SparkSession | None = None, storage_options: dict[str, str] | None = None

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from queuelake.errors import LakeError
-from queuelake.lake.deletes import DELETE_OPERATION
+from queuelake.lake.deletes import is_delete
 from queuelake.lake.reading import local_paths
 from queuelake.lake.storage import delta_table, filesystem, options_for, read_retrying
 from queuelake.report import log
@@ -114,7 +114,7 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
                 removes.append(action["remove"]["path"])
             elif "txn" in action:
                 batches.append((str(action["txn"].get("appId")), int(action["txn"].get("version") or 0)))
-        delete = any((a.get("commitInfo") or {}).get("operation") == DELETE_OPERATION for a in actions)
+        delete = any(is_delete(a.get("commitInfo") or {}) for a in actions)
         out.append(_Commit(version, delete, adds, rearranged, removes, rows, batches, drained))
     return out
 

@@ -34,6 +34,9 @@ class LakeEngine(Protocol):
 
     name: str  # "delta-rs" or "delta-spark"
     root: str
+    # ``delete_rows`` takes a filter's ``keys`` (``RowFilter.keys``), all of them in one commit: a caller
+    # with more values than an IN list holds (``MAX_IN_LIST``) hands them in one filter rather than many
+    deletes_by_keys: bool
 
     def path(self, table: str) -> str: ...
 

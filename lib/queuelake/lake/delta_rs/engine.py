@@ -73,6 +73,7 @@ class DeltaRsEngine(StagedWrites):
     basics and Delta log reads are ``common.EngineBase``'s, the staged writes ``staging.StagedWrites``'s."""
 
     name = "delta-rs"
+    deletes_by_keys = True  # a MERGE of the keys (``deletes.delete``)
 
     def __init__(
         self, root: str, spark: SparkSession | None = None, storage_options: dict[str, str] | None = None

@@ -42,10 +42,18 @@ def body_tables(lake: LakeEngine) -> list[str]:
 
 
 def message_filters(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray | pa.Array) -> list[RowFilter]:
-    """The rows of ``table`` whose ``message_id`` is among ``message_ids``, as filters of at most
-    ``MAX_IN_LIST`` ids each (one delete each: deltalake's DELETE crashes on longer IN lists); none when
-    it holds none. The table's ids are read first so the deletes name only ids it holds."""
+    """The rows of ``table`` whose ``message_id`` is among ``message_ids``, as filters (one delete each);
+    none when it holds none. The table's ids are read first so the deletes name only ids it holds. An
+    engine that deletes by keys (delta-rs) gets them all in one filter: one commit rewriting each file
+    once, where lists of ``MAX_IN_LIST`` ids (deltalake's DELETE crashes on longer IN lists) were 300
+    deletes for a retention of 1.5M messages, each rewriting the files its ids were in (a review). The
+    others get such lists, in the order the table's files hold the ids, so that each delete rewrites
+    the one or two files its ids are in rather than every file of the old rows."""
     hit = _held_ids(engine, table, message_ids)
+    if hit and engine.deletes_by_keys:  # one delete of them all (each file rewritten once)
+        held = pa.array(hit, engine.schema(table).field(KEY).type)
+        sql = f'"{KEY}" IN (<{len(hit)} message ids>)'  # never run: the keys are
+        return [RowFilter(sql, ds.field(KEY).isin(held), (KEY,), keys=pa.table({KEY: held}))]
     out = []
     for at in range(0, len(hit), MAX_IN_LIST):
         ids = hit[at : at + MAX_IN_LIST]
@@ -55,12 +63,28 @@ def message_filters(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray
 
 
 def _held_ids(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray | pa.Array) -> list[str]:
-    """Those of ``message_ids`` that ``table`` holds typed rows of, sorted."""
+    """Those of ``message_ids`` that ``table`` holds typed rows of, each once, in the order of the
+    table's files and rows. Read batch by batch through the ids' filter, each batch reduced to its
+    distinct ids: memory holds a batch and the ids found, not the table's whole id column (millions of
+    rows: an erase of 5 ids peaked at 2.5 GB, a review)."""
     wanted = pc.unique(pc.drop_null(message_ids))
     if len(wanted) == 0:
         return []
-    held = engine.read_arrow(table, columns=[KEY])[KEY]
-    return sorted(pc.unique(pc.drop_null(held.filter(pc.is_in(held, value_set=wanted)))).to_pylist())
+    kind = engine.schema(table).field(KEY).type
+    if isinstance(wanted, pa.ChunkedArray):
+        wanted = wanted.combine_chunks()
+    if wanted.type != kind:
+        wanted = wanted.cast(kind)
+    where = RowFilter(f'"{KEY}" IN (<{len(wanted)} message ids>)', ds.field(KEY).isin(wanted), (KEY,))
+    held = engine.matching_reduced(table, where, [KEY], _distinct_ids)
+    return pc.unique(pc.drop_null(held[KEY])).to_pylist() if KEY in held.column_names else []
+
+
+def _distinct_ids(batch: pa.Table) -> pa.Table:
+    """A batch's distinct message ids (a batch of no column: none)."""
+    if KEY not in batch.column_names:
+        return batch
+    return pa.table({KEY: pc.unique(batch[KEY].combine_chunks())})
 
 
 def _counted(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray | pa.Array) -> Reached | None:
