@@ -141,15 +141,20 @@ def _landed(
 
 def count_landed(files: list[str], batches: list[str] | None = None) -> int:
     """Landed rows in journal files (of ``batches`` only, when given), from their ``outcome`` and
-    ``batch_id`` columns alone (pyarrow, no Spark job)."""
+    ``batch_id`` columns alone (pyarrow, no Spark job), batch by batch: a compacted file of millions of
+    rows is never held whole."""
     total = 0
+    wanted = pa.array(batches, pa.string()) if batches is not None else None
     for uri in files:
-        columns = open_file(uri).read(columns=["outcome", "batch_id"])
-        keep = pc.equal(columns["outcome"], "landed")
-        if batches is not None:
-            keep = pc.and_(keep, pc.is_in(as_string(columns["batch_id"]), value_set=pa.array(batches, pa.string())))
-        total += pc.sum(keep).as_py() or 0
+        for columns in open_file(uri).iter_batches(columns=["outcome", "batch_id"], batch_size=COUNT_BATCH_ROWS):
+            keep = pc.equal(columns["outcome"], "landed")
+            if wanted is not None:
+                keep = pc.and_(keep, pc.is_in(as_string(columns["batch_id"]), value_set=wanted))
+            total += pc.sum(keep).as_py() or 0
     return total
+
+
+COUNT_BATCH_ROWS = 65_536  # rows ``count_landed`` holds at a time
 
 
 def pending(config: Config, lake: LakeEngine) -> list[str]:
