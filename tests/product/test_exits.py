@@ -490,6 +490,11 @@ def _run_with_steps(
                     raise stopping.Interrupted("stopped by signal SIGTERM")
                 except stopping.Interrupted:
                     raise RuntimeError(f"{name}'s Spark job was cancelled") from None
+            if status == "failed in one queue":  # a queue table dropped by another program, the others drained
+                queues = [{"queue": "A", "status": "ok"}, {"queue": "B", "status": "failed", "error": "gone"}]
+                return {"status": "failed", "error": "B: gone", "queues": queues}
+            if status == "failed in every queue":
+                return {"status": "failed", "error": "gone", "queues": [{"queue": "B", "status": "failed"}]}
             return {"status": status, **({"error": f"{name} broke"} if status == "failed" else {})}
 
         return run
@@ -630,6 +635,16 @@ def test_a_step_that_raises_after_failed_ones_names_them_all(monkeypatch: pytest
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ran, out = _run_with_steps(monkeypatch, {"drain": ("failed", False)})
     assert ran == ["drain"] and out["status"] == "failed"
+    ran, out = _run_with_steps(monkeypatch, {"drain": ("failed in every queue", False)})
+    assert ran == ["drain"] and out["status"] == "failed"
+
+
+def test_a_drain_failed_in_some_queues_only_lets_the_steps_after_it_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One of 113 queue tables dropped (a decommissioned endpoint): the drain landed the other queues'
+    rows, and the run skipped bodies, transform and publish for all of them, every run (a review)."""
+    ran, out = _run_with_steps(monkeypatch, {"drain": ("failed in one queue", False)})
+    assert ran == ["drain", "bodies", "transform", "publish"], ran
+    assert out["status"] == "failed" and out["failed_steps"] == ["drain"] and "skipped" not in out, out
 
 
 _CHILD = """

@@ -16,14 +16,34 @@ from queuelake.commands.drain import queue_arguments, spark_starter
 _GO_ON_AFTER_FAILURE = ("bodies", "transform")
 
 
+def _failed_in_some_queues(drained: dict[str, Any], going_on: tuple[str, ...]) -> bool:
+    """Whether a failed drain failed only in some of its queues, the others drained: the steps after it
+    still run over what landed, and the run reports the failure at its end. Why: one queue table
+    dropped or altered by another program (a decommissioned endpoint) skipped bodies, transform and
+    publish for every queue, on every scheduled run until the config was edited (a review)."""
+    from queuelake.report import log
+
+    queues = [q for q in drained.get("queues") or [] if isinstance(q, dict)]
+    failed = [str(q.get("queue")) for q in queues if q.get("status") not in going_on]
+    if not failed or len(failed) == len(queues):
+        return False
+    log.error(
+        "run: the drain failed in %d of %d queue(s) (%s); the steps after it run over what landed",
+        len(failed),
+        len(queues),
+        ", ".join(failed[:5]) + (", ..." if len(failed) > 5 else ""),
+    )
+    return True
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     """drain, bodies, transform, publish (bodies before transform: a transform may read the typed
-    tables of the same journal versions; skipped when ``bodies.enabled`` is false). A failed drain
-    stops the run; a failed bodies or transform step does not stop the steps after it, and the run
-    reports "failed" at its end. Stops before the next step once SIGTERM asked to stop (status
-    "interrupted", the steps not run are listed, and any that failed before the stop as
-    ``failed_steps``). A drain that ended "incomplete" (rows held by other
-    sessions) does not stop the later steps, but the run reports "incomplete"."""
+    tables of the same journal versions; skipped when ``bodies.enabled`` is false). A failed drain stops the run,
+    unless it failed in some queues only (``_failed_in_some_queues``); a failed bodies or transform step does not
+    stop the steps after it, and the run reports "failed" at its end. Stops before the next step once SIGTERM asked
+    to stop (status "interrupted", the steps not run are listed, and any that failed before the stop as
+    ``failed_steps``). A drain that ended "incomplete" (rows held by other sessions) does not stop the later steps,
+    but the run reports "incomplete"."""
     from queuelake import config as config_mod
     from queuelake import stopping
     from queuelake.commands.publish import publish_steps
@@ -85,7 +105,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             break  # a stop request: the steps after it are skipped, and the run says "interrupted"
         # an incomplete drain (rows other sessions held) journalled everything it took: go on
         if steps[name].get("status") not in going_on and name not in _GO_ON_AFTER_FAILURE:
-            break
+            if not _failed_in_some_queues(steps[name], going_on):
+                break
     statuses = {s.get("status") for s in steps.values()}
     failed = [n for n, s in steps.items() if s.get("status") not in (*going_on, Status.INTERRUPTED)]
     skipped = [n for n in order if n not in steps and _has_work(cfg, n)]
