@@ -527,3 +527,29 @@ def test_a_lake_that_fails_whatever_the_rows_fails_the_shared_batch_and_loses_no
     assert all("No space left on device" in q["error"] for q in summary["queues"]), summary
     assert [queue_depth(cfg, n) for n in names] == [10, 10, 10]
     assert claim_count(cfg) == 0
+
+
+def test_a_queue_whose_receive_fails_in_a_shared_batch_fails_alone(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Another program renamed one queue's ``headers`` column: its receive failed inside the shared
+    batch's transaction, and its batch-mates failed with its error on every run, their rows never
+    drained (a review). The batch is received again without it: only it fails, naming its own error."""
+    names = NAMES[:6]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=100)
+    install(cfg)
+    seeded = _seed(cfg, names, 30)
+    broken = queue_ref(names[1], cfg.transport)
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE {broken.qualified} RENAME COLUMN headers TO "Headers"')  # type: ignore[attr-defined]
+
+    summary = drain(cfg, open_lake(cfg.lake))
+
+    by_queue = {q["queue"]: q for q in summary["queues"]}
+    bad = by_queue[broken.canonical]  # type: ignore[attr-defined]
+    assert bad["status"] == "failed" and names[1] in bad["error"], bad
+    others = [q for name, q in by_queue.items() if name != broken.canonical]  # type: ignore[attr-defined]
+    assert [(q["status"], q["landed"], q.get("error")) for q in others] == [("ok", 30, None)] * 5, others
+    rows = journal(lake_root).select(["id", "queue"]).to_pylist()
+    assert len(rows) == 150 == len({r["id"] for r in rows})
+    assert {r["id"] for r in rows} == set().union(*(seeded[n] for n in names if n != names[1]))
+    assert claim_count(cfg) == 0 and queue_depth(cfg, names[1]) == 30

@@ -92,6 +92,17 @@ def _refuses(check: Callable[[pa.Table], None], table: pa.Table) -> bool:
     return False
 
 
+class _QueueFailed(Exception):
+    """One queue's receive failed inside the batch's transaction, the connection still up: its table
+    dropped or altered by another program. The batch is rolled back (``_receive`` gave every queue's
+    rows back to its budget) and received again without that queue."""
+
+    def __init__(self, drain: QueueDrain, error: QueuelakeError) -> None:
+        super().__init__(str(error))
+        self.drain = drain
+        self.error = error
+
+
 @dataclass
 class _Part:
     """One queue's share of the batch."""
@@ -171,13 +182,30 @@ class SmallQueues:
         app_id = worker_app_id(ready[0].ref.canonical, TOGETHER)
         errors: dict[str, list[BaseException]] = {d.ref.canonical: [] for d in ready}
         going_on: list[QueueDrain] = []
-        try:
-            going_on = self._together(app_id, ready)
-        except BaseException as exc:  # noqa: BLE001 - every queue of the batch reports it
-            log.error("drain of %d small queue(s) (%s, ...) failed: %s", len(ready), ready[0].ref.canonical, exc)
-            for drain in ready:
-                drain.state.budget.stop()
-                errors[drain.ref.canonical].append(exc)
+        members = list(ready)
+        while members:
+            try:
+                going_on = self._together(app_id, members)
+                break
+            except _QueueFailed as failed:  # that queue's failure alone: the others are received again
+                failed.drain.state.budget.stop()
+                errors[failed.drain.ref.canonical].append(failed.error)
+                members = [d for d in members if d is not failed.drain]
+                log.error(
+                    "drain of %s failed inside a batch of small queues; the %d other(s) are received without it: %s",
+                    failed.drain.ref.canonical,
+                    len(members),
+                    failed.error,
+                )
+                if members:
+                    app_id = worker_app_id(members[0].ref.canonical, TOGETHER)
+            except BaseException as exc:  # noqa: BLE001 - every queue of the batch reports it
+                first = members[0].ref.canonical
+                log.error("drain of %d small queue(s) (%s, ...) failed: %s", len(members), first, exc)
+                for drain in members:
+                    drain.state.budget.stop()
+                    errors[drain.ref.canonical].append(exc)
+                break
         for drain in going_on:
             with self._alone(drain):
                 errors[drain.ref.canonical].extend(drain.run_workers())
@@ -251,8 +279,16 @@ class SmallQueues:
             if want > room:
                 budget.give_back(want - room)
                 want = room
-            with drain.state.batch_in_flight():
-                received = queues.receive_batch_arrow(conn, drain.ref, want)
+            try:
+                with drain.state.batch_in_flight():
+                    received = queues.receive_batch_arrow(conn, drain.ref, want)
+            except QueuelakeError as exc:
+                if conn.lost or len(ready) == 1:  # the session's failure, or the queue is alone: as before
+                    raise
+                budget.give_back(want)
+                for part in parts:  # the batch's transaction is rolled back: their rows stay in their tables
+                    part.drain.state.budget.give_back(part.received.num_rows)
+                raise _QueueFailed(drain, exc) from exc
             got = received.num_rows
             if got < want:
                 budget.give_back(want - got)
