@@ -128,3 +128,27 @@ def test_status_covers_every_queue_the_config_touches(fresh_pg_uri: str, tmp_pat
         ('"public"."Shipping"', "subscriber", 2),
     ], listed
     assert "is not a queue address" in result.stderr  # the rogue row is named, the rest listed
+
+
+def test_one_table_another_program_altered_is_named_and_the_others_still_listed(
+    fresh_pg_uri: str, pg_driver: str, tmp_path
+) -> None:
+    """One of many queue tables had its ``headers`` column renamed: ``status`` failed as a whole, no
+    queue listed, where ``drain`` and ``where`` failed that queue alone (a review)."""
+    installed = ["Sales", "Billing", "Shipping"]
+    cfg = make_config(fresh_pg_uri, pg_driver, installed)
+    with connect(fresh_pg_uri, pg_driver) as conn:
+        installer.install(conn, installer.plan(cfg))
+    sql(fresh_pg_uri, 'ALTER TABLE "Billing" RENAME COLUMN headers TO "Headers"')
+
+    path = write_config(tmp_path, pg_driver, installed)
+    result = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, pg_driver))
+
+    assert result.code == 1 and result.summary["status"] == "failed", result
+    assert result.summary["unreadable_tables"] == ['"public"."Billing"'], result.summary
+    by_queue = {q["queue"]: q for q in result.summary["queues"]}
+    assert list(by_queue) == ['"public"."Sales"', '"public"."Billing"', '"public"."Shipping"']
+    billing = by_queue['"public"."Billing"']
+    assert billing["depth"] is None and "headers" in billing["error"], billing
+    assert any("cannot be read" in w for w in billing["warnings"]), billing
+    assert by_queue['"public"."Shipping"']["depth"] == 0 and by_queue['"public"."Shipping"']["warnings"] == []

@@ -21,6 +21,7 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
     in the subscription table (where published events go). Each entry says why it is listed (``role``)."""
     from queuelake import config as config_mod
     from queuelake.context import open_database
+    from queuelake.errors import QueuelakeError
     from queuelake.report import log
     from queuelake.status import Status
     from queuelake.transport import queues, schema
@@ -37,11 +38,17 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
                 log.warning("%s (%s): table does not exist", ref.canonical, role)
                 out.append(entry)
                 continue
-            if role == "delayed":  # a delayed store has no sequence to peek: count it
-                entry.update(exists=True, depth=queues.count_rows(conn, ref), warnings=[])
-            else:
-                entry.update(exists=True, depth=queues.peek(conn, ref), warnings=schema.warnings(conn, ref))
-                entry["oldest_age_seconds"] = _oldest_age(queues.oldest_headers(conn, ref), now)
+            try:
+                if role == "delayed":  # a delayed store has no sequence to peek: count it
+                    entry.update(exists=True, depth=queues.count_rows(conn, ref), warnings=[])
+                else:
+                    entry.update(exists=True, depth=queues.peek(conn, ref), warnings=schema.warnings(conn, ref))
+                    entry["oldest_age_seconds"] = _oldest_age(queues.oldest_headers(conn, ref), now)
+            except QueuelakeError as exc:  # one table another program altered: said, the others still listed
+                if conn.lost:
+                    raise
+                entry.update(exists=True, depth=None, error=str(exc))
+                entry["warnings"] = [*entry.get("warnings", []), f"{ref.canonical}: cannot be read: {exc}"]
             conn.rollback()
             for warning in entry["warnings"]:
                 log.warning(warning)
@@ -50,7 +57,15 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
         pending = _unresolved_claims(conn, database)
         bridges = _missing_bridge_tables(conn, cfg)
     summary: dict[str, Any] = {"queues": out, "unresolved_claims": pending}
-    missing = [e["queue"] for e in out if not e["exists"] and e["role"] in ("drained", "destination")] + bridges
+    needed = [e for e in out if e["role"] in ("drained", "destination")]
+    missing = [e["queue"] for e in needed if not e["exists"]] + bridges
+    unreadable = [e["queue"] for e in needed if e.get("error")]
+    if unreadable:  # its drain or publish fails on it as well: a cron job's check must not read "ok"
+        summary["unreadable_tables"] = unreadable
+        summary["status"] = Status.FAILED
+        summary["error"] = f"{len(unreadable)} table(s) the config needs cannot be read: {', '.join(unreadable)}"
+        summary["error_kind"] = "transport"
+        log.error("status: %s", summary["error"])
     if missing:
         # a cron job that checks status must not read "ok" over tables its drain or publish will fail on
         summary["missing_tables"] = missing
