@@ -406,3 +406,23 @@ def test_a_refusal_crosses_a_process_pool_with_its_table() -> None:
     refused = pickle.loads(pickle.dumps(RowsRefused('send on "public"."Closed" failed: no', '"public"."Closed"')))
     assert isinstance(refused, RowsRefused) and refused.table == '"public"."Closed"'
     assert str(refused) == 'send on "public"."Closed" failed: no'
+
+
+def test_a_table_whose_headers_column_a_send_cannot_write_is_no_destination(fresh_pg_uri: str, pg_driver: str) -> None:
+    """Another program renamed a queue table's column to ``"Headers"`` or made it ``jsonb``: the catalog
+    check took both for queue tables (it compared lower-cased names, never types), and the send's COPY
+    failed the whole batch for every destination, every run (a review). Both are named now."""
+    names = ["Renamed", "Json", "Plain"]
+    cfg = make_config(fresh_pg_uri, pg_driver, names)
+    renamed, json_table, plain = (ref(n, pg_driver, fresh_pg_uri) for n in names)
+    with connect(fresh_pg_uri, pg_driver) as conn:
+        installer.install(conn, installer.plan(cfg))
+        with conn.transaction():
+            cursor = conn.raw.cursor()
+            cursor.execute(f'ALTER TABLE {renamed.qualified} RENAME COLUMN headers TO "Headers"')
+            cursor.execute(f"ALTER TABLE {json_table.qualified} ALTER COLUMN headers TYPE jsonb USING headers::jsonb")
+        with conn.transaction():
+            problems = {t.canonical: schema.delivery_problem(conn, t) for t in (renamed, json_table, plain)}
+    assert problems['"public"."Renamed"'] == '"public"."Renamed" is not a queue table: no column(s) headers', problems
+    assert "headers column of type jsonb" in str(problems['"public"."Json"']), problems
+    assert problems['"public"."Plain"'] is None, problems

@@ -132,6 +132,8 @@ class Dialect:
     # the first number of user-defined errors (a trigger's RAISERROR or THROW); 0: none
     refusal_errors: frozenset[int] = frozenset()
     user_errors_from: int = 0
+    # the headers column types a send can write (``schema.delivery_problem``); empty: not checked
+    sendable_headers_types: frozenset[str] = frozenset()
 
     # -- addresses ---------------------------------------------------------------------------------
 
@@ -243,6 +245,8 @@ POSTGRESQL = Dialect(
     required_delayed_columns=frozenset({"id", "headers", "body", "due"}),
     missing_table_states=frozenset({"42P01"}),  # undefined_table
     refusal_states=_POSTGRESQL_REFUSALS,
+    # what information_schema calls text and varchar(n): a binary COPY's text fits them, not jsonb's format
+    sendable_headers_types=frozenset({"text", "character varying"}),
     creates_schemas=True,
     install_checks_first=True,
     deferrable_constraints=True,

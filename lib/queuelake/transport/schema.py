@@ -53,7 +53,7 @@ def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> 
     constraint): publish takes a table that refuses its copies out of the run (``errors.RowsRefused``)."""
     what = ref.canonical
     rows = conn.run("table_columns", ref.identifiers(), ref.params(), what=what)
-    have = {str(r[0]).lower() for r in rows}
+    have = {str(r[0]) for r in rows}  # as the server compares them (``table_columns``: per dialect)
     kind = "delayed-delivery table" if delayed else "queue table"
     if not have:
         return f"{kind} {what} does not exist"
@@ -61,6 +61,12 @@ def delivery_problem(conn: Connection, ref: TableRef, delayed: bool = False) -> 
     missing = written - have
     if missing:
         return f"{what} is not a {kind}: no column(s) {', '.join(sorted(missing))}"
+    sendable = conn.rules.sendable_headers_types
+    if sendable:  # a jsonb headers column refused the binary COPY of every batch (a review)
+        types = conn.run("check_headers_type", ref.identifiers(), ref.params(), what=what)
+        headers_type = str(types[0][0]).lower() if types and types[0][0] is not None else ""
+        if headers_type and headers_type not in sendable:
+            return f"{kind} {what} has a headers column of type {headers_type}; a send writes {conn.rules.headers_type}"
     if conn.rules.legacy_recoverable_column and not delayed:
         written = written | {"recoverable"}  # the SQL Server transport's, written when the table has it
     needing = conn.run("columns_needing_values", ref.identifiers(), ref.params(), what=what)
