@@ -264,9 +264,11 @@ def test_a_maintain_whose_compaction_or_vacuum_lost_its_reply_is_done_again(s3: 
     assert sorted(after.read_arrow("t").column("n").to_pylist()) == sorted(list(range(10)) * 4)
 
 
-def test_a_delete_whose_reply_was_lost_is_taken_as_done(s3: str) -> None:
+@pytest.mark.parametrize("by_keys", [False, True], ids=["predicate", "keys"])
+def test_a_delete_whose_reply_was_lost_is_taken_as_done(s3: str, by_keys: bool) -> None:
     """The store took a delete's commit and the reply was reset: an ``erase`` failed though its rows were
-    gone (a review). The log tells by the delete's write id: the delete is done, with its commit's figures."""
+    gone (a review). The log tells by the delete's write id: the delete is done, with its commit's figures;
+    a delete by keys (a MERGE: retention's and erase's typed rows) alike."""
     import pyarrow.dataset as ds
     from queuelake.lake.deletes import RowFilter
     from queuelake.lake.delta_rs.engine import DeltaRsEngine
@@ -280,7 +282,8 @@ def test_a_delete_whose_reply_was_lost_is_taken_as_done(s3: str) -> None:
     proxy, url = serve_in_a_process(s3, rf"^PUT .*/t/_delta_log/0+{newest + 1}\.json")
     try:
         through = DeltaRsEngine(root, storage_options=resolved_options(url))
-        deleted = through.delete_rows("t", RowFilter('"n" < 10', ds.field("n") < 10, ("n",)))
+        keys = pa.table({"n": pa.array(range(10), pa.int64())}) if by_keys else None
+        deleted = through.delete_rows("t", RowFilter('"n" < 10', ds.field("n") < 10, ("n",), keys=keys))
     finally:
         assert resets_of(proxy) == 1, "the delete's reply was not dropped"
     assert (deleted.rows, deleted.version, deleted.read_version) == (10, newest + 1, newest), deleted
