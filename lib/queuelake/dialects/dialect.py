@@ -72,6 +72,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "drain_lock",
         "drain_unlock",
         "drain_session",
+        "estimate_session",
         "claim_fence_shared",
         "claim_fence_wait",
         # queuelake where: rows read without taking or locking them

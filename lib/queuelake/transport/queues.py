@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from queuelake.errors import TransportError
+from queuelake.report import log
 from queuelake.transport import binary_copy
 from queuelake.transport.db import Connection
 
@@ -206,9 +207,10 @@ def depths(conn: Connection, refs: list[TableRef]) -> dict[str, int | None]:
                 try:
                     out[ref.canonical] = peek(conn, ref)
                     conn.rollback()
-                except TransportError:
+                except TransportError as exc:
                     conn.rollback()
                     out[ref.canonical] = None
+                    log.warning("drain: the depth of %s could not be read (%s); drained as if deep", ref.canonical, exc)
     return out
 
 
@@ -297,6 +299,13 @@ def count_null_seq(conn: Connection, queue: TableRef) -> int:
 
 
 CONNECTION_CHECK_INTERVAL = "2s"
+
+
+def configure_estimate_session(conn: Connection) -> None:
+    """The depth estimate's session waits a bounded time for a table lock (``estimate_session.sql``):
+    one queue table another program held locked stalled the estimate of every queue (a review)."""
+    conn.run("estimate_session", {}, {})
+    conn.commit()
 
 
 def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_timeout_s: float) -> None:

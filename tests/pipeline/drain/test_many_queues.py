@@ -136,6 +136,32 @@ def test_an_empty_queue_with_a_claim_left_is_not_idle(fresh_pg_uri: str) -> None
     assert found.claimed_elsewhere == {other}
 
 
+def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_unknown(fresh_pg_uri: str) -> None:
+    """A migration held one of 115 queue tables locked: the one statement estimating every queue waited
+    with it, 91 s, silent and past --max-seconds, and the run drained nothing (a review). The estimate
+    waits at most 5 s for a lock: that queue's depth is unknown (drained as if deep), the others' read."""
+    import psycopg
+
+    names = ["A", "B", "C"]
+    cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": names}}, env={})
+    refs = [queue_ref(n, cfg.transport) for n in names]
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        send(conn, refs[2], [OutgoingMessage("{}", b"x")] * 4)
+        conn.commit()
+    with psycopg.connect(fresh_pg_uri) as holder:  # a transaction holding B locked for 60 s
+        holder.execute(f"LOCK TABLE {refs[1].qualified} IN ACCESS EXCLUSIVE MODE")  # type: ignore[attr-defined]
+        release = threading.Timer(60, holder.rollback)  # what the estimate waited for before
+        release.start()
+        try:
+            found = estimate(QueueDatabase(cfg.transport), refs)
+        finally:
+            release.cancel()
+            holder.rollback()
+    depths = {r.canonical: found.backlogs[r.canonical].depth for r in refs}
+    assert depths == {refs[0].canonical: 0, refs[1].canonical: None, refs[2].canonical: 4}, depths
+
+
 def waiting(budget: ConnectionBudget, n: int) -> None:
     """Until ``n`` holders are queued for their connections (however slow the machine)."""
     deadline = time.monotonic() + 30

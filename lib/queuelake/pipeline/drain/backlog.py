@@ -53,6 +53,7 @@ def estimate(database: QueueDatabase, refs: list[TableRef]) -> Estimate:
     conn = database.connect("queuelake-drain-estimate")  # TransportError: the run's error, not each queue's
     try:
         with conn:
+            queues.configure_estimate_session(conn)
             depths = queues.depths(conn, refs)
             try:
                 pending = {c.queue: c.claims for c in claims.summary(conn, database.claims)}
