@@ -34,6 +34,7 @@ class LakeEngine(Protocol):
 
     name: str  # "delta-rs" or "delta-spark"
     root: str
+    storage_options: dict[str, str]  # the object store's settings (lake.storage_options), resolved
     # ``delete_rows`` takes a filter's ``keys`` (``RowFilter.keys``), all of them in one commit: a caller
     # with more values than an IN list holds (``MAX_IN_LIST``) hands them in one filter rather than many
     deletes_by_keys: bool

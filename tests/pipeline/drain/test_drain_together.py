@@ -553,3 +553,35 @@ def test_a_queue_whose_receive_fails_in_a_shared_batch_fails_alone(fresh_pg_uri:
     assert len(rows) == 150 == len({r["id"] for r in rows})
     assert {r["id"] for r in rows} == set().union(*(seeded[n] for n in names if n != names[1]))
     assert claim_count(cfg) == 0 and queue_depth(cfg, names[1]) == 30
+
+
+def test_the_claim_of_a_queue_taken_out_of_the_config_is_landed_by_the_next_drain(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """A drain of one queue killed after its claim's commit, then the queue taken out of the config (a
+    decommissioned endpoint): no later drain resolved the claim, its rows out of the queue and out of the
+    journal, while ``status`` said the next drain would (a review). The next drain of the other queues
+    lands it, from this lake's journal folder; a claim whose files are not there is left alone."""
+    names = ["Gone", "Kept", "Theirs"]
+    lake_root = tmp_path / "lake"
+    cfg = make_config(fresh_pg_uri, lake_root, names, batch_size=1000)
+    install(cfg)
+    seeded = _seed(cfg, names, 25)
+    conf = write_config(tmp_path / "d.yaml", lake_root, ["Gone"], batch_size=1000)
+    env = {**os.environ, "QUEUELAKE_CONNECTION": fresh_pg_uri, "QUEUELAKE_TEST_KILL_AT": "after_db_commit:1"}
+    cmd = [sys.executable, "-m", "queuelake", "drain", "-c", str(conf)]
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    wait_for_no_drain(fresh_pg_uri)
+    assert claim_count(cfg) == 1 and queue_depth(cfg, "Gone") == 0
+
+    elsewhere = make_config(fresh_pg_uri, tmp_path / "another-lake", ["Theirs"], batch_size=1000)
+    other = drain(elsewhere, open_lake(elsewhere.lake))  # another deployment's lake: not its claim
+    assert other["claims_resolved"] == 0 and claim_count(cfg) == 1, other
+
+    kept = make_config(fresh_pg_uri, lake_root, ["Kept"], batch_size=1000)
+    summary = drain(kept, open_lake(kept.lake))
+    assert summary["status"] == "ok" and summary["claims_resolved"] == 1, summary
+    assert claim_count(cfg) == 0
+    got = journal(lake_root)["id"].to_pylist()
+    assert len(got) == len(set(got)) == 50 and set(got) == seeded["Gone"] | seeded["Kept"]

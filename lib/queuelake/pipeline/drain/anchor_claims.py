@@ -8,6 +8,11 @@ dropped an endpoint) would leave the members' rows in a staged file, out of the 
 journal, until the anchor is drained again: maybe never. Resolving under the anchor's lock keeps the
 claim protocol's order (one resolver per app id, versions in order); nothing is received from the
 anchor. An anchor whose lock another drain holds is left to that drain, which resolves it first.
+
+The same for a queue's own claim when the queue left the config (a decommissioned endpoint): a drain
+killed after its claim's commit had taken its rows out of the queue, and no later run resolved it, while
+``status`` said the next drain would (a review). Such a claim is resolved so too when its staged files
+are in this run's journal (never another deployment's, sharing the database but not the lake).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from queuelake.errors import QueuelakeError
+from queuelake.lake.files import StagedFiles, missing_files
 from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.claims import Resolved, resolve_claims, shares
 from queuelake.pipeline.drain.queue_drain import release_drain_lock, take_drain_lock
@@ -50,9 +56,9 @@ def resolve_claims_filed_elsewhere(
     database: QueueDatabase, journal: JournalLake, refs: Collection[TableRef], elsewhere: Collection[str]
 ) -> Elsewhere:
     """Resolve the claims of the queues in ``elsewhere`` (queues with claims this run does not drain,
-    from the run's estimate) that hold rows of this run's queues. Reads the claims only when
-    ``elsewhere`` is not empty: a run with nothing left behind pays nothing. An anchor whose claims
-    cannot be resolved fails the run's queues that have rows in them, not the others."""
+    from the run's estimate), those holding rows of this run's queues and the others alike. Reads the
+    claims only when ``elsewhere`` is not empty: a run with nothing left behind pays nothing. An anchor
+    whose claims cannot be resolved fails the run's queues that have rows in them, not the others."""
     outcome = Elsewhere()
     if not elsewhere:
         return outcome
@@ -63,7 +69,8 @@ def resolve_claims_filed_elsewhere(
             members: dict[str, set[str]] = {}
             for c in claims.every_claim(conn, table):
                 held = ours & set(shares(c) or ())
-                if c.queue in elsewhere and held:
+                # with this run's queues' rows (failed with it), or its queue's own in this lake's journal
+                if c.queue in elsewhere and (held or _staged_here(journal, c)):
                     members.setdefault(c.queue, set()).update(held)
             for anchor in sorted(members):
                 try:
@@ -78,6 +85,13 @@ def resolve_claims_filed_elsewhere(
     except QueuelakeError as exc:  # the claims stay (``status`` shows them); the queues' own drains meet the cause
         log.error("drain: could not read the claims filed under queues this run does not drain (%s)", exc)
     return outcome
+
+
+def _staged_here(journal: JournalLake, claim: claims.Claim) -> bool:
+    """Whether a claim's staged files are in this journal's folder: a claim of another deployment's lake
+    (its own queues, the same database and claims table) is never landed here."""
+    files = StagedFiles.from_json(claim.staged).files
+    return bool(files) and not missing_files(journal.path(claim.lake_table), files, journal.storage_options)
 
 
 def _resolve_under_lock(
@@ -96,7 +110,7 @@ def _resolve_under_lock(
     finally:
         release_drain_lock(conn, ref)
     log.info(
-        "drain: resolved %d claim(s) filed under %s, which this run does not drain, holding rows of its queues",
+        "drain: resolved %d claim(s) filed under %s, which this run does not drain",
         found.claims,
         anchor,
     )
