@@ -152,3 +152,29 @@ def test_one_table_another_program_altered_is_named_and_the_others_still_listed(
     assert billing["depth"] is None and "headers" in billing["error"], billing
     assert any("cannot be read" in w for w in billing["warnings"]), billing
     assert by_queue['"public"."Shipping"']["depth"] == 0 and by_queue['"public"."Shipping"']["warnings"] == []
+
+
+def test_a_table_another_program_holds_locked_is_named_not_waited_on(fresh_pg_uri: str, tmp_path) -> None:
+    """A migration held one queue table locked: ``status`` waited with it, as long as the lock lasted (a
+    review). It waits at most 5 s for a table lock and names the table."""
+    import threading
+
+    import psycopg
+
+    installed = ["Sales", "Billing"]
+    cfg = make_config(fresh_pg_uri, "psycopg", installed)
+    with connect(fresh_pg_uri, "psycopg") as conn:
+        installer.install(conn, installer.plan(cfg))
+    path = write_config(tmp_path, "psycopg", installed)
+    with psycopg.connect(fresh_pg_uri) as holder:
+        holder.execute('LOCK TABLE "public"."Billing" IN ACCESS EXCLUSIVE MODE')
+        release = threading.Timer(60, holder.rollback)  # what status waited for before
+        release.start()
+        try:
+            result = run_cli(["status", "-c", str(path)], connection_string(fresh_pg_uri, "psycopg"))
+        finally:
+            release.cancel()
+            holder.rollback()
+    assert result.code == 1 and result.summary["unreadable_tables"] == ['"public"."Billing"'], result.summary
+    assert "lock" in result.summary["queues"][1]["error"], result.summary
+    assert result.summary["queues"][0]["depth"] == 0

@@ -30,6 +30,7 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
     database = open_database(cfg)
     with database.connect("queuelake-status") as conn:
+        queues.configure_estimate_session(conn)  # a table another program holds locked: named, not waited on
         now = queues.db_utc_now(conn)
         for ref, role in _touched(conn, cfg, database):
             entry: dict[str, Any] = {"queue": ref.canonical, "role": role}
