@@ -118,8 +118,16 @@ def test_status_covers_every_queue_the_config_touches(fresh_pg_uri: str, tmp_pat
         queues.send(conn, queue_ref("Shipping", cfg.transport), [OutgoingMessage("{}", b"1")] * 2)
         queues.store_delayed(conn, queue_ref("Billing", cfg.transport).delayed(), [("{}", b"2", 60_000)])
         conn.commit()
+    # a subscriber's table another team gave a NOT NULL column a send does not write: said (a review)
+    sql(fresh_pg_uri, 'ALTER TABLE "Shipping" ADD COLUMN extra integer NOT NULL DEFAULT 0')
+    sql(fresh_pg_uri, 'ALTER TABLE "Shipping" ALTER COLUMN extra DROP DEFAULT')
     result = run_cli(["status", "-c", str(path)], fresh_pg_uri)
     assert result.code == 0, result
+    warned = {q["queue"]: q["warnings"] for q in result.summary["queues"]}
+    assert warned['"public"."Billing"'] == [] and len(warned['"public"."Shipping"']) == 1, warned
+    assert (
+        "extra" in warned['"public"."Shipping"'][0] and "publish and replay skip it" in warned['"public"."Shipping"'][0]
+    )
     listed = [(q["queue"], q["role"], q["depth"]) for q in result.summary["queues"]]
     assert listed == [
         ('"public"."Sales"', "drained", 0),

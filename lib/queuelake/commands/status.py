@@ -45,6 +45,10 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     entry.update(exists=True, depth=queues.peek(conn, ref), warnings=schema.warnings(conn, ref))
                     entry["oldest_age_seconds"] = _oldest_age(queues.oldest_headers(conn, ref), now)
+                if role in ("destination", "subscriber", "delayed"):  # what publish and replay would skip
+                    problem = schema.delivery_problem(conn, ref, delayed=role == "delayed")
+                    if problem is not None:
+                        entry["warnings"].append(f"{problem}; publish and replay skip it")
             except QueuelakeError as exc:  # one table another program altered: said, the others still listed
                 if conn.lost:
                     raise
