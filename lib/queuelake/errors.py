@@ -52,6 +52,7 @@ class TransportError(QueuelakeError):
     """The queue database refused something: missing table, bad connection, failed statement."""
 
     kind = "transport"
+    missing_table = False  # the statement's table does not exist (the caller may say so once, its own way)
 
 
 class RowsRefused(TransportError):

@@ -117,7 +117,9 @@ class Connection:
         message = redact(_first_line(exc), self._secret)
         target = f" on {what}" if what else ""
         if self.rules.is_missing_table(exc):
-            return _redacted(TransportError(f"table{target} does not exist ({statement}): {message}"))
+            missing = TransportError(f"table{target} does not exist ({statement}): {message}")
+            missing.missing_table = True
+            return _redacted(missing)
         if self.rules.is_refusal(exc):
             return _redacted(RowsRefused(f"{statement}{target} failed: {message}", what))
         return _redacted(TransportError(f"{statement}{target} failed: {message}"))

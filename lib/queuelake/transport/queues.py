@@ -210,7 +210,10 @@ def depths(conn: Connection, refs: list[TableRef]) -> dict[str, int | None]:
                 except TransportError as exc:
                     conn.rollback()
                     out[ref.canonical] = None
-                    log.warning("drain: the depth of %s could not be read (%s); drained as if deep", ref.canonical, exc)
+                    if not exc.missing_table:  # a missing table: its drain names it, once
+                        log.warning(
+                            "drain: the depth of %s could not be read (%s); drained as if deep", ref.canonical, exc
+                        )
     return out
 
 
