@@ -56,6 +56,18 @@ def members(values: pa.Array, codes: np.ndarray, names: list[str], counts: np.nd
     return Members(text, _rows_repeating_a_name(kept_codes, kept_row, len(names), n))
 
 
+def strings(values: pa.Array) -> pa.Array:
+    """Each value as a JSON string, quoted and escaped as ``orjson.dumps`` writes it (null stays
+    null): Arrow adds the quotes, ``orjson`` escapes the few that need it."""
+    quoted = pc.binary_join_element_wise('"', values, '"', "")
+    escaped = _needs_escape(values)
+    if escaped.any():
+        mask = pa.array(escaped)
+        texts = [orjson.dumps(v).decode() for v in values.filter(mask).to_pylist()]
+        quoted = pc.replace_with_mask(quoted, mask, pa.array(texts, pa.string()))
+    return quoted
+
+
 def _needs_escape(strings: pa.Array, block: int = 1 << 18) -> np.ndarray:
     """True for each string holding a quote, a backslash or a control character. The text is
     scanned a block at a time: each check's temporary then stays in the cache."""

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from queuelake.nsb import guids
 from queuelake.nsb import headers as hdr
 
 # What a ServiceControl retry strips: every header *starting with* one of these
@@ -81,6 +82,27 @@ def unique_id_of(
     x = hashlib.md5(f"{message_id}{endpoint}".encode(), usedforsecurity=False).hexdigest()
     # str(uuid.UUID(bytes_le=digest)) without the object: the first three fields byte-swapped
     return f"{x[6:8]}{x[4:6]}{x[2:4]}{x[0:2]}-{x[10:12]}{x[8:10]}-{x[14:16]}{x[12:14]}-{x[16:20]}-{x[20:32]}"
+
+
+def unique_ids(
+    existing: pa.Array, message_ids: pa.Array, endpoints: pa.Array, failed_queues: pa.Array, reply_tos: pa.Array
+) -> pa.Array:
+    """``unique_id_of`` of each row of a batch, its header values given as string arrays: the Guids
+    formatted by ``guids.texts_le`` and only the MD5 hashed in Python, once per row that needs one."""
+    n = len(message_ids)
+    endpoint = pc.coalesce(endpoints, _queue_parts(failed_queues), _queue_parts(reply_tos))
+    keys = pc.binary_join_element_wise(message_ids, endpoint, "").to_pylist()  # null where either is
+    hashed = [hashlib.md5(k.encode(), usedforsecurity=False).digest() for k in keys if k is not None]
+    computed = guids.texts_le(np.frombuffer(b"".join(hashed), np.uint8).reshape(len(hashed), 16))
+    valid = np.fromiter((k is not None for k in keys), dtype=bool, count=n)
+    at = pa.array(np.cumsum(valid) - 1, pa.int64(), mask=~valid)  # each row's computed id, or null
+    has_existing = pc.fill_null(pc.greater(pc.binary_length(existing), 0), False)
+    return pc.if_else(has_existing, existing.cast(pa.string()), computed.take(at))
+
+
+def _queue_parts(addresses: pa.Array) -> pa.Array:
+    """``_queue_part`` of each address: the text before its first ``@``."""
+    return pc.replace_substring_regex(addresses, pattern="(?s)@.*", replacement="", max_replacements=1)
 
 
 _KEPT: dict[str, bool] = {}  # header name -> kept on a retry (names repeat across messages: decide once)

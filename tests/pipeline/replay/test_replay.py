@@ -200,11 +200,13 @@ _VALUES = st.one_of(st.none(), st.sampled_from(["", "Billing", "00:10:00", "m-1"
     kinds=st.lists(st.sampled_from(["retry", "redirect", "replay"]), min_size=6, max_size=6),
     message_ids=st.lists(st.one_of(st.none(), st.just("drained-id")), min_size=6, max_size=6),
     ack=st.one_of(st.none(), st.just("Acks")),
+    queue=st.sampled_from(["error", '"public"."error"', "[dbo].[error]@[db]", 'we\\ird "q"\n', "é"]),
 )
-def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) -> None:
+def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack, queue) -> None:
     """The bulk header rewrite gives each message exactly what the per-message rules give
     (``retry_headers``; a replay's new MessageId), whatever the map holds: repeated names (the last
-    wins), names the replay sets itself, null values, text JSON must escape, no headers at all."""
+    wins), names the replay sets itself, null values, text JSON must escape, no headers at all; and
+    whatever the journal's queue name holds (a canonical name's quotes go into Replay.Source)."""
     import pyarrow as pa
     from queuelake.config import from_dict as config_from
     from queuelake.pipeline.message_ids import name_uuid
@@ -214,7 +216,7 @@ def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) 
     cfg = config_from({"transport": {"connection": "postgresql://x@localhost/y"}, "lake": {"root": "/l"}}, env={})
     target = queue_ref("Billing", cfg.transport)
     rows = [
-        Row("error", i, f"row-{i}", message_ids[i], "T", kinds[i], "Billing", "f", i, target=target)
+        Row(queue, i, f"row-{i}", message_ids[i], "T", kinds[i], "Billing", "f", i, target=target)
         for i in range(len(maps))
     ]
     content = pa.table(
@@ -223,7 +225,7 @@ def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) 
     built = messages.build("r-1", rows, content, ack)
     assert built.rows == rows
     for row, message, pairs in zip(rows, built.messages.outgoing(), maps, strict=True):
-        assert message.id == name_uuid(f"replay-row\nr-1\nerror\n{row.seq}\n{row.id}")
+        assert message.id == name_uuid(f"replay-row\nr-1\n{queue}\n{row.seq}\n{row.id}")
         original = dict(pairs or [])
         if row.kind == "replay":
             expected = dict(original)
@@ -234,7 +236,7 @@ def test_batch_headers_are_the_per_message_rules(maps, kinds, message_ids, ack) 
             carried = original.get(hdr.MESSAGE_ID) or row.message_id  # the unique id is of what it carries
             expected = retry_headers({**original, hdr.MESSAGE_ID: carried} if carried else original, ack)
         expected |= {"queuelake.Replay.Id": "r-1", "queuelake.Replay.Kind": row.kind}
-        expected["queuelake.Replay.Source"] = f"error@{row.seq}"
+        expected["queuelake.Replay.Source"] = f"{queue}@{row.seq}"
         expected["queuelake.Replay.SourceId"] = row.id
         assert orjson.loads(message.headers) == expected
         assert message.ttbr_ms == timespan_ms(original.get(hdr.TIME_TO_BE_RECEIVED))
