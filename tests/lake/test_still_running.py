@@ -43,6 +43,33 @@ def test_maintain_says_its_compaction_and_vacuum_are_still_running(
     assert said == {"maintain messages: compacting", "maintain messages: vacuuming"}, said
 
 
+def test_a_delete_runs_where_a_stop_is_taken_at_once_and_says_it_is_still_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delete by keys (one MERGE: a retention's typed rows) and a delete by a predicate run in a thread the
+    main one waits on (``stopping.interruptible``): a second stop signal during a retention waited ~40 s for
+    the MERGE of a million messages' typed rows (a review)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from queuelake.lake.deletes import RowFilter
+    from queuelake.pipeline.store import typed
+
+    cfg = from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path), "engine": "delta-rs"}}, env={})
+    lake = open_lake(cfg.lake)
+    ids = [f"m-{n}" for n in range(3_000)]
+    totals = [float(n) for n in range(len(ids))]
+    lake.append("body_orders", pa.table({"message_id": ids, "total": totals}), "bodies", 1)
+    monkeypatch.setattr(stopping, "STILL_SECONDS", 0.0001)  # every wait on the native call is "long"
+    (by_keys,) = typed.message_filters(lake, "body_orders", pa.array(ids[:2_500]))
+    assert by_keys.keys is not None
+    by_sql = RowFilter('"total" >= 2990', ds.field("total") >= 2990, ("total",))
+    with caplog.at_level(logging.INFO, logger="queuelake"):
+        assert lake.delete_rows("body_orders", by_keys).rows == 2_500
+        assert lake.delete_rows("body_orders", by_sql).rows == 10
+    said = {r.getMessage().split(": still running")[0] for r in caplog.records if "still running" in r.getMessage()}
+    assert said == {"body_orders: deleting the rows of 2500 key(s)", "body_orders: deleting rows"}, said
+
+
 def test_a_stop_while_a_call_waits_leaves_it_behind_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stop taken while an ``interruptible`` call runs leaves the call in its thread; ``jobs.run_job`` then
     ends the process without the interpreter's teardown, which such a thread crashed (spark-submit exited
