@@ -1066,3 +1066,23 @@ def test_journal_rows_at_the_edges_of_their_types_are_retried(fresh_pg_uri: str,
         )
         assert hdr.TIME_OF_FAILURE not in sent and received.body == base.body
         assert received.expires is None  # TimeSpan.MaxValue: no expiry, as NServiceBus reads it
+
+
+def test_the_lineage_names_the_message_id_each_copy_is_sent_with() -> None:
+    """A replay's copy gets a new MessageId (``messages.build``), a retry's or redirect's keeps its own: the
+    lineage's ``sent_message_id`` is what the copy carries, null kinds and ids included."""
+    import pyarrow as pa
+    from queuelake.pipeline.message_ids import name_uuid
+    from queuelake.pipeline.replay import lineage
+
+    kinds, ids = ["retry", "replay", None, "replay", "redirect"], ["a", None, "c", "d", None]
+    planned = pa.table({"kind": kinds, "message_id": ids, "target": ["T1", "T2", "T3", "T4", "T5"]})
+    assert lineage.sent_ids("r-1", planned).to_pylist() == [
+        "a",
+        name_uuid("replay\nr-1\nNone\nT2"),
+        "c",
+        name_uuid("replay\nr-1\nd\nT4"),
+        None,
+    ]
+    only_retries = planned.filter(pa.array([True, False, True, False, True]))
+    assert lineage.sent_ids("r-1", only_retries).to_pylist() == ["a", "c", None]

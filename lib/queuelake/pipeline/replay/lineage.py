@@ -40,18 +40,18 @@ LINEAGE_SCHEMA: pa.Schema = record_tables.REPLAY_LINEAGE.schema
 PROCESSED, FAILED_AGAIN, PENDING = "processed", "failed-again", "pending"
 
 
-def sent_ids(replay_id: str, table: pa.Table) -> list[str | None]:
+def sent_ids(replay_id: str, table: pa.Table) -> pa.Array:
     """The ``NServiceBus.MessageId`` each planned row's copy is sent with (``messages.build``): a
-    replay's is new, ``uuid5(replay id, MessageId, destination)``; a retry or redirect keeps it."""
-    out: list[str | None] = []
-    for kind, message_id, target in zip(
-        table.column("kind").to_pylist(),
-        table.column("message_id").to_pylist(),
-        table.column("target").to_pylist(),
-        strict=True,
-    ):
-        out.append(name_uuid(f"replay\n{replay_id}\n{message_id}\n{target}") if kind == "replay" else message_id)
-    return out
+    replay's is new, ``uuid5(replay id, MessageId, destination)``; a retry or redirect keeps it (a
+    column as it is: only a replay's rows are hashed, one by one)."""
+    message_ids = table.column("message_id").combine_chunks().cast(pa.string())
+    replays = np.asarray(pc.fill_null(pc.equal(table.column("kind"), "replay"), False).to_numpy(), dtype=bool)
+    if not replays.any():
+        return message_ids
+    at = np.flatnonzero(replays)
+    ids, targets = message_ids.take(at).to_pylist(), table.column("target").take(at).to_pylist()
+    new = pa.array([name_uuid(f"replay\n{replay_id}\n{m}\n{t}") for m, t in zip(ids, targets, strict=True)])
+    return pc.replace_with_mask(message_ids, pa.array(replays), new)
 
 
 def batch_rows(replay_id: str, planned: Planned, cut: Cut, k: int, now: dt.datetime) -> pa.Table:
@@ -68,10 +68,10 @@ def batch_rows(replay_id: str, planned: Planned, cut: Cut, k: int, now: dt.datet
             "message_type": part.column("message_type"),
             "kind": part.column("kind"),
             "destination": part.column("target"),
-            "sent_message_id": pa.array(sent_ids(replay_id, part), pa.string()),
+            "sent_message_id": sent_ids(replay_id, part),
             "batch": pa.array(np.full(n, k, dtype=np.int64)),
             "canary": pa.array(np.full(n, bool(cut.canary) and k == 0)),
-            "recorded_at": pa.array([now] * n, table_entry.UTC_TS),
+            "recorded_at": pa.repeat(pa.scalar(now, table_entry.UTC_TS), n),
         },
         schema=LINEAGE_SCHEMA,
     )
