@@ -46,7 +46,7 @@ from queuelake.stopping import interruptible
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, WriterProperties
 
 _ATTEMPTS = 20
 # values in one IN (or NOT IN) list of a DELETE's predicate: deltalake's DELETE crashes the process (a
@@ -221,9 +221,16 @@ def _fragments(dt: DeltaTable, where: RowFilter, columns: list[str] | None = Non
     return out
 
 
-def delete(load: Any, table: str, where: RowFilter, metadata: dict[str, str] | None = None) -> Deleted:
+def delete(
+    load: Any,
+    table: str,
+    where: RowFilter,
+    metadata: dict[str, str] | None = None,
+    properties: WriterProperties | None = None,
+) -> Deleted:
     """Delete ``where``'s rows in one commit, retried from a fresh snapshot when a concurrent commit
-    conflicts (``load()``: the table at its newest version). Nothing matching: no commit."""
+    conflicts (``load()``: the table at its newest version). Nothing matching: no commit. ``properties``:
+    how the kept rows of the files it reaches are written anew (row groups, codec)."""
     from deltalake import CommitProperties
     from deltalake.exceptions import CommitFailedError
 
@@ -237,11 +244,12 @@ def delete(load: Any, table: str, where: RowFilter, metadata: dict[str, str] | N
             # not when deltalake's native delete returns (a retention's MERGE of a million messages' typed
             # rows held a second signal ~40 s: a review). Left behind, it commits or not, as after a kill
             if where.keys is not None:
-                merged = functools.partial(_merge_delete, dt, where.keys, {**(metadata or {}), DELETE_BY_KEYS: "true"})
+                marked = {**(metadata or {}), DELETE_BY_KEYS: "true"}
+                merged = functools.partial(_merge_delete, dt, where.keys, marked, properties)
                 metrics = interruptible(merged, still=f"{table}: deleting the rows of {len(where.keys)} key(s)")
             else:
-                properties = CommitProperties(custom_metadata=metadata or {})
-                deleted = functools.partial(dt.delete, where.sql, commit_properties=properties)
+                committed = CommitProperties(custom_metadata=metadata or {})
+                deleted = functools.partial(dt.delete, where.sql, properties, commit_properties=committed)
                 metrics = interruptible(deleted, still=f"{table}: deleting rows")
         except CommitFailedError:
             time.sleep(min(0.05 * 2**attempt, 2.0))
@@ -273,7 +281,9 @@ def delete(load: Any, table: str, where: RowFilter, metadata: dict[str, str] | N
     raise LakeError(f"lake table {table}: the delete where {where.sql} kept conflicting ({_ATTEMPTS} attempts)")
 
 
-def _merge_delete(dt: DeltaTable, keys: pa.Table, metadata: dict[str, str]) -> dict[str, Any]:
+def _merge_delete(
+    dt: DeltaTable, keys: pa.Table, metadata: dict[str, str], properties: WriterProperties | None
+) -> dict[str, Any]:
     """Delete the rows whose ``keys`` column (its only one) holds one of its values, by one MERGE."""
     from deltalake import CommitProperties
 
@@ -285,6 +295,7 @@ def _merge_delete(dt: DeltaTable, keys: pa.Table, metadata: dict[str, str]) -> d
             predicate=f"target.{quoted} = source.{quoted}",
             source_alias="source",
             target_alias="target",
+            writer_properties=properties,
             commit_properties=CommitProperties(custom_metadata=metadata),
         )
         .when_matched_delete()

@@ -44,7 +44,7 @@ from queuelake.report import log
 from queuelake.stopping import interruptible
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, WriterProperties
     from pyspark.sql import DataFrame, SparkSession
 
     from queuelake.lake.deletes import Deleted, Reached, RowFilter
@@ -312,7 +312,9 @@ class DeltaRsEngine(StagedWrites):
 
     def delete_rows(self, table: str, where: RowFilter) -> Deleted:
         self._check_writable(table)
-        return deletes.delete(lambda: self._require(table), table, where, {WRITE_ID_KEY: uuid.uuid4().hex})
+        properties = self._rewrite_properties(table, self._require(table))
+        metadata = {WRITE_ID_KEY: uuid.uuid4().hex}
+        return deletes.delete(lambda: self._require(table), table, where, metadata, properties)
 
     def purge_removed(self, table: str) -> int:
         dt = self._require(table)
@@ -321,25 +323,31 @@ class DeltaRsEngine(StagedWrites):
 
     # ------------------------------------------------------------ maintain
 
-    def maintain(self, table: str, retention_hours: float = DEFAULT_RETENTION_HOURS) -> dict[str, Any]:
-        """Compact small files, then vacuum removed files and orphans (files no commit names, e.g. from a
-        killed writer) older than ``retention_hours``. Keep the retention longer than the longest write:
-        an in-flight write's files are orphans until it commits."""
+    def _rewrite_properties(self, table: str, dt: DeltaTable) -> WriterProperties | None:
+        """How a compaction or a delete writes a table's rows anew: its own row groups' rows (fewer where
+        the rows are wide: a row group past 2 GiB of one column cannot be read back), and the codec. A
+        delete left deltalake's defaults: an erase of 3 ids rewrote three journal files as one row group
+        of 404,229 rows (571 MB), and each `find` or replay read of it took 2 GB (a review)."""
         from deltalake import WriterProperties
 
-        dt = self._require(table)
-        self._check_writable(table, dt)
-        interval_set = repeated(lambda: self._set_checkpoint_interval(table, self._require(table)), table)
-        files_before = len(dt.file_uris())
         own_rows = catalogue.row_group_rows(table)
-        # fewer rows where the rows are wide: a row group past 2 GiB of one column cannot be read back
         rows = row_groups.bounded_rows(dt, own_rows)
         # the codec said too: WriterProperties without one writes UNCOMPRESSED (a review: the journal grew
         # 3.4 times at its first maintain); the journal's own writes' codec (``files.COMPRESSION``), and
         # deltalake's own compaction codec for the tables it sizes itself
         codec = COMPACTED_CODEC if own_rows else DEFAULT_COMPACTED_CODEC
         bounded = own_rows or rows < row_groups.DEFAULT_ROWS
-        properties = WriterProperties(max_row_group_size=rows, compression=codec) if bounded else None
+        return WriterProperties(max_row_group_size=rows, compression=codec) if bounded else None
+
+    def maintain(self, table: str, retention_hours: float = DEFAULT_RETENTION_HOURS) -> dict[str, Any]:
+        """Compact small files, then vacuum removed files and orphans (files no commit names, e.g. from a
+        killed writer) older than ``retention_hours``. Keep the retention longer than the longest write:
+        an in-flight write's files are orphans until it commits."""
+        dt = self._require(table)
+        self._check_writable(table, dt)
+        interval_set = repeated(lambda: self._set_checkpoint_interval(table, self._require(table)), table)
+        files_before = len(dt.file_uris())
+        properties = self._rewrite_properties(table, dt)
         # each from a fresh load, again when the store dropped or throttled it (``transient.repeated``):
         # deltalake retries neither as a whole, and behind S3's bursts a maintain failed here (a review)
         # in a thread the main one waits on (``stopping.interruptible``): a stop signal is taken at once, not
