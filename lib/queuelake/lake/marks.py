@@ -40,6 +40,7 @@ def check_writable(table: str, path: str, recorded: str | None, engine: str) -> 
     if recorded is not None and recorded != engine:
         raise LakeError(
             f"lake table {table!r} at {path} was created by the {recorded} engine and this job writes with "
-            f"{engine}; one table is only ever written by one engine. Set lake.engine: {recorded}, "
-            f"or write to a new table."
+            f"{engine}; one table is only ever written by one engine. Set lake.engine: auto (each table "
+            f"written by the engine that created it; delta-spark's tables need Delta on Spark's classpath) "
+            f"or lake.engine: {recorded} if every table of the lake was created by it, or write to a new table."
         )
