@@ -1086,3 +1086,24 @@ def test_the_lineage_names_the_message_id_each_copy_is_sent_with() -> None:
     ]
     only_retries = planned.filter(pa.array([True, False, True, False, True]))
     assert lineage.sent_ids("r-1", only_retries).to_pylist() == ["a", "c", None]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("limit", 10**20, "--limit must be 0 or more, at most 9,223,372,036,854,775,807"),
+        ("limit", -1, "--limit must be 0 or more"),
+        ("max_rate", float("nan"), "--max-rate must be a positive number"),
+        ("max_rate", float("inf"), "--max-rate must be a positive number"),
+        ("max_rate", 0.0, "--max-rate must be a positive number"),
+    ],
+)
+def test_an_option_out_of_its_range_is_an_arguments_error(option: str, value: object, said: str) -> None:
+    """``--limit 99999999999999999999``, ``--max-rate nan`` and ``1e400`` ended as ``unexpected`` (a review)."""
+    import re
+
+    from queuelake.errors import ArgumentError
+    from queuelake.pipeline.replay.plan import ReplayOptions
+
+    with pytest.raises(ArgumentError, match=re.escape(said)):
+        ReplayOptions(predicate="exception_type = 'X'", **{option: value}).check()  # type: ignore[arg-type]

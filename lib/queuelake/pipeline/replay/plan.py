@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 import re
 import uuid
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ DEFAULT_BATCH_SIZE = 5000
 DEFAULT_CANARY_WAIT = 300.0  # --canary-wait: seconds to wait for the canaries' outcome
 CANARY_POLL_SECONDS = 5.0  # between two looks at the journal (each after a drain) while waiting
 PACED_BATCH_SECONDS = 0.5  # under --max-rate a batch holds about this long's worth of messages
+
+
+_MOST = 2**63 - 1  # a limit is a LIMIT of a 64-bit count: past it, an OverflowError came out as "unexpected"
 
 
 @dataclass
@@ -39,9 +43,10 @@ class ReplayOptions:
 
     def check(self) -> None:
         self.predicate = check_predicate(self.predicate)
-        if self.limit is not None and self.limit < 0:
-            raise ArgumentError("--limit must be 0 or more")
-        if self.max_rate is not None and self.max_rate <= 0:
+        if self.limit is not None and not 0 <= self.limit <= _MOST:
+            raise ArgumentError(f"--limit must be 0 or more, at most {_MOST:,}")
+        # NaN compares false with everything, infinity paced nothing: both ended as "unexpected" (a review)
+        if self.max_rate is not None and not (0 < self.max_rate < math.inf):
             raise ArgumentError("--max-rate must be a positive number of messages per second")
         if self.batch_size < 1:
             raise ArgumentError("--batch-size must be at least 1")
