@@ -751,6 +751,46 @@ def test_a_replay_killed_before_its_lineage_then_an_erase_says_which_batches_are
     assert f"{REPLAY_ID}: {replay_id}" in said and "replay_lineage names their rows" not in said, said
 
 
+def test_a_killed_replay_whose_destination_is_gone_at_its_rerun_names_every_row_it_sent(
+    failures, spark, monkeypatch, fresh_pg_uri
+) -> None:
+    """A replay killed after sending two batches and before writing their lineage; one destination's
+    table renamed before the rerun: the lineage left out that destination's copies for good, for it was
+    written from the rerun's verdicts (a review). It names every row the killed run sent, and not the
+    rows a run recorded as skipped."""
+    import psycopg
+    import pyarrow.compute as pc
+    from queuelake import stopping
+    from queuelake.pipeline.replay import executors, lineage, replayer
+
+    cfg, *_ = failures
+    real, calls = executors.send_built, {"n": 0}
+
+    def stopped_there(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise stopping.Interrupted("stopped by signal SIGTERM")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "send_built", stopped_there)
+    monkeypatch.setattr(replayer.Replayer, "record", lambda self, result: None)  # killed before its lineage
+    with pytest.raises(stopping.Interrupted) as stopped:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    monkeypatch.undo()
+    replay_id = str(stopping.done_before(stopped.value)["replay"]["replay_id"])
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        conn.execute('ALTER TABLE "Billing" RENAME TO "Billing_moved"')
+
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
+    assert again["batches_done_before"] == 2 and again["rows_sent"] == 8, again  # Shipping's rows of batches 2-4
+
+    rows = lineage.lineage_of(open_lake(cfg.lake), replay_id)
+    first_two = rows.filter(pc.less(rows["batch"], 2))
+    assert first_two.num_rows == 14
+    assert sorted(first_two["destination"].to_pylist()) == ['"public"."Billing"'] * 7 + ['"public"."Shipping"'] * 7
+    assert rows.num_rows == 14 + 8  # nothing of the rows skipped (the missing tables, the renamed one since)
+
+
 def test_the_ack_queue_is_checked_and_written_as_its_canonical_address(failures) -> None:
     """``--ack-queue`` was written as given and unchecked: an endpoint that handles a retry sends
     ServiceControl.Retry.Successful there, and a missing table failed every retried message again (a

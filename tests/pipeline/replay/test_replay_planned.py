@@ -70,6 +70,9 @@ class Verdicts:
     def say_drained(self) -> None:
         """No address here is drained."""
 
+    def parsed(self, address: str):
+        return queue_ref(address, CONFIG.transport)
+
 
 def test_each_row_goes_where_the_per_row_rules_say() -> None:
     planned = Planned.of(keys([row for row, _ in CASES]), None)
@@ -174,6 +177,12 @@ def test_destinations_are_judged_once_each_and_batches_hold_only_what_is_sent() 
     )
     # a Spark task's share: compact Arrow that turns into the same rows
     assert rows_of(planned.slice(2, Cut(12, 4)), planned.targets) == batches[2]
+
+    # what a run that sent a batch sent: to NoSuchQueue too (dropped since, not recorded skipped: sent
+    # while it was there), not what was recorded skipped (seq 8, 10) nor what has no destination (seq 7)
+    sent = [planned.sent(k, Cut(12, 4)) for k in range(3)]
+    assert [part.column("seq").to_pylist() for part in sent] == [[0, 1, 2, 3], [4, 5, 6], [9, 11]]
+    assert sent[1].column("target").to_pylist() == [billing, '"public"."NoSuchQueue"', '"public"."NoSuchQueue"']
 
 
 @pytest.mark.parametrize("to", [None, "TestEndpoint"])

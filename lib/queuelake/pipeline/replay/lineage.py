@@ -55,8 +55,8 @@ def sent_ids(replay_id: str, table: pa.Table) -> pa.Array:
 
 
 def batch_rows(replay_id: str, planned: Planned, cut: Cut, k: int, now: dt.datetime) -> pa.Table:
-    """The lineage rows of batch k (its rows that are sent)."""
-    part = planned.slice(k, cut)
+    """The lineage rows of batch k (its rows that were sent, ``Planned.sent``)."""
+    part = planned.sent(k, cut)
     n = part.num_rows
     return pa.table(
         {

@@ -40,7 +40,9 @@ RowKey = tuple[str, int, "str | None"]
 class Planned:
     """The landed rows a replay plans to send, in batch order: ``table`` has the columns of
     ``_PLAN_COLUMNS`` plus ``target`` (the destination's canonical name, null when not sent) and
-    ``reason`` (why not); ``targets`` maps each canonical name to its table."""
+    ``reason`` (why not), and ``sent_to``: the address's canonical name whenever it parses, sendable
+    now or not, null for a row recorded as skipped (what the lineage of an earlier run's batch names,
+    ``sent``); ``targets`` maps each canonical name to its table."""
 
     table: pa.Table
     targets: dict[str, TableRef]
@@ -77,6 +79,7 @@ class Planned:
         table = landed.select(["queue", "seq", "id", "message_id", "message_type", "file", "row_index"])
         table = table.append_column("kind", kind).append_column("address", address)
         table = table.append_column("target", pa.nulls(n, pa.string())).append_column("reason", reason)
+        table = table.append_column("sent_to", pa.nulls(n, pa.string()))
         return cls(table.combine_chunks(), {})
 
     @property
@@ -92,11 +95,14 @@ class Planned:
         # the first row's kind names the header in the reason (FailedQ for a retry), as row order would
         first = candidates.group_by("address", use_threads=False).aggregate([("kind", "first")])
         canonical: dict[str, str | None] = {}
+        parsed: dict[str, str | None] = {}
         reasons: dict[str, str | None] = {}
         for name, kind in zip(first.column("address").to_pylist(), first.column("kind_first").to_pylist(), strict=True):
             ref, why = verdicts(conn, name, kind)
             canonical[name] = None if ref is None else ref.canonical
             reasons[name] = why
+            queue = ref or verdicts.parsed(name)
+            parsed[name] = None if queue is None else queue.canonical
             if ref is not None:
                 self.targets[ref.canonical] = ref
         verdicts.say_drained()
@@ -111,8 +117,13 @@ class Planned:
         found_reason = pc.take(pa.array(list(reasons.values()), pa.string()), at)
         target = pc.if_else(open_rows, target, _NULL)
         reason = pc.if_else(open_rows, found_reason, reason)
-        self.table = self.table.set_column(self.table.schema.get_field_index("target"), "target", target)
-        self.table = self.table.set_column(self.table.schema.get_field_index("reason"), "reason", reason)
+        sent_to = pc.if_else(open_rows, pc.take(pa.array(list(parsed.values()), pa.string()), at), _NULL)
+        self._set("target", target)
+        self._set("reason", reason)
+        self._set("sent_to", sent_to)
+
+    def _set(self, column: str, values: pa.Array | pa.ChunkedArray) -> None:
+        self.table = self.table.set_column(self.table.schema.get_field_index(column), column, values)
 
     def unsendable(self) -> pa.Table:
         """The rows with a reason not to send them."""
@@ -159,8 +170,8 @@ class Planned:
         excluded = self.positions_of(keys)
         mask = np.zeros(self.num_rows, dtype=bool)
         mask[[p for found in excluded.values() for p in found]] = True
-        target = pc.if_else(pa.array(mask), _NULL, self.table.column("target"))
-        self.table = self.table.set_column(self.table.schema.get_field_index("target"), "target", target)
+        self._set("target", pc.if_else(pa.array(mask), _NULL, self.table.column("target")))
+        self._set("sent_to", pc.if_else(pa.array(mask), _NULL, self.table.column("sent_to")))
 
     def counts(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         """Rows to send per destination, and per destination and message type (most first)."""
@@ -186,6 +197,16 @@ class Planned:
         """Batch k's rows that are sent, as their own compact table (one Spark task's share)."""
         part = self.table.slice(*cut.bounds(k))
         return part.filter(pc.is_valid(part.column("target"))).combine_chunks()
+
+    def sent(self, k: int, cut: Cut) -> pa.Table:
+        """Batch k's rows as a run that sent it did (a batch the ledger holds), ``target`` naming where each
+        went: a row whose destination cannot take rows now (its table dropped or renamed since) went out
+        all the same, unless a run recorded it skipped (``skips.settle_skips`` records a batch's
+        undeliverable rows before the batch is sent). From the current verdicts alone, the lineage left
+        out every row of a destination gone between a killed run and the next (a review)."""
+        part = self.table.slice(*cut.bounds(k))
+        part = part.filter(pc.is_valid(part.column("sent_to"))).combine_chunks()
+        return part.set_column(part.schema.get_field_index("target"), "target", part.column("sent_to"))
 
     def batch(self, k: int, cut: Cut) -> list[Row]:
         """Batch k's rows that are sent, as ``Row`` objects."""

@@ -90,6 +90,13 @@ class Verdicts:
             self.cache[address] = verdict
         return verdict
 
+    def parsed(self, address: str) -> TableRef | None:
+        """The queue an address names, whether or not its table can take rows now (None: no address)."""
+        try:
+            return self.database.queue(address)
+        except QueuelakeError:
+            return None
+
     def say_drained(self) -> None:
         """One warning for the addresses found drained since the last: a retry to 20 endpoints' FailedQs
         said 20 lines alike (a review)."""
