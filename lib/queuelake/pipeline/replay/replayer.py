@@ -370,6 +370,7 @@ class Replayer:
                 )
             except QueuelakeError as exc:  # the next run of the replay id writes it
                 log.warning("replay %s: the lineage was not written: %s", result.replay_id, exc)
+        result.sent_by_destination = dict(self.sent_per_destination.most_common())
         record_run(self.lake, self.run_id, self.started, self.options, result, self.sent_per_destination)
 
 

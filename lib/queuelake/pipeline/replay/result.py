@@ -26,7 +26,10 @@ class ReplayResult(PartResult):
     failed_batches: list[str] = field(default_factory=list)
     skipped: int = 0
     skipped_reasons: dict[str, int] = field(default_factory=dict)
-    destinations: dict[str, int] = field(default_factory=dict)
+    destinations: dict[str, int] = field(default_factory=dict)  # the plan's rows per destination
+    # the rows this run sent per destination (a stopped run's are fewer than ``destinations``: a review
+    # read a stop's planned 22,594 as sent); from Spark tasks cancelled by a stop, not counted per destination
+    sent_by_destination: dict[str, int] = field(default_factory=dict)
     message_types: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds_sending: float = 0.0
     rate: float = 0.0

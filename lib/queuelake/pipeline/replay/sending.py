@@ -95,10 +95,17 @@ class Sender:
         sent = 0
         sent_before = result.rows_sent  # a canary's batch, sent by an earlier call of this run
 
+        paced_from: list[float] = []  # the pace's clock: from the first batch ready to commit
+
         def pace(batch: Sent) -> None:
-            """With --max-rate, the commit waits until the batch is due, so the rows become visible on pace."""
+            """With --max-rate, the commit waits until the batch is due, so the rows become visible on pace.
+            The clock starts when the first batch is ready, not before it was read and built: the build's
+            time was spent as catch-up, and the first batches committed back to back (6,000 messages in
+            0.42 s at 4,000 msg/s: a review)."""
             if opts.max_rate is not None:
-                wait = started + (sent + batch.rows) / opts.max_rate - time.monotonic()
+                if not paced_from:
+                    paced_from.append(time.monotonic())
+                wait = paced_from[0] + (sent + batch.rows) / opts.max_rate - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
 
