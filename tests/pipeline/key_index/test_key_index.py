@@ -6,6 +6,7 @@ are deleted behind its back (an erase, retention); and it reads fewer journal fi
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 from pathlib import Path
 
@@ -87,7 +88,9 @@ def test_no_index_is_the_scan(lake: DeltaRsEngine) -> None:
     assert [f["found"] for f in figures] == [3, 40, 4]  # 3 copies; 20 + 20 in the conversation; expired + 3
 
 
-def test_current_partial_and_rewritten_index(lake: DeltaRsEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_current_partial_and_rewritten_index(
+    lake: DeltaRsEngine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     built = build.update(lake)
     assert built.journal_rows == 241 and built.files_read == 13
     assert build.update(lake).files_read == 0  # up to date: nothing read again
@@ -100,8 +103,11 @@ def test_current_partial_and_rewritten_index(lake: DeltaRsEngine, monkeypatch: p
     assert 3 <= partial[0]["files_read"] <= 3 + 4  # and the new files the id's log statistics admit
     build.update(lake)  # a second increment: two index files overlap in key range
     monkeypatch.setattr(rewrite, "RANGE_ROWS", 100)  # ~5 ranges for ~500 index rows
-    done = rewrite.rewrite(lake)
+    with caplog.at_level(logging.INFO, logger="queuelake"):
+        done = rewrite.rewrite(lake)
     assert done.files_written >= 4 and done.rows == lake.read_arrow(MESSAGE_KEYS.name).num_rows
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("message_keys: rewrite")]
+    assert len(said) == 1 + done.files_written and "key range(s)" in said[0], said  # it says what it does as it goes
     assert rewrite.rewrite(lake).skipped  # nothing new: not rewritten again
     after = _same_as_scan(lake)
     # the log's statistics of ``key`` leave one index file per id looked up

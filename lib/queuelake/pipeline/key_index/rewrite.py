@@ -90,6 +90,14 @@ def rewrite(lake: LakeEngine) -> Rewritten:
     number = (keys.last_version(KEYS, REWRITE_APP_ID) or 0) // _STEP + 1
     out.rewrite = number
     cuts = _cuts(files)
+    # said as it goes: a rewrite of a 3M-message journal's index was silent for 50 s (a review)
+    log.info(
+        "message_keys: rewrite %d: %d file(s) (%d row(s) added since the last rewrite) into %d key range(s)",
+        number,
+        len(files),
+        increments.rows,
+        len(cuts) + 1,
+    )
     with tempfile.TemporaryDirectory(prefix="queuelake-message-keys-") as spill:
         ranges = _spill(files, cuts, covered, Path(spill))
         for i, path in enumerate(ranges):
@@ -105,6 +113,7 @@ def rewrite(lake: LakeEngine) -> Rewritten:
                 keys.append(KEYS, data, REWRITE_APP_ID, number * _STEP + i + 1)
                 out.files_written += 1
                 out.rows += n
+            log.info("message_keys: rewrite %d: key range %d/%d written (%d row(s))", number, i + 1, len(ranges), n)
             del rows, unique, data
     old = f'"upto" <= {covered} AND "rewrite" < {number}'
     keys.delete_rows(KEYS, _where(old, (ds.field("upto") <= covered) & (ds.field("rewrite") < number)))
