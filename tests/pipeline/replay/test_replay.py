@@ -614,18 +614,9 @@ def test_a_stop_now_between_batches_keeps_what_was_sent_in_the_summary(failures,
     """A second signal (``Interrupted`` raised in the send) ended a replay with "interrupted" alone: no
     count of the batches sent before it, though they were in the ledger and the queues (a review)."""
     from queuelake import stopping
-    from queuelake.pipeline.replay import executors
 
     cfg, *_ = failures
-    real, calls = executors.send_built, {"n": 0}
-
-    def stopped_on_the_third(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise stopping.Interrupted("stopped by signal SIGTERM")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(executors, "send_built", stopped_on_the_third)
+    _stop_at_batch(monkeypatch, 3)
     with pytest.raises(stopping.Interrupted) as stopped:
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
     done = stopping.done_before(stopped.value)["replay"]
@@ -694,13 +685,11 @@ def test_a_connection_lost_mid_replay_is_the_queue_databases_failure(failures, s
     assert "terminating connection" in summary["error"]
 
 
-def _replay_stopped_at(cfg, errors, spark, monkeypatch, call: int, killed: bool = False) -> str:  # type: ignore[no-untyped-def]
-    """A retry stopped as its ``call``-th batch goes (``killed``: having written nothing of its records, as a
-    SIGKILL leaves it), then one journal row erased (its purge deletes every earlier version's files):
-    the replay id."""
+def _stop_at_batch(monkeypatch: pytest.MonkeyPatch, call: int, killed: bool = False) -> None:
+    """The replay's ``call``-th batch raises a second signal's ``Interrupted`` as it goes (``killed``: the run
+    writes nothing of its records, as a SIGKILL leaves it)."""
     from queuelake import stopping
     from queuelake.pipeline.replay import executors, replayer
-    from queuelake.pipeline.store.erase import erase
 
     real, calls = executors.send_built, {"n": 0}
 
@@ -713,6 +702,16 @@ def _replay_stopped_at(cfg, errors, spark, monkeypatch, call: int, killed: bool 
     monkeypatch.setattr(executors, "send_built", stopped_there)
     if killed:
         monkeypatch.setattr(replayer.Replayer, "record", lambda self, result: None)
+
+
+def _replay_stopped_at(cfg, errors, spark, monkeypatch, call: int, killed: bool = False) -> str:  # type: ignore[no-untyped-def]
+    """A retry stopped as its ``call``-th batch goes (``killed``: having written nothing of its records, as a
+    SIGKILL leaves it), then one journal row erased (its purge deletes every earlier version's files):
+    the replay id."""
+    from queuelake import stopping
+    from queuelake.pipeline.store.erase import erase
+
+    _stop_at_batch(monkeypatch, call, killed)
     with pytest.raises(stopping.Interrupted) as stopped:
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
     monkeypatch.undo()
@@ -766,19 +765,10 @@ def test_a_killed_replay_whose_destination_is_gone_at_its_rerun_names_every_row_
     import psycopg
     import pyarrow.compute as pc
     from queuelake import stopping
-    from queuelake.pipeline.replay import executors, lineage, replayer
+    from queuelake.pipeline.replay import lineage
 
     cfg, *_ = failures
-    real, calls = executors.send_built, {"n": 0}
-
-    def stopped_there(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise stopping.Interrupted("stopped by signal SIGTERM")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(executors, "send_built", stopped_there)
-    monkeypatch.setattr(replayer.Replayer, "record", lambda self, result: None)  # killed before its lineage
+    _stop_at_batch(monkeypatch, 3, killed=True)  # killed before its lineage
     with pytest.raises(stopping.Interrupted) as stopped:
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
     monkeypatch.undo()
