@@ -915,19 +915,25 @@ class _VirtualClock:
         self.now += seconds
 
 
-def test_max_rate_holds(fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--max-rate: each batch's commit waits until its rows are due at the rate, so the queue sees the rows
-    arrive on pace. On the virtual clock the replay waits, before each commit, exactly until
-    (rows sent) / rate; the rows are all sent once."""
+def _paced_failures(fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int):  # type: ignore[no-untyped-def]
+    """``n`` messages failed from Billing, drained; the replay's pacing clock a virtual one."""
     from queuelake.pipeline.replay import sending
 
     cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["error"])
     install(cfg, ["Billing"])
-    n, rate = 400, 100.0
     send(cfg, "error", [failed(m, "Billing", TIMEOUT) for m in traffic.order_events(n, seed=5)])
     drain(cfg, open_lake(cfg.lake))
     clock = _VirtualClock()
     monkeypatch.setattr(sending, "time", clock)
+    return cfg, clock
+
+
+def test_max_rate_holds(fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--max-rate: each batch's commit waits until its rows are due at the rate, so the queue sees the rows
+    arrive on pace. On the virtual clock the replay waits, before each commit, exactly until
+    (rows sent) / rate; the rows are all sent once."""
+    n, rate = 400, 100.0
+    cfg, clock = _paced_failures(fresh_pg_uri, tmp_path, monkeypatch, n)
     summary = run(cfg, spark, "failed_queue = 'Billing'", max_rate=rate)
     assert summary["rows_sent"] == n, summary
     assert sql(cfg, 'SELECT count(*) FROM "public"."Billing"') == [(n,)]
@@ -944,16 +950,11 @@ def test_max_rate_paces_from_the_first_batch_ready(
     """A batch that took long to read and build does not make the next ones catch up: the pace's clock
     starts when the first batch is ready (the first batches of a resumed run committed back to back, 6,000
     messages in 0.42 s at 4,000 msg/s: a review). Each commit waits a batch's worth of time."""
-    from queuelake.pipeline.replay import executors, sending
+    from queuelake.pipeline.replay import executors
     from queuelake.pipeline.replay.plan import PACED_BATCH_SECONDS
 
-    cfg = make_config(fresh_pg_uri, tmp_path / "lake", ["error"])
-    install(cfg, ["Billing"])
     n, rate = 200, 100.0
-    send(cfg, "error", [failed(m, "Billing", TIMEOUT) for m in traffic.order_events(n, seed=5)])
-    drain(cfg, open_lake(cfg.lake))
-    clock = _VirtualClock()
-    monkeypatch.setattr(sending, "time", clock)
+    cfg, clock = _paced_failures(fresh_pg_uri, tmp_path, monkeypatch, n)
     real = executors.send_built
 
     def slow_first(*args, **kwargs):  # type: ignore[no-untyped-def]
