@@ -16,11 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from deltalake import write_deltalake
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
-from queuelake.errors import ArgumentError
+from queuelake.errors import ArgumentError, LakeError
+from queuelake.lake import pending
 from queuelake.lake.engines import open_lake
 from queuelake.lake.increments import added_files
+from queuelake.lake.marks import description_for
 from queuelake.lake.reading import read_table
 from queuelake.lake.record_tables import REPLAY_SKIPPED
 from queuelake.lake.round_files import open_file
@@ -411,6 +414,26 @@ def test_an_erase_stopped_by_ctrl_c_says_what_it_had_deleted(tmp_path: Path) -> 
     assert done["tables"]["messages"]["rows"] == 0, done  # nothing of the same selection left for this one
     left = lake.read_arrow("messages", columns=["message_id"]).column("message_id").to_pylist()
     assert not [m for m in left if m.startswith("gone-")]
+
+
+def test_an_erase_refuses_another_engines_table_before_its_first_delete(tmp_path: Path) -> None:
+    """Under an explicit ``lake.engine``, an erase reaching a typed table the other engine created deleted
+    the derived rows first, then was refused at that table, and left a pending record every later erase
+    ran into and was refused by (a review). Every table it will delete from is checked first: refused,
+    it has changed nothing and left no record."""
+    root = tmp_path / "lake"
+    cfg, lake, _ = seeded(root)
+    foreign = "body_made_by_spark"
+    rows = pa.table({"message_id": ["gone-00001", "kept-00001"]})
+    write_deltalake(str(root / foreign), rows, description=description_for("delta-spark"))
+    lake.append(CHANGES.name, pa.Table.from_pylist([{"table": foreign, "change": "created"}], CHANGES.schema), "t", 1)
+    versions = {t: lake.table_version(t) for t in ("messages", REPLAY_SKIPPED.name, foreign)}
+
+    with pytest.raises(LakeError, match=f"{foreign}.*created by the delta-spark engine.*lake.engine: auto"):
+        erase(cfg, lake, PREDICATE)
+    assert {t: lake.table_version(t) for t in versions} == versions  # no delete committed anywhere
+    assert lake.read_arrow(REPLAY_SKIPPED.name).num_rows == 4
+    assert not list(pending.recorded(str(root), "erase")), "a refused erase left a record for later erases"
 
 
 @pytest.mark.slow

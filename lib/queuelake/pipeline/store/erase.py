@@ -98,7 +98,7 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
         }
         for name, engine, filters in _derived_filters(lake, keys):  # as the erase deletes them
             tables[name] = count_all(engine, name, filters)
-        tables.update(typed.remove(lake, keys["message_id"], True, "erase")[0])
+        tables.update(typed.remove(lake, keys["message_id"], True, "erase"))
         for name, figures in tables.items():
             log.info(
                 "erase --dry-run %s: would remove %d row(s) from %d file(s)",
@@ -151,10 +151,11 @@ def _erase_kept(
     runs it again whole, not only its purge (a review: a different erase cleared the record, and the
     rows stayed in the journal for good, invisible to find and where)."""
     engines: dict[str, LakeEngine] = {}
+    derived, typed_plan = _derived_plan(lake, journal, keys)  # every table checked writable first
     if keys.num_rows:
         reached = [t.name for t in derived_tables()] + typed.body_tables(lake) + [JOURNAL]
         kept.record({"purge": reached, "journal_version": version, UNFINISHED: predicate})
-    _remove_derived(lake, keys, tables, engines)
+    _delete_derived(derived, typed_plan, tables, engines)
     kill_points.reached("erase_derived_removed")  # derived and typed rows gone, the journal's still there
     if keys.num_rows:  # still running (an erase started meanwhile leaves the record alone); and now the
         # tables it touched are known: a later erase finishing it purges those, not every typed table
@@ -230,7 +231,7 @@ def _delete_journal(
             "erase: %d matching row(s) landed during the erase; they and their derived rows go too", later.num_rows
         )
         kept.record({"purge": list(engines) + typed.body_tables(lake) + [JOURNAL], UNFINISHED: predicate})
-        _remove_derived(lake, later, tables, engines)
+        _delete_derived(*_derived_plan(lake, journal, later), tables, engines)
         selected = later
     log.info(
         "erase %s: %d row(s) removed (those matching at version %s), %d file(s) left the log, %d rewritten",
@@ -275,22 +276,37 @@ def journal_filters(journal: LakeEngine, keys: pa.Table) -> list[RowFilter]:
     return filters
 
 
-def _remove_derived(
-    lake: LakeEngine, keys: pa.Table, tables: dict[str, dict[str, Any]], engines: dict[str, LakeEngine]
+def _derived_plan(
+    lake: LakeEngine, journal: LakeEngine, keys: pa.Table
+) -> tuple[list[deleting.Planned], list[deleting.Planned]]:
+    """The derived and typed tables holding rows of the journal rows ``keys`` names, with the filters
+    reaching them; every one of them, and the journal, checked writable by its engine before the
+    first delete (``deleting.check_all_writable``: a refusal half-way left a pending record behind)."""
+    derived = _derived_filters(lake, keys)
+    typed_plan = typed.planned(lake, keys["message_id"])
+    deleting.check_all_writable([(name, engine) for name, engine, _ in derived + typed_plan] + [(JOURNAL, journal)])
+    return derived, typed_plan
+
+
+def _delete_derived(
+    derived: list[deleting.Planned],
+    typed_plan: list[deleting.Planned],
+    tables: dict[str, dict[str, Any]],
+    engines: dict[str, LakeEngine],
 ) -> None:
-    """Delete the derived and typed rows of the journal rows ``keys`` names, adding each table's
-    figures to ``tables`` and its engine to ``engines`` (the tables to purge)."""
-    for name, engine, filters in _derived_filters(lake, keys):
+    """Delete the planned derived and typed rows (``_derived_plan``), adding each table's figures to
+    ``tables`` and its engine to ``engines`` (the tables to purge)."""
+    for name, engine, filters in derived:
         engines[name] = engine
         figures = tables.setdefault(name, {"rows": 0, "files_removed": 0, "files_rewritten": 0})
         before = figures["rows"]
         for deleted in deleting.deleted_each(engine, name, filters, "erase"):
             deleting.add(figures, deleted)
         log.info("erase %s: %d derived row(s) removed", name, figures["rows"] - before)
-    typed.remove(lake, keys["message_id"], False, "erase", tables, engines)
+    typed.delete_planned(typed_plan, "erase", tables, engines)
 
 
-def _derived_filters(lake: LakeEngine, keys: pa.Table) -> list[tuple[str, LakeEngine, list[RowFilter]]]:
+def _derived_filters(lake: LakeEngine, keys: pa.Table) -> list[deleting.Planned]:
     """Each derived table holding rows of the journal rows ``keys`` names: its name, engine and the
     filters reaching those rows (``key_filters``), the id-index rows a kept namesake shares left out
     (``_kept_namesakes_keys``); what the erase deletes and ``--dry-run`` counts (it counted those too)."""

@@ -331,7 +331,7 @@ def _typed(
     ids = pc.unique(pc.drop_null(keys["message_id"]))
     kept = _copies_left(lake, ids, taken) if len(ids) and typed.body_tables(lake) else pa.array([], ids.type)
     gone = ids.filter(pc.invert(pc.is_in(ids, value_set=kept)))
-    figures, _ = typed.remove(lake, gone, dry_run, "retention")
+    figures = typed.remove(lake, gone, dry_run, "retention")
     if len(kept):
         log.info("retention: %d removed message(s) keep their typed rows: a journal copy of each stays", len(kept))
     engine = table_engine(lake, UNPARSED.name)

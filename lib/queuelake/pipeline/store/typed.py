@@ -99,37 +99,57 @@ def _counted(engine: LakeEngine, table: str, message_ids: pa.ChunkedArray | pa.A
     return engine.count_rows(table, where)
 
 
-def remove(
-    lake: LakeEngine,
-    message_ids: pa.ChunkedArray | pa.Array,
-    dry_run: bool,
-    step: str,
-    figures: dict[str, dict[str, Any]] | None = None,
-    engines: dict[str, LakeEngine] | None = None,
-) -> tuple[dict[str, dict[str, Any]], dict[str, LakeEngine]]:
-    """Delete (``dry_run``: count) the typed rows of ``message_ids`` in every typed table. Returns the
-    figures per table touched and the engines that deleted (for the caller's purge); given, ``figures``
-    and ``engines`` are added to, each table's rows counted as its deletes commit (an erase stopped
-    meanwhile says how far it got)."""
-    figures = {} if figures is None else figures
-    engines = {} if engines is None else engines
+def planned(lake: LakeEngine, message_ids: pa.ChunkedArray | pa.Array) -> list[deleting.Planned]:
+    """The typed tables holding rows of ``message_ids``: each with its engine and the filters naming
+    those rows (``message_filters``); what ``delete_planned`` deletes."""
     if len(message_ids) == 0:
-        return figures, engines
+        return []
+    out: list[deleting.Planned] = []
     for table in body_tables(lake):
         engine = table_engine(lake, table)
-        if dry_run:
-            counted = _counted(engine, table, message_ids)
-            if counted is not None:
-                figures[table] = {"rows": counted.rows, "files_removed": counted.files}
-                log.info("%s --dry-run %s: would remove %d typed row(s)", step, table, counted.rows)
-            continue
         filters = message_filters(engine, table, message_ids)
-        if not filters:
-            continue
+        if filters:
+            out.append((table, engine, filters))
+    return out
+
+
+def delete_planned(
+    plan: list[deleting.Planned],
+    step: str,
+    figures: dict[str, dict[str, Any]],
+    engines: dict[str, LakeEngine],
+) -> None:
+    """``plan``'s typed rows deleted, table by table, each table's rows added to ``figures`` as its
+    deletes commit (a command stopped meanwhile says how far it got) and its engine to ``engines``
+    (the caller's purge)."""
+    for table, engine, filters in plan:
         engines[table] = engine
         running = figures.setdefault(table, {"rows": 0, "files_removed": 0, "files_rewritten": 0})
         before = running["rows"]
         for deleted in deleting.deleted_each(engine, table, filters, step):  # one commit per filter
             deleting.add(running, deleted)
         log.info("%s %s: %d typed row(s) removed", step, table, running["rows"] - before)
-    return figures, engines
+
+
+def remove(
+    lake: LakeEngine,
+    message_ids: pa.ChunkedArray | pa.Array,
+    dry_run: bool,
+    step: str,
+) -> dict[str, dict[str, Any]]:
+    """Delete (``dry_run``: count) the typed rows of ``message_ids`` in every typed table, every table
+    to delete from checked writable before the first delete. Returns the figures per table touched."""
+    figures: dict[str, dict[str, Any]] = {}
+    if len(message_ids) == 0:
+        return figures
+    if dry_run:
+        for table in body_tables(lake):
+            counted = _counted(table_engine(lake, table), table, message_ids)
+            if counted is not None:
+                figures[table] = {"rows": counted.rows, "files_removed": counted.files}
+                log.info("%s --dry-run %s: would remove %d typed row(s)", step, table, counted.rows)
+        return figures
+    plan = planned(lake, message_ids)
+    deleting.check_all_writable((table, engine) for table, engine, _ in plan)
+    delete_planned(plan, step, figures, {})
+    return figures
