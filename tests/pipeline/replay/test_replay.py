@@ -458,8 +458,8 @@ def test_a_stop_whose_error_replaced_it_after_sending_stays_a_stop(failures, mon
         run(cfg, None, f"exception_type = '{TIMEOUT}'", batch_size=7)
     stop = stopping.stop_within(raised.value)
     assert stop is not None, "the stop was lost"
-    done = stopping.done_before(stop)["replay"]
-    assert done["status"] == "interrupted" and done["rows_sent"] == 7 and done["replay_id"], done
+    done = stopping.done_before(stop)  # flat, as a first signal's summary (the command adds its status)
+    assert done["rows_sent"] == 7 and done["replay_id"] and "status" not in done, done
     replays = read_table(str(Path(cfg.lake.root) / "replays")).to_pylist()
     assert [r["replay_id"] for r in replays] == [done["replay_id"]], replays
 
@@ -619,8 +619,8 @@ def test_a_stop_now_between_batches_keeps_what_was_sent_in_the_summary(failures,
     _stop_at_batch(monkeypatch, 3)
     with pytest.raises(stopping.Interrupted) as stopped:
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
-    done = stopping.done_before(stopped.value)["replay"]
-    assert done["status"] == "interrupted" and done["rows_sent"] == 14 and done["batches_sent"] == 2, done
+    done = stopping.done_before(stopped.value)
+    assert done["rows_sent"] == 14 and done["batches_sent"] == 2, done
     assert len(drain_all(cfg, "Billing")) + len(drain_all(cfg, "Shipping")) == 14
 
 
@@ -715,7 +715,7 @@ def _replay_stopped_at(cfg, errors, spark, monkeypatch, call: int, killed: bool 
     with pytest.raises(stopping.Interrupted) as stopped:
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
     monkeypatch.undo()
-    summary = stopping.done_before(stopped.value)["replay"]
+    summary = stopping.done_before(stopped.value)
     if not killed:  # what the stopped run sent per destination, beside what it planned (a review read one as the other)
         sent = summary["sent_by_destination"]
         assert sum(sent.values()) == summary["rows_sent"] < sum(summary["destinations"].values()), summary
@@ -772,18 +772,45 @@ def test_a_killed_replay_whose_destination_is_gone_at_its_rerun_names_every_row_
     with pytest.raises(stopping.Interrupted) as stopped:
         run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
     monkeypatch.undo()
-    replay_id = str(stopping.done_before(stopped.value)["replay"]["replay_id"])
+    replay_id = str(stopping.done_before(stopped.value)["replay_id"])
     with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
         conn.execute('ALTER TABLE "Billing" RENAME TO "Billing_moved"')
 
     again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
     assert again["batches_done_before"] == 2 and again["rows_sent"] == 8, again  # Shipping's rows of batches 2-4
+    # the plan counts the rows sent where they went: the renamed table's 7 were left out (a review)
+    assert again["destinations"] == {'"public"."Shipping"': 15, '"public"."Billing"': 7}, again
+    assert again["to_send"] == 22 and again["sent_by_destination"] == {'"public"."Shipping"': 8}, again
 
     rows = lineage.lineage_of(open_lake(cfg.lake), replay_id)
     first_two = rows.filter(pc.less(rows["batch"], 2))
     assert first_two.num_rows == 14
     assert sorted(first_two["destination"].to_pylist()) == ['"public"."Billing"'] * 7 + ['"public"."Shipping"'] * 7
     assert rows.num_rows == 14 + 8  # nothing of the rows skipped (the missing tables, the renamed one since)
+
+
+def test_a_rerun_with_no_row_left_to_send_starts_no_spark_job(failures, spark, monkeypatch, fresh_pg_uri) -> None:
+    """A rerun whose rows left are all skipped (their tables renamed since) started a Spark job of empty
+    tasks when the plan's rows reached ``replay.executors_from_rows`` (a review): the rows left to send
+    decide, and none are left."""
+    import psycopg
+    from queuelake import stopping
+
+    cfg, *_ = failures
+    _stop_at_batch(monkeypatch, 2)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    monkeypatch.undo()
+    replay_id = str(stopping.done_before(stopped.value)["replay_id"])
+    with psycopg.connect(fresh_pg_uri, autocommit=True) as conn:
+        for queue in ("Billing", "Shipping"):
+            conn.execute(f'ALTER TABLE "{queue}" RENAME TO "{queue}_moved"')
+
+    cfg.replay.executors_from_rows = 1
+    again = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7, replay_id=replay_id)
+    assert again["status"] == "ok" and again["rows_sent"] == 0 and again["batches_done_before"] == 1, again
+    assert "executors" not in again["seconds_by_step"], again  # no Spark job
+    assert again["to_send"] == 7 == sum(again["destinations"].values()), again  # the batch sent before
 
 
 def test_the_ack_queue_is_checked_and_written_as_its_canonical_address(failures) -> None:

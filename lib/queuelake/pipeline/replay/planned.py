@@ -10,7 +10,7 @@ the batch, not with the selection.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,12 +173,20 @@ class Planned:
         self._set("target", pc.if_else(pa.array(mask), _NULL, self.table.column("target")))
         self._set("sent_to", pc.if_else(pa.array(mask), _NULL, self.table.column("sent_to")))
 
-    def counts(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-        """Rows to send per destination, and per destination and message type (most first)."""
-        sent = self.table.filter(pc.is_valid(self.table.column("target")))
-        types = pc.fill_null(sent.column("message_type"), "(unknown)")
+    def counts(
+        self, cut: Cut | None = None, done: Collection[int] = ()
+    ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """The plan's rows per destination, and per destination and message type (most first): those of
+        the batches ``done`` (in the ledger: an earlier run sent them) where they went (``sent_to``), the
+        others where they go. Counted where they go now, the rows a rerun found the destination of gone
+        were left out, and the summary planned fewer rows than were sent (a review)."""
+        where = self.table.column("target")
+        if cut is not None and done:
+            where = pc.if_else(pa.array(self._in_batches(cut, done)), self.table.column("sent_to"), where)
+        valid = pc.is_valid(where)
+        types = pc.fill_null(self.table.column("message_type").filter(valid), "(unknown)")
         grouped = (
-            pa.table({"target": sent.column("target"), "type": types})
+            pa.table({"target": where.filter(valid), "type": types})
             .group_by(["target", "type"], use_threads=False)
             .aggregate([([], "count_all")])
         )
@@ -192,6 +200,20 @@ class Planned:
             per_type.setdefault(target, collections.Counter())[kind] = count
         destinations = collections.Counter({t: sum(c.values()) for t, c in per_type.items()})
         return dict(destinations.most_common()), {t: dict(c.most_common()) for t, c in per_type.items()}
+
+    def rows_left(self, cut: Cut, done: Collection[int]) -> int:
+        """The rows to send in the batches not ``done``."""
+        valid = pc.is_valid(self.table.column("target")).to_numpy(zero_copy_only=False)
+        return int(valid[~self._in_batches(cut, done)].sum()) if done else int(valid.sum())
+
+    def _in_batches(self, cut: Cut, batches: Collection[int]) -> np.ndarray:
+        """Each row's position: whether it is in one of ``batches``."""
+        mask = np.zeros(self.num_rows, dtype=bool)
+        for k in batches:
+            if k < cut.batches:
+                start, length = cut.bounds(k)
+                mask[start : start + length] = True
+        return mask
 
     def slice(self, k: int, cut: Cut) -> pa.Table:
         """Batch k's rows that are sent, as their own compact table (one Spark task's share)."""

@@ -195,7 +195,7 @@ class Replayer:
             records = skips.skip_records(replay_id or "", planned, others)
             new, reasons, skip = skips.settle_skips(self.lake, replay_id, cut, done, planned, records)
             planned.exclude(skip)
-            self._count(result, planned, reasons)
+            self._count(result, planned, reasons, cut, done)
             self.steps.seconds["plan"] += time.perf_counter() - plan_started
             if stopping.requested():
                 # asked to stop before the first batch (the selection of a large journal takes seconds): a
@@ -341,7 +341,7 @@ class Replayer:
         assert result is not None
         result.skipped += len(records)
         result.skipped_reasons[reason] = result.skipped_reasons.get(reason, 0) + len(records)
-        result.destinations, result.message_types = planned.counts()
+        result.destinations, result.message_types = planned.counts(cut, self.sent_before)
         result.to_send = sum(result.destinations.values())
         log.warning(
             "replay %s: %s refused the rows sent to it (%s); its %d row(s) in the batches left are skipped",
@@ -351,11 +351,11 @@ class Replayer:
             len(records),
         )
 
-    def _count(self, result: ReplayResult, planned: Planned, reasons: list[str]) -> None:
+    def _count(self, result: ReplayResult, planned: Planned, reasons: list[str], cut: Cut, done: set[int]) -> None:
         counted = collections.Counter(reasons)
         result.skipped = sum(counted.values())
         result.skipped_reasons = dict(counted.most_common())
-        result.destinations, result.message_types = planned.counts()
+        result.destinations, result.message_types = planned.counts(cut, done)
         result.to_send = sum(result.destinations.values())
 
     def record(self, result: ReplayResult) -> None:
@@ -431,10 +431,12 @@ def _interrupted(replayer: Replayer, exc: BaseException, options: ReplayOptions)
     except QueuelakeError as failed:  # the stop is what the command reports
         log.warning("replay %s: its records were not written: %s", replayer.result.replay_id, failed)
     # a stop now (a second signal): what was sent goes with it to the summary, which said only
-    # "interrupted" (a review)
+    # "interrupted" (a review); flat, as a first signal's summary is (it was under "replay": a review).
+    # The status and error are the command's (the stop's)
     stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
     if stop is not None:
-        stopping.partial(stop, {"replay": _summary(replayer, replayer.result, options)})
+        summary = _summary(replayer, replayer.result, options)
+        stopping.partial(stop, {k: v for k, v in summary.items() if k not in ("status", "error")})
 
 
 def _files_gone(replayer: Replayer, exc: FileNotFoundError) -> ReplayError:

@@ -78,7 +78,9 @@ class Sender:
         opts, result = self.options, self.result
         n, size = plan.batches, plan.batch_size
         threshold = self.settings.executors_from_rows
-        if threshold is not None and planned.num_rows >= threshold and opts.max_rate is None and only is None:
+        # by the rows left to send: a rerun with a few (or none) left sends them here, without starting Spark
+        left = planned.rows_left(plan.cut, done) if threshold is not None else 0
+        if threshold is not None and left >= threshold and opts.max_rate is None and only is None:
             self._send_on_executors(replay_id, plan, done, planned, files)
             return
         content = Content(files)
