@@ -4,11 +4,15 @@
 -- - statement_timeout: no receive or claim statement runs longer than this;
 -- - idle_in_transaction_session_timeout: a client that stops (not dies) mid-batch loses its claim,
 --   so the rows go back to the queue instead of staying locked;
+-- - lock_timeout: a wait for a table lock another program holds (a migration, VACUUM FULL) ends the
+--   queue's drain with that reason after at most 30 s (as SQL Server's LOCK_TIMEOUT), not at the
+--   statement_timeout; the receive's row locks are skipped (SKIP LOCKED), never waited for;
 -- - enable_seqscan off: the receive must walk the seq index whatever the statistics say.
 -- Settings this server does not know (older versions) are skipped, not errors.
 SELECT set_config(s.name, s.value, false)
 FROM (VALUES ('client_connection_check_interval', :check_interval),
              ('statement_timeout', :statement_timeout),
              ('idle_in_transaction_session_timeout', :idle_timeout),
+             ('lock_timeout', :lock_timeout),
              ('enable_seqscan', 'off')) AS s(name, value)
 WHERE s.name IN (SELECT name FROM pg_settings);

@@ -250,7 +250,12 @@ def test_drain_session_settings_emptied_analysed_refilled(tables: tuple[str, Tab
     uri, fresh, churned = tables
     make_emptied_analysed_refilled(uri, churned, N)
     with receiver(uri, "psycopg") as conn:
-        values = {"check_interval": "5s", "statement_timeout": f"{STATEMENT_TIMEOUT_MS}ms", "idle_timeout": "60s"}
+        values = {
+            "check_interval": "5s",
+            "statement_timeout": f"{STATEMENT_TIMEOUT_MS}ms",
+            "idle_timeout": "60s",
+            "lock_timeout": "30s",
+        }
         (stmt,) = conn.statements("drain_session")
         conn.run("drain_session", {}, {p: values[p] for p in stmt.params})
         conn.commit()

@@ -72,6 +72,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "drain_lock",
         "drain_unlock",
         "drain_session",
+        "lock_session",
         "estimate_session",
         "claim_fence_shared",
         "claim_fence_wait",

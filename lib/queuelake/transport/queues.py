@@ -311,6 +311,22 @@ def configure_estimate_session(conn: Connection) -> None:
     conn.commit()
 
 
+# the longest a drain's session waits for a table lock (``drain_session.sql``, ``lock_session.sql``): as
+# SQL Server's LOCK_TIMEOUT there; never longer than the statement timeout
+LOCK_TIMEOUT_SECONDS = 30.0
+
+
+def lock_timeout(statement_timeout_s: float) -> str:
+    """The sessions' ``lock_timeout`` setting: ``LOCK_TIMEOUT_SECONDS``, or the statement timeout if shorter."""
+    return f"{int(min(LOCK_TIMEOUT_SECONDS, statement_timeout_s) * 1000)}ms"
+
+
+def configure_lock_session(conn: Connection, statement_timeout_s: float) -> None:
+    """Session settings of a drain's lock session (``lock_session.sql``): a bounded wait for a table lock."""
+    conn.run("lock_session", {}, {"lock_timeout": lock_timeout(statement_timeout_s)})
+    conn.commit()
+
+
 def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_timeout_s: float) -> None:
     """Session settings of a drain connection (``drain_session.sql``): a drain that dies or hangs
     mid-statement must not keep running server-side holding its batch's rows. Commits: a rolled-back
@@ -326,6 +342,7 @@ def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_t
             "check_interval": CONNECTION_CHECK_INTERVAL,
             "statement_timeout": f"{int(statement_timeout_s * 1000)}ms",
             "idle_timeout": f"{int(idle_timeout_s * 1000)}ms",
+            "lock_timeout": lock_timeout(statement_timeout_s),
         },
     )
     conn.commit()

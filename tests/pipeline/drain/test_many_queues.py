@@ -162,6 +162,51 @@ def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_un
     assert depths == {refs[0].canonical: 0, refs[1].canonical: None, refs[2].canonical: 4}, depths
 
 
+def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_the_run(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """A queue table held locked (a migration) held the drain's read of its newest seq on the lock session,
+    which had no timeout at all: the whole run waited for as long as the lock was held (a review). Its
+    sessions wait at most ``lock_timeout`` (30 s, or the statement timeout if shorter): that queue fails,
+    named, while the lock is still held; the others land; the next run drains it."""
+    import psycopg
+
+    names = ["A", "B", "C"]
+    cfg = from_dict(
+        {
+            "transport": {"connection": fresh_pg_uri},
+            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+            "drain": {"queues": names, "statement_timeout_seconds": 2},
+        },
+        env={},
+    )
+    refs = [queue_ref(n, cfg.transport) for n in names]
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        for ref in refs:
+            send(conn, ref, [OutgoingMessage("{}", b"x")] * 4)
+        conn.commit()
+    lake = open_lake(cfg.lake)
+    with psycopg.connect(fresh_pg_uri) as holder:  # B locked until the drain has returned (or 10 minutes)
+        holder.execute(f"LOCK TABLE {refs[1].qualified} IN ACCESS EXCLUSIVE MODE")  # type: ignore[attr-defined]
+        release = threading.Timer(600, holder.rollback)
+        release.start()
+        try:
+            first = drain(cfg, lake)
+            held = release.is_alive()
+        finally:
+            release.cancel()
+            holder.rollback()
+    assert held, "the drain returned only once the lock was released"
+    by_queue = {q["queue"]: q for q in first["queues"]}
+    assert first["status"] == "failed" and first["landed"] == 8, first
+    assert by_queue[refs[1].canonical]["status"] == "failed" and "timeout" in by_queue[refs[1].canonical]["error"]
+    again = drain(cfg, lake)
+    assert again["status"] == "ok" and again["landed"] == 4, again
+    ids = lake.read_arrow("messages", columns=["id"]).column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 12
+
+
 def waiting(budget: ConnectionBudget, n: int) -> None:
     """Until ``n`` holders are queued for their connections (however slow the machine)."""
     deadline = time.monotonic() + 30

@@ -132,8 +132,10 @@ def test_a_lock_session_holds_no_transaction_between_its_statements(fresh_pg_uri
     with db.connect(cfg.transport) as setup_conn:
         setup_conn.raw.cursor().execute('CREATE TABLE "public"."Sales" (seq bigint)')
         setup_conn.commit()
-    with _open_session(QueueDatabase(cfg.transport), pg_driver, LOCK, None) as conn:
+    with _open_session(QueueDatabase(cfg.transport), pg_driver, LOCK, None, 300.0) as conn:
         pid = conn.raw.cursor().execute("SELECT pg_backend_pid()").fetchone()[0]
+        # a wait for a table lock is bounded (a locked queue table held the whole run: a review)
+        assert conn.raw.cursor().execute("SELECT current_setting('lock_timeout')").fetchone()[0] == "30s"
         assert take_drain_lock(conn, ref)
         schema.require_table(conn, ref)
         assert queues.newest_seq(conn, ref) is None

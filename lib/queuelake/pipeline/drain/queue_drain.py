@@ -14,7 +14,7 @@ from queuelake.lake.port import JournalLake
 from queuelake.pipeline.drain.budget import Budget
 from queuelake.pipeline.drain.committer import Committer
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.drain.sessions import LOCK, SessionPool
+from queuelake.pipeline.drain.sessions import LOCK, SessionPool, lock_session
 from queuelake.pipeline.drain.state import QueueState, drain_lock_name
 from queuelake.pipeline.drain.worker import Worker
 from queuelake.report import log
@@ -180,7 +180,7 @@ class QueueDrain:
         """A session for the queue's lock: one of the run's kept sessions, given back with the lock
         released (after every worker's batches landed: ``run`` ends only then), else a new one."""
         if self.state.sessions is None:
-            return self.database.connect("queuelake-drain-lock").use_autocommit()
+            return lock_session(self.database, self.settings.statement_timeout_seconds)
         return self.state.sessions.session(LOCK, lambda conn: release_drain_lock(conn, self.ref))
 
     def _acquire(self, conn: Connection) -> bool:

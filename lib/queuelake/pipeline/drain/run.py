@@ -27,7 +27,7 @@ from queuelake.pipeline.drain.committer import JournalCommitter
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_connection, receive_driver
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.drain.sessions import LOCK, SessionPool
+from queuelake.pipeline.drain.sessions import LOCK, SessionPool, lock_session
 from queuelake.pipeline.drain.task import TaskSetup
 from queuelake.pipeline.journal.schema import MESSAGES, MESSAGES_SCHEMA
 from queuelake.pipeline.runs import Run, unless_stopped
@@ -101,7 +101,10 @@ def drain(
                 log.info("drain %s: nothing to do, the queue is empty", r.canonical)
             budget = ConnectionBudget(queue_connections(settings.max_connections, shared))
             committer = JournalCommitter(database, journal, settings.commit_interval_seconds)
-            sessions = SessionPool(budget.total, lambda kind: _open_session(database, receiving, kind, shared))
+            sessions = SessionPool(
+                budget.total,
+                lambda kind: _open_session(database, receiving, kind, shared, settings.statement_timeout_seconds),
+            )
             if processes is not None:  # they stop at their batch boundary (the stop event), whatever comes
                 boundary_only.enter_context(
                     stopping.at_boundary_only("the drain's processes stop only at their batch boundary")
@@ -363,9 +366,11 @@ def evolve_journal(journal: JournalLake) -> None:
         journal.add_columns(MESSAGES, [f.with_nullable(True) for f in missing])
 
 
-def _open_session(database: QueueDatabase, driver: str, kind: str, shared: db.SharedAdbc | None) -> db.Connection:
+def _open_session(
+    database: QueueDatabase, driver: str, kind: str, shared: db.SharedAdbc | None, statement_timeout_s: float
+) -> db.Connection:
     """A new session for the run's pool: a queue's lock connection, or a worker's receive connection
     (with ``driver``, the run's receive driver)."""
     if kind == LOCK:
-        return database.connect("queuelake-drain-lock").use_autocommit()
+        return lock_session(database, statement_timeout_s)
     return receive_connection(database, driver, shared, 0)

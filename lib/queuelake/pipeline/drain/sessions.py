@@ -19,10 +19,25 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
+from queuelake.transport import queues
+from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
 
 LOCK = "lock"
 RECEIVE = "receive"
+
+
+def lock_session(database: QueueDatabase, statement_timeout_s: float) -> Connection:
+    """A new lock session (a queue's drain lock, its claims resolved, its newest seq and depth read): in
+    autocommit, as it only reads and holds session locks (``Connection.use_autocommit``), and with a
+    bounded wait for a table lock (``queues.configure_lock_session``)."""
+    conn = database.connect("queuelake-drain-lock").use_autocommit()
+    try:
+        queues.configure_lock_session(conn, statement_timeout_s)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 class SessionPool:

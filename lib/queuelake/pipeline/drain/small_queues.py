@@ -44,7 +44,7 @@ from queuelake.pipeline.drain.committer import Claimed, Committer
 from queuelake.pipeline.drain.queue_drain import QueueDrain, release_drain_lock
 from queuelake.pipeline.drain.receive import receive_session
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.drain.sessions import LOCK, SessionPool
+from queuelake.pipeline.drain.sessions import LOCK, SessionPool, lock_session
 from queuelake.pipeline.drain.state import drain_lock_name
 from queuelake.pipeline.drain.worker import FIRST_BATCH_ROW_BYTES, MEGABYTE, worker_app_id
 from queuelake.pipeline.journal.build import build_batch
@@ -398,7 +398,7 @@ class SmallQueues:
                     release_drain_lock(conn, drain.ref)
 
         if self.sessions is None:
-            with self.database.connect("queuelake-drain-lock").use_autocommit() as conn:
+            with lock_session(self.database, self.settings.statement_timeout_seconds) as conn:
                 yield conn
             return
         with self.sessions.session(LOCK, release) as conn:

@@ -43,7 +43,7 @@ from queuelake.pipeline.drain.committer import Claimed
 from queuelake.pipeline.drain.queue_drain import QueueDrain
 from queuelake.pipeline.drain.receive import receive_connection, receive_driver
 from queuelake.pipeline.drain.result import QueueResult
-from queuelake.pipeline.drain.sessions import SessionPool
+from queuelake.pipeline.drain.sessions import SessionPool, lock_session
 from queuelake.report import log
 from queuelake.transport import claims, db, drivers, locks
 from queuelake.transport.database import QueueDatabase
@@ -132,7 +132,7 @@ def drain_queues_task(
     sessions = SessionPool(max(j.workers for j in jobs), lambda _: receive_connection(database, driver, shared, 0))
     try:
         # in autocommit, as the driver's lock sessions: its reads cost no BEGIN and ROLLBACK round trips
-        with database.connect("queuelake-drain-lock").use_autocommit() as lock_conn:
+        with lock_session(database, settings.statement_timeout_seconds) as lock_conn:
             drains = [_queue_drain(job, journal, shared, driver, committer, sessions) for job in jobs]
             # small queues together: one batch, one claim for several (``small_queues.py``)
             for unit in small_queues.plan(drains, settings.batch_size):
