@@ -97,17 +97,23 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     return spark
 
 
+STDERR_FD = 2  # the process's own stderr, whatever ``sys.stderr`` is now (a test's capture has no file)
+
+
 @contextlib.contextmanager
 def _jvm_ignoring_stop_signals() -> Iterator[None]:
     """A JVM pyspark starts now ignores the stop signals (``stopping.ignored_while_starting_children``,
     held around its ``Popen`` alone), so a hang-up or a cancel sent to the whole process group stops the
-    command at a batch boundary instead of killing its Spark."""
+    command at a batch boundary instead of killing its Spark; and writes its stdout to stderr."""
     import pyspark.java_gateway as gateway
 
     popen = gateway.Popen
     started: list[Any] = []
 
     def popen_ignoring_stop_signals(*args: Any, **kwargs: Any) -> Any:
+        # the JVM's stdout to stderr: Delta's VACUUM prints "Deleted 1 files and directories ..." there,
+        # and stdout is the command's JSON summary alone (``| jq .`` failed on erase and maintain: a review)
+        kwargs.setdefault("stdout", STDERR_FD)
         with stopping.ignored_while_starting_children():
             child = popen(*args, **kwargs)
         started.append(child)

@@ -900,6 +900,12 @@ def test_spark_refuses_what_is_not_a_boolean_over_messages(failures, spark) -> N
         run(cfg, spark, "seq", dry_run=True)
     with pytest.raises(QueuelakeError, match="not a predicate over messages"):
         run(cfg, spark, "count(*) > 1", dry_run=True)
+    # a trailing word was the column's alias: the predicate before it ran, wider than typed (a review)
+    for cut_short in (f"exception_type = '{TIMEOUT}' AND", f"exception_type = '{TIMEOUT}' Billing"):
+        with pytest.raises(QueuelakeError, match="not a predicate over messages"):
+            run(cfg, spark, cut_short, dry_run=True)
+    commented = run(cfg, spark, f"exception_type = '{TIMEOUT}' -- the timeouts", dry_run=True)
+    assert commented["selected"] == run(cfg, spark, f"exception_type = '{TIMEOUT}'", dry_run=True)["selected"] > 0
 
 
 def test_audited_messages_replayed_to_a_test_endpoint(failures, spark) -> None:

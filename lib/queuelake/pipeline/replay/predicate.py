@@ -203,7 +203,10 @@ def validate_against(df: DataFrame, predicate: str) -> DataFrame:
     from pyspark.sql.types import BooleanType
 
     try:
-        condition = F.expr(predicate)
+        # in parentheses: a trailing word (a stray AND, a pasted queue name) parsed as the column's alias,
+        # and the predicate before it was run, wider than what was typed (a review). On lines of their own:
+        # a comment at the end (``-- why``) does not swallow the closing one
+        condition = F.expr(f"(\n{predicate}\n)")
         kind = df.select(condition.alias("p")).schema[0].dataType
         if not isinstance(kind, BooleanType):
             raise ArgumentError(f"--where {predicate!r} is a {kind.simpleString()}, not a boolean predicate")
