@@ -21,7 +21,7 @@ from queuelake.commands.registry import COMMANDS
 LIB = Path(__file__).resolve().parents[2] / "lib"
 # modules of the commands package that are not commands: the declaration type, the table, the
 # session helper the lake commands share
-NOT_COMMANDS = {"__init__", "argtypes", "command", "registry", "sessions"}
+NOT_COMMANDS = {"__init__", "argtypes", "command", "output_files", "registry", "sessions"}
 
 
 def _declared_in(command: Command) -> str:

@@ -21,10 +21,10 @@ from queuelake.commands.command import Command
 
 
 def conversation(args: argparse.Namespace) -> dict[str, Any]:
-    import os
     from pathlib import Path
 
     from queuelake import config as config_mod
+    from queuelake.commands import output_files
     from queuelake.errors import ArgumentError
     from queuelake.lake.engines import without_spark
     from queuelake.lake.record_tables import MESSAGES
@@ -35,6 +35,9 @@ def conversation(args: argparse.Namespace) -> dict[str, Any]:
     conversation_id = args.conversation_id.strip()
     if not conversation_id:
         raise ArgumentError("conversation: the conversation id is empty")
+    out = (
+        output_files.checked("--out", args.out) if args.out else Path(f"conversation-{_file_safe(conversation_id)}.svg")
+    )
     cfg = config_mod.load(args.config)
     lake = without_spark(cfg.lake)  # the journal is delta-rs's
     rows = lake.lookup(MESSAGES.name, "conversation_id", [conversation_id]).rows.select(COLUMNS).to_pylist()
@@ -45,11 +48,7 @@ def conversation(args: argparse.Namespace) -> dict[str, Any]:
             f"conversation {conversation_id}: no journal row has this conversation_id "
             f"(under {cfg.lake.root}); nothing drawn, no file written"
         )
-    out = Path(args.out) if args.out else Path(f"conversation-{_file_safe(conversation_id)}.svg")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(render(drawn), encoding="utf-8")
-    os.replace(partial, out)  # a reader never sees half a picture
+    output_files.write_whole(out, render(drawn))  # a reader never sees half a picture
     log.info(
         "conversation %s: %d message(s) between %d endpoint(s), %d failed at least once, %d retried: wrote %s",
         conversation_id,

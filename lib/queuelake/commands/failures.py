@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from queuelake.commands.command import Command
@@ -58,6 +57,7 @@ def failures(args: argparse.Namespace) -> dict[str, Any]:
     import time
 
     from queuelake import config as config_mod
+    from queuelake.commands import output_files
     from queuelake.commands.sessions import require_lake_root
     from queuelake.errors import ArgumentError
     from queuelake.lake.engines import without_spark
@@ -67,6 +67,7 @@ def failures(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.where_out and args.group is None:
         raise ArgumentError("--where-out writes one group's replay --where: give --group ID too")
+    where_file = output_files.checked("--where-out", args.where_out) if args.where_out else None
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
     lake = without_spark(cfg.lake)  # Arrow on the driver, no Spark
@@ -102,8 +103,8 @@ def failures(args: argparse.Namespace) -> dict[str, Any]:
     out.update(g.summary())
     out["message_ids"] = g.message_ids()
     out["replay_where"] = g.where
-    if args.where_out:
-        Path(args.where_out).write_text(g.where + "\n", encoding="utf-8")
+    if where_file is not None:
+        output_files.write_whole(where_file, g.where + "\n")
         out["where_file"] = str(args.where_out)
         log.info(
             "failures: group %s's replay --where written to %s (%d characters)", g.id, args.where_out, len(g.where)

@@ -48,15 +48,15 @@ def _metrics_on_stdout(args: argparse.Namespace) -> bool:
 
 
 def health(args: argparse.Namespace) -> dict[str, Any]:
-    from pathlib import Path
-
     from queuelake import config as config_mod
+    from queuelake.commands import output_files
     from queuelake.commands.sessions import require_lake_root
     from queuelake.lake.engines import without_spark
     from queuelake.pipeline.health import depth, metrics, show
     from queuelake.pipeline.health.run import read_daily, read_latest, update
     from queuelake.report import log
 
+    metrics_file = None if args.metrics in (None, "-") else output_files.checked("--metrics", args.metrics)
     cfg = config_mod.load(args.config)
     require_lake_root(cfg)
     lake = without_spark(cfg.lake)  # Arrow on the driver, no Spark, as find
@@ -73,10 +73,10 @@ def health(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = result.summary()
     if args.metrics is not None:
         text = metrics.render(hours, latest_day, current)
-        if args.metrics == "-":
+        if metrics_file is None:
             sys.stdout.write(text)
         else:
-            Path(args.metrics).write_text(text, encoding="utf-8")
+            output_files.write_whole(metrics_file, text)  # a textfile collector never reads half of it
             log.info("health: gauges written to %s", args.metrics)
         out["metrics"] = args.metrics
     if args.metrics != "-":

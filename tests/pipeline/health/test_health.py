@@ -328,6 +328,12 @@ def test_the_command_prints_the_daily_table_and_writes_the_gauges(drained: tuple
     assert {f.name for f in text_string_to_metric_families(on_stdout.stdout)} >= {
         "queuelake_endpoint_processed_messages"
     }
+    # a mistyped folder: an arguments error naming the option, before any work (it failed "unexpected",
+    # with Python's own text, once the tables were written: a review)
+    typo = run_cli(["health", "-c", str(conf), "--metrics", str(work / "nope" / "h.prom")], "x", cwd=work)
+    assert typo.returncode == 1 and typo.summary["error_kind"] == "arguments", typo
+    assert "--metrics" in typo.summary["error"] and "does not exist" in typo.summary["error"], typo
+    assert "health:" not in typo.stderr, "it did its work before refusing the option"
 
 
 def test_on_delta_spark(drained: tuple[Config, Path], spark) -> None:
