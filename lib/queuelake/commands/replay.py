@@ -17,13 +17,19 @@ def _ack_queue(database: Any, address: str, dry_run: bool) -> str:
     table checked (unless a dry run). Why: it was written as given, unchecked: an endpoint that handles a
     retry sends ServiceControl.Retry.Successful there, and a missing table failed every retried message
     again (a review)."""
+    if dry_run:
+        return str(database.queue(address).canonical)
+    return _existing_queue(database, address)
+
+
+def _existing_queue(database: Any, address: str) -> str:
+    """``address``'s canonical name, its queue table required to exist (``TransportError`` naming it)."""
     from queuelake.transport.schema import require_table
 
     ref = database.queue(address)
-    if not dry_run:
-        with database.connect("queuelake-replay") as conn:
-            require_table(conn, ref)
-            conn.rollback()
+    with database.connect("queuelake-replay") as conn:
+        require_table(conn, ref)
+        conn.rollback()
     return str(ref.canonical)
 
 
@@ -63,6 +69,10 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     database = open_database(cfg)  # the queue database's handle: what the replay's connections come from
     if options.ack_queue is not None:
         options.ack_queue = _ack_queue(database, options.ack_queue, options.dry_run)
+    if options.to is not None and not options.dry_run:
+        # its table must exist: a mistyped --to recorded every row as skipped, for good under the replay
+        # id, and the command said "ok" (a review). A dry run lists them skipped, with why
+        _existing_queue(database, options.to)
     session = active_spark()
     if session is None:
         # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting

@@ -829,6 +829,31 @@ def test_the_ack_queue_is_checked_and_written_as_its_canonical_address(failures)
     assert _ack_queue(database, "Nowhere", dry_run=True) == '"public"."Nowhere"'
 
 
+def test_a_mistyped_to_is_refused_before_anything_is_recorded(failures, tmp_path: Path) -> None:
+    """``--to Sales.Tset``: every row was recorded skipped ("queue table does not exist"), for good under the
+    replay id, and the command said "ok" (a review). Its table must exist, as ``--ack-queue``'s."""
+    from tests.helpers.cli import run_cli
+
+    cfg, *_ = failures
+    conf = tmp_path / "replay.json"
+    conf.write_text(
+        json.dumps({"transport": {"connection": "${QUEUELAKE_CONNECTION}"}, "lake": {"root": str(cfg.lake.root)}})
+    )
+    where = f"exception_type = '{TIMEOUT}'"
+    typo = run_cli(
+        ["replay", "-c", str(conf), "--where", where, "--to", "Biling"], cfg.transport.connection, cwd=tmp_path
+    )
+    assert typo.returncode == 1 and 'queue table "public"."Biling" does not exist' in typo.summary["error"], typo
+    assert not (Path(cfg.lake.root) / "replay_skipped").exists(), "rows recorded skipped for a typo"
+    unknown = run_cli(
+        ["replay", "-c", str(conf), "--where", where, "--to", "Billing", "--replay-id", "replay-typo", "--limit", "2"],
+        cfg.transport.connection,
+        cwd=tmp_path,
+    )
+    assert unknown.returncode == 0 and unknown.summary["rows_sent"] == 2, unknown
+    assert "replay-typo: no replay of this id in the ledger: a new replay under it" in unknown.stderr
+
+
 def test_a_finished_replay_run_again_after_an_erase_has_nothing_to_do(failures, spark) -> None:
     """A replay whose every batch was sent, run again with its id after an erase purged its plan's
     version: it failed "cannot resume", and a scheduled retry went red for good (two reviews). It says

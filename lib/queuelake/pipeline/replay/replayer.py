@@ -140,6 +140,14 @@ class Replayer:
                     if not opts.dry_run:
                         raise
                     conn.rollback()  # a dry run before `install`: no ledger, nothing sent yet
+                if plan is None and opts.replay_id is not None and not opts.dry_run:
+                    # a mistyped id of a replay to resume starts a new one, which sends everything again
+                    # (a review): said, since a scheduler's fixed id for a new replay is as legitimate
+                    log.warning(
+                        "replay %s: no replay of this id in the ledger: a new replay under it (to resume "
+                        "one, give its id as its first run printed it)",
+                        replay_id,
+                    )
                 if plan is not None and plan.fingerprint != opts.fingerprint():
                     raise ReplayError(
                         f"replay {replay_id} was started with a different --where, --to or --limit; rerun it with "
