@@ -129,6 +129,8 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
         log.info("no %s here: using the built-in local config (%s) over %s", DEFAULT_CONFIG, SOURCE, EMBEDDED_DATA)
         return from_dict(read_yaml(LOCAL_YAML), env=env, source=SOURCE)
     file = Path(path or DEFAULT_CONFIG)
+    if file.is_dir():
+        raise ConfigError(f"config file {file} is a folder (pass the config file itself with -c FILE)")
     if not file.is_file():
         templates = sorted(str(t) for t in file.parent.glob("*.example.yaml")) if file.parent.is_dir() else []
         start = f"; start from {' or '.join(templates)}" if templates else ""
@@ -137,6 +139,10 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
         data = read_yaml(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: invalid YAML: {exc}") from None
+    except UnicodeDecodeError:  # a binary file given by mistake: a config error, not "unexpected" (a review)
+        raise ConfigError(f"{file}: not UTF-8 text; a config file is YAML") from None
+    except OSError as exc:  # unreadable (permissions): named, the reason in the system's words
+        raise ConfigError(f"{file}: cannot read it ({exc.strerror or exc})") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{file}: the top level must be a mapping")
     config = from_dict(data or {}, env=env, source=str(file))

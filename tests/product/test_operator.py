@@ -245,6 +245,17 @@ def test_a_missing_config_beside_the_examples_names_them(monkeypatch: pytest.Mon
         assert (REPO / default).is_file()
 
 
+def test_a_config_path_that_is_a_folder_or_binary_is_a_config_error(tmp_path: Path) -> None:
+    """``-c`` at a folder said the file "does not exist", and at a binary file failed "unexpected" with
+    Python's UnicodeDecodeError (a review): both are config errors saying what is wrong."""
+    with pytest.raises(ConfigError, match="is a folder"):
+        config_mod.load(str(tmp_path), env={})
+    binary = tmp_path / "job.yaml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        config_mod.load(str(binary), env={})
+
+
 def test_status_in_a_fresh_folder_without_a_config_fails_in_one_line(tmp_path: Path) -> None:
     """A forgotten -c in a folder with no config and no demo database: one line saying how to point the
     command at a config, exit 1, error_kind config; no database created here (it used to start a 38 MB
