@@ -17,6 +17,7 @@ import contextlib
 import gc
 import itertools
 import logging
+import os
 import signal
 import sys
 import threading
@@ -34,6 +35,7 @@ from queuelake.status import Status
 from queuelake.stopping import Interrupted
 
 EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGTERM = 1, 130, 128 + signal.SIGTERM
+EXIT_PIPE_CLOSED = 128 + signal.SIGPIPE  # stdout's reader went away (``| head``): what git and the shell's tools exit
 
 
 DESCRIPTION = (
@@ -270,6 +272,11 @@ def main(
             sigterm["armed"] = False
             summary = {"command": args.command, "status": Status.INTERRUPTED, **stopping.done_before(exc)}
             code = EXIT_INTERRUPTED
+        except BrokenPipeError:  # stdout's reader went away (``failures | head -1``): its output stops there
+            sigterm["armed"] = False
+            log.info("%s: stdout was closed by its reader; the output stops here", args.command)
+            _stdout_to_nowhere()
+            return EXIT_PIPE_CLOSED
         except Exception as exc:
             sigterm["armed"] = False
             stopped = stopping.stop_within(exc)
@@ -292,8 +299,19 @@ def main(
         summary["seconds"] = round(time.monotonic() - started, 3)
         # install --print-sql: stdout is the command's own output alone (see Command.summary_on_stderr)
         on_stderr = COMMANDS[args.command].summary_on_stderr(args)
-        emit_summary(summary, sys.stderr if on_stderr else sys.stdout)
+        try:
+            emit_summary(summary, sys.stderr if on_stderr else sys.stdout)
+        except BrokenPipeError:  # the work is done (its exit code stands); only its summary had no reader
+            log.warning("%s: stdout was closed by its reader; the summary was not printed", args.command)
+            _stdout_to_nowhere()
     return code
+
+
+def _stdout_to_nowhere() -> None:
+    """stdout pointed at the null device: its reader is gone, and the interpreter's own flush at exit
+    would raise BrokenPipeError again, with a traceback (a review: ``failures | head -1``)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def console() -> int:

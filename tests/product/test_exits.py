@@ -722,3 +722,35 @@ def test_a_signal_after_the_summary_changes_nothing(tmp_path: Path) -> None:
     review). The program ignores stop signals once its summary is out."""
     ended = signalled_when_held(["spark-packages"], None, hold="program_ending:3", cwd=tmp_path, timeout=60)
     assert ended.returncode == 0 and ended.summary["status"] == "ok", ended
+
+
+def test_stdout_closed_by_its_reader_ends_without_a_traceback(tmp_path: Path) -> None:
+    """``queuelake failures | head -1``: the command's output, then its summary, met a pipe whose reader had
+    gone, and it ended in a Python traceback (a review). Its output stops there: exit 141 (SIGPIPE's, as git
+    and the shell's tools) when the command's own output could not be written; its own exit code when only
+    the summary could not."""
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f'transport: {{connection: "postgresql://x@127.0.0.1:1/x"}}\nlake: {{root: {tmp_path / "lake"}}}\n')
+
+    def closed_stdout(args: list[str]) -> subprocess.CompletedProcess[str]:
+        read, write = os.pipe()
+        os.close(read)  # no reader: every write to stdout fails with EPIPE
+        try:
+            return subprocess.run(
+                [sys.executable, "-m", "queuelake", *args, "-c", str(conf)],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=tmp_path,
+                env=_env(None),
+                timeout=120,
+            )
+        finally:
+            os.close(write)
+
+    sql = closed_stdout(["install", "--print-sql"])  # the command's own output: the SQL script
+    assert sql.returncode == 141 and "Traceback" not in sql.stderr, sql.stderr
+    assert "stdout was closed by its reader" in sql.stderr
+    summary_only = closed_stdout(["tables"])  # fails (no lake): only its summary goes to stdout
+    assert summary_only.returncode == 1 and "Traceback" not in summary_only.stderr, summary_only.stderr
+    assert "the summary was not printed" in summary_only.stderr
