@@ -91,6 +91,9 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     with _jvm_ignoring_stop_signals(), stopping.handlers_kept():
         spark = builder.getOrCreate()
     stopping.restore_handlers()  # pyspark's SIGINT handler out, the command's back (Ctrl-C stops at a boundary)
+    if stopping.requested():  # asked while the JVM started (10-30 s): taken now, as one asked before it is (a
+        # review: a replay's whole Spark selection ran first, 12 s; a bodies step got to its first slice)
+        raise stopping.Interrupted("stopped while the Spark session started")
     if not debugging():  # --debug brings Spark's warnings back (an out-of-memory's cause was hidden: a review)
         spark.sparkContext.setLogLevel("ERROR")
     _check_once(spark, check_spark)

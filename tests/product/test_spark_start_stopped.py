@@ -68,3 +68,23 @@ def test_a_stop_while_the_jvm_starts_ends_the_jvm(tmp_path: Path) -> None:
     if alive:
         psutil.Process(pid).kill()
     assert not alive, f"the JVM {pid} outlived the interrupted start"
+
+
+ASKED = (
+    SCRIPT.replace("_thread.interrupt_main()", "stopping.request()  # a first SIGTERM's handler")
+    .replace(
+        "from queuelake.spark import get_spark", "from queuelake import stopping\nfrom queuelake.spark import get_spark"
+    )
+    .replace("except KeyboardInterrupt:", "except stopping.Interrupted as exc:\n    print(str(exc).replace(' ', '_'))")
+)
+
+
+def test_a_stop_asked_while_the_jvm_starts_is_taken_once_it_has_started(tmp_path: Path) -> None:
+    """A SIGTERM while the JVM started was taken only at the step's first boundary, after Spark work (a
+    review: a replay's whole selection, 12 s): the session's start ends with the stop."""
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        subprocess.run([sys.executable, "-c", ASKED], stdout=stdout, stderr=stderr, timeout=300)
+    lines = out.read_text().split()
+    assert "jvm" in lines and "started" not in lines, (lines, err.read_text()[-3000:])
+    assert "stopped_while_the_Spark_session_started" in lines, lines
