@@ -66,6 +66,12 @@ def test_demo_on_delta_spark(tmp_path: Path) -> None:
     # every outbound row the JVM engine wrote was published (read back with the other engine)
     outbound = DeltaTable(str(lake / OUTPUT)).to_pyarrow_table(columns=["key"])
     assert outbound.num_rows == summary["published"]["rows"] > 0
+    # no failed message has an audit copy (processed, then failed at the same endpoint, no retry between:
+    # `failures` listed as open what `conversation` drew as retried, a review)
+    copies = DeltaTable(str(lake / "messages")).to_pyarrow_table(columns=["queue", "message_id"]).to_pylist()
+    failed = {r["message_id"] for r in copies if r["queue"] == '"public"."error"'}
+    audited = {r["message_id"] for r in copies if r["queue"] == '"public"."audit"'}
+    assert failed and audited and not failed & audited, sorted(failed & audited)[:3]
 
     # the config it wrote runs the scheduled job as it is, without the demo's environment: the jars are in
     # it (a review: every later bodies and transform failed, Delta's classes missing)
