@@ -301,8 +301,9 @@ def main(
         on_stderr = COMMANDS[args.command].summary_on_stderr(args)
         try:
             emit_summary(summary, sys.stderr if on_stderr else sys.stdout)
-        except BrokenPipeError:  # the work is done (its exit code stands); only its summary had no reader
-            log.warning("%s: stdout was closed by its reader; the summary was not printed", args.command)
+        except OSError as exc:  # the work is done (its exit code stands); only its summary had no reader: a
+            # closed pipe, or the terminal of an ssh session that dropped (EIO: a hang-up's 129 became 1, a review)
+            log.warning("%s: stdout was closed by its reader (%s); the summary was not printed", args.command, exc)
             _stdout_to_nowhere()
     return code
 
