@@ -4,9 +4,9 @@
 -- - statement_timeout: no receive or claim statement runs longer than this;
 -- - idle_in_transaction_session_timeout: a client that stops (not dies) mid-batch loses its claim,
 --   so the rows go back to the queue instead of staying locked;
--- - lock_timeout: a wait for a table lock another program holds (a migration, VACUUM FULL) ends the
---   queue's drain with that reason after at most 30 s (as SQL Server's LOCK_TIMEOUT), not at the
---   statement_timeout; the receive's row locks are skipped (SKIP LOCKED), never waited for;
+-- - lock_timeout: a receive's wait for a table lock another program holds (a migration, VACUUM FULL)
+--   ends after at most 30 s (as SQL Server's LOCK_TIMEOUT), failing the queue's drain with that reason,
+--   not at the statement_timeout; the receive's row locks are skipped (SKIP LOCKED), never waited for;
 -- - enable_seqscan off: the receive must walk the seq index whatever the statistics say.
 -- Settings this server does not know (older versions) are skipped, not errors.
 SELECT set_config(s.name, s.value, false)

@@ -69,10 +69,6 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     database = open_database(cfg)  # the queue database's handle: what the replay's connections come from
     if options.ack_queue is not None:
         options.ack_queue = _ack_queue(database, options.ack_queue, options.dry_run)
-    if options.to is not None and not options.dry_run:
-        # its table must exist: a mistyped --to recorded every row as skipped, for good under the replay
-        # id, and the command said "ok" (a review). A dry run lists them skipped, with why
-        _existing_queue(database, options.to)
     session = active_spark()
     if session is None:
         # a simple --where is evaluated without Spark, and replay's records are delta-rs's: starting

@@ -624,6 +624,23 @@ def test_a_stop_now_between_batches_keeps_what_was_sent_in_the_summary(failures,
     assert len(drain_all(cfg, "Billing")) + len(drain_all(cfg, "Shipping")) == 14
 
 
+def test_a_second_stop_while_the_records_are_written_keeps_the_counts(failures, spark, monkeypatch) -> None:
+    """A second signal during the replay's final records (after the first ended the sending) left a summary
+    of "interrupted" alone: no replay id, no counts (a review). They go with the stop."""
+    from queuelake import stopping
+    from queuelake.pipeline.replay import replayer
+
+    def stopped(self, result):  # type: ignore[no-untyped-def]
+        raise stopping.Interrupted("stopped by signal SIGINT")
+
+    cfg, *_ = failures
+    monkeypatch.setattr(replayer.Replayer, "record", stopped)
+    with pytest.raises(stopping.Interrupted) as raised:
+        run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    done = stopping.done_before(raised.value)
+    assert done["replay_id"] and done["rows_sent"] == 30 and "status" not in done, done
+
+
 def test_a_stop_asked_during_the_selection_sends_nothing(failures, spark, monkeypatch) -> None:
     """A Ctrl-C during a replay's selection (seconds over thousands of journal files) was honoured only
     by a second signal, after the selection (a review): asked while the files are read, the replay stops

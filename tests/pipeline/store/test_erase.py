@@ -436,6 +436,30 @@ def test_an_erase_refuses_another_engines_table_before_its_first_delete(tmp_path
     assert not list(pending.recorded(str(root), "erase")), "a refused erase left a record for later erases"
 
 
+def test_retention_refuses_another_engines_unparsed_table_before_its_first_delete(tmp_path: Path) -> None:
+    """Retention under an explicit engine checked the typed tables first, not ``body_unparsed``: it deleted
+    the typed rows, then was refused there, and the messages stayed in the journal without their typed
+    rows for good (a review). Every table it deletes from is checked first: refused, nothing changed."""
+    from queuelake.lake.stage_tables import BODY_UNPARSED
+    from queuelake.pipeline.store import retention
+
+    root = tmp_path / "lake"
+    cfg, lake, _ = seeded(root)
+    typed_table = "body_orders"
+    lake.append(typed_table, pa.table({"message_id": ["gone-00001", "kept-00001"]}), "t", 1)
+    lake.append(
+        CHANGES.name, pa.Table.from_pylist([{"table": typed_table, "change": "created"}], CHANGES.schema), "t", 1
+    )
+    unparsed = pa.Table.from_pylist([{"queue": SALES, "seq": 3, "id": "gone-00003"}], BODY_UNPARSED.schema)
+    write_deltalake(str(root / BODY_UNPARSED.name), unparsed, description=description_for("delta-spark"))
+    versions = {t: lake.table_version(t) for t in ("messages", typed_table, BODY_UNPARSED.name)}
+    rules = {"root": str(root), "engine": "delta-rs", "retention": {"rules": [{"queue": "Sales", "days": 0}]}}
+
+    with pytest.raises(LakeError, match=f"{BODY_UNPARSED.name}.*created by the delta-spark engine"):
+        retention.apply(from_dict({"transport": {"connection": "x"}, "lake": rules}, env={}), lake)
+    assert {t: lake.table_version(t) for t in versions} == versions  # the typed rows were deleted first
+
+
 @pytest.mark.slow
 def test_an_erase_stopped_after_its_index_deletes_is_run_again_by_any_later_erase(tmp_path: Path) -> None:
     """An erase stopped after its derived deletes (the id index's among them) left rows in the journal that
@@ -622,6 +646,32 @@ def test_erase_reaches_the_typed_body_tables(fresh_pg_uri: str, tmp_path: Path, 
     assert done["tables"]["messages"]["rows"] == 1 and done["tables"]["body_unparsed"]["rows"] >= 1, done
     left = lake.read_arrow("body_unparsed", columns=["queue", "seq"]).to_pylist()
     assert (queue, seq) not in {(r["queue"], r["seq"]) for r in left} and len(left) < len(unparsed)
+
+
+@pytest.mark.slow
+def test_erase_under_auto_writes_each_table_with_the_engine_that_made_it(
+    fresh_pg_uri: str, tmp_path: Path, spark
+) -> None:
+    """``lake.engine: auto`` with the Delta JVM (delta-spark by default) over typed tables delta-rs made: the
+    check before the first delete refused them, by the run's default engine, though auto writes each table
+    with its maker (a review of that check). Erase and retention reach them."""
+    from queuelake.config import LakeConfig
+    from queuelake.pipeline.store import retention
+
+    from tests.helpers.jvm import require_delta_jvm
+
+    require_delta_jvm(spark)
+    root = tmp_path / "lake"
+    cfg, made = typed_lake(fresh_pg_uri, root, spark, "delta-rs")
+    auto = open_lake(LakeConfig(root=str(root), engine="auto"), spark)
+    assert auto.name == "delta-spark" and made.written_by(ORDERS) == "delta-rs"
+    orders = ids_of(made, ORDERS)
+    done = erase(cfg, auto, f"message_id = '{orders[0]}'")
+    assert done["tables"][ORDERS]["rows"] == 1 and orders[0] not in ids_of(made, ORDERS), done
+    lake = {"root": str(root), "engine": "auto", "retention": {"rules": [{"queue": "Sales", "days": 0}]}}
+    applied = retention.apply(from_dict({"transport": {"connection": fresh_pg_uri}, "lake": lake}, env={}), auto)
+    assert applied.rules and applied.rules[0]["typed"].get(ORDERS, {}).get("rows") == len(orders) - 1, applied
+    assert ids_of(made, ORDERS) == []
 
 
 def test_the_spark_condition_of_a_row_filter_quotes_identifiers_not_text() -> None:

@@ -65,6 +65,7 @@ from queuelake.status import Status
 from queuelake.transport import ledger, locks
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.db import Connection
+from queuelake.transport.schema import require_table
 from queuelake.transport.table_refs import endpoint_queue_address
 
 if TYPE_CHECKING:
@@ -148,6 +149,12 @@ class Replayer:
                         "one, give its id as its first run printed it)",
                         replay_id,
                     )
+                if plan is None and opts.to is not None and not opts.dry_run:
+                    # a new replay's --to must exist: a mistyped one recorded every row as skipped, for good
+                    # under the replay id, and the command said "ok" (a review). A resumed one's table gone
+                    # since is a destination gone (its rows left are skipped, said); a dry run lists them
+                    require_table(conn, self.database.queue(opts.to))
+                    conn.rollback()
                 if plan is not None and plan.fingerprint != opts.fingerprint():
                     raise ReplayError(
                         f"replay {replay_id} was started with a different --where, --to or --limit; rerun it with "
@@ -428,6 +435,10 @@ def replay(
                     f"again with --replay-id {result.replay_id} to write them (it sends nothing twice)"
                 )
                 log.error("replay %s: %s", result.replay_id, result.error)
+            except (stopping.Interrupted, KeyboardInterrupt) as stop:  # a second signal while they are written:
+                # the counts and the replay id go with it, as a second signal's during a batch do (a review)
+                _stopped_with(stop, _summary(replayer, result, options))
+                raise
     return _summary(replayer, result, options)
 
 
@@ -443,8 +454,12 @@ def _interrupted(replayer: Replayer, exc: BaseException, options: ReplayOptions)
     # The status and error are the command's (the stop's)
     stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
     if stop is not None:
-        summary = _summary(replayer, replayer.result, options)
-        stopping.partial(stop, {k: v for k, v in summary.items() if k not in ("status", "error")})
+        _stopped_with(stop, _summary(replayer, replayer.result, options))
+
+
+def _stopped_with(stop: BaseException, summary: dict[str, Any]) -> None:
+    """``summary``'s counts attached to the stop ending the command (its status and error are the stop's)."""
+    stopping.partial(stop, {k: v for k, v in summary.items() if k not in ("status", "error")})
 
 
 def _files_gone(replayer: Replayer, exc: FileNotFoundError) -> ReplayError:

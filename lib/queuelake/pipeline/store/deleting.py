@@ -60,4 +60,8 @@ def check_all_writable(tables: Iterable[tuple[str, LakeEngine]]) -> None:
     at its delete; an erase had then deleted from the tables before it, and left a pending record every
     later erase ran into and failed on the same table (a review). Refused first, nothing changes."""
     for table, engine in tables:
-        check_writable(table, engine.path(table), engine.written_by(table), engine.name)
+        # ``lake.engine: auto`` (``engines.PerTableLake``) writes each table with the engine that made it:
+        # that one is checked (by the run's default, every table the other engine made was refused: a review)
+        per_table = getattr(engine, "engine_for", None)
+        writer = per_table(table) if per_table is not None else engine
+        check_writable(table, writer.path(table), writer.written_by(table), writer.name)

@@ -120,9 +120,10 @@ def _erase(cfg: Config, lake: LakeEngine, journal: LakeEngine, where: RowFilter,
     version = journal.table_version(JOURNAL)
     keys = journal.matching_rows(JOURNAL, where, KEYS, version)
     tables: dict[str, dict[str, Any]] = {}  # each table's figures, counted as its deletes commit
+    plan = _derived_plan(lake, journal, keys)  # a refusal here has changed nothing: no "stopped" warning
     try:
         with pending.Kept(cfg.lake.root, PENDING, f"erase-{uuid.uuid4().hex}") as kept:
-            return _erase_kept(lake, journal, where, predicate, version, keys, kept, t0, tables)
+            return _erase_kept(lake, journal, where, predicate, version, keys, plan, kept, t0, tables)
     except BaseException as exc:  # a stop asked (Ctrl-C, SIGTERM) or a failure: what is left, and how it gets done
         log.warning(
             "erase: stopped before its end: the next erase (this one, or any other) finishes it first; while "
@@ -140,6 +141,7 @@ def _erase_kept(
     predicate: str,
     version: int | None,
     keys: pa.Table,
+    plan: tuple[list[deleting.Planned], list[deleting.Planned]],
     kept: pending.Kept,
     t0: float,
     tables: dict[str, dict[str, Any]],
@@ -151,7 +153,7 @@ def _erase_kept(
     runs it again whole, not only its purge (a review: a different erase cleared the record, and the
     rows stayed in the journal for good, invisible to find and where)."""
     engines: dict[str, LakeEngine] = {}
-    derived, typed_plan = _derived_plan(lake, journal, keys)  # every table checked writable first
+    derived, typed_plan = plan  # every table checked writable before (``_derived_plan``)
     if keys.num_rows:
         reached = [t.name for t in derived_tables()] + typed.body_tables(lake) + [JOURNAL]
         kept.record({"purge": reached, "journal_version": version, UNFINISHED: predicate})

@@ -63,7 +63,7 @@ from queuelake.lake.engines import journal_engine, table_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline import step_locks
 from queuelake.pipeline.key_index import build
-from queuelake.pipeline.store import index_ranges, typed
+from queuelake.pipeline.store import deleting, index_ranges, typed
 from queuelake.pipeline.store.erase import JOURNAL_KEY, count_all, delete_all, key_filters
 from queuelake.pipeline.store.erase import KEYS as ROW_KEYS
 from queuelake.report import log
@@ -331,11 +331,19 @@ def _typed(
     ids = pc.unique(pc.drop_null(keys["message_id"]))
     kept = _copies_left(lake, ids, taken) if len(ids) and typed.body_tables(lake) else pa.array([], ids.type)
     gone = ids.filter(pc.invert(pc.is_in(ids, value_set=kept)))
-    figures = typed.remove(lake, gone, dry_run, "retention")
-    if len(kept):
-        log.info("retention: %d removed message(s) keep their typed rows: a journal copy of each stays", len(kept))
     engine = table_engine(lake, UNPARSED.name)
     filters = key_filters(engine, UNPARSED, keys)
+    if dry_run:
+        figures = typed.remove(lake, gone, True, "retention")
+    else:  # every table it deletes from checked before the first delete (a refusal at body_unparsed came
+        # after the typed rows were gone, and bodies never typed those messages again: a review)
+        plan = typed.planned(lake, gone)
+        unparsed = [(UNPARSED.name, engine)] if filters else []
+        deleting.check_all_writable([(table, writer) for table, writer, _ in plan] + unparsed)
+        figures = {}
+        typed.delete_planned(plan, "retention", figures, {})
+    if len(kept):
+        log.info("retention: %d removed message(s) keep their typed rows: a journal copy of each stays", len(kept))
     if filters:
         if dry_run:
             figures[UNPARSED.name] = {"rows": count_all(engine, UNPARSED.name, filters)["rows"]}
