@@ -18,6 +18,7 @@ import gc
 import itertools
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -272,11 +273,14 @@ def main(
             sigterm["armed"] = False
             summary = {"command": args.command, "status": Status.INTERRUPTED, **stopping.done_before(exc)}
             code = EXIT_INTERRUPTED
-        except BrokenPipeError:  # stdout's reader went away (``failures | head -1``): its output stops there
+        except BrokenPipeError as exc:  # stdout's reader went away (``failures | head -1``): the output stops
             sigterm["armed"] = False
-            log.info("%s: stdout was closed by its reader; the output stops here", args.command)
-            _stdout_to_nowhere()
-            return EXIT_PIPE_CLOSED
+            if not reader_gone(sys.stdout):  # another pipe (a worker process's, a socket): a failure as any
+                summary, code = _failure(args, exc), EXIT_FAILED
+            else:
+                log.info("%s: stdout was closed by its reader; the output stops here", args.command)
+                _stdout_to_nowhere()
+                return EXIT_PIPE_CLOSED
         except Exception as exc:
             sigterm["armed"] = False
             stopped = stopping.stop_within(exc)
@@ -306,6 +310,18 @@ def main(
             log.warning("%s: stdout was closed by its reader (%s); the summary was not printed", args.command, exc)
             _stdout_to_nowhere()
     return code
+
+
+def reader_gone(stream: Any) -> bool:
+    """Whether ``stream``'s reader has gone: the pipe's read end closed, or the terminal hung up (poll's
+    POLLERR or POLLHUP on its file). A BrokenPipeError names no file: it may come from another pipe."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):  # no file (a test's capture), or no poll here
+        return False
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in events)
 
 
 def _stdout_to_nowhere() -> None:

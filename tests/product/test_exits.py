@@ -754,3 +754,19 @@ def test_stdout_closed_by_its_reader_ends_without_a_traceback(tmp_path: Path) ->
     summary_only = closed_stdout(["tables"])  # fails (no lake): only its summary goes to stdout
     assert summary_only.returncode == 1 and "Traceback" not in summary_only.stderr, summary_only.stderr
     assert "the summary was not printed" in summary_only.stderr
+
+
+def test_a_broken_pipe_is_stdout_closing_only_when_stdout_has_lost_its_reader() -> None:
+    """A BrokenPipeError names no file: one from another pipe (a worker process's, a socket) is the
+    command's failure, not "stdout was closed by its reader" with exit 141."""
+    read, write = os.pipe()
+    try:
+        with os.fdopen(os.dup(write), "w") as stream:
+            assert not cli.reader_gone(stream)  # its reader is there
+            os.close(read)
+            read = -1
+            assert cli.reader_gone(stream)  # gone
+    finally:
+        os.close(write)
+        if read >= 0:
+            os.close(read)
