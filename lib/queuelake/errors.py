@@ -53,6 +53,7 @@ class TransportError(QueuelakeError):
 
     kind = "transport"
     missing_table = False  # the statement's table does not exist (the caller may say so once, its own way)
+    lock_timeout = False  # the statement gave up waiting for a lock another session held
 
 
 class RowsRefused(TransportError):

@@ -123,3 +123,33 @@ def test_sql_server_refusals_are_told_by_state_and_native_number(state: str, tex
 def test_postgresql_refusals_are_told_by_sqlstate_class(state: str, refused: bool) -> None:
     error = psycopg.errors.lookup(state)("refused")
     assert DIALECTS["postgresql"].is_refusal(error) is refused
+
+
+@pytest.mark.parametrize(
+    ("dialect", "error", "timed_out"),
+    [
+        ("postgresql", psycopg.errors.lookup("55P03")("canceling statement due to lock timeout"), True),
+        ("postgresql", psycopg.errors.lookup("57014")("canceling statement due to statement timeout"), False),
+        ("postgresql", psycopg.errors.lookup("40P01")("deadlock detected"), False),
+        (
+            "sqlserver",
+            _OdbcError("HY000", "[SQL Server]Lock request time out period exceeded. (1222) (SQLExecDirectW)"),
+            True,
+        ),
+        (
+            "sqlserver",
+            _OdbcError("HYT00", "[Microsoft][ODBC Driver 18 for SQL Server]Query timeout expired (0) (SQLExecute)"),
+            False,
+        ),
+        (
+            "sqlserver",
+            _OdbcError("55P03", "ERROR: canceling statement due to lock timeout;\n (1) (SQLExecDirectW)"),
+            True,
+        ),
+    ],
+)
+def test_a_lock_wait_that_ran_out_is_told_apart(dialect: str, error: Exception, timed_out: bool) -> None:
+    """A drain fails a queue whose table is held locked at the first wait that runs out, rather than wait
+    once more per statement: the lock timeout is told by SQLSTATE (55P03, also psqlodbc's), or by SQL
+    Server's native 1222 (its documented message; not checked against a real server)."""
+    assert DIALECTS[dialect].is_lock_timeout(error) is timed_out

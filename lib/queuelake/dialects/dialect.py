@@ -134,6 +134,10 @@ class Dialect:
     # the first number of user-defined errors (a trigger's RAISERROR or THROW); 0: none
     refusal_errors: frozenset[int] = frozenset()
     user_errors_from: int = 0
+    # a wait for a lock that ran out (``is_lock_timeout``): PostgreSQL's lock_not_available SQLSTATE, and
+    # the native error numbers that say so where the SQLSTATE is a generic one (SQL Server's 1222)
+    lock_timeout_states: frozenset[str] = frozenset({"55P03"})
+    lock_timeout_errors: frozenset[int] = frozenset()
     # the headers column types a send can write (``schema.delivery_problem``); empty: not checked
     sendable_headers_types: frozenset[str] = frozenset()
 
@@ -207,6 +211,15 @@ class Dialect:
             return True
         native = _native_error(exc)
         return native is not None and (native in self.refusal_errors or native >= self.user_errors_from > 0)
+
+    def is_lock_timeout(self, exc: BaseException) -> bool:
+        """Did the statement give up waiting for a lock another session held (``lock_timeout``, SQL
+        Server's ``SET LOCK_TIMEOUT``)? A drain's queue whose table is held locked fails at the first such
+        error, rather than wait once more for each statement it would still send (a review: three waits)."""
+        if _sqlstate(exc) in self.lock_timeout_states:
+            return True
+        native = _native_error(exc)
+        return native is not None and native in self.lock_timeout_errors
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -285,6 +298,7 @@ SQLSERVER = Dialect(
     refusal_states=_POSTGRESQL_REFUSALS,
     refusal_errors=frozenset({229, 230, 3609, 33504}),
     user_errors_from=50000,
+    lock_timeout_errors=frozenset({1222}),  # "Lock request time out period exceeded" (not run for real)
     extra_statements=frozenset({"has_recoverable", "send_recoverable"}),
     legacy_recoverable_column=True,
     odbc_array_binding=True,

@@ -122,7 +122,9 @@ class Connection:
             return _redacted(missing)
         if self.rules.is_refusal(exc):
             return _redacted(RowsRefused(f"{statement}{target} failed: {message}", what))
-        return _redacted(TransportError(f"{statement}{target} failed: {message}"))
+        failed = TransportError(f"{statement}{target} failed: {message}")
+        failed.lock_timeout = self.rules.is_lock_timeout(exc)
+        return _redacted(failed)
 
     # -- transactions ---------------------------------------------------------------------------
 

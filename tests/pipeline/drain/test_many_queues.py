@@ -163,13 +163,34 @@ def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_un
 
 
 def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_the_run(
-    fresh_pg_uri: str, tmp_path: Path
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A queue table held locked (a migration) held the drain's read of its newest seq on the lock session,
     which had no timeout at all: the whole run waited for as long as the lock was held (a review). Its
     sessions wait at most ``lock_timeout`` (30 s, or the statement timeout if shorter): that queue fails,
-    named, while the lock is still held; the others land; the next run drains it."""
+    named, while the lock is still held, after one such wait (it waited three times: the newest seq, the
+    receive and the backlog peek, about 90 s: a review); the others land; the next run drains it."""
     import psycopg
+
+    gave_up: list[str] = []  # the statements that gave up waiting for a lock, besides the depth estimate's
+    estimating = threading.local()
+    raised, estimate_depths = db.Connection.error, queues.depths
+
+    def error(self: db.Connection, exc: BaseException, statement: str, what: str | None) -> Exception:
+        failed = raised(self, exc, statement, what)
+        if failed.lock_timeout and not getattr(estimating, "now", False):
+            gave_up.append(statement)
+        return failed
+
+    def depths(conn: db.Connection, refs: list) -> dict:  # type: ignore[type-arg]
+        estimating.now = True
+        try:
+            return estimate_depths(conn, refs)
+        finally:
+            estimating.now = False
+
+    monkeypatch.setattr(db.Connection, "error", error)
+    monkeypatch.setattr(queues, "depths", depths)
 
     names = ["A", "B", "C"]
     cfg = from_dict(
@@ -201,6 +222,7 @@ def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_
     by_queue = {q["queue"]: q for q in first["queues"]}
     assert first["status"] == "failed" and first["landed"] == 8, first
     assert by_queue[refs[1].canonical]["status"] == "failed" and "timeout" in by_queue[refs[1].canonical]["error"]
+    assert len(gave_up) == 1, gave_up  # one wait for the lock, not one per statement
     again = drain(cfg, lake)
     assert again["status"] == "ok" and again["landed"] == 4, again
     ids = lake.read_arrow("messages", columns=["id"]).column("id").to_pylist()

@@ -33,7 +33,7 @@ class Progress:
         ``read=False``: a queue of one batch by the run's estimate (most of a system's queues) skips
         the read, one statement fewer; its progress line says nothing of what is left until a read is due."""
         self._newest_at = time.monotonic()
-        if read and self._read_newest(conn):
+        if read and self._read_newest(conn, first=True):
             with self._lock:
                 self._first = (self._newest,)
 
@@ -85,9 +85,12 @@ class Progress:
                 newest = self._newest
         return max(newest - high, 0) if newest is not None else None
 
-    def _read_newest(self, conn: Connection) -> bool:
+    def _read_newest(self, conn: Connection, first: bool = False) -> bool:
         """Read the newest seq for the estimate. A failed read is not the run's failure: the progress
-        line shows -1, and the connection is rolled back so that its next receive runs."""
+        line shows -1, and the connection is rolled back so that its next receive runs. But the first
+        read, before any receive, that gave up waiting for a table lock is the queue's failure: its
+        receive would wait as long again for the same lock (a table held locked failed its queue after
+        three such waits, about 90 s: a review)."""
         try:
             newest = queues.newest_seq(conn, self.ref)
             conn.rollback()
@@ -95,6 +98,8 @@ class Progress:
             log.debug("%s: reading the newest seq failed: %s", self.ref.canonical, exc)
             with contextlib.suppress(Exception):
                 conn.rollback()
+            if first and getattr(exc, "lock_timeout", False):
+                raise
             return False
         with self._lock:
             self._newest = newest

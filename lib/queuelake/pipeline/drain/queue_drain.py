@@ -144,10 +144,11 @@ class QueueDrain:
     def finish(self, lock_conn: Connection, errors: list[BaseException]) -> None:
         """The queue's backlog left, status and error. When every worker ended on a count of 0 rows
         (``Worker._emptied``, ``_settle``), that count is the backlog left: no peek, whose probe of the
-        head steps over every index entry the drain just left dead."""
+        head steps over every index entry the drain just left dead. A worker that gave up waiting for
+        the table's lock leaves it unknown: the peek would wait for the same lock once more."""
         if not errors and self.state.found_empty_by(self.workers):
             self.result.backlog_left = 0
-        else:
+        elif not any(getattr(e, "lock_timeout", False) for e in errors):
             try:
                 self.result.backlog_left = queues.peek(lock_conn, self.ref)
                 lock_conn.rollback()
