@@ -63,3 +63,37 @@ def test_erase_refuses_a_short_queue_name_before_it_opens_the_lake(
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 1 and summary["error_kind"] == "arguments", summary
     assert "'Sales' (write '\"public\".\"Sales\"')" in summary["error"], summary
+
+
+@pytest.mark.parametrize(
+    ("where", "spark_said", "told"),
+    [
+        # a trailing AND: Spark's error was at the wrapper's ")" on line 3, which the user never typed
+        (
+            "queue = 'x' AND",
+            "[PARSE_SYNTAX_ERROR] Syntax error at or near ')'. SQLSTATE: 42601 (line 3, pos 0)",
+            "Syntax error at or near the end of --where. SQLSTATE: 42601 (line 1, pos 15)",
+        ),
+        (
+            "queue = 'x' AND\nseq >",
+            "[PARSE_SYNTAX_ERROR] Syntax error at or near ')'. SQLSTATE: 42601 (line 4, pos 0)",
+            "at or near the end of --where. SQLSTATE: 42601 (line 2, pos 5)",
+        ),
+        (
+            "queue = = 'x'",
+            "[PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601 (line 2, pos 8)",
+            "at or near '='. SQLSTATE: 42601 (line 1, pos 8)",
+        ),
+        (
+            "nosuch = 1",
+            "[UNRESOLVED_COLUMN.WITH_SUGGESTION] ... name `nosuch` cannot be resolved. SQLSTATE: 42703; line 2 pos 0;",
+            "SQLSTATE: 42703; line 1 pos 0;",
+        ),
+        ("seq", "a reason without a position", "a reason without a position"),
+    ],
+)
+def test_a_spark_error_is_placed_in_the_lines_typed(where: str, spark_said: str, told: str) -> None:
+    """Spark judges ``(\\n<where>\\n)``: its positions are put back in the lines the user typed."""
+    from queuelake.pipeline.replay.predicate import _in_user_lines
+
+    assert told in _in_user_lines(spark_said, where)

@@ -944,8 +944,10 @@ def test_spark_refuses_what_is_not_a_boolean_over_messages(failures, spark) -> N
         run(cfg, spark, "count(*) > 1", dry_run=True)
     # a trailing word was the column's alias: the predicate before it ran, wider than typed (a review)
     for cut_short in (f"exception_type = '{TIMEOUT}' AND", f"exception_type = '{TIMEOUT}' Billing"):
-        with pytest.raises(QueuelakeError, match="not a predicate over messages"):
+        with pytest.raises(QueuelakeError, match="not a predicate over messages") as refused:
             run(cfg, spark, cut_short, dry_run=True)
+        # placed where the user typed: at the end of line 1, not at the wrapper's ")" on line 3 (a review)
+        assert f"at or near the end of --where. SQLSTATE: 42601 (line 1, pos {len(cut_short)})" in str(refused.value)
     commented = run(cfg, spark, f"exception_type = '{TIMEOUT}' -- the timeouts", dry_run=True)
     assert commented["selected"] == run(cfg, spark, f"exception_type = '{TIMEOUT}'", dry_run=True)["selected"] > 0
 

@@ -196,6 +196,27 @@ def _spark_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+# where Spark's messages place an error: "(line 3, pos 0)" after a parse error, "; line 2 pos 0;" after
+# an analysis error
+_POSITION = re.compile(r"(\(line |; line )(\d+)(,? pos )(\d+)")
+_CLOSING = re.compile(r"at or near '\)'")
+
+
+def _in_user_lines(reason: str, predicate: str) -> str:
+    """A Spark error about the wrapped predicate (``validate_against``), placed in the lines the user
+    typed: the wrapper's "(" is line 1 and its ")" the last line. An error at that ")" is the end of the
+    predicate (a trailing AND pointed at a ")" the user never typed, on "line 3": a review)."""
+    lines = predicate.split("\n")
+    found = _POSITION.search(reason)
+    if found is None:
+        return reason
+    line = int(found.group(2))
+    at_end = line > len(lines) + 1  # the wrapper's ")": the end of what was typed
+    at = (len(lines), len(lines[-1])) if at_end else (max(line - 1, 1), int(found.group(4)))
+    placed = reason[: found.start(2)] + str(at[0]) + found.group(3) + str(at[1]) + reason[found.end(4) :]
+    return _CLOSING.sub("at or near the end of --where", placed) if at_end else placed
+
+
 def validate_against(df: DataFrame, predicate: str) -> DataFrame:
     """``df`` filtered by the predicate; Spark parses it as one expression and checks it is a boolean
     over the journal's columns (not an aggregate, not a statement)."""
@@ -214,4 +235,5 @@ def validate_against(df: DataFrame, predicate: str) -> DataFrame:
     except QueuelakeError:
         raise
     except Exception as exc:  # ParseException, AnalysisException (Spark Classic or Connect)
-        raise ArgumentError(f"--where {predicate!r} is not a predicate over messages: {_spark_reason(exc)}") from None
+        reason = _in_user_lines(_spark_reason(exc), predicate)
+        raise ArgumentError(f"--where {predicate!r} is not a predicate over messages: {reason}") from None
