@@ -429,7 +429,10 @@ def test_an_erase_refuses_another_engines_table_before_its_first_delete(tmp_path
     lake.append(CHANGES.name, pa.Table.from_pylist([{"table": foreign, "change": "created"}], CHANGES.schema), "t", 1)
     versions = {t: lake.table_version(t) for t in ("messages", REPLAY_SKIPPED.name, foreign)}
 
-    with pytest.raises(LakeError, match=f"{foreign}.*created by the delta-spark engine.*lake.engine: auto"):
+    refused = f"{foreign}.*created by the delta-spark engine.*lake.engine: auto"
+    with pytest.raises(LakeError, match=refused):  # the dry run said "ok" (a review)
+        erase(cfg, lake, PREDICATE, dry_run=True)
+    with pytest.raises(LakeError, match=refused):
         erase(cfg, lake, PREDICATE)
     assert {t: lake.table_version(t) for t in versions} == versions  # no delete committed anywhere
     assert lake.read_arrow(REPLAY_SKIPPED.name).num_rows == 4
@@ -455,8 +458,11 @@ def test_retention_refuses_another_engines_unparsed_table_before_its_first_delet
     versions = {t: lake.table_version(t) for t in ("messages", typed_table, BODY_UNPARSED.name)}
     rules = {"root": str(root), "engine": "delta-rs", "retention": {"rules": [{"queue": "Sales", "days": 0}]}}
 
+    retention_cfg = from_dict({"transport": {"connection": "x"}, "lake": rules}, env={})
     with pytest.raises(LakeError, match=f"{BODY_UNPARSED.name}.*created by the delta-spark engine"):
-        retention.apply(from_dict({"transport": {"connection": "x"}, "lake": rules}, env={}), lake)
+        retention.apply(retention_cfg, lake, dry_run=True)  # as the real run is (it said "ok")
+    with pytest.raises(LakeError, match=f"{BODY_UNPARSED.name}.*created by the delta-spark engine"):
+        retention.apply(retention_cfg, lake)
     assert {t: lake.table_version(t) for t in versions} == versions  # the typed rows were deleted first
 
 

@@ -96,7 +96,10 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
                 "journal_version": reached.version,
             }
         }
-        for name, engine, filters in _derived_filters(lake, keys):  # as the erase deletes them
+        # as the erase deletes them, and refused as it would be: a dry run said "ok" of an erase that a
+        # table the other engine made would refuse (a review)
+        derived, _ = _derived_plan(lake, journal, keys)
+        for name, engine, filters in derived:
             tables[name] = count_all(engine, name, filters)
         tables.update(typed.remove(lake, keys["message_id"], True, "erase"))
         for name, figures in tables.items():

@@ -333,13 +333,15 @@ def _typed(
     gone = ids.filter(pc.invert(pc.is_in(ids, value_set=kept)))
     engine = table_engine(lake, UNPARSED.name)
     filters = key_filters(engine, UNPARSED, keys)
+    # every table it deletes from checked before the first delete (a refusal at body_unparsed came after
+    # the typed rows were gone, and bodies never typed those messages again: a review); a dry run is
+    # refused as the real run would be (it said "ok")
+    plan = typed.planned(lake, gone)
+    unparsed = [(UNPARSED.name, engine)] if filters else []
+    deleting.check_all_writable([(table, writer) for table, writer, _ in plan] + unparsed)
     if dry_run:
         figures = typed.remove(lake, gone, True, "retention")
-    else:  # every table it deletes from checked before the first delete (a refusal at body_unparsed came
-        # after the typed rows were gone, and bodies never typed those messages again: a review)
-        plan = typed.planned(lake, gone)
-        unparsed = [(UNPARSED.name, engine)] if filters else []
-        deleting.check_all_writable([(table, writer) for table, writer, _ in plan] + unparsed)
+    else:
         figures = {}
         typed.delete_planned(plan, "retention", figures, {})
     if len(kept):
