@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import math
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -318,7 +319,13 @@ LOCK_TIMEOUT_SECONDS = 30.0
 
 def lock_timeout(statement_timeout_s: float) -> str:
     """The sessions' ``lock_timeout`` setting: ``LOCK_TIMEOUT_SECONDS``, or the statement timeout if shorter."""
-    return f"{int(min(LOCK_TIMEOUT_SECONDS, statement_timeout_s) * 1000)}ms"
+    return timeout_setting(min(LOCK_TIMEOUT_SECONDS, statement_timeout_s))
+
+
+def timeout_setting(seconds: float) -> str:
+    """A PostgreSQL timeout setting of ``seconds`` (> 0), in whole milliseconds rounded up: a timeout under
+    1 ms was "0ms", which PostgreSQL reads as no limit at all (a review)."""
+    return f"{max(1, math.ceil(seconds * 1000))}ms"
 
 
 def configure_lock_session(conn: Connection, statement_timeout_s: float) -> None:
@@ -340,8 +347,8 @@ def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_t
         {},
         {
             "check_interval": CONNECTION_CHECK_INTERVAL,
-            "statement_timeout": f"{int(statement_timeout_s * 1000)}ms",
-            "idle_timeout": f"{int(idle_timeout_s * 1000)}ms",
+            "statement_timeout": timeout_setting(statement_timeout_s),
+            "idle_timeout": timeout_setting(idle_timeout_s),
             "lock_timeout": lock_timeout(statement_timeout_s),
         },
     )
