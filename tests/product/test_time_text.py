@@ -12,7 +12,7 @@ import matplotlib
 import pandas as pd
 from queuelake.notebooks.frames import every_bucket, times_from_micros
 from queuelake.notebooks.tables import table_text, utc_text
-from queuelake.notebooks.time_charts import time_axis
+from queuelake.notebooks.time_charts import date_numbers, time_axis
 from queuelake.pipeline.conversation import svg
 from queuelake.pipeline.find import show
 from queuelake.timetext import iso_utc, shown_utc
@@ -70,4 +70,20 @@ def test_a_time_axis_over_ten_thousand_years_saves() -> None:
     fig.savefig(io.BytesIO(), format="png")
     low, high = ax.get_xlim()
     assert low >= -719162.0 and high <= 2932897.0
+    plt.close(fig)
+
+
+def test_an_evening_to_midnight_axis_names_its_own_day() -> None:
+    """The demo's evening (20:00-22:00, hourly): the axis ran to a midnight tick, and the date beside it
+    named the next day (a review). It names the first tick's day; the midnight tick names the next."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first, last = pd.Timestamp("2026-12-01 20:00", tz="UTC"), pd.Timestamp("2026-12-01 22:00", tz="UTC")
+    fig, ax = plt.subplots()
+    ax.plot(date_numbers([first, last]), [1, 2])
+    time_axis(ax, first, last, 3600)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert ax.xaxis.get_major_formatter().get_offset() == "2026-Dec-01" and labels[-1] == "Dec-02", labels
     plt.close(fig)

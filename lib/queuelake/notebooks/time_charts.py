@@ -57,8 +57,28 @@ def time_axis(
     ax.set_xlim(max(start - margin, low), min(end + margin, high))
     locator = mdates.AutoDateLocator(tz=dt.timezone.utc, minticks=3, maxticks=9)
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=dt.timezone.utc))
+    ax.xaxis.set_major_formatter(_first_tick_offset(locator))
     ax.set_xlabel(TIME_LABEL)
+
+
+def _first_tick_offset(locator: Any) -> Any:
+    """matplotlib's concise date labels, with the offset (the date beside the axis) of the first tick, not
+    the last: an axis of the evening to midnight was titled with the next day (a review), while the
+    midnight tick itself is labelled with that day."""
+    import matplotlib.dates as mdates
+
+    class FirstTickOffset(mdates.ConciseDateFormatter):
+        def format_ticks(self, values: Any) -> list[str]:
+            labels: list[str] = super().format_ticks(values)
+            if self.offset_string and len(values) > 1:
+                last, first = (mdates.num2date(v, tz=dt.timezone.utc) for v in (values[-1], values[0]))
+                for fmt in self.offset_formats:  # the offset's format: the one that rendered the last tick so
+                    if fmt and last.strftime(fmt) == self.offset_string:
+                        self.offset_string = first.strftime(fmt)
+                        break
+            return labels
+
+    return FirstTickOffset(locator, tz=dt.timezone.utc)
 
 
 def counts_over_time(ax: Axes, table: pd.DataFrame, bucket: str, title: str, ylabel: str) -> None:
