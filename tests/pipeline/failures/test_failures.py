@@ -523,6 +523,7 @@ def test_the_command(cfg: Config, tmp_path: Path) -> None:
     assert lines[1].startswith(first) and "Billing" in lines[1] and TIMEOUT in lines[1]
     as_json = run_cli(["failures", "-c", str(conf), "--json"], cfg.transport.connection, cwd=tmp_path).checked()
     objects = [json.loads(line) for line in as_json.before_summary.splitlines()]
+    assert '": ' not in as_json.before_summary and '", "' not in as_json.before_summary  # compact, as all output
     assert [o["copies"] for o in objects] == [5, 2, 2] and objects[0]["group"] == first
     where_file = tmp_path / "group.where"
     one = run_cli(
