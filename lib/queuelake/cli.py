@@ -220,7 +220,12 @@ def _redact(text: str, secrets: list[str], words: bool = True) -> str:
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
     try:
-        return build_parser().parse_args(argv)
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # the command's usage, not the top level's list of every command (a review)
+            commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+            commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        return args
     except SystemExit as exc:  # --help (0) or a usage error (2, argparse printed why on stderr)
         code = exc.code if isinstance(exc.code, int) else 2
         if code:

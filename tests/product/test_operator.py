@@ -152,6 +152,19 @@ def test_an_unknown_log_format_is_a_usage_error(tmp_path: Path) -> None:
     }
 
 
+def test_an_unknown_option_shows_its_commands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """``tables --bogus`` showed the top-level usage, every command listed, not the one typed (a review)."""
+    assert cli._parse(["tables", "--bogus"]) == 2  # noqa: SLF001 - the parse alone, no command run
+    out, err = capsys.readouterr()
+    assert "usage: queuelake tables" in err and "queuelake tables: error: unrecognized arguments: --bogus" in err
+    assert json.loads(out) == {
+        "command": "tables",
+        "status": "failed",
+        "error": "invalid arguments",
+        "error_kind": "usage",
+    }
+
+
 # ---------------------------------------------------------------- install --print-sql
 
 
