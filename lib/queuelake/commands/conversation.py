@@ -30,17 +30,21 @@ def conversation(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.lake.record_tables import MESSAGES
     from queuelake.pipeline.conversation.model import COLUMNS, build
     from queuelake.pipeline.conversation.svg import render
+    from queuelake.pipeline.find.ids import check_id, spellings
     from queuelake.report import log
 
-    conversation_id = args.conversation_id.strip()
-    if not conversation_id:
-        raise ArgumentError("conversation: the conversation id is empty")
+    try:  # as find and where check an id: spaces around it were stripped here, refused there (a review)
+        conversation_id = check_id(args.conversation_id)
+    except ArgumentError as exc:
+        raise ArgumentError(f"conversation: {exc}") from None
     out = (
         output_files.checked("--out", args.out) if args.out else Path(f"conversation-{_file_safe(conversation_id)}.svg")
     )
     cfg = config_mod.load(args.config)
     lake = without_spark(cfg.lake)  # the journal is delta-rs's
-    rows = lake.lookup(MESSAGES.name, "conversation_id", [conversation_id]).rows.select(COLUMNS).to_pylist()
+    # a GUID in another spelling (upper case, braces: as SQL Server shows it) finds what find finds
+    found = lake.lookup(MESSAGES.name, "conversation_id", list(spellings(conversation_id)))
+    rows = found.rows.select(COLUMNS).to_pylist()
     log.info("conversation %s: %d journal row(s)", conversation_id, len(rows))
     drawn = build(conversation_id, rows)
     if not drawn.messages:

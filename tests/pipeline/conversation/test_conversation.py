@@ -167,6 +167,18 @@ def test_an_unknown_conversation_fails_and_writes_nothing(drained: tuple[str, Pa
     assert summary["error_kind"] == "arguments"
     assert "no journal row has this conversation_id" in summary["error"], summary
     assert not out.exists()
+    # spaces around an id are refused, as find and where refuse them (they were stripped here: a review)
+    proc, summary = cli(["conversation", "-c", str(conf), f" {SMALL} ", "--out", str(out)], uri, folder)
+    assert proc.returncode == 1 and "begins or ends with white space" in summary["error"], summary
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_guid_in_sql_servers_spelling_finds_its_conversation(drained: tuple[str, Path, Path]) -> None:
+    """An upper-case GUID in braces (as SQL Server shows a uniqueidentifier) finds the conversation, as find
+    finds its messages."""
+    summary, svg, _ = draw(drained, "{" + SMALL.upper() + "}", "upper.svg")
+    assert summary["messages"] == 3 == len(arrows(svg)), summary
 
 
 @pytest.mark.slow
