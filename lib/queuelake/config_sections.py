@@ -336,6 +336,16 @@ class SparkConfig:
 
 
 MOST_COMMIT_INTERVAL_SECONDS = 10  # drain.commit_interval_seconds (see there)
+MOST_TIMEOUT_SECONDS = 2_147_483  # PostgreSQL's timeouts are whole milliseconds in a 32-bit integer
+MOST_WORKERS_PER_QUEUE = 32  # each a receive session and thread; the drain's connection plan assumes it
+
+
+def _not_whole(value: object) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+def _not_number(value: object) -> bool:
+    return isinstance(value, bool) or not isinstance(value, (int, float)) or value != value  # NaN
 
 
 @dataclass
@@ -406,15 +416,34 @@ class DrainConfig:
             )
         if self.settle_seconds < 0:
             raise ConfigError("drain.settle_seconds must be 0 or more")
-        if self.statement_timeout_seconds <= 0 or self.idle_in_transaction_timeout_seconds <= 0:
-            raise ConfigError("drain.statement_timeout_seconds and idle_in_transaction_timeout_seconds must be > 0")
+        # as --max-messages and --max-seconds are checked (``commands/argtypes.py``): a negative count reached
+        # the database as a negative LIMIT, every queue failed; a time box of 0 or less drained nothing, silently
+        if self.max_messages is not None and (_not_whole(self.max_messages) or self.max_messages < 1):
+            raise ConfigError(
+                f"drain.max_messages must be a whole number, 1 or more, or null, not {self.max_messages!r}"
+            )
+        if self.max_seconds is not None and (_not_number(self.max_seconds) or not self.max_seconds > 0):
+            raise ConfigError(
+                f"drain.max_seconds must be a number of seconds above 0, or null, not {self.max_seconds!r}"
+            )
+        for key in ("statement_timeout_seconds", "idle_in_transaction_timeout_seconds"):
+            value = getattr(self, key)
+            # PostgreSQL takes a timeout of at most 2^31-1 ms: a longer one failed every queue's session
+            if _not_number(value) or not 0 < value <= MOST_TIMEOUT_SECONDS:
+                raise ConfigError(
+                    f"drain.{key} must be a number of seconds above 0 and at most {MOST_TIMEOUT_SECONDS:,} "
+                    f"(about 24 days), not {value!r}"
+                )
         choices = ["auto", *dict.fromkeys(name for rules in DIALECTS.values() for name in rules.drivers)]
         if self.receive_driver not in choices:
             raise ConfigError(f"drain.receive_driver must be {', '.join(choices)}, not {self.receive_driver!r}")
         if self.batch_size < 1:
             raise ConfigError("drain.batch_size must be at least 1")
-        if self.workers_per_queue < 1:
-            raise ConfigError("drain.workers_per_queue must be at least 1")
+        if _not_whole(self.workers_per_queue) or not 1 <= self.workers_per_queue <= MOST_WORKERS_PER_QUEUE:
+            raise ConfigError(
+                f"drain.workers_per_queue must be a whole number from 1 to {MOST_WORKERS_PER_QUEUE}, "
+                f"not {self.workers_per_queue!r}"
+            )
         if self.max_connections < 4:
             raise ConfigError(
                 "drain.max_connections must be at least 4 (the committer's, ADBC's, a queue's lock, a worker's)"

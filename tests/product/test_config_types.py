@@ -5,6 +5,7 @@ queues S, a, l, e and s; a number as the connection failed with a traceback and 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +80,34 @@ def test_the_value_itself_is_never_shown() -> None:
     with pytest.raises(ConfigError) as caught:
         built("drain.workers_per_queue", "Sekr1t-Value")
     assert "Sekr1t" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        # as --max-messages -1 is a usage error: a negative LIMIT failed every queue at the database (a review)
+        ("drain.max_messages", -5, "drain.max_messages must be a whole number, 1 or more, or null, not -5"),
+        ("drain.max_messages", 0, "drain.max_messages must be a whole number, 1 or more"),
+        # a time box of 0 or less drained nothing, with no word why
+        ("drain.max_seconds", -1, "drain.max_seconds must be a number of seconds above 0, or null, not -1"),
+        ("drain.max_seconds", 0, "drain.max_seconds must be a number of seconds above 0"),
+        # past PostgreSQL's 2^31-1 ms every queue's session failed: "Value exceeds integer range"
+        ("drain.statement_timeout_seconds", 3_000_000, "drain.statement_timeout_seconds must be a number of seconds"),
+        (
+            "drain.idle_in_transaction_timeout_seconds",
+            1e30,
+            "drain.idle_in_transaction_timeout_seconds must be a number of seconds above 0 and at most 2,147,483",
+        ),
+        # refused when the drain started, as a drain error, not as the config's
+        ("drain.workers_per_queue", 33, "drain.workers_per_queue must be a whole number from 1 to 32, not 33"),
+    ],
+)
+def test_a_drain_setting_out_of_range_is_a_config_error_naming_its_key(key: str, value: Any, said: str) -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape(said)):
+        built(key, value)
+
+
+def test_drain_settings_at_the_edges_of_their_range_are_taken() -> None:
+    assert built("drain.max_messages", 1) == 1 and built("drain.max_seconds", 0.5) == 0.5
+    assert built("drain.statement_timeout_seconds", 2_147_483) == 2_147_483
+    assert built("drain.workers_per_queue", 32) == 32

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
     from queuelake.pipeline.drain.processes import Processes
 
-MAX_WORKERS_PER_QUEUE = 32
-
 
 def drain(
     config: Config,
@@ -67,8 +65,6 @@ def drain(
         if queue_names:  # checked as drain.queues is when the config loads
             check_queues_named(config, queue_names)
         settings = config.drain
-        if settings.workers_per_queue > MAX_WORKERS_PER_QUEUE:
-            raise DrainError(f"drain.workers_per_queue is at most {MAX_WORKERS_PER_QUEUE}")
         keep_freed_memory()  # each batch reuses the last one's pages (allocator.py)
         refs = list({r.canonical: r for r in (database.queue(n) for n in names)}.values())
         max_messages = max_messages if max_messages is not None else settings.max_messages
