@@ -40,6 +40,17 @@ _URI_PASSWORD_TO_LAST_AT = re.compile(r"://[^:/@\s]*:([^\s/?#]*)@")
 _QUERY_PASSWORD = re.compile(r"[?&]password=([^&#\s]*)")
 # what libpq and URI parsers split an unquoted password at, quoting the pieces in their errors
 _PIECES = re.compile(r"[\s@]+")
+# an unquoted password holding spaces, which the patterns above end at its first space (a review: the
+# rest of "password=correct horse battery staple" was echoed by libpq): in a key=value string, up to the
+# next key=; in a URI, up to the authority's last '@'
+_FIELD_TO_NEXT_KEY = re.compile(r"(?i)\b(?:pwd|password)\s*=\s*([^\s'{;][^;]*?)(?=\s+[A-Za-z_]\w*\s*=|\s*;|\s*$)")
+_URI_PASSWORD_WITH_SPACES = re.compile(r"://[^:/@\s]*:(.*)@")
+# libpq's refusals of a connection string's syntax, which quote a piece of it: a password's, as often as not
+_CONNINFO_SYNTAX = re.compile(
+    r"^(unexpected spaces found in|missing \"=\" after|extra key/value separator|invalid percent-encoded token"
+    r"|invalid URI query parameter|unterminated quoted string|invalid integer value)"
+)
+_CONNINFO_HINTS = (", use percent-encoded spaces (%20) instead", " in connection info string")
 
 
 def distinctive(value: str) -> bool:
@@ -69,16 +80,31 @@ def password_forms(secret: str) -> set[str]:
     values: set[str] = set()
     for match in SECRET_FIELDS.finditer(secret):
         values.update((match.group(2), _field_value(match.group(2))))
-    for pattern in (URI_PASSWORD, _URI_PASSWORD_TO_LAST_AT, _QUERY_PASSWORD):
+    for pattern in (URI_PASSWORD, _URI_PASSWORD_TO_LAST_AT, _QUERY_PASSWORD, _URI_PASSWORD_WITH_SPACES):
         for match in pattern.finditer(secret):
             raw = match.group(2 if pattern is URI_PASSWORD else 1)
             values.update((raw, unquote(raw)))
+    for match in _FIELD_TO_NEXT_KEY.finditer(secret):
+        values.add(match.group(1))
     forms: set[str] = set()
     for value in values:
         forms.update((value, value.replace("}", "}}"), quote(value, safe="")))
         forms.update(_PIECES.split(value))
     forms.discard("")
     return forms
+
+
+def conninfo_refusal(message: str) -> str:
+    """A driver's refusal of a connection string's syntax, without the piece of the string it quotes:
+    that piece is a password's as often as not (``missing "=" after "horse"`` of ``password=correct horse
+    ...``), and one holding quotes cannot even be told where it ends. Any other message as it is."""
+    if not _CONNINFO_SYNTAX.match(message):
+        return message
+    quoted = next((q for q in re.finditer(r'"="|"', message) if q.group() == '"'), None)  # not the "=" it names
+    if quoted is None:
+        return message
+    hints = "".join(h for h in _CONNINFO_HINTS if h in message[quoted.start() :])
+    return message[: quoted.start()] + '"' + MARK + '"' + hints
 
 
 _CONNECTION_KEYS = re.compile(r"(?i)\b(host|hostaddr|server|servername|dsn|driver|dbname|database|uid|user)\s*=")
