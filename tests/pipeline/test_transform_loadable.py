@@ -63,3 +63,12 @@ def test_the_demo_function_an_older_demo_wrote_is_read_from_where_it_moved(caplo
     with caplog.at_level(logging.WARNING, logger="queuelake"):
         assert load_function(old) is orders.customer_totals
     assert "has moved to queuelake.commands.demo.orders" in caplog.text
+
+
+def test_an_output_that_is_one_of_queuelakes_own_tables_is_found_before_anything_runs() -> None:
+    """``transforms[].output: messages`` was accepted: the transform ran, then failed on the journal's columns."""
+    cfg = from_dict(
+        {"transforms": [{"name": "t", "function": "queuelake.pipeline.transform:load_function", "output": "runs"}]},
+        env={},
+    )
+    assert unloadable(cfg) == ["transform 't': its output runs is one of queuelake's own tables"]

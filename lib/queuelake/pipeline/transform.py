@@ -29,6 +29,7 @@ from queuelake import stopping
 from queuelake.config import Config
 from queuelake.config_sections import SparkConfig, TransformConfig
 from queuelake.errors import ConfigError, QueuelakeError, describe, error_kind, is_panic, jvm_gone
+from queuelake.lake import catalogue
 from queuelake.lake.arrow_types import as_string, to_spark_schema
 from queuelake.lake.increments import Span
 from queuelake.lake.port import LakeEngine
@@ -76,6 +77,10 @@ def load_function(spec: str) -> Callable[..., DataFrame]:
         raise ConfigError(f"transform function {spec!r} cannot be loaded: {exc}") from None
 
 
+# the lake tables queuelake itself writes, which no transform may append its rows to
+OWN_TABLES = frozenset(t.name for t in catalogue.CATALOGUE if "{" not in t.name)
+
+
 def unloadable(config: Config) -> list[str]:
     """Why each transform that cannot load could not: a module that is not there, a SQL file that is not.
     ``run`` says so before its drain, which took minutes before the transform step said it (a review).
@@ -86,6 +91,10 @@ def unloadable(config: Config) -> list[str]:
 
     problems = []
     for transform in config.transforms:
+        if transform.output in OWN_TABLES:
+            problems.append(
+                f"transform {transform.name!r}: its output {transform.output} is one of queuelake's own tables"
+            )
         function, sql = getattr(transform, "function", None), getattr(transform, "sql", None)
         if function:
             module = MOVED_MODULES.get(function.partition(":")[0], function.partition(":")[0])
@@ -186,6 +195,11 @@ def run_transform(
     at the next one. The rows in are counted from the journal files' ``outcome`` column and the rows out
     from the footers of the files the write added (no job to count them)."""
     started = time.monotonic()
+    if transform.output in OWN_TABLES:  # the transform appended its rows to queuelake's own table (a review)
+        raise ConfigError(
+            f"transforms ({transform.name}).output: {transform.output} is one of queuelake's own tables; "
+            "name a table of its own"
+        )
     upto = lake.table_version(MESSAGES)
     app_id = checkpoint_app_id(transform.name)
     exists = lake.exists(transform.output)

@@ -58,6 +58,19 @@ def check_table(table: str, where: str) -> str:
     return table
 
 
+def check_overrides(overrides: Mapping[str, str], reserved: set[str]) -> None:
+    """``bodies.tables`` names table names only, and none of queuelake's own tables (``reserved``): a type
+    mapped to ``messages`` had the journal ALTERed with the body's fields, for good, before bodies failed
+    (a review)."""
+    for name, table in overrides.items():
+        check_table(table, f"bodies.tables.{name}")
+        if table in reserved:
+            raise ConfigError(
+                f"bodies.tables.{name}: {table} is one of queuelake's own tables (or a transform's output); "
+                "name a table of its own"
+            )
+
+
 def assign(
     names: Iterable[str], claimed: Mapping[str, str], prefix: str, overrides: Mapping[str, str], reserved: set[str]
 ) -> dict[str, str]:
@@ -72,7 +85,7 @@ def assign(
             continue
         table = overrides.get(name)
         if table is not None:
-            check_table(table, f"bodies.tables.{name}")
+            check_overrides({name: table}, reserved)
             if taken.get(table, name) != name:
                 raise ConfigError(f"bodies.tables.{name}: {table} already holds the type {taken[table]}")
         else:

@@ -87,8 +87,12 @@ def claimed(lake: LakeEngine) -> dict[str, str]:
     return dict(zip(rows["type_name"].to_pylist(), rows["table"].to_pylist()))
 
 
-def _reserved() -> set[str]:
-    return {t.name for t in catalogue.CATALOGUE if "{" not in t.name}
+def _reserved(config: Config) -> set[str]:
+    """The table names a typed table may not take: queuelake's own, the transforms' outputs and the
+    tables named after them."""
+    outputs = {t.output for t in config.transforms}
+    per_output = {t.name_for(o) for t in catalogue.CATALOGUE if t.per_output for o in outputs}
+    return {t.name for t in catalogue.CATALOGUE if "{" not in t.name} | outputs | per_output
 
 
 def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, Any]:
@@ -97,6 +101,7 @@ def bodies(config: Config, spark: SparkSession, lake: LakeEngine) -> dict[str, A
     first backlog of millions needs the memory of one slice and a killed run resumes at the next."""
     run = runs.Run("bodies")
     started = time.monotonic()
+    names.check_overrides(config.bodies.tables, _reserved(config))  # before anything is read or written
     if not lake.exists(MESSAGES):
         log.info("bodies: no journal yet, nothing to do (run drain first)")
         return {"status": Status.OK, "tables": [], "note": "no journal yet: run drain first"}
@@ -269,7 +274,7 @@ def _slice(
     after, upto = span.after, span.upto
     selected = select.plan(config, *lake.slice_input(MESSAGES, span), drained=span.drained)
     cfg = config.bodies
-    tables = names.assign(selected.type_names, claimed(lake), cfg.table_prefix, cfg.tables, _reserved())
+    tables = names.assign(selected.type_names, claimed(lake), cfg.table_prefix, cfg.tables, _reserved(config))
     log.info(
         "bodies%s: journal versions (%s, %s]: %d row(s) of %d message type(s)",
         f" slice {label}" if label else "",
