@@ -204,6 +204,7 @@ if timed is not None:
 # COMMAND ----------
 
 import os  # noqa: E402
+import shlex  # noqa: E402
 
 RETRY_EXCEPTION_TYPE = os.environ.get("QUEUELAKE_RETRY_EXCEPTION_TYPE", "")  # e.g. "System.TimeoutException"
 RETRY_CONFIG = os.environ.get("QUEUELAKE_RETRY_CONFIG", "")  # e.g. "conf/prod.yaml"; empty: nothing is sent
@@ -228,7 +229,10 @@ if failures is not None:
     )
     per_queue = spark_table(per_queue)
     nb.show_table(per_queue, f"retry group {group!r}: messages per queue they failed in")
-    print(f'\nfrom a shell: queuelake replay -c <config> --where "{predicate}" --dry-run   (then without --dry-run)')
+    # shell-quoted: the exception type is a header's text, and any sender writes it (a quote in it broke the
+    # line; a $(...) would have run in the shell of whoever pasted it: a review)
+    command = f"queuelake replay -c <config> --where {shlex.quote(predicate)} --dry-run"
+    print(f"\nfrom a shell: {command}   (then without --dry-run)")
     if RETRY_CONFIG:
         from queuelake import config as queuelake_config
         from queuelake.context import open_database

@@ -38,6 +38,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -1254,6 +1255,10 @@ def test_notebook_tables_show_the_data(runs: dict[str, dict[str, Any]]) -> None:
     for text in ("System.TimeoutException", "Card declined: no funds", "Microsoft.Data.SqlClient.SqlException"):
         assert text in errors
     assert re.search(r"public\.error\s+66\s", errors), errors  # every failed message counted once
+    # the retry command it prints is one shell word per argument (a header's quote broke it: a review)
+    [shell] = [line.split("from a shell: ", 1)[1] for line in errors.splitlines() if "from a shell: " in line]
+    argv = shlex.split(shell.split("   (then")[0])
+    assert argv[argv.index("--where") + 1].startswith("exception_type = '") and argv[-1] == "--dry-run", argv
     audit = runs["full/audit_processing"]["stdout"]
     for text in ("Shop.Messages.OrderBilled", "critical_p90_", "Shipping"):
         assert text in audit
