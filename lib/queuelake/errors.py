@@ -53,6 +53,7 @@ class TransportError(QueuelakeError):
 
     kind = "transport"
     missing_table = False  # the statement's table does not exist (the caller may say so once, its own way)
+    table: str | None = None  # with missing_table: the table the statement named, as the caller named it
     lock_timeout = False  # the statement gave up waiting for a lock another session held
 
 

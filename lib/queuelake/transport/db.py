@@ -118,7 +118,7 @@ class Connection:
         target = f" on {what}" if what else ""
         if self.rules.is_missing_table(exc):
             missing = TransportError(f"table{target} does not exist ({statement}): {message}")
-            missing.missing_table = True
+            missing.missing_table, missing.table = True, what
             return _redacted(missing)
         if self.rules.is_refusal(exc):
             return _redacted(RowsRefused(f"{statement}{target} failed: {message}", what))

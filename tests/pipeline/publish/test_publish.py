@@ -368,6 +368,41 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     assert read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).num_rows == 15 + 6
 
 
+def test_a_subscriber_table_dropped_during_the_run_fails_only_its_own_copies(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscriber's table dropped after the run looked it up (an endpoint taken down mid-run): its COPY
+    failed with "does not exist", and so did the whole run, every other subscriber getting nothing of the
+    rest of the round (a review). Its copies are recorded as undeliverable from then on, saying why; the
+    others get each event exactly once."""
+    from queuelake.pipeline.publish import routing
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_events"], [], batch_size=2)
+    setup_db(cfg, ["Valid", "Leaving"])
+    for address in ("Valid", "Leaving"):
+        subscribe(cfg, address, address, BASE)
+    built = routing.Router.build
+
+    def build_then_drop(self, conn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = built(self, conn, *args, **kwargs)
+        if '"public"."Leaving"' in out[0].direct:  # looked up and routed to: now its endpoint takes it away
+            with db.connect(cfg.transport) as other:
+                other.raw.execute('DROP TABLE IF EXISTS "public"."Leaving"')
+                other.commit()
+        return out
+
+    monkeypatch.setattr(routing.Router, "build", build_then_drop)
+    lake = open_lake(cfg.lake, spark)
+    write_outbound(lake, "outbound_events", [row(f"e{i}") for i in range(1, 6)])
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["failed_batches"] == [], out
+    assert out["published"] == 5 and out["undeliverable"] == 5, out
+    assert sorted(orjson.loads(r.body)["key"] for r in drain_all(cfg, "Valid")) == [f"e{i}" for i in range(1, 6)]
+    lost = read_table(str(tmp_path / "lake" / "outbound_events_undeliverable")).to_pylist()
+    assert sorted(r["key"] for r in lost) == [f"e{i}" for i in range(1, 6)]
+    assert all(r["destination"] == "Leaving" and "dropped during the run" in r["reason"] for r in lost), lost
+
+
 @pytest.mark.parametrize(
     ("deferred", "driver"),
     [(False, "psycopg"), (True, "psycopg"), (False, "pyodbc")],

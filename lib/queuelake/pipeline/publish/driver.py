@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuelake import stopping
-from queuelake.errors import RowsRefused
+from queuelake.errors import RowsRefused, TransportError
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import RoundKeys
@@ -209,6 +209,8 @@ class DriverSender:
                 sent = True
             except RowsRefused as exc:
                 self._refused(conn, exc, built[0], refused_delayed)
+            except TransportError as exc:
+                self._gone(conn, exc, built[0])
             built = None
         while not sent:
             queues.immediate_constraints(conn)
@@ -221,6 +223,8 @@ class DriverSender:
                 sent = True
             except RowsRefused as exc:
                 self._refused(conn, exc, out, refused_delayed)
+            except TransportError as exc:
+                self._gone(conn, exc, out)
         recorded_at = now or clock.now()
         bad: list[dict[str, Any]] = []
         for row, address, reason in lost:
@@ -254,6 +258,23 @@ class DriverSender:
             return
         refused_delayed.add(table)
         self.router.refuse(table, f"the table refused the copies: {exc}")
+
+    def _gone(self, conn: Connection, exc: TransportError, out: Outgoing) -> None:
+        """Roll the batch back after one of its tables was found gone (dropped since the run looked it
+        up: a subscriber taken down): that table is out of the run's destinations, its copies recorded
+        as undeliverable with this reason, and the batch is built again for the others. Before, the
+        whole run failed, and no subscriber got the rest of the round (a review). Any other error
+        fails the batch, as before."""
+        table = exc.table
+        if not exc.missing_table or table is None or (table not in out.direct and table not in out.delayed):
+            raise exc
+        if table in self.router.refused:  # gone again after it was taken out: not this batch's build
+            raise exc
+        conn.rollback()
+        log.warning(
+            "publish: table %s is gone (dropped during the run); its copies are recorded as undeliverable", table
+        )
+        self.router.refuse(table, f"the table was dropped during the run: {exc}")
 
     def _refusing_everything(self, out: Outgoing, refused: list[Refused]) -> None:
         """A table sent its copies in parts that refused every one of them (more than one) in
