@@ -520,6 +520,34 @@ def test_a_queue_table_refusing_its_rows_is_skipped_and_the_others_are_sent(fail
     assert drain_all(cfg, "Shipping") == []
 
 
+def test_a_destination_dropped_during_the_replay_is_skipped_and_the_others_are_sent(
+    failures, spark, monkeypatch
+) -> None:
+    """A destination table dropped after the replay planned it (an endpoint taken down mid-run): its COPY
+    failed with "does not exist", and so did every batch holding a row for it; the other destination got
+    nothing of those batches (a review). Its rows in the batches left are recorded as skipped, saying
+    why, and the batches go on without them."""
+    from queuelake.transport import binary_copy
+
+    cfg, *_ = failures
+    real, gone = binary_copy.send, []
+
+    def send_then_drop(conn, ref, messages, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if ref.canonical == '"public"."Shipping"' and not gone:
+            with db.connect(cfg.transport) as other:
+                other.raw.execute('DROP TABLE "public"."Shipping"')
+                other.commit()
+            gone.append(ref.canonical)
+        return real(conn, ref, messages, *args, **kwargs)
+
+    monkeypatch.setattr(binary_copy, "send", send_then_drop)
+    first = run(cfg, spark, f"exception_type = '{TIMEOUT}'", batch_size=7)
+    assert first["status"] == "ok" and first["failed_batches"] == [] and first["rows_sent"] == 15, first
+    assert first["skipped"] == 3 + 15 and len(drain_all(cfg, "Billing")) == 15, first
+    dropped = [r for r in first["skipped_reasons"] if r.startswith("the table was dropped during the run")]
+    assert len(dropped) == 1 and first["skipped_reasons"][dropped[0]] == 15, first["skipped_reasons"]
+
+
 def _replay_stopped_during_the_tasks(cfg, spark, monkeypatch) -> tuple[dict, list[int]]:  # type: ignore[no-untyped-def]
     """The replay of the timeouts from Spark tasks, a stop asked while each Spark job runs (the first
     SIGTERM): its summary, and the units each job was given."""

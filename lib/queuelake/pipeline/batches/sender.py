@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from queuelake import kill_points, stopping
-from queuelake.errors import QueuelakeError, RowsRefused
+from queuelake.errors import QueuelakeError, RowsRefused, TransportError
 from queuelake.report import log
 from queuelake.transport import ledger
 from queuelake.transport.db import Connection
@@ -108,8 +108,8 @@ class Outcome(Generic[P]):
     """One batch: sent, skipped (in the ledger already), failed (rolled back, ``error``) or stopped
     (not tried: ``stop`` asked; the last outcome). ``content``: what was sent; ``seconds``: from the
     start of its attempt (building included) to its commit; ``refused``: the table that refused the
-    failed batch's rows for what they are (``errors.RowsRefused``), where the caller can send it again
-    without that table."""
+    failed batch's rows for what they are (``errors.RowsRefused``) or was found gone, where the caller
+    can send it again without that table."""
 
     k: int
     key: str
@@ -122,6 +122,15 @@ class Outcome(Generic[P]):
     error_kind: str | None = None
     seconds: float = 0.0
     refused: str | None = None
+
+
+DROPPED = "the table was dropped during the run"
+
+
+def dropped(error: str) -> bool:
+    """Whether a table's failed send (``Outcome.refused``) found it gone, dropped since the run looked it up,
+    rather than refusing the rows: by our own error's words (``db.Connection.error``)."""
+    return " does not exist (" in error
 
 
 def _untimed(step: str) -> contextlib.AbstractContextManager[Any]:
@@ -172,8 +181,11 @@ def send_batches(
                 yield Outcome(batch.k, key, SKIPPED, batch.rows)
                 continue
             log.error("%s batch %s failed, nothing of it was sent: %s", book.label, key, exc)
-            # a destination that refused the rows (not the ledger row, nor a refusal at COMMIT)
-            refused = exc.table if isinstance(exc, RowsRefused) and sending else None
+            # a destination that refused the rows (not the ledger row, nor a refusal at COMMIT), or that is
+            # gone (dropped since the run looked it up): sent again without it, as the caller decides
+            refused = None
+            if sending and (isinstance(exc, RowsRefused) or (isinstance(exc, TransportError) and exc.missing_table)):
+                refused = exc.table
             yield Outcome(batch.k, key, FAILED, batch.rows, error=str(exc), error_kind=exc.kind, refused=refused)
             if conn.lost:  # the next batch's statement would fail with the driver's own error (a review)
                 log.error("%s: the database connection was lost; the batches after %s wait", book.label, key)

@@ -28,7 +28,17 @@ from queuelake.errors import RowsRefused, TransportError
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import RoundKeys
-from queuelake.pipeline.batches.sender import FAILED, SKIPPED, STOPPED, Batch, Book, Sent, ready, send_batches
+from queuelake.pipeline.batches.sender import (
+    DROPPED,
+    FAILED,
+    SKIPPED,
+    STOPPED,
+    Batch,
+    Book,
+    Sent,
+    ready,
+    send_batches,
+)
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round
 from queuelake.pipeline.publish.routing import Outgoing, Refused, Router
@@ -274,7 +284,7 @@ class DriverSender:
         log.warning(
             "publish: table %s is gone (dropped during the run); its copies are recorded as undeliverable", table
         )
-        self.router.refuse(table, f"the table was dropped during the run: {exc}")
+        self.router.refuse(table, f"{DROPPED}: {exc}")
 
     def _refusing_everything(self, out: Outgoing, refused: list[Refused]) -> None:
         """A table sent its copies in parts that refused every one of them (more than one) in

@@ -34,7 +34,7 @@ from queuelake.lake import round_files
 from queuelake.lake.round_files import open_file
 from queuelake.nsb.times import format_time
 from queuelake.pipeline.batches.keys import Round, RoundKeys
-from queuelake.pipeline.batches.sender import FAILED, SKIPPED, Book, Sent, ready, send_batches
+from queuelake.pipeline.batches.sender import DROPPED, FAILED, SKIPPED, Book, Sent, dropped, ready, send_batches
 from queuelake.pipeline.batches.settle import settled
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.routing import Router
@@ -347,7 +347,8 @@ class ExecutorSender:
         for outcome in outcomes.values():
             table = outcome.get("refused")
             if outcome["status"] == "failed" and table and table not in self.router.refused:
-                found.setdefault(table, f"the table refused the copies: {outcome['error']}")
+                said = DROPPED if dropped(outcome["error"]) else "the table refused the copies"
+                found.setdefault(table, f"{said}: {outcome['error']}")
         return found
 
     @staticmethod

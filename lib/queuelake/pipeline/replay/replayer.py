@@ -48,6 +48,7 @@ from queuelake.lake.engines import journal_engine
 from queuelake.lake.port import LakeEngine
 from queuelake.nsb.retry import REPLAY_ID
 from queuelake.pipeline.batches.keys import is_plan_key, replay_batch_index
+from queuelake.pipeline.batches.sender import DROPPED, dropped
 from queuelake.pipeline.journal.schema import MESSAGES
 from queuelake.pipeline.replay import canary, lineage, skips
 from queuelake.pipeline.replay.arrow_predicate import arrow_predicate
@@ -348,7 +349,7 @@ class Replayer:
         batches not sent yet are recorded as skipped, with the database's reason, before they are
         taken out of the plan, so the batches go on without them (killed in between, a rerun finds
         the record and skips them too). Before, every batch holding one of them failed, on every rerun."""
-        reason = f"the table refused the message: {error}"
+        reason = f"{DROPPED if dropped(error) else 'the table refused the message'}: {error}"
         records = skips.refused_records(replay_id, planned, cut, table, reason, batches)
         skips.record_skips(self.lake, replay_id, records)
         planned.exclude({skips.row_key(r) for r in records})
@@ -359,7 +360,7 @@ class Replayer:
         result.destinations, result.message_types = planned.counts(cut, self.sent_before)
         result.to_send = sum(result.destinations.values())
         log.warning(
-            "replay %s: %s refused the rows sent to it (%s); its %d row(s) in the batches left are skipped",
+            "replay %s: %s refused the rows sent to it or is gone (%s); its %d row(s) in the batches left are skipped",
             replay_id,
             table,
             error,
