@@ -698,6 +698,9 @@ def test_a_backslash_in_a_literal_is_refused_saying_why_and_a_quote_goes_in_doub
             row_filter(where, schema)
     quoted = row_filter('message_id = "it\'s"', schema)
     assert quoted.sql == "\"message_id\" = 'it''s'"
+    # SQL's doubled quote is two literals joined in Spark's SQL: said as such, not as "not a comparison"
+    with pytest.raises(ArgumentError, match="'' is not a quote inside a literal here.*in double quotes"):
+        row_filter("message_id = 'it''s'", schema)
 
 
 def test_an_erase_names_runs_of_consecutive_seqs_as_ranges(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,6 +61,13 @@ def row_filter(predicate: str | None, schema: pa.Schema) -> RowFilter:
             "rows another way (queue = '...' AND seq = N, their message_id, or LIKE with _ for the character)"
         )
     selection = arrow_predicate(text, schema)
+    if selection is None and any(isinstance(c, exp.Concat) for c in tree.find_all(exp.Concat)):
+        # 'O''Brien' is SQL's quote in a literal, but two literals joined in Spark's SQL ('OBrien'): said as such
+        raise ArgumentError(
+            f"--where {text!r}: '' is not a quote inside a literal here (Spark joins 'a''b' into 'ab'); write a "
+            'literal holding a single quote in double quotes ("O\'Brien"), or one holding both kinds of quote with '
+            "LIKE and _ for the quote"
+        )
     if selection is None:
         raise ArgumentError(
             f"--where {text!r}: erase takes comparisons (=, <>, <, <=, >, >=, BETWEEN, IN, LIKE, IS [NOT] NULL) of "
