@@ -111,3 +111,12 @@ def test_drain_settings_at_the_edges_of_their_range_are_taken() -> None:
     assert built("drain.max_messages", 1) == 1 and built("drain.max_seconds", 0.5) == 0.5
     assert built("drain.statement_timeout_seconds", 2_147_483) == 2_147_483
     assert built("drain.workers_per_queue", 32) == 32
+
+
+def test_a_connection_variable_set_but_empty_is_named() -> None:
+    """``QUEUELAKE_CONNECTION=""``: the error said to set ``${QUEUELAKE_CONNECTION}`` in the config, which it
+    was, and counted as the database's (a review)."""
+    with pytest.raises(ConfigError, match="transport.connection: environment variable QUEUELAKE_CONNECTION is set but"):
+        from_dict({"transport": {"connection": "${QUEUELAKE_CONNECTION}"}}, env={"QUEUELAKE_CONNECTION": " "})
+    with pytest.raises(ConfigError, match="transport must be|expected a mapping|transport"):
+        from_dict({"transport": "text"}, env={})
