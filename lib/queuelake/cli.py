@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import io
 import itertools
 import logging
 import os
@@ -31,7 +32,7 @@ from queuelake import __version__, kill_points, stopping
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import describe, error_kind, is_panic
-from queuelake.report import LOG_FORMATS, emit_summary, log, setup_logging
+from queuelake.report import LOG_FORMATS, JsonFormatter, emit_summary, log, setup_logging
 from queuelake.status import Status
 from queuelake.stopping import Interrupted
 
@@ -219,15 +220,24 @@ def _redact(text: str, secrets: list[str], words: bool = True) -> str:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    said = io.StringIO()
     try:
-        parser = build_parser()
-        args, unknown = parser.parse_known_args(argv)
-        if unknown:  # the command's usage, not the top level's list of every command (a review)
-            commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
-            commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        # under --log-format json, argparse's usage and error lines become one JSON log record: a log
+        # collector parsing each stderr line as JSON met plain text (a review)
+        with contextlib.redirect_stderr(said) if _json_logs(given) else contextlib.nullcontext():
+            parser = build_parser()
+            args, unknown = parser.parse_known_args(argv)
+            if unknown:  # the command's usage, not the top level's list of every command (a review)
+                commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+                commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         return args
     except SystemExit as exc:  # --help (0) or a usage error (2, argparse printed why on stderr)
         code = exc.code if isinstance(exc.code, int) else 2
+        if said.getvalue():
+            lines = said.getvalue().strip().splitlines()
+            record = logging.LogRecord("queuelake", logging.ERROR, __file__, 0, lines[-1], None, None)
+            print(JsonFormatter().format(record), file=sys.stderr, flush=True)
         if code:
             words = [a for a in (sys.argv[1:] if argv is None else argv) if a in COMMANDS]
             command = words[0] if words else None
@@ -235,6 +245,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
                 {"command": command, "status": Status.FAILED, "error": "invalid arguments", "error_kind": "usage"}
             )
         return code
+
+
+def _json_logs(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON log lines (read before argparse, whose errors it shapes)."""
+    return any(a == "--log-format=json" or (a == "--log-format" and b == "json") for a, b in zip(argv, [*argv[1:], ""]))
 
 
 def main(

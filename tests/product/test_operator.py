@@ -165,6 +165,17 @@ def test_an_unknown_option_shows_its_commands_usage(capsys: pytest.CaptureFixtur
     }
 
 
+def test_a_usage_error_under_json_logs_is_one_json_record(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under ``--log-format json`` argparse's usage and error lines were plain text among JSON records."""
+    for argv in (["--log-format", "json", "tables", "--bogus"], ["tables", "--bogus", "--log-format=json"]):
+        assert cli._parse(argv) == 2  # noqa: SLF001 - the parse alone, no command run
+        _, err = capsys.readouterr()
+        records = [json.loads(line) for line in err.splitlines()]
+        assert [(r["level"], r["message"]) for r in records] == [
+            ("ERROR", "queuelake tables: error: unrecognized arguments: --bogus")
+        ], err
+
+
 # ---------------------------------------------------------------- install --print-sql
 
 

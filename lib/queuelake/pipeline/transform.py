@@ -91,10 +91,9 @@ def unloadable(config: Config) -> list[str]:
 
     problems = []
     for transform in config.transforms:
-        if transform.output in OWN_TABLES:
-            problems.append(
-                f"transform {transform.name!r}: its output {transform.output} is one of queuelake's own tables"
-            )
+        output = getattr(transform, "output", None)
+        if output in OWN_TABLES:
+            problems.append(f"transform {transform.name!r}: its output {output} is one of queuelake's own tables")
         function, sql = getattr(transform, "function", None), getattr(transform, "sql", None)
         if function:
             module = MOVED_MODULES.get(function.partition(":")[0], function.partition(":")[0])
