@@ -439,6 +439,27 @@ def test_an_erase_refuses_another_engines_table_before_its_first_delete(tmp_path
     assert not list(pending.recorded(str(root), "erase")), "a refused erase left a record for later erases"
 
 
+def test_an_erase_dry_run_under_delta_spark_refuses_what_the_real_erase_refuses(tmp_path: Path) -> None:
+    """``erase --dry-run`` reads without Spark (delta-rs) and said "ok" of an erase whose real run, under an
+    explicit ``lake.engine: delta-spark``, refuses the typed table delta-rs made (a review). The dry run
+    checks each of the lake's own tables against the engine the real run writes with."""
+    import dataclasses
+
+    root = tmp_path / "lake"
+    cfg, lake, _ = seeded(root)
+    typed_table = "body_orders"  # made by delta-rs, as the demo's are
+    lake.append(typed_table, pa.table({"message_id": ["gone-00001", "kept-00001"]}), "t", 1)
+    lake.append(
+        CHANGES.name, pa.Table.from_pylist([{"table": typed_table, "change": "created"}], CHANGES.schema), "t", 1
+    )
+    spark_cfg = dataclasses.replace(cfg, lake=dataclasses.replace(cfg.lake, engine="delta-spark"))
+    with pytest.raises(
+        LakeError, match=f"{typed_table}.*created by the delta-rs engine and this job writes with delta-spark"
+    ):
+        erase(spark_cfg, lake, PREDICATE, dry_run=True)
+    assert erase(cfg, lake, PREDICATE, dry_run=True)["tables"][typed_table]["rows"] == 1  # delta-rs: as it will
+
+
 def test_retention_refuses_another_engines_unparsed_table_before_its_first_delete(tmp_path: Path) -> None:
     """Retention under an explicit engine checked the typed tables first, not ``body_unparsed``: it deleted
     the typed rows, then was refused there, and the messages stayed in the journal without their typed

@@ -54,14 +54,19 @@ def add(figures: dict[str, int], deleted: Deleted) -> None:
     figures["files_rewritten"] = figures.get("files_rewritten", 0) + deleted.files_rewritten
 
 
-def check_all_writable(tables: Iterable[tuple[str, LakeEngine]]) -> None:
+def check_all_writable(tables: Iterable[tuple[str, LakeEngine]], as_engine: str | None = None) -> None:
     """Each of ``tables`` (name, engine) checked writable by its engine (``lake/marks.py``), before any of
     them loses a row. Why: under an explicit ``lake.engine``, a table the other engine created is refused
     at its delete; an erase had then deleted from the tables before it, and left a pending record every
-    later erase ran into and failed on the same table (a review). Refused first, nothing changes."""
+    later erase ran into and failed on the same table (a review). Refused first, nothing changes.
+    ``as_engine``: the explicit engine the real run writes the lake's own tables with, for a dry run that
+    reads without it (delta-rs, no Spark): it said "ok" of an erase the real one refuses (a review)."""
+    from queuelake.lake import catalogue
+
     for table, engine in tables:
         # ``lake.engine: auto`` (``engines.PerTableLake``) writes each table with the engine that made it:
         # that one is checked (by the run's default, every table the other engine made was refused: a review)
         per_table = getattr(engine, "engine_for", None)
         writer = per_table(table) if per_table is not None else engine
-        check_writable(table, writer.path(table), writer.written_by(table), writer.name)
+        name = as_engine if as_engine is not None and catalogue.engine_for(table) is None else writer.name
+        check_writable(table, writer.path(table), writer.written_by(table), name)

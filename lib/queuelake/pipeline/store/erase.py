@@ -98,7 +98,8 @@ def erase(cfg: Config, lake: LakeEngine, predicate: str, dry_run: bool = False) 
         }
         # as the erase deletes them, and refused as it would be: a dry run said "ok" of an erase that a
         # table the other engine made would refuse (a review)
-        derived, _ = _derived_plan(lake, journal, keys)
+        explicit = cfg.lake.engine if cfg.lake.engine != "auto" else None  # the real erase's writer
+        derived, _ = _derived_plan(lake, journal, keys, explicit)
         for name, engine, filters in derived:
             tables[name] = count_all(engine, name, filters)
         tables.update(typed.remove(lake, keys["message_id"], True, "erase"))
@@ -282,14 +283,15 @@ def journal_filters(journal: LakeEngine, keys: pa.Table) -> list[RowFilter]:
 
 
 def _derived_plan(
-    lake: LakeEngine, journal: LakeEngine, keys: pa.Table
+    lake: LakeEngine, journal: LakeEngine, keys: pa.Table, as_engine: str | None = None
 ) -> tuple[list[deleting.Planned], list[deleting.Planned]]:
     """The derived and typed tables holding rows of the journal rows ``keys`` names, with the filters
     reaching them; every one of them, and the journal, checked writable by its engine before the
     first delete (``deleting.check_all_writable``: a refusal half-way left a pending record behind)."""
     derived = _derived_filters(lake, keys)
     typed_plan = typed.planned(lake, keys["message_id"])
-    deleting.check_all_writable([(name, engine) for name, engine, _ in derived + typed_plan] + [(JOURNAL, journal)])
+    planned = [(name, engine) for name, engine, _ in derived + typed_plan] + [(JOURNAL, journal)]
+    deleting.check_all_writable(planned, as_engine)
     return derived, typed_plan
 
 
