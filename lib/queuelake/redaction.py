@@ -50,6 +50,7 @@ _CONNINFO_SYNTAX = re.compile(
     r"^(unexpected spaces found in|missing \"=\" after|extra key/value separator|invalid percent-encoded token"
     r"|invalid URI query parameter|unterminated quoted string|invalid integer value)"
 )
+_UNKNOWN_OPTION = re.compile(r'^invalid connection option "([^"]*)"')
 _CONNINFO_HINTS = (", use percent-encoded spaces (%20) instead", " in connection info string")
 
 
@@ -94,10 +95,20 @@ def password_forms(secret: str) -> set[str]:
     return forms
 
 
-def conninfo_refusal(message: str) -> str:
+def conninfo_refusal(message: str, connection: str | None = None) -> str:
     """A driver's refusal of a connection string's syntax, without the piece of the string it quotes:
     that piece is a password's as often as not (``missing "=" after "horse"`` of ``password=correct horse
-    ...``), and one holding quotes cannot even be told where it ends. Any other message as it is."""
+    ...``), and one holding quotes cannot even be told where it ends. An unknown option is masked where it
+    stands after the password's key in ``connection`` (``invalid connection option "horse"`` of
+    ``password=correct horse=battery``), and named where it stands before (a typo of a key). Any other
+    message as it is."""
+    option = _UNKNOWN_OPTION.match(message)
+    if option is not None and connection:
+        key = re.search(r"(?i)\b(?:pwd|password)\s*=", connection)
+        at = re.search(rf"(?<![\w.-]){re.escape(option.group(1))}\s*=", connection)
+        if key is not None and (at is None or at.start() > key.start()):
+            return message[: option.start(1) - 1] + '"' + MARK + '"' + message[option.end(1) + 1 :]
+        return message
     if not _CONNINFO_SYNTAX.match(message):
         return message
     quoted = next((q for q in re.finditer(r'"="|"', message) if q.group() == '"'), None)  # not the "=" it names

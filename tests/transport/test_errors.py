@@ -378,6 +378,8 @@ def test_real_libpq_errors_never_show_the_password(password: str, template: str,
         ),
         ("host=127.0.0.1 port=1 user=bridge password=correct horse battery staple", 'missing "=" after "***"'),
         ("postgresql://bridge:Pw@:/?#%'\" \\;=x{}@127.0.0.1:1/ql", 'invalid percent-encoded token: "***"'),
+        # a word of the password before an '=' is an unknown option to libpq (a review)
+        ("host=127.0.0.1 port=1 user=bridge password=correct horse=battery staple", 'invalid connection option "***"'),
     ],
 )
 def test_a_password_with_spaces_or_quotes_is_never_shown_in_part(connection: str, shown: str) -> None:
@@ -389,6 +391,14 @@ def test_a_password_with_spaces_or_quotes_is_never_shown_in_part(connection: str
     assert shown in message, message
     for piece in ("correct", "horse", "battery", "staple", "Pw@", "#%'", "\\;", "x{}"):
         assert piece not in message, message
+
+
+def test_a_mistyped_key_before_the_password_is_still_named() -> None:
+    """Only an unknown option standing after the password's key is masked: a typo of a key is named."""
+    connection = "hots=127.0.0.1 port=1 user=bridge password=secret"
+    with pytest.raises(TransportError) as info:
+        db.connect(TransportConfig(driver="psycopg", connection=connection))
+    assert 'invalid connection option "hots"' in cli._redact(str(info.value), [connection])
 
 
 @pytest.mark.parametrize(

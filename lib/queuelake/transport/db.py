@@ -240,7 +240,7 @@ def _connect_error(exc: BaseException, config: TransportConfig) -> TransportErro
     return _redacted(
         TransportError(
             f"cannot connect to the {config.dialect} queue database with {config.driver}: "
-            f"{redact(redaction.conninfo_refusal(_first_line(exc)), config.connection)}"
+            f"{redact(redaction.conninfo_refusal(_first_line(exc), config.connection), config.connection)}"
         )
     )
 
