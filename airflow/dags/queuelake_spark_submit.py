@@ -155,7 +155,26 @@ def libpq_conninfo(conn: Any) -> str:
     for key in ("host", "port", "dbname", "user"):
         extra.pop(key, None)  # a field set on the connection wins over the same key in its extras
     fields.update({k: v for k, v in extra.items() if k not in AIRFLOW_ONLY_EXTRAS})
+    if conn.password:
+        _mask_as_written(str(conn.password))
     return " ".join(f"{k}={_libpq_value(v)}" for k, v in fields.items() if v not in (None, ""))
+
+
+def _mask_as_written(password: str) -> None:
+    """Have Airflow mask the password as the connection string writes it, escaped: Airflow masks the raw
+    password only, and a password holding a quote or a backslash stood unmasked in the task's rendered
+    fields (a review)."""
+    written = _libpq_value(password)
+    if written == password:
+        return
+    try:
+        from airflow.sdk.log import mask_secret  # Airflow 3
+    except ImportError:
+        try:
+            from airflow.utils.log.secrets_masker import mask_secret  # Airflow 2
+        except ImportError:
+            return
+    mask_secret(written[1:-1])  # inside the quotes: the rendered text keeps password='***'
 
 
 def transport_connection(conn: Any) -> str:
