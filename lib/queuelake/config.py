@@ -115,6 +115,7 @@ def from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None, sou
     sections["spark"].conf = {str(k): str(v) for k, v in (spark_conf or {}).items() if v is not None}
     config = Config(**sections, transforms=transforms, source=source)
     check_destinations(config)
+    check_outputs(config)
     return config
 
 
@@ -249,6 +250,30 @@ def check_queues_named(config: Config, names: list[str]) -> None:
                     f"add {name} to drain.also_destinations", f"add {name} to drain.queues and drain.also_destinations"
                 )
                 raise ConfigError(f"{config.source or 'config'}: {message}")
+
+
+def check_outputs(config: Config) -> None:
+    """Each transform has a name and an output of its own, and publish names each output once. A transform
+    block copied with only its name changed read the whole journal again into the first one's output, and
+    publish sent those rows again (a review): a transform's checkpoint is its own, the output's rows not."""
+    where = config.source or "config"
+    names: dict[str, int] = {}
+    outputs: dict[str, str] = {}
+    for i, transform in enumerate(config.transforms):
+        if transform.name in names:
+            raise ConfigError(
+                f"{where}: transforms[{names[transform.name]}] and [{i}] are both named {transform.name!r}"
+            )
+        names[transform.name] = i
+        if transform.output in outputs:
+            raise ConfigError(
+                f"{where}: transforms {outputs[transform.output]!r} and {transform.name!r} both write "
+                f"{transform.output}: give each transform an output of its own"
+            )
+        outputs[transform.output] = transform.name
+    repeated = sorted({o for o in config.publish.outputs if config.publish.outputs.count(o) > 1})
+    if repeated:
+        raise ConfigError(f"{where}: publish.outputs names {', '.join(repeated)} more than once")
 
 
 def check_destinations(config: Config) -> None:

@@ -239,6 +239,10 @@ def _check_days(days: Any, where: str) -> None:
         raise ConfigError(f"{where} must be a whole number of days (0 or more) or null (keep for ever), not {days!r}")
 
 
+# what a metastore takes as a name (lake.catalog, lake.schema; ``lake/metastore.py`` quotes it so)
+METASTORE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,254}")
+
+
 @dataclass
 class LakeConfig:
     root: str = "./lake"
@@ -265,6 +269,10 @@ class LakeConfig:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ConfigError(f"lake.{key} must be a non-empty name")
+            # as the metastore takes it (``lake/metastore.py``): 'my schema' drained every run, then failed
+            # bodies and the transforms as "cannot be a metastore name" (a review)
+            if value is not None and not METASTORE_NAME.fullmatch(value):
+                raise ConfigError(f"lake.{key} {value!r} cannot be a metastore name: use letters, digits, '_' and '-'")
         _check_root_scheme(self.root)
         if "://" not in self.root and re.search(r"%[0-9A-Fa-f]{2}", self.root):
             # deltalake reads a local path as a URI: "a%20b" would be the folder "a b"

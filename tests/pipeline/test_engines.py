@@ -24,6 +24,7 @@ from queuelake.commands.demo import orders, traffic
 from queuelake.config import from_dict
 from queuelake.config_sections import LakeConfig
 from queuelake.errors import ConfigError, LakeError
+from queuelake.lake import metastore
 from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.engines import journal_engine, open_lake
@@ -283,8 +284,10 @@ def test_names_refused_or_warned(tmp_path: Path, spark, caplog: pytest.LogCaptur
     """Bad names are errors naming the key; without a Spark session the run warns and writes anyway."""
     with pytest.raises(ConfigError, match="lake.catalog needs lake.schema"):
         LakeConfig(root=str(tmp_path), catalog="spark_catalog")
-    with pytest.raises(LakeError, match="lake.schema 'bad name; DROP'"):
-        open_lake(LakeConfig(root=str(tmp_path), engine="delta-rs", schema="bad name; DROP"), spark)
+    with pytest.raises(ConfigError, match="lake.schema 'bad name; DROP' cannot be a metastore name"):
+        LakeConfig(root=str(tmp_path), engine="delta-rs", schema="bad name; DROP")  # refused as the config loads
+    with pytest.raises(LakeError, match="lake.schema 'bad name; DROP'"):  # and by the metastore, behind it
+        metastore.quote_identifier("bad name; DROP", "lake.schema")
     logger = logging.getLogger("queuelake")
     logger.addHandler(caplog.handler)
     try:

@@ -120,3 +120,31 @@ def test_a_connection_variable_set_but_empty_is_named() -> None:
         from_dict({"transport": {"connection": "${QUEUELAKE_CONNECTION}"}}, env={"QUEUELAKE_CONNECTION": " "})
     with pytest.raises(ConfigError, match="transport must be|expected a mapping|transport"):
         from_dict({"transport": "text"}, env={})
+
+
+def test_two_transforms_writing_one_output_are_a_config_error() -> None:
+    """A transform block copied with only its name changed read the whole journal again into the first one's
+    output, and publish sent those rows again (a review)."""
+    fn = "queuelake.commands.demo.orders:customer_totals"
+    twice = [
+        {"name": "a", "output": "outbound_x", "function": fn},
+        {"name": "b", "output": "outbound_x", "function": fn},
+    ]
+    with pytest.raises(ConfigError, match="transforms 'a' and 'b' both write outbound_x"):
+        from_dict({**BASE, "transforms": twice}, env={})
+    named = [
+        {"name": "a", "output": "outbound_x", "function": fn},
+        {"name": "a", "output": "outbound_y", "function": fn},
+    ]
+    with pytest.raises(ConfigError, match=r"transforms\[0\] and \[1\] are both named 'a'"):
+        from_dict({**BASE, "transforms": named}, env={})
+    with pytest.raises(ConfigError, match="publish.outputs names outbound_x more than once"):
+        from_dict({**BASE, "publish": {"outputs": ["outbound_x", "outbound_x"]}}, env={})
+
+
+@pytest.mark.parametrize("schema", ["my schema", "a.b", "x`y"])
+def test_a_lake_schema_no_metastore_takes_is_a_config_error(schema: str) -> None:
+    """``lake.schema: 'my schema'`` drained every run, then failed bodies and the transforms (a review)."""
+    with pytest.raises(ConfigError, match="lake.schema .* cannot be a metastore name"):
+        from_dict({**BASE, "lake": {"schema": schema}}, env={})
+    assert from_dict({**BASE, "lake": {"schema": "queue-lake_1"}}, env={}).lake.schema == "queue-lake_1"

@@ -33,6 +33,7 @@ import threading
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
+from queuelake.config_sections import METASTORE_NAME
 from queuelake.errors import LakeError
 from queuelake.report import log
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from queuelake.lake.files import StagedFiles
     from queuelake.lake.port import JournalLake, LakeEngine
 
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,254}")
+_IDENTIFIER = METASTORE_NAME
 
 
 def quote_identifier(name: str, what: str) -> str:
