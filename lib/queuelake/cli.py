@@ -247,6 +247,14 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
         return code
 
 
+def _stopped_by(state: dict[str, Any]) -> str:
+    """What stopped a command that returned interrupted: the signal it received, else a stop asked."""
+    if state.get("signalled"):
+        with contextlib.suppress(ValueError):
+            return f"stopped by signal {signal.Signals(state['exit_code'] - 128).name}"
+    return "stopped as asked"
+
+
 def _json_logs(argv: list[str]) -> bool:
     """Whether the command line asks for JSON log lines (read before argparse, whose errors it shapes)."""
     return any(a == "--log-format=json" or (a == "--log-format" and b == "json") for a, b in zip(argv, [*argv[1:], ""]))
@@ -276,6 +284,11 @@ def main(
             summary = {"command": args.command, "status": Status(result.pop("status", Status.OK)), **result}
             if summary["status"] == Status.OK and stopping.requested():
                 summary["status"] = Status.INTERRUPTED  # stopped early, at a batch boundary, by SIGTERM
+            if summary["status"] == Status.INTERRUPTED and not summary.get("error"):
+                # why, as a command stopped by an exception says it: ``run`` stopped between its steps said
+                # nothing, in its summary or its log (a review)
+                summary["error"] = _stopped_by(sigterm)
+                log.warning("%s interrupted: %s", args.command, summary["error"])
             code = {Status.OK: 0, Status.INTERRUPTED: sigterm["exit_code"]}.get(summary["status"], EXIT_FAILED)
             if summary["status"] == Status.FAILED:
                 _lift_error(summary)

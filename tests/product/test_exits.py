@@ -146,6 +146,21 @@ def test_a_signal_the_kernel_gives_a_worker_thread_still_stops_the_drain(
     code = cli.main(["drain"])
     summary = _summary(capsys.readouterr().out)
     assert code == 143 and summary["status"] == "interrupted" and summary["batches"] < 50, summary
+    assert summary["error"] == "stopped by signal SIGTERM", summary  # said why, as a raised stop says it
+    stopping.reset()
+
+
+def test_a_command_that_returns_interrupted_says_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``run`` stopped between its steps returned "interrupted" with no error in its summary and no closing
+    log line, where a command stopped by an exception says "stopped by signal SIGTERM" (a review)."""
+    _replace_run(monkeypatch, "drain", lambda args: {"status": "interrupted", "skipped": ["bodies"]})
+    with caplog.at_level("WARNING", logger="queuelake"):
+        cli.main(["drain"])
+    summary = _summary(capsys.readouterr().out)
+    assert summary["status"] == "interrupted" and summary["error"] == "stopped as asked", summary
+    assert "drain interrupted: stopped as asked" in caplog.text
     stopping.reset()
 
 
