@@ -458,6 +458,12 @@ def test_an_erase_dry_run_under_delta_spark_refuses_what_the_real_erase_refuses(
     ):
         erase(spark_cfg, lake, PREDICATE, dry_run=True)
     assert erase(cfg, lake, PREDICATE, dry_run=True)["tables"][typed_table]["rows"] == 1  # delta-rs: as it will
+    # maintain's retention dry run, the same way (it said "ok" of a retention the real run refused)
+    from queuelake.pipeline.store import retention
+
+    rules = {"root": str(root), "engine": "delta-spark", "retention": {"rules": [{"queue": "Sales", "days": 0}]}}
+    with pytest.raises(LakeError, match=f"{typed_table}.*created by the delta-rs engine"):
+        retention.apply(from_dict({"transport": {"connection": "x"}, "lake": rules}, env={}), lake, dry_run=True)
 
 
 def test_retention_refuses_another_engines_unparsed_table_before_its_first_delete(tmp_path: Path) -> None:

@@ -231,7 +231,9 @@ def apply(
         log.info("retention: %s", result.note)
         return result
     try:
-        _apply_rules(lake, journal, rules, result, dry_run)
+        # a dry run reads without Spark (delta-rs): its tables are checked against the real run's explicit engine
+        as_engine = cfg.lake.engine if dry_run and cfg.lake.engine != "auto" else None
+        _apply_rules(lake, journal, rules, result, dry_run, as_engine)
     except BaseException as exc:  # a stop (or a failure): the rules applied before it, in its summary
         stopping.partial(exc, {"retention": result.summary()})
         raise
@@ -239,7 +241,12 @@ def apply(
 
 
 def _apply_rules(
-    lake: LakeEngine, journal: LakeEngine, rules: list[RetentionFilter], result: RetentionResult, dry_run: bool
+    lake: LakeEngine,
+    journal: LakeEngine,
+    rules: list[RetentionFilter],
+    result: RetentionResult,
+    dry_run: bool,
+    as_engine: str | None = None,
 ) -> None:
     """Each rule in turn, its figures added to ``result`` once it is done."""
     for done, rule in enumerate(rules, start=1):
@@ -256,7 +263,7 @@ def _apply_rules(
                 keys.num_rows,
                 "to count" if dry_run else "to remove",
             )
-            _derived(lake, keys, figures, rule, rules[:done], dry_run)
+            _derived(lake, keys, figures, rule, rules[:done], dry_run, as_engine)
         if dry_run:
             reached = journal.count_rows(JOURNAL, rule.where)
             figures.update(rows=reached.rows, files_removed=reached.files, files_rewritten=reached.files_partial)
@@ -302,12 +309,13 @@ def _derived(
     rule: RetentionFilter,
     taken: list[RetentionFilter] | None,
     dry_run: bool,
+    as_engine: str | None = None,
 ) -> None:
     """The typed, unparsed and index rows of the journal rows ``keys`` names, removed (``dry_run``:
     counted), their figures added to the rule's. ``taken``: the rules applied so far, this one included,
     whose rows count as gone (the journal rows still there: before the delete, or a dry run); None once
     the rows have left the journal."""
-    typed_figures, kept = _typed(lake, keys, taken, dry_run)
+    typed_figures, kept = _typed(lake, keys, taken, dry_run, as_engine)
     for table, counted in typed_figures.items():
         into = figures.setdefault("typed", {}).setdefault(table, {})
         for key, value in counted.items():
@@ -322,7 +330,7 @@ def _derived(
 
 
 def _typed(
-    lake: LakeEngine, keys: pa.Table, taken: list[RetentionFilter] | None, dry_run: bool
+    lake: LakeEngine, keys: pa.Table, taken: list[RetentionFilter] | None, dry_run: bool, as_engine: str | None
 ) -> tuple[dict[str, Any], int]:
     """The typed rows of the removed rows' messages that have no journal row left (by message id), and
     the unparsed rows of the removed rows (by queue, seq); with the number of messages whose typed rows
@@ -338,7 +346,7 @@ def _typed(
     # refused as the real run would be (it said "ok")
     plan = typed.planned(lake, gone)
     unparsed = [(UNPARSED.name, engine)] if filters else []
-    deleting.check_all_writable([(table, writer) for table, writer, _ in plan] + unparsed)
+    deleting.check_all_writable([(table, writer) for table, writer, _ in plan] + unparsed, as_engine)
     if dry_run:
         figures = typed.remove(lake, gone, True, "retention")
     else:
