@@ -50,6 +50,8 @@ _CONNINFO_SYNTAX = re.compile(
     r"^(unexpected spaces found in|missing \"=\" after|extra key/value separator|invalid percent-encoded token"
     r"|invalid URI query parameter|unterminated quoted string|invalid integer value)"
 )
+MIN_PIECE = 4  # the shortest word of a password of several words masked on its own
+_WORDS = re.compile(r"\s+")
 _UNKNOWN_OPTION = re.compile(r'^invalid connection option "([^"]*)"')
 _CONNINFO_HINTS = (", use percent-encoded spaces (%20) instead", " in connection info string")
 
@@ -90,7 +92,14 @@ def password_forms(secret: str) -> set[str]:
     forms: set[str] = set()
     for value in values:
         forms.update((value, value.replace("}", "}}"), quote(value, safe="")))
-        forms.update(_PIECES.split(value))
+        # a word of a few characters tells little of a password of several words, and masked as a word it
+        # cut our own messages ('x' became '***': a review); what an '@' splits (a URI's password, read as
+        # part of the host) and a whole password are masked however short
+        for word in _WORDS.split(value):
+            if len(word) >= MIN_PIECE or word == value:
+                forms.add(word)
+            if "@" in word:
+                forms.update(_PIECES.split(word))
     forms.discard("")
     return forms
 
@@ -102,6 +111,8 @@ def conninfo_refusal(message: str, connection: str | None = None) -> str:
     stands after the password's key in ``connection`` (``invalid connection option "horse"`` of
     ``password=correct horse=battery``), and named where it stands before (a typo of a key). Any other
     message as it is."""
+    if connection is not None and not password_forms(connection):
+        return message  # no password in the string: the piece quoted is no secret, and says what is wrong
     option = _UNKNOWN_OPTION.match(message)
     if option is not None and connection:
         key = re.search(r"(?i)\b(?:pwd|password)\s*=", connection)

@@ -184,3 +184,26 @@ def test_storage_option_values_are_redacted_as_words(tmp_path: Path) -> None:
     message = "s3://lake/minioadmin-exports: access denied for key minioadmin (password authentication of passwords)"
     out = cli._redact(message, secrets)
     assert out == "s3://lake/minioadmin-exports: access denied for key *** (*** authentication of passwords)"
+
+
+def test_a_short_word_of_a_password_of_several_words_leaves_our_messages_alone() -> None:
+    """A password of common words masked every one of them as a word in our own messages; a one-letter word
+    of it cut ``'x'`` to ``'***'`` (a review). Words of 4 characters or more are still masked, and a piece an
+    '@' splits off (libpq reads it as part of the host) however short."""
+    from queuelake.redaction import redact
+
+    connection = "postgresql://bridge:battery x staple@/ql?host=/tmp"
+    said = redact("--where compares queue with 'x'; battery and staple", [connection])
+    assert said == "--where compares queue with 'x'; *** and ***", said
+    assert "a@" not in redact("failed to resolve host 'a@127.0.0.1'", ["postgresql://u:x@a@127.0.0.1:1/q"])
+
+
+def test_a_connection_string_without_a_password_keeps_what_libpq_quotes() -> None:
+    """Nothing secret to hide: the quoted piece says what is wrong (a database name's bad escape)."""
+    from queuelake.redaction import conninfo_refusal
+
+    message = 'invalid percent-encoded token: "l%zzk"'
+    assert conninfo_refusal(message, "postgresql://postgres@localhost/l%zzk") == message
+    assert (
+        conninfo_refusal(message, "postgresql://postgres:p%zzk@localhost/db") == 'invalid percent-encoded token: "***"'
+    )
