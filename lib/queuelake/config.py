@@ -85,22 +85,11 @@ def expand_env(value: Any, env: Mapping[str, str], where: str) -> Any:
     return value
 
 
-def _connection_of(data: Mapping[str, Any] | None) -> Any:
-    transport = (data or {}).get("transport")
-    return transport.get("connection") if isinstance(transport, Mapping) else None
-
-
 def from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None, source: str | None = None) -> Config:
     """Build a Config from parsed YAML; used by tests and by load()."""
     env = os.environ if env is None else env
     where = source or "config"
-    raw_connection = _connection_of(data)
     data = expand_env(dict(data or {}), env, where)
-    connection = _connection_of(data)
-    if isinstance(raw_connection, str) and isinstance(connection, str) and not connection.strip():
-        named = _VAR.findall(raw_connection)
-        if named:  # said where it went wrong: the variable, not the config (which names it already)
-            raise ConfigError(f"{where}: transport.connection: environment variable {named[0]} is set but empty")
     known = set(_SECTIONS) | {"transforms"}
     unknown = sorted(set(data) - known)
     if unknown:

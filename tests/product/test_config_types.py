@@ -113,15 +113,6 @@ def test_drain_settings_at_the_edges_of_their_range_are_taken() -> None:
     assert built("drain.workers_per_queue", 32) == 32
 
 
-def test_a_connection_variable_set_but_empty_is_named() -> None:
-    """``QUEUELAKE_CONNECTION=""``: the error said to set ``${QUEUELAKE_CONNECTION}`` in the config, which it
-    was, and counted as the database's (a review)."""
-    with pytest.raises(ConfigError, match="transport.connection: environment variable QUEUELAKE_CONNECTION is set but"):
-        from_dict({"transport": {"connection": "${QUEUELAKE_CONNECTION}"}}, env={"QUEUELAKE_CONNECTION": " "})
-    with pytest.raises(ConfigError, match="transport must be|expected a mapping|transport"):
-        from_dict({"transport": "text"}, env={})
-
-
 def test_two_transforms_writing_one_output_are_a_config_error() -> None:
     """A transform block copied with only its name changed read the whole journal again into the first one's
     output, and publish sent those rows again (a review)."""
