@@ -19,12 +19,14 @@ of all N, an empty replay whose predicate only Spark evaluates, and a bare Spark
 --modes: ``driver`` sends every batch from the command's own process; ``executors`` from Spark tasks
 (``replay.executors_from_rows: 1``; the command then starts Spark, its start counted).
 
---repeat N: the replay command is run N times (the queues emptied in between) and the median run is
-reported: on 2 shared cores one run moves by a fifth between runs.
+--repeat N: the replay command is run N times (the queues emptied in between), each run paired with a
+raw load of both formats measured next to it (the pair's order alternating): each run's ratio is to its
+own raw load, and the medians and ranges are reported. On 2 shared cores a run, and the raw load too,
+moves by a fifth to a third between minutes.
 
-Prints the raw rate, the replay's rate per row (rows over the command's time less the empty replay's)
-and as a whole command, their ratios to raw (target >= 0.6 per row), the steps and the fixed costs,
-then one JSON line.
+Prints a table (per mode the command's seconds, its ratio to raw as a whole command and per row, less
+the empty replay's seconds: medians and ranges; the raw rates per format), the median run's steps and
+the fixed costs, then one JSON line. The target (issue 60) is >= 0.6 as a whole command.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ import datetime as dt
 import json
 import logging
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 import yaml
-from _commands import queuelake, spark_start
+from _commands import Ran, queuelake, spark_start
 from _raw import FORMATS, dump, load
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
@@ -121,12 +125,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
     primer = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
     assert primer.summary["status"] == "ok" and primer.summary["rows_sent"] == args.rows, primer.summary
     rows = dump(uri, list(tables.values()), max(args.batch_size // len(tables), 1), work / "raw")
-    raw_by_format = {}
-    for fmt in FORMATS:
-        empty_queues()
-        raw_by_format[fmt] = load(uri, rows, fmt)
     empty_queues()
-    raw_s = min(raw_by_format.values())
     empty_run = queuelake([*base, "--where", "exception_type = 'No.Such.Exception'"])
     empty_s, empty = empty_run.seconds, empty_run.summary
     assert empty["status"] == "ok" and empty["matched"] == 0 and empty["selected_by"] == "arrow", empty
@@ -138,52 +137,54 @@ def run(args: argparse.Namespace, work: Path) -> int:
     assert spark_empty["matched"] == 0 and spark_empty["selected_by"] == "spark", spark_empty
     spark_s = spark_start()
 
-    raw_rate = args.rows / raw_s
-    out = sys.stderr
-    for fmt, seconds in raw_by_format.items():
-        print(f"raw {fmt} COPY: {args.rows} rows in {seconds:.2f}s ({args.rows / seconds:,.0f} rows/s)", file=out)
+    def raw_load() -> dict[str, float]:
+        """Both formats' seconds, the queues emptied before each and after."""
+        seconds = {}
+        for fmt in FORMATS:
+            empty_queues()
+            seconds[fmt] = load(uri, rows, fmt)
+        empty_queues()
+        return seconds
+
+    def replay_once() -> Ran:
+        empty_queues()
+        ran = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
+        assert ran.summary["status"] == "ok" and ran.summary["rows_sent"] == args.rows, ran.summary
+        with psycopg.connect(uri) as c:
+            total = sum(c.execute(f"SELECT count(*) FROM {q}").fetchone()[0] for q in tables.values())
+        assert total == args.rows, total
+        return ran
+
+    # each repeat pairs a replay with a raw load of its own, measured next to it, the pair's order
+    # alternating (``bench/drain.py`` does the same): on 2 shared cores the raw load itself moves by a
+    # third between minutes, and one raw load for every repeat made a slow or fast minute the result
+    raws: list[dict[str, float]] = []
     modes: dict[str, dict] = {}
     for mode in args.modes.split(","):
         # the mode is the config's replay.executors_from_rows: never (driver) or from the first row
         config_file.write_text(yaml.safe_dump({**settings, "replay": {"executors_from_rows": MODES[mode]}}))
-        runs = []
-        for _ in range(args.repeat):  # the same retry again, as a new replay: the queues emptied first
-            with psycopg.connect(uri, autocommit=True) as c:
-                for qualified in tables.values():
-                    c.execute(f"TRUNCATE {qualified}")
-            ran = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
-            assert ran.summary["status"] == "ok" and ran.summary["rows_sent"] == args.rows, ran.summary
-            with psycopg.connect(uri) as c:
-                total = sum(c.execute(f"SELECT count(*) FROM {q}").fetchone()[0] for q in tables.values())
-            assert total == args.rows, total
-            runs.append(ran)
-        median = sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
-        replay_s, summary = median.seconds, median.summary
-        per_row_rate = args.rows / max(replay_s - empty_s, 1e-9)
-        whole_rate = args.rows / replay_s
-        steps = summary["seconds_by_step"]
-        spread = sorted(r.seconds for r in runs)
+        pairs: list[tuple[Ran, float]] = []
+        for k in range(args.repeat):  # the same retry again, as a new replay: the queues emptied first
+            if k % 2:
+                raw = raw_load()
+                ran = replay_once()
+            else:
+                ran = replay_once()
+                raw = raw_load()
+            raws.append(raw)
+            pairs.append((ran, min(raw.values())))
+        modes[mode] = figures(args.rows, pairs, empty_s)
+
+    raw_by_format = {fmt: statistics.median(r[fmt] for r in raws) for fmt in FORMATS}
+    raw_rate = args.rows / min(raw_by_format.values())
+    out = sys.stderr
+    print(table(args.rows, raws, modes), file=out)
+    for mode, figure in modes.items():
         print(
-            f"replay, {mode}: {args.rows} rows in {replay_s:.2f}s (median of {len(runs)}, range "
-            f"{spread[0]:.2f}-{spread[-1]:.2f}s), of which the empty replay's {empty_s:.2f}s: "
-            f"{per_row_rate:,.0f} rows/s per row, ratio {per_row_rate / raw_rate:.2f} (target 0.6); "
-            f"as a whole command {whole_rate:,.0f} rows/s, ratio {whole_rate / raw_rate:.2f}",
+            f"  {mode} steps of the median run (s): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in figure["seconds_by_step"].items()),
             file=out,
         )
-        print("  steps (s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), file=out)
-        peak = max(r.peak_rss_mb or 0 for r in runs)
-        print(f"  peak memory of the command's process: {peak:,.0f} MB", file=out)
-        modes[mode] = {
-            "command_seconds": round(replay_s, 2),
-            "command_seconds_all": [round(r.seconds, 2) for r in runs],
-            "peak_rss_mb": round(peak),
-            "seconds_by_step": steps,
-            "rows_per_s": round(per_row_rate),
-            "ratio": round(per_row_rate / raw_rate, 3),
-            "whole_command_rows_per_s": round(whole_rate),
-            "whole_command_ratio": round(whole_rate / raw_rate, 3),
-            "whole_command_ratio_range": [round(args.rows / s / raw_rate, 3) for s in (spread[-1], spread[0])],
-        }
     print(
         f"fixed costs (whole commands, s): empty replay {empty_s:.2f}; dry run of all {args.rows} {dry_s:.2f}; "
         f"empty replay with a predicate only Spark evaluates {spark_empty_s:.2f}; a bare Spark start {spark_s:.2f}; "
@@ -196,10 +197,15 @@ def run(args: argparse.Namespace, work: Path) -> int:
             {
                 "rows": args.rows,
                 "batch_size": args.batch_size,
+                "repeat": args.repeat,
                 "drain_seconds": round(drain_s, 2),
                 "raw_binary_copy_seconds": round(raw_by_format["binary"], 2),
                 "raw_text_copy_seconds": round(raw_by_format["text"], 2),
-                "raw_rows_per_s": round(raw_rate),  # the faster format
+                "raw_rows_per_s": round(raw_rate),  # the faster format's median
+                "raw_rows_per_s_range": [
+                    round(args.rows / max(min(r.values()) for r in raws)),
+                    round(args.rows / min(min(r.values()) for r in raws)),
+                ],
                 "modes": modes,
                 "target": 0.6,
                 "fixed_seconds": {
@@ -218,6 +224,55 @@ def run(args: argparse.Namespace, work: Path) -> int:
     if server is not None:
         server.cleanup()
     return 0
+
+
+def figures(rows: int, pairs: list[tuple[Ran, float]], empty_s: float) -> dict[str, Any]:
+    """A mode's figures over its repeats: each run's ratio to the raw load measured beside it (as a
+    whole command, and per row: less the empty replay's seconds), their medians and ranges, the median
+    run's steps, the peak memory of any run."""
+    whole = sorted(raw_s / ran.seconds for ran, raw_s in pairs)
+    per_row = sorted(raw_s / max(ran.seconds - empty_s, 1e-9) for ran, raw_s in pairs)
+    runs = sorted((ran for ran, _ in pairs), key=lambda ran: ran.seconds)
+    median = runs[len(runs) // 2]
+    return {
+        "command_seconds": round(median.seconds, 2),
+        "command_seconds_all": [round(ran.seconds, 2) for ran, _ in pairs],
+        "peak_rss_mb": round(max(ran.peak_rss_mb or 0 for ran, _ in pairs)),
+        "seconds_by_step": median.summary["seconds_by_step"],
+        "rows_per_s": round(rows / max(median.seconds - empty_s, 1e-9)),
+        "ratio": round(statistics.median(per_row), 3),
+        "ratio_range": [round(per_row[0], 3), round(per_row[-1], 3)],
+        "whole_command_rows_per_s": round(rows / median.seconds),
+        "whole_command_ratio": round(statistics.median(whole), 3),
+        "whole_command_ratio_range": [round(whole[0], 3), round(whole[-1], 3)],
+        "whole_command_ratios": [round(raw_s / ran.seconds, 3) for ran, raw_s in pairs],
+    }
+
+
+def table(rows: int, raws: list[dict[str, float]], modes: dict[str, dict]) -> str:
+    """Per mode the whole command's seconds and its ratio to the raw load beside it, medians and
+    ranges; the raw loads' rates per format."""
+    lines = [
+        f"{'replay of ' + format(rows, ',') + ' rows':28} {'seconds median [range]':>24} "
+        f"{'whole ratio median [range]':>28} {'per-row ratio':>20} {'peak MB':>8}"
+    ]
+    for mode, f in modes.items():
+        seconds = (
+            f"{f['command_seconds']:.2f} [{min(f['command_seconds_all']):.2f}-{max(f['command_seconds_all']):.2f}]"
+        )
+        whole = (
+            f"{f['whole_command_ratio']:.2f} [{f['whole_command_ratio_range'][0]:.2f}-"
+            f"{f['whole_command_ratio_range'][1]:.2f}]"
+        )
+        per_row = f"{f['ratio']:.3g} [{f['ratio_range'][0]:.3g}-{f['ratio_range'][1]:.3g}]"  # tiny runs: below empty
+        lines.append(f"{mode:28} {seconds:>24} {whole:>28} {per_row:>20} {f['peak_rss_mb']:>8}")
+    for fmt in FORMATS:
+        rates = sorted(rows / r[fmt] for r in raws)
+        lines.append(
+            f"{'raw COPY ' + fmt + ' (rows/s)':28} "
+            f"{f'{statistics.median(rates):,.0f} [{rates[0]:,.0f}-{rates[-1]:,.0f}]':>24}"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
