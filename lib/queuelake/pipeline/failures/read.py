@@ -40,7 +40,7 @@ from queuelake.lake.port import LakeEngine
 from queuelake.lake.round_files import open_file
 from queuelake.nsb import headers as hdr
 from queuelake.nsb.retry import REPLAY_ID, REPLAY_SOURCE, REPLAY_SOURCE_ID, RETRY_UNIQUE_MESSAGE_ID, unique_id_of
-from queuelake.pipeline.failures.fingerprint import fingerprint
+from queuelake.pipeline.failures.fingerprint import fingerprints
 from queuelake.pipeline.journal.schema import MESSAGES_SCHEMA
 
 MESSAGES = record_tables.MESSAGES.name
@@ -107,7 +107,11 @@ def _failures(small: pa.Table) -> pa.Array:
 
 
 def _header(headers: pa.ChunkedArray | pa.Array, name: str) -> list[str | None]:
-    return pc.map_lookup(headers, pa.scalar(name, pa.string()), "first").to_pylist()
+    return _header_array(headers, name).to_pylist()
+
+
+def _header_array(headers: pa.ChunkedArray | pa.Array, name: str) -> pa.Array | pa.ChunkedArray:
+    return pc.map_lookup(headers, pa.scalar(name, pa.string()), "first")
 
 
 def read_failed(lake: LakeEngine, version: int | None = None, progress: Progress | None = None) -> Failed:
@@ -142,7 +146,7 @@ def read_failed(lake: LakeEngine, version: int | None = None, progress: Progress
             del headers
             at = pc.coalesce(failed["time_of_failure"], failed["drained_at"])
             failed = failed.append_column("at", at)
-            failed = failed.append_column("fingerprint", pa.array([fingerprint(s) for s in stacks], pa.string()))
+            failed = failed.append_column("fingerprint", pa.array(fingerprints(stacks), pa.string()))
             failed = failed.append_column("is_retry", pa.array(retry, pa.bool_()))
             failed = failed.append_column("retry_unique_id", pa.array(unique, pa.string()))
             parts.append(failed)
@@ -251,6 +255,13 @@ def later_copies(
                 continue
             picked = small.take(rows)
             headers = lake_file.read_row_group(group, ["headers"])["headers"].take(pa.array(rows))
+            # only the copies a retry sent (a source or a retry id) become Python objects: the failed
+            # copies themselves, held here too, are most of the rows and were most of the loop below
+            named = [_header_array(headers, name) for name in (REPLAY_SOURCE, RETRY_UNIQUE_MESSAGE_ID)]
+            sent = pc.fill_null(pc.or_kleene(*(pc.greater(pc.binary_length(a), 0) for a in named)), False)
+            if not pc.any(sent).as_py():
+                continue
+            picked, headers = picked.filter(sent), headers.filter(sent)
             sources = _header(headers, REPLAY_SOURCE)
             source_ids = _header(headers, REPLAY_SOURCE_ID)
             servicecontrol = _header(headers, RETRY_UNIQUE_MESSAGE_ID)
