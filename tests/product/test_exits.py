@@ -473,12 +473,17 @@ def test_a_second_sigterm_keeps_the_drains_counts_and_runs_rows(fresh_pg_uri: st
 
 
 def _run_with_steps(
-    monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, tuple[str, bool]], bare: bool = False
+    monkeypatch: pytest.MonkeyPatch,
+    outcomes: dict[str, tuple[str, bool]],
+    bare: bool = False,
+    held: tuple[str, ...] = (),
 ) -> tuple[list[str], dict]:
     """``run_all`` with each step replaced: ``outcomes`` maps a step to (its status, whether SIGTERM
     arrives during it); returns the steps that ran and the run's summary. ``bare``: a config with no
-    transforms and no publish outputs."""
+    transforms and no publish outputs. ``held``: the bodies or transform steps whose lock another
+    process holds (an erase, maintain's retention): ``one_at_a_time`` finds it taken."""
     import argparse
+    import contextlib
 
     from queuelake import config as config_mod
     from queuelake import context
@@ -528,7 +533,15 @@ def _run_with_steps(
     monkeypatch.setattr(sessions, "runs_only_lake", lambda cfg: None)
     monkeypatch.setattr(sessions.Sessions, "step", lambda self, run, pending, writes=None: run(None, None, None))
     monkeypatch.setattr(context, "open_database", lambda cfg: None)
-    monkeypatch.setattr(step_locks, "one_at_a_time", lambda cfg, name, run: run())  # no database to lock in
+    if held:  # the real one_at_a_time, its lock found taken (or free) without a database
+
+        @contextlib.contextmanager
+        def lock(cfg: Any, name: str, wait_seconds: float = 0.0) -> Any:
+            yield name not in held
+
+        monkeypatch.setattr(step_locks, "held", lock)
+    else:
+        monkeypatch.setattr(step_locks, "one_at_a_time", lambda cfg, name, run: run())  # no database to lock in
     monkeypatch.setattr(drain, "drain", step("drain"))
     monkeypatch.setattr(bodies, "bodies", step("bodies"))
     monkeypatch.setattr(transform, "transform", step("transform"))
@@ -645,6 +658,29 @@ def test_a_step_that_raises_after_failed_ones_names_them_all(monkeypatch: pytest
         )
     done = stopping.done_before(info.value)
     assert done["failed_steps"] == ["bodies", "transform", "publish"] and done["skipped"] == [], done
+
+
+@pytest.mark.parametrize("step", ["bodies", "transform"])
+def test_a_step_whose_lock_another_process_held_makes_the_run_incomplete(
+    monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """An erase (or maintain's retention) held the transform step's lock: the run skipped its transform and
+    said "ok", exit 0, with only a warning and the step's nested ``skipped`` (a review). A scheduler reads
+    that a configured step did not run: "incomplete" (exit 1, as a drain that left rows others held), the
+    step named in ``held_steps``; the other steps still ran."""
+    order = ["drain", "bodies", "transform", "publish"]
+    ran, out = _run_with_steps(monkeypatch, {}, held=(step,))
+    assert ran == [s for s in order if s != step], ran
+    assert out["status"] == "incomplete" and out["held_steps"] == [step], out
+    assert out[step]["status"] == "ok" and "an erase" in out[step]["skipped"], out
+    assert f"the {step} step did not run" in out["error"] and "skipped" not in out, out
+    # a failure or a stop still says so first, the held step named beside it
+    ran, out = _run_with_steps(monkeypatch, {"publish": ("failed", False)}, held=(step,))
+    assert out["status"] == "failed" and out["failed_steps"] == ["publish"] and out["held_steps"] == [step], out
+    ran, out = _run_with_steps(monkeypatch, {"publish": ("interrupted", True)}, held=(step,))
+    assert out["status"] == "interrupted" and out["held_steps"] == [step], out
+    ran, out = _run_with_steps(monkeypatch, {}, held=("publish",))  # no lock held on its steps: ok
+    assert out["status"] == "ok" and "held_steps" not in out, out
 
 
 def test_a_failed_drain_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:

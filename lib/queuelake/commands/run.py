@@ -43,7 +43,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     stop the steps after it, and the run reports "failed" at its end. Stops before the next step once SIGTERM asked
     to stop (status "interrupted", the steps not run are listed, and any that failed before the stop as
     ``failed_steps``). A drain that ended "incomplete" (rows held by other sessions) does not stop the later steps,
-    but the run reports "incomplete"."""
+    but the run reports "incomplete"; so does a bodies or transform step skipped because another process held
+    its lock (``held_steps``)."""
     from queuelake import config as config_mod
     from queuelake import stopping
     from queuelake.commands.publish import publish_steps
@@ -53,7 +54,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake.pipeline.bodies import run as bodies_mod
     from queuelake.pipeline.drain.run import drain as run_drain
     from queuelake.pipeline.publish import run as publish_mod
-    from queuelake.pipeline.step_locks import BODIES, TRANSFORM, one_at_a_time
+    from queuelake.pipeline.step_locks import BODIES, TRANSFORM, held_back, one_at_a_time
     from queuelake.report import log
     from queuelake.status import Status
 
@@ -110,6 +111,21 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     statuses = {s.get("status") for s in steps.values()}
     failed = [n for n, s in steps.items() if s.get("status") not in (*going_on, Status.INTERRUPTED)]
     skipped = [n for n in order if n not in steps and _has_work(cfg, n)]
+    # a bodies or transform step another process held the lock of (an erase, maintain's retention, an
+    # overlapping run): not done, and the run says so as a drain that left rows others held does
+    # ("incomplete", exit 1). It said "ok", exit 0, with only a warning and the step's nested
+    # ``skipped`` to tell a scheduler that its transform had not run (a review).
+    held_steps = [n for n, s in steps.items() if held_back(n, s)]
+    held = {"held_steps": held_steps} if held_steps else {}
+    if (Status.INCOMPLETE in statuses or held) and not (failed or skipped or Status.INTERRUPTED in statuses):
+        if held_steps:
+            error = (
+                f"the {' and '.join(held_steps)} step did not run: its lock was held (an erase, maintain's "
+                "retention or another run's step on this lake)"
+            )
+            log.warning("run: incomplete: %s (the next run does it)", error)
+            return {"status": Status.INCOMPLETE, **steps, **held, "error": error}
+        return {"status": Status.INCOMPLETE, **steps}
     if Status.INTERRUPTED in statuses or (skipped and stopping.requested()):
         # a stop is what the scheduler asked for, and its exit code (143, 130, 129) says so even when an
         # earlier step failed: the run said "failed", exit 1, a retry's signal (found by a review)
@@ -118,13 +134,18 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             **steps,
             "skipped": skipped,
             **({"failed_steps": failed} if failed else {}),
+            **held,
         }
     if failed:  # named, and what it kept from running (a drain failed by its status ran nothing after it)
-        return {"status": Status.FAILED, **steps, "failed_steps": failed, **({"skipped": skipped} if skipped else {})}
-    if Status.INCOMPLETE in statuses and not skipped:
-        return {"status": Status.INCOMPLETE, **steps}
+        return {
+            "status": Status.FAILED,
+            **steps,
+            "failed_steps": failed,
+            **({"skipped": skipped} if skipped else {}),
+            **held,
+        }
     if skipped:
-        return {"status": Status.INTERRUPTED, **steps, "skipped": skipped}
+        return {"status": Status.INTERRUPTED, **steps, "skipped": skipped, **held}
     return {"status": Status.OK, **steps}
 
 

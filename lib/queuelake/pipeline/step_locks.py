@@ -18,9 +18,10 @@ rows of the messages erased meanwhile (a review). So a step asks ``confirm`` rig
 commits: the lock's connection must still answer. What is left is the window of one commit.
 
 A step that finds the lock held skips its work (status ok, ``skipped`` says why): the running one is
-doing it, and the next run takes the rest. With the embedded database (a laptop's throwaway server,
-which a bodies or transform step would otherwise not start) or a database out of reach, the step runs
-without the lock, the latter with a warning.
+doing it, and the next run takes the rest. ``queuelake run`` then ends "incomplete" (exit 1), naming the
+step in ``held_steps`` (``held_back``): it did not do a step it was configured to do. With the embedded
+database (a laptop's throwaway server, which a bodies or transform step would otherwise not start) or a
+database out of reach, the step runs without the lock, the latter with a warning.
 """
 
 from __future__ import annotations
@@ -174,7 +175,16 @@ def one_at_a_time(cfg: Config, step: str, run: Callable[[], dict[str, Any]]) -> 
     with held(cfg, step) as got:
         if got:
             return run()
-    # the lock's holder: that step of another process, or an erase or retention, which hold both
-    holder = f"another {step} step, an erase or maintain's retention is running on this lake"
+    holder = _holder(step)
     log.warning("%s: %s; skipped (the next run takes the rest)", step, holder)
     return {"status": Status.OK, "skipped": holder}
+
+
+def held_back(step: str, summary: dict[str, Any]) -> bool:
+    """Whether ``summary`` is ``one_at_a_time``'s for ``step`` skipped because its lock was held."""
+    return summary.get("skipped") == _holder(step)
+
+
+def _holder(step: str) -> str:
+    """Who holds ``step``'s lock: that step of another process, or an erase or retention (they hold both)."""
+    return f"another {step} step, an erase or maintain's retention is running on this lake"
