@@ -129,6 +129,8 @@ def config_keys() -> list[Key]:
     def walk(cls: type, prefix: str) -> None:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
+            if not f.init:  # set after loading (``TransportConfig.empty_variables``), no key of the file
+                continue
             section = _section_class(hints[f.name])
             if section is not None:
                 inner, many = section

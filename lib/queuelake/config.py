@@ -85,16 +85,32 @@ def expand_env(value: Any, env: Mapping[str, str], where: str) -> Any:
     return value
 
 
+def _connection_of(data: Mapping[str, Any] | None) -> Any:
+    transport = (data or {}).get("transport")
+    return transport.get("connection") if isinstance(transport, Mapping) else None
+
+
+def _emptied_by(raw: Any, connection: Any) -> tuple[str, ...]:
+    """The variables of the connection's text (``raw``) when they left it empty (``QUEUELAKE_CONNECTION=""``).
+    Not an error here: lake-only commands (``find``, ``maintain``, ``failures``) run without a queue database
+    (a check at load failed every one of them); a command that opens it names them (``db.connect``)."""
+    if not isinstance(raw, str) or (isinstance(connection, str) and connection.strip()):
+        return ()
+    return tuple(dict.fromkeys(_VAR.findall(raw)))
+
+
 def from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None, source: str | None = None) -> Config:
     """Build a Config from parsed YAML; used by tests and by load()."""
     env = os.environ if env is None else env
     where = source or "config"
+    raw_connection = _connection_of(data)
     data = expand_env(dict(data or {}), env, where)
     known = set(_SECTIONS) | {"transforms"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     sections = {name: build_section(cls, data.get(name), f"{where}: {name}") for name, cls in _SECTIONS.items()}
+    sections["transport"].empty_variables = _emptied_by(raw_connection, _connection_of(data))
     raw_transforms = data.get("transforms") or []
     if not isinstance(raw_transforms, list):
         raise ConfigError(f"{where}: transforms must be a list")

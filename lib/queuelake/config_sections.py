@@ -32,7 +32,7 @@ def build_section(cls: type, data: Any, where: str) -> Any:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(cls) if f.init}  # a field set after loading is no key
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -172,6 +172,9 @@ class TransportConfig:
     # endpoints that receive delayed messages (outbound rows with deliver_at): install creates their
     # <endpoint>.Delayed tables, which NServiceBus only creates for endpoints that enable delayed delivery
     delayed_endpoints: list[str] = field(default_factory=list)
+    # not a key: the ``${VAR}`` variables of ``connection`` when they were set but left it empty
+    # (``config.from_dict``), for the error of a command that opens the queue database (``db.connect``)
+    empty_variables: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rules = DIALECTS.get(self.dialect)

@@ -110,3 +110,24 @@ def test_a_pickled_embedded_handle_carries_its_connection_string(monkeypatch: py
     copy = pickle.loads(shipped)
     assert copy == database
     assert copy._connectable.connection == "postgresql://postgres:@/postgres?host=/tmp/fake-socket"
+
+
+def test_a_connection_variable_set_but_empty_is_named_where_the_database_is_opened() -> None:
+    """``QUEUELAKE_CONNECTION=""``: a command that opens the queue database failed telling to set the variable
+    in the config, where it was set (a review). Said where the database is opened, not when the config loads:
+    lake-only commands (find, maintain, failures) run with it empty (a check at load failed all of them)."""
+    raw = {"transport": {"connection": "${QUEUELAKE_CONNECTION}"}, "drain": {"queues": ["Sales"]}}
+    for value in ("", "  "):
+        cfg = from_dict(raw, env={"QUEUELAKE_CONNECTION": value})  # loads: a lake-only command goes on
+        with pytest.raises(TransportError, match="environment variable QUEUELAKE_CONNECTION is set but empty"):
+            open_database(cfg).connect("queuelake-tests")
+        shipped = pickle.loads(pickle.dumps(open_database(cfg)))  # as a Spark task or a drain process has it
+        with pytest.raises(TransportError, match="QUEUELAKE_CONNECTION is set but empty"):
+            shipped.connect("queuelake-tests")
+    two = {"transport": {"connection": "${HOST}${REST}"}}
+    with pytest.raises(TransportError, match="environment variables HOST, REST are set but empty"):
+        open_database(from_dict(two, env={"HOST": "", "REST": ""})).connect("queuelake-tests")
+    with pytest.raises(TransportError, match=r"set it \(e\.g\. \$\{QUEUELAKE_CONNECTION\}\) in the config"):
+        open_database(from_dict({"transport": {"connection": None}}, env={})).connect("queuelake-tests")
+    with pytest.raises(Exception, match="unknown key"):  # what loading sets is no key of the file
+        from_dict({"transport": {"connection": "x", "empty_variables": ["A"]}}, env={})

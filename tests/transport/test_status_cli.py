@@ -186,3 +186,12 @@ def test_a_table_another_program_holds_locked_is_named_not_waited_on(fresh_pg_ur
     assert result.code == 1 and result.summary["unreadable_tables"] == ['"public"."Billing"'], result.summary
     assert "lock" in result.summary["queues"][1]["error"], result.summary
     assert result.summary["queues"][0]["depth"] == 0
+
+
+def test_a_connection_variable_set_but_empty_is_said_as_such(tmp_path) -> None:
+    """``QUEUELAKE_CONNECTION=""`` (a deployment's secret not filled in): the error told to set the variable
+    in the config, where it was (a review). It says the variable is set but empty."""
+    path = write_config(tmp_path, "psycopg", ["Sales"])
+    result = run_cli(["status", "-c", str(path)], "")
+    assert result.code == 1 and result.summary.get("error_kind") == "transport", result
+    assert "environment variable QUEUELAKE_CONNECTION is set but empty" in result.summary["error"], result

@@ -224,8 +224,8 @@ def connect(config: TransportConfig, application_name: str = "queuelake", driver
     ``driver`` overrides the configured one (the drain receives through ADBC, whose results arrive
     as Arrow without a Python object per value, with a psycopg config's connection string)."""
     connection = config.connection
-    if not connection:
-        raise TransportError("transport.connection is empty: set it (e.g. ${QUEUELAKE_CONNECTION}) in the config")
+    if not connection or not connection.strip():  # blank: libpq would connect to its defaults
+        raise TransportError(_empty_connection(config))
     if driver is not None and driver != config.driver:
         config = dataclasses.replace(config, driver=driver)
     chosen = named_driver(config.driver)
@@ -234,6 +234,16 @@ def connect(config: TransportConfig, application_name: str = "queuelake", driver
     except Exception as exc:
         raise _connect_error(exc, config) from None
     return Connection(raw, config)
+
+
+def _empty_connection(config: TransportConfig) -> str:
+    """Why there is no connection string: the config sets none, or its variables are set but empty
+    (``QUEUELAKE_CONNECTION=""``, which was told to set the variable it had set: a review)."""
+    names = config.empty_variables
+    if not names:
+        return "transport.connection is empty: set it (e.g. ${QUEUELAKE_CONNECTION}) in the config"
+    said = f"environment variable {names[0]} is" if len(names) == 1 else f"environment variables {', '.join(names)} are"
+    return f"transport.connection is empty: {said} set but empty (give it the queue database's connection string)"
 
 
 def _connect_error(exc: BaseException, config: TransportConfig) -> TransportError:
