@@ -162,6 +162,70 @@ def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_un
     assert depths == {refs[0].canonical: 0, refs[1].canonical: None, refs[2].canonical: 4}, depths
 
 
+def test_a_locked_queue_drained_with_small_queues_counts_its_wait_in_its_seconds(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue table another program held locked against deletes (reads pass: the estimate read its depth)
+    went into a batch of small queues; its receive waited the lock timeout, and its summary said 0.03-0.29 s,
+    its share by rows of a batch it had no rows in (a review). Its seconds include the wait: compared with the
+    failed statement's own duration, measured here (no duration is assumed)."""
+    import psycopg
+    from queuelake.errors import QueuelakeError
+    from queuelake.pipeline.drain import small_queues
+
+    waited: dict[str, float] = {}
+    receive, plan = queues.receive_batch_arrow, small_queues.plan
+    units: list[list[str]] = []
+
+    def timed(conn: db.Connection, ref, want: int):  # type: ignore[no-untyped-def]
+        started = time.monotonic()
+        try:
+            return receive(conn, ref, want)
+        except QueuelakeError:  # its wait for the lock ended (lock_timeout or, as long, statement_timeout)
+            waited[ref.canonical] = time.monotonic() - started
+            raise
+
+    def planned(drains, batch_size: int):  # type: ignore[no-untyped-def]
+        out = plan(drains, batch_size)
+        units.extend([d.ref.canonical for d in unit] for unit in out)
+        return out
+
+    monkeypatch.setattr(queues, "receive_batch_arrow", timed)
+    monkeypatch.setattr(small_queues, "plan", planned)
+    names = ["A", "B", "C"]
+    cfg = from_dict(
+        {
+            "transport": {"connection": fresh_pg_uri},
+            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+            "drain": {"queues": names, "statement_timeout_seconds": 2},
+        },
+        env={},
+    )
+    refs = [queue_ref(n, cfg.transport) for n in names]
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        for ref in refs:
+            send(conn, ref, [OutgoingMessage("{}", b"x")] * 4)
+        conn.commit()
+    lake = open_lake(cfg.lake)
+    with psycopg.connect(fresh_pg_uri) as holder:  # B's rows cannot be deleted until the drain has returned
+        holder.execute(f"LOCK TABLE {refs[1].qualified} IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
+        release = threading.Timer(600, holder.rollback)
+        release.start()
+        try:
+            first = drain(cfg, lake)
+        finally:
+            release.cancel()
+            holder.rollback()
+    assert units == [[r.canonical for r in refs]], units  # the three in one batch of small queues
+    by_queue = {q["queue"]: q for q in first["queues"]}
+    locked = by_queue[refs[1].canonical]
+    assert locked["status"] == "failed" and "timeout" in locked["error"], locked
+    assert list(waited) == [refs[1].canonical], waited
+    assert locked["seconds"] >= round(waited[refs[1].canonical], 3) - 0.001, (locked, waited)
+    assert first["landed"] == 8 and all(by_queue[r.canonical]["status"] == "ok" for r in (refs[0], refs[2]))
+
+
 def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_the_run(
     fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -157,10 +157,13 @@ class SmallQueues:
 
     def _share_seconds(self, wall: float) -> None:
         """Each queue's seconds: its share of the time the queues spent together (its rows in the
-        batch, and one for its lock, claims and receive statement), plus its time alone. Why not the
+        batch, and one for its receive statement), plus its time alone. Why not the
         group's wall time for each: a queue of 10 rows beside 60 others reported the whole batch's
         seconds and a rate 60 times too low, and summed over a run, the queues' seconds said the run
-        took 60 times as long as it did."""
+        took 60 times as long as it did. A queue's time alone includes its lock taken and claims resolved
+        (``_begin``) and a receive statement of its own that failed (``_receive``): a queue whose table
+        another program held locked waited up to the lock timeout (30 s) there, and reported 0.03 s, its
+        share by rows of a batch it had no rows in (a review)."""
         counted = [d for d in self.drains if d.result.status != Status.SKIPPED]
         together = max(0.0, wall - sum(self._own[d.ref.canonical] for d in counted))
         weights = {d.ref.canonical: self._rows[d.ref.canonical] + 1 for d in counted}
@@ -170,11 +173,12 @@ class SmallQueues:
             drain.stop_clock(together * weights[queue] / total + self._own[queue])
 
     def _begin(self, drain: QueueDrain, lock_conn: Connection) -> bool:
-        try:
-            return drain.begin(lock_conn)
-        except QueuelakeError as exc:  # its table or its claims: this queue's failure only
-            drain.fail(exc)
-            return False
+        with self._alone(drain):
+            try:
+                return drain.begin(lock_conn)
+            except QueuelakeError as exc:  # its table or its claims: this queue's failure only
+                drain.fail(exc)
+                return False
 
     def _drain(self, lock_conn: Connection, ready: list[QueueDrain]) -> None:
         """The batch of every ready queue, then each queue it did not empty on its own worker, then
@@ -279,10 +283,13 @@ class SmallQueues:
             if want > room:
                 budget.give_back(want - room)
                 want = room
+            asked = time.monotonic()
             try:
                 with drain.state.batch_in_flight():
                     received = queues.receive_batch_arrow(conn, drain.ref, want)
             except QueuelakeError as exc:
+                # its own time, not the batch's (a wait for its table's lock: ``_share_seconds``)
+                self._own[drain.ref.canonical] += time.monotonic() - asked
                 if conn.lost or len(ready) == 1:  # the session's failure, or the queue is alone: as before
                     raise
                 budget.give_back(want)
