@@ -191,7 +191,12 @@ def depths(conn: Connection, refs: list[TableRef]) -> dict[str, int | None]:
     """Every queue's ``peek``, as one ``UNION ALL`` statement per 200 queues: a drain of hundreds of
     queues estimates them all in a few round trips. Each part is the dialect's own ``peek.sql``, so
     the estimate is the one ``status`` shows. When a statement fails (a missing table fails the
-    whole union), its queues are peeked one by one, and a queue whose own peek fails is None."""
+    whole union), its queues are peeked one by one, and a queue whose own peek fails is None.
+
+    A union that gave up waiting for a table lock (``configure_estimate_session``: 5 s) has its queues
+    peeked without waiting for one: the table it waited for is still locked, and its own peek waited
+    as long once more (a review: 10 s for the estimate of one locked table). Its depth is unknown
+    (drained as if deep); the others are read as they were."""
     out: dict[str, int | None] = {}
     for start in range(0, len(refs), DEPTHS_PER_STATEMENT):
         chunk = refs[start : start + DEPTHS_PER_STATEMENT]
@@ -202,20 +207,39 @@ def depths(conn: Connection, refs: list[TableRef]) -> dict[str, int | None]:
             conn.rollback()
             for i, depth in rows:
                 out[chunk[int(i)].canonical] = int(depth) if depth is not None else 0
-        except TransportError:
+        except TransportError as failed:
             conn.rollback()
-            for ref in chunk:
-                try:
-                    out[ref.canonical] = peek(conn, ref)
-                    conn.rollback()
-                except TransportError as exc:
-                    conn.rollback()
-                    out[ref.canonical] = None
-                    if not exc.missing_table:  # a missing table: its drain names it, once
-                        log.warning(
-                            "drain: the depth of %s could not be read (%s); drained as if deep", ref.canonical, exc
-                        )
+            if not failed.lock_timeout:
+                _peek_each(conn, chunk, out)
+                continue
+            with _no_lock_wait(conn):  # the table the union waited for is still locked: once is enough
+                _peek_each(conn, chunk, out)
     return out
+
+
+def _peek_each(conn: Connection, chunk: list[TableRef], out: dict[str, int | None]) -> None:
+    """``chunk``'s depths into ``out``, one ``peek`` each; None where it fails."""
+    for ref in chunk:
+        try:
+            out[ref.canonical] = peek(conn, ref)
+            conn.rollback()
+        except TransportError as exc:
+            conn.rollback()
+            out[ref.canonical] = None
+            if not exc.missing_table:  # a missing table: its drain names it, once
+                log.warning("drain: the depth of %s could not be read (%s); drained as if deep", ref.canonical, exc)
+
+
+@contextlib.contextmanager
+def _no_lock_wait(conn: Connection) -> Iterator[None]:
+    """The estimate's session without a wait for a table lock for the block, its own wait set back after."""
+    before = conn.session_settings
+    waited = before[1] if isinstance(before, tuple) and before[:1] == ("estimate",) else ESTIMATE_LOCK_WAIT_SECONDS
+    configure_estimate_session(conn, 0)
+    try:
+        yield
+    finally:
+        configure_estimate_session(conn, waited)
 
 
 def peek_union(peeks: list[str]) -> str:
@@ -305,11 +329,19 @@ def count_null_seq(conn: Connection, queue: TableRef) -> int:
 CONNECTION_CHECK_INTERVAL = "2s"
 
 
-def configure_estimate_session(conn: Connection) -> None:
+# the longest the depth estimate's session (and status's) waits for a table lock (``estimate_session.sql``)
+ESTIMATE_LOCK_WAIT_SECONDS = 5.0
+
+
+def configure_estimate_session(conn: Connection, wait_seconds: float = ESTIMATE_LOCK_WAIT_SECONDS) -> None:
     """The depth estimate's session waits a bounded time for a table lock (``estimate_session.sql``):
-    one queue table another program held locked stalled the estimate of every queue (a review)."""
-    conn.run("estimate_session", {}, {})
+    one queue table another program held locked stalled the estimate of every queue (a review).
+    ``wait_seconds`` 0: not at all (PostgreSQL's shortest, 1 ms). Recorded in ``conn.session_settings``."""
+    millis = max(0, math.ceil(wait_seconds * 1000))
+    for stmt in conn.statements("estimate_session", {}, {"lock_timeout_ms": millis}):
+        conn.execute(stmt, {"lock_timeout": timeout_setting(wait_seconds)})
     conn.commit()
+    conn.session_settings = ("estimate", wait_seconds)
 
 
 # the longest a drain's session waits for a table lock (``drain_session.sql``, ``lock_session.sql``): as

@@ -136,12 +136,28 @@ def test_an_empty_queue_with_a_claim_left_is_not_idle(fresh_pg_uri: str) -> None
     assert found.claimed_elsewhere == {other}
 
 
-def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_unknown(fresh_pg_uri: str) -> None:
+def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_unknown(
+    fresh_pg_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A migration held one of 115 queue tables locked: the one statement estimating every queue waited
     with it, 91 s, silent and past --max-seconds, and the run drained nothing (a review). The estimate
-    waits at most 5 s for a lock: that queue's depth is unknown (drained as if deep), the others' read."""
+    waits at most 5 s for a lock: that queue's depth is unknown (drained as if deep), the others' read.
+    Once: the queues of a union that gave up on a lock are peeked without a wait (the locked table's own
+    peek waited its 5 s once more: a review)."""
     import psycopg
 
+    waits: list[str] = []  # the session's lock_timeout at each statement that gave up waiting for a lock
+    raised = db.Connection.error
+
+    def error(self: db.Connection, exc: BaseException, statement: str, what: str | None) -> Exception:
+        failed = raised(self, exc, statement, what)
+        if failed.lock_timeout:
+            self.raw.rollback()  # the estimate rolls back after each failure; its setting is the session's
+            waits.append(self.raw.execute("SHOW lock_timeout").fetchone()[0])
+            self.raw.rollback()
+        return failed
+
+    monkeypatch.setattr(db.Connection, "error", error)
     names = ["A", "B", "C"]
     cfg = from_dict({"transport": {"connection": fresh_pg_uri}, "drain": {"queues": names}}, env={})
     refs = [queue_ref(n, cfg.transport) for n in names]
@@ -160,6 +176,7 @@ def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_un
             holder.rollback()
     depths = {r.canonical: found.backlogs[r.canonical].depth for r in refs}
     assert depths == {refs[0].canonical: 0, refs[1].canonical: None, refs[2].canonical: 4}, depths
+    assert [w for w in waits if w != "1ms"] == ["5s"], waits  # the union's wait; B's own peek did not wait
 
 
 def test_a_locked_queue_drained_with_small_queues_counts_its_wait_in_its_seconds(
