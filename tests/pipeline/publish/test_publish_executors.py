@@ -4,6 +4,7 @@ real), real Delta tables. The promise is the driver's: each row reaches each des
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -138,6 +139,41 @@ def test_a_subscriber_table_refusing_copies_never_blocks_the_others(fresh_pg_uri
     assert all("no_bodies" in r["reason"] for r in lost), lost[0]
     again = publish(cfg, spark, lake)["outputs"][0]
     assert again["published"] == 0 and again["undeliverable"] == 0, again
+
+
+def test_a_subscriber_table_dropped_during_the_run_is_logged_as_dropped(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """From Spark tasks, a subscriber table dropped after the run looked it up (an endpoint taken down) was
+    recorded as dropped, and the log said it "refused the copies sent to it" (a review). The log says it
+    is gone, as the record does and as the driver's path says; the others get each copy once."""
+    from queuelake.pipeline.publish import executors
+
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_x"], [], batch_size=40, executors_from_rows=1)
+    setup_db(cfg, ["Target", "Sub1", "Sub2", "Leaving"])
+    for queue in ("Sub1", "Sub2", "Leaving"):
+        subscribe(cfg, queue, queue, EVENT)
+    real = executors.send_units
+
+    def send_units(session, job, units):  # type: ignore[no-untyped-def]
+        with db.connect(cfg.transport) as other:  # routed to, then its endpoint takes it away
+            other.raw.execute('DROP TABLE IF EXISTS "public"."Leaving"')
+            other.commit()
+        return real(session, job, units)
+
+    monkeypatch.setattr(executors, "send_units", send_units)
+    caplog.set_level(logging.INFO, logger="queuelake")
+    lake = open_lake(cfg.lake, spark)
+    sends, events = outbound(lake, "outbound_x", files=2, per_file=80)
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert out["status"] == "ok" and out["failed_batches"] == [] and out["undeliverable"] == len(events), out
+    assert_exactly_once(cfg, sends, events)
+    lost = read_table(str(tmp_path / "lake" / "outbound_x_undeliverable")).to_pylist()
+    assert {r["destination"] for r in lost} == {"Leaving"} and len(lost) == len(events), lost[:2]
+    assert all(r["reason"].startswith("the table was dropped during the run") for r in lost), lost[0]
+    said = [r.getMessage() for r in caplog.records if "sending its batches again without it" in r.getMessage()]
+    assert len(said) == 1 and "is gone (dropped during the run)" in said[0], said
+    assert not [r for r in caplog.records if "refused the copies" in r.getMessage()], said
 
 
 def _refusing(fresh_pg_uri: str, tmp_path: Path, ddl: list[str]):

@@ -237,11 +237,13 @@ class ExecutorSender:
                 log.info("publish %s: stopped as asked; the next run sends the batches left", output)
                 return
             for table, reason in refusals.items():
-                log.warning(
-                    "publish %s: table %s refused the copies sent to it; sending its batches again without it",
-                    output,
-                    table,
+                # as its record says: a table dropped during the run was logged as refusing the copies (a review)
+                said = (
+                    "is gone (dropped during the run)"
+                    if reason.startswith(DROPPED)
+                    else "refused the copies sent to it"
                 )
+                log.warning("publish %s: table %s %s; sending its batches again without it", output, table, said)
                 self.router.refuse(table, reason)
             refused_now = set(refusals.values())
             failed = {k for k, o in outcomes.items() if o["status"] == "failed"}
