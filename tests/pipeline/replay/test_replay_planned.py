@@ -190,3 +190,9 @@ def test_an_empty_selection_plans_nothing(to: str | None) -> None:
     planned = Planned.of(EMPTY_KEYS.empty_table(), to)
     planned.resolve(None, Verdicts())  # type: ignore[arg-type]
     assert planned.num_rows == 0 and planned.counts() == ({}, {}) and planned.batch(0, Cut(0, 10)) == []
+
+
+def test_a_header_present_but_empty_is_said_to_be_empty() -> None:
+    """An empty FailedQ or ProcessingEndpoint is skipped with the reason of a missing one: the reason
+    names both cases (it said "no NServiceBus.FailedQ header" of a header that was there, a review)."""
+    assert "or an empty one" in NO_FAILED_QUEUE and "or with an empty one" in NO_ENDPOINT

@@ -24,8 +24,11 @@ from queuelake.report import log
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
 
-NO_FAILED_QUEUE = "no NServiceBus.FailedQ header: the queue it failed in is unknown (use --to)"
-NO_ENDPOINT = "an audited message without NServiceBus.ProcessingEndpoint: its queue is unknown (use --to)"
+# a header present but empty (or blank) is no queue either: said as such (it read "no ... header", a review)
+NO_FAILED_QUEUE = "no NServiceBus.FailedQ header, or an empty one: the queue it failed in is unknown (use --to)"
+NO_ENDPOINT = (
+    "an audited message without NServiceBus.ProcessingEndpoint, or with an empty one: its queue is unknown (use --to)"
+)
 
 _NULL = pa.scalar(None, pa.string())
 # the plan's columns beside the selection's identity: how each row is sent, where its content is
