@@ -821,3 +821,30 @@ def test_a_broken_pipe_is_stdout_closing_only_when_stdout_has_lost_its_reader() 
         os.close(write)
         if read >= 0:
             os.close(read)
+
+
+def test_a_publish_stopped_while_its_session_starts_keeps_its_counts_at_the_top(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The publish step attaches its counts under "publish" to a stop that ends it (``run`` nests its
+    steps so); the ``publish`` command alone put them there too, where every other ending of it has them at
+    the top: a script reading ``summary["published"]`` failed only for a stop while Spark started (a review)."""
+    from queuelake.commands import sessions
+
+    def stopped_while_starting(self: Any, step: Any, pending: Any, writes: Any = None) -> dict[str, Any]:
+        stop = stopping.Interrupted("stopped while the Spark session started")
+        counts = {"status": "interrupted", "run_id": "r", "published": 3, "copies": 6, "outputs": [{"output": "o"}]}
+        stopping.partial(stop, {"publish": counts})
+        raise stop
+
+    monkeypatch.setattr(sessions.Sessions, "step", stopped_while_starting)
+    config = tmp_path / "queuelake.yaml"
+    config.write_text(
+        f"transport: {{connection: 'postgresql://u@localhost/d'}}\nlake: {{root: '{tmp_path / 'lake'}'}}\n"
+    )
+    code = cli.main(["publish", "-c", str(config)])
+    summary = _summary(capsys.readouterr().out)
+    assert code != 0 and summary["status"] == "interrupted", summary
+    assert "publish" not in summary and summary["published"] == 3 and summary["copies"] == 6, summary
+    assert summary["outputs"] == [{"output": "o"}] and summary["error"] == "stopped while the Spark session started"
+    stopping.reset()
