@@ -298,13 +298,13 @@ def main(
             summary = {
                 "command": args.command,
                 "status": Status.INTERRUPTED,
-                **stopping.done_before(exc),
+                **stopping.done_before(exc, args.command),
                 "error": str(exc),
             }
             code = sigterm["exit_code"]
         except KeyboardInterrupt as exc:
             sigterm["armed"] = False
-            summary = {"command": args.command, "status": Status.INTERRUPTED, **stopping.done_before(exc)}
+            summary = {"command": args.command, "status": Status.INTERRUPTED, **stopping.done_before(exc, args.command)}
             code = EXIT_INTERRUPTED
         except BrokenPipeError as exc:  # stdout's reader went away (``failures | head -1``): the output stops
             sigterm["armed"] = False
@@ -322,7 +322,7 @@ def main(
                 summary = {
                     "command": args.command,
                     "status": Status.INTERRUPTED,
-                    **stopping.done_before(stopped),
+                    **stopping.done_before(stopped, args.command),
                     "error": str(stopped),
                 }
                 code = sigterm["exit_code"] if isinstance(stopped, Interrupted) else EXIT_INTERRUPTED
@@ -416,7 +416,7 @@ def _failure(args: argparse.Namespace, exc: BaseException) -> dict[str, Any]:
         log.error("%s failed: %s (--debug shows the traceback)", args.command, error)
     # the parts a command had done before it failed (``run``'s steps: a drain that landed 13,400
     # messages then failed its runs rows said nothing of them; a review)
-    done = stopping.done_before(exc)
+    done = stopping.done_before(exc, args.command)
     return {"command": args.command, "status": Status.FAILED, **done, "error": error, "error_kind": kind}
 
 

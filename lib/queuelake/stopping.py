@@ -58,20 +58,18 @@ def partial(stop: BaseException, done: dict[str, Any]) -> None:
         pass
 
 
-def lift(stop: BaseException, step: str) -> None:
-    """A step's parts attached under its name (``{"publish": {...}}``, as ``run`` nests its steps)
-    moved to the top, for the command that is that step alone: a ``publish`` stopped while its Spark
-    session started nested its counts under ``"publish"``, where every other ending of the command has
-    them at the top (a script reading ``summary["published"]`` failed in that one case: a review)."""
-    done = stop.__dict__.get("queuelake_done") if hasattr(stop, "__dict__") else None
-    if isinstance(done, dict) and isinstance(done.get(step), dict):
-        inner = done.pop(step)
+def done_before(stop: BaseException, command: str | None = None) -> dict[str, Any]:
+    """What ``partial`` attached to the stop: the summary's parts done before it, else nothing. A step
+    attaches its parts under its name (``{"publish": {...}}``), as ``run`` nests its steps; for the
+    ``command`` that is that step alone they come to the top, where every other ending of the command has
+    them: a ``publish`` stopped while its Spark session started nested its counts under "publish" (a
+    script reading ``summary["published"]`` failed in that one case: a review)."""
+    done = dict(stop.__dict__.get("queuelake_done", {}))
+    inner = done.get(command) if command is not None else None
+    if isinstance(inner, dict):
+        del done[command]  # type: ignore[arg-type]
         done.update({k: v for k, v in inner.items() if k not in ("status", "error")})
-
-
-def done_before(stop: BaseException) -> dict[str, Any]:
-    """What ``partial`` attached to the stop: the summary's parts done before it, else nothing."""
-    return dict(stop.__dict__.get("queuelake_done", {}))
+    return done
 
 
 def stop_signals() -> list[int]:

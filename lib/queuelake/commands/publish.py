@@ -16,20 +16,13 @@ if TYPE_CHECKING:
 
 def publish(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
-    from queuelake import stopping
     from queuelake.commands.sessions import Sessions
     from queuelake.context import open_database
     from queuelake.pipeline.publish import run as step
 
     cfg = config_mod.load(args.config)
     publish_step, pending = publish_steps(open_database(cfg))
-    try:
-        return Sessions(cfg, None).step(publish_step, pending, writes=step.written_tables)
-    except BaseException as exc:  # a stop now: the step's counts at the top, as the summary has them always
-        stop = exc if isinstance(exc, (stopping.Interrupted, KeyboardInterrupt)) else stopping.stop_within(exc)
-        if stop is not None:
-            stopping.lift(stop, "publish")
-        raise
+    return Sessions(cfg, None).step(publish_step, pending, writes=step.written_tables)
 
 
 def publish_steps(database: QueueDatabase) -> tuple[Callable[..., dict[str, Any]], Callable[..., list[str]]]:
