@@ -52,7 +52,7 @@ from queuelake.notebook_support import (
 nb = Notebook(dbutils=globals().get("dbutils"), spark=globals().get("spark"), display=globals().get("display"))
 LAKE_ROOT = nb.param("lake_root", "./lake")
 BUCKET = nb.param("bucket", "auto", ["auto", *BUCKETS])
-AUDIT_QUEUE = nb.param("audit_queue", "").replace('"', "")  # queue names are compared without quotes
+AUDIT_QUEUE = nb.param("audit_queue", "").strip()  # as written, quoted or not (queue_rows reads both)
 
 lake = nb.open_lake(LakeConfig(root=LAKE_ROOT, engine="auto"))
 
