@@ -10,11 +10,14 @@ catalog are switched on too (unless the config sets them).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import logging
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +48,7 @@ _DEFAULT_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
+WAREHOUSE = "spark.sql.warehouse.dir"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 JARS_ENV = "QUEUELAKE_DELTA_JARS"
@@ -84,6 +88,8 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
         "spark.app.name": config.app_name,
         **session_conf({**launched, **config.conf}, os.environ.get(JARS_ENV), master, quiet=not debugging()),
     }
+    if WAREHOUSE not in conf and WAREHOUSE not in given and _local_cores(master) is not None:
+        conf[WAREHOUSE] = scratch_warehouse()
     builder = SparkSession.builder
     for key, value in conf.items():
         if key not in given:
@@ -98,6 +104,29 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
         spark.sparkContext.setLogLevel("ERROR")
     _check_once(spark, check_spark)
     return spark
+
+
+_scratch: list[str] = []  # this process's scratch warehouse, once made
+
+
+def scratch_warehouse() -> str:
+    """A local session's warehouse: a folder of this process's own under the temporary folder, removed
+    when the process ends. Spark's default is ``./spark-warehouse``, made in the current folder the first
+    time a statement goes through the session catalog (delta-spark's ``ALTER TABLE delta.`...```, the
+    metastore names' ``CREATE SCHEMA``): ``queuelake demo --engine delta-spark`` left one in the user's
+    folder (a review). A local session's catalog lives in memory and ends with it, so nothing kept there
+    outlives the session anyway; queuelake's tables are in the lake (external, by path). Not for a cluster
+    (its executors must reach the warehouse), nor when ``spark.conf`` or spark-submit names one."""
+    if not _scratch:
+        path = tempfile.mkdtemp(prefix="queuelake-spark-warehouse-")
+        atexit.register(_remove_scratch, path, os.getpid())
+        _scratch.append(path)
+    return _scratch[0]
+
+
+def _remove_scratch(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # not from a forked child that inherited the handler
+        shutil.rmtree(path, ignore_errors=True)
 
 
 STDERR_FD = 2  # the process's own stderr, whatever ``sys.stderr`` is now (a test's capture has no file)

@@ -48,6 +48,8 @@ def test_demo_on_delta_spark(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "demo: using the Delta jars in " in proc.stderr
+    # Spark's warehouse is not left in the user's folder (it made ./spark-warehouse there: a review)
+    assert not (tmp_path / "spark-warehouse").exists()
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["status"] == "ok", summary
     assert summary["engine"] == "delta-spark"
@@ -84,3 +86,4 @@ def test_demo_on_delta_spark(tmp_path: Path) -> None:
     maintained = run_cli(["maintain", "-c", str(config)], cwd=tmp_path, env=env, timeout=900)
     assert maintained.returncode == 0, maintained.stderr[-3000:]
     assert len(maintained.stdout.strip().splitlines()) == 1, maintained.stdout
+    assert not (tmp_path / "spark-warehouse").exists()
