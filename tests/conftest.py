@@ -51,6 +51,7 @@ HEAVIEST_FIRST = (
     "product/test_fresh_clone.py",
     "pipeline/bodies/test_bodies.py",
     "product/test_demo_engines.py",
+    "product/test_docs_examples.py",
     "pipeline/test_runs.py",
     "product/test_embedded_multi.py",
     "lake/test_s3_throttling.py",

@@ -158,6 +158,20 @@ def next_commands(config_file: Path, lake_root: Path) -> list[str]:
     return commands
 
 
+def demo_roles(per_queue: int) -> tuple[list[int], list[int]]:
+    """Which of the ``per_queue`` OrderPlaced events failed (an error copy) and which were processed (an audit
+    copy), by index: half of them processed, a twentieth (at least 3) failed. No message has both: one
+    processed at Billing and then failed there, with no retry between, is traffic no endpoint makes, and
+    `failures` listed as open what `conversation` drew as retried (a review). Whatever ``--messages`` says,
+    the first event failed (a TimeoutException at Billing) and the second was processed: the docs' examples
+    name them (docs/where.md, find.md, failures.md, conversations.md; tests/product/test_docs_examples.py)."""
+    processed = per_queue // 2
+    failing = min(max(per_queue // 20, 3), per_queue - processed)
+    failed = [0, *range(2, failing + 1)][:failing]
+    audited = [1, *range(failing + 1, failing + processed)][:processed]
+    return failed, audited
+
+
 def seed_traffic(cfg: Config, per_queue: int) -> dict[str, Counter[str]]:
     """What we put in, by queue and by expected outcome, so the report can be checked against it."""
     expected: dict[str, Counter[str]] = {q: Counter() for q in DRAINED}
@@ -172,9 +186,9 @@ def seed_traffic(cfg: Config, per_queue: int) -> dict[str, Counter[str]]:
     for raw in traffic.MALFORMED_HEADERS.values():  # malformed: quarantined with the raw text
         sales.append(OutgoingMessage(raw, b"{}", id=str(uuid.uuid4())))
         expected["Sales"]["quarantined"] += 1
-    audit = [
-        traffic.audit_copy(m, "Billing", start + dt.timedelta(seconds=i), 20 + (i * 37) % 900)
-        for i, m in enumerate(events[: per_queue // 2])
+    failed, audited = demo_roles(per_queue)
+    audit = [  # processed after it was sent (the n-th event is sent n/4 s after the start)
+        traffic.audit_copy(events[n], "Billing", start + dt.timedelta(seconds=n), 20 + (n * 37) % 900) for n in audited
     ]
     expected["audit"]["landed"] += len(audit)
     failures = [
@@ -183,12 +197,9 @@ def seed_traffic(cfg: Config, per_queue: int) -> dict[str, Counter[str]]:
         ("Shipping.AddressNotFoundException", "No such street in Rotterdam", "Shipping"),
     ]
     error = []
-    # messages without an audit copy: one processed at Billing and then failed there, with no retry between,
-    # is traffic no endpoint makes, and `failures` listed as open what `conversation` drew as retried (a review)
-    unaudited = events[len(audit) :]
-    for i, m in enumerate(unaudited[: max(per_queue // 20, 3)]):
+    for i, n in enumerate(failed):
         exc, text, queue = failures[i % len(failures)]
-        error.append(traffic.failed_copy(m, queue, exc, text, start + dt.timedelta(minutes=i)))
+        error.append(traffic.failed_copy(events[n], queue, exc, text, start + dt.timedelta(minutes=i, seconds=n)))
     expected["error"]["landed"] += len(error)
     database = open_database(cfg)
     with database.connect("queuelake-demo-seed") as conn:

@@ -88,13 +88,14 @@ def order_body(rng: random.Random, order_id: str) -> bytes:
 
 
 def order_events(count: int, seed: int = 7, start: dt.datetime | None = None) -> Iterator[OutgoingMessage]:
-    """OrderPlaced events as the Sales endpoint publishes them (about 600 B headers, ~1 KB bodies)."""
+    """OrderPlaced events as the Sales endpoint publishes them (about 600 B headers, ~1 KB bodies). The same
+    seed gives the same messages, ids, conversations and bodies (the docs' examples name the demo's)."""
     rng = random.Random(seed)
     start = start or dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
     for i in range(count):
         message_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         sent = start + dt.timedelta(milliseconds=250 * i)
-        headers = order_headers(message_id, sent)
+        headers = order_headers(message_id, sent, conversation=str(uuid.uuid5(uuid.NAMESPACE_URL, message_id)))
         yield OutgoingMessage(hdr.encode(headers), order_body(rng, f"order-{seed}-{i}"), id=message_id)
 
 
