@@ -3,19 +3,18 @@ defaults): one column per name, and every row's values in it.
 
 Why: the schema merges names that differ in case only into one column, spelled as first seen, and Spark's
 ``from_json`` matches names exactly, so every camelCase row was written with its fields null, and
-counted as parsed (found by a review). The JSON keys are now respelled as the schema spells them before
-parsing. Real drain, Spark and Delta in the slow test."""
+counted as parsed (found by a review). A field is now read under each spelling the samples showed, and
+filled from the first the body holds. Real drain, Spark and Delta in the slow test."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import MapType, StringType, StructField, StructType
 from queuelake.lake.engines import open_lake
 from queuelake.pipeline.bodies import evolve, parse
 from queuelake.pipeline.bodies import run as bodies_run
@@ -32,58 +31,28 @@ PASCAL = {"Sku": "P-1", "Count": 3, "Lines": [{"Bin": "A", "Qty": 1}]}
 CAMEL = {"sku": "c-1", "count": 4, "lines": [{"bin": "B", "qty": 2}]}
 
 
-def test_the_spellings_the_samples_showed_are_respelled_as_the_schema_spells_them() -> None:
-    line = StructType([StructField("Bin", StringType()), StructField("Qty", LongType())])
-    schema = StructType(
-        [StructField("Sku", StringType()), StructField("Count", LongType()), StructField("Lines", ArrayType(line))]
-    )
+def test_the_names_the_samples_spelled_more_than_one_way_are_read_under_each_spelling() -> None:
     spellings: dict[str, set[str]] = {}
     data_keys: set[str] = set()
     key_spellings([json.dumps(PASCAL), json.dumps(CAMEL), "not json"], spellings, data_keys)
-    respell = evolve.respellings(schema, spellings, data_keys)
-    assert respell == {"sku": "Sku", "count": "Count", "lines": "Lines", "bin": "Bin", "qty": "Qty"}
-    # a name a dictionary uses as a key is left alone: the respelling would rewrite that data too
-    scored = StructType([*schema.fields, StructField("Scores", MapType(StringType(), LongType()))])
+    assert evolve.spelled(spellings) == {
+        "bin": ["Bin", "bin"],
+        "count": ["Count", "count"],
+        "lines": ["Lines", "lines"],
+        "qty": ["Qty", "qty"],
+        "sku": ["Sku", "sku"],
+    }
+    # a dictionary's keys are data, never a field's spellings: they are read as sent
     keyed, data = {}, set()  # type: ignore[var-annotated]
     key_spellings(
-        [json.dumps({**CAMEL, "Scores": {"0f8fad5b-d9cb-469f-a165-70867728950e": 1, "count": 2}})], keyed, data
+        [json.dumps({**CAMEL, "Scores": {"0f8fad5b-d9cb-469f-a165-70867728950e": 1, "Count": 2}})], keyed, data
     )
-    assert "count" in data and "count" not in evolve.respellings(scored, keyed, data)
-    # so is a key of a map the table holds, even one that looks like a name (it was respelled: a review)
-    props = StructType([*schema.fields, StructField("Props", MapType(StringType(), StringType()))])
+    assert "count" in data and keyed["count"] == {"count"}
+    # so are a key of a map the table holds, even one that looks like a name
+    props = StructType([StructField("Sku", StringType()), StructField("Props", MapType(StringType(), StringType()))])
     seen, data = {}, set()
-    key_spellings([json.dumps({**CAMEL, "Props": {"count": "x"}}), json.dumps(PASCAL)], seen, data, props)
-    assert "count" in data and "count" not in evolve.respellings(props, seen, data)
-    assert evolve.respellings(props, seen, data)["sku"] == "Sku"  # the other names still are
-    # a name spelled two ways at two depths is left alone: no one spelling fits both
-    twice = StructType(
-        [StructField("Id", StringType()), StructField("Ref", StructType([StructField("id", LongType())]))]
-    )
-    assert evolve.respellings(twice, {"id": {"Id", "id", "ID"}}) == {}
-
-
-@pytest.mark.parametrize(
-    ("text", "respelled"),
-    [
-        ('{"sku":"x","count":1}', '{"Sku":"x","Count":1}'),
-        ('{ "sku" : "x", "lines": [ {"bin": "sku"} ] }', '{ "Sku" : "x", "lines": [ {"bin": "sku"} ] }'),
-        ('{"note":"a \\"sku\\": in text","sku":1}', '{"note":"a \\"sku\\": in text","Sku":1}'),
-        ('{"note":"{\\"sku\\":1}"}', '{"note":"{\\"sku\\":1}"}'),
-        ('{"prénom":"a","x":{"pr\\u00E9nom":1,"pr\\u00e9nom":2}}', '{"Prénom":"a","x":{"Prénom":1,"Prénom":2}}'),
-        ('{"\\ud83d\\ude00x":1,"😀x":2}', '{"😀X":1,"😀X":2}'),
-    ],
-)
-def test_only_keys_are_respelled_never_text(text: str, respelled: str) -> None:
-    """The pattern (run here with Python's ``re``, whose syntax for it is Java's) takes an unescaped quote
-    after ``{`` or ``,``: in a string value every quote is escaped. A key past ASCII matches as written
-    and as System.Text.Json's escape of it (it was never respelled: found by a review)."""
-    out = text
-    for spelling, name in {"sku": "Sku", "count": "Count", "prénom": "Prénom", "😀x": "😀X"}.items():
-        pattern = parse._key_pattern(spelling)
-        quoted = json.dumps(name, ensure_ascii=False)
-        out = re.sub(pattern, lambda m, quoted=quoted: m.group(1) + quoted + m.group(2), out)
-    assert out == respelled
-    assert json.loads(out)  # still JSON
+    key_spellings([json.dumps({**CAMEL, "Props": {"Count": "x"}}), json.dumps(PASCAL)], seen, data, props)
+    assert "count" in data and seen["count"] == {"Count", "count"}  # PASCAL's own Count, not the map's
 
 
 @pytest.mark.slow
@@ -272,22 +241,6 @@ def _typed_days(pg_uri: str, tmp_path: Path, spark, type_name: str, **bodies: ob
         assert out["status"] == "ok" and out["unparsed"] == unparsed, out
 
     return day, lake
-
-
-def test_a_root_name_a_dictionary_also_uses_is_read_under_its_other_spellings() -> None:
-    """``source`` is a key of the ``Meta`` dictionary: the text's respelling would rewrite it there
-    too, so it is left alone, and the root's ``source`` is read as a spelling of its own instead."""
-    into: dict[str, set[str]] = {}
-    data_keys: set[str] = set()
-    key_spellings(
-        ['{"Source": "web", "Meta": {"Order Id": "x", "source": "crm"}}', '{"source": "app", "meta": {"source": "y"}}'],
-        into,
-        data_keys,
-    )
-    schema = StructType([StructField("Source", StringType()), StructField("Meta", MapType(StringType(), StringType()))])
-    respell = evolve.respellings(schema, into, data_keys)
-    assert "source" not in respell and respell == {"meta": "Meta"}
-    assert evolve.root_alternates(schema, into, respell) == {"Source": ["source"]}
 
 
 @pytest.mark.slow

@@ -35,10 +35,8 @@ class Evolution:
     schema: StructType  # the body's fields after this increment (names as in the bodies)
     existed: bool
     changes: list[tuple[str | None, Change]] = field(default_factory=list)  # (version, change)
-    # JSON keys to respell before parsing: a spelling the samples showed -> the column's (``respellings``)
-    respell: dict[str, str] = field(default_factory=dict)
-    # the body's own fields' other spellings the text's respelling leaves alone (``root_alternates``)
-    root_alternates: dict[str, list[str]] = field(default_factory=dict)
+    # a lower-case name -> its spellings the samples showed, when more than one (``spelled``)
+    spellings: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def created(self) -> bool:
@@ -90,41 +88,14 @@ def plan(
     return out
 
 
-def respellings(
-    schema: StructType, spellings: dict[str, set[str]], data_keys: set[str] | None = None
-) -> dict[str, str]:
-    """The JSON keys to write in the schema's spelling before parsing: ``spellings`` (a lower-case name
-    -> the spellings the sampled bodies used) against the schema's fields at any depth. Why: a type sent
-    in PascalCase (Newtonsoft) and camelCase (System.Text.Json's web defaults) has one column per name,
-    spelled as first seen, and Spark's ``from_json`` matches names exactly: every camelCase row was
-    written with its fields null, silently. A name spelled differently at two depths is left alone, and
-    so is one the samples used as a dictionary's key (``data_keys``, in lower case): the respelling is
-    done on the JSON text, and would rewrite that data too (two entries ``Total`` of one map)."""
-    canonical: dict[str, set[str]] = {}
-    _names(schema, canonical)
-    out: dict[str, str] = {}
-    for lower, seen in spellings.items():
-        names = canonical.get(lower, set())
-        if len(names) == 1 and lower not in (data_keys or set()):
-            (name,) = names
-            out.update({spelling: name for spelling in seen if spelling != name})
-    return out
-
-
-def root_alternates(
-    schema: StructType, spellings: dict[str, set[str]], respell: dict[str, str]
-) -> dict[str, list[str]]:
-    """The body's own fields (the root's) -> their other spellings that ``respell`` leaves as they are:
-    a name a dictionary uses as a key somewhere (``{"Source": .., "Meta": {"source": ..}}``) or spelled
-    differently at another depth. Such a spelling is read as a field of its own and its value taken
-    where the column's spelling has none (``parse.parsed``): the text's respelling would rewrite every
-    depth, and a camelCase sender's ``{"source": "app"}`` was written null, with no record (a review)."""
-    out: dict[str, list[str]] = {}
-    for f in schema.fields:
-        others = sorted(s for s in spellings.get(f.name.lower(), set()) if s != f.name and s not in respell)
-        if others:
-            out[f.name] = others
-    return out
+def spelled(spellings: dict[str, set[str]]) -> dict[str, list[str]]:
+    """The names the sampled bodies spelled more than one way (``spellings``: a lower-case name -> the
+    spellings seen), each with its spellings. Why: a type sent in PascalCase (Newtonsoft) and camelCase
+    (System.Text.Json's web defaults) has one column per name, spelled as first seen, and Spark's
+    ``from_json`` matches names exactly: every camelCase row was written with its fields null, silently.
+    The parse reads a field under each of its spellings (``parse.parsed``); a dictionary's keys, never
+    among ``spellings`` (``infer.key_spellings``), are read as they are."""
+    return {lower: sorted(seen) for lower, seen in sorted(spellings.items()) if len(seen) > 1}
 
 
 def _names(t: DataType, into: dict[str, set[str]]) -> None:

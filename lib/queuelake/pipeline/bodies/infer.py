@@ -406,11 +406,9 @@ def key_spellings(
     texts: list[str], into: dict[str, set[str]], data_keys: set[str], schema: DataType | None = None
 ) -> None:
     """Every spelling of every object key in the JSON ``texts``, by lower case name, added to ``into``
-    (``evolve.respellings`` keeps the names spelled more than one way); a dictionary's data keys, in lower
-    case, to ``data_keys`` instead (a respelling would rewrite them too: they are left as they are). A
-    dictionary is an object whose keys look like data (``keyed_by_data``), or one where the table's
-    ``schema`` holds a map: a map whose keys look like names (``orderId``) had them respelled, and two
-    entries ``OrderId`` in one map (found by a review)."""
+    (``evolve.spelled`` keeps the names spelled more than one way); a dictionary's data keys, in lower
+    case, to ``data_keys`` instead (they are no field's spellings). A dictionary is an object whose keys
+    look like data (``keyed_by_data``), or one where the table's ``schema`` holds a map."""
     for text in texts:
         _spellings(_loads(text), schema, into, data_keys, root=True)
 

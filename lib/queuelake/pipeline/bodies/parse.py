@@ -20,17 +20,18 @@ with no record (a review).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructField, StructType, TimestampType
 
 from queuelake.lake.stage_tables import BODY_IDENTITY
 from queuelake.pipeline.bodies.infer import CORRUPT
 from queuelake.pipeline.bodies.xml_serializer import json_of_xml
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import Column, DataFrame
 
 IDENTITY = BODY_IDENTITY.names
@@ -119,46 +120,45 @@ def to_columns(keys: StructType) -> StructType:
 
 
 def parsed(
-    rows: DataFrame,
-    schema: StructType,
-    xml: bool = True,
-    respell: dict[str, str] | None = None,
-    alternates: dict[str, list[str]] | None = None,
+    rows: DataFrame, schema: StructType, xml: bool = True, spellings: dict[str, list[str]] | None = None
 ) -> DataFrame:
     """``rows`` (the selection's columns) with ``p``: the body as ``schema`` (field names as in the
     body), ``verdict`` (null: written; else the reason it goes to ``body_unparsed``) and ``written``.
-    ``xml``: the rows may hold XML bodies (False: none do, so no Python UDF runs). ``respell``: JSON keys
-    written in the schema's spelling first (``evolve.respellings``: ``orderId`` -> ``OrderId``).
-    ``alternates``: a root field's other spellings left unrespelled (``evolve.root_alternates``), whose
-    values fill the field where the body has none under its own spelling."""
+    ``xml``: the rows may hold XML bodies (False: none do, so no Python UDF runs). ``spellings``: a
+    lower-case name -> the ways the samples spelled it (``evolve.spelled``): a struct's field is also
+    read under each other spelling of its name, wherever the body has none under its own (``_spelled``).
+    The body's text is never rewritten: a string column holds what the body held (the keys were
+    respelled on the text, and an object held by a string column was stored with them respelled too:
+    a review)."""
     from pyspark.sql import functions as F
 
-    taken = {f.name.lower() for f in schema.fields}
     corrupt_name = CORRUPT  # a name no body field has (a body's own ``_corrupt_record`` failed its type: a review)
+    taken = {f.name.lower() for f in schema.fields}
     while corrupt_name.lower() in taken:
         corrupt_name = "_" + corrupt_name
-    with_corrupt = StructType([*schema.fields, StructField(corrupt_name, StringType(), True)])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt_name}
     is_xml = F.col("format") == "xml"
     source = F.col("text")
-    for spelling, name in sorted((respell or {}).items()):
-        source = F.regexp_replace(source, _key_pattern(spelling), f"$1{_replacement(name)}$2")
     if xml:  # null in, null out for JSON rows: a Python UDF is not skipped inside a CASE
         source = F.when(is_xml, json_of_xml(F.when(is_xml, F.col("text")), schema)).otherwise(source)
     df = rows.withColumn("_json", source)
-    p = F.when(F.col("format").isin("json", "xml"), F.from_json(F.col("_json"), with_corrupt, options))
-    p, alternate_unfit = _with_alternates(p, schema, alternates or {}, corrupt_name, options)
-    df = df.withColumn("p", p)
+    others = _others(spellings or {}, corrupt_name)
+    with_corrupt = StructType([*schema.fields, StructField(corrupt_name, StringType(), True)])
+    read_as, named, build = _spelled(with_corrupt, others, _spelled_depth(schema, others))
+    assert isinstance(read_as, StructType)
+    p = F.from_json(F.col("_json"), read_as, options)
+    if build is not None:  # each field from its first spelling the body holds, as the schema spells it
+        p = build(p.cast(named))
+    df = df.withColumn("p", F.when(F.col("format").isin("json", "xml"), p))
     corrupt = F.col("p").getField(corrupt_name)
-    if alternate_unfit is not None:  # a value under another spelling that did not fit: partly parsed too
-        corrupt = F.when(alternate_unfit, F.lit("alternate")).otherwise(corrupt)
     partly = F.from_json(F.col("_json"), "map<string,string>").isNotNull()  # a JSON object
     malformed = F.concat(F.lit("malformed "), F.upper(F.col("format")))
     verdict = (
         F.when(F.col("reason").isNotNull(), F.col("reason"))
         .when(F.col("p").isNull(), malformed)
         .when(
-            corrupt.isNotNull(), F.when(partly, F.coalesce(*_unfit_fields(schema), F.lit(PARTLY))).otherwise(malformed)
+            corrupt.isNotNull(),
+            F.when(partly, F.coalesce(*_unfit_fields(schema, others), F.lit(PARTLY))).otherwise(malformed),
         )
     )
     for field, outside in _times_outside(schema):  # the first such field of the row named
@@ -167,64 +167,143 @@ def parsed(
     return df.withColumn("verdict", verdict).withColumn("written", written)
 
 
-def _with_alternates(
-    p: Column, schema: StructType, alternates: dict[str, list[str]], corrupt_name: str, options: dict[str, str]
-) -> tuple[Column, Column | None]:
-    """``p`` with each root field taken from its other spellings where its own is absent: each spelling
-    read by a parse of its own (one struct per rank of spelling, so that no struct holds two names
-    differing in case only, which Spark's field access could not tell apart). Also whether a value under
-    another spelling did not fit its field's type (None: no alternates): it was written null with no
-    record while its twin under the field's own spelling was recorded as partly parsed (a review)."""
-    from functools import reduce
+# How many more fields than its own (or how many times as many, if more) the parse's schema may hold to
+# read every spelling of every name (``_spelled``): a struct under each spelling of its name holds a copy
+# of its own fields under each of theirs, so spellings nested in spellings multiply (a tree 38 objects
+# deep, each name in two casings, is 2^38); past this, names are read under their other spellings only
+# down to the depth that fits
+MAX_SPELLED_FIELDS = 5_000
+SPELLED_TIMES = 4
+# how many ways of spelling one field's path (each name's spellings, depth by depth) a partly parsed
+# row's reason looks up (``_unfit_fields``)
+MAX_SPELLED_PATHS = 8
+_NO_PATH = "'[]\\"  # characters a name of a JSON path cannot hold
 
+
+def _others(spellings: dict[str, list[str]], corrupt_name: str) -> Callable[[str], list[str]]:
+    """A field's name -> its other spellings the samples showed (the parse's own column: none)."""
+
+    def others(name: str) -> list[str]:
+        return [] if name == corrupt_name else [s for s in spellings.get(name.lower(), []) if s != name]
+
+    return others
+
+
+def _spelled_size(t: DataType, others: Callable[[str], list[str]], depth: int) -> int:
+    """How many fields ``_spelled`` makes of ``t`` with the other spellings read ``depth`` objects deep."""
+    if isinstance(t, StructType):
+        return sum(
+            (1 + (len(others(f.name)) if depth > 0 else 0)) * (1 + _spelled_size(f.dataType, others, depth - 1))
+            for f in t.fields
+        )
+    if isinstance(t, ArrayType):
+        return _spelled_size(t.elementType, others, depth)
+    if isinstance(t, MapType):
+        return _spelled_size(t.valueType, others, depth)
+    return 0
+
+
+def _spelled_depth(schema: StructType, others: Callable[[str], list[str]]) -> int:
+    """How many objects deep the other spellings are read: all the way (``MAX_SCHEMA_DEPTH`` levels hold
+    at most 40 objects), or as deep as ``MAX_SPELLED_FIELDS`` and ``SPELLED_TIMES`` allow."""
+    own = _spelled_size(schema, others, 0)
+    depth, allowed = 64, max(own + MAX_SPELLED_FIELDS, SPELLED_TIMES * own)
+    while depth > 0 and _spelled_size(schema, others, depth) > allowed:
+        depth -= 1
+    return depth
+
+
+def _spelled(
+    t: DataType, others: Callable[[str], list[str]], depth: int
+) -> tuple[DataType, DataType, Callable[[Column], Column] | None]:
+    """How to read a value of type ``t`` with its structs' fields under every spelling of their names,
+    ``depth`` objects deep: the type ``from_json`` reads (a field under each of its spellings, as the
+    body spells them: Spark matches names exactly), the same type renamed so that no struct holds two
+    names differing in case only (a field under another spelling is ``_<position>``: Spark's field access
+    cannot tell ``Sku`` from ``sku``), and what makes a value of the renamed type a value of ``t`` (each
+    field its first spelling that holds a value). None for the last: ``t`` is read as it is.
+
+    Why not respell the keys on the text, as before: a regular expression cannot tell an object's
+    keys from the keys of an object held by a string column (a field that is an object in one body and
+    text in another), whose text was stored respelled (a review)."""
     from pyspark.sql import functions as F
 
-    if not alternates:
-        return p, None
-    types = {f.name: f.dataType for f in schema.fields}
-    ranks = max(len(spellings) for spellings in alternates.values())
-    structs = []
-    for rank in range(ranks):
-        fields = [StructField(s[rank], types[name], True) for name, s in alternates.items() if rank < len(s)]
-        fields.append(StructField(corrupt_name, StringType(), True))
-        structs.append(F.when(F.col("format") == "json", F.from_json(F.col("_json"), StructType(fields), options)))
-    for name, spellings in sorted(alternates.items()):
-        found = [structs[rank].getField(spelling) for rank, spelling in enumerate(spellings)]
-        p = p.withField(_quoted(name), F.coalesce(p.getField(name), *found))
-    unfit = [F.coalesce(s.getField(corrupt_name).isNotNull(), F.lit(False)) for s in structs]
-    return p, reduce(lambda a, b: a | b, unfit)
+    if isinstance(t, StructType) and depth > 0:
+        read: list[StructField] = []
+        renamed_types: list[DataType] = []
+        parts: list[tuple[str, int, int, Callable[[Column], Column] | None]] = []
+        changed = False
+        for f in t.fields:
+            inner_read, inner_named, inner_build = _spelled(f.dataType, others, depth - 1)
+            names = [f.name, *others(f.name)]
+            parts.append((f.name, len(read), len(names), inner_build))
+            read += [StructField(name, inner_read, True) for name in names]
+            renamed_types += [inner_named] * len(names)
+            changed = changed or len(names) > 1 or inner_build is not None
+        if not changed:
+            return t, t, None
+        positional = len(read) > len(t.fields)
+        names_of = [f"_{i}" if positional else f.name for i, f in enumerate(read)]
+        named = StructType([StructField(n, dt, True) for n, dt in zip(names_of, renamed_types)])
+
+        def build(value: Column) -> Column:
+            fields = []
+            for name, start, count, inner in parts:
+                found = [value.getField(names_of[i]) for i in range(start, start + count)]
+                if inner is not None:
+                    found = [inner(f) for f in found]
+                fields.append((found[0] if count == 1 else F.coalesce(*found)).alias(name))
+            return F.when(value.isNotNull(), F.struct(*fields))
+
+        return StructType(read), named, build
+    if isinstance(t, ArrayType):
+        read_element, named_element, build_element = _spelled(t.elementType, others, depth)
+        if build_element is None:
+            return t, t, None
+        each = build_element
+        return ArrayType(read_element, True), ArrayType(named_element, True), lambda v: F.transform(v, each)
+    if isinstance(t, MapType):
+        read_value, named_value, build_value = _spelled(t.valueType, others, depth)
+        if build_value is None:
+            return t, t, None
+        entry = build_value
+        return (
+            MapType(t.keyType, read_value, True),
+            MapType(t.keyType, named_value, True),
+            lambda v: F.transform_values(v, lambda _, x: entry(x)),
+        )
+    return t, t, None
 
 
-def _unfit_fields(schema: StructType) -> list[Column]:
+def _unfit_fields(schema: StructType, others: Callable[[str], list[str]]) -> list[Column]:
     """Per field (depth first, at most ``NAMED_FIELDS``): its reason where the body holds a value for it
-    (a JSON path into the row's ``_json``, whose keys are in the schema's spelling) and the parse left
-    it null, the value that did not fit; else null. An element of a list names its list; a value found
-    only under another spelling (``alternates``), or a name no JSON path can spell, names none."""
+    (a JSON path into the row's ``_json``, each name under its spellings: at most ``MAX_SPELLED_PATHS``
+    paths) and the parse left it null, the value that did not fit; else null. An element of a list names
+    its list; a name no JSON path can spell names none."""
+    from functools import reduce
+    from itertools import islice, product
+
     from pyspark.sql import functions as F
 
     out: list[Column] = []
 
-    def walk(fields: list[StructField], parents: list[str], parsed: Column) -> None:
+    def walk(fields: list[StructField], parents: list[list[str]], parsed: Column) -> None:
         for field in fields:
-            names = [*parents, field.name]
             if len(out) >= NAMED_FIELDS:
                 return
-            if any(c in name for name in names for c in "'[]\\"):
-                continue
-            path = "$" + "".join(f"['{name}']" for name in names)
+            if any(c in field.name for c in _NO_PATH):
+                continue  # its own children too: no path reaches them
+            names = [*parents, [s for s in [field.name, *others(field.name)] if not any(c in s for c in _NO_PATH)]]
             value = parsed.getField(field.name)
-            present = F.get_json_object(F.col("_json"), path).isNotNull()
-            out.append(F.when(present & value.isNull(), F.lit(does_not_fit(".".join(names)))))
+            paths = ("$" + "".join(f"['{name}']" for name in path) for path in product(*names))
+            found = [F.get_json_object(F.col("_json"), path).isNotNull() for path in islice(paths, MAX_SPELLED_PATHS)]
+            present = reduce(lambda a, b: a | b, found)
+            out.append(F.when(present & value.isNull(), F.lit(does_not_fit(".".join(n[0] for n in names)))))
             if isinstance(field.dataType, StructType):
                 walk(field.dataType.fields, names, value)
 
     walk(schema.fields, [], F.col("p"))
     return out
-
-
-def _quoted(name: str) -> str:
-    """A field name as ``withField`` takes it: a path, so a name with a dot or a backquote is quoted."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _outside(field: str) -> Column:
@@ -241,30 +320,6 @@ def _times_outside(schema: StructType) -> list[tuple[str, Column]]:
     it (a review). Such a field is written null (``typed``) and the row recorded as partly parsed. Each
     top-level timestamp field with its check."""
     return [(f.name, _outside(f.name)) for f in schema.fields if isinstance(f.dataType, TimestampType)]
-
-
-def _key_pattern(spelling: str) -> str:
-    """A JSON object's key ``spelling`` and no other text: an unescaped quote after ``{`` or ``,`` (and
-    spaces) opens a key, never a string value's text, where every quote is escaped. A character past
-    ASCII matches as written (UTF-8) and as its ``\\uXXXX`` escape in either case (System.Text.Json's
-    default encoder writes ``pr\\u00E9nom``); Java's regex syntax for this is Python's."""
-    return r'([{,]\s*)"' + "".join(_key_char(c) for c in spelling) + r'"(\s*:)'
-
-
-def _key_char(char: str) -> str:
-    if char in '"\\' or ord(char) < 0x20:
-        return re.escape(json.dumps(char)[1:-1])  # as JSON escapes it
-    if ord(char) < 0x80:
-        return re.escape(char)
-    units = char.encode("utf-16-be")  # a character past the BMP: its surrogate pair
-    escaped = "".join(rf"\\u(?i:{units[i]:02x}{units[i + 1]:02x})" for i in range(0, len(units), 2))
-    return f"(?:{re.escape(char)}|{escaped})"
-
-
-def _replacement(name: str) -> str:
-    """``name`` as a quoted JSON key (UTF-8 as it is) in a Java regex replacement (``$`` and ``\\``
-    escaped)."""
-    return json.dumps(name, ensure_ascii=False).replace("\\", "\\\\").replace("$", "\\$")
 
 
 def typed(df: DataFrame, schema: StructType) -> DataFrame:

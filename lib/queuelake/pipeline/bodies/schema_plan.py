@@ -86,9 +86,9 @@ def _sizes_and_casings(candidates: DataFrame) -> tuple[dict[tuple[str, str | Non
     """The text's bytes per type version (what ``sample_fractions`` bounds), and one JSON body of each
     type version whose first key starts with a capital letter, and one whose first key does not: a
     sender in PascalCase (Newtonsoft) and one in camelCase (System.Text.Json's web defaults) each in the
-    samples, whatever their shares. Why the casings: the respelling of keys (``evolve.respellings``)
-    knows only the spellings the samples show; 3 camelCase rows among 200 PascalCase ones, none sampled,
-    were written with every field null (found by a review).
+    samples, whatever their shares. Why the casings: a name is read under its other spellings
+    (``evolve.spelled``) only when the samples show them; 3 camelCase rows among 200 PascalCase ones,
+    none sampled, were written with every field null (found by a review).
 
     Two jobs over the cached slice, neither carrying a body through an aggregation: the sizes and each
     casing's lowest ``seq``, then the bodies at those ``seq``. Why: one aggregation taking the first text
@@ -151,8 +151,7 @@ def evolution(
     out = evolve.plan(table, evolve.body_columns(lake, table), per_version, xml)
     for by_format in versions.values():  # against the table's schema: the keys of its maps are data
         key_spellings(by_format.get("json", []), spellings, data_keys, out.schema)
-    out.respell = evolve.respellings(out.schema, spellings, data_keys)
-    out.root_alternates = evolve.root_alternates(out.schema, spellings, out.respell)
+    out.spellings = evolve.spelled(spellings)
     return out
 
 

@@ -90,7 +90,7 @@ def write_type(
                 rows = rows.join(F.broadcast(ids.distinct()), "message_id", "left_anti")
         # one Spark job parses and writes; the rows it leaves out (unparsed) are counted on the way
         # (an Observation: no second job), and parsed again only when there are any, which is rare
-        parsed = parse.parsed(rows, evolution.schema, xml, evolution.respell, evolution.root_alternates)
+        parsed = parse.parsed(rows, evolution.schema, xml, evolution.spellings)
         left_out = Observation(f"bodies/{table}")
         observed = parsed.observe(left_out, F.count(F.col("verdict")).alias("unparsed"))
         before = lake.table_version(table)
