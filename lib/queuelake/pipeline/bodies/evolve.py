@@ -35,7 +35,7 @@ class Evolution:
     schema: StructType  # the body's fields after this increment (names as in the bodies)
     existed: bool
     changes: list[tuple[str | None, Change]] = field(default_factory=list)  # (version, change)
-    # a lower-case name -> its spellings the samples showed, when more than one (``spelled``)
+    # a lower-case name -> its spellings the samples showed (``spelled``)
     spellings: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -89,13 +89,14 @@ def plan(
 
 
 def spelled(spellings: dict[str, set[str]]) -> dict[str, list[str]]:
-    """The names the sampled bodies spelled more than one way (``spellings``: a lower-case name -> the
-    spellings seen), each with its spellings. Why: a type sent in PascalCase (Newtonsoft) and camelCase
+    """The sampled bodies' names (``spellings``: a lower-case name -> the spellings seen), each with its
+    spellings: one spelling alone may differ from the table's column (a camelCase increment after a
+    PascalCase one). Why: a type sent in PascalCase (Newtonsoft) and camelCase
     (System.Text.Json's web defaults) has one column per name, spelled as first seen, and Spark's
     ``from_json`` matches names exactly: every camelCase row was written with its fields null, silently.
     The parse reads a field under each of its spellings (``parse.parsed``); a dictionary's keys, never
     among ``spellings`` (``infer.key_spellings``), are read as they are."""
-    return {lower: sorted(seen) for lower, seen in sorted(spellings.items()) if len(seen) > 1}
+    return {lower: sorted(seen) for lower, seen in sorted(spellings.items())}
 
 
 def _names(t: DataType, into: dict[str, set[str]]) -> None:
