@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from queuelake.config import from_dict
+from queuelake.config import Config, from_dict
 from queuelake.lake.engines import open_lake
+from queuelake.lake.port import LakeEngine
 from queuelake.lake.reading import read_table
 from queuelake.pipeline.drain.backlog import ConnectionBudget, estimate
 from queuelake.pipeline.drain.run import connection_plan
@@ -19,7 +20,7 @@ from queuelake.transport import claims, db, installer, locks, queues
 from queuelake.transport.activity import PeakConnections
 from queuelake.transport.database import QueueDatabase
 from queuelake.transport.queues import OutgoingMessage, send
-from queuelake.transport.table_refs import queue_ref
+from queuelake.transport.table_refs import TableRef, queue_ref
 
 from tests.helpers.stages import drain
 
@@ -209,22 +210,7 @@ def test_a_locked_queue_drained_with_small_queues_counts_its_wait_in_its_seconds
 
     monkeypatch.setattr(queues, "receive_batch_arrow", timed)
     monkeypatch.setattr(small_queues, "plan", planned)
-    names = ["A", "B", "C"]
-    cfg = from_dict(
-        {
-            "transport": {"connection": fresh_pg_uri},
-            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
-            "drain": {"queues": names, "statement_timeout_seconds": 2},
-        },
-        env={},
-    )
-    refs = [queue_ref(n, cfg.transport) for n in names]
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
-        for ref in refs:
-            send(conn, ref, [OutgoingMessage("{}", b"x")] * 4)
-        conn.commit()
-    lake = open_lake(cfg.lake)
+    cfg, refs, lake = _three_small_queues(fresh_pg_uri, tmp_path)
     with psycopg.connect(fresh_pg_uri) as holder:  # B's rows cannot be deleted until the drain has returned
         holder.execute(f"LOCK TABLE {refs[1].qualified} IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
         release = threading.Timer(600, holder.rollback)
@@ -273,22 +259,7 @@ def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_
     monkeypatch.setattr(db.Connection, "error", error)
     monkeypatch.setattr(queues, "depths", depths)
 
-    names = ["A", "B", "C"]
-    cfg = from_dict(
-        {
-            "transport": {"connection": fresh_pg_uri},
-            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
-            "drain": {"queues": names, "statement_timeout_seconds": 2},
-        },
-        env={},
-    )
-    refs = [queue_ref(n, cfg.transport) for n in names]
-    with db.connect(cfg.transport) as conn:
-        installer.install(conn, installer.plan(cfg))
-        for ref in refs:
-            send(conn, ref, [OutgoingMessage("{}", b"x")] * 4)
-        conn.commit()
-    lake = open_lake(cfg.lake)
+    cfg, refs, lake = _three_small_queues(fresh_pg_uri, tmp_path)
     with psycopg.connect(fresh_pg_uri) as holder:  # B locked until the drain has returned (or 10 minutes)
         holder.execute(f"LOCK TABLE {refs[1].qualified} IN ACCESS EXCLUSIVE MODE")  # type: ignore[attr-defined]
         release = threading.Timer(600, holder.rollback)
@@ -394,3 +365,23 @@ def test_after_the_journal_commit_fails_no_queue_gives_up_another_batch(
     assert again["status"] == "ok" and again["landed"] + again.get("rows_resolved", 0) == 300 * len(names), again
     ids = open_lake(cfg.lake).read_arrow("messages", columns=["id"]).column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 300 * len(names)
+
+
+def _three_small_queues(uri: str, tmp_path: Path) -> tuple[Config, list[TableRef], LakeEngine]:
+    """Queues A, B and C of 4 rows each (statements time out after 2 s), installed; a delta-rs lake."""
+    names = ["A", "B", "C"]
+    cfg = from_dict(
+        {
+            "transport": {"connection": uri},
+            "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
+            "drain": {"queues": names, "statement_timeout_seconds": 2},
+        },
+        env={},
+    )
+    refs = [queue_ref(n, cfg.transport) for n in names]
+    with db.connect(cfg.transport) as conn:
+        installer.install(conn, installer.plan(cfg))
+        for ref in refs:
+            send(conn, ref, [OutgoingMessage("{}", b"x")] * 4)
+        conn.commit()
+    return cfg, refs, open_lake(cfg.lake)
