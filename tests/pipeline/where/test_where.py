@@ -56,7 +56,8 @@ OTHERS = list(traffic.order_events(40, seed=61, start=SENT))
 
 def _order(name: str, seconds: int, ttbr_ms: int | None = None) -> OutgoingMessage:
     headers = traffic.order_headers(ID[name], SENT + dt.timedelta(seconds=seconds), conversation=CONVERSATION[name])
-    body = json.dumps({"OrderId": f"order-{name}", "Total": 100 + seconds, "Currency": "EUR"}).encode()
+    lines = [{"Sku": f"sku-{name}", "Quantity": 2}, {"Sku": "sku-common", "Quantity": 1}]
+    body = json.dumps({"OrderId": f"order-{name}", "Total": 100 + seconds, "Currency": "EUR", "Lines": lines}).encode()
     return OutgoingMessage(hdr.encode(headers), body, id=ID[name], ttbr_ms=ttbr_ms)
 
 
@@ -254,6 +255,30 @@ def test_a_business_key_through_the_typed_tables_and_the_waiting_bodies(system: 
     # a field no typed table has is said, not guessed
     summary, rows, _ = _where(system, "--field", "NoSuchField", "--value", "1", "--no-peek")
     assert rows == [] and any("no typed body table has a field 'NoSuchField'" in s for s in summary["not_searched"])
+
+
+def test_a_field_in_a_list_of_structs_is_found_in_any_of_its_items(system: tuple[Path, Path, str]) -> None:
+    """``Lines.Sku`` of an order's lines: the typed column is a list of structs, searched item by item as the
+    bodies waiting in the queues are (it found nothing in the typed tables)."""
+    summary, rows, _ = _where(system, "--field", "Lines.Sku", "--value", "sku-A")
+    assert _places(rows) == [("drained", SALES), ("processed", AUDIT)]
+    assert sum(summary["typed"]["tables_searched"].values()) == 1
+    summary, rows, _ = _where(system, "--field", "lines.quantity", "--value", "2", "--no-peek")
+    assert {r["message_id"] for r in rows} >= {ID["A"], ID["B"], ID["C"]}
+    summary, rows, _ = _where(system, "--field", "Lines.Sku", "--value", "sku-D")
+    assert _places(rows) == [("waiting", SALES)]
+
+
+def test_list_items_are_matched_once_per_row() -> None:
+    from queuelake.pipeline.where.keys import _field_type, holding
+
+    lines = [[{"Sku": "x"}, {"Sku": "y"}], None, [{"Sku": "y"}, None, {"Sku": None}], [], [{"Sku": "y"}, {"Sku": "y"}]]
+    table = pa.table({"message_id": list("abcde"), "Lines": lines, "Tags": [["t"], ["u", "t"], None, ["v"], []]})
+    assert holding(table, "Lines", ["Sku"], pa.scalar("y")).column(0).to_pylist() == ["a", "c", "e"]
+    assert holding(table.slice(1), "Tags", [], pa.scalar("t")).column(0).to_pylist() == ["b"]
+    found = _field_type(table.schema, ["lines", "sku"])
+    assert found is not None and found.spelled == ["Lines", "Sku"] and found.through_lists
+    assert _field_type(table.schema, ["Tags", "x"]) is None
 
 
 def test_the_table_is_for_people(system: tuple[Path, Path, str]) -> None:

@@ -17,9 +17,11 @@ as numbers.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,14 +66,33 @@ def _named(names: list[str], wanted: str) -> int:
     return folded[0] if len(folded) == 1 else -1
 
 
-def _field_type(schema: pa.Schema, path: list[str]) -> tuple[pa.DataType, list[str]] | None:
-    """The column type at ``path``, and the path as the table spells it; None: no such column."""
+@dataclass(frozen=True)
+class _Column:
+    """Where a field's values are in a typed table: their type (a list's items), the path as the table
+    spells it, and whether it goes through a list (``Lines.Sku`` of a list of structs, ``Tags`` a list)."""
+
+    typ: pa.DataType
+    spelled: list[str]
+    through_lists: bool
+
+
+def _is_list(typ: pa.DataType) -> bool:
+    return bool(pa.types.is_list(typ) or pa.types.is_large_list(typ))
+
+
+def _field_type(schema: pa.Schema, path: list[str]) -> _Column | None:
+    """The column at ``path``, through lists as a body's JSON goes through arrays (``body_matches``
+    does the same for the bodies still in the queues); None: no such column. Why: ``Lines.Sku`` of an
+    order's list of lines found nothing in the typed tables, and the same order waiting in its queue."""
     index = _named(schema.names, path[0])
     if index < 0:
         return None
     typ = schema.field(index).type
     spelled = [schema.names[index]]
+    lists = False
     for part in path[1:]:
+        while _is_list(typ):
+            typ, lists = typ.value_type, True
         if not pa.types.is_struct(typ):
             return None
         index = _named([typ.field(i).name for i in range(typ.num_fields)], part)
@@ -79,7 +100,30 @@ def _field_type(schema: pa.Schema, path: list[str]) -> tuple[pa.DataType, list[s
             return None
         spelled.append(typ.field(index).name)
         typ = typ.field(index).type
-    return typ, spelled
+    while _is_list(typ):
+        typ, lists = typ.value_type, True
+    return _Column(typ, spelled, lists)
+
+
+def _unnested(values: pa.Array, rows: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """A list column's items, each with the row it came from (a null list holds none)."""
+    while _is_list(values.type):
+        parents = pc.list_parent_indices(values).to_numpy(zero_copy_only=False)
+        values, rows = pc.list_flatten(values), rows[parents]
+    return values, rows
+
+
+def holding(table: pa.Table, column: str, path: list[str], scalar: pa.Scalar) -> pa.Table:
+    """The ``message_id`` of each row of ``table`` whose ``column`` holds ``scalar`` at ``path`` (the
+    struct fields below the column) in any item of the lists on the way: once per row."""
+    values: pa.Array = table.column(column).combine_chunks()
+    rows = np.arange(len(values))
+    for name in path:
+        values, rows = _unnested(values, rows)
+        values = pc.struct_field(values, name)
+    values, rows = _unnested(values, rows)
+    equal = pc.fill_null(pc.equal(values, scalar), False).to_numpy(zero_copy_only=False)
+    return table.select(["message_id"]).take(pa.array(np.unique(rows[equal]), pa.int64()))
 
 
 def typed_value(text: str, typ: pa.DataType) -> Any:
@@ -141,15 +185,19 @@ def find_key(lake: LakeEngine, name: str, value: str, max_messages: int) -> KeyR
         if found_type is None:
             out.tables_without_field += 1
             continue
-        typ, spelled = found_type
+        typ, spelled = found_type.typ, found_type.spelled
         try:
             scalar = typed_scalar(value, typ)
         except (ValueError, TypeError) as exc:
             out.not_searchable.append(f"{table}.{name} ({typ}): {value!r} is not a value of it ({exc})")
             continue
-        expression = ds.field(*spelled) == scalar
-        where = RowFilter(f"{name} = {value!r}", expression, (spelled[0],))
-        rows = engine.matching_rows(table, where, ["message_id"])
+        if found_type.through_lists:  # each batch's lists unnested in Arrow: a filter cannot reach into them
+            where = RowFilter(f"{name} = {value!r}", ds.field(spelled[0]).is_valid(), (spelled[0],))
+            look = functools.partial(holding, column=spelled[0], path=spelled[1:], scalar=scalar)
+            rows = engine.matching_reduced(table, where, ["message_id", spelled[0]], look)
+        else:
+            where = RowFilter(f"{name} = {value!r}", ds.field(*spelled) == scalar, (spelled[0],))
+            rows = engine.matching_rows(table, where, ["message_id"])
         ids = [i for i in rows.column("message_id").to_pylist() if i]
         out.tables_searched[table] = len(ids)
         for message_id in ids:
