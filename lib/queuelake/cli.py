@@ -3,9 +3,10 @@
 Every command logs progress to stderr and prints one JSON object as the last line of stdout, however
 it ends: 0 on success; 1 on failure (``"status": "failed"``, why, and its ``error_kind``, see
 ``queuelake.errors``; never a traceback unless ``--debug``, never the connection string), and also on a
-drain that left rows other sessions held or a ``run`` whose bodies or transform step another process held
-the lock of (``"status": "incomplete"``); 2 when the arguments do not parse; 143 when SIGTERM stopped it
-(``"status": "interrupted"``), 130 on Ctrl-C, 129 on a hang-up (SIGHUP: the terminal closed). The graceful
+drain that left rows other sessions held or a ``run`` (or a ``bodies`` or ``transform``) whose bodies or
+transform step another process held the lock of (``"status": "incomplete"``); 2 when the arguments do not
+parse; 143 when SIGTERM stopped it (``"status": "interrupted"``), 130 on Ctrl-C, 129 on a hang-up (SIGHUP:
+the terminal closed). The graceful
 commands (``drain``, ``run``, ...) take a first such signal as "stop at the next batch boundary" and a
 second as "stop now"; the other commands stop at the first.
 """

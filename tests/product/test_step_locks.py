@@ -356,3 +356,28 @@ def test_a_catch_up_that_failed_for_one_table_fails_only_the_transforms_reading_
     step.update(journal_version=-1, tables=[{"table": "body_a_doc", "error": "OutOfMemoryError"}])
     with pytest.raises(PipelineError, match="behind the journal: body_a_doc: OutOfMemoryError"):
         reader.BodyTables(cfg, None, lake).name_of("A.Order")  # type: ignore[arg-type]
+
+
+def test_the_bodies_and_transform_commands_end_incomplete_when_their_lock_is_held(
+    fresh_pg_uri: str, tmp_path: Path
+) -> None:
+    """An erase (or maintain's retention, or a run's step) held the lock: ``run`` ended "incomplete" (exit 1)
+    naming the step, while the standalone ``bodies`` and ``transform`` commands ended "ok", exit 0, with only
+    ``skipped``, and a scheduler read the step as done (a review). They end as ``run`` does for that step;
+    with the lock free and nothing new in the journal, they are ok."""
+    from tests.helpers.cli import run_cli
+
+    cfg = _config(fresh_pg_uri, tmp_path / "lake")
+    path = tmp_path / "queuelake.yaml"
+    path.write_text(
+        f"transport:\n  connection: ${{QUEUELAKE_CONNECTION}}\nlake:\n  root: {tmp_path / 'lake'}\n", encoding="utf-8"
+    )
+    for step in (step_locks.BODIES, step_locks.TRANSFORM):
+        with db.connect(cfg.transport) as other:  # an erase holds both steps' locks
+            assert locks.try_lock(other, step_locks.lock_name(cfg, step))
+            out = run_cli([step, "--config", path], connection=fresh_pg_uri, cwd=tmp_path)
+        assert out.code == 1 and out.summary["status"] == "incomplete", out.stderr
+        assert out.summary["held_steps"] == [step] and f"the {step} step did not run" in out.summary["error"], out
+        assert "an erase" in out.summary["skipped"], out
+        free = run_cli([step, "--config", path], connection=fresh_pg_uri, cwd=tmp_path)
+        assert free.code == 0 and free.summary["status"] == "ok" and "held_steps" not in free.summary, free

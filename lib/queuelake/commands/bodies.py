@@ -12,10 +12,11 @@ def bodies(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import Sessions
     from queuelake.pipeline.bodies import run as step
-    from queuelake.pipeline.step_locks import BODIES, one_at_a_time
+    from queuelake.pipeline.step_locks import BODIES, one_at_a_time, standalone
 
     cfg = config_mod.load(args.config)
-    return one_at_a_time(cfg, BODIES, lambda: Sessions(cfg, None).step(step.bodies, step.pending))
+    # its lock held by another process: "incomplete" (exit 1), as ``run`` ends for this step
+    return standalone(BODIES, one_at_a_time(cfg, BODIES, lambda: Sessions(cfg, None).step(step.bodies, step.pending)))
 
 
 COMMAND = Command(

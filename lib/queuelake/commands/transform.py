@@ -12,10 +12,13 @@ def transform(args: argparse.Namespace) -> dict[str, Any]:
     from queuelake import config as config_mod
     from queuelake.commands.sessions import Sessions
     from queuelake.pipeline import transform as step
-    from queuelake.pipeline.step_locks import TRANSFORM, one_at_a_time
+    from queuelake.pipeline.step_locks import TRANSFORM, one_at_a_time, standalone
 
     cfg = config_mod.load(args.config)
-    return one_at_a_time(cfg, TRANSFORM, lambda: Sessions(cfg, None).step(step.transform, step.pending))
+    # its lock held by another process: "incomplete" (exit 1), as ``run`` ends for this step
+    return standalone(
+        TRANSFORM, one_at_a_time(cfg, TRANSFORM, lambda: Sessions(cfg, None).step(step.transform, step.pending))
+    )
 
 
 COMMAND = Command(

@@ -19,7 +19,8 @@ commits: the lock's connection must still answer. What is left is the window of 
 
 A step that finds the lock held skips its work (status ok, ``skipped`` says why): the running one is
 doing it, and the next run takes the rest. ``queuelake run`` then ends "incomplete" (exit 1), naming the
-step in ``held_steps`` (``held_back``): it did not do a step it was configured to do. With the embedded
+step in ``held_steps`` (``held_back``): it did not do a step it was configured to do; so do the standalone
+``bodies`` and ``transform`` commands (``standalone``). With the embedded
 database (a laptop's throwaway server, which a bodies or transform step would otherwise not start) or a
 database out of reach, the step runs without the lock, the latter with a warning.
 """
@@ -183,6 +184,20 @@ def one_at_a_time(cfg: Config, step: str, run: Callable[[], dict[str, Any]]) -> 
 def held_back(step: str, summary: dict[str, Any]) -> bool:
     """Whether ``summary`` is ``one_at_a_time``'s for ``step`` skipped because its lock was held."""
     return summary.get("skipped") == _holder(step)
+
+
+def standalone(step: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """The ``bodies`` or ``transform`` command's outcome: as ``run`` ends for that step, "incomplete" (exit 1)
+    with ``held_steps`` when its lock was held, ``summary`` otherwise ("nothing to do" stays ok). Why: the
+    command ended "ok", exit 0, with only a warning and ``skipped``, and a scheduler read the step as done."""
+    if not held_back(step, summary):
+        return summary
+    error = (
+        f"the {step} step did not run: its lock was held ({_holder(step)}); run {step} again once it has "
+        "finished, or let the next run do it"
+    )
+    log.warning("%s: incomplete: %s", step, error)
+    return {**summary, "status": Status.INCOMPLETE, "held_steps": [step], "error": error}
 
 
 def _holder(step: str) -> str:
