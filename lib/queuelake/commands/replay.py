@@ -57,6 +57,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
         ack_queue=args.ack_queue,
         canary=args.canary,
         canary_wait=args.canary_wait,
+        skip_replayed=args.skip_replayed,
     )
     options.check()  # a bad --where or --replay-id fails before Spark starts
     cfg = config_mod.load(args.config)
@@ -125,6 +126,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--ack-queue",
         default=None,
         help="set ServiceControl.Retry.AcknowledgementQueue on retries to this queue (its table must exist)",
+    )
+    add(
+        "--skip-replayed",
+        action="store_true",
+        help="leave out the rows an earlier replay sent that have not failed again since (counted as skipped); "
+        "without it they are sent again, with a warning",
     )
     add(
         "--canary",

@@ -319,3 +319,57 @@ def test_a_table_refusing_a_canary_row_is_skipped_in_every_batch_left(fresh_pg_u
     assert len(_waiting(cfg)) == 1  # the other Billing row; nothing reached Shipping
     with db.connect(cfg.transport) as conn:
         assert conn.raw.execute('SELECT count(*) FROM "public"."Shipping"').fetchone()[0] == 0
+
+
+def _answer(cfg: Config, failing: int) -> list[str | None]:
+    """Billing, simulated once: every message in it taken off, the first ``failing`` failed again (an error
+    copy into ``error``), the others processed (an audit copy into ``audit``); then drained. Returns the
+    sources of the failed ones."""
+    t = cfg.transport
+    failed = []
+    with db.connect(t) as conn:
+        rows = receive_batch(conn, queue_ref("Billing", t), 1000)
+        for n, r in enumerate(rows):
+            message = OutgoingMessage(r.headers or "{}", r.body, id=r.id)
+            when = T0 + dt.timedelta(hours=1)
+            if n < failing:
+                failed.append(hdr.decode_map(message.headers).get(REPLAY_SOURCE))
+                copy = traffic.failed_copy(message, "Billing", TIMEOUT, "timed out again", when)
+                traffic.seed(conn, queue_ref("error", t), [copy])
+            else:
+                traffic.seed(conn, queue_ref("audit", t), [traffic.audit_copy(message, "Billing", when, 15)])
+        conn.commit()
+    assert drain(cfg, open_lake(cfg.lake))["status"] == "ok"
+    return failed
+
+
+def test_a_selection_an_earlier_replay_sent_is_said_and_can_be_left_out(
+    cfg: Config, sources: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same selection under a new replay id (a rerun of "retry yesterday's failures") sent every message
+    again, with no word (a review). It is said, from the lineage: the rows an earlier replay sent whose copy
+    has not failed again since (processed, or not back yet), counted in ``already_replayed``; they are sent
+    (a replay may mean it) unless ``--skip-replayed``, which leaves them out as skipped."""
+    first = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-1"), _no_spark)
+    assert (first["status"], first["rows_sent"], first["already_replayed"]) == ("ok", 5, 0), first
+    failed_again = _answer(cfg, failing=2)  # two copies failed again (two new failures), three processed
+    assert len(failed_again) == 2 and set(failed_again) <= set(sources)
+    dry = replay(cfg, None, open_lake(cfg.lake), _options(dry_run=True), _no_spark)
+    assert dry["selected"] == 7 and dry["already_replayed"] == 3 and dry["already_replayed_by"] == {"r-1": 3}, dry
+    caplog.clear()
+    again = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-2"), _no_spark)
+    assert (again["status"], again["rows_sent"], again["already_replayed"], again["skipped"]) == ("ok", 7, 3, 0)
+    said = [r.getMessage() for r in caplog.records if "earlier replay" in r.getMessage()]
+    assert len(said) == 1 and "3 of the 7 selected row(s)" in said[0] and "3 by replay r-1 at " in said[0], said
+    assert "--skip-replayed" in said[0], said
+    # r-2's copies all fail again: nothing of the selection (now 14 rows) is left out, r-1's three included
+    assert len(_answer(cfg, failing=7)) == 7
+    third = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-3", skip_replayed=True), _no_spark)
+    assert (third["status"], third["rows_sent"], third["already_replayed"], third["skipped"]) == ("ok", 14, 0, 0)
+    # r-3's copies are not back yet (pending): a fourth replay of the selection leaves every one out, skipped
+    fourth = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-4", skip_replayed=True), _no_spark)
+    assert (fourth["status"], fourth["rows_sent"], fourth["already_replayed"], fourth["skipped"]) == ("ok", 0, 14, 14)
+    assert fourth["already_replayed_by"] == {"r-3": 14}, fourth
+    (reason,) = fourth["skipped_reasons"]
+    assert reason.startswith("sent by replay r-3 at ") and reason.endswith("not failed again since (--skip-replayed)")
+    assert len(_waiting(cfg)) == 14  # r-3's copies, each once

@@ -160,3 +160,58 @@ def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
     return lineage.append_column(
         "outcome", pa.array([f[1] if f else PENDING for f in found], pa.string())
     ).append_column("outcome_at", pa.array([f[0] if f else None for f in found], table_entry.UTC_TS))
+
+
+ALREADY_SCHEMA = pa.schema(
+    [
+        pa.field("queue", pa.string()),
+        pa.field("seq", pa.int64()),
+        pa.field("id", pa.string()),  # the selected row's id
+        pa.field("replay_id", pa.string()),  # the latest earlier replay that sent it
+        pa.field("recorded_at", table_entry.UTC_TS),
+        pa.field("outcome", pa.string()),  # that copy's: processed or pending (never failed-again)
+    ]
+)
+
+
+def already_replayed(lake: LakeEngine, replay_id: str | None, selected: pa.Table) -> pa.Table:
+    """The rows of ``selected`` (queue, seq, id, message_id) an earlier replay than ``replay_id`` sent and
+    that have not failed again since: the latest earlier copy of each is not ``failed-again``
+    (``outcomes``: processed, or pending, not drained back yet). Why: a replay id sends each row once, but
+    the same selection under a new id (a rerun of "retry yesterday's failures") sent every message again,
+    silently. One ``lookup`` of the lineage by the selection's MessageIds, then the copies' outcomes."""
+    journal = journal_engine(lake)
+    if selected.num_rows == 0 or not journal.exists(LINEAGE):
+        return ALREADY_SCHEMA.empty_table()
+    wanted = pc.unique(pc.drop_null(selected.column("message_id"))).to_pylist()
+    sent = journal.lookup(LINEAGE, "message_id", wanted).rows.select(LINEAGE_SCHEMA.names)
+    if replay_id is not None:  # this replay's own rows: a resume, sent once per replay id anyway
+        sent = sent.filter(pc.not_equal(sent.column("replay_id"), replay_id))
+    if sent.num_rows == 0:
+        return ALREADY_SCHEMA.empty_table()
+    # the selected row by queue, seq and row id (an id missing on either side: by queue and seq)
+    keys = pa.table(  # as the lineage types them (a Spark selection's may be large or dictionary strings)
+        {
+            "queue": selected.column("queue").cast(pa.string()),
+            "seq": selected.column("seq").cast(pa.int64()),
+            "selected_id": selected.column("id").cast(pa.string()),
+        }
+    )
+    joined = sent.join(keys, ["queue", "seq"], join_type="inner")
+    joined = joined.filter(pc.fill_null(pc.equal(joined.column("id"), joined.column("selected_id")), True))
+    if joined.num_rows == 0:
+        return ALREADY_SCHEMA.empty_table()
+    judged = outcomes(lake, joined).sort_by([("recorded_at", "descending")])
+    latest: dict[tuple[str, int, str | None], tuple[str, dt.datetime, str]] = {}
+    for q, s, i, r, at, outcome in zip(
+        *(judged.column(c).to_pylist() for c in ("queue", "seq", "selected_id", "replay_id", "recorded_at")),
+        judged.column("outcome").to_pylist(),
+        strict=True,
+    ):
+        latest.setdefault((q, s, i), (r, at, outcome))
+    rows = [
+        {"queue": q, "seq": s, "id": i, "replay_id": r, "recorded_at": at, "outcome": outcome}
+        for (q, s, i), (r, at, outcome) in latest.items()
+        if outcome != FAILED_AGAIN
+    ]
+    return pa.Table.from_pylist(rows, schema=ALREADY_SCHEMA)

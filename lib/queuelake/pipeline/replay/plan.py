@@ -40,6 +40,8 @@ class ReplayOptions:
     canary: int | None = None  # send the first N first, the rest once they are processed (canary.py)
     canary_wait: float = DEFAULT_CANARY_WAIT
     canary_poll: float = CANARY_POLL_SECONDS
+    # leave out the rows an earlier replay sent that have not failed again since (reported as skipped)
+    skip_replayed: bool = False
 
     def check(self) -> None:
         self.predicate = check_predicate(self.predicate)

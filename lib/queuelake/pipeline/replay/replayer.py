@@ -209,6 +209,7 @@ class Replayer:
             result.batches = cut.batches
             result.batches_done_before = len(done & set(range(result.batches)))
             records = skips.skip_records(replay_id or "", planned, others)
+            records += self._already_replayed(result, replay_id, planned)
             new, reasons, skip = skips.settle_skips(self.lake, replay_id, cut, done, planned, records)
             planned.exclude(skip)
             self._count(result, planned, reasons, cut, done)
@@ -252,6 +253,37 @@ class Replayer:
             finally:
                 gc.unfreeze()
         return result
+
+    def _already_replayed(self, result: ReplayResult, replay_id: str | None, planned: Planned) -> list[dict[str, Any]]:
+        """Counts and says the selected rows an earlier replay sent that have not failed again since
+        (``lineage.already_replayed``); returns their skip records under ``--skip-replayed``. Why: the same
+        selection under a new replay id (a rerun of "retry yesterday's failures") sent every message a
+        second time, with no word (a review). Sent again by default, as asked: a replay may mean it."""
+        earlier = lineage.already_replayed(
+            self.lake, replay_id, planned.table.select(["queue", "seq", "id", "message_id"])
+        )
+        if earlier.num_rows == 0:
+            return []
+        by = collections.Counter(earlier.column("replay_id").to_pylist())
+        result.already_replayed = earlier.num_rows
+        result.already_replayed_by = dict(by.most_common())
+        times = skips.replay_times(earlier)
+        named = ", ".join(f"{n} by replay {r} at {times[r]}" for r, n in by.most_common(5))
+        more = f" and {len(by) - 5} other replay(s)" if len(by) > 5 else ""
+        skip = self.options.skip_replayed
+        log.warning(
+            "replay %s: %d of the %d selected row(s) were sent by an earlier replay and have not failed again "
+            "since (%s%s): %s",
+            replay_id or "(dry run)",
+            earlier.num_rows,
+            planned.num_rows,
+            named,
+            more,
+            "--skip-replayed leaves them out (counted as skipped)"
+            if skip
+            else "they are sent again; to leave them out, run with --skip-replayed (or narrow --where)",
+        )
+        return skips.replayed_records(replay_id or "", planned, earlier) if skip else []
 
     def _already_sent(self, result: ReplayResult, plan: Plan) -> ReplayResult:
         """A rerun of a replay whose every batch is in the ledger, its plan's journal version purged since

@@ -24,6 +24,10 @@ class ReplayResult(PartResult):
     batches_sent: int = 0
     batches_done_before: int = 0
     failed_batches: list[str] = field(default_factory=list)
+    # selected rows an earlier replay sent that have not failed again since (``lineage.already_replayed``),
+    # and how many per earlier replay id: sent again unless --skip-replayed, which counts them as skipped
+    already_replayed: int = 0
+    already_replayed_by: dict[str, int] = field(default_factory=dict)
     skipped: int = 0
     skipped_reasons: dict[str, int] = field(default_factory=dict)
     destinations: dict[str, int] = field(default_factory=dict)  # the plan's rows per destination

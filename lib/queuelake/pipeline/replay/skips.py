@@ -70,6 +70,38 @@ def skip_records(replay_id: str, planned: Planned, others: pa.Table) -> list[dic
     return records
 
 
+def replayed_records(replay_id: str, planned: Planned, earlier: pa.Table) -> list[dict[str, Any]]:
+    """A record per planned row to be sent that an earlier replay sent and that has not failed again
+    since (``lineage.already_replayed``'s ``earlier``): ``--skip-replayed`` leaves them out."""
+    now = dt.datetime.now(dt.timezone.utc)
+    first = replay_times(earlier)
+    by_key = {
+        (q, s, i): r
+        for q, s, i, r in zip(*(earlier.column(c).to_pylist() for c in ("queue", "seq", "id", "replay_id")))
+    }
+    table = planned.table
+    columns = ("queue", "seq", "id", "message_id", "message_type", "address")
+    records = []
+    for key, positions in planned.positions_of(set(by_key)).items():
+        rid = by_key[key]
+        reason = f"sent by replay {rid} at {first[rid]} and not failed again since (--skip-replayed)"
+        for p in positions:
+            if table.column("target")[p].as_py() is None:
+                continue  # not sent anyway: its own reason is recorded
+            q, s, i, m, t, address = (table.column(c)[p].as_py() for c in columns)
+            records.append(skip_record(replay_id, q, s, i, m, t, address, reason, now))
+    return records
+
+
+def replay_times(earlier: pa.Table) -> dict[str, str]:
+    """Each earlier replay of ``earlier`` with when its first row of the selection was sent, as text."""
+    first: dict[str, dt.datetime] = {}
+    for r, at in zip(earlier.column("replay_id").to_pylist(), earlier.column("recorded_at").to_pylist(), strict=True):
+        if r not in first or at < first[r]:
+            first[r] = at
+    return {r: at.strftime("%Y-%m-%d %H:%M:%SZ") for r, at in first.items()}
+
+
 def refused_records(
     replay_id: str, planned: Planned, cut: Cut, table: str, reason: str, batches: list[int]
 ) -> list[dict[str, Any]]:
