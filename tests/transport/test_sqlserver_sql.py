@@ -240,3 +240,28 @@ def test_the_sqlserver_receive_leaves_rows_without_a_rowversion() -> None:
     assert cte is not None
     where = cte.this.args.get("where")
     assert where is not None and where.sql(dialect="tsql") == "WHERE NOT RowVersion IS NULL", where
+
+
+def test_a_delayed_message_is_due_at_its_instant_not_the_clock_plus_a_delay() -> None:
+    """Due was GETUTCDATE() (the statement's clock, later than the batch's clock read) plus a delay in whole
+    milliseconds, rounded twice to datetime's 1/300 s: a deliver_at came back a few ms off (a review). It is
+    the instant given, as text, converted once: datetime's rounding (at most 1/600 s) is all that is left."""
+    from queuelake.transport.queues import _utc_text
+
+    ref = _ref("Sales", "sqlserver", "dbo")
+    (store,) = sqlfiles.render("sqlserver", "store_delayed_at", ref.identifiers(), paramstyle="named")
+    (tree,) = _parse(store.sql, "tsql")
+    assert set(store.params) == {"headers", "body", "due"}
+    values = tree.find(exp.Tuple)
+    assert values is not None
+    due = values.expressions[2]
+    assert isinstance(due, exp.Cast) and due.to.sql(dialect="tsql") == "DATETIME", due
+    assert "GETUTCDATE" not in store.sql.upper() and "DATEADD" not in store.sql.upper()
+    assert due.sql(dialect="tsql") == "CAST(CONVERT(DATETIME2(7), @due, 121) AS DATETIME)", due.sql(dialect="tsql")
+    # the text both dialects read: the UTC wall clock, four-digit years, six-digit fractions (style 121)
+    import datetime as dt
+
+    east = dt.timezone(dt.timedelta(hours=14))
+    assert _utc_text(dt.datetime(2026, 12, 3, 0, 0, 0, 1_000, tzinfo=east)) == "2026-12-02 10:00:00.001000"
+    assert _utc_text(dt.datetime(1, 1, 1, 0, 0, 0, 999, tzinfo=dt.timezone.utc)) == "0001-01-01 00:00:00.000999"
+    assert _utc_text(dt.datetime(9999, 12, 31, 23, 59, 59, 997_000)) == "9999-12-31 23:59:59.997000"

@@ -50,6 +50,7 @@ STATEMENTS: frozenset[str] = frozenset(
         "receive_batch",
         "send",
         "store_delayed",
+        "store_delayed_at",
         "purge_expired",
         # subscriptions
         "find_subscribers",

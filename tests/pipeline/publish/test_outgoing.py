@@ -2,7 +2,7 @@
 
 ``Router.build`` is written for speed (one loop per batch, cached routes, hand-formatted ids); the
 reference below says the same thing the obvious way. Any row, whatever headers, TTBR, delivery time
-or routing it has, must give byte-identical headers, the same bodies and delays, the same tables
+or routing it has, must give byte-identical headers, the same bodies and due times, the same tables
 and the same undeliverable copies in the same order. No database: routing verdicts are preset.
 """
 
@@ -64,7 +64,7 @@ def reference(r: Router, pipeline: str, rows: list[dict[str, Any]]) -> tuple[lis
         deliver_at, delay = row.get("deliver_at"), None
         if deliver_at is not None:
             deliver_at = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.timezone.utc)
-            delay = max(int((deliver_at - NOW).total_seconds() * 1000), 0)
+            delay = max(deliver_at, NOW)  # the copy's Due: deliver_at to the microsecond, or now once passed
         targets, bad = r.routes(None, row["intent"], row.get("destination"), row["message_type"], delay is not None)
         lost += [(row["key"], address, reason) for address, reason in bad]
         for target in targets.values():
@@ -100,7 +100,7 @@ def built(r: Router, pipeline: str, rows: list[dict[str, Any]]) -> tuple[list[tu
     sent = [
         (table, m.headers, m.body, None, m.ttbr_ms) for table, (_, messages) in out.direct.items() for m in messages
     ]
-    sent += [(table, h, b, delay, None) for table, (_, items) in out.delayed.items() for h, b, delay in items]
+    sent += [(table, h, b, due, None) for table, (_, items) in out.delayed.items() for h, b, due in items]
     assert out.copies == len(sent)
     assert all(m.id is None for _, messages in out.direct.values() for m in messages)  # the COPY makes one
     return sent, [(row["key"], address, reason) for row, address, reason in lost]

@@ -993,3 +993,39 @@ def test_events_no_endpoint_subscribes_to_are_said_not_sent_silently(
     assert out["status"] == "ok" and out["published"] == 3 and out["copies"] == 0, out
     said = [r.getMessage() for r in caplog.records if "no endpoint subscribes" in r.getMessage()]
     assert len(said) == 1 and CONCRETE in said[0] and BASE in said[0], said
+
+
+def test_a_deliver_at_is_the_delayed_tables_due_to_the_microsecond(fresh_pg_uri: str, tmp_path: Path) -> None:
+    """Due was the transaction's now() plus the delay in whole milliseconds (the delay truncated): a
+    deliver_at came back in the delayed table's Due about 1 ms early (a review). It is written as the
+    instant itself (in the UTC wall clock the endpoint compares with), microseconds and millisecond edges
+    kept; a deliver_at passed is due now, as before."""
+    cfg = config(fresh_pg_uri, tmp_path / "lake", ["outbound_due"], [])
+    setup_db(cfg, ["Billing"])
+    lake = open_lake(cfg.lake)
+    hour = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=2)
+    wanted = {
+        "micros": hour + dt.timedelta(seconds=7, microseconds=123_457),
+        "under-a-second": hour + dt.timedelta(seconds=8, microseconds=999_999),
+        "a-millisecond-in": hour + dt.timedelta(seconds=9, microseconds=1_000),
+        "under-a-millisecond": hour + dt.timedelta(seconds=10, microseconds=999),
+    }
+    charge = "Billing.Messages.Commands.Charge, Billing"
+    rows = [row(k, "Send", "Billing", charge, deliver_at=at) for k, at in wanted.items()]
+    rows.append(row("passed", "Send", "Billing", charge, deliver_at=hour - dt.timedelta(days=1)))
+    write_outbound(lake, "outbound_due", rows)
+    with db.connect(cfg.transport) as conn:
+        before = conn.raw.execute("SELECT now()").fetchone()[0]
+    assert publish(cfg, None, lake)["outputs"][0]["published"] == 5
+    with db.connect(cfg.transport) as conn:
+        got = conn.raw.execute(
+            """SELECT headers, CAST(due AS timestamp) FROM "public"."Billing.Delayed" """
+            """WHERE due > CAST(now() AT TIME ZONE 'UTC' AS timestamptz)"""
+        ).fetchall()
+        passed = conn.raw.execute(
+            """SELECT CAST(due AS timestamp) FROM "public"."Billing.Delayed" """
+            """WHERE due <= CAST(now() AT TIME ZONE 'UTC' AS timestamptz)"""
+        ).fetchall()
+    by_time = {orjson.loads(h)[hdr.DELIVER_AT]: due.replace(tzinfo=dt.timezone.utc) for h, due in got}
+    assert sorted(by_time.values()) == sorted(wanted.values()), by_time
+    assert len(passed) == 1 and passed[0][0].replace(tzinfo=dt.timezone.utc) >= before.astimezone(dt.timezone.utc)

@@ -255,19 +255,20 @@ class Router:
         now: dt.datetime,
         sent: str,
     ) -> None:
-        """Copies for later delivery, one by one into each endpoint's delayed table (the statement
-        computes Due by the database clock): the rare case, in Python."""
+        """Copies for later delivery, one by one into each endpoint's delayed table: the rare case, in
+        Python. Due is deliver_at itself (``store_delayed_at``), or ``now`` (the transaction's clock)
+        when that has passed; it was now() plus the delay in whole milliseconds, up to 1 ms early."""
         if not len(positions):
             return
         for i, row in zip(positions.tolist(), batch.take(pa.array(positions)).to_pylist()):
             deliver_at = row["deliver_at"]
-            delay = max(int((deliver_at - now).total_seconds() * 1000), 0)
+            due = max(deliver_at, now)
             headers = row_headers(row, dict(row["headers"] or []), sent, self.endpoint, self.machine)
             for target in routes[of_row[i]].targets:
                 headers[hdr.DELIVER_AT] = format_time(deliver_at)
                 headers[hdr.FORWARD_DESTINATION] = target.canonical
                 mid = message_id(pipeline, row["key"], target.canonical)
-                out.add_delayed(target, text_of(headers, mid), row["body"], delay)
+                out.add_delayed(target, text_of(headers, mid), row["body"], due)
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,7 @@ class Outgoing:
     """One batch's messages grouped by table, ready to insert."""
 
     direct: dict[str, tuple[TableRef, Copies]] = field(default_factory=dict)
-    delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, int]]]] = field(default_factory=dict)
+    delayed: dict[str, tuple[TableRef, list[tuple[str, bytes | None, dt.datetime]]]] = field(default_factory=dict)
     copies: int = 0
     # tables whose copies are built already (``prepare``), by canonical name
     ready: dict[str, binary_copy.Messages | binary_copy.Stream] = field(default_factory=dict)
@@ -342,10 +343,10 @@ class Outgoing:
         self.copies += len(copies)
         self.direct[target.canonical] = (target, copies)
 
-    def add_delayed(self, target: TableRef, headers: str, body: bytes | None, delay: int) -> None:
+    def add_delayed(self, target: TableRef, headers: str, body: bytes | None, due: dt.datetime) -> None:
         self.copies += 1
         ref = target.delayed()
-        self.delayed.setdefault(ref.canonical, (ref, []))[1].append((headers, body, delay))
+        self.delayed.setdefault(ref.canonical, (ref, []))[1].append((headers, body, due))
 
     def prepare(self, binary_copy_stream: bool, budget: int = PREPARED_BYTES) -> None:
         """Build the tables' copies now, before the batch's transaction (the driver does it in a
@@ -375,7 +376,7 @@ class Outgoing:
             else:
                 binary_copy.send(conn, ref, copies.messages() if built is None else built, now)
         for ref, items in self.delayed.values():
-            queues.store_delayed(conn, ref, items)
+            queues.store_delayed_at(conn, ref, items)
         return refused
 
 
