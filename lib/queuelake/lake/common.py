@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from queuelake.lake.deletes import RowFilter
-    from queuelake.lake.increments import Span
+    from queuelake.lake.increments import Rewrite, Span
     from queuelake.lake.lookup import Lookup, Within
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (one week)
@@ -107,6 +107,13 @@ class EngineBase:
         from queuelake.lake.increments import added_files
 
         return added_files(self.path(table), after, upto, self.storage_options)
+
+    def rewrite(self, table: str, after: int | None, upto: int) -> Rewrite | None:
+        """The data commits of (after, upto] that rewrote the table and the files they removed
+        (``increments.rewrite``)."""
+        from queuelake.lake.increments import rewrite
+
+        return rewrite(self.path(table), after, upto, self.storage_options)
 
     def added_batches(self, table: str, after: int | None, upto: int) -> list[str] | None:
         from queuelake.lake.increments import added_batches

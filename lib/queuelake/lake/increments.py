@@ -71,6 +71,7 @@ class _Commit:
     batches: list[tuple[str, int]]  # its application transactions (appId, version): each app's highest
     # each added file's (dataChange or not) first and last ``drained_at``, from its statistics (None: none)
     drained: dict[str, tuple[dt.datetime, dt.datetime] | None]
+    operation: str | None = None  # its commitInfo's (WRITE, MERGE, UPDATE, ...), None without one
 
 
 def _read_text(fs: Any, path: str) -> str:
@@ -115,7 +116,8 @@ def _commits(table_uri: str, after: int | None, upto: int, storage_options: dict
             elif "txn" in action:
                 batches.append((str(action["txn"].get("appId")), int(action["txn"].get("version") or 0)))
         delete = any(is_delete(a.get("commitInfo") or {}) for a in actions)
-        out.append(_Commit(version, delete, adds, rearranged, removes, rows, batches, drained))
+        operation = next((str(a["commitInfo"].get("operation")) for a in actions if a.get("commitInfo")), None)
+        out.append(_Commit(version, delete, adds, rearranged, removes, rows, batches, drained, operation))
     return out
 
 
@@ -502,3 +504,37 @@ def added_files(
     if after >= upto:
         return []
     return _new_files(table_uri, _commits(table_uri, after, upto, storage_options), storage_options)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Data commits of versions (after, upto] that removed files (an overwrite, a MERGE, an UPDATE, a
+    REPLACE WHERE, CREATE OR REPLACE: not a delete, not a compaction), and what the range removed of the
+    table at ``after``: the rows those files held may come back, unchanged, in the range's files."""
+
+    commits: tuple[tuple[int, str], ...]  # (version, operation) of each such commit
+    removed: tuple[str, ...]  # the data files of the table at ``after`` that are not in it at ``upto``
+    gone: tuple[str, ...]  # of ``removed``, those no longer in storage (vacuumed)
+
+
+def rewrite(
+    table_uri: str, after: int | None, upto: int, storage_options: dict[str, str] | None = None
+) -> Rewrite | None:
+    """The data commits of (after, upto] that rewrote the table, and the files of ``after`` the range
+    removed (``Rewrite``); None when no commit there is one (the usual appends: nothing more is read) or
+    for a whole table (``after=None``). Why: a data commit's adds are all new to ``_surviving``, so an
+    outbound table overwritten or MERGEd by another job had every row of its files published again."""
+    if after is None or after >= upto:
+        return None
+    commits = _commits(table_uri, after, upto, storage_options)
+    rewriting = [c for c in commits if c.removes and not c.delete and not c.rearranged]
+    if not rewriting:
+        return None
+    written = {path for c in commits for path in (*c.adds, *c.rearranged)}
+    removed = sorted({path for c in commits for path in c.removes} - written)
+    gone = [path for path in removed if not _exists(table_uri, path, storage_options)]
+    return Rewrite(
+        tuple((c.version, c.operation or "an operation not named") for c in rewriting),
+        tuple(_absolute(table_uri, path) for path in removed),
+        tuple(_absolute(table_uri, path) for path in gone),
+    )

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from queuelake.lake.deletes import Deleted, Reached, RowFilter
     from queuelake.lake.files import StagedFiles
-    from queuelake.lake.increments import Span
+    from queuelake.lake.increments import Rewrite, Span
     from queuelake.lake.lookup import Lookup, Within
 
 
@@ -56,6 +56,11 @@ class LakeEngine(Protocol):
     def added_files(self, table: str, after: int | None, upto: int) -> list[str]:
         """URIs of the data files versions (after, upto] added (``after=None``: the whole table as of
         ``upto``); what transform and publish consume incrementally (``increments.py``)."""
+
+    def rewrite(self, table: str, after: int | None, upto: int) -> Rewrite | None:
+        """The data commits of (after, upto] that removed files (an overwrite, MERGE, UPDATE: not a
+        delete nor a compaction) and the files of ``after`` the range removed; None without such a
+        commit, or for a whole table (``increments.rewrite``)."""
 
     def added_batches(self, table: str, after: int | None, upto: int) -> list[str] | None:
         """The batch ids of the rows versions (after, upto] added, when the files ``added_files`` names

@@ -88,11 +88,12 @@ def plan(files: list[str], bad_keys: set[str], size: int) -> tuple[list[Unit], i
     order). Returns (units, batches in the round)."""
     units: list[Unit] = []
     total = 0
+    frozen = frozenset(bad_keys)  # its Arrow array built once (``rows.excluded``)
     for uri in files:
         parquet = open_file(uri)
         for group in range(parquet.metadata.num_row_groups):
             keys = parquet.read_row_group(group, columns=["key"])["key"]
-            sent = int(pc.sum(accepted(keys, bad_keys)).as_py() or 0)
+            sent = int(pc.sum(accepted(keys, frozen)).as_py() or 0)
             batches = (sent + size - 1) // size
             if batches:
                 units.append(Unit(uri, group, total, batches))
@@ -121,6 +122,7 @@ def route_round(
     a row group with a bad route."""
     now = queues.db_utc_now(conn)
     records: list[dict[str, Any]] = []
+    frozen = frozenset(bad_keys)  # its Arrow array built once (``rows.excluded``)
     for unit in units:
         if all(k in done for k in range(unit.first, unit.first + unit.batches)):
             continue
@@ -128,7 +130,7 @@ def route_round(
         names = set(parquet.schema_arrow.names)
         columns = [c for c in _ROUTING_COLUMNS if c in names] + (["deliver_at"] if "deliver_at" in names else [])
         table = parquet.read_row_group(unit.row_group, columns=columns)
-        mask = accepted(table["key"], bad_keys)
+        mask = accepted(table["key"], frozen)
         delayed = pc.is_valid(table["deliver_at"]) if "deliver_at" in names else pa.repeat(False, table.num_rows)
         send = pc.equal(table["intent"], "Send")
         nothing = pa.nulls(table.num_rows, pa.string())

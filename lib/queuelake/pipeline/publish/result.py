@@ -15,6 +15,7 @@ class OutputResult(PartResult):
     output: str
     rows: int = 0
     rejected: int = 0
+    unchanged: int = 0  # rows a rewrite of the table carried over unchanged: sent before, not again
     published: int = 0
     copies: int = 0
     batches: int = 0

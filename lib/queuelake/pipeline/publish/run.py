@@ -15,6 +15,7 @@ from queuelake.errors import QueuelakeError
 from queuelake.lake import stage_tables
 from queuelake.lake.port import LakeEngine
 from queuelake.pipeline.publish import executors
+from queuelake.pipeline.publish.carried import carried_over
 from queuelake.pipeline.publish.driver import DriverSender
 from queuelake.pipeline.publish.result import OutputResult
 from queuelake.pipeline.publish.rounds import Round, last_round, next_round, table_tag
@@ -104,9 +105,12 @@ class Publisher:
             return result
         files = self.lake.added_files(output, rnd.after, rnd.upto)
         t0 = time.monotonic()
-        bad_keys, result.rejected, outcome = (
+        # rows an overwrite/MERGE/UPDATE of the table carried over unchanged were sent before: not again
+        carried, result.unchanged = carried_over(self.lake, output, rnd.after, rnd.upto, files, resumed=bool(done))
+        rejected, result.rejected, outcome = (
             self._validate(output, files, rnd, resumed=bool(done)) if files else (set(), 0, None)
         )
+        bad_keys = rejected | carried if carried else rejected
         if outcome is not None:
             result.expectations = outcome.evaluated
             result.failed_expectations = outcome.failed
