@@ -103,3 +103,26 @@ def test_a_large_exclusion_is_looked_up_row_by_row_with_the_same_answer() -> Non
     assert accepted(keys, many).to_pylist() == [True, False, False, True]
     assert accepted(keys, frozenset(many)).to_pylist() == [True, False, False, True]
     assert accepted(pa.chunked_array([keys, keys]), many).to_pylist() == [True, False, False, True] * 2
+
+
+def test_only_a_data_commit_that_removed_files_is_a_rewrite(tmp_path) -> None:
+    """Appends, a DELETE and a compaction are no rewrite (a round of them reads nothing more); an
+    overwrite is, naming the files of the version before that it removed."""
+    from deltalake import DeltaTable, write_deltalake
+    from queuelake.lake.increments import rewrite
+
+    uri = str(tmp_path / "out")
+    write_deltalake(uri, table_of([_row("a")]))
+    write_deltalake(uri, table_of([_row("b")]), mode="append")
+    write_deltalake(uri, table_of([_row("c")]), mode="append")
+    assert rewrite(uri, 0, 2) is None
+    DeltaTable(uri).delete("key = 'b'")
+    DeltaTable(uri).optimize.compact()
+    assert rewrite(uri, 2, 4) is None
+    assert rewrite(uri, None, 4) is None
+    before = {f.split("/")[-1] for f in DeltaTable(uri, version=4).file_uris()}
+    write_deltalake(uri, table_of([_row("a"), _row("d")]), mode="overwrite")
+    found = rewrite(uri, 4, 5)
+    assert found is not None and found.commits == ((5, "WRITE"),) and found.gone == ()
+    assert {f.split("/")[-1] for f in found.removed} == before
+    assert rewrite(uri, 2, 5) is not None
