@@ -41,3 +41,19 @@ def test_a_long_lookup_logs_how_many_files_it_has_read(
     said = [r.getMessage() for r in caplog.records if "file(s) read" in r.getMessage()]
     assert said and said[0].startswith("messages: looking for 2 message_id value(s) for "), said
     assert said[-1].endswith(" of 4 file(s) read"), said
+
+
+def test_a_lookup_of_some_columns_reads_those_alone(tmp_path: Path) -> None:
+    """``columns``: the matching rows' named columns, not whole rows (a replay's look at the copies an earlier
+    replay sent read 100,000 journal rows with their bodies for their headers); a column the table lacks is
+    said."""
+    from queuelake.errors import LakeError
+
+    lake = open_lake(from_dict({"transport": {"connection": "x"}, "lake": {"root": str(tmp_path)}}, env={}).lake)
+    append(lake, batch('"public"."Sales"', range(5), dt.datetime(2026, 12, 1, tzinfo=UTC), message_ids=list("abcde")))
+    found = lake.lookup("messages", "message_id", ["c"], columns=["headers", "seq"])
+    assert found.rows.column_names == ["message_id", "headers", "seq"] and found.rows.column("seq").to_pylist() == [2]
+    assert "body" in lake.lookup("messages", "message_id", ["c"]).rows.column_names
+    assert lake.lookup("messages", "message_id", ["z"], columns=["seq"]).rows.column_names == ["message_id", "seq"]
+    with pytest.raises(LakeError, match="no column"):
+        lake.lookup("messages", "message_id", ["c"], columns=["no_such"])

@@ -191,13 +191,19 @@ class EngineBase:
         return read_arrow(self._require(table, version), columns)
 
     def lookup(
-        self, table: str, column: str, values: Sequence[str], version: int | None = None, within: Within | None = None
+        self,
+        table: str,
+        column: str,
+        values: Sequence[str],
+        version: int | None = None,
+        within: Within | None = None,
+        columns: Sequence[str] | None = None,
     ) -> Lookup:
-        """Rows whose ``column`` holds one of ``values``, reading whole rows only of files that hold
-        one (``lookup.py``); either engine, since both tables are Delta logs deltalake reads."""
+        """Rows whose ``column`` holds one of ``values``, reading whole rows (or ``columns``) only of files
+        that hold one (``lookup.py``); either engine, since both tables are Delta logs deltalake reads."""
         from queuelake.lake.lookup import lookup
 
-        return lookup(self._require(table, version), column, values, within)
+        return lookup(self._require(table, version), column, values, within, columns)
 
 
 def landed(dt: DeltaTable, since: int, key: str, value: str) -> bool:

@@ -114,13 +114,20 @@ class LakeEngine(Protocol):
         """The table (or one version) as Arrow on the driver; for small tables and tests."""
 
     def lookup(
-        self, table: str, column: str, values: Sequence[str], version: int | None = None, within: Within | None = None
+        self,
+        table: str,
+        column: str,
+        values: Sequence[str],
+        version: int | None = None,
+        within: Within | None = None,
+        columns: Sequence[str] | None = None,
     ) -> Lookup:
         """The rows (of the current version, or ``version``) whose string ``column`` equals one of
         ``values``, on the driver, without Spark: files the Delta log's statistics exclude are never
-        opened, of the rest only ``column`` is read, and only files holding a match are read whole
-        (``lookup.py``). Only the files the log lists are read, never the drain's staged ones. What
-        ``queuelake find`` asks of the journal; the result says what was read (files, pruned, rows).
+        opened, of the rest only ``column`` is read, and only files holding a match are read whole (of
+        ``columns``, when given, only those: ``lookup.py``). Only the files the log lists are read, never
+        the drain's staged ones. What ``queuelake find`` asks of the journal; the result says what was read
+        (files, pruned, rows).
         ``within``: only the files it admits (what an index says may hold the rows, ``Within``)."""
 
     def add_columns(self, table: str, fields: list[pa.Field]) -> None:

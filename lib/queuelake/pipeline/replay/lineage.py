@@ -112,6 +112,10 @@ def lineage_of(lake: LakeEngine, replay_id: str) -> pa.Table:
     return journal.lookup(LINEAGE, "replay_id", [replay_id]).rows.select(LINEAGE_SCHEMA.names)
 
 
+# the journal columns ``outcomes`` reads of a sent copy (never its body)
+_OUTCOME_COLUMNS = ["headers", "failed_queue", "exception_type", "time_of_failure", "processing_ended", "drained_at"]
+
+
 def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
     """``lineage``'s rows with ``outcome`` (processed, failed-again, pending) and ``outcome_at`` (the
     audit copy's ProcessingEnded or the error copy's TimeOfFailure), from the journal's current version."""
@@ -119,9 +123,14 @@ def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
     wanted = [m for m in pc.unique(pc.drop_null(lineage.column("sent_message_id"))).to_pylist() if m]
     latest: dict[tuple[str, str, str | None], tuple[dt.datetime, str]] = {}
     if wanted and journal.exists(MESSAGES):
-        rows = journal.lookup(MESSAGES, "message_id", wanted).rows
-        replay_ids = pc.map_lookup(rows.column("headers"), REPLAY_ID, "last").to_pylist()
-        sources = pc.map_lookup(rows.column("headers"), REPLAY_SOURCE, "last").to_pylist()
+        rows = journal.lookup(MESSAGES, "message_id", wanted, columns=_OUTCOME_COLUMNS).rows
+        # only the copies a replay sent (its headers say so): a retry keeps the MessageId, so the lookup
+        # also finds every failed original, which need not become Python values
+        headers = rows.column("headers")
+        replay_ids, sources = pc.map_lookup(headers, REPLAY_ID, "last"), pc.map_lookup(headers, REPLAY_SOURCE, "last")
+        copies = pc.and_(pc.is_valid(replay_ids), pc.is_valid(sources))
+        rows = rows.filter(copies)
+        replay_ids, sources = replay_ids.filter(copies).to_pylist(), sources.filter(copies).to_pylist()
         source_ids = pc.map_lookup(rows.column("headers"), REPLAY_SOURCE_ID, "last").to_pylist()
         far = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
         for replay_id, source, source_id, failed_queue, exception, failed_at, ended, drained in zip(
@@ -147,6 +156,10 @@ def outcomes(lake: LakeEngine, lineage: pa.Table) -> pa.Table:
             key = (replay_id, source, source_id or None)
             if key not in latest or (at or far, state) > (latest[key][0] or far, latest[key][1]):
                 latest[key] = (at, state)
+    if not latest:  # no copy came back to the journal yet: every one pending
+        return lineage.append_column("outcome", pa.repeat(pa.scalar(PENDING), lineage.num_rows)).append_column(
+            "outcome_at", pa.nulls(lineage.num_rows, table_entry.UTC_TS)
+        )
     found = [
         latest.get((r, f"{q}@{s}", i)) or latest.get((r, f"{q}@{s}", None))
         for r, q, s, i in zip(
@@ -201,17 +214,19 @@ def already_replayed(lake: LakeEngine, replay_id: str | None, selected: pa.Table
     joined = joined.filter(pc.fill_null(pc.equal(joined.column("id"), joined.column("selected_id")), True))
     if joined.num_rows == 0:
         return ALREADY_SCHEMA.empty_table()
-    judged = outcomes(lake, joined).sort_by([("recorded_at", "descending")])
-    latest: dict[tuple[str, int, str | None], tuple[str, dt.datetime, str]] = {}
-    for q, s, i, r, at, outcome in zip(
-        *(judged.column(c).to_pylist() for c in ("queue", "seq", "selected_id", "replay_id", "recorded_at")),
-        judged.column("outcome").to_pylist(),
-        strict=True,
-    ):
-        latest.setdefault((q, s, i), (r, at, outcome))
-    rows = [
-        {"queue": q, "seq": s, "id": i, "replay_id": r, "recorded_at": at, "outcome": outcome}
-        for (q, s, i), (r, at, outcome) in latest.items()
-        if outcome != FAILED_AGAIN
-    ]
-    return pa.Table.from_pylist(rows, schema=ALREADY_SCHEMA)
+    judged = outcomes(lake, joined).sort_by(
+        [("queue", "ascending"), ("seq", "ascending"), ("selected_id", "ascending"), ("recorded_at", "descending")]
+    )
+    # each selected row's latest earlier copy: the first of its run of rows, in Arrow (100,000 rows a rerun
+    # of a retry selects took seconds as Python values)
+    same = np.ones(max(judged.num_rows - 1, 0), dtype=bool)  # row i + 1 is of row i's selected row
+    for name in ("queue", "seq", "selected_id"):
+        column = judged.column(name).combine_chunks()
+        values = column.cast(pa.string()).to_numpy(zero_copy_only=False)
+        nulls = column.is_null().to_numpy(zero_copy_only=False)
+        same &= (values[1:] == values[:-1]) & (nulls[1:] == nulls[:-1])
+    first = np.concatenate([np.ones(min(judged.num_rows, 1), dtype=bool), ~same])
+    latest = judged.filter(pa.array(first))
+    kept = latest.filter(pc.fill_null(pc.not_equal(latest.column("outcome"), FAILED_AGAIN), True))
+    names = ("queue", "seq", "selected_id", "replay_id", "recorded_at", "outcome")
+    return pa.table([kept.column(c).cast(f.type) for c, f in zip(names, ALREADY_SCHEMA, strict=True)], ALREADY_SCHEMA)
