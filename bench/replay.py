@@ -52,6 +52,7 @@ from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.context import open_database
 from queuelake.lake.engines import open_lake
+from queuelake.lake.record_tables import REPLAY_LINEAGE
 from queuelake.pipeline.drain.run import drain
 from queuelake.report import setup_logging
 from queuelake.transport import db, installer
@@ -147,9 +148,14 @@ def run(args: argparse.Namespace, work: Path) -> int:
         return seconds
 
     def replay_once() -> Ran:
+        """The retry as a first retry of these failures: the queues emptied, and the lineage of the runs
+        before forgotten (with it, each run would also say that earlier replays sent them and have not
+        failed again, ``already_replayed``: a rerun's check, not what a retry of new failures costs)."""
         empty_queues()
+        shutil.rmtree(work / "lake" / REPLAY_LINEAGE.name, ignore_errors=True)
         ran = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
         assert ran.summary["status"] == "ok" and ran.summary["rows_sent"] == args.rows, ran.summary
+        assert ran.summary["already_replayed"] == 0, ran.summary
         with psycopg.connect(uri) as c:
             total = sum(c.execute(f"SELECT count(*) FROM {q}").fetchone()[0] for q in tables.values())
         assert total == args.rows, total
