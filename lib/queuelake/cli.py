@@ -32,7 +32,7 @@ from typing import Any
 from queuelake import __version__, kill_points, stopping
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
-from queuelake.errors import describe, error_kind, is_panic
+from queuelake.errors import SPARK_EXTRA, describe, error_kind, is_panic, missing_spark
 from queuelake.report import LOG_FORMATS, JsonFormatter, emit_summary, log, setup_logging
 from queuelake.status import Status
 from queuelake.stopping import Interrupted
@@ -381,43 +381,26 @@ def console() -> int:
     return code
 
 
-# module -> the package that brings it, for the commands that need Spark: the base wheel leaves Spark to
-# the runtime (Databricks brings its own), so without it they fail naming the extra, not with an ImportError
-SPARK_MODULES = {"pyspark": "pyspark", "py4j": "pyspark", "delta": "delta-spark"}
-SPARK_EXTRA = "pip install 'queuelake[spark]'"
-
-
-def missing_spark(exc: BaseException) -> str | None:
-    """The Spark package whose absence caused ``exc`` (itself, or its cause or context), if any."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, ModuleNotFoundError):
-            package = SPARK_MODULES.get((current.name or "").split(".")[0])
-            if package:
-                return package
-        current = current.__cause__ or current.__context__
-    return None
-
-
 def _failure(args: argparse.Namespace, exc: BaseException) -> dict[str, Any]:
     secrets = _secrets(args)
     # an error redacted where it was built (a driver's text inside our own) keeps its words
     error = _redact(describe(exc), secrets, words=not getattr(exc, "redacted", False))
     kind = error_kind(exc)
+    # the parts a command had done before it failed (``run``'s steps: a drain that landed 13,400
+    # messages then failed its runs rows said nothing of them; a review)
+    done = stopping.done_before(exc, args.command)
     package = missing_spark(exc)
     if package:
-        error = f"{args.command} needs {package}, which is not installed: {SPARK_EXTRA} ({error})"
+        # ``run``'s step that needed it named: "run needs pyspark" did not say which of its steps did
+        steps = done.get("failed_steps")
+        needing = f"{args.command}'s {steps[-1]} step" if steps and isinstance(steps, list) else args.command
+        error = f"{needing} needs {package}, which is not installed: {SPARK_EXTRA} ({error})"
         kind = "missing-dependency"
     if args.debug:
         trace = _redact("".join(traceback.format_exception(exc)), secrets)
         log.error("%s failed: %s\n%s", args.command, error, trace.rstrip())
     else:
         log.error("%s failed: %s (--debug shows the traceback)", args.command, error)
-    # the parts a command had done before it failed (``run``'s steps: a drain that landed 13,400
-    # messages then failed its runs rows said nothing of them; a review)
-    done = stopping.done_before(exc, args.command)
     return {"command": args.command, "status": Status.FAILED, **done, "error": error, "error_kind": kind}
 
 

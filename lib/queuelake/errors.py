@@ -405,3 +405,23 @@ def describe(exc: BaseException) -> str:
         kept.append(line.strip())
     out = " | ".join(kept) or type(exc).__name__
     return out if len(out) <= MAX_ERROR_CHARS else out[: MAX_ERROR_CHARS - 3] + "..."
+
+
+# module -> the package that brings it, for the commands that need Spark: the base wheel leaves Spark to
+# the runtime (Databricks brings its own), so without it they fail naming the extra, not with an ImportError
+SPARK_MODULES = {"pyspark": "pyspark", "py4j": "pyspark", "delta": "delta-spark"}
+SPARK_EXTRA = "pip install 'queuelake[spark]'"
+
+
+def missing_spark(exc: BaseException) -> str | None:
+    """The Spark package whose absence caused ``exc`` (itself, or its cause or context), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError):
+            package = SPARK_MODULES.get((current.name or "").split(".")[0])
+            if package:
+                return package
+        current = current.__cause__ or current.__context__
+    return None

@@ -179,3 +179,15 @@ def as_from_a_terminal() -> None:
     shell's job has it, whatever the test run inherited (a CI started under ``nohup`` ignores it, and an
     ignored signal stays ignored in every child: the command kept it so, as it should under ``nohup``)."""
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def without_spark(folder: Path) -> str:
+    """A PYTHONPATH entry (made in ``folder``) under which pyspark, py4j and delta-spark cannot be imported,
+    as on a delta-rs-only install (``pip install queuelake`` without the ``spark`` extra): its
+    ``sitecustomize`` puts None for them in ``sys.modules``, which makes ``import pyspark`` fail as if it were
+    not installed. For ``run_cli(..., PYTHONPATH=without_spark(tmp_path))``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import sys\n\nfor _name in ('pyspark', 'py4j', 'delta'):\n    sys.modules[_name] = None\n", encoding="utf-8"
+    )
+    return str(folder)

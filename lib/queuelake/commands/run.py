@@ -169,7 +169,7 @@ def _step(name: str, step: Callable[[], dict[str, Any]], secrets: Callable[[], l
     first, graceful signal cancels no Spark job, and the run said "failed", exit 1). ``secrets``: what
     the error must not show (``lake.storage.job_secrets``), asked only on a failure."""
     from queuelake import stopping
-    from queuelake.errors import describe, error_kind, is_panic
+    from queuelake.errors import SPARK_EXTRA, describe, error_kind, is_panic, missing_spark
     from queuelake.redaction import redact
     from queuelake.report import log
     from queuelake.status import Status
@@ -182,8 +182,13 @@ def _step(name: str, step: Callable[[], dict[str, Any]], secrets: Callable[[], l
         if not (isinstance(exc, Exception) or is_panic(exc)) or stopping.stop_within(exc) is not None:
             raise  # the stop itself, or the error of the Spark job a second signal cancelled
         error = redact(describe(exc), secrets())  # as the command's own failure is (``cli._failure``)
+        kind = error_kind(exc)
+        package = missing_spark(exc)
+        if package:  # a delta-rs install without the extra: the step with work says what to install
+            error = f"the {name} step needs {package}, which is not installed: {SPARK_EXTRA} ({error})"
+            kind = "missing-dependency"
         log.error("run: the %s step failed: %s; the steps after it still run", name, error)
-        return {"status": Status.FAILED, "error": error, "error_kind": error_kind(exc)}
+        return {"status": Status.FAILED, "error": error, "error_kind": kind}
 
 
 COMMAND = Command(

@@ -39,7 +39,7 @@ from queuelake.lake.increments import Span
 from queuelake.lake.port import LakeEngine
 from queuelake.lake.storage import job_secrets
 from queuelake.pipeline import runs, step_locks
-from queuelake.pipeline.bodies import batch_sizes, evolve, names, schema_plan, select, typed_append
+from queuelake.pipeline.bodies import batch_sizes, names, select
 from queuelake.pipeline.bodies.totals import Totals
 from queuelake.pipeline.journal import rearranged
 from queuelake.pipeline.journal.schema import MESSAGES
@@ -50,6 +50,8 @@ from queuelake.status import Status
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from queuelake.pipeline.bodies import evolve
 
 APP_ID = "queuelake.bodies"
 INCREMENTS = stage_tables.BODY_INCREMENTS.name
@@ -75,6 +77,8 @@ def pending(config: Config, lake: LakeEngine) -> list[str]:
     after = checkpoint(lake)
     if upto is None or (after is not None and after >= upto):
         return []
+    if after is None and rearranged.empty_without_spark(config, lake, upto, INCREMENTS):
+        return []  # a journal of no rows yet (a first drain found the queues empty): no session for nothing
     return [] if rearranged.moves_without_spark(config, lake, after, upto, INCREMENTS) else ["bodies"]
 
 
@@ -351,6 +355,9 @@ def _write_slice(
 ) -> tuple[int, dict[str, str]]:
     """The cached slice into its types' tables (``results`` gets one entry per type) and
     ``body_unparsed``; returns the rows recorded as unparsed and the tables written (type -> table)."""
+    # pyspark's types, imported here: a run whose bodies find nothing new needs no pyspark (a delta-rs install)
+    from queuelake.pipeline.bodies import schema_plan, typed_append
+
     samples = schema_plan.samples(frame, selected, cfg.sample_rows)
     xml_types = typed_append.xml_types(frame)
     # a new type none of whose bodies parse gets no table (its rows go to body_unparsed)
@@ -399,6 +406,8 @@ def _write_slice(
 def _record_changes(
     lake: LakeEngine, run_id: str, upto: int, tables: dict[str, str], evolutions: dict[str, evolve.Evolution]
 ) -> None:
+    from queuelake.pipeline.bodies import schema_plan
+
     now = dt.datetime.now(dt.timezone.utc)
     rows: list[dict[str, Any]] = []
     for name, evolution in sorted(evolutions.items()):

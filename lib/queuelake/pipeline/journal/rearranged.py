@@ -35,3 +35,15 @@ def moves_without_spark(config: Config, lake: LakeEngine, after: int | None, upt
     may write ``table``. The engine is asked first: under delta-spark the log's read is for nothing (a
     review counted one read of every commit in the range per stage)."""
     return delta_rs_may_write(config.lake.engine, lake, [table]) and no_new_rows(lake, after, upto)
+
+
+def empty_without_spark(config: Config, lake: LakeEngine, upto: int, table: str) -> bool:
+    """Whether the journal as of ``upto`` holds no rows at all (its first drains found the queues empty)
+    and ``lake`` may write ``table``: a stage that has never read it then has nothing to read, and needs
+    no Spark session to say so (an idle first run of a delta-rs-only install failed for want of pyspark)."""
+    if not delta_rs_may_write(config.lake.engine, lake, [table]):
+        return False
+    try:
+        return not lake.added_files(MESSAGES, None, upto)
+    except LakeError:
+        return False
