@@ -6,7 +6,8 @@
 --   so the rows go back to the queue instead of staying locked;
 -- - lock_timeout: a receive's wait for a table lock another program holds (a migration, VACUUM FULL)
 --   ends after at most 30 s (as SQL Server's LOCK_TIMEOUT), failing the queue's drain with that reason,
---   not at the statement_timeout; the receive's row locks are skipped (SKIP LOCKED), never waited for;
+--   and always before the statement_timeout (``queues.lock_timeout``: else the wait was told as a statement
+--   timeout); the receive's row locks are skipped (SKIP LOCKED), never waited for;
 -- - enable_seqscan off: the receive must walk the seq index whatever the statistics say.
 -- Settings this server does not know (older versions) are skipped, not errors.
 SELECT set_config(s.name, s.value, false)

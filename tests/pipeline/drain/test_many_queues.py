@@ -281,6 +281,60 @@ def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_
     assert len(ids) == len(set(ids)) == 12
 
 
+@pytest.mark.parametrize("statement_timeout", [2, 30])
+def test_a_receive_waiting_for_a_locked_table_is_told_as_a_lock_wait_whatever_the_statement_timeout(
+    fresh_pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, statement_timeout: float
+) -> None:
+    """With ``drain.statement_timeout_seconds`` at or under 30 the lock timeout was as long as the statement
+    timeout, which started first and so fired first: the receive's wait for a table another program held
+    locked ended as a statement timeout (57014), not told as a lock wait, and the backlog peek was tried
+    once more (found by a review). The lock timeout is shorter than the statement timeout whatever it is.
+    The table is locked against deletes only (EXCLUSIVE: reads pass), so the wait is the receive's own.
+    30: a wait of 29 s; checked on the sessions' settings, not by waiting (a timing is not asserted)."""
+    import psycopg
+
+    told: list[tuple[str, bool]] = []  # (statement, told as a lock wait) of each statement that failed
+    raised = db.Connection.error
+
+    def error(self: db.Connection, exc: BaseException, statement: str, what: str | None) -> Exception:
+        failed = raised(self, exc, statement, what)
+        told.append((statement, failed.lock_timeout))
+        return failed
+
+    monkeypatch.setattr(db.Connection, "error", error)
+    cfg, refs, lake = _three_small_queues(fresh_pg_uri, tmp_path, statement_timeout)
+    settings = _drain_session_settings(cfg, statement_timeout)
+    assert settings["lock_timeout"] < settings["statement_timeout"], settings
+    if statement_timeout > 2:
+        return  # the wait itself is shown with the shorter timeout
+    with psycopg.connect(fresh_pg_uri) as holder:  # B's rows cannot be deleted until the drain has returned
+        holder.execute(f"LOCK TABLE {refs[1].qualified} IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
+        release = threading.Timer(600, holder.rollback)
+        release.start()
+        try:
+            first = drain(cfg, lake)
+        finally:
+            release.cancel()
+            holder.rollback()
+    locked = {q["queue"]: q for q in first["queues"]}[refs[1].canonical]
+    assert locked["status"] == "failed" and "lock timeout" in locked["error"], locked
+    assert told and all(lock_wait for _, lock_wait in told), told  # every failure was the wait for B's lock
+    assert first["landed"] == 8, first
+    again = drain(cfg, lake)
+    assert again["status"] == "ok" and again["landed"] == 4, again
+
+
+def _drain_session_settings(cfg: Config, statement_timeout: float) -> dict[str, float]:
+    """A drain session's statement_timeout and lock_timeout, in ms, as ``configure_drain_session`` sets them."""
+    with db.connect(cfg.transport) as conn:
+        queues.configure_drain_session(conn, statement_timeout, 600)
+        names = ("statement_timeout", "lock_timeout")
+        return {
+            n: float(conn.raw.execute(f"SELECT setting FROM pg_settings WHERE name = '{n}'").fetchone()[0])
+            for n in names
+        }
+
+
 def waiting(budget: ConnectionBudget, n: int) -> None:
     """Until ``n`` holders are queued for their connections (however slow the machine)."""
     deadline = time.monotonic() + 30
@@ -367,14 +421,16 @@ def test_after_the_journal_commit_fails_no_queue_gives_up_another_batch(
     assert len(ids) == len(set(ids)) == 300 * len(names)
 
 
-def _three_small_queues(uri: str, tmp_path: Path) -> tuple[Config, list[TableRef], LakeEngine]:
+def _three_small_queues(
+    uri: str, tmp_path: Path, statement_timeout: float = 2
+) -> tuple[Config, list[TableRef], LakeEngine]:
     """Queues A, B and C of 4 rows each (statements time out after 2 s), installed; a delta-rs lake."""
     names = ["A", "B", "C"]
     cfg = from_dict(
         {
             "transport": {"connection": uri},
             "lake": {"root": str(tmp_path / "lake"), "engine": "delta-rs"},
-            "drain": {"queues": names, "statement_timeout_seconds": 2},
+            "drain": {"queues": names, "statement_timeout_seconds": statement_timeout},
         },
         env={},
     )
