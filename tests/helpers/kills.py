@@ -4,10 +4,12 @@ still hold, and a ``replay --canary`` to kill in each of its phases."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 import psycopg
 from queuelake.commands.demo import traffic
@@ -41,6 +43,8 @@ class Traffic:
         self.done = threading.Event()
         self.errors: list[BaseException] = []
         self.threads = [threading.Thread(target=self._guard, args=(f,)) for f in (self._send, self._compete)]
+        # held by each thread for one send or one take at a time (``paused``)
+        self._sending, self._taking = threading.Lock(), threading.Lock()
 
     def __enter__(self) -> Traffic:
         for t in self.threads:
@@ -52,6 +56,13 @@ class Traffic:
         for t in self.threads:
             t.join()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Neither sends nor takes inside (a send or take under way finishes first): the queue holds what
+        the test puts there, rows the competitor cannot take until the block ends."""
+        with self._sending, self._taking:
+            yield
+
     def _guard(self, target) -> None:  # type: ignore[no-untyped-def]
         try:
             target()
@@ -62,23 +73,23 @@ class Traffic:
         rng = random.Random(7)
         with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
             while not self.done.is_set():
-                msgs = list(traffic.order_events(20, seed=rng.randrange(1 << 30)))
-                msgs = [m.__class__(m.headers, m.body, id=str(uuid.uuid4())) for m in msgs]
-                queues.send(conn, self.ref, msgs)
-                conn.commit()
-                self.sent.extend(m.id for m in msgs)  # type: ignore[misc]
+                with self._sending:
+                    msgs = list(traffic.order_events(20, seed=rng.randrange(1 << 30)))
+                    msgs = [m.__class__(m.headers, m.body, id=str(uuid.uuid4())) for m in msgs]
+                    queues.send(conn, self.ref, msgs)
+                    conn.commit()
+                    self.sent.extend(m.id for m in msgs)  # type: ignore[misc]
                 time.sleep(self.pause)
 
     def _compete(self) -> None:
         with db.connect(self.cfg.transport) as conn:  # type: ignore[attr-defined]
             while not self.done.is_set():
-                row = queues.receive_one(conn, self.ref)
-                conn.commit()
-                if row is None:
-                    time.sleep(0.01)
-                else:
-                    self.taken.append(row.id)
-                    time.sleep(self.take_pause)
+                with self._taking:
+                    row = queues.receive_one(conn, self.ref)
+                    conn.commit()
+                    if row is not None:
+                        self.taken.append(row.id)
+                time.sleep(0.01 if row is None else self.take_pause)
 
 
 PROBE = "queuelake-tests-probe"  # the application name of ``drain_sessions``' own connections
