@@ -4,9 +4,11 @@ database connections than ``drain.max_connections``, against a real PostgreSQL w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,7 +147,6 @@ def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_un
     waits at most 5 s for a lock: that queue's depth is unknown (drained as if deep), the others' read.
     Once: the queues of a union that gave up on a lock are peeked without a wait (the locked table's own
     peek waited its 5 s once more: a review)."""
-    import psycopg
 
     waits: list[str] = []  # the session's lock_timeout at each statement that gave up waiting for a lock
     raised = db.Connection.error
@@ -166,15 +167,8 @@ def test_a_queue_table_another_program_holds_locked_leaves_only_its_own_depth_un
         installer.install(conn, installer.plan(cfg))
         send(conn, refs[2], [OutgoingMessage("{}", b"x")] * 4)
         conn.commit()
-    with psycopg.connect(fresh_pg_uri) as holder:  # a transaction holding B locked for 60 s
-        holder.execute(f"LOCK TABLE {refs[1].qualified} IN ACCESS EXCLUSIVE MODE")  # type: ignore[attr-defined]
-        release = threading.Timer(60, holder.rollback)  # what the estimate waited for before
-        release.start()
-        try:
-            found = estimate(QueueDatabase(cfg.transport), refs)
-        finally:
-            release.cancel()
-            holder.rollback()
+    with _held(fresh_pg_uri, refs[1], "ACCESS EXCLUSIVE", seconds=60):  # what the estimate waited for before
+        found = estimate(QueueDatabase(cfg.transport), refs)
     depths = {r.canonical: found.backlogs[r.canonical].depth for r in refs}
     assert depths == {refs[0].canonical: 0, refs[1].canonical: None, refs[2].canonical: 4}, depths
     assert [w for w in waits if w != "1ms"] == ["5s"], waits  # the union's wait; B's own peek did not wait
@@ -187,7 +181,6 @@ def test_a_locked_queue_drained_with_small_queues_counts_its_wait_in_its_seconds
     went into a batch of small queues; its receive waited the lock timeout, and its summary said 0.03-0.29 s,
     its share by rows of a batch it had no rows in (a review). Its seconds include the wait: compared with the
     failed statement's own duration, measured here (no duration is assumed)."""
-    import psycopg
     from queuelake.errors import QueuelakeError
     from queuelake.pipeline.drain import small_queues
 
@@ -211,15 +204,8 @@ def test_a_locked_queue_drained_with_small_queues_counts_its_wait_in_its_seconds
     monkeypatch.setattr(queues, "receive_batch_arrow", timed)
     monkeypatch.setattr(small_queues, "plan", planned)
     cfg, refs, lake = _three_small_queues(fresh_pg_uri, tmp_path)
-    with psycopg.connect(fresh_pg_uri) as holder:  # B's rows cannot be deleted until the drain has returned
-        holder.execute(f"LOCK TABLE {refs[1].qualified} IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
-        release = threading.Timer(600, holder.rollback)
-        release.start()
-        try:
-            first = drain(cfg, lake)
-        finally:
-            release.cancel()
-            holder.rollback()
+    with _held(fresh_pg_uri, refs[1], "EXCLUSIVE"):  # B's rows cannot be deleted until the drain has returned
+        first = drain(cfg, lake)
     assert units == [[r.canonical for r in refs]], units  # the three in one batch of small queues
     by_queue = {q["queue"]: q for q in first["queues"]}
     locked = by_queue[refs[1].canonical]
@@ -237,7 +223,6 @@ def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_
     sessions wait at most ``lock_timeout`` (30 s, or the statement timeout if shorter): that queue fails,
     named, while the lock is still held, after one such wait (it waited three times: the newest seq, the
     receive and the backlog peek, about 90 s: a review); the others land; the next run drains it."""
-    import psycopg
 
     gave_up: list[str] = []  # the statements that gave up waiting for a lock, besides the depth estimate's
     estimating = threading.local()
@@ -260,16 +245,9 @@ def test_a_queue_table_another_program_holds_locked_fails_its_own_drain_and_not_
     monkeypatch.setattr(queues, "depths", depths)
 
     cfg, refs, lake = _three_small_queues(fresh_pg_uri, tmp_path)
-    with psycopg.connect(fresh_pg_uri) as holder:  # B locked until the drain has returned (or 10 minutes)
-        holder.execute(f"LOCK TABLE {refs[1].qualified} IN ACCESS EXCLUSIVE MODE")  # type: ignore[attr-defined]
-        release = threading.Timer(600, holder.rollback)
-        release.start()
-        try:
-            first = drain(cfg, lake)
-            held = release.is_alive()
-        finally:
-            release.cancel()
-            holder.rollback()
+    with _held(fresh_pg_uri, refs[1], "ACCESS EXCLUSIVE") as release:  # until the drain has returned
+        first = drain(cfg, lake)
+        held = release.is_alive()
     assert held, "the drain returned only once the lock was released"
     by_queue = {q["queue"]: q for q in first["queues"]}
     assert first["status"] == "failed" and first["landed"] == 8, first
@@ -291,7 +269,6 @@ def test_a_receive_waiting_for_a_locked_table_is_told_as_a_lock_wait_whatever_th
     once more (found by a review). The lock timeout is shorter than the statement timeout whatever it is.
     The table is locked against deletes only (EXCLUSIVE: reads pass), so the wait is the receive's own.
     30: a wait of 29 s; checked on the sessions' settings, not by waiting (a timing is not asserted)."""
-    import psycopg
 
     told: list[tuple[str, bool]] = []  # (statement, told as a lock wait) of each statement that failed
     raised = db.Connection.error
@@ -307,15 +284,8 @@ def test_a_receive_waiting_for_a_locked_table_is_told_as_a_lock_wait_whatever_th
     assert settings["lock_timeout"] < settings["statement_timeout"], settings
     if statement_timeout > 2:
         return  # the wait itself is shown with the shorter timeout
-    with psycopg.connect(fresh_pg_uri) as holder:  # B's rows cannot be deleted until the drain has returned
-        holder.execute(f"LOCK TABLE {refs[1].qualified} IN EXCLUSIVE MODE")  # type: ignore[attr-defined]
-        release = threading.Timer(600, holder.rollback)
-        release.start()
-        try:
-            first = drain(cfg, lake)
-        finally:
-            release.cancel()
-            holder.rollback()
+    with _held(fresh_pg_uri, refs[1], "EXCLUSIVE"):  # B's rows cannot be deleted until the drain has returned
+        first = drain(cfg, lake)
     locked = {q["queue"]: q for q in first["queues"]}[refs[1].canonical]
     assert locked["status"] == "failed" and "lock timeout" in locked["error"], locked
     assert told and all(lock_wait for _, lock_wait in told), told  # every failure was the wait for B's lock
@@ -419,6 +389,23 @@ def test_after_the_journal_commit_fails_no_queue_gives_up_another_batch(
     assert again["status"] == "ok" and again["landed"] + again.get("rows_resolved", 0) == 300 * len(names), again
     ids = open_lake(cfg.lake).read_arrow("messages", columns=["id"]).column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 300 * len(names)
+
+
+@contextlib.contextmanager
+def _held(uri: str, ref: TableRef, mode: str, seconds: float = 600) -> Iterator[threading.Timer]:
+    """``ref`` locked in ``mode`` by another session's transaction until the block ends (at most ``seconds``:
+    the timer that releases it, running while the lock is held, is what the block gets)."""
+    import psycopg
+
+    with psycopg.connect(uri) as holder:
+        holder.execute(f"LOCK TABLE {ref.qualified} IN {mode} MODE")  # type: ignore[arg-type]
+        release = threading.Timer(seconds, holder.rollback)
+        release.start()
+        try:
+            yield release
+        finally:
+            release.cancel()
+            holder.rollback()
 
 
 def _three_small_queues(
