@@ -226,7 +226,8 @@ def _summary(
         "bodies: %d row(s) read, %d written to %d table(s), %d unparsed (%.1fs)",
         totals.rows_read,
         totals.written,
-        len(results),
+        # typed tables only: a failed or stopped slice's row is no table ("0 written to 1 table(s)" after a failure)
+        sum(1 for r in results if r.get("table") != INCREMENTS),
         totals.unparsed,
         seconds,
     )
