@@ -7,11 +7,15 @@ from __future__ import annotations
 import logging
 import time
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
+from queuelake.pipeline import runs
 from queuelake.pipeline.bodies.run import _failed_slice, _summary
 from queuelake.pipeline.bodies.totals import Totals
 from queuelake.status import Status
+
+RUN = cast(runs.Run, SimpleNamespace(run_id="r"))  # _summary reads its run_id only
 
 
 def _line(caplog: pytest.LogCaptureFixture) -> str:
@@ -22,7 +26,7 @@ def test_a_failed_slice_is_not_counted_as_a_table_written(caplog: pytest.LogCapt
     totals = Totals()
     totals.add(_failed_slice(3, "ClassNotFoundException: S3AFileSystem"))
     with caplog.at_level(logging.INFO, logger="queuelake"):
-        summary = _summary(SimpleNamespace(run_id="r"), totals, None, time.monotonic(), Status.FAILED, "e")
+        summary = _summary(RUN, totals, None, time.monotonic(), Status.FAILED, "e")
     assert "0 written to 0 table(s)" in _line(caplog)
     assert len(summary["tables"]) == 1  # the summary still names the failed slice
 
@@ -33,5 +37,5 @@ def test_typed_tables_beside_a_failed_slice_are_counted(caplog: pytest.LogCaptur
     totals.add({"upto": 2, "rows_read": 4, "rows_written": 4, "unparsed": 0, "failed": False, "results": [done]})
     totals.add(_failed_slice(3, "out of memory"))
     with caplog.at_level(logging.INFO, logger="queuelake"):
-        _summary(SimpleNamespace(run_id="r"), totals, None, time.monotonic(), Status.FAILED, "e")
+        _summary(RUN, totals, None, time.monotonic(), Status.FAILED, "e")
     assert "4 row(s) read, 4 written to 1 table(s)" in _line(caplog)
