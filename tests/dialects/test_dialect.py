@@ -157,7 +157,7 @@ def test_a_lock_wait_that_ran_out_is_told_apart(dialect: str, error: Exception, 
 
 def test_a_timeout_under_a_millisecond_is_not_no_limit() -> None:
     """PostgreSQL reads a timeout of "0ms" as no limit: a setting under 1 ms is rounded up, never down."""
-    from queuelake.transport.queues import lock_timeout, timeout_setting
+    from queuelake.transport.timeouts import lock_timeout, timeout_setting
 
     assert timeout_setting(0.0004) == "1ms" and timeout_setting(2.0) == "2000ms" and timeout_setting(0.0015) == "2ms"
     assert lock_timeout(0.0004) == "1ms" and lock_timeout(300.0) == "30000ms"

@@ -8,13 +8,14 @@ PostgreSQL files run for real in the other suites and are parsed here too, with 
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import pytest
 import sqlglot
 from queuelake.config import from_dict
 from queuelake.dialects.dialect import dialect as named_dialect
 from queuelake.dialects.dialect import parse
-from queuelake.transport import installer, sqlfiles
+from queuelake.transport import db, installer, queues, sqlfiles
 from queuelake.transport.table_refs import TableRef, resolve_address
 from sqlglot import exp
 
@@ -265,3 +266,37 @@ def test_a_delayed_message_is_due_at_its_instant_not_the_clock_plus_a_delay() ->
     assert _utc_text(dt.datetime(2026, 12, 3, 0, 0, 0, 1_000, tzinfo=east)) == "2026-12-02 10:00:00.001000"
     assert _utc_text(dt.datetime(1, 1, 1, 0, 0, 0, 999, tzinfo=dt.timezone.utc)) == "0001-01-01 00:00:00.000999"
     assert _utc_text(dt.datetime(9999, 12, 31, 23, 59, 59, 997_000)) == "9999-12-31 23:59:59.997000"
+
+
+class _Recorded:
+    """The statements a SQL Server connection would be sent (none runs here: no SQL Server)."""
+
+    dialect, paramstyle, session_settings = "sqlserver", "named", None
+    statements = db.Connection.statements
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def execute(self, stmt: sqlfiles.Statement, params: dict[str, object], **_: object) -> None:
+        assert set(stmt.params) <= set(params), (stmt.params, params)
+        self.sent.append(stmt.sql)
+
+    def commit(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("statement_timeout", "lock_ms"), [(300, 30_000), (10, 9_000), (1.5, 750)])
+def test_sqlserver_sessions_wait_for_a_lock_less_than_the_statement_timeout(
+    statement_timeout: float, lock_ms: int
+) -> None:
+    """SQL Server's ``SET LOCK_TIMEOUT`` follows the statement timeout as PostgreSQL's ``lock_timeout`` does
+    (30 s at most, shorter than the statement timeout): it was 30 s whatever the setting."""
+    for configure in (
+        lambda conn: queues.configure_lock_session(conn, statement_timeout),
+        lambda conn: queues.configure_drain_session(conn, statement_timeout, 600),
+    ):
+        conn = _Recorded()
+        configure(cast(db.Connection, conn))
+        (batch,) = conn.sent
+        assert f"SET LOCK_TIMEOUT {lock_ms};" in batch, batch
+        _parse(batch, "tsql")

@@ -21,6 +21,7 @@ from typing import Any
 
 from queuelake.transport.db import Connection
 from queuelake.transport.table_refs import TableRef
+from queuelake.transport.timeouts import lock_timeout_seconds, timeout_millis, timeout_setting
 
 DEFAULT_LIMIT = 1000  # rows read per table at most: a conversation waiting in one queue is rarely more
 
@@ -72,9 +73,10 @@ def peek_matching(
     caller checks each row's headers or body for what it means by a match."""
     name = "where_delayed" if delayed else "where_queue"
     millis = max(1, int(time_limit_s * 1000))
+    lock_seconds = lock_timeout_seconds(time_limit_s)  # shorter: a table held locked is told as such
     params = {
         "statement_timeout": f"{millis}ms",
-        "lock_timeout": f"{millis}ms",
+        "lock_timeout": timeout_setting(lock_seconds),
         "header_text": header_text,
         "body_text": body_bytes,
     }
@@ -86,7 +88,8 @@ def peek_matching(
         raw.timeout = max(1, math.ceil(time_limit_s))
     rows: list[tuple[Any, ...]] = []
     try:
-        for stmt in conn.statements(name, ref.identifiers(), {"limit": limit, "lock_timeout_ms": millis}):
+        integers = {"limit": limit, "lock_timeout_ms": timeout_millis(lock_seconds)}
+        for stmt in conn.statements(name, ref.identifiers(), integers):
             cur = raw.cursor()
             cur.execute(stmt.sql, stmt.args(params))
             if cur.description is not None:

@@ -29,6 +29,7 @@ from queuelake.transport.row_sends import db_utc_now as db_utc_now
 from queuelake.transport.row_sends import has_recoverable as has_recoverable
 from queuelake.transport.sqlfiles import Statement
 from queuelake.transport.table_refs import TableRef
+from queuelake.transport.timeouts import lock_timeout_seconds, timeout_millis, timeout_setting
 
 
 @dataclass(frozen=True)
@@ -364,33 +365,11 @@ def configure_estimate_session(conn: Connection, wait_seconds: float = ESTIMATE_
     conn.session_settings = ("estimate", wait_seconds)
 
 
-# the longest a drain's session waits for a table lock (``drain_session.sql``, ``lock_session.sql``): as
-# SQL Server's LOCK_TIMEOUT there; always shorter than the statement timeout
-LOCK_TIMEOUT_SECONDS = 30.0
-# how much sooner than the statement timeout the lock timeout fires (half of a statement timeout under 2 s)
-LOCK_TIMEOUT_MARGIN_SECONDS = 1.0
-
-
-def lock_timeout(statement_timeout_s: float) -> str:
-    """The sessions' ``lock_timeout`` setting: ``LOCK_TIMEOUT_SECONDS``, or shorter than the statement timeout
-    (by ``LOCK_TIMEOUT_MARGIN_SECONDS``, or by half under 2 s). Why: the statement timeout runs from the
-    statement's start, the lock timeout from its wait's, so at the same setting the statement timeout fired
-    first and PostgreSQL said 57014 (query_canceled), not 55P03: a receive's wait for a table another program
-    held locked was not told as one, and the backlog peek was tried on it once more (a review, with
-    ``drain.statement_timeout_seconds`` 30 or less)."""
-    shorter = max(statement_timeout_s - LOCK_TIMEOUT_MARGIN_SECONDS, statement_timeout_s / 2)
-    return timeout_setting(min(LOCK_TIMEOUT_SECONDS, shorter))
-
-
-def timeout_setting(seconds: float) -> str:
-    """A PostgreSQL timeout setting of ``seconds`` (> 0), in whole milliseconds rounded up: a timeout under
-    1 ms was "0ms", which PostgreSQL reads as no limit at all (a review)."""
-    return f"{max(1, math.ceil(seconds * 1000))}ms"
-
-
 def configure_lock_session(conn: Connection, statement_timeout_s: float) -> None:
     """Session settings of a drain's lock session (``lock_session.sql``): a bounded wait for a table lock."""
-    conn.run("lock_session", {}, {"lock_timeout": lock_timeout(statement_timeout_s)})
+    seconds = lock_timeout_seconds(statement_timeout_s)
+    for stmt in conn.statements("lock_session", {}, {"lock_timeout_ms": timeout_millis(seconds)}):
+        conn.execute(stmt, {"lock_timeout": timeout_setting(seconds)})
     conn.commit()
 
 
@@ -402,15 +381,14 @@ def configure_drain_session(conn: Connection, statement_timeout_s: float, idle_t
     settings = ("drain", statement_timeout_s, idle_timeout_s)
     if conn.session_settings == settings:
         return
-    conn.run(
-        "drain_session",
-        {},
-        {
-            "check_interval": CONNECTION_CHECK_INTERVAL,
-            "statement_timeout": timeout_setting(statement_timeout_s),
-            "idle_timeout": timeout_setting(idle_timeout_s),
-            "lock_timeout": lock_timeout(statement_timeout_s),
-        },
-    )
+    lock_seconds = lock_timeout_seconds(statement_timeout_s)
+    params = {
+        "check_interval": CONNECTION_CHECK_INTERVAL,
+        "statement_timeout": timeout_setting(statement_timeout_s),
+        "idle_timeout": timeout_setting(idle_timeout_s),
+        "lock_timeout": timeout_setting(lock_seconds),
+    }
+    for stmt in conn.statements("drain_session", {}, {"lock_timeout_ms": timeout_millis(lock_seconds)}):
+        conn.execute(stmt, params)
     conn.commit()
     conn.session_settings = settings
