@@ -46,6 +46,7 @@ HEAVIEST_FIRST = (
     "pipeline/drain/test_drain.py",
     "pipeline/publish/test_publish.py",
     "pipeline/drain/test_drain_kills.py",
+    "product/test_ctrl_c.py",
     "product/test_demo.py",
     "pipeline/test_cli_pipeline.py",
     "product/test_fresh_clone.py",
