@@ -11,6 +11,7 @@ import orjson
 import pyarrow as pa
 import pytest
 from queuelake.lake.engines import open_lake
+from queuelake.nsb import headers as hdr
 
 from tests.helpers.jvm import require_delta_jvm
 from tests.helpers.publish import BASE, OUTBOUND, config, drain_all, row, setup_db, subscribe, write_outbound
@@ -124,7 +125,7 @@ def test_a_rewrite_whose_removed_files_are_vacuumed_sends_every_row_said_and_fai
     write_deltalake(lake.path(OUTPUT), _rows(_keys(7)), mode="overwrite")
     DeltaTable(lake.path(OUTPUT)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     files = lake.added_files(OUTPUT, 1, 2)
-    with pytest.raises(PublishError, match="no longer in storage"):
+    with pytest.raises(PublishError, match="no longer in storage.*Restore those files"):
         carried_over(lake, OUTPUT, 1, 2, files, resumed=True)
     with caplog.at_level(logging.WARNING, logger="queuelake"):
         summary = publish(cfg, spark, lake)
@@ -148,3 +149,82 @@ def test_a_table_spark_overwrote_and_updated_sends_only_what_changed(fresh_pg_ur
     summary = publish(cfg, spark, lake)  # the rows of the file(s) it rewrote but k011: carried over
     assert summary["published"] == 1 and summary["outputs"][0]["unchanged"] > 0, summary
     assert [k for k, _ in _sent(cfg)] == ["k011"]
+
+
+def _vacuumed_rewrite(cfg, spark, lake) -> list[str]:
+    """A first round of 6 rows sent, then the table overwritten with 20 rows (version 2) and 8 more
+    appended (version 3), the files the overwrite removed vacuumed: a round (1, 3] of two files."""
+    from deltalake import DeltaTable, write_deltalake
+
+    _first_round(cfg, spark, lake, _keys(6))
+    write_deltalake(lake.path(OUTPUT), _rows(_keys(20)), mode="overwrite")
+    lake.append(OUTPUT, _rows(_keys(8, 20)), f"test/{OUTPUT}", 2)
+    DeltaTable(lake.path(OUTPUT)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    return _keys(28)
+
+
+def _interrupt_after_first_batch(monkeypatch: pytest.MonkeyPatch, from_rows: int | None) -> None:
+    """The round stops after its first batch (the driver's: a stop asked; from Spark tasks: the tasks of
+    the first file only ran, then the job died)."""
+    from queuelake import stopping
+    from queuelake.pipeline.publish import driver, executors
+
+    if from_rows is None:
+        real_insert = driver.DriverSender.insert_batch
+
+        def insert_batch(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            stopping.request()  # the signal handler's doing, during the first batch
+            return real_insert(self, *args, **kwargs)
+
+        monkeypatch.setattr(driver.DriverSender, "insert_batch", insert_batch)
+        return
+    real_send = executors.send_units
+
+    def send_units(session, job, units):  # type: ignore[no-untyped-def]
+        real_send(session, job, units[:1])
+        raise RuntimeError("a worker was lost")
+
+    monkeypatch.setattr(executors, "send_units", send_units)
+
+
+@pytest.mark.parametrize("from_rows", [None, 1], ids=["driver", "executors"])
+def test_a_round_started_without_its_vacuumed_unchanged_rows_resumes_and_sends_each_row_once(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch, from_rows: int | None
+) -> None:
+    """The files a rewrite removed vacuumed, a round starts without its unchanged rows (every row sent,
+    said) and is interrupted after its first batch: its resume failed, "its batches cannot be cut again",
+    and so did every later run, with no way on short of editing the ledger. The round records that it
+    was cut without them; its resume cuts the same batches and sends every other row once."""
+    from queuelake import stopping
+
+    cfg, lake = _setup(fresh_pg_uri, tmp_path, spark)
+    cfg = dataclasses.replace(cfg, publish=dataclasses.replace(cfg.publish, executors_from_rows=from_rows))
+    keys = _vacuumed_rewrite(cfg, spark, lake)
+    _interrupt_after_first_batch(monkeypatch, from_rows)
+    try:
+        first = publish(cfg, spark, lake)["outputs"][0]
+    finally:
+        stopping.reset()
+    monkeypatch.undo()
+    assert first["status"] in ("interrupted", "failed") and 0 < first["published"] < len(keys), first
+    for _ in range(2):  # resumed, then nothing new
+        summary = publish(cfg, spark, lake)
+        assert summary["status"] == "ok", summary
+    sent = drain_all(cfg, "Valid")
+    assert sorted(orjson.loads(r.body)["key"] for r in sent) == keys
+    assert len({hdr.decode(r.headers, r.id).message_id for r in sent}) == len(keys)
+
+
+def test_a_whole_round_row_is_no_batch_to_the_ledgers_readers() -> None:
+    """The ``whole:`` row beside a round's batch keys: every reader of the keys passes it over, as it does
+    the ``table:`` row (a round's batches, the table the plain keys are of, what a resume skips)."""
+    from queuelake.pipeline.batches.keys import Round, RoundKeys, whole_key
+    from queuelake.pipeline.publish.rounds import last_round, table_tag
+
+    rnd, tagged = Round(4, 9, 7), Round(None, 3, 2, table="aaaaaaaabbbb")
+    assert (whole_key(rnd), whole_key(tagged)) == ("whole:4-9", "whole:aaaaaaaabbbb~-3")
+    keys = [whole_key(rnd), Round(None, 4, 7).key(0, 1), rnd.key(0, 3), whole_key(tagged)]
+    assert last_round(keys) == (rnd, {0}, False)
+    assert last_round(keys, "aaaaaaaabbbb") == (None, set(), True)
+    assert table_tag(keys, "11111111-2222-3333-4444-555555555555", 9)[0] == ""
+    assert RoundKeys(rnd, 3).index(whole_key(rnd)) is None and RoundKeys(rnd, 3).index(rnd.key(2, 3)) == 2

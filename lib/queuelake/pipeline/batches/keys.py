@@ -7,7 +7,10 @@ back: a format written here must never change, or a resumed round or replay woul
   the first round, batches of B rows), ``@Bg`` when its batches follow Parquet row groups (sent from
   executors); ``T~P-V:k/N@B`` for a round of an output table the ledger's plain keys are not of (T: 12
   hex digits of its Delta table id), beside the row ``table:<id>`` naming the table the plain keys are
-  of (``pipeline.publish.rounds``);
+  of (``pipeline.publish.rounds``); and ``whole:[T~]P-V``, recorded before the first batch of a round
+  cut with every row of its files (the files a rewrite of the range removed were vacuumed, so the rows
+  it carried over unchanged could not be told: ``pipeline.publish.carried``), so that its resume cuts
+  the same batches;
 - a replay's batch k of N: ``k/N@B``, beside the replay's one plan row
   ``plan:<fingerprint>:v<V>:n<rows>:b<B>``, or ``...:b<B>:c<C>`` for a replay planned with a canary
   (``--canary C``: batch 0 holds the first C rows, batches 1.. B rows each).
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 PLAN_PREFIX = "plan:"
 TABLE_PREFIX = "table:"  # the row naming the output table a publish's plain round keys are of
+WHOLE_PREFIX = "whole:"  # the row of a publish round cut with every row of its files (none carried over)
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,26 @@ class Round:
     table: str = ""  # "": of the table the ledger's plain keys are of; else its tag (``T~``)
 
     def key(self, k: int, n: int) -> str:
+        return f"{self.span()}:{k}/{n}@{self.batch_size}{self.layout}"
+
+    def span(self) -> str:
+        """``[T~]P-V``: the round's table and versions, whatever its batches."""
         tag = f"{self.table}~" if self.table else ""
-        return f"{tag}{'' if self.after is None else self.after}-{self.upto}:{k}/{n}@{self.batch_size}{self.layout}"
+        return f"{tag}{'' if self.after is None else self.after}-{self.upto}"
 
 
 def is_table_key(batch_key: str) -> bool:
     return batch_key.startswith(TABLE_PREFIX)
+
+
+def is_round_key(batch_key: str) -> bool:
+    """Whether a publish ledger key is a round's batch (``[T~]P-V:k/N@B``), not a ``table:`` or a
+    ``whole:`` row."""
+    return not batch_key.startswith((TABLE_PREFIX, WHOLE_PREFIX))
+
+
+def whole_key(rnd: Round) -> str:
+    return f"{WHOLE_PREFIX}{rnd.span()}"
 
 
 def table_key(table_id: str) -> str:
@@ -73,7 +91,7 @@ class RoundKeys:
 
     def index(self, batch_key: str) -> int | None:
         """k when ``batch_key`` is a batch of this round (whatever N it was written with), else None."""
-        if is_table_key(batch_key):
+        if not is_round_key(batch_key):
             return None
         rnd, k, _ = parse_round(batch_key)
         return k if rnd == self.round else None

@@ -103,16 +103,40 @@ def unchanged(before: np.ndarray, tables: Iterable[pa.Table | pa.RecordBatch]) -
 
 
 def carried_over(
-    lake: LakeEngine, output: str, after: int | None, upto: int, files: list[str], resumed: bool
-) -> tuple[set[str], int]:
+    lake: LakeEngine,
+    output: str,
+    after: int | None,
+    upto: int,
+    files: list[str],
+    resumed: bool,
+    whole: bool = False,
+) -> tuple[set[str], int, bool]:
     """The keys of the round (``after``, ``upto``]'s rows (in ``files``) carried over unchanged by a
-    rewrite of the table, and their row count; nothing, with nothing read, when no data commit of the
-    range removed files (``LakeEngine.rewrite``). When the removed files are gone (vacuumed): a fresh
-    round sends every row, said; a resumed one (``resumed``: batches in the ledger) fails, its batches
-    were cut without those rows."""
+    rewrite of the table, their row count, and whether the round is cut with every row of its files
+    because the rows carried over cannot be told (the caller records that in the ledger before the
+    round's first batch: its ``whole:`` row); nothing, with nothing read, when no data commit of the
+    range removed files (``LakeEngine.rewrite``).
+
+    When the removed files are gone (vacuumed), a new round sends every row, said. A round the ledger
+    says was cut that way (``whole``) resumes that way: the same rows in the same order, so the same
+    batches, whatever storage holds now. Before that row was kept, such a round, interrupted, failed on
+    every later run ("its batches cannot be cut again"), with no way on but editing the ledger. A
+    resumed round (``resumed``: batches in the ledger) cut without its unchanged rows whose removed
+    files are gone since fails: its batches left cannot be cut again; the error names the files to
+    restore."""
+    if whole:
+        log.info(
+            "publish %s: the round (%s, %s] was cut with every row of its files (the rows a rewrite carried over "
+            "could not be told when it started): it %s so",
+            output,
+            after,
+            upto,
+            "resumes" if resumed else "is cut",
+        )
+        return set(), 0, True
     found = lake.rewrite(output, after, upto)
     if found is None or not files:
-        return set(), 0
+        return set(), 0, False
     versions = ", ".join(str(v) for v, _ in found.commits)
     operations = ", ".join(dict.fromkeys(op for _, op in found.commits))
     plural = "s" if len(found.commits) > 1 else ""
@@ -123,12 +147,15 @@ def carried_over(
             "be told from new ones"
         )
         if resumed:
+            shown = ", ".join(found.gone[:5]) + (f" and {len(found.gone) - 5} more" if len(found.gone) > 5 else "")
             raise PublishError(
-                f"publish {output}: the round ({after}, {upto}] was started without its unchanged rows, but {why}: "
-                "its batches cannot be cut again as they were"
+                f"publish {output}: the round ({after}, {upto}] was started without the rows it carried over "
+                f"unchanged, but {why} since: the batches it has not sent cannot be cut again as they were, so "
+                "none is sent. Restore those files into the table's folder (from the storage's versioning, soft "
+                f"delete or a backup) and run publish again: {shown}"
             )
         log.warning("publish %s: %s; every row of the round's files is sent, some again", output, why)
-        return set(), 0
+        return set(), 0, True
     keys, rows = unchanged(known(_batches(found.removed)), _batches(files))
     log.info(
         "publish %s: version%s %s rewrote the table (%s); %d row(s) carried over unchanged, not sent again",
@@ -138,4 +165,4 @@ def carried_over(
         operations,
         rows,
     )
-    return keys, rows
+    return keys, rows, False

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from queuelake.errors import PublishError
 from queuelake.lake.port import LakeEngine
-from queuelake.pipeline.batches.keys import Round, is_table_key, parse_round, table_key
+from queuelake.pipeline.batches.keys import Round, is_round_key, is_table_key, parse_round, table_key, whole_key
 from queuelake.report import log
 from queuelake.transport import ledger
 from queuelake.transport.db import Connection
@@ -27,7 +27,7 @@ def last_round(batch_keys: list[str], table: str = "") -> tuple[Round | None, se
     whether all of them were) from the ledger's batch keys of one output."""
     rounds: dict[Round, tuple[int, set[int]]] = {}
     for batch_key in batch_keys:
-        if is_table_key(batch_key):
+        if not is_round_key(batch_key):
             continue
         rnd, k, n = parse_round(batch_key)
         if rnd.table == table:
@@ -52,7 +52,7 @@ def table_tag(batch_keys: list[str], table_id: str | None, version: int | None) 
     owners = {k[len("table:") :] for k in batch_keys if is_table_key(k)}
     record = None
     if not owners:
-        plain = [parse_round(k)[0].upto for k in batch_keys if not is_table_key(k) and "~" not in k]
+        plain = [parse_round(k)[0].upto for k in batch_keys if is_round_key(k) and "~" not in k]
         owner = table_id if not plain or version is None or max(plain) <= version else EARLIER_TABLE
         owners, record = {owner}, table_key(owner)
     return ("" if table_id in owners else table_id.replace("-", "")[:12]), record
@@ -60,10 +60,11 @@ def table_tag(batch_keys: list[str], table_id: str | None, version: int | None) 
 
 def next_round(
     conn: Connection, lake: LakeEngine, ledger_ref: TableRef, output: str, pipeline: str, batch_size: int
-) -> tuple[Round, set[int], str | None]:
-    """The round to send, its batches already sent, and the ledger's ``table:`` row to record before its
-    first batch (``table_tag``; None: none): an unfinished round resumes, batch for batch; else a new
-    round covers the versions past the last one of the same table."""
+) -> tuple[Round, set[int], str | None, bool]:
+    """The round to send, its batches already sent, the ledger's ``table:`` row to record before its
+    first batch (``table_tag``; None: none), and whether the ledger says the round was cut with every
+    row of its files (its ``whole:`` row, ``carried``): an unfinished round resumes, batch for batch;
+    else a new round covers the versions past the last one of the same table."""
     keys = ledger.batch_keys(conn, ledger_ref, pipeline, output)
     conn.rollback()
     upto = lake.table_version(output)
@@ -80,6 +81,7 @@ def next_round(
             table_id,
         )
     if latest is not None and not finished:
-        return latest, done, record  # resume an unfinished round, batch for batch
+        return latest, done, record, whole_key(latest) in keys  # resume an unfinished round, batch for batch
     after = latest.upto if latest is not None else None
-    return Round(after, upto, batch_size, table=tag), set(), record
+    rnd = Round(after, upto, batch_size, table=tag)
+    return rnd, set(), record, whole_key(rnd) in keys

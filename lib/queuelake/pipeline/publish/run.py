@@ -14,6 +14,7 @@ from queuelake.config import Config
 from queuelake.errors import QueuelakeError
 from queuelake.lake import stage_tables
 from queuelake.lake.port import LakeEngine
+from queuelake.pipeline.batches.keys import whole_key
 from queuelake.pipeline.publish import executors
 from queuelake.pipeline.publish.carried import carried_over
 from queuelake.pipeline.publish.driver import DriverSender
@@ -96,7 +97,7 @@ class Publisher:
     def _publish_output(self, conn: Connection, output: str, pipeline: str) -> OutputResult:
         result = OutputResult(output)
         self.sending = result  # filled batch by batch: what a stop now keeps of this output
-        rnd, done, table_row = next_round(
+        rnd, done, table_row, whole = next_round(
             conn, self.lake, self.ledger, output, pipeline, self.config.publish.batch_size
         )
         result.round = rnd.key(0, 0).split(":")[0]
@@ -106,7 +107,9 @@ class Publisher:
         files = self.lake.added_files(output, rnd.after, rnd.upto)
         t0 = time.monotonic()
         # rows an overwrite/MERGE/UPDATE of the table carried over unchanged were sent before: not again
-        carried, result.unchanged = carried_over(self.lake, output, rnd.after, rnd.upto, files, resumed=bool(done))
+        carried, result.unchanged, cut_whole = carried_over(
+            self.lake, output, rnd.after, rnd.upto, files, resumed=bool(done), whole=whole
+        )
         rejected, result.rejected, outcome = (
             self._validate(output, files, rnd, resumed=bool(done)) if files else (set(), 0, None)
         )
@@ -134,6 +137,9 @@ class Publisher:
         n = (total_rows + rnd.batch_size - 1) // rnd.batch_size
         if table_row is not None:  # the table the ledger's plain round keys are of, from its first round on
             ledger.record(conn, self.ledger, pipeline, output, table_row, 0, 0)
+            conn.commit()
+        if cut_whole and not whole and n > 0:  # cut without its unchanged rows: its resume must cut so too
+            ledger.record(conn, self.ledger, pipeline, output, whole_key(rnd), 0, 0)
             conn.commit()
         if n == 0:
             if 0 not in done:
