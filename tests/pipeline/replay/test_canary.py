@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -362,6 +363,12 @@ def test_a_selection_an_earlier_replay_sent_is_said_and_can_be_left_out(
     said = [r.getMessage() for r in caplog.records if "earlier replay" in r.getMessage()]
     assert len(said) == 1 and "3 of the 7 selected row(s)" in said[0] and "3 by replay r-1 at " in said[0], said
     assert "--skip-replayed" in said[0], said
+    caplog.clear()  # r-2 run again (a resume): said as resumed, not warned again
+    caplog.set_level(logging.INFO, logger="queuelake")
+    again = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-2"), _no_spark)
+    assert (again["status"], again["rows_sent"], again["already_replayed"]) == ("ok", 0, 3), again
+    said = [r for r in caplog.records if "earlier replay" in r.getMessage()]
+    assert [(r.levelname, "(resumed; said when it started)" in r.getMessage()) for r in said] == [("INFO", True)]
     # r-2's copies all fail again: nothing of the selection (now 14 rows) is left out, r-1's three included
     assert len(_answer(cfg, failing=7)) == 7
     third = replay(cfg, None, open_lake(cfg.lake), _options(replay_id="r-3", skip_replayed=True), _no_spark)

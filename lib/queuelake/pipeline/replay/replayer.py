@@ -34,6 +34,7 @@ import contextlib
 import datetime as dt
 import functools
 import gc
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -271,10 +272,15 @@ class Replayer:
         named = ", ".join(f"{n} by replay {r} at {times[r]}" for r, n in by.most_common(5))
         more = f" and {len(by) - 5} other replay(s)" if len(by) > 5 else ""
         skip = self.options.skip_replayed
-        log.warning(
-            "replay %s: %d of the %d selected row(s) were sent by an earlier replay and have not failed again "
+        # a resume was warned of when the replay started: said again as resumed, at info (it repeated the
+        # warning on every resume of the same replay id)
+        resumed = self.resumed_at is not None
+        log.log(
+            logging.INFO if resumed else logging.WARNING,
+            "replay %s%s: %d of the %d selected row(s) were sent by an earlier replay and have not failed again "
             "since (%s%s): %s",
             replay_id or "(dry run)",
+            " (resumed; said when it started)" if resumed else "",
             earlier.num_rows,
             planned.num_rows,
             named,
