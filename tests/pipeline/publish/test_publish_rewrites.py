@@ -228,3 +228,41 @@ def test_a_whole_round_row_is_no_batch_to_the_ledgers_readers() -> None:
     assert last_round(keys, "aaaaaaaabbbb") == (None, set(), True)
     assert table_tag(keys, "11111111-2222-3333-4444-555555555555", 9)[0] == ""
     assert RoundKeys(rnd, 3).index(whole_key(rnd)) is None and RoundKeys(rnd, 3).index(rnd.key(2, 3)) == 2
+
+
+def test_a_round_cut_without_its_unchanged_rows_fails_resumed_once_they_are_vacuumed_until_restored(
+    fresh_pg_uri: str, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files a rewrite removed vacuumed after its round started without the rows they carried over:
+    the batches left cannot be cut again, so the resume fails, sends nothing, and names the files; once
+    they are restored, the round resumes and every row goes out once."""
+    import shutil
+
+    from deltalake import DeltaTable, write_deltalake
+    from queuelake import stopping
+
+    cfg, lake = _setup(fresh_pg_uri, tmp_path, spark)
+    _first_round(cfg, spark, lake, _keys(6))
+    write_deltalake(lake.path(OUTPUT), _rows(_keys(20)), mode="overwrite")
+    removed = [Path(p.removeprefix("file://")) for p in lake.rewrite(OUTPUT, 1, 2).removed]
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for path in removed:
+        shutil.copy(path, kept / path.name)
+    _interrupt_after_first_batch(monkeypatch, None)
+    try:
+        first = publish(cfg, spark, lake)["outputs"][0]
+    finally:
+        stopping.reset()
+    monkeypatch.undo()
+    assert (first["status"], first["published"], first["unchanged"]) == ("interrupted", 7, 6), first
+    DeltaTable(lake.path(OUTPUT)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    for _ in range(2):
+        out = publish(cfg, spark, lake)["outputs"][0]
+        assert out["status"] == "failed" and out["published"] == 0, out
+        assert "Restore those files" in out["error"] and removed[0].name in out["error"], out
+    for path in removed:
+        shutil.copy(kept / path.name, path)
+    out = publish(cfg, spark, lake)["outputs"][0]
+    assert (out["status"], out["published"]) == ("ok", 7), out
+    assert [k for k, _ in _sent(cfg)] == _keys(14, 6)
