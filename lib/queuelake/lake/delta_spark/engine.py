@@ -199,7 +199,8 @@ class DeltaSparkEngine(EngineBase):
                     time.sleep(min(0.05 * 2**attempt, 2.0))
                     continue
                 raise LakeError(f"lake table {table}: delete where {condition} failed: {exc}") from exc
-            commit = self._delta(table).history(1).collect()[0].asDict()
+            # the newest commit read from the log with deltalake: Spark's ``history(1)`` was a job of its own
+            commit = self._require(table).history(limit=1)[0]
             if commit.get("operation") != deletes.DELETE_OPERATION:
                 raise LakeError(f"lake table {table}: the newest commit is {commit.get('operation')}, not our delete")
             metrics = commit.get("operationMetrics") or {}
@@ -231,11 +232,14 @@ class DeltaSparkEngine(EngineBase):
         self.spark.conf.set(key, "false")
         try:
             with self._lock(table, ""):
-                doomed = self.spark.sql(f"VACUUM {location} RETAIN 0 HOURS DRY RUN").count()
+                # what it deleted: the files stored before less those after (a listing on the driver, as
+                # ``maintain`` counts), not a ``DRY RUN`` first: that listed the table in Spark twice
+                stored = data_file_count(self.path(table), self.storage_options)
                 self.spark.sql(f"VACUUM {location} RETAIN 0 HOURS").collect()
+                doomed = stored - data_file_count(self.path(table), self.storage_options)
         finally:
             self.spark.conf.set(key, previous)
-        return int(doomed)
+        return max(0, doomed)
 
     # ------------------------------------------------------------ reads
 

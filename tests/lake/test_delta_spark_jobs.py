@@ -1,0 +1,78 @@
+"""How many Spark jobs delta-spark's calls cost: a fixed cost of every erase and maintain, whatever the
+rows (a one-id erase took 46-51 s on a small lake). Counted against Delta's own call on a twin table, so
+the figure holds whatever Delta's version makes one VACUUM or DELETE cost; never a timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from queuelake.lake.deletes import RowFilter
+from queuelake.lake.reading import quoted_name
+
+from tests.helpers.jvm import require_delta_jvm
+
+pytestmark = pytest.mark.deltaspark
+
+
+def _jobs(spark) -> int:
+    """Jobs this session has started so far (their ids count from 0)."""
+    ids = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    return max(ids) + 1 if ids else 0
+
+
+def _jobs_of(spark, call) -> int:
+    before = _jobs(spark)
+    call()
+    return _jobs(spark) - before
+
+
+def _filled(engine, table: str, files: int) -> None:
+    for version in range(1, files + 1):
+        rows = pa.table({"id": pa.array([version * 10 + i for i in range(5)], pa.int64()), "k": ["x"] * 5})
+        assert engine.append(table, rows, "app", version)
+
+
+@pytest.fixture
+def engine(spark, tmp_path: Path):
+    require_delta_jvm(spark)
+    from queuelake.lake.delta_spark.engine import DeltaSparkEngine
+
+    return DeltaSparkEngine(str(tmp_path / "lake"), spark)
+
+
+def test_a_delete_costs_the_jobs_of_deltas_delete_alone(engine, spark) -> None:
+    """``delete_rows`` reads its commit's figures from the log with deltalake: no Spark job for ``history``."""
+    from delta.tables import DeltaTable
+
+    _filled(engine, "ours", 1)
+    _filled(engine, "twin", 1)
+    where = RowFilter('"id" = 11', ds.field("id") == 11, ("id",))
+    bare = _jobs_of(spark, lambda: DeltaTable.forPath(spark, engine.path("twin")).delete("id = 11"))
+    deleted = None
+
+    def ours() -> None:
+        nonlocal deleted
+        deleted = engine.delete_rows("ours", where)
+
+    assert _jobs_of(spark, ours) <= bare
+    assert deleted is not None and (deleted.rows, deleted.files_removed, deleted.files_rewritten) == (1, 1, 1)
+    assert deleted.version == engine.table_version("ours")
+
+
+def test_a_purge_costs_the_jobs_of_one_vacuum(engine, spark) -> None:
+    """``purge_removed`` runs one VACUUM, no ``DRY RUN`` first, and still says how many files it deleted."""
+    _filled(engine, "ours", 2)
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    spark.conf.set(key, "false")
+    try:  # the same table's VACUUM with nothing to delete: what one listing of it costs
+        bare = _jobs_of(spark, lambda: spark.sql(f"VACUUM delta.{quoted_name(engine.path('ours'))} RETAIN 0 HOURS"))
+    finally:
+        spark.conf.set(key, "true")
+    engine.delete_rows("ours", RowFilter('"id" = 11', ds.field("id") == 11, ("id",)))
+    purged: list[int] = []
+    assert _jobs_of(spark, lambda: purged.append(engine.purge_removed("ours"))) <= bare
+    assert purged == [1]
+    assert engine.read_arrow("ours").num_rows == 9
