@@ -76,3 +76,13 @@ def test_a_purge_costs_the_jobs_of_one_vacuum(engine, spark) -> None:
     assert _jobs_of(spark, lambda: purged.append(engine.purge_removed("ours"))) <= bare
     assert purged == [1]
     assert engine.read_arrow("ours").num_rows == 9
+
+
+def test_maintain_of_a_one_file_table_costs_the_jobs_of_its_vacuum(engine, spark) -> None:
+    """A table of one file has nothing to compact: ``maintain`` runs its vacuum, no compaction's jobs."""
+    _filled(engine, "ours", 1)
+    bare = _jobs_of(spark, lambda: spark.sql(f"VACUUM delta.{quoted_name(engine.path('ours'))}"))
+    figures: list[dict] = []
+    assert _jobs_of(spark, lambda: figures.append(engine.maintain("ours"))) <= bare
+    assert figures[0]["files_before"] == figures[0]["files_after"] == 1 and figures[0]["files_compacted"] == 0
+    assert engine.read_arrow("ours").num_rows == 5

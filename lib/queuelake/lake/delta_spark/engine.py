@@ -255,7 +255,10 @@ class DeltaSparkEngine(EngineBase):
         self._check_writable(table)
         delta = self._delta(table)
         files_before = len(self._require(table).file_uris())
-        metrics = delta.optimize().executeCompaction().first()["metrics"]
+        if files_before > 1:
+            metrics = delta.optimize().executeCompaction().first()["metrics"]
+        else:  # one file (or none) has nothing to be compacted with: not a compaction's jobs to find it so
+            metrics = {"numFilesRemoved": 0, "numFilesAdded": 0}
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
         previous = self.spark.conf.get(key, "true") or "true"
         if retention_hours < DEFAULT_RETENTION_HOURS:
