@@ -86,3 +86,22 @@ def test_maintain_of_a_one_file_table_costs_the_jobs_of_its_vacuum(engine, spark
     assert _jobs_of(spark, lambda: figures.append(engine.maintain("ours"))) <= bare
     assert figures[0]["files_before"] == figures[0]["files_after"] == 1 and figures[0]["files_compacted"] == 0
     assert engine.read_arrow("ours").num_rows == 5
+
+
+def test_a_vacuum_runs_without_adaptive_execution_and_restores_it(engine, spark) -> None:
+    """An erase's purge and maintain vacuum with adaptive execution off (a job per query stage: 21 Spark jobs
+    for a two-file table against 9), and give the session its setting back."""
+    _filled(engine, "ours", 2)
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    spark.conf.set(key, "false")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:  # the same table's VACUUM, plain (nothing to delete)
+        bare = _jobs_of(spark, lambda: spark.sql(f"VACUUM delta.{quoted_name(engine.path('ours'))} RETAIN 0 HOURS"))
+    finally:
+        spark.conf.set(key, "true")
+        spark.conf.set("spark.sql.adaptive.enabled", "true")
+    engine.delete_rows("ours", RowFilter('"id" = 11', ds.field("id") == 11, ("id",)))
+    assert _jobs_of(spark, lambda: engine.purge_removed("ours")) <= bare
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    engine.maintain("ours")
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"

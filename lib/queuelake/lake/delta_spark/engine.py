@@ -17,8 +17,10 @@ shared with the Rust engine.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -231,7 +233,7 @@ class DeltaSparkEngine(EngineBase):
         location = f"delta.{quoted_name(self.path(table))}"
         self.spark.conf.set(key, "false")
         try:
-            with self._lock(table, ""):
+            with self._lock(table, ""), _without_adaptive_plans(self.spark):
                 # what it deleted: the files stored before less those after (a listing on the driver, as
                 # ``maintain`` counts), not a ``DRY RUN`` first: that listed the table in Spark twice
                 stored = data_file_count(self.path(table), self.storage_options)
@@ -265,7 +267,8 @@ class DeltaSparkEngine(EngineBase):
             self.spark.conf.set(key, "false")
         stored = data_file_count(self.path(table), self.storage_options)
         try:
-            delta.vacuum(float(retention_hours))
+            with _without_adaptive_plans(self.spark):
+                delta.vacuum(float(retention_hours))
         finally:
             self.spark.conf.set(key, previous)
         vacuumed = stored - data_file_count(self.path(table), self.storage_options)
@@ -280,6 +283,27 @@ class DeltaSparkEngine(EngineBase):
             "files_written": int(metrics["numFilesAdded"]),
             "files_vacuumed": max(0, vacuumed),
         }
+
+
+ADAPTIVE = "spark.sql.adaptive.enabled"
+
+
+@contextlib.contextmanager
+def _without_adaptive_plans(spark: SparkSession) -> Iterator[None]:
+    """Adaptive query execution off for the call (restored after). Why: a VACUUM is a few joins of the
+    listed files and the log's; adaptive execution runs each of its query stages as a job of its own, 21
+    Spark jobs for a table of two files against 9 without, a fixed cost of every erase's purge and every
+    maintain (the listing and the deletes are the same either way). The commands that vacuum (erase,
+    maintain) run no other Spark work beside it."""
+    previous = spark.conf.get(ADAPTIVE, None)
+    spark.conf.set(ADAPTIVE, "false")
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(ADAPTIVE)
+        else:
+            spark.conf.set(ADAPTIVE, previous)
 
 
 def _utc_timestamps(df: DataFrame) -> DataFrame:
