@@ -6,10 +6,10 @@
 #               what the tests need into the same .venv, fetches the Delta jars, and runs lint, the fast tier,
 #               then the rest of the suite (two xdist workers, heaviest files first)
 #   make test-fast  the tier without database, Spark, S3 or subprocess (tests/conftest.py marks it): under a
-#               minute, the loop to run while working
+#               minute on two xdist workers (`FAST_XDIST=` runs it in one process), the loop to run while working
 #
 # Variables: PYTHON (the interpreter that creates the venv), VENV, VENV_FLAGS (extra `python -m venv`
-# flags), DEMO_DIR, DEMO_ARGS (e.g. --messages 500), PYTEST_ARGS, XDIST (`XDIST=` runs in one process).
+# flags), DEMO_DIR, DEMO_ARGS (e.g. --messages 500), PYTEST_ARGS, XDIST and FAST_XDIST (empty runs in one process).
 # Installs are remembered by stamp files in the venv: they rerun when setup.py (or the versions it reads)
 # changes. pip's own cache (~/.cache/pip) makes a new venv quicker once pyspark's wheel has been built.
 
@@ -27,6 +27,8 @@ PYTEST_ARGS ?= -q
 # the slower tiers: two workers, a test file each (module fixtures such as the notebooks' lakes are built once),
 # in tests/conftest.py's HEAVIEST_FIRST order (xdist would order files by test count)
 XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
+# the fast tier: two workers, test by test (its tests share no module fixture worth keeping on one worker)
+FAST_XDIST ?= -n 2
 
 # `spark` (pyspark, delta-spark) is an extra: the base wheel leaves Spark to the runtime (Databricks)
 DEMO_EXTRAS := spark,embedded,notebooks
@@ -56,7 +58,7 @@ test: check-test system-deps install-test jars ## install what the tests need (O
 	$(IN_VENV) python -m pytest $(PYTEST_ARGS) -m "not fast" $(XDIST)
 
 test-fast: install-test ## the fast tier alone: no database, Spark, S3 or subprocess
-	$(IN_VENV) python -m pytest $(PYTEST_ARGS) -m fast
+	$(IN_VENV) python -m pytest $(PYTEST_ARGS) -m fast $(FAST_XDIST)
 
 check: check-test ## only check the prerequisites (Python 3.10+, Java 17, disk, ODBC drivers)
 
