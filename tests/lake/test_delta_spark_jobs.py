@@ -4,6 +4,9 @@ the figure holds whatever Delta's version makes one VACUUM or DELETE cost; never
 
 from __future__ import annotations
 
+import os
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -78,14 +81,56 @@ def test_a_purge_costs_the_jobs_of_one_vacuum(engine, spark) -> None:
     assert engine.read_arrow("ours").num_rows == 9
 
 
-def test_maintain_of_a_one_file_table_costs_the_jobs_of_its_vacuum(engine, spark) -> None:
-    """A table of one file has nothing to compact: ``maintain`` runs its vacuum, no compaction's jobs."""
+def test_maintain_with_nothing_to_vacuum_starts_no_spark_job(engine, spark) -> None:
+    """A table of one file has nothing to compact, and nothing stored beside it to vacuum: ``maintain`` starts
+    no Spark job (a VACUUM is 9 of them however little it deletes)."""
     _filled(engine, "ours", 1)
-    bare = _jobs_of(spark, lambda: spark.sql(f"VACUUM delta.{quoted_name(engine.path('ours'))}"))
     figures: list[dict] = []
-    assert _jobs_of(spark, lambda: figures.append(engine.maintain("ours"))) <= bare
+    assert _jobs_of(spark, lambda: figures.append(engine.maintain("ours"))) == 0
     assert figures[0]["files_before"] == figures[0]["files_after"] == 1 and figures[0]["files_compacted"] == 0
+    assert figures[0]["files_vacuumed"] == 0
     assert engine.read_arrow("ours").num_rows == 5
+
+
+def test_maintain_vacuums_only_when_a_file_is_due(engine, spark) -> None:
+    """The files a compaction removed are kept through the retention: no VACUUM's jobs for them. An orphan
+    written before the retention's cutoff makes the VACUUM run (what it deletes is Delta's to say: it keeps a
+    file written since the cutoff); with no retention every file but the live one goes."""
+    _filled(engine, "ours", 3)
+    compacted = engine.maintain("ours", retention_hours=1)
+    assert compacted["files_compacted"] == 3 and compacted["files_vacuumed"] == 0
+    assert _jobs_of(spark, lambda: engine.maintain("ours", retention_hours=1)) == 0  # the 3 removed: too young
+
+    table = Path(engine.path("ours"))
+    live = table / Path(engine._require("ours").file_uris()[0]).name
+    young, old = table / "part-young-orphan.snappy.parquet", table / "part-old-orphan.snappy.parquet"
+    for orphan in (young, old):
+        orphan.write_bytes(live.read_bytes())
+    assert _jobs_of(spark, lambda: engine.maintain("ours", retention_hours=1)) == 0  # young: not due
+    two_hours_ago = time.time() - 2 * 3600
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    assert _jobs_of(spark, lambda: engine.maintain("ours", retention_hours=1)) > 0
+    assert young.exists()
+    stored = len(list(table.glob("*.parquet")))
+    assert engine.maintain("ours", retention_hours=0)["files_vacuumed"] == stored - 1
+    assert [file.name for file in table.glob("*.parquet")] == [live.name]
+    assert engine.read_arrow("ours").num_rows == 15
+
+
+def test_a_vacuum_is_due_for_a_stored_file_no_live_one_is_before_the_cutoff() -> None:
+    from queuelake.lake.delta_spark.engine import _vacuum_would_delete
+    from queuelake.lake.storage import StoredFile
+
+    now = datetime.now(timezone.utc)
+    live = {"part-1.parquet", "k=a/part-2.parquet"}
+    kept = [StoredFile("part-1.parquet", now - timedelta(days=30)), StoredFile("k=a/part-2.parquet", None)]
+    assert not _vacuum_would_delete(kept, live, 168)
+    assert not _vacuum_would_delete([*kept, StoredFile(".part-9.parquet.crc", None)], live, 0)  # hidden
+    assert not _vacuum_would_delete([*kept, StoredFile("part-9.parquet", now - timedelta(hours=1))], live, 2)
+    assert _vacuum_would_delete([*kept, StoredFile("part-9.parquet", now - timedelta(hours=3))], live, 2)
+    assert _vacuum_would_delete([*kept, StoredFile("part-9.parquet", None)], live, 168)  # no time: due
+    assert _vacuum_would_delete([*kept, StoredFile("deletion_vector_1.bin", now - timedelta(seconds=1))], live, 0)
+    assert _vacuum_would_delete([StoredFile("k=a%20b/part-3.parquet", now - timedelta(days=9))], live, 168)
 
 
 def test_a_vacuum_runs_without_adaptive_execution_and_restores_it(engine, spark) -> None:

@@ -29,6 +29,8 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar, cast
 from urllib.parse import urlparse
 
@@ -545,9 +547,23 @@ def is_delta_table(table_uri: str, options: Mapping[str, str] | None = None) -> 
     return read_retrying(look, table_uri)
 
 
-def data_file_count(table_uri: str, options: Mapping[str, str] | None = None) -> int:
-    """The Parquet files stored under a table (its log's and files removed but not yet vacuumed alike):
-    what a vacuum deleted is the count before less the count after (delta-spark's vacuum returns none)."""
+@dataclass(frozen=True)
+class StoredFile:
+    """A file under a table, outside its log: its path below the table's root, when it was last written
+    (None where the store does not say)."""
+
+    path: str
+    modified: datetime | None
+
+    @property
+    def is_data(self) -> bool:
+        """A Parquet file (a hidden one, such as a local checksum ``.part-….parquet.crc``, is not)."""
+        return self.path.endswith(".parquet") and not self.path.rsplit("/", 1)[-1].startswith(".")
+
+
+def stored_files(table_uri: str, options: Mapping[str, str] | None = None) -> list[StoredFile]:
+    """Every file stored under a table but its log's: the live files, those removed but not yet vacuumed
+    and orphans alike. One listing of the table (read again when the store throttles it)."""
     from pyarrow import fs as pafs
 
     fs, base = filesystem(table_uri, options)
@@ -557,11 +573,18 @@ def data_file_count(table_uri: str, options: Mapping[str, str] | None = None) ->
         )
     except OSError as exc:
         raise storage_error(exc, f"table {table_uri}") from None
-    return sum(
-        1
+    prefix = base.rstrip("/") + "/"
+    return [
+        StoredFile(info.path[len(prefix) :] if info.path.startswith(prefix) else info.path, info.mtime)
         for info in infos
-        if info.type == pafs.FileType.File and info.path.endswith(".parquet") and "/_delta_log/" not in info.path
-    )
+        if info.type == pafs.FileType.File and "/_delta_log/" not in f"/{info.path}"
+    ]
+
+
+def data_file_count(table_uri: str, options: Mapping[str, str] | None = None) -> int:
+    """The Parquet files stored under a table (its log's and files removed but not yet vacuumed alike):
+    what a vacuum deleted is the count before less the count after (delta-spark's vacuum returns none)."""
+    return sum(1 for stored in stored_files(table_uri, options) if stored.is_data)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
