@@ -120,6 +120,23 @@ def test_a_field_is_read_under_each_of_its_spellings_at_its_own_depth(spark) -> 
     assert out[5]["Ref"]["id"] is None and out[5]["verdict"] == parse.does_not_fit("Ref.id")
 
 
+@pytest.mark.slow
+def test_a_wide_type_with_two_spellings_parses_its_bodies_once(spark) -> None:
+    """A type of many fields, one name of which came in two casings, is parsed by one ``from_json`` whose
+    fields each row then takes: built on the parse itself, each field's expression held a copy of the
+    whole parse, schema and all, and one body of 5,000 keys ran the JVM out of memory (a review). Counted
+    in the plan Spark analyses, never timed."""
+    fields = [StructField(f"F{i}", LongType()) for i in range(300)]
+    schema = StructType([StructField("OrderId", StringType()), *fields])
+    body = {"orderid": "o-1", **{f"F{i}": i for i in range(300)}}
+    frame = spark.createDataFrame([(json.dumps(body), "json", None)], "text string, format string, reason string")
+    got = parse.parsed(frame, schema, xml=False, spellings={"orderid": ["OrderId", "orderid"]})
+    plan = got.select(*(f"p.{f.name}" for f in schema.fields), "verdict")._jdf.queryExecution().analyzed().toString()
+    assert plan.count("from_json(") <= 3, plan.count("from_json(")  # the parse and the checks: not one a field
+    row = got.select("p.*", "verdict").first()
+    assert row["OrderId"] == "o-1" and row["F299"] == 299 and row["verdict"] is None
+
+
 def test_spellings_nested_in_spellings_are_read_only_as_deep_as_a_bounded_schema_allows() -> None:
     """Each spelling of a struct's name holds a copy of the struct: a tree 38 objects deep whose every
     name came in two casings would need 2^38 fields. A body of ordinary depth is read under every

@@ -148,7 +148,12 @@ def parsed(
     assert isinstance(read_as, StructType)
     p = F.from_json(F.col("_json"), read_as, options)
     if build is not None:  # each field from its first spelling the body holds, as the schema spells it
-        p = build(p.cast(named))
+        # the parse as a column first, its fields then taken from that column: built on the parse itself,
+        # each field's expression held a copy of the whole ``from_json`` (its schema too), so a type's plan
+        # grew as the square of its fields: one body of 5,000 keys with two spellings of a name ran the
+        # driver's JVM out of memory, and its type's bodies failed on every run (a review)
+        df = df.withColumn(SPELLED, p.cast(named))
+        p = build(F.col(SPELLED))
     df = df.withColumn("p", F.when(F.col("format").isin("json", "xml"), p))
     corrupt = F.col("p").getField(corrupt_name)
     partly = F.from_json(F.col("_json"), "map<string,string>").isNotNull()  # a JSON object
@@ -173,6 +178,8 @@ def parsed(
 # deep, each name in two casings, is 2^38); past this, names are read under their other spellings only
 # down to the depth that fits
 MAX_SPELLED_FIELDS = 5_000
+# the column holding the body read under every spelling, before each field takes its first spelling
+SPELLED = "_spelled"
 SPELLED_TIMES = 4
 # how many ways of spelling one field's path (each name's spellings, depth by depth) a partly parsed
 # row's reason looks up (``_unfit_fields``)
