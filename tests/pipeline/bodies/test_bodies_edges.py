@@ -88,3 +88,17 @@ def test_a_value_that_does_not_fit_its_column_names_its_field(spark) -> None:
         (parse.PARTLY, True),
         (None, True),
     ], got
+
+
+@pytest.mark.slow
+def test_a_string_past_the_json_parsers_default_limit_is_read(spark) -> None:
+    """A valid body holding a string of more than 20,000,000 characters (Jackson's default limit) is read,
+    not recorded as malformed JSON: the journal holds it whole (a review found a 50 MB body so)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("OrderId", StringType()), StructField("Notes", StringType())])
+    text = json.dumps({"OrderId": "o-1", "Notes": "y" * 21_000_000})
+    rows = spark.createDataFrame([(text, "json", None)], "text string, format string, reason string")
+    got = parse.parsed(rows, schema, xml=False).select("p.OrderId", F.length("p.Notes").alias("n"), "verdict").first()
+    assert (got["OrderId"], got["n"], got["verdict"]) == ("o-1", 21_000_000, None)

@@ -62,6 +62,11 @@ def out_of_range(field: str) -> str:
     return f"partly parsed: {field} is a time outside 0001-01-01 .. 9999-12-31 UTC (its column holds null)"
 
 
+# Spark's JSON parser (Jackson) refuses a string value of more than 20,000,000 characters, and its row read
+# as malformed JSON: a valid 50 MB body was recorded in body_unparsed so (a review). The journal holds the
+# body whole, so the parse takes any string a Spark string can hold
+PARSER_LIMITS = {"maxStringLen": str(2**31 - 1)}
+
 # the first and the last microsecond .NET's DateTime (and pyarrow's datetime) can hold, in UTC
 _FIRST_MICROS, _LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
 
@@ -136,7 +141,7 @@ def parsed(
     taken = {f.name.lower() for f in schema.fields}
     while corrupt_name.lower() in taken:
         corrupt_name = "_" + corrupt_name
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt_name}
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt_name, **PARSER_LIMITS}
     is_xml = F.col("format") == "xml"
     source = F.col("text")
     if xml:  # null in, null out for JSON rows: a Python UDF is not skipped inside a CASE
@@ -156,7 +161,7 @@ def parsed(
         p = build(F.col(SPELLED))
     df = df.withColumn("p", F.when(F.col("format").isin("json", "xml"), p))
     corrupt = F.col("p").getField(corrupt_name)
-    partly = F.from_json(F.col("_json"), "map<string,string>").isNotNull()  # a JSON object
+    partly = F.from_json(F.col("_json"), "map<string,string>", PARSER_LIMITS).isNotNull()  # a JSON object
     malformed = F.concat(F.lit("malformed "), F.upper(F.col("format")))
     verdict = (
         F.when(F.col("reason").isNotNull(), F.col("reason"))
