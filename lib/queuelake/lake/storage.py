@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 from urllib.parse import urlparse
 
@@ -575,10 +575,15 @@ def stored_files(table_uri: str, options: Mapping[str, str] | None = None) -> li
         raise storage_error(exc, f"table {table_uri}") from None
     prefix = base.rstrip("/") + "/"
     return [
-        StoredFile(info.path[len(prefix) :] if info.path.startswith(prefix) else info.path, info.mtime)
+        StoredFile(info.path[len(prefix) :] if info.path.startswith(prefix) else info.path, _utc(info.mtime))
         for info in infos
         if info.type == pafs.FileType.File and "/_delta_log/" not in f"/{info.path}"
     ]
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """A store's time as an aware UTC datetime (a store that gives a naive one gives UTC)."""
+    return moment.replace(tzinfo=timezone.utc) if moment is not None and moment.tzinfo is None else moment
 
 
 def data_file_count(table_uri: str, options: Mapping[str, str] | None = None) -> int:
