@@ -556,9 +556,14 @@ class StoredFile:
     modified: datetime | None
 
     @property
+    def is_hidden(self) -> bool:
+        """A name starting with a dot: a local store's checksum (``.part-….parquet.crc``) goes with its file."""
+        return self.path.rsplit("/", 1)[-1].startswith(".")
+
+    @property
     def is_data(self) -> bool:
-        """A Parquet file (a hidden one, such as a local checksum ``.part-….parquet.crc``, is not)."""
-        return self.path.endswith(".parquet") and not self.path.rsplit("/", 1)[-1].startswith(".")
+        """A Parquet file that is not hidden."""
+        return self.path.endswith(".parquet") and not self.is_hidden
 
 
 def stored_files(table_uri: str, options: Mapping[str, str] | None = None) -> list[StoredFile]:

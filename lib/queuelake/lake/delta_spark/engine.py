@@ -308,7 +308,7 @@ def _vacuum_would_delete(stored: list[StoredFile], live: set[str], retention_hou
     escaped partition value): when in doubt, the VACUUM runs."""
     cutoff = datetime.now(timezone.utc) - timedelta(hours=retention_hours)
     for file in stored:
-        if file.path in live or file.path.rsplit("/", 1)[-1].startswith("."):
+        if file.path in live or file.is_hidden:
             continue
         if file.modified is None or file.modified < cutoff:
             return True
