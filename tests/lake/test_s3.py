@@ -293,3 +293,28 @@ def test_find_reads_a_journal_on_s3(s3: str, fresh_pg_uri: str, tmp_path: Path) 
     found, out = s3_cli(["find", "-c", str(conf), "--message-id", target, "--json"], env, tmp_path)
     assert found["found"] == 1 and found["files"] >= 3, found
     assert f'"message_id":"{target}"' in out
+
+
+def test_a_tables_stored_files_are_judged_and_deleted_by_the_logs_names_on_s3(s3: str) -> None:
+    """What delta-spark's purge and maintain's vacuum check compare on a store: the listing's paths below
+    the table (not the bucket) against the log's. An orphan is the one file not named, and deleting it (and
+    one already gone) leaves the table's own file and log."""
+    import pyarrow as pa
+    from queuelake.lake.delta_spark.engine import _live_paths, _unreferenced
+    from queuelake.lake.storage import delete_stored, stored_files
+
+    root = f"s3://{BUCKET}/purge-{uuid.uuid4().hex[:8]}"
+    options = resolved_options(s3)
+    lake = DeltaRsEngine(root, storage_options=options)
+    assert lake.append("typed", pa.table({"id": pa.array([1, 2], pa.int64())}), "app", 1)
+    client = boto3.client(
+        "s3", endpoint_url=s3, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, region_name="us-east-1"
+    )
+    prefix = root[len(f"s3://{BUCKET}/") :] + "/typed/"
+    client.put_object(Bucket=BUCKET, Key=prefix + "part-orphan.parquet", Body=b"PAR1")
+    stored = stored_files(lake.path("typed"), options)
+    assert _unreferenced(stored, _live_paths(lake._require("typed"))) == ["part-orphan.parquet"]
+    delete_stored(lake.path("typed"), ["part-orphan.parquet", "part-gone.parquet"], options)
+    keys = _objects(s3, prefix)
+    assert prefix + "part-orphan.parquet" not in keys and any(k.startswith(prefix + "_delta_log/") for k in keys)
+    assert lake.read_arrow("typed").num_rows == 2

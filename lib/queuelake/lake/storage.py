@@ -586,6 +586,26 @@ def stored_files(table_uri: str, options: Mapping[str, str] | None = None) -> li
     ]
 
 
+def delete_stored(table_uri: str, paths: list[str], options: Mapping[str, str] | None = None) -> None:
+    """Delete files under a table, each named by its path below the table's root (as ``stored_files``
+    gives it). A file already gone is no error (a purge run again after a stop); a delete the store
+    throttled is tried again as a read is (a delete is idempotent)."""
+    fs, base = filesystem(table_uri, options)
+    prefix = base.rstrip("/") + "/"
+
+    def delete(path: str) -> None:
+        try:
+            fs.delete_file(prefix + path)
+        except FileNotFoundError:
+            pass
+
+    for path in paths:
+        try:
+            read_retrying(functools.partial(delete, path), f"{table_uri}/{path}")
+        except OSError as exc:
+            raise storage_error(exc, f"table {table_uri}: deleting {path}") from None
+
+
 def _utc(moment: datetime | None) -> datetime | None:
     """A store's time as an aware UTC datetime (a store that gives a naive one gives UTC)."""
     return moment.replace(tzinfo=timezone.utc) if moment is not None and moment.tzinfo is None else moment

@@ -31,7 +31,7 @@ from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, l
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, check_unchanged, landed
 from queuelake.lake.marks import ENGINE_PROPERTY, description_for
 from queuelake.lake.reading import quoted_name
-from queuelake.lake.storage import StoredFile, data_file_count, stored_files
+from queuelake.lake.storage import StoredFile, data_file_count, delete_stored, stored_files
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -220,24 +220,39 @@ class DeltaSparkEngine(EngineBase):
         raise LakeError(f"lake table {table}: the delete where {condition} kept conflicting ({_ATTEMPTS} attempts)")
 
     def purge_removed(self, table: str) -> int:
-        """Delete the removed files from storage now: ``VACUUM ... RETAIN 0 HOURS`` (Delta's retention
-        check off for the call, restored after). A vacuum also deletes files no commit names, which is
-        safe only on tables written in one commit per write (the typed tables, the records): never on
-        the journal, whose drain stages files before it commits them (the journal is delta-rs's, whose
-        purge deletes only the log's tombstones)."""
+        """Delete the removed files from storage now, as ``VACUUM ... RETAIN 0 HOURS`` would: every data
+        file the table's current version does not name (removed by a commit, or an orphan), deleted on the
+        driver from one listing of the table (``_unreferenced``). Why not the VACUUM: it is 9 Spark jobs
+        however little it deletes (5.5 s of a one-row erase's 22 s on a 2-core machine). When the listing
+        holds what the driver cannot judge (a live file under another spelling, a deletion vector), the
+        VACUUM runs, Delta's retention check off for the call. Either way files no commit names go too,
+        which is safe only on tables written in one commit per write (the typed tables, the records):
+        never on the journal, whose drain stages files before it commits them (the journal is delta-rs's,
+        whose purge deletes only the log's tombstones)."""
         from queuelake.lake import catalogue, record_tables
 
         if table == record_tables.MESSAGES.name or catalogue.engine_for(table) is not None:
             raise LakeError(f"lake table {table}: delta-spark never vacuums a table with staged writes (the journal)")
         self._check_writable(table)
+        with self._lock(table, ""):
+            doomed = _unreferenced(
+                stored_files(self.path(table), self.storage_options), _live_paths(self._require(table))
+            )
+            if doomed is not None:
+                delete_stored(self.path(table), doomed, self.storage_options)
+                return sum(1 for path in doomed if StoredFile(path, None).is_data)
+            return self._vacuum_now(table)
+
+    def _vacuum_now(self, table: str) -> int:
+        """``VACUUM ... RETAIN 0 HOURS`` (Delta's retention check off for the call, restored after); the
+        files it deleted: those stored before less those after (a listing on the driver, as ``maintain``
+        counts), not a ``DRY RUN`` first: that listed the table in Spark twice."""
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
         previous = self.spark.conf.get(key, "true") or "true"
         location = f"delta.{quoted_name(self.path(table))}"
         self.spark.conf.set(key, "false")
         try:
-            with self._lock(table, ""), _without_adaptive_plans(self.spark):
-                # what it deleted: the files stored before less those after (a listing on the driver, as
-                # ``maintain`` counts), not a ``DRY RUN`` first: that listed the table in Spark twice
+            with _without_adaptive_plans(self.spark):
                 stored = data_file_count(self.path(table), self.storage_options)
                 self.spark.sql(f"VACUUM {location} RETAIN 0 HOURS").collect()
                 doomed = stored - data_file_count(self.path(table), self.storage_options)
@@ -296,6 +311,31 @@ class DeltaSparkEngine(EngineBase):
 def _live_paths(dt: Any) -> set[str]:
     """The paths of the table's live files, below its root, as its log names them."""
     return set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
+
+
+def _unreferenced(stored: list[StoredFile], live: set[str]) -> list[str] | None:
+    """What ``VACUUM ... RETAIN 0 HOURS`` deletes from a table stored as ``stored`` whose current version
+    names ``live``: every data file that is not a live one, with its hidden checksum (a local store's
+    ``.part-….parquet.crc``). None when that cannot be judged from names alone: a live file not stored
+    under the name the log gives (an escaped partition value), or a stored file that is neither Parquet
+    nor hidden (a deletion vector, which the log names inside an add action): the VACUUM decides then."""
+    if not live <= {file.path for file in stored}:
+        return None
+    doomed: list[str] = []
+    for file in stored:
+        if file.path in live or file.is_hidden:
+            continue
+        if not file.is_data:
+            return None
+        doomed.append(file.path)
+    gone = set(doomed)
+    for file in stored:  # ``dir/.name.crc`` goes with ``dir/name``
+        folder, _, name = file.path.rpartition("/")
+        if file.is_hidden and name.endswith(".crc"):
+            data = f"{folder}/{name[1:-4]}" if folder else name[1:-4]
+            if data in gone:
+                doomed.append(file.path)
+    return doomed
 
 
 def _vacuum_would_delete(stored: list[StoredFile], live: set[str], retention_hours: float) -> bool:
