@@ -198,12 +198,21 @@ def test_every_named_edge_in_one_queue(edge_database: Callable[[], str], tmp_pat
     for when in WIRE_TIMES:
         for key in (hdr.TIME_SENT, hdr.PROCESSING_STARTED, hdr.TIME_OF_FAILURE):
             rows.append({"id": None, "expires": None, "headers": orjson.dumps({key: when}).decode(), "body": b"y"})
+    twice = '{"NServiceBus.MessageId":"first","NServiceBus.MessageId":"second"}'  # the compact form
+    twice_escaped = '{"NServiceBus.MessageId":"a\\/1", "NServiceBus.MessageId":"a\\/2"}'  # the parsers' form
+    for text in (twice, twice_escaped, "\n \t "):
+        rows.append({"id": None, "expires": None, "headers": text, "body": b"z"})
     sent = fill(uri, unique_ids(rows), near_top=True)
     proc, summary = drain_cli(tmp_path, uri, driver)
     assert proc.returncode == 0 and summary["status"] == "ok", (summary, proc.stderr[-3000:])
     check_journal(tmp_path / "lake", sent)
     journal = {r["seq"]: r for r in read_table(str(tmp_path / "lake" / "messages")).to_pylist()}
     by_headers = {r["headers"]: s for s, r in sent.items()}
+    # a key twice: its last value, as .NET's JSON readers give it; headers of white space: none
+    assert journal[by_headers[twice]]["message_id"] == "second"
+    assert journal[by_headers[twice_escaped]]["message_id"] == "a/2"
+    blank = journal[by_headers["\n \t "]]
+    assert blank["outcome"] == "landed" and blank["message_id"] == str(sent[by_headers["\n \t "]]["id"])
     max_value = by_headers[orjson.dumps({hdr.TIME_SENT: WIRE_TIMES[0]}).decode()]
     min_value = by_headers[orjson.dumps({hdr.TIME_SENT: WIRE_TIMES[1]}).decode()]
     assert journal[max_value]["time_sent"] == TOP and journal[min_value]["time_sent"] == BOTTOM
