@@ -183,3 +183,29 @@ def test_a_vacuum_runs_without_adaptive_execution_and_restores_it(engine, spark)
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
     engine.maintain("ours")
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+
+
+def test_a_lake_given_a_way_to_start_spark_starts_it_only_for_spark_work(engine, spark, tmp_path: Path) -> None:
+    """``writing_lake``'s delta-spark lake for maintain and erase: the session is started when a table first
+    needs Spark's work (a compaction, a delete), not for what the log and a listing answer (a maintain with
+    nothing due, a purge, a count); a maintain with nothing to do was 9 s of which the Spark start 8."""
+    from queuelake.config import from_dict
+    from queuelake.lake.engines import journal_engine, open_lake
+
+    _filled(engine, "ours", 1)
+    cfg = from_dict({"lake": {"root": engine.root, "engine": "delta-spark"}}, env={})
+    started: list[int] = []
+
+    def start():
+        started.append(1)
+        return spark
+
+    lake = open_lake(cfg.lake, None, start_spark=start)
+    where = RowFilter('"id" = 11', ds.field("id") == 11, ("id",))
+    assert lake.maintain("ours")["files_vacuumed"] == 0
+    assert lake.count_rows("ours", where).rows == 1 and lake.purge_removed("ours") == 0
+    assert journal_engine(lake).name == "delta-rs"
+    assert started == []
+    assert lake.delete_rows("ours", where).rows == 1
+    assert lake.maintain("ours", retention_hours=0)["files_vacuumed"] == 1
+    assert started == [1]

@@ -342,6 +342,10 @@ def test_delta_spark_asked_for_without_its_jvm_classes_says_what_to_change(tmp_p
 
     with pytest.raises(LakeError, match="no Delta JVM classes.*spark-packages.*QUEUELAKE_DELTA_JARS"):
         open_engine(LakeConfig(root=str(tmp_path / "lake"), engine="delta-spark"), NoDelta())  # type: ignore[arg-type]
+    # maintain's and erase's lake starts its session when a table first needs Spark: checked then, alike
+    later = open_engine(LakeConfig(root=str(tmp_path / "lake"), engine="delta-spark"), None, start_spark=NoDelta)
+    with pytest.raises(LakeError, match="no Delta JVM classes.*spark-packages.*QUEUELAKE_DELTA_JARS"):
+        later.spark  # noqa: B018 - the first use starts (and checks) the session
 
 
 def test_delta_classes_without_the_settings_that_turn_them_on_are_not_taken_for_delta(tmp_path: Path) -> None:

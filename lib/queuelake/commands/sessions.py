@@ -145,11 +145,16 @@ def writing_lake(cfg: Config, spark: SparkSession | None = None) -> LakeEngine:
     """The lake for a command that writes tables other commands created (maintain; purge-expired when
     an older ``runs`` table is delta-spark's). The engine that wrote a table must write it again:
     delta-spark (and auto, which may pick it, as transform does) needs a session; delta-rs does not
-    start one, nor does auto on a lake whose every table delta-rs made."""
+    start one, nor does auto on a lake whose every table delta-rs made, nor delta-spark until a table
+    needs Spark's work."""
     session = spark or active_spark()
     if session is None and cfg.lake.engine == "auto":
         lake = without_spark(cfg.lake)
         if all(lake.written_by(table) == "delta-rs" for table in lake.tables()):
             return lake  # every table delta-rs's: a maintain spent ~30 s starting Spark for none (a review)
+    if session is None and cfg.lake.engine == "delta-spark":
+        # the session started when a table first needs Spark work: a maintain with nothing to compact or
+        # vacuum, an erase with no typed row to delete, start none (5 s or more on 2 cores)
+        return open_lake(cfg.lake, None, start_spark=lambda: spark_for(cfg, None))
     session = session or (None if cfg.lake.engine == "delta-rs" else spark_for(cfg, None))
     return lake_for(cfg, session)

@@ -74,6 +74,12 @@ class EngineBase:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
+    @property
+    def started_spark(self) -> SparkSession | None:
+        """The engine's session if it has one now, never starting one (``DeltaSparkEngine`` may start its
+        own on first use): what an engine built beside it (the journal's) is handed."""
+        return self.spark
+
     # ------------------------------------------------------------ basics
 
     def path(self, table: str) -> str:

@@ -9,6 +9,7 @@ one (``metastore.py``), live here: the one module that builds engines.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from queuelake.errors import LakeError
@@ -45,9 +46,17 @@ def delta_rs_may_write(setting: str, lake: LakeEngine, tables: list[str]) -> boo
     return all(not lake.exists(table) or lake.written_by(table) != DeltaSparkEngine.name for table in tables)
 
 
-def open_lake(config: LakeConfig, spark: SparkSession | None = None, configured: str | None = None) -> LakeEngine:
+def open_lake(
+    config: LakeConfig,
+    spark: SparkSession | None = None,
+    configured: str | None = None,
+    start_spark: Callable[[], SparkSession] | None = None,
+) -> LakeEngine:
     """The engine config asks for. ``auto``: a table that exists is written by the engine that made
-    it (``PerTableLake``); a new one by delta-spark when its JVM classes are present, else delta-rs."""
+    it (``PerTableLake``); a new one by delta-spark when its JVM classes are present, else delta-rs.
+    ``start_spark``, with no ``spark`` and ``lake.engine: delta-spark``: the session is started when the
+    engine first needs one (``DeltaSparkEngine``), and checked then; a maintain or an erase that finds
+    nothing for Spark to do starts none (5 s or more of a command that did nothing)."""
     engine = config.engine
     problem = delta_session_problem(spark) if spark is not None and engine in ("auto", "delta-spark") else None
     if engine == "auto":
@@ -55,18 +64,15 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None, configured:
         if spark is not None and problem is not None and has_delta_jvm(spark):
             _say_once(f"lake.engine auto: {problem}: new tables by delta-rs")
     if engine == "delta-spark":
-        if spark is None:
+        if spark is None and start_spark is not None and getattr(config, "schema", None):
+            spark = start_spark()  # tables registered by name (lake.schema): through the session, from the start
+            problem = delta_session_problem(spark)
+        if spark is None and start_spark is None:
             raise LakeError("lake.engine delta-spark needs a Spark session")
         if config.engine == "delta-spark" and problem is not None:
-            # said before anything is written: without the classes, the first Delta call failed with a
-            # Py4J "'JavaPackage' object is not callable" or a SQL parse error at VACUUM; without the
-            # settings, with CANNOT_CREATE_DATA_SOURCE_TABLE at its first table
-            raise LakeError(
-                f"lake.engine: delta-spark, and {problem}: put Delta on Spark's classpath and turn it on "
-                "(`queuelake spark-packages` prints spark-submit's --packages, its summary the two --conf "
-                "settings; a local session takes jars from QUEUELAKE_DELTA_JARS or spark.jars)"
-            )
-        lake: LakeEngine = DeltaSparkEngine(config.root, spark, config.storage_options)
+            raise _no_delta(problem)
+        later = None if spark is not None or start_spark is None else _checked(start_spark)
+        lake: LakeEngine = DeltaSparkEngine(config.root, spark, config.storage_options, start_spark=later)
     else:
         lake = DeltaRsEngine(config.root, spark, config.storage_options)
     if config.engine == "auto":
@@ -75,6 +81,30 @@ def open_lake(config: LakeConfig, spark: SparkSession | None = None, configured:
     _announce(config.root, configured or config.engine, lake.name, configured is not None)
     # metastore names (lake.catalog/lake.schema): tables also registered by name (lake/metastore.py)
     return with_names(lake, registrar_for(config, lake.name, spark))
+
+
+def _no_delta(problem: str) -> LakeError:
+    """Said before anything is written: without the classes, the first Delta call failed with a Py4J
+    "'JavaPackage' object is not callable" or a SQL parse error at VACUUM; without the settings, with
+    CANNOT_CREATE_DATA_SOURCE_TABLE at its first table."""
+    return LakeError(
+        f"lake.engine: delta-spark, and {problem}: put Delta on Spark's classpath and turn it on "
+        "(`queuelake spark-packages` prints spark-submit's --packages, its summary the two --conf "
+        "settings; a local session takes jars from QUEUELAKE_DELTA_JARS or spark.jars)"
+    )
+
+
+def _checked(start_spark: Callable[[], SparkSession]) -> Callable[[], SparkSession]:
+    """``start_spark``, its session checked for Delta as an eager one is (``_no_delta``)."""
+
+    def start() -> SparkSession:
+        spark = start_spark()
+        problem = delta_session_problem(spark)
+        if problem is not None:
+            raise _no_delta(problem)
+        return spark
+
+    return start
 
 
 _ANNOUNCED: set[tuple[str, str]] = set()
@@ -190,6 +220,9 @@ def table_engine(lake: LakeEngine, table: str) -> LakeEngine:
         return lake
     if wanted != DeltaRsEngine.name:
         raise LakeError(f"lake table {table}: the catalogue names {wanted}, and only delta-rs can be fixed")
-    engine = DeltaRsEngine(lake.root, getattr(lake, "spark", None), getattr(lake, "storage_options", None))
+    # the lake's session if it has started one: a delta-spark lake that starts its own on first use must
+    # not start it for this (the journal's Spark reads find the active session, ``DeltaRsEngine._spark``)
+    spark = getattr(lake, "started_spark", None)
+    engine = DeltaRsEngine(lake.root, spark, getattr(lake, "storage_options", None))
     # the same metastore names as the lake it serves (lake.catalog/lake.schema)
     return with_names(engine, getattr(lake, "registrar", None), existing=False)

@@ -18,9 +18,10 @@ shared with the Rust engine.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from queuelake.lake.arrow_types import conform, from_spark_schema, lake_field, l
 from queuelake.lake.common import DEFAULT_RETENTION_HOURS, EngineBase, check_unchanged, landed
 from queuelake.lake.marks import ENGINE_PROPERTY, description_for
 from queuelake.lake.reading import quoted_name
-from queuelake.lake.storage import StoredFile, data_file_count, delete_stored, stored_files
+from queuelake.lake.storage import StoredFile, configure_spark, data_file_count, delete_stored, stored_files
 from queuelake.report import log
 
 if TYPE_CHECKING:
@@ -55,12 +56,45 @@ class DeltaSparkEngine(EngineBase):
     """LakeEngine over delta-spark; same contract and thread-safety as ``DeltaRsEngine``."""
 
     name = "delta-spark"
+    _spark: SparkSession | None = None
 
-    def __init__(self, root: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        spark: SparkSession | None,
+        storage_options: dict[str, str] | None = None,
+        start_spark: Callable[[], SparkSession] | None = None,
+    ) -> None:
         # object storage (lake.storage_options): s3a settings on the session for Delta Spark, and the
         # same options for the deltalake metadata reads and for pyarrow readers of the root
+        if spark is None and start_spark is None:
+            raise LakeError("lake.engine delta-spark needs a Spark session")
+        self._start_spark = start_spark
+        self._starting = threading.Lock()
         super().__init__(root, spark, storage_options)
-        self.spark: SparkSession = spark
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session, started on first use when the engine was given a way to start one: what reads the
+        log and lists files (deltalake, pyarrow) needs none, and a command whose tables need no Spark work
+        starts none."""
+        if self._spark is None:
+            with self._starting:
+                if self._spark is None and self._start_spark is not None:
+                    spark = self._start_spark()
+                    configure_spark(spark, self.storage_options)
+                    self._spark = spark
+        if self._spark is None:
+            raise LakeError("lake.engine delta-spark needs a Spark session")
+        return self._spark
+
+    @spark.setter
+    def spark(self, session: SparkSession | None) -> None:
+        self._spark = session
+
+    @property
+    def started_spark(self) -> SparkSession | None:
+        return self._spark
 
     # ------------------------------------------------------------ basics (the rest: common.EngineBase)
 
@@ -272,10 +306,9 @@ class DeltaSparkEngine(EngineBase):
 
     def maintain(self, table: str, retention_hours: float = DEFAULT_RETENTION_HOURS) -> dict[str, Any]:
         self._check_writable(table)
-        delta = self._delta(table)
         files_before = len(self._require(table).file_uris())
         if files_before > 1:
-            metrics = delta.optimize().executeCompaction().first()["metrics"]
+            metrics = self._delta(table).optimize().executeCompaction().first()["metrics"]
         else:  # one file (or none) has nothing to be compacted with: not a compaction's jobs to find it so
             metrics = {"numFilesRemoved": 0, "numFilesAdded": 0}
         dt = self._require(table)
@@ -288,7 +321,7 @@ class DeltaSparkEngine(EngineBase):
                 self.spark.conf.set(key, "false")
             try:
                 with _without_adaptive_plans(self.spark):
-                    delta.vacuum(float(retention_hours))
+                    self._delta(table).vacuum(float(retention_hours))
             finally:
                 self.spark.conf.set(key, previous)
             stored_data = sum(1 for file in stored if file.is_data)
