@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from queuelake import __version__, kill_points, stopping
+from queuelake.commands.command import Command
 from queuelake.commands.registry import COMMANDS
 from queuelake.config import DEFAULT_CONFIG
 from queuelake.errors import SPARK_EXTRA, describe, error_kind, is_panic, missing_spark
@@ -248,6 +249,17 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
         return code
 
 
+def _run(command: Command, args: argparse.Namespace) -> dict[str, Any]:
+    """The command's own run; a command that writes no lake table reads each table's log once
+    (``Command.reads_only``)."""
+    if not command.reads_only:
+        return command.run(args)
+    from queuelake.lake.engines import loads_reused
+
+    with loads_reused():
+        return command.run(args)
+
+
 def _stopped_by(state: dict[str, Any]) -> str:
     """What stopped a command that returned interrupted: the signal it received, else a stop asked."""
     if state.get("signalled"):
@@ -280,7 +292,7 @@ def main(
         try:
             if prepare is not None:
                 prepare(args)
-            result = COMMANDS[args.command].run(args)
+            result = _run(COMMANDS[args.command], args)
             sigterm["armed"] = False
             summary = {"command": args.command, "status": Status(result.pop("status", Status.OK)), **result}
             if summary["status"] == Status.OK and stopping.requested():

@@ -40,6 +40,8 @@ class Command:
     (``jobs/<name>.py``) and a console script ``queuelake-<name>`` (Databricks ``python_wheel_task``).
     ``summary_on_stderr``: whether these arguments make stdout the command's own output alone (``install
     --print-sql`` prints a script a DBA pipes to a file), so the summary goes to stderr instead.
+    ``reads_only``: it writes no lake table, so it reads each table's log once per version
+    (``lake.storage.loads_reused``: on a throttling object store, the commands that read most).
     The ``runs`` columns a command fills are the runs table's contract and live with it, in
     ``lake/catalogue.py``'s ``RUNS_COLUMNS_BY_COMMAND`` (the lake and the pipelines check rows against it).
     """
@@ -52,6 +54,7 @@ class Command:
     graceful: bool = False
     job: bool = False
     summary_on_stderr: Callable[[argparse.Namespace], bool] = never
+    reads_only: bool = False
 
     @property
     def function_name(self) -> str:

@@ -90,4 +90,5 @@ COMMAND = Command(
     help="draw one conversation from the journal as a sequence diagram (SVG)",
     run=conversation,
     arguments=_arguments,
+    reads_only=True,
 )

@@ -117,4 +117,5 @@ COMMAND = Command(
     help="failed messages grouped by exception, message type, endpoint and stack trace; a group's replay --where",
     run=failures,
     arguments=arguments,
+    reads_only=True,
 )

@@ -99,4 +99,5 @@ COMMAND = Command(
     help="one message's or conversation's journal rows, in time order, without Spark",
     run=find,
     arguments=arguments,
+    reads_only=True,
 )

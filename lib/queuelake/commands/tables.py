@@ -65,4 +65,6 @@ def _names(pattern: str, name: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern.replace("{output}", "*").replace("{type}", "*"))
 
 
-COMMAND = Command(name="tables", help="list the lake's tables: version, engine, data files", run=tables)
+COMMAND = Command(
+    name="tables", help="list the lake's tables: version, engine, data files", run=tables, reads_only=True
+)

@@ -138,4 +138,5 @@ COMMAND = Command(
     help="where a message is or was: waiting, delayed, drained, processed, failed, retried, expired, erased",
     run=where,
     arguments=arguments,
+    reads_only=True,
 )

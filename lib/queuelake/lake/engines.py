@@ -18,6 +18,7 @@ from queuelake.lake.delta_rs.engine import DeltaRsEngine
 from queuelake.lake.delta_spark.engine import DeltaSparkEngine
 from queuelake.lake.metastore import registrar_for, with_names
 from queuelake.lake.port import JournalLake, LakeEngine
+from queuelake.lake.storage import loads_reused as loads_reused  # for commands that read only (cli)
 from queuelake.report import log
 from queuelake.spark import delta_session_problem, has_delta_jvm
 
