@@ -74,6 +74,7 @@ from typing import Any
 import _pin
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
+from _cpu import CpuMeter
 from _history import journal_with_files
 from _receive import checkpoint, raw_copy_drain, raw_drain, recreate
 from queuelake.commands.demo import traffic
@@ -141,68 +142,6 @@ class StepTimes(logging.Handler):
             },
             "worker_cpu_seconds": {name: round(s, 3) for name, s in self.cpu_seconds.items()},
         }
-
-
-class CpuMeter:
-    """CPU spent while one consumer runs: this process's (the client: the bench runs both consumers
-    in process) and the whole machine's busy and stolen time from ``/proc/stat`` (Linux; None
-    elsewhere). The machine's busy time minus the client's is the server's, plus whatever else runs.
-
-    Why: on a small shared machine the wall-clock ratio moves by a third between runs, while the CPU
-    a consumer spends per row hardly moves; "busy" near "cores x wall" says the run was CPU-bound,
-    and "steal" is time the hypervisor gave our cores to another machine.
-
-    With the server's postmaster known (a server of this machine), ``server_cpu_s`` is the server's
-    own CPU (``_pin.server_cpu_seconds``: its processes, the ended backends included), which the
-    machine's figure mixes with whatever else runs there."""
-
-    def __init__(self, postmaster: int | None = None) -> None:
-        self._postmaster = postmaster
-
-    def _server_now(self) -> float | None:
-        return _pin.server_cpu_seconds(self._postmaster) if self._postmaster is not None else None
-
-    def __enter__(self) -> CpuMeter:
-        self._client, self._machine, self._t = self._client_now(), self._machine_now(), time.perf_counter()
-        self._server = self._server_now()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall = time.perf_counter() - self._t
-        client, machine = self._client_now() - self._client, self._machine_now()
-        self.figures: dict[str, Any] = {"client_cpu_s": round(client, 2)}
-        if machine is not None and self._machine is not None:
-            busy, steal = machine[0] - self._machine[0], machine[1] - self._machine[1]
-            cores = os.cpu_count() or 1
-            self.figures.update(
-                machine_busy_cpu_s=round(busy, 2),
-                server_and_other_cpu_s=round(busy - client, 2),
-                machine_busy_share=round(busy / (cores * wall), 2) if wall > 0 else None,
-                steal_cpu_s=round(steal, 2),
-            )
-        if self._server is not None:
-            time.sleep(0.1)  # the consumer's backends end as its connections close: reaped by then
-            server = self._server_now()
-            if server is not None:
-                self.figures["server_cpu_s"] = round(server - self._server, 2)
-
-    @staticmethod
-    def _client_now() -> float:
-        t = os.times()
-        return t.user + t.system
-
-    @staticmethod
-    def _machine_now() -> tuple[float, float] | None:
-        """(busy, steal) CPU seconds since boot, all cores."""
-        try:
-            with open("/proc/stat") as f:
-                ticks = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        hz = os.sysconf("SC_CLK_TCK")
-        idle = ticks[3] + ticks[4]  # idle, iowait
-        steal = ticks[7] if len(ticks) > 7 else 0
-        return (sum(ticks[:8]) - idle - steal) / hz, steal / hz
 
 
 def rel_stats(uri: str, ref: TableRef) -> tuple[float, int]:

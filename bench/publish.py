@@ -42,6 +42,11 @@ it. A variant that fails is reported with its error, not stopped on. After every
 arrived are checked: their count, their row ids (distinct), their MessageIds (distinct, and the same
 as every other run's: uuid5 of the key and queue), and their bodies (the outbound bodies, byte for
 byte). A final table on stderr gives, per variant and mode, the medians and ranges.
+
+CPU: each run's command (its process and what it waited for) is metered with the server's own CPU
+meanwhile (``_cpu.CpuMeter``), the raw loads too; their medians and the floor they set are printed
+under each mode: (command + server CPU) / cores is the least time the command can take on this
+machine, and raw over it the best whole ratio it can reach without spending less CPU (``cpu``).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import _pin
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import orjson
 import psycopg
@@ -65,6 +71,7 @@ import pyarrow as pa
 import yaml
 from _commands import QUEUELAKE, Ran, queuelake
 from _commands import run as run_command
+from _cpu import CpuMeter, floor
 from _raw import Dump, dump, load
 from queuelake.config import from_dict
 from queuelake.config_sections import TransportConfig
@@ -309,6 +316,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
     idle_driver = ""
     ids: str | None = None
     runs: list[dict[str, Any]] = []
+    postmaster = _pin.postmaster(uri)  # the server's own CPU, where it is a process of this machine
     for _ in range(args.repeat):
         figures: dict[str, Any] = {}
         for variant in chosen:
@@ -318,7 +326,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
                 config_file.write_text(
                     yaml.safe_dump({**settings, "transport": transport, "publish": publish_settings})
                 )
-                ran = publish(config_file, variant)
+                with CpuMeter(postmaster, children=True) as meter:  # the command's process, and the server
+                    ran = publish(config_file, variant)
                 found = arrived(uri, tables, ledger)
                 checked = check(found, copies, bodies, ids)
                 error = failure(ran)
@@ -341,16 +350,19 @@ def run(args: argparse.Namespace, work: Path) -> int:
                     "peak_rss_mb": ran.peak_rss_mb or 0.0,
                     "error": error,
                     "check": checked,
+                    "cpu": meter.figures,
                 }
         if rows is None:
             raise SystemExit(f"no run sent every row; the raw limit has nothing to load: {figures}")
         for fmt in ("text", "binary"):
-            seconds = load(uri, rows, fmt)
+            with CpuMeter(postmaster) as meter:
+                seconds = load(uri, rows, fmt)
+            figures[f"raw_{fmt}_cpu"] = meter.figures
             assert count(uri, tables) == copies
             reset(uri, tables, None)
             figures[f"raw_{fmt}"] = copies / seconds
         runs.append(figures)
-        line = {k: (round(v) if isinstance(v, float) else v) for k, v in figures.items()}
+        line = {k: (round(v) if isinstance(v, float) else v) for k, v in figures.items() if not k.endswith("_cpu")}
         print(json.dumps(line, default=str), file=sys.stderr)
     assert idle is not None
     out = report(args, copies, runs, modes, chosen, idle)
@@ -399,6 +411,17 @@ def summary(copies: int, runs: list[dict[str, Any]], key: str) -> dict[str, Any]
         "publish_seconds": round(statistics.median(r[key]["publish_seconds"] for r in good), 2),
         "publish_ratio": round(statistics.median(copies / r[key]["publish_seconds"] / _fastest(r) for r in good), 3),
     }
+    floors = [f for r in good if (f := floor(r[key]["cpu"], copies / _fastest(r))) is not None]
+    if floors:  # the best whole ratio the command's CPU allows on this machine's cores (``_cpu.floor``)
+        out["cpu"] = {
+            "command_cpu_s": round(statistics.median(r[key]["cpu"]["client_cpu_s"] for r in good), 2),
+            "server_cpu_s": round(statistics.median(r[key]["cpu"]["server_cpu_s"] for r in good), 2),
+            "raw_binary_server_cpu_s": round(statistics.median(r["raw_binary_cpu"]["server_cpu_s"] for r in good), 2),
+            "cores": floors[0]["cores"],
+            "floor_s": round(statistics.median(f["floor_s"] for f in floors), 2),
+            "best_ratio": round(statistics.median(f["best_ratio"] for f in floors), 3),
+            "best_ratio_range": [min(f["best_ratio"] for f in floors), max(f["best_ratio"] for f in floors)],
+        }
     return out
 
 
@@ -459,6 +482,14 @@ def table(out: dict[str, Any], chosen: list[Variant], modes: list[str]) -> str:
             rate = f"{s['rows_per_s']:,} [{low:,}-{high:,}]"
             ratio = f"{s['ratio']:.2f} [{s['ratios'][0]:.2f}-{s['ratios'][-1]:.2f}]"
             lines.append(f"{name:32} {rate:>26} {ratio:>22} {s['peak_rss_mb']:>8} {ok:>8}")
+            if "cpu" in s:
+                c = s["cpu"]
+                lines.append(
+                    f"  CPU (s, medians): the command {c['command_cpu_s']:.2f} + the server {c['server_cpu_s']:.2f} "
+                    f"meanwhile (the raw binary load's server {c['raw_binary_server_cpu_s']:.2f}); on {c['cores']} "
+                    f"core(s) it cannot end before {c['floor_s']:.2f} s: the best whole ratio its CPU allows is "
+                    f"{c['best_ratio']:.2f} [{c['best_ratio_range'][0]:.2f}-{c['best_ratio_range'][1]:.2f}]"
+                )
     for fmt in ("text", "binary"):
         low, high = out["raw_range"][fmt]
         median = out["raw_rows_per_s"] if fmt == "text" else out["raw_binary_rows_per_s"]

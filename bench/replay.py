@@ -24,6 +24,11 @@ raw load of both formats measured next to it (the pair's order alternating): eac
 own raw load, and the medians and ranges are reported. On 2 shared cores a run, and the raw load too,
 moves by a fifth to a third between minutes.
 
+CPU: each run's command (its process, ``_cpu.CpuMeter(children=True)``) and the binary raw load are
+metered with the server's own CPU meanwhile; their medians, and the floor they set, are printed: the
+command's CPU (its own and the server's) over the machine's cores is the least time it can take, and
+raw over that floor the best whole ratio it can reach without spending less CPU.
+
 Prints a table (per mode the command's seconds, its ratio to raw as a whole command and per row, less
 the empty replay's seconds: medians and ranges; the raw rates per format), the median run's steps and
 the fixed costs, then one JSON line. The target (issue 60) is >= 0.6 as a whole command.
@@ -43,10 +48,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _pin
 import _tree  # noqa: F401  (first: the queuelake measured is this tree's)
 import psycopg
 import yaml
 from _commands import Ran, queuelake, spark_start
+from _cpu import CpuMeter, floor
 from _raw import FORMATS, dump, load
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
@@ -112,6 +119,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
     drain_s = time.perf_counter() - t0
     assert drained["landed"] == args.rows, drained
     tables = {q: queue_ref(q, cfg.transport).qualified for q in ("Billing", "Shipping")}
+    postmaster = _pin.postmaster(uri)  # the server's own CPU, where it is a process of this machine
 
     def empty_queues() -> None:
         with psycopg.connect(uri, autocommit=True) as c:
@@ -138,28 +146,32 @@ def run(args: argparse.Namespace, work: Path) -> int:
     assert spark_empty["matched"] == 0 and spark_empty["selected_by"] == "spark", spark_empty
     spark_s = spark_start()
 
-    def raw_load() -> dict[str, float]:
-        """Both formats' seconds, the queues emptied before each and after."""
+    def raw_load() -> tuple[dict[str, float], dict[str, Any]]:
+        """Both formats' seconds, the queues emptied before each and after; the binary load's CPU."""
         seconds = {}
         for fmt in FORMATS:
             empty_queues()
-            seconds[fmt] = load(uri, rows, fmt)
+            with CpuMeter(postmaster) as meter:
+                seconds[fmt] = load(uri, rows, fmt)
+            if fmt == "binary":
+                cpu = meter.figures
         empty_queues()
-        return seconds
+        return seconds, cpu
 
-    def replay_once() -> Ran:
+    def replay_once() -> tuple[Ran, dict[str, Any]]:
         """The retry as a first retry of these failures: the queues emptied, and the lineage of the runs
         before forgotten (with it, each run would also say that earlier replays sent them and have not
         failed again, ``already_replayed``: a rerun's check, not what a retry of new failures costs)."""
         empty_queues()
         shutil.rmtree(work / "lake" / REPLAY_LINEAGE.name, ignore_errors=True)
-        ran = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
+        with CpuMeter(postmaster, children=True) as meter:  # the command's process, and the server meanwhile
+            ran = queuelake([*base, "--where", where, "--batch-size", str(args.batch_size)])
         assert ran.summary["status"] == "ok" and ran.summary["rows_sent"] == args.rows, ran.summary
         assert ran.summary["already_replayed"] == 0, ran.summary
         with psycopg.connect(uri) as c:
             total = sum(c.execute(f"SELECT count(*) FROM {q}").fetchone()[0] for q in tables.values())
         assert total == args.rows, total
-        return ran
+        return ran, meter.figures
 
     # each repeat pairs a replay with a raw load of its own, measured next to it, the pair's order
     # alternating (``bench/drain.py`` does the same): on 2 shared cores the raw load itself moves by a
@@ -170,16 +182,18 @@ def run(args: argparse.Namespace, work: Path) -> int:
         # the mode is the config's replay.executors_from_rows: never (driver) or from the first row
         config_file.write_text(yaml.safe_dump({**settings, "replay": {"executors_from_rows": MODES[mode]}}))
         pairs: list[tuple[Ran, float]] = []
+        cpus: list[dict[str, Any]] = []
         for k in range(args.repeat):  # the same retry again, as a new replay: the queues emptied first
             if k % 2:
-                raw = raw_load()
-                ran = replay_once()
+                raw, raw_cpu = raw_load()
+                ran, cpu = replay_once()
             else:
-                ran = replay_once()
-                raw = raw_load()
+                ran, cpu = replay_once()
+                raw, raw_cpu = raw_load()
             raws.append(raw)
             pairs.append((ran, min(raw.values())))
-        modes[mode] = figures(args.rows, pairs, empty_s)
+            cpus.append({"command": cpu, "raw_binary": raw_cpu, "floor": floor(cpu, min(raw.values()))})
+        modes[mode] = figures(args.rows, pairs, empty_s) | {"cpu": cpus}
 
     raw_by_format = {fmt: statistics.median(r[fmt] for r in raws) for fmt in FORMATS}
     raw_rate = args.rows / min(raw_by_format.values())
@@ -191,6 +205,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
             + ", ".join(f"{k} {v:.2f}" for k, v in figure["seconds_by_step"].items()),
             file=out,
         )
+        said = cpu_line(figure["cpu"])
+        if said:
+            print(f"  {mode} {said}", file=out)
     print(
         f"fixed costs (whole commands, s): empty replay {empty_s:.2f}; dry run of all {args.rows} {dry_s:.2f}; "
         f"empty replay with a predicate only Spark evaluates {spark_empty_s:.2f}; a bare Spark start {spark_s:.2f}; "
@@ -253,6 +270,27 @@ def figures(rows: int, pairs: list[tuple[Ran, float]], empty_s: float) -> dict[s
         "whole_command_ratio_range": [round(whole[0], 3), round(whole[-1], 3)],
         "whole_command_ratios": [round(raw_s / ran.seconds, 3) for ran, raw_s in pairs],
     }
+
+
+def cpu_line(cpus: list[dict[str, Any]]) -> str | None:
+    """The runs' CPU (medians) and the floor it sets: the best whole ratio the machine's cores allow
+    the command, spending the CPU it spends (``_cpu.floor``); None without the server's own CPU."""
+    floors = [c["floor"] for c in cpus if c["floor"] is not None]
+    if not floors:
+        return None
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    return (
+        f"CPU (s, medians): the command {median([c['command']['client_cpu_s'] for c in cpus]):.2f} + the server "
+        f"{median([c['command']['server_cpu_s'] for c in cpus]):.2f} meanwhile; the raw binary load "
+        f"{median([c['raw_binary']['client_cpu_s'] for c in cpus]):.2f} + "
+        f"{median([c['raw_binary']['server_cpu_s'] for c in cpus]):.2f}; on {floors[0]['cores']} core(s) the "
+        f"command cannot end before {median([f['floor_s'] for f in floors]):.2f} s: the best whole ratio its CPU "
+        f"allows is {median([f['best_ratio'] for f in floors]):.2f} "
+        f"[{min(f['best_ratio'] for f in floors):.2f}-{max(f['best_ratio'] for f in floors):.2f}]"
+    )
 
 
 def table(rows: int, raws: list[dict[str, float]], modes: dict[str, dict]) -> str:

@@ -126,6 +126,11 @@ def test_publish_bench_measures_both_modes_against_both_raw_limits(fresh_pg_uri:
         summary = result[mode]
         assert len(summary["ratios"]) == 2 and summary["rows_per_s"] > 0
         assert summary["ratio"] > 0 and summary["ratio_vs_raw_binary"] > 0
+    # the command's CPU (a new Python process: its imports alone take tenths of a CPU second) and the
+    # server's meanwhile, and the floor they set on this machine's cores
+    cpu = result["driver"]["cpu"]
+    assert cpu["command_cpu_s"] > 0.2 and cpu["server_cpu_s"] >= 0 and cpu["cores"] >= 1, cpu
+    assert cpu["floor_s"] >= cpu["command_cpu_s"] / cpu["cores"] - 0.01 and cpu["best_ratio"] > 0, cpu
 
 
 def test_publish_bench_measures_pyodbc_with_and_without_array_binding(fresh_pg_uri: str) -> None:
@@ -169,6 +174,11 @@ def test_replay_bench_measures_whole_commands_steps_and_fixed_costs(fresh_pg_uri
     # peak memory of the command's own process: a Python process holds tens of MB at least
     assert all(mode["peak_rss_mb"] > 20 for mode in (driver, executors))
     assert result["peak_rss_mb"]["empty_replay"] > 20 and result["peak_rss_mb"]["dry_run_all"] > 20
+    # each run's CPU: the command's process and the server's meanwhile, the raw load's, the floor they set
+    for run in driver["cpu"]:
+        assert run["command"]["client_cpu_s"] > 0.2 and run["raw_binary"]["server_cpu_s"] >= 0, run
+        assert run["floor"]["floor_s"] >= run["command"]["client_cpu_s"] / run["floor"]["cores"] - 0.01, run
+        assert run["floor"]["best_ratio"] > 0, run
 
 
 @pytest.mark.slow
