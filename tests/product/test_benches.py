@@ -131,6 +131,8 @@ def test_publish_bench_measures_both_modes_against_both_raw_limits(fresh_pg_uri:
     cpu = result["driver"]["cpu"]
     assert cpu["command_cpu_s"] > 0.2 and cpu["server_cpu_s"] >= 0 and cpu["cores"] >= 1, cpu
     assert cpu["floor_s"] >= cpu["command_cpu_s"] / cpu["cores"] - 0.01 and cpu["best_ratio"] > 0, cpu
+    # with the idle publish's time overlapping nothing: the tighter bound
+    assert cpu["floor_with_start_s"] >= cpu["floor_s"] - 0.05 and 0 < cpu["best_ratio_with_start"], cpu
 
 
 def test_publish_bench_measures_pyodbc_with_and_without_array_binding(fresh_pg_uri: str) -> None:
@@ -178,7 +180,8 @@ def test_replay_bench_measures_whole_commands_steps_and_fixed_costs(fresh_pg_uri
     for run in driver["cpu"]:
         assert run["command"]["client_cpu_s"] > 0.2 and run["raw_binary"]["server_cpu_s"] >= 0, run
         assert run["floor"]["floor_s"] >= run["command"]["client_cpu_s"] / run["floor"]["cores"] - 0.01, run
-        assert run["floor"]["best_ratio"] > 0, run
+        assert run["floor"]["best_ratio"] > 0 and run["floor"]["best_ratio_with_start"] > 0, run
+        assert run["floor"]["floor_with_start_s"] >= run["floor"]["floor_s"] - 0.05, run
 
 
 @pytest.mark.slow
