@@ -34,7 +34,7 @@ def recreate(cfg: Config, uri: str, ref: TableRef) -> None:
 
 def checkpoint(uri: str) -> None:
     """Flush the seeding's dirty pages now, not during the measurement (needs superuser or
-    pg_checkpoint; skipped without)."""
+    pg_checkpoint; skipped without). The send benches call it between legs too."""
     with psycopg.connect(uri, autocommit=True) as c, contextlib.suppress(psycopg.Error):
         c.execute("CHECKPOINT")
 

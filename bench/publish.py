@@ -75,6 +75,7 @@ from _commands import QUEUELAKE, Ran, queuelake
 from _commands import run as run_command
 from _cpu import CpuMeter, floor
 from _raw import Dump, dump, load
+from _receive import checkpoint
 from queuelake.config import from_dict
 from queuelake.config_sections import TransportConfig
 from queuelake.dialects.dialect import POSTGRESQL
@@ -214,7 +215,9 @@ def set_up(args: argparse.Namespace, work: Path, uri: str) -> tuple[dict[str, An
 
 
 def reset(uri: str, tables: list[str], ledger: str | None) -> None:
-    """Empty the queues (and forget the ledger): the next run sends the same round again."""
+    """Empty the queues (and forget the ledger): the next run sends the same round again. Then a
+    checkpoint: each leg writes 300-600 MB of WAL, and without it the checkpoint those writes call
+    for lands in whichever leg comes next (its buffers written beside that leg's COPY)."""
     with psycopg.connect(uri, autocommit=True) as c:
         for table in tables:
             c.execute(f"TRUNCATE {table}")
@@ -222,6 +225,7 @@ def reset(uri: str, tables: list[str], ledger: str | None) -> None:
             c.execute(f"DELETE FROM {ledger}")
         for table in tables:
             c.execute(f"VACUUM ANALYZE {table}")
+    checkpoint(uri)
 
 
 def count(uri: str, tables: list[str]) -> int:

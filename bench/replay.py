@@ -57,6 +57,7 @@ import yaml
 from _commands import Ran, queuelake, spark_start
 from _cpu import CpuMeter, floor
 from _raw import FORMATS, dump, load
+from _receive import checkpoint
 from queuelake.commands.demo import traffic
 from queuelake.config import from_dict
 from queuelake.context import open_database
@@ -124,10 +125,12 @@ def run(args: argparse.Namespace, work: Path) -> int:
     postmaster = _pin.postmaster(uri)  # the server's own CPU, where it is a process of this machine
 
     def empty_queues() -> None:
+        """The queues emptied, and a checkpoint: no leg pays for the pages the one before it wrote."""
         with psycopg.connect(uri, autocommit=True) as c:
             for qualified in tables.values():
                 c.execute(f"TRUNCATE {qualified}")
                 c.execute(f"VACUUM ANALYZE {qualified}")
+        checkpoint(uri)
 
     base = ["replay", "-c", str(config_file)]
     where = f"exception_type = '{EXCEPTION}'"
