@@ -158,7 +158,7 @@ class DriverSender:
             result.undeliverable += outcome.lost
             elapsed = time.monotonic() - started
             log.info(
-                "publish %s: batch %d of %d sent, %d row(s) as %d message(s); %d so far at %.0f rows/s, "
+                "publish %s: batch %d of %d sent, %d row(s) as %d message(s); %d as %d so far at %.0f msg/s, "
                 "%d batch(es) left",
                 output,
                 outcome.k + 1,
@@ -166,7 +166,8 @@ class DriverSender:
                 outcome.rows,
                 outcome.copies,
                 result.published,
-                result.published / elapsed if elapsed else 0,
+                result.copies,
+                result.copies / elapsed if elapsed else 0,  # messages: a fan-out's rate, not its rows'
                 n - outcome.k - 1,
             )
 

@@ -253,13 +253,13 @@ class ExecutorSender:
         self._count(outcomes, result)
         elapsed = time.monotonic() - started
         log.info(
-            "publish %s: %d row(s) sent as %d message(s) from executors in %.1fs (%.0f rows/s), %d batch(es) "
+            "publish %s: %d row(s) sent as %d message(s) from executors in %.1fs (%.0f msg/s), %d batch(es) "
             "were already sent, %d failed",
             output,
             result.published,
             result.copies,
             elapsed,
-            result.published / elapsed if elapsed else 0,
+            result.copies / elapsed if elapsed else 0,
             result.batches_skipped,
             len(result.failed_batches),
         )
